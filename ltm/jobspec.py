@@ -1,0 +1,476 @@
+"""The job spec: the public, canonical description of one release, its digest and its validation.
+
+A job fixes everything every actor must agree on (DESIGN §1): the partition, who holds which
+clients or columns, the column layout and its public transforms, the clip bound, the fixed-point
+format, the sketch, the privacy parameters, the servers and the share mode.  Its canonical JSON
+(sorted keys, no whitespace) is hashed with SHA-256; the digest is bound into every message.
+
+``validate_job`` checks a spec and returns a :class:`JobAnalysis` (row loads, noise plan, headroom)
+or raises :class:`JobSpecError` listing every problem with a message a person can act on.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from ltm.calibration import CalibrationError, NoisePlan, plan_noise
+from ltm.noise import noise_tail_bound
+from ltm.ring import HEADROOM_LIMIT
+from ltm.sharing import SHARE_MODES
+from ltm.sketch import SKETCH_KINDS, Sketch
+
+JOB_SPEC_VERSION = "ltm.job.v1"
+PARTITIONS = ("rows", "columns")
+ROLES = ("feature", "intercept", "label")
+INTERCEPT_NAME = "(intercept)"
+MECHANISMS = ("gaussian", "laplace")
+CALIBRATIONS = ("tight", "paper", "interpolate")
+#: Default fraction of the full-participation honest load that L keeps: up to ~20% of the
+#: clients of a row may drop out before the gate refuses the release.
+DEFAULT_LOAD_FRACTION = 0.8
+MAX_FRAC_BITS = 32
+MIN_FRAC_BITS = 8
+#: Above this many (party × row) cells, the corrupt-party deduction uses the party-size bound.
+_EXACT_PARTY_LOAD_CELLS = 20_000_000
+
+
+class JobSpecError(ValueError):
+    """A job spec that must not run; ``problems`` lists every reason."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = list(problems)
+        super().__init__("invalid job spec:\n  - " + "\n  - ".join(self.problems))
+
+
+@dataclass(frozen=True)
+class ColumnSpec:
+    """One column of the client vector: ``x' = (x − center) / scale`` before clipping."""
+
+    name: str
+    role: str = "feature"
+    center: float = 0.0
+    scale: float = 1.0
+
+
+@dataclass(frozen=True)
+class PartySpec:
+    """A party: in ``rows`` it holds clients ``start..stop−1`` (all columns); in ``columns`` it
+    holds every row (start=0, stop=n) of the named column block, clipped to ``clip_bound``."""
+
+    party_id: str
+    start: int
+    stop: int
+    columns: tuple[str, ...] = ()
+    clip_bound: float = 1.0
+
+    @property
+    def size(self) -> int:
+        return self.stop - self.start
+
+
+@dataclass(frozen=True)
+class SketchSpec:
+    kind: str = "sparse"
+    m: int = 100
+    s: int = 1
+    seed: str = ""  # 64 hex characters: the public 32-byte sketch seed
+
+
+@dataclass(frozen=True)
+class PrivacySpec:
+    """Privacy parameters.  ``t_prime``: corrupt clients tolerated; ``corrupt_parties``: corrupt
+    parties tolerated (their whole load in a row is assumed noiseless); ``min_honest_load``: L."""
+
+    epsilon: float = 1.0
+    delta: float = 1e-6
+    mechanism: str = "gaussian"
+    calibration: str = "tight"
+    interpolate_p: float | None = None
+    t_prime: int = 0
+    corrupt_parties: int = 0
+    min_honest_load: int = 0
+    min_participants: int = 0
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    server_id: str
+    endpoint: str = ""
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """The public description of one release (see module docstring)."""
+
+    job_id: str
+    partition: str
+    n: int
+    columns: tuple[ColumnSpec, ...]
+    parties: tuple[PartySpec, ...]
+    clip_bound: float
+    frac_bits: int
+    sketch: SketchSpec
+    privacy: PrivacySpec
+    servers: tuple[ServerSpec, ...]
+    clip_norm: str = "l2"
+    share_mode: str = "seed"
+    version: str = JOB_SPEC_VERSION
+
+    # ---------------------------------------------------------------- derived views
+    @property
+    def k(self) -> int:
+        """Number of servers."""
+        return len(self.servers)
+
+    @property
+    def width(self) -> int:
+        """D: entries per client vector (features, intercept, label)."""
+        return len(self.columns)
+
+    @property
+    def column_names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns)
+
+    @property
+    def label_index(self) -> int | None:
+        idx = [i for i, c in enumerate(self.columns) if c.role == "label"]
+        return idx[0] if idx else None
+
+    @property
+    def intercept_index(self) -> int | None:
+        idx = [i for i, c in enumerate(self.columns) if c.role == "intercept"]
+        return idx[0] if idx else None
+
+    def make_sketch(self) -> Sketch:
+        return Sketch(self.sketch.kind, self.sketch.m, self.n, self.sketch.s, bytes.fromhex(self.sketch.seed))
+
+    def party(self, party_id: str) -> PartySpec:
+        for p in self.parties:
+            if p.party_id == party_id:
+                return p
+        raise KeyError(f"party {party_id!r} is not in job {self.job_id!r}")
+
+    def party_column_indices(self, party: PartySpec) -> list[int]:
+        """Indices (into ``columns``) of the client-vector entries this party contributes."""
+        if self.partition == "rows":
+            return list(range(self.width))
+        names = self.column_names
+        return [names.index(c) for c in party.columns]
+
+    def noise_plan(self) -> NoisePlan:
+        p = self.privacy
+        pieces = self.make_sketch().pieces
+        return plan_noise(
+            mechanism=p.mechanism, calibration=p.calibration, epsilon=p.epsilon, delta=p.delta,
+            clip_norm=self.clip_bound, s=pieces, min_honest_load=max(p.min_honest_load, 1),
+            interpolate_p=p.interpolate_p, n=self.n, m=self.sketch.m, d=self.width,
+            t_prime=p.t_prime, sketch_kind=self.sketch.kind,
+        )
+
+    # ---------------------------------------------------------------- serialisation
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def canonical_json(self) -> bytes:
+        """Canonical bytes: sorted keys, no whitespace, shortest round-trip floats."""
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
+
+    @property
+    def digest(self) -> str:
+        """Hex SHA-256 of the canonical JSON."""
+        return hashlib.sha256(self.canonical_json()).hexdigest()
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> "JobSpec":
+        try:
+            return JobSpec(
+                job_id=str(d["job_id"]), partition=d["partition"], n=int(d["n"]),
+                columns=tuple(ColumnSpec(**c) for c in d["columns"]),
+                parties=tuple(PartySpec(**{**p, "columns": tuple(p.get("columns", ()))}) for p in d["parties"]),
+                clip_bound=float(d["clip_bound"]), frac_bits=int(d["frac_bits"]),
+                sketch=SketchSpec(**d["sketch"]), privacy=PrivacySpec(**d["privacy"]),
+                servers=tuple(ServerSpec(**s) for s in d["servers"]),
+                clip_norm=d.get("clip_norm", "l2"), share_mode=d.get("share_mode", "seed"),
+                version=d.get("version", JOB_SPEC_VERSION),
+            )
+        except (KeyError, TypeError) as exc:
+            raise JobSpecError([f"malformed job spec: {exc}"]) from exc
+
+    @staticmethod
+    def from_json(data: bytes | str) -> "JobSpec":
+        try:
+            return JobSpec.from_dict(json.loads(data))
+        except json.JSONDecodeError as exc:
+            raise JobSpecError([f"job spec is not valid JSON: {exc}"]) from exc
+
+
+# -------------------------------------------------------------------- loads and corruption
+def participant_mask(n: int, participants: np.ndarray | None) -> np.ndarray:
+    """Bool mask of length n from a mask, an index array, or None (everyone)."""
+    if participants is None:
+        return np.ones(n, dtype=bool)
+    arr = np.asarray(participants)
+    if arr.dtype == bool:
+        if arr.shape != (n,):
+            raise ValueError(f"participant mask must have length {n}")
+        return arr
+    mask = np.zeros(n, dtype=bool)
+    if arr.size and (arr.min() < 0 or arr.max() >= n):
+        raise ValueError(f"participant index outside [0, {n})")
+    mask[arr.astype(np.int64)] = True
+    return mask
+
+
+def honest_row_loads(spec: JobSpec, participants: np.ndarray | None = None,
+                     sketch: Sketch | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Row loads of a participant set and the corruption deduction per row.
+
+    Returns ``(loads, deduction)``, both int64 (m,).  The honest load of row r is
+    ``loads[r] − deduction[r]``.  Rows partition: deduction = t′ (a corrupt client holds at most
+    one non-zero per row) plus, per row, the largest load that ``corrupt_parties`` parties hold
+    together.  Columns partition: every entry's noise comes from the one party owning its column;
+    the guarantee covers the honest parties' columns, so there is nothing to deduct (t′ must be 0).
+    """
+    sketch = sketch or spec.make_sketch()
+    mask = participant_mask(spec.n, participants)
+    m = sketch.m
+    loads = np.zeros(m, dtype=np.int64)
+    c = spec.privacy.corrupt_parties if spec.partition == "rows" else 0
+    exact = c > 0 and len(spec.parties) * m <= _EXACT_PARTY_LOAD_CELLS
+    party_loads = np.zeros((len(spec.parties), m), dtype=np.int64) if exact else None
+    starts = np.array([p.start for p in spec.parties], dtype=np.int64)
+    for a, b, rows, _ in sketch.chunks(0, spec.n):
+        keep = mask[a:b]
+        r = rows[:, keep]
+        loads += np.bincount(r.ravel(), minlength=m)
+        if party_loads is not None:
+            clients = np.arange(a, b)[keep]
+            owner = np.searchsorted(starts, clients, side="right") - 1
+            cells = (np.broadcast_to(owner, r.shape) * m + r).ravel()
+            party_loads += np.bincount(cells, minlength=party_loads.size).reshape(party_loads.shape)
+    deduction = np.full(m, spec.privacy.t_prime if spec.partition == "rows" else 0, dtype=np.int64)
+    if c > 0:
+        if party_loads is not None:
+            top = np.sort(party_loads, axis=0)[-c:, :]
+            deduction += top.sum(axis=0)
+        else:
+            # Too many parties for an exact table: a party holds at most one non-zero per client
+            # per row, so its load in any row is at most its number of participating clients.
+            sizes = np.add.reduceat(mask.astype(np.int64), starts) if spec.parties else np.zeros(0)
+            deduction += int(np.sort(sizes)[-c:].sum())
+    return loads, deduction
+
+
+# -------------------------------------------------------------------- validation
+@dataclass(frozen=True)
+class JobAnalysis:
+    """What validation computed: loads at full participation, the noise plan, the headroom."""
+
+    min_row_load: int
+    max_row_load: int
+    max_deduction: int
+    max_feasible_load: int
+    noise_plan: NoisePlan
+    headroom_bits: float  # log2(2^62 / worst-case |entry|·2^f); must be > 0
+    warnings: tuple[str, ...] = field(default=())
+
+
+def _check_structure(spec: JobSpec) -> list[str]:
+    problems: list[str] = []
+    p, sk = spec.privacy, spec.sketch
+    if spec.version != JOB_SPEC_VERSION:
+        problems.append(f"version {spec.version!r} is not supported (expected {JOB_SPEC_VERSION!r})")
+    if not spec.job_id:
+        problems.append("job_id must not be empty")
+    if spec.partition not in PARTITIONS:
+        problems.append(f"partition must be one of {PARTITIONS}, got {spec.partition!r}")
+    if spec.n < 1:
+        problems.append(f"n must be ≥ 1 (got {spec.n})")
+    if spec.k < 2:
+        problems.append(f"at least 2 servers are needed for additive sharing (got {spec.k})")
+    if len({s.server_id for s in spec.servers}) != spec.k:
+        problems.append("server ids must be distinct")
+    if spec.share_mode not in SHARE_MODES:
+        problems.append(f"share_mode must be one of {SHARE_MODES}, got {spec.share_mode!r}")
+    if spec.clip_norm not in ("l2", "l1"):
+        problems.append(f"clip_norm must be 'l2' or 'l1', got {spec.clip_norm!r}")
+    if p.mechanism == "laplace" and spec.clip_norm != "l1":
+        problems.append("the laplace mechanism needs clip_norm 'l1' (its sensitivity is an ℓ1 bound)")
+    if p.mechanism == "gaussian" and spec.clip_norm != "l2":
+        problems.append("the gaussian mechanism needs clip_norm 'l2'")
+    if not (spec.clip_bound > 0 and math.isfinite(spec.clip_bound)):
+        problems.append(f"clip_bound must be a positive finite number (got {spec.clip_bound})")
+    if not MIN_FRAC_BITS <= spec.frac_bits <= 60:
+        problems.append(f"frac_bits must be in [{MIN_FRAC_BITS}, 60] (got {spec.frac_bits})")
+    # columns
+    names = spec.column_names
+    if not names:
+        problems.append("the job has no columns")
+    if len(set(names)) != len(names):
+        problems.append("column names must be distinct")
+    roles = [c.role for c in spec.columns]
+    for c in spec.columns:
+        if c.role not in ROLES:
+            problems.append(f"column {c.name!r}: role must be one of {ROLES}, got {c.role!r}")
+        if not (c.scale > 0 and math.isfinite(c.scale) and math.isfinite(c.center)):
+            problems.append(f"column {c.name!r}: scale must be positive and center finite")
+    if roles.count("label") > 1 or roles.count("intercept") > 1:
+        problems.append("at most one label column and one intercept column")
+    # sketch
+    if sk.kind not in SKETCH_KINDS:
+        problems.append(f"sketch kind must be one of {SKETCH_KINDS}, got {sk.kind!r}")
+    if sk.m < 1:
+        problems.append(f"sketch m must be ≥ 1 (got {sk.m})")
+    elif spec.label_index is not None and sk.m < spec.width:
+        problems.append(f"sketch m={sk.m} is smaller than the client vector width D={spec.width}: "
+                        f"a regression needs m ≥ D (raise m)")
+    if sk.kind == "sparse" and not 1 <= sk.s <= max(sk.m, 1):
+        problems.append(f"sparsity s must satisfy 1 ≤ s ≤ m (got s={sk.s}, m={sk.m})")
+    if sk.m > spec.n:
+        problems.append(f"sketch m={sk.m} exceeds the number of clients n={spec.n}")
+    try:
+        if len(bytes.fromhex(sk.seed)) != 32:
+            raise ValueError
+    except ValueError:
+        problems.append("sketch seed must be 64 hex characters (32 bytes)")
+    # privacy
+    if p.mechanism not in MECHANISMS:
+        problems.append(f"mechanism must be one of {MECHANISMS}, got {p.mechanism!r}")
+    if p.calibration not in CALIBRATIONS:
+        problems.append(f"calibration must be one of {CALIBRATIONS}, got {p.calibration!r}")
+    if not (p.epsilon > 0 and math.isfinite(p.epsilon)):
+        problems.append(f"epsilon must be > 0 (got {p.epsilon})")
+    if p.mechanism == "gaussian" and not 0 < p.delta < 1:
+        problems.append(f"delta must satisfy 0 < delta < 1 for the gaussian mechanism (got {p.delta})")
+    if p.mechanism == "laplace" and p.delta != 0:
+        problems.append("the laplace mechanism is pure ε-DP: set delta to 0")
+    if not 0 <= p.t_prime < spec.n:
+        problems.append(f"t_prime (corrupt clients tolerated) must satisfy 0 ≤ t′ < n={spec.n} (got {p.t_prime})")
+    if spec.partition == "columns" and p.t_prime:
+        problems.append("t_prime must be 0 in the columns partition (noise is added by parties, not clients; "
+                        "use corrupt_parties)")
+    if not 0 <= p.corrupt_parties < max(len(spec.parties), 1):
+        problems.append(f"corrupt_parties must be in [0, number of parties) (got {p.corrupt_parties})")
+    if p.min_participants < 0 or p.min_participants > spec.n:
+        problems.append(f"min_participants must be in [0, n] (got {p.min_participants})")
+    # parties
+    problems += _check_parties(spec)
+    return problems
+
+
+def _check_parties(spec: JobSpec) -> list[str]:
+    problems: list[str] = []
+    if not spec.parties:
+        return ["the job has no parties"]
+    if len({p.party_id for p in spec.parties}) != len(spec.parties):
+        problems.append("party ids must be distinct")
+    if spec.partition == "rows":
+        expected = 0
+        for p in spec.parties:
+            if p.start != expected or p.stop <= p.start:
+                problems.append(f"party {p.party_id!r}: client ranges must tile [0, n) in order without gaps "
+                                f"(expected a range starting at {expected}, got [{p.start}, {p.stop}))")
+                break
+            expected = p.stop
+        else:
+            if expected != spec.n:
+                problems.append(f"party ranges cover [0, {expected}) but n={spec.n}")
+        for p in spec.parties:
+            if p.columns:
+                problems.append(f"party {p.party_id!r}: rows partition parties hold all columns; leave columns empty")
+            if abs(p.clip_bound - spec.clip_bound) > 0:
+                problems.append(f"party {p.party_id!r}: clip_bound must equal the job's in the rows partition")
+    elif spec.partition == "columns":
+        seen: list[str] = []
+        for p in spec.parties:
+            if (p.start, p.stop) != (0, spec.n):
+                problems.append(f"party {p.party_id!r}: in the columns partition every party holds all rows [0, n)")
+            unknown = [c for c in p.columns if c not in spec.column_names]
+            if unknown:
+                problems.append(f"party {p.party_id!r}: unknown columns {unknown}")
+            seen += list(p.columns)
+        if sorted(seen) != sorted(spec.column_names):
+            problems.append("in the columns partition the parties' column blocks must cover every column exactly once")
+        total = sum(p.clip_bound**2 for p in spec.parties)
+        if total > spec.clip_bound**2 * (1 + 1e-12):
+            problems.append(f"party clip bounds must satisfy Σ C_j² ≤ C² (got {total:.6g} > {spec.clip_bound**2:.6g}): "
+                            f"otherwise a whole row could exceed the clip bound the noise is calibrated for")
+    return problems
+
+
+def worst_entry_magnitude(max_row_load: float, clip_bound: float, plan: NoisePlan) -> float:
+    """Largest |release entry| (before the 2^f scaling), barring a negligible-probability tail:
+    every (client, piece) in the busiest row has an entry ≤ C plus one noise draw ≤ the tail bound."""
+    return max_row_load * (clip_bound + noise_tail_bound(plan))
+
+
+def validate_job(spec: JobSpec, sketch: Sketch | None = None) -> JobAnalysis:
+    """Validate a job spec; return its analysis or raise JobSpecError listing every problem."""
+    problems = _check_structure(spec)
+    if problems:
+        raise JobSpecError(problems)
+    sketch = sketch or spec.make_sketch()
+    loads, deduction = honest_row_loads(spec, None, sketch)
+    honest = loads - deduction
+    feasible = int(honest.min())
+    L = spec.privacy.min_honest_load
+    if feasible < 1:
+        problems.append(f"some sketch row has no honest load even with every client participating "
+                        f"(min load {int(loads.min())}, deduction up to {int(deduction.max())}): "
+                        f"lower m (now {spec.sketch.m}) or the corruption tolerance, or add clients")
+    elif L < 1 or L > feasible:
+        problems.append(f"min_honest_load L={L} is not feasible: with every client participating the "
+                        f"smallest honest row load is {feasible}; choose 1 ≤ L ≤ {feasible}")
+    if problems:
+        raise JobSpecError(problems)
+    try:
+        plan = spec.noise_plan()
+    except CalibrationError as exc:
+        raise JobSpecError([f"noise calibration failed: {exc}"]) from exc
+    worst = worst_entry_magnitude(float(loads.max()), spec.clip_bound, plan) * 2.0**spec.frac_bits
+    headroom_bits = math.log2(HEADROOM_LIMIT / worst)
+    if headroom_bits <= 0:
+        need = math.ceil(-headroom_bits)
+        raise JobSpecError([
+            f"ring headroom: a release entry could reach {worst:.3g} > 2^62 "
+            f"(max row load {int(loads.max())} × (C {spec.clip_bound:g} + noise tail "
+            f"{noise_tail_bound(plan):.3g}) × 2^{spec.frac_bits}) and overflow Z_2^64; "
+            f"use frac_bits ≤ {spec.frac_bits - need} or a smaller noise/clip bound"])
+    return JobAnalysis(
+        min_row_load=int(loads.min()), max_row_load=int(loads.max()), max_deduction=int(deduction.max()),
+        max_feasible_load=feasible, noise_plan=plan, headroom_bits=headroom_bits,
+    )
+
+
+def resolve_defaults(spec: JobSpec, load_fraction: float = DEFAULT_LOAD_FRACTION) -> JobSpec:
+    """Fill the fields left at 0: min_honest_load L (``load_fraction`` of the feasible honest load),
+    min_participants (half the clients), and frac_bits (the largest ≤ 32 the headroom allows)."""
+    problems = _check_structure(replace(spec, frac_bits=spec.frac_bits or MAX_FRAC_BITS))
+    if problems:
+        raise JobSpecError(problems)
+    sketch = spec.make_sketch()
+    p = spec.privacy
+    if p.min_honest_load == 0:
+        loads, deduction = honest_row_loads(spec, None, sketch)
+        feasible = int((loads - deduction).min())
+        if feasible < 1:
+            raise JobSpecError([f"no sketch row keeps an honest load ≥ 1 with all {spec.n} clients "
+                                f"(min load {int(loads.min())}): lower m={spec.sketch.m} or add clients"])
+        p = replace(p, min_honest_load=max(1, int(math.floor(load_fraction * feasible))))
+    if p.min_participants == 0:
+        p = replace(p, min_participants=max(1, math.ceil(spec.n / 2)))
+    spec = replace(spec, privacy=p)
+    if spec.frac_bits == 0:
+        loads, _ = honest_row_loads(spec, None, sketch)
+        magnitude = worst_entry_magnitude(float(loads.max()), spec.clip_bound, spec.noise_plan())
+        largest = math.floor(math.log2(HEADROOM_LIMIT / magnitude) - 1e-9)
+        if largest < MIN_FRAC_BITS:
+            raise JobSpecError([f"ring headroom: even {MIN_FRAC_BITS} fraction bits could overflow "
+                                f"(worst-case entry {magnitude:.3g}); lower the noise or clip bound"])
+        spec = replace(spec, frac_bits=min(MAX_FRAC_BITS, largest))
+    return spec

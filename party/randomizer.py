@@ -1,0 +1,117 @@
+"""The party core: client vectors → clip → one noisy copy per piece → fixed point → k shares.
+
+Pure (no I/O, no network): the gRPC uploader and the in-process transport both call
+:func:`make_batches` and ship the resulting :class:`~ltm.batch.ShareBatch` objects.
+All work is vectorised over the clients of a batch.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from ltm.batch import ShareBatch
+from ltm.calibration import NoisePlan
+from ltm.jobspec import JobSpec, PartySpec
+from ltm.noise import sample_noise
+from ltm.randomness import Randomness
+from ltm.ring import encode
+from ltm.sharing import share
+
+#: Clients per upload batch: 65 536 × 11 columns × 8 B ≈ 5.8 MB per piece, well under gRPC limits
+#: once chunked, and small enough to keep a party's memory flat.
+DEFAULT_BATCH_CLIENTS = 1 << 16
+
+
+class PartyDataError(ValueError):
+    """The party's data does not fit the job spec (missing columns, NaN, wrong length, …)."""
+
+
+def client_vectors(spec: JobSpec, party: PartySpec, table: Mapping[str, np.ndarray]) -> np.ndarray:
+    """Transformed client vectors of the party's entries, float64 (rows, len(party columns)).
+
+    ``table`` maps raw column names to 1-D arrays (one value per client/row the party holds).
+    The intercept column needs no data (its raw value is 1).
+    """
+    indices = spec.party_column_indices(party)
+    expected_rows = party.size
+    out = np.empty((expected_rows, len(indices)), dtype=np.float64)
+    for j, ci in enumerate(indices):
+        col = spec.columns[ci]
+        if col.role == "intercept":
+            raw = np.ones(expected_rows)
+        else:
+            if col.name not in table:
+                raise PartyDataError(f"party {party.party_id!r}: column {col.name!r} required by the job is "
+                                     f"missing from the data (have: {sorted(table)})")
+            try:
+                raw = np.asarray(table[col.name], dtype=np.float64)
+            except (TypeError, ValueError) as exc:
+                raise PartyDataError(f"column {col.name!r} is not numeric: {exc}") from exc
+            if raw.shape != (expected_rows,):
+                raise PartyDataError(f"column {col.name!r} has {raw.shape[0] if raw.ndim else 0} values but "
+                                     f"party {party.party_id!r} holds {expected_rows} rows")
+            bad = ~np.isfinite(raw)
+            if bad.any():
+                raise PartyDataError(f"column {col.name!r} has {int(bad.sum())} NaN/infinite values "
+                                     f"(first at row {int(np.argmax(bad))}); clean or impute them first")
+        out[:, j] = (raw - col.center) / col.scale
+    return out
+
+
+def clip_rows(vectors: np.ndarray, bound: float, norm: str = "l2") -> np.ndarray:
+    """Scale every row with norm > bound down to norm == bound (ℓ2 or ℓ1); shape preserved."""
+    if norm == "l2":
+        norms = np.sqrt(np.einsum("ij,ij->i", vectors, vectors))
+    elif norm == "l1":
+        norms = np.abs(vectors).sum(axis=1)
+    else:
+        raise ValueError(f"unknown clip norm {norm!r}")
+    factor = np.minimum(1.0, bound / np.maximum(norms, np.finfo(np.float64).tiny))
+    return vectors * factor[:, None]
+
+
+def noisy_copies(vectors: np.ndarray, pieces: int, plan: NoisePlan, randomness: Randomness) -> np.ndarray:
+    """One independently noised copy per piece: float64 (pieces, rows, cols)."""
+    noise = sample_noise(randomness.stream(), plan, (pieces, *vectors.shape))
+    noise += vectors[None, :, :]
+    return noise
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """How a party cuts its clients into batches: ``(batch_index, start, stop)`` triples."""
+
+    ranges: tuple[tuple[int, int, int], ...]
+
+
+def plan_batches(party: PartySpec, batch_clients: int = DEFAULT_BATCH_CLIENTS) -> BatchPlan:
+    if batch_clients < 1:
+        raise ValueError("batch size must be ≥ 1")
+    ranges = tuple((i, a, min(a + batch_clients, party.stop))
+                   for i, a in enumerate(range(party.start, party.stop, batch_clients)))
+    return BatchPlan(ranges)
+
+
+def make_batches(spec: JobSpec, party_id: str, table: Mapping[str, np.ndarray], randomness: Randomness,
+                 *, plan: NoisePlan | None = None, batch_clients: int = DEFAULT_BATCH_CLIENTS,
+                 ) -> Iterator[list[ShareBatch]]:
+    """Randomize and share a party's data; yields, per batch, the list of k server batches.
+
+    The primary (full-array) share rotates over servers by batch index so that, in seed mode,
+    download and compute are balanced across servers.
+    """
+    party = spec.party(party_id)
+    plan = plan or spec.noise_plan()
+    pieces = spec.make_sketch().pieces
+    vectors = clip_rows(client_vectors(spec, party, table), party.clip_bound, spec.clip_norm)
+    columns = tuple(spec.party_column_indices(party))
+    digest = spec.digest
+    for batch_index, a, b in plan_batches(party, batch_clients).ranges:
+        rand = randomness.child("batch", batch_index)
+        lo, hi = a - party.start, b - party.start
+        noisy = noisy_copies(vectors[lo:hi], pieces, plan, rand.child("noise"))
+        ring = encode(noisy, spec.frac_bits)
+        shares = share(ring, spec.k, rand.child("shares"), mode=spec.share_mode, primary=batch_index % spec.k)
+        yield [ShareBatch(digest, party_id, batch_index, a, b, columns, sh) for sh in shares]

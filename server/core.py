@@ -1,0 +1,166 @@
+"""The server core: job intake, idempotent batch acceptance, close, and the gated, once-only release.
+
+Transport- and storage-agnostic: the gRPC servicer and the in-process transport call the same
+methods, passing the caller's authenticated identity (role, id).  State lives in a
+:class:`~server.store.ServerStore` (in memory for simulations, SQLite for real servers) and is
+written *before* a request is acknowledged.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import numpy as np
+
+from ltm.batch import ShareBatch
+from ltm.errors import ProtocolError
+from ltm.jobspec import JobSpec, JobSpecError, validate_job
+from ltm.sketch import Sketch
+from server.release_gate import ANALYST_ROLE, check_release
+from server.result_share import result_share
+from server.store import MemoryStore, ReleaseRecord, ServerStore, StoredBatch
+
+
+@dataclass(frozen=True)
+class Receipt:
+    """The acknowledgement of one stored batch; a retried identical upload gets the same receipt."""
+
+    job_id: str
+    party_id: str
+    batch_index: int
+    content_digest: str
+    clients: int
+
+
+def participants_digest(mask: np.ndarray) -> str:
+    """SHA-256 of a participant mask (packed bits): names a participant set compactly."""
+    return hashlib.sha256(np.packbits(np.asarray(mask, dtype=bool)).tobytes()).hexdigest()
+
+
+class ServerCore:
+    """One server's protocol logic over its store (see module docstring)."""
+
+    def __init__(self, server_id: str, store: ServerStore | None = None) -> None:
+        self.server_id = server_id
+        self.store = store if store is not None else MemoryStore()
+        self._sketches: dict[str, Sketch] = {}
+
+    # ------------------------------------------------------------------ helpers
+    def spec(self, job_id: str) -> JobSpec:
+        spec = self.store.get_job(job_id)
+        if spec is None:
+            raise ProtocolError("NOT_FOUND", f"unknown job {job_id!r} on server {self.server_id!r}")
+        return spec
+
+    def _sketch(self, spec: JobSpec) -> Sketch:
+        if spec.job_id not in self._sketches:
+            self._sketches[spec.job_id] = spec.make_sketch()
+        return self._sketches[spec.job_id]
+
+    def server_index(self, spec: JobSpec) -> int:
+        ids = [s.server_id for s in spec.servers]
+        if self.server_id not in ids:
+            raise ProtocolError("FAILED_PRECONDITION", f"server {self.server_id!r} is not one of the job's servers {ids}")
+        return ids.index(self.server_id)
+
+    # ------------------------------------------------------------------ create
+    def create_job(self, spec: JobSpec, *, caller_role: str) -> str:
+        """Store a job published by the analyst; idempotent for an identical spec.  Returns the digest."""
+        if caller_role != ANALYST_ROLE:
+            raise ProtocolError("PERMISSION_DENIED", f"only the analyst may create jobs (caller role {caller_role!r})")
+        try:
+            validate_job(spec)
+        except JobSpecError as exc:
+            raise ProtocolError("INVALID_ARGUMENT", str(exc)) from exc
+        self.server_index(spec)
+        existing = self.store.get_job(spec.job_id)
+        if existing is not None:
+            if existing.digest != spec.digest:
+                raise ProtocolError("ALREADY_EXISTS", f"job {spec.job_id!r} exists with a different spec "
+                                                      f"(digest {existing.digest[:12]}…); choose a new job id")
+            return spec.digest
+        self.store.put_job(spec)
+        return spec.digest
+
+    # ------------------------------------------------------------------ upload
+    def accept(self, batch: ShareBatch, job_id: str, *, caller_role: str, caller_id: str) -> Receipt:
+        """Validate and durably store one batch; idempotent per (job, party, batch_index)."""
+        spec = self.spec(job_id)
+        if caller_role != "party":
+            raise ProtocolError("PERMISSION_DENIED", f"only parties may upload (caller role {caller_role!r})")
+        if batch.party_id != caller_id:
+            raise ProtocolError("PERMISSION_DENIED", f"party {caller_id!r} may not upload as {batch.party_id!r}")
+        if batch.job_digest != spec.digest:
+            raise ProtocolError("FAILED_PRECONDITION", "the batch names a different job digest than this server's spec "
+                                                       "of the job; fetch the job spec again")
+        try:
+            party = spec.party(caller_id)
+        except KeyError:
+            raise ProtocolError("PERMISSION_DENIED", f"party {caller_id!r} is not part of job {job_id!r}") from None
+        if not (party.start <= batch.start < batch.stop <= party.stop):
+            raise ProtocolError("PERMISSION_DENIED", f"party {caller_id!r} may upload clients [{party.start}, "
+                                                     f"{party.stop}) only, not [{batch.start}, {batch.stop})")
+        expected_cols = tuple(spec.party_column_indices(party))
+        if batch.columns != expected_cols:
+            raise ProtocolError("INVALID_ARGUMENT", f"batch columns {batch.columns} do not match the party's "
+                                                    f"columns {expected_cols} in the job spec")
+        if batch.server != self.server_index(spec):
+            raise ProtocolError("INVALID_ARGUMENT", f"this share is addressed to server index {batch.server}, "
+                                                    f"this is server {self.server_id!r}")
+        pieces = self._sketch(spec).pieces
+        shape = (pieces, batch.count, len(expected_cols))
+        if tuple(batch.share.shape) != shape:
+            raise ProtocolError("INVALID_ARGUMENT", f"share shape {tuple(batch.share.shape)} != expected {shape} "
+                                                    f"(pieces, clients, columns)")
+        if batch.share.data is not None and batch.share.data.dtype != np.uint64:
+            raise ProtocolError("INVALID_ARGUMENT", f"share dtype {batch.share.data.dtype} != uint64")
+        digest = batch.content_digest()
+        receipt = Receipt(job_id, batch.party_id, batch.batch_index, digest, batch.count)
+        existing = self.store.get_batch_digest(job_id, batch.party_id, batch.batch_index)
+        if existing is not None:
+            if existing == digest:
+                return receipt
+            raise ProtocolError("ALREADY_EXISTS", f"batch {batch.batch_index} of party {batch.party_id!r} was already "
+                                                  f"stored with different content; a batch cannot be replaced")
+        if self.store.is_closed(job_id):
+            raise ProtocolError("FAILED_PRECONDITION", f"job {job_id!r} is closed to uploads")
+        coverage = self.store.coverage(job_id)
+        if coverage[batch.start:batch.stop][:, list(expected_cols)].any():
+            raise ProtocolError("ALREADY_EXISTS", f"clients [{batch.start}, {batch.stop}) of party {batch.party_id!r} "
+                                                  f"were already uploaded in another batch; refusing to count them twice")
+        self.store.put_batch(job_id, StoredBatch(batch, digest))
+        return receipt
+
+    # ------------------------------------------------------------------ close and release
+    def held(self, job_id: str) -> np.ndarray:
+        """Bool mask (n,) of clients whose complete vector (every column) this server holds."""
+        return self.store.coverage(job_id).all(axis=1)
+
+    def close(self, job_id: str, *, caller_role: str) -> np.ndarray:
+        """Stop intake (persisted) and report the participant set this server holds."""
+        if caller_role != ANALYST_ROLE:
+            raise ProtocolError("PERMISSION_DENIED", f"only the analyst may close a job (caller role {caller_role!r})")
+        self.spec(job_id)
+        self.store.set_closed(job_id)
+        return self.held(job_id)
+
+    def release(self, job_id: str, participants: np.ndarray, *, caller_role: str, job_digest: str) -> np.ndarray:
+        """The gated, once-only result share (uint64 (m, D)).
+
+        A retry with the identical participant set returns the identical stored bytes (a lost
+        response must not lose the release); any other set after a release is refused.
+        """
+        spec = self.spec(job_id)
+        participants = np.asarray(participants, dtype=bool)
+        record = self.store.get_release(job_id)
+        pdigest = participants_digest(participants) if participants.shape == (spec.n,) else ""
+        if record is not None and caller_role == ANALYST_ROLE and job_digest == spec.digest \
+                and record.participants_digest == pdigest:
+            return record.result
+        if not self.store.is_closed(job_id) and caller_role == ANALYST_ROLE:
+            raise ProtocolError("FAILED_PRECONDITION", f"job {job_id!r} must be closed before it is released")
+        check_release(spec, caller_role=caller_role, job_digest=job_digest, participants=participants,
+                      held=self.held(job_id), already_released=record is not None, sketch=self._sketch(spec))
+        result = result_share(spec, self.store.batches(job_id), participants, self._sketch(spec))
+        self.store.put_release(job_id, ReleaseRecord(pdigest, result))
+        return result

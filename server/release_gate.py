@@ -1,0 +1,75 @@
+"""The release gate (DESIGN §4): every server checks it on its own before returning a result share.
+
+No server trusts the analyst.  A malicious analyst could ask for a release over one client (and
+read that client's data under almost no noise) or ask twice and difference the releases.  So the
+server refuses unless:
+
+1. the caller is the analyst and names this job's digest;
+2. the job has not been released before (the record is persisted and survives restarts);
+3. the participant set is a subset of the clients this server actually holds;
+4. the set has at least ``min_participants`` clients, and every sketch row keeps an honest load
+   ``load_r − deduction_r ≥ L`` (deduction: t′ corrupt clients, or the largest load that the
+   tolerated number of corrupt parties hold together in that row).
+
+Pure: the gRPC servicer maps :class:`GateRefusal` codes to gRPC status codes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ltm.errors import ProtocolError
+from ltm.jobspec import JobSpec, honest_row_loads
+from ltm.sketch import Sketch
+
+ANALYST_ROLE = "analyst"
+
+
+class GateRefusal(ProtocolError):
+    """A refused release.  ``code`` is a gRPC status name (PERMISSION_DENIED, FAILED_PRECONDITION…)."""
+
+
+@dataclass(frozen=True)
+class GateDecision:
+    """An allowed release: the participant count and the honest load it was checked against."""
+
+    participants: int
+    min_honest_load: int
+    min_row_load: int
+
+
+def check_release(spec: JobSpec, *, caller_role: str, job_digest: str, participants: np.ndarray,
+                  held: np.ndarray, already_released: bool, sketch: Sketch | None = None) -> GateDecision:
+    """Allow or refuse a release; raises :class:`GateRefusal` on refusal.
+
+    Args:
+        participants: bool mask (n,) of the agreed participant set.
+        held: bool mask (n,) of the clients whose complete vectors this server holds.
+    """
+    if caller_role != ANALYST_ROLE:
+        raise GateRefusal("PERMISSION_DENIED", f"only the analyst may request a release (caller role {caller_role!r})")
+    if job_digest != spec.digest:
+        raise GateRefusal("FAILED_PRECONDITION", "the job digest in the request does not match this job's spec")
+    if already_released:
+        raise GateRefusal("FAILED_PRECONDITION", f"job {spec.job_id!r} has already been released once; "
+                                                 "a second release would let differencing cancel the noise")
+    participants = np.asarray(participants, dtype=bool)
+    if participants.shape != (spec.n,):
+        raise GateRefusal("INVALID_ARGUMENT", f"participant mask has shape {participants.shape}, expected ({spec.n},)")
+    extra = participants & ~held
+    if extra.any():
+        raise GateRefusal("FAILED_PRECONDITION", f"the participant set contains {int(extra.sum())} clients this server "
+                                                 f"does not hold (first: {int(np.argmax(extra))})")
+    count = int(participants.sum())
+    if count < spec.privacy.min_participants:
+        raise GateRefusal("FAILED_PRECONDITION", f"participant set of {count} clients is below the job's minimum of "
+                                                 f"{spec.privacy.min_participants}")
+    loads, deduction = honest_row_loads(spec, participants, sketch)
+    honest = loads - deduction
+    worst = int(honest.min())
+    if worst < spec.privacy.min_honest_load:
+        raise GateRefusal("FAILED_PRECONDITION",
+                          f"sketch row {int(np.argmin(honest))} would carry an honest load of {worst} < the promised "
+                          f"L={spec.privacy.min_honest_load}: too few participants for the noise the parties added")
+    return GateDecision(participants=count, min_honest_load=worst, min_row_load=int(loads.min()))

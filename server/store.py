@@ -1,0 +1,94 @@
+"""Server state: jobs, accepted batches, coverage, the closed flag and the release record.
+
+:class:`ServerStore` is the interface the server core needs; :class:`MemoryStore` keeps everything
+in memory (simulations, tests).  A durable implementation writes each item before returning, so
+the core acknowledges nothing that a crash could lose.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from ltm.batch import ShareBatch
+from ltm.jobspec import JobSpec
+
+
+@dataclass(frozen=True)
+class StoredBatch:
+    batch: ShareBatch
+    content_digest: str
+
+
+@dataclass(frozen=True)
+class ReleaseRecord:
+    """The once-only release: which participant set it was for and the exact bytes returned."""
+
+    participants_digest: str
+    result: np.ndarray  # uint64 (m, D)
+
+
+class ServerStore(Protocol):
+    def put_job(self, spec: JobSpec) -> None: ...
+    def get_job(self, job_id: str) -> JobSpec | None: ...
+    def get_batch_digest(self, job_id: str, party_id: str, batch_index: int) -> str | None: ...
+    def put_batch(self, job_id: str, stored: StoredBatch) -> None: ...
+    def batches(self, job_id: str) -> Iterator[ShareBatch]: ...
+    def coverage(self, job_id: str) -> np.ndarray: ...
+    def set_closed(self, job_id: str) -> None: ...
+    def is_closed(self, job_id: str) -> bool: ...
+    def get_release(self, job_id: str) -> ReleaseRecord | None: ...
+    def put_release(self, job_id: str, record: ReleaseRecord) -> None: ...
+
+
+def mark_coverage(coverage: np.ndarray, batch: ShareBatch) -> None:
+    """Record that the batch's (clients × columns) cells are held."""
+    coverage[batch.start:batch.stop, list(batch.columns)] = True
+
+
+class MemoryStore:
+    """In-memory :class:`ServerStore` for simulations and tests (nothing survives the process)."""
+
+    def __init__(self) -> None:
+        self._jobs: dict[str, JobSpec] = {}
+        self._batches: dict[str, dict[tuple[str, int], StoredBatch]] = {}
+        self._coverage: dict[str, np.ndarray] = {}
+        self._closed: set[str] = set()
+        self._releases: dict[str, ReleaseRecord] = {}
+
+    def put_job(self, spec: JobSpec) -> None:
+        self._jobs[spec.job_id] = spec
+        self._batches[spec.job_id] = {}
+        self._coverage[spec.job_id] = np.zeros((spec.n, spec.width), dtype=bool)
+
+    def get_job(self, job_id: str) -> JobSpec | None:
+        return self._jobs.get(job_id)
+
+    def get_batch_digest(self, job_id: str, party_id: str, batch_index: int) -> str | None:
+        stored = self._batches[job_id].get((party_id, batch_index))
+        return stored.content_digest if stored else None
+
+    def put_batch(self, job_id: str, stored: StoredBatch) -> None:
+        self._batches[job_id][(stored.batch.party_id, stored.batch.batch_index)] = stored
+        mark_coverage(self._coverage[job_id], stored.batch)
+
+    def batches(self, job_id: str) -> Iterator[ShareBatch]:
+        for stored in self._batches[job_id].values():
+            yield stored.batch
+
+    def coverage(self, job_id: str) -> np.ndarray:
+        return self._coverage[job_id]
+
+    def set_closed(self, job_id: str) -> None:
+        self._closed.add(job_id)
+
+    def is_closed(self, job_id: str) -> bool:
+        return job_id in self._closed
+
+    def get_release(self, job_id: str) -> ReleaseRecord | None:
+        return self._releases.get(job_id)
+
+    def put_release(self, job_id: str, record: ReleaseRecord) -> None:
+        self._releases[job_id] = record

@@ -1,0 +1,168 @@
+"""Data for simulations: CSV tables, synthetic generators, the bundled dataset, public transforms.
+
+A :class:`Table` is a set of named float64 columns of equal length.  Parties receive slices of it
+(rows partition) or column blocks (columns partition).
+"""
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from ltm.jobspec import INTERCEPT_NAME, ColumnSpec
+from ltm.randomness import Randomness
+
+BUNDLED_DATASET = "household_power_sample20k.csv"
+BUNDLED_LABEL = "Sub_metering_3"
+
+
+class DataError(ValueError):
+    """A data file or flag that cannot be used; the message says what to change."""
+
+
+@dataclass(frozen=True)
+class Table:
+    """Named float64 columns (each shape (n,)), a label column name (or None) and a description."""
+
+    columns: dict[str, np.ndarray]
+    label: str | None
+    source: str
+
+    @property
+    def n(self) -> int:
+        return len(next(iter(self.columns.values())))
+
+    @property
+    def features(self) -> list[str]:
+        return [c for c in self.columns if c != self.label]
+
+    def matrix(self, names: list[str]) -> np.ndarray:
+        """float64 (n, len(names))."""
+        return np.column_stack([self.columns[c] for c in names])
+
+    def rows(self, start: int, stop: int) -> dict[str, np.ndarray]:
+        return {k: v[start:stop] for k, v in self.columns.items()}
+
+
+def _sniff_delimiter(sample: str) -> str:
+    try:
+        return csv.Sniffer().sniff(sample, delimiters=",;\t").delimiter
+    except csv.Error:
+        return ","
+
+
+def read_csv(text: str, *, source: str, label: str | None, features: list[str] | None = None) -> Table:
+    """Parse CSV text; keep the numeric columns (or exactly ``features`` + ``label``)."""
+    reader = csv.reader(io.StringIO(text), delimiter=_sniff_delimiter(text[:4096]))
+    try:
+        header = [h.strip() for h in next(reader)]
+    except StopIteration:
+        raise DataError(f"{source}: empty file") from None
+    rows = [r for r in reader if r]
+    if not rows:
+        raise DataError(f"{source}: no data rows")
+    raw = np.array(rows, dtype=object)
+    if raw.ndim != 2 or raw.shape[1] != len(header):
+        raise DataError(f"{source}: rows do not all have {len(header)} fields")
+    wanted = (features or []) + ([label] if label else [])
+    missing = [c for c in wanted if c not in header]
+    if missing:
+        raise DataError(f"{source}: no column(s) {missing}; the file has {header}")
+    columns: dict[str, np.ndarray] = {}
+    skipped: list[str] = []
+    for j, name in enumerate(header):
+        if features is not None and name not in wanted:
+            continue
+        try:
+            col = raw[:, j].astype(np.float64)
+        except ValueError:
+            if name in wanted:
+                raise DataError(f"{source}: column {name!r} is not numeric; encode it first") from None
+            skipped.append(name)
+            continue
+        columns[name] = col
+    if label is not None and label not in columns:
+        raise DataError(f"{source}: label {label!r} not found")
+    finite = np.all(np.isfinite(np.column_stack(list(columns.values()))), axis=1)
+    if not finite.all():
+        raise DataError(f"{source}: {int((~finite).sum())} rows have missing or non-finite values; clean them first")
+    # Put the label last, features in file order.
+    ordered = {k: v for k, v in columns.items() if k != label}
+    if label is not None:
+        ordered[label] = columns[label]
+    note = f" (skipped non-numeric: {', '.join(skipped)})" if skipped else ""
+    return Table(ordered, label, f"{source}{note}")
+
+
+def load_csv(path: str | Path, *, label: str | None, features: list[str] | None = None) -> Table:
+    p = Path(path)
+    if not p.is_file():
+        raise DataError(f"no such file: {p}")
+    return read_csv(p.read_text(encoding="utf-8-sig"), source=str(p), label=label, features=features)
+
+
+def load_bundled() -> Table:
+    """The bundled real dataset (see sim/data/README.md for provenance and licence)."""
+    text = resources.files("sim").joinpath("data", BUNDLED_DATASET).read_text(encoding="utf-8")
+    table = read_csv(text, source=f"bundled:{BUNDLED_DATASET}", label=BUNDLED_LABEL)
+    return table
+
+
+def synthetic_ridge(n: int, d: int, randomness: Randomness, *, label_noise: float = 1.0) -> Table:
+    """Burkhardt et al. §6.3 synthetic ridge data, plus label noise: A ~ N(0,1)^{n×d},
+    x_gen ~ N(0,1)^d, b = A·x_gen + N(0, label_noise²).  (The paper has no label noise, which makes
+    the non-private R² exactly 1; with unit noise it is about d/(d+1).)"""
+    stream = randomness.child("synthetic-ridge").stream()
+    A = stream.normal((n, d))
+    x_gen = stream.normal(d)
+    b = A @ x_gen + stream.normal(n, scale=label_noise)
+    cols = {f"x{j}": A[:, j].copy() for j in range(d)}
+    cols["y"] = b
+    return Table(cols, "y", f"synthetic ridge (n={n}, d={d}, label noise {label_noise:g})")
+
+
+def synthetic_lowrank(n: int, d: int, rank: int, randomness: Randomness) -> Table:
+    """Burkhardt et al. §6.3 synthetic low-rank data: A = U' Σ V'ᵀ with the SVD of a Gaussian A',
+    the first ``rank`` singular values √(n/rank) and the rest 1/n (a large spectral gap)."""
+    if not 1 <= rank < d:
+        raise DataError(f"rank must satisfy 1 ≤ rank < d (got rank={rank}, d={d})")
+    stream = randomness.child("synthetic-lowrank").stream()
+    Ap = stream.normal((n, d))
+    # Thin SVD through the d×d Gram matrix: streams for large n, float64 throughout.
+    evals, V = np.linalg.eigh(Ap.T @ Ap)
+    order = np.argsort(evals)[::-1]
+    evals, V = evals[order], V[:, order]
+    U = Ap @ V / np.sqrt(evals)
+    sigma = np.full(d, 1.0 / n)
+    sigma[:rank] = np.sqrt(n / rank)
+    A = (U * sigma) @ V.T
+    return Table({f"x{j}": A[:, j].copy() for j in range(d)}, None,
+                 f"synthetic low-rank (n={n}, d={d}, rank={rank})")
+
+
+def public_columns(table: Table, *, intercept: bool, clip_bound: float) -> tuple[ColumnSpec, ...]:
+    """Column transforms for the job spec: center = mean, scale = std·√D·(1/clip_bound·…).
+
+    **Assumed public.** A real deployment states them from domain knowledge (units, plausible
+    ranges); simulations take them from the data, which is not itself private.  Each column is
+    standardised and divided by √D so a typical row has ℓ2 norm ≈ 1; the clip bound then decides
+    how many outlying rows are scaled down.
+    """
+    names = table.features + ([table.label] if table.label else [])
+    width = len(names) + (1 if intercept else 0)
+    root = float(np.sqrt(width))
+    specs: list[ColumnSpec] = []
+    for name in table.features:
+        col = table.columns[name]
+        std = float(col.std()) or 1.0
+        specs.append(ColumnSpec(name, "feature", float(col.mean()), std * root))
+    if intercept:
+        specs.append(ColumnSpec(INTERCEPT_NAME, "intercept", 0.0, root))
+    if table.label:
+        col = table.columns[table.label]
+        specs.append(ColumnSpec(table.label, "label", float(col.mean()), (float(col.std()) or 1.0) * root))
+    return tuple(specs)
