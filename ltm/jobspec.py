@@ -22,7 +22,7 @@ from ltm.calibration import CalibrationError, NoisePlan, plan_noise
 from ltm.noise import noise_tail_bound
 from ltm.ring import HEADROOM_LIMIT
 from ltm.sharing import SHARE_MODES
-from ltm.sketch import SKETCH_KINDS, Sketch
+from ltm.sketch import CHUNK_CLIENTS, SKETCH_KINDS, Sketch
 
 JOB_SPEC_VERSION = "ltm.job.v1"
 PARTITIONS = ("rows", "columns")
@@ -30,9 +30,10 @@ ROLES = ("feature", "intercept", "label")
 INTERCEPT_NAME = "(intercept)"
 MECHANISMS = ("gaussian", "laplace")
 CALIBRATIONS = ("tight", "paper", "interpolate")
-#: Default fraction of the full-participation honest load that L keeps: up to ~20% of the
-#: clients of a row may drop out before the gate refuses the release.
-DEFAULT_LOAD_FRACTION = 0.8
+#: Default fraction of the full-participation honest load that L keeps: up to ~5% of the
+#: clients of a row may drop out before the gate refuses the release.  (Each client's noise is
+#: σ_Y/√L, so a smaller fraction buys dropout tolerance with proportionally more noise.)
+DEFAULT_LOAD_FRACTION = 0.95
 MAX_FRAC_BITS = 32
 MIN_FRAC_BITS = 8
 #: Above this many (party × row) cells, the corrupt-party deduction uses the party-size bound.
@@ -227,7 +228,7 @@ def participant_mask(n: int, participants: np.ndarray | None) -> np.ndarray:
 
 
 def honest_row_loads(spec: JobSpec, participants: np.ndarray | None = None,
-                     sketch: Sketch | None = None) -> tuple[np.ndarray, np.ndarray]:
+                     sketch: Sketch | None = None, slots: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Row loads of a participant set and the corruption deduction per row.
 
     Returns ``(loads, deduction)``, both int64 (m,).  The honest load of row r is
@@ -235,6 +236,7 @@ def honest_row_loads(spec: JobSpec, participants: np.ndarray | None = None,
     one non-zero per row) plus, per row, the largest load that ``corrupt_parties`` parties hold
     together.  Columns partition: every entry's noise comes from the one party owning its column;
     the guarantee covers the honest parties' columns, so there is nothing to deduct (t′ must be 0).
+    ``slots``: the sketch's precomputed :meth:`Sketch.slots`, to avoid re-deriving the placement.
     """
     sketch = sketch or spec.make_sketch()
     mask = participant_mask(spec.n, participants)
@@ -244,7 +246,12 @@ def honest_row_loads(spec: JobSpec, participants: np.ndarray | None = None,
     exact = c > 0 and len(spec.parties) * m <= _EXACT_PARTY_LOAD_CELLS
     party_loads = np.zeros((len(spec.parties), m), dtype=np.int64) if exact else None
     starts = np.array([p.start for p in spec.parties], dtype=np.int64)
-    for a, b, rows, _ in sketch.chunks(0, spec.n):
+    if slots is not None:
+        chunks = ((a, min(a + CHUNK_CLIENTS, spec.n), slots[:, a:a + CHUNK_CLIENTS] >> 1, None)
+                  for a in range(0, spec.n, CHUNK_CLIENTS))
+    else:
+        chunks = sketch.chunks(0, spec.n)
+    for a, b, rows, _ in chunks:
         keep = mask[a:b]
         r = rows[:, keep]
         loads += np.bincount(r.ravel(), minlength=m)

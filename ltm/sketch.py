@@ -159,8 +159,19 @@ class Sketch:
             loads += np.bincount(rows.ravel(), minlength=self.m)
         return loads
 
+    def slots(self) -> np.ndarray:
+        """Every client's accumulator slot ``2·row + negative`` for each piece: int32 (pieces, n).
+
+        A server derives this once per job (it is public) so that applying the sketch to a batch
+        is a single scatter-add; memory is 4·pieces·n bytes.
+        """
+        out = np.empty((self.pieces, self.n), dtype=np.int32)
+        for a, b, rows, negative in self.chunks(0, self.n):
+            out[:, a:b] = 2 * rows + negative
+        return out
+
     def apply(self, start: int, values: np.ndarray, out: np.ndarray | None = None,
-              include: np.ndarray | None = None) -> np.ndarray:
+              include: np.ndarray | None = None, slots: np.ndarray | None = None) -> np.ndarray:
         """Add ``Σ_l S_l · values[l]`` for clients ``start..start+len`` into ``out`` (mod 2^64).
 
         Args:
@@ -168,6 +179,7 @@ class Sketch:
             values: uint64 array (pieces, batch, D): piece l's share of each client's vector.
             out: uint64 accumulator (m, D), created if None.
             include: optional bool mask (batch,) of clients to include (the participant set).
+            slots: the precomputed :meth:`slots` array (derived chunk by chunk if None).
         Returns:
             ``out``.
         """
@@ -177,13 +189,18 @@ class Sketch:
         if out is None:
             out = np.zeros((self.m, width), dtype=np.uint64)
         # Accumulate positive and negative terms in separate rows (2r, 2r+1) of a flat buffer,
-        # then subtract: one 1-D scatter-add over all entries, no sign multiplication.
+        # then subtract: one 1-D scatter-add per chunk, no sign multiplication.
         acc = np.zeros(2 * self.m * width, dtype=np.uint64)
         cols = np.arange(width, dtype=np.int64)
-        for a, b, rows, negative in self.chunks(start, start + batch):
+        for a in range(start, start + batch, CHUNK_CLIENTS):
+            b = min(a + CHUNK_CLIENTS, start + batch)
             lo, hi = a - start, b - start
+            if slots is not None:
+                slot = slots[:, a:b].astype(np.int64)
+            else:
+                rows, negative = self.placement(a, b)
+                slot = 2 * rows + negative
             block = values[:, lo:hi, :]
-            slot = 2 * rows + negative
             if include is not None:
                 keep = include[lo:hi]
                 slot, block = slot[:, keep], block[:, keep, :]

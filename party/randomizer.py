@@ -13,6 +13,7 @@ import numpy as np
 
 from ltm.batch import ShareBatch
 from ltm.calibration import NoisePlan
+from ltm.clipping import clip_rows
 from ltm.jobspec import JobSpec, PartySpec
 from ltm.noise import sample_noise
 from ltm.randomness import Randomness
@@ -58,18 +59,6 @@ def client_vectors(spec: JobSpec, party: PartySpec, table: Mapping[str, np.ndarr
                                      f"(first at row {int(np.argmax(bad))}); clean or impute them first")
         out[:, j] = (raw - col.center) / col.scale
     return out
-
-
-def clip_rows(vectors: np.ndarray, bound: float, norm: str = "l2") -> np.ndarray:
-    """Scale every row with norm > bound down to norm == bound (ℓ2 or ℓ1); shape preserved."""
-    if norm == "l2":
-        norms = np.sqrt(np.einsum("ij,ij->i", vectors, vectors))
-    elif norm == "l1":
-        norms = np.abs(vectors).sum(axis=1)
-    else:
-        raise ValueError(f"unknown clip norm {norm!r}")
-    factor = np.minimum(1.0, bound / np.maximum(norms, np.finfo(np.float64).tiny))
-    return vectors * factor[:, None]
 
 
 def noisy_copies(vectors: np.ndarray, pieces: int, plan: NoisePlan, randomness: Randomness) -> np.ndarray:

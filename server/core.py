@@ -44,6 +44,7 @@ class ServerCore:
         self.server_id = server_id
         self.store = store if store is not None else MemoryStore()
         self._sketches: dict[str, Sketch] = {}
+        self._slots: dict[str, np.ndarray] = {}
 
     # ------------------------------------------------------------------ helpers
     def spec(self, job_id: str) -> JobSpec:
@@ -56,6 +57,12 @@ class ServerCore:
         if spec.job_id not in self._sketches:
             self._sketches[spec.job_id] = spec.make_sketch()
         return self._sketches[spec.job_id]
+
+    def _slots_of(self, spec: JobSpec) -> np.ndarray:
+        """The job's sketch slots, derived once (they are public) and reused by every release."""
+        if spec.job_id not in self._slots:
+            self._slots[spec.job_id] = self._sketch(spec).slots()
+        return self._slots[spec.job_id]
 
     def server_index(self, spec: JobSpec) -> int:
         ids = [s.server_id for s in spec.servers]
@@ -160,7 +167,9 @@ class ServerCore:
         if not self.store.is_closed(job_id) and caller_role == ANALYST_ROLE:
             raise ProtocolError("FAILED_PRECONDITION", f"job {job_id!r} must be closed before it is released")
         check_release(spec, caller_role=caller_role, job_digest=job_digest, participants=participants,
-                      held=self.held(job_id), already_released=record is not None, sketch=self._sketch(spec))
-        result = result_share(spec, self.store.batches(job_id), participants, self._sketch(spec))
+                      held=self.held(job_id), already_released=record is not None, sketch=self._sketch(spec),
+                      slots=self._slots_of(spec))
+        result = result_share(spec, self.store.batches(job_id), participants, self._sketch(spec),
+                              self._slots_of(spec))
         self.store.put_release(job_id, ReleaseRecord(pdigest, result))
         return result

@@ -40,7 +40,8 @@ class GateDecision:
 
 
 def check_release(spec: JobSpec, *, caller_role: str, job_digest: str, participants: np.ndarray,
-                  held: np.ndarray, already_released: bool, sketch: Sketch | None = None) -> GateDecision:
+                  held: np.ndarray, already_released: bool, sketch: Sketch | None = None,
+                  slots: np.ndarray | None = None) -> GateDecision:
     """Allow or refuse a release; raises :class:`GateRefusal` on refusal.
 
     Args:
@@ -65,7 +66,7 @@ def check_release(spec: JobSpec, *, caller_role: str, job_digest: str, participa
     if count < spec.privacy.min_participants:
         raise GateRefusal("FAILED_PRECONDITION", f"participant set of {count} clients is below the job's minimum of "
                                                  f"{spec.privacy.min_participants}")
-    loads, deduction = honest_row_loads(spec, participants, sketch)
+    loads, deduction = honest_row_loads(spec, participants, sketch, slots)
     honest = loads - deduction
     worst = int(honest.min())
     if worst < spec.privacy.min_honest_load:

@@ -16,7 +16,7 @@ import numpy as np
 from ltm.jobspec import INTERCEPT_NAME, ColumnSpec
 from ltm.randomness import Randomness
 
-BUNDLED_DATASET = "household_power_sample20k.csv"
+BUNDLED_FILES = ("household_power_sample100k_part1of2.csv", "household_power_sample100k_part2of2.csv")
 BUNDLED_LABEL = "Sub_metering_3"
 
 
@@ -107,15 +107,15 @@ def load_csv(path: str | Path, *, label: str | None, features: list[str] | None 
 
 def load_bundled() -> Table:
     """The bundled real dataset (see sim/data/README.md for provenance and licence)."""
-    text = resources.files("sim").joinpath("data", BUNDLED_DATASET).read_text(encoding="utf-8")
-    table = read_csv(text, source=f"bundled:{BUNDLED_DATASET}", label=BUNDLED_LABEL)
-    return table
+    parts = [resources.files("sim").joinpath("data", f).read_text(encoding="utf-8") for f in BUNDLED_FILES]
+    # The second part repeats the header line; drop it before parsing the concatenation.
+    text = parts[0] + "".join(p.split("\n", 1)[1] for p in parts[1:])
+    return read_csv(text, source="bundled: UCI household power, 100k-row sample", label=BUNDLED_LABEL)
 
 
-def synthetic_ridge(n: int, d: int, randomness: Randomness, *, label_noise: float = 1.0) -> Table:
-    """Burkhardt et al. §6.3 synthetic ridge data, plus label noise: A ~ N(0,1)^{n×d},
-    x_gen ~ N(0,1)^d, b = A·x_gen + N(0, label_noise²).  (The paper has no label noise, which makes
-    the non-private R² exactly 1; with unit noise it is about d/(d+1).)"""
+def synthetic_ridge(n: int, d: int, randomness: Randomness, *, label_noise: float = 0.0) -> Table:
+    """Burkhardt et al. §6.3 synthetic ridge data: A ~ N(0,1)^{n×d}, x_gen ~ N(0,1)^d,
+    b = A·x_gen (+ N(0, label_noise²); the paper has none, so the non-private R² is 1 up to clipping)."""
     stream = randomness.child("synthetic-ridge").stream()
     A = stream.normal((n, d))
     x_gen = stream.normal(d)
@@ -145,24 +145,35 @@ def synthetic_lowrank(n: int, d: int, rank: int, randomness: Randomness) -> Tabl
 
 
 def public_columns(table: Table, *, intercept: bool, clip_bound: float) -> tuple[ColumnSpec, ...]:
-    """Column transforms for the job spec: center = mean, scale = std·√D·(1/clip_bound·…).
+    """Column transforms for the job spec: ``x' = (x − center)/scale``, so rows have ℓ2 norm ≈ C.
 
-    **Assumed public.** A real deployment states them from domain knowledge (units, plausible
-    ranges); simulations take them from the data, which is not itself private.  Each column is
-    standardised and divided by √D so a typical row has ℓ2 norm ≈ 1; the clip bound then decides
-    how many outlying rows are scaled down.
+    **Assumed public.** A real deployment states centers and scales from domain knowledge
+    (units, plausible ranges); simulations take them from the data, which is not itself private.
+
+    Centers are the column means (the model is then affine in raw units without an intercept
+    column; ``intercept`` adds an explicit one).  Scales split the row's squared-norm budget C²:
+    with isotropic release noise of variance v per entry, the de-biased regression's excess
+    loss is ∝ v·(1/q + R²/p) where q is the label's share and p each regressor's share, subject
+    to (#regressors)·p + q = 1.  At R² ≈ 1 the minimum is q = 1/(1 + √d), p = (1 − q)/d, so the
+    label gets a larger share than an even split would give it.  Low-rank jobs (no label) split
+    the budget evenly.
     """
-    names = table.features + ([table.label] if table.label else [])
-    width = len(names) + (1 if intercept else 0)
-    root = float(np.sqrt(width))
+    names = table.features
+    regressors = len(names) + (1 if intercept else 0)
+    if table.label:
+        q = 1.0 / (1.0 + float(np.sqrt(regressors)))
+        p = (1.0 - q) / regressors
+    else:
+        q, p = 0.0, 1.0 / max(regressors, 1)
     specs: list[ColumnSpec] = []
-    for name in table.features:
+    for name in names:
         col = table.columns[name]
         std = float(col.std()) or 1.0
-        specs.append(ColumnSpec(name, "feature", float(col.mean()), std * root))
+        specs.append(ColumnSpec(name, "feature", float(col.mean()), std / (np.sqrt(p) * clip_bound)))
     if intercept:
-        specs.append(ColumnSpec(INTERCEPT_NAME, "intercept", 0.0, root))
+        specs.append(ColumnSpec(INTERCEPT_NAME, "intercept", 0.0, 1.0 / (np.sqrt(p) * clip_bound)))
     if table.label:
         col = table.columns[table.label]
-        specs.append(ColumnSpec(table.label, "label", float(col.mean()), (float(col.std()) or 1.0) * root))
+        std = float(col.std()) or 1.0
+        specs.append(ColumnSpec(table.label, "label", float(col.mean()), std / (np.sqrt(q) * clip_bound)))
     return tuple(specs)

@@ -12,42 +12,43 @@ from ltm.jobspec import (INTERCEPT_NAME, JobSpec, PartySpec, PrivacySpec, Server
 from ltm.randomness import Randomness
 from sim.data import Table, public_columns
 
-DEFAULT_CLIP_BOUND = 1.5
+DEFAULT_CLIP_BOUND = 1.0
 
 
-def default_m(n: int, width: int, *, epsilon: float, delta: float, clip_bound: float, s: int = 1,
-              kind: str = "sparse") -> int:
-    """Default sketch size m from n, the vector width D and ε (documented rule).
+def default_m(n: int, width: int, *, epsilon: float, delta: float, clip_bound: float, kind: str = "sparse") -> int:
+    """Default sketch size m from n, the vector width D, ε and δ (documented rule).
 
-    The release's error has two parts that pull m in opposite directions: the sketch's own
-    distortion (≈ D/m relative excess loss for sketch-and-solve) shrinks with m, while the noise
-    Gram matrix E[NᵀN] = m·v·I grows with m (v ≈ σ_Y²·1.25 per scaled entry at the default
-    honest-load fraction; after de-biasing its fluctuation still grows like √m·v).  With rows of
-    squared norm ≈ C²/2 and a residual share of ~10%, balancing the two gives
+    For a regression the release error has two parts that pull m in opposite directions (the
+    analyst de-biases the known noise Gram, so the noise does not shrink the model):
 
-        m ≈ n·C² / (2.5·σ_Y²·√(10·D)),     σ_Y = analytic Gaussian σ for Δ = 2C√s,
+    * sketch-and-solve distortion: relative excess loss ≈ D·(1 − R²)/m, falling with m;
+    * the de-biased noise Gram ÃᵀÃ − E[NᵀN] keeps fluctuations of size v·√m per entry
+      (v ≈ 1.1·σ₁² per scaled entry, σ₁ the analytic Gaussian σ for Δ = 2C), against a signal of
+      ≈ n/D per diagonal entry: an excess loss ≈ D³·v²·m/n², growing with m.
 
-    which we clamp to [max(4D, 16), n/64] (at least 64 expected clients per row keeps every row's
-    honest load, and so the gate, robust to dropouts).  Dense sketches cost O(n·m) per client
-    upload, so they are additionally capped at 256.
+    Balancing the two with a residual share 1 − R² ≈ 0.05 gives ``m ≈ 0.15·n/(D·v)``, clamped to
+    [max(4D, 16), n/64] (at least 64 expected clients per row keeps every row's honest load high
+    and the gate robust to dropouts).  Dense sketches cost O(m) per client upload: capped at 256.
+    Low rank uses the same rule (m only needs to exceed the rank by a margin).
     """
-    sigma_y = analytic_gaussian_sigma(epsilon, delta, 2.0 * clip_bound * math.sqrt(s))
-    m = n * clip_bound**2 / (2.5 * sigma_y**2 * math.sqrt(10.0 * width))
+    sigma_1 = analytic_gaussian_sigma(epsilon, delta, 2.0 * clip_bound)
+    v = 1.1 * sigma_1**2
+    m = 0.15 * n / (width * v)
     lo, hi = max(4 * width, 16), max(n // 64, 1)
     if kind == "dense":
         hi = min(hi, 256)
-    return int(max(min(m, hi), min(lo, hi)))
+    return int(round(max(min(m, hi), min(lo, hi))))
 
 
 def default_lambda(n: int, m: int, width: int, noise_variance_per_entry: float) -> float:
-    """Default ridge λ for the de-biased ridge on the release (documented rule).
+    """Default ridge λ (documented rule): λ = v·√m.
 
-    The de-biased Gram matrix ÃᵀÃ − E[NᵀN] has noise whose off-diagonal entries fluctuate with
-    standard deviation ≈ v·√m (v: noise variance of one scaled entry).  λ = 3·v·√m keeps the
-    de-biased Hessian positive definite with high probability while biasing the solution by a
-    relative amount ≈ λ/(n·E[x²]) that vanishes as n grows.
+    After de-biasing, the noise Gram's entries fluctuate around their mean with standard
+    deviation ≈ v·√m (v: noise variance of one scaled release entry).  Adding one such standard
+    deviation to the diagonal is a margin against an indefinite Hessian that biases the solution
+    only by a relative ≈ v·√m·D/n, which vanishes as n grows.
     """
-    return 3.0 * noise_variance_per_entry * math.sqrt(m)
+    return noise_variance_per_entry * math.sqrt(m)
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,7 @@ def build_job(table: Table, *, job_id: str, randomness: Randomness, partition: s
               k: int = 3, kind: str = "sparse", m: int | None = None, s: int = 1, epsilon: float = 1.0,
               delta: float = 1e-6, mechanism: str = "gaussian", calibration: str = "tight",
               interpolate_p: float | None = None, t_prime: int = 0, corrupt_parties: int = 0,
-              intercept: bool = True, clip_bound: float = DEFAULT_CLIP_BOUND, share_mode: str = "seed",
+              intercept: bool = False, clip_bound: float = DEFAULT_CLIP_BOUND, share_mode: str = "seed",
               frac_bits: int = 0, min_honest_load: int = 0, endpoints: list[str] | None = None,
               ) -> tuple[JobSpec, JobChoices]:
     """A resolved, validated job spec for a table, and the choices made."""
@@ -78,10 +79,9 @@ def build_job(table: Table, *, job_id: str, randomness: Randomness, partition: s
     width = len(columns)
     n = table.n
     if m is None:
-        sens_s = s if kind == "sparse" else 1
         m = default_m(n, width, epsilon=epsilon, delta=delta if delta > 0 else 1e-6, clip_bound=clip_bound,
-                      s=sens_s, kind=kind)
-        rule = "default_m: n·C²/(2.5·σ_Y²·√(10·D)) clamped to [max(4D,16), n/64]"
+                      kind=kind)
+        rule = "default_m: 0.15·n/(D·1.1·σ₁²), σ₁ = analytic σ for Δ=2C; clamped to [max(4D,16), n/64]"
     else:
         rule = "given"
     if partition == "rows":

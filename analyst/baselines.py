@@ -1,0 +1,467 @@
+"""Central and local DP baselines for the experiments.
+
+THESE ARE SIMULATION BASELINES, NOT PRODUCTION RELEASES.  They run on the plaintext data in one
+process, draw their noise from the caller's seeded ``numpy.random.Generator`` (not a CSPRNG), and
+exist only so that experiments can compare the LTM release against the central model (a trusted
+curator: SSP / AdaSSP for regression, MOD-SULQ for low rank) and the local model (each client
+noises its own row).  Never use them to publish anything about real people.
+
+Conventions shared by every function here:
+
+* Neighbouring datasets differ by REPLACING one row (the project's privacy unit).
+* The input rows are the transformed client rows (features, optional intercept column, label):
+  for regression the rows of ``[A b]`` are clipped to ℓ2 norm ≤ ``clip_norm`` = C (a no-op for
+  rows the pipeline already clipped); the sensitivities below rely on that clip.
+* Every Gaussian is calibrated with :func:`ltm.calibration.analytic_gaussian_sigma` (Balle & Wang
+  2018) for the stated replace-one ℓ2 sensitivity — except MOD-SULQ's optional ``"paper"`` mode,
+  which reproduces Chaudhuri–Sarwate–Sinha's own noise formula.
+* Symmetric noise matrices carry i.i.d. N(0, σ²) on and above the diagonal, mirrored below, so
+  the mechanism releases the upper triangle (incl. diagonal) of a Gram matrix.  Replacing row
+  ``x`` by ``x'`` changes the Gram matrix by ``P = x'x'ᵀ − xxᵀ``.  ``tight=False`` (default)
+  uses the triangle-inequality bound ``‖P‖_F ≤ ‖x'‖² + ‖x‖² ≤ 2C²``; ``tight=True`` uses the
+  exact bound ``‖upper(P)‖₂ ≤ ‖P‖_F = (‖x‖⁴ + ‖x'‖⁴ − 2(x·x')²)^{1/2} ≤ √2·C²`` (attained by
+  orthogonal rows of norm C).  Both are valid; ``tight`` gives the central baselines less noise.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from analyst.release import ReleasedSketch
+from ltm.calibration import analytic_gaussian_sigma
+from ltm.clipping import clip_rows
+
+__all__ = [
+    "PrivateRegression",
+    "gram_sensitivity",
+    "symmetric_gaussian",
+    "ssp_statistics",
+    "ssp_ridge",
+    "adassp",
+    "mod_sulq_noise_scale",
+    "mod_sulq_covariance",
+    "mod_sulq",
+    "local_noisy_rows",
+    "local_release",
+]
+
+
+@dataclass(frozen=True)
+class PrivateRegression:
+    """Output of a sufficient-statistics-perturbation baseline.
+
+    Attributes:
+        coef: (d,) coefficients in the space of A's columns (wrap with
+            ``analyst.estimators.linear_predictor(coef, release)`` for raw units).
+        lam: the ridge λ actually used (AdaSSP's is chosen adaptively and privately).
+        sigmas: the noise standard deviation of each released statistic.
+        projected: True when ``noisy AᵀA + λI`` was not positive definite and its eigenvalues
+            were projected (see :func:`_solve_projected`).
+        noisy_gram: (d, d) the released ``AᵀA + E`` (without λ).
+        noisy_moment: (d,) the released ``Aᵀb + e``.
+        details: extra released scalars (e.g. AdaSSP's private λ_min).
+    """
+
+    coef: np.ndarray
+    lam: float
+    sigmas: dict[str, float]
+    projected: bool
+    noisy_gram: np.ndarray
+    noisy_moment: np.ndarray
+    details: dict[str, float] = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------------------------
+# helpers
+# --------------------------------------------------------------------------------------------
+
+
+def gram_sensitivity(clip_norm: float, *, tight: bool = False) -> float:
+    """Replace-one ℓ2 sensitivity of the upper triangle of a Gram matrix ``MᵀM`` whose rows have
+    norm ≤ C: ``2C²`` (default) or the exact ``√2·C²`` (``tight``).  See the module docstring."""
+    _check_positive("clip_norm", clip_norm)
+    return (math.sqrt(2.0) if tight else 2.0) * clip_norm**2
+
+
+def symmetric_gaussian(d: int, sigma: float, rng: np.random.Generator) -> np.ndarray:
+    """A (d, d) symmetric matrix with i.i.d. N(0, σ²) entries on and above the diagonal,
+    mirrored below."""
+    Z = sigma * rng.standard_normal((d, d))
+    U = np.triu(Z)
+    return U + np.triu(U, 1).T
+
+
+def _check_positive(name: str, x: float) -> None:
+    if not np.isfinite(x) or x <= 0:
+        raise ValueError(f"{name} must be finite and > 0, got {x!r}")
+
+
+def _check_rng(rng: np.random.Generator) -> None:
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError("rng must be a numpy.random.Generator (these are simulation baselines)")
+
+
+def _clipped_regression_data(
+    A: np.ndarray, b: np.ndarray, clip_norm: float
+) -> tuple[np.ndarray, np.ndarray]:
+    A = np.asarray(A, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64).reshape(-1)
+    if A.ndim != 2 or b.shape[0] != A.shape[0]:
+        raise ValueError(f"shapes do not match: A {A.shape}, b {b.shape}")
+    W = clip_rows(np.column_stack([A, b]), clip_norm)
+    return W[:, :-1], W[:, -1]
+
+
+def _solve_projected(M: np.ndarray, g: np.ndarray, lam: float) -> tuple[np.ndarray, bool]:
+    """Solve ``(M + λI) x = g`` for a symmetric noisy M.
+
+    If ``M + λI`` is positive definite it is solved as is.  Otherwise (noise made it indefinite)
+    its eigenvalues are projected to ``≥ λ`` (λ > 0); for λ = 0 the non-positive eigen-directions
+    are dropped (pseudo-inverse on the positive part).  Returns ``(x, projected)``.
+    """
+    d = M.shape[0]
+    H = (M + M.T) / 2.0 + lam * np.eye(d)
+    w, V = np.linalg.eigh(H)
+    projected = bool(w[0] <= 0.0)
+    if projected:
+        if lam > 0:
+            w = np.maximum(w, lam)
+        else:
+            keep = w > 0
+            coords = np.zeros(d)
+            coords[keep] = (V[:, keep].T @ g) / w[keep]
+            return V @ coords, True
+    return V @ ((V.T @ g) / w), projected
+
+
+# --------------------------------------------------------------------------------------------
+# SSP
+# --------------------------------------------------------------------------------------------
+
+
+def ssp_statistics(
+    A: np.ndarray,
+    b: np.ndarray,
+    epsilon: float,
+    delta: float,
+    clip_norm: float,
+    rng: np.random.Generator,
+    *,
+    tight: bool = False,
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """Release ``[A b]ᵀ[A b] + E`` once, (ε, δ)-DP, and return its ``AᵀA`` and ``Aᵀb`` blocks.
+
+    E is symmetric Gaussian (:func:`symmetric_gaussian`) with σ =
+    ``analytic_gaussian_sigma(ε, δ, Δ)``, Δ = :func:`gram_sensitivity` (C) (2C², or √2·C² with
+    ``tight``), where the rows of ``[A b]`` are clipped to norm ≤ C.
+
+    Args:
+        A: (n, d); b: (n,); epsilon > 0; 0 < delta < 1; clip_norm: C; rng: simulation RNG.
+
+    Returns:
+        ``(noisy_AtA (d, d), noisy_Atb (d,), sigma)``.
+    """
+    _check_rng(rng)
+    A, b = _clipped_regression_data(A, b, clip_norm)
+    d = A.shape[1]
+    sigma = analytic_gaussian_sigma(epsilon, delta, gram_sensitivity(clip_norm, tight=tight))
+    E = symmetric_gaussian(d + 1, sigma, rng)
+    return A.T @ A + E[:d, :d], A.T @ b + E[:d, d], float(sigma)
+
+
+def ssp_ridge(
+    A: np.ndarray,
+    b: np.ndarray,
+    lam: float,
+    epsilon: float,
+    delta: float,
+    clip_norm: float,
+    rng: np.random.Generator,
+    *,
+    tight: bool = False,
+) -> PrivateRegression:
+    """Central sufficient-statistics perturbation (SSP) ridge regression.
+
+    ``x = (AᵀA + E_AA + λI)^{-1} (Aᵀb + e_Ab)`` from one (ε, δ)-DP release of
+    ``[A b]ᵀ[A b] + E`` (:func:`ssp_statistics`).  If ``AᵀA + E_AA + λI`` is not positive
+    definite its eigenvalues are projected to ≥ λ (λ = 0: pseudo-inverse on the positive part);
+    ``projected`` reports it.  Post-processing, so the output stays (ε, δ)-DP.
+
+    Args:
+        A: (n, d) transformed design; b: (n,) transformed target; lam: λ ≥ 0 (the same λ as
+            the problem ``‖Ax − b‖² + λ‖x‖²``); epsilon, delta; clip_norm: C bounding the rows
+            of ``[A b]``; rng: simulation RNG; tight: use the √2·C² sensitivity.
+
+    Returns:
+        :class:`PrivateRegression` with ``coef`` of shape (d,).
+    """
+    if not np.isfinite(lam) or lam < 0:
+        raise ValueError(f"lam must be finite and >= 0, got {lam!r}")
+    G, g, sigma = ssp_statistics(A, b, epsilon, delta, clip_norm, rng, tight=tight)
+    coef, projected = _solve_projected(G, g, float(lam))
+    return PrivateRegression(
+        coef=coef, lam=float(lam), sigmas={"gram": sigma}, projected=projected,
+        noisy_gram=G, noisy_moment=g,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# AdaSSP
+# --------------------------------------------------------------------------------------------
+
+
+def adassp(
+    A: np.ndarray,
+    b: np.ndarray,
+    epsilon: float,
+    delta: float,
+    clip_norm: float,
+    rng: np.random.Generator,
+    *,
+    rho: float = 0.05,
+    tight: bool = False,
+) -> PrivateRegression:
+    """AdaSSP (Wang 2018, "Revisiting differentially private linear regression", Algorithm 2).
+
+    The budget is split in three equal parts, each (ε/3, δ/3)-DP, composed to (ε, δ):
+
+    1. ``λ̃_min = max(λ_min(AᵀA) + σ₁ Z − σ₁ √(log(6/δ)), 0)``, Z ~ N(0, 1): a private, high-
+       probability lower bound of the smallest eigenvalue.
+    2. ``λ = max(0, σ₂ √(d · log(2d²/ρ)) − λ̃_min)``: the adaptive ridge (the paper's
+       ``√(d log(6/δ) log(2d²/ρ)) ‖𝒳‖² / (ε/3)`` is exactly its XᵀX noise scale times
+       ``√(d log(2d²/ρ))``; here σ₂ is the analytic-Gaussian scale).
+    3. ``AᵀA + σ₂ Z_sym`` (symmetric, upper triangle i.i.d.) and ``Aᵀb + σ₃ z``.
+
+    Output ``θ = (noisy AᵀA + λI)^{-1} noisy Aᵀb`` (eigenvalues projected to ≥ λ if that matrix
+    is not PD — a safeguard the paper does not have; reported by ``projected``).
+
+    Replace-one sensitivities for rows ``(a, b)`` of ``[A b]`` clipped to ‖(a, b)‖ ≤ C:
+
+    * λ_min(AᵀA): ``C²`` — by Weyl, |Δλ_min| ≤ ‖a'a'ᵀ − aaᵀ‖₂ ≤ max(‖a‖², ‖a'‖²) ≤ C²;
+    * AᵀA (upper triangle): ``2C²`` (``tight``: √2·C²), see the module docstring;
+    * Aᵀb: ``C²`` — ‖a'b' − ab‖ ≤ ‖a'‖|b'| + ‖a‖|b| and ‖a‖|b| ≤ (‖a‖² + b²)/2 ≤ C²/2.
+
+    σ_i = ``analytic_gaussian_sigma(ε/3, δ/3, Δ_i)``.  (The paper's own constants use
+    add/remove neighbours and the classical Gaussian bound; the structure is the paper's.)
+
+    Args:
+        A: (n, d); b: (n,); epsilon > 0; 0 < delta < 1; clip_norm: C; rng: simulation RNG;
+        rho: failure probability of the λ rule (paper 0.05); tight: √2·C² Gram sensitivity.
+
+    Returns:
+        :class:`PrivateRegression`; ``details`` holds the released ``lambda_min_private``.
+    """
+    _check_rng(rng)
+    if not 0 < rho < 1:
+        raise ValueError(f"rho must be in (0, 1), got {rho!r}")
+    A, b = _clipped_regression_data(A, b, clip_norm)
+    d = A.shape[1]
+    eps3, delta3 = epsilon / 3.0, delta / 3.0
+    c2 = clip_norm**2
+    s_min = analytic_gaussian_sigma(eps3, delta3, c2)
+    s_gram = analytic_gaussian_sigma(eps3, delta3, gram_sensitivity(clip_norm, tight=tight))
+    s_mom = analytic_gaussian_sigma(eps3, delta3, c2)
+
+    G = A.T @ A
+    G = (G + G.T) / 2.0
+    lam_min = float(np.linalg.eigvalsh(G)[0])
+    lam_min_priv = max(
+        lam_min + s_min * float(rng.standard_normal()) - s_min * math.sqrt(math.log(6.0 / delta)),
+        0.0,
+    )
+    lam = max(0.0, s_gram * math.sqrt(d * math.log(2.0 * d * d / rho)) - lam_min_priv)
+
+    noisy_G = G + symmetric_gaussian(d, s_gram, rng)
+    noisy_g = A.T @ b + s_mom * rng.standard_normal(d)
+    coef, projected = _solve_projected(noisy_G, noisy_g, lam)
+    return PrivateRegression(
+        coef=coef, lam=float(lam),
+        sigmas={"lambda_min": float(s_min), "gram": float(s_gram), "moment": float(s_mom)},
+        projected=projected, noisy_gram=noisy_G, noisy_moment=noisy_g,
+        details={"lambda_min_private": float(lam_min_priv)},
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# MOD-SULQ
+# --------------------------------------------------------------------------------------------
+
+
+def mod_sulq_noise_scale(
+    n: int,
+    d: int,
+    epsilon: float,
+    delta: float,
+    *,
+    calibration: Literal["analytic", "paper"] = "analytic",
+    tight: bool = False,
+) -> float:
+    """Noise standard deviation β of MOD-SULQ on ``(1/n)AᵀA`` with rows ‖a_i‖ ≤ 1.
+
+    * ``"analytic"`` (default): ``analytic_gaussian_sigma(ε, δ, Δ)`` with the replace-one
+      sensitivity of the upper triangle of ``(1/n)AᵀA``: ``Δ = 2/n`` (``tight``: √2/n).
+    * ``"paper"``: Chaudhuri–Sarwate–Sinha (2013), Algorithm MOD-SULQ, as in spec
+      ltm-secure-sketching §6.5:
+      ``β = (d+1)/(nε) · sqrt(2 ln((d² + d)/(δ · 2√(2π)))) + 1/(n√ε)``.
+    """
+    if n < 1 or d < 1:
+        raise ValueError(f"n and d must be >= 1, got n={n}, d={d}")
+    if calibration == "analytic":
+        sens = (math.sqrt(2.0) if tight else 2.0) / n
+        return float(analytic_gaussian_sigma(epsilon, delta, sens))
+    if calibration == "paper":
+        _check_positive("epsilon", epsilon)
+        if not 0 < delta < 1:
+            raise ValueError(f"delta must be in (0, 1), got {delta!r}")
+        arg = (d * d + d) / (delta * 2.0 * math.sqrt(2.0 * math.pi))
+        if arg <= 1.0:
+            raise ValueError("MOD-SULQ 'paper' noise needs (d²+d)/(2√(2π)δ) > 1; lower delta")
+        return (d + 1) / (n * epsilon) * math.sqrt(2.0 * math.log(arg)) + 1.0 / (
+            n * math.sqrt(epsilon)
+        )
+    raise ValueError(f"unknown calibration {calibration!r}; valid: 'analytic', 'paper'")
+
+
+def mod_sulq_covariance(
+    A: np.ndarray,
+    epsilon: float,
+    delta: float,
+    rng: np.random.Generator,
+    *,
+    clip_norm: float | None = None,
+    calibration: Literal["analytic", "paper"] = "analytic",
+    tight: bool = False,
+) -> tuple[np.ndarray, float]:
+    """MOD-SULQ's released matrix ``(1/n)A'ᵀA' + N`` and its noise scale β.
+
+    ``A' = clip_rows(A, C) / C`` so that ‖a'_i‖ ≤ 1 (C = ``clip_norm``, default 1: the rows are
+    then clipped to the unit ball, as the algorithm assumes).  N is symmetric Gaussian with
+    i.i.d. N(0, β²) on and above the diagonal (β from :func:`mod_sulq_noise_scale`).
+
+    Returns:
+        ``(noisy (D, D), beta)``.
+    """
+    _check_rng(rng)
+    C = 1.0 if clip_norm is None else float(clip_norm)
+    A = clip_rows(A, C) / C
+    n, D = A.shape
+    beta = mod_sulq_noise_scale(n, D, epsilon, delta, calibration=calibration, tight=tight)
+    cov = (A.T @ A) / n
+    cov = (cov + cov.T) / 2.0
+    return cov + symmetric_gaussian(D, beta, rng), float(beta)
+
+
+def mod_sulq(
+    A: np.ndarray,
+    rank: int,
+    epsilon: float,
+    delta: float,
+    rng: np.random.Generator,
+    *,
+    clip_norm: float | None = None,
+    calibration: Literal["analytic", "paper"] = "analytic",
+    tight: bool = False,
+) -> np.ndarray:
+    """MOD-SULQ (Chaudhuri, Sarwate & Sinha 2013): the top-``rank`` eigenvectors of the noisy
+    second-moment matrix of :func:`mod_sulq_covariance` — the central low-rank baseline.
+
+    Args:
+        A: (n, D) data rows; rank: k with 1 ≤ k ≤ D; epsilon, delta; rng: simulation RNG;
+        clip_norm: row bound C (rows are clipped to C and divided by C; default 1);
+        calibration: ``"analytic"`` (default) or ``"paper"`` (CSS's β); tight: √2/n sensitivity.
+
+    Returns:
+        (D, rank) with orthonormal columns, ordered by decreasing eigenvalue; each column's
+        largest-|·| entry is positive.
+    """
+    A = np.asarray(A, dtype=np.float64)
+    if A.ndim != 2:
+        raise ValueError(f"A must be 2-D, got shape {A.shape}")
+    D = A.shape[1]
+    if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or not 1 <= rank <= D:
+        raise ValueError(f"rank must be an integer in [1, {D}], got {rank!r}")
+    noisy, _ = mod_sulq_covariance(
+        A, epsilon, delta, rng, clip_norm=clip_norm, calibration=calibration, tight=tight
+    )
+    _, V = np.linalg.eigh(noisy)
+    top = V[:, ::-1][:, :rank]
+    pivot = np.argmax(np.abs(top), axis=0)
+    signs = np.sign(top[pivot, np.arange(rank)])
+    signs[signs == 0] = 1.0
+    return top * signs
+
+
+# --------------------------------------------------------------------------------------------
+# Local model
+# --------------------------------------------------------------------------------------------
+
+
+def local_noisy_rows(
+    V: np.ndarray,
+    epsilon: float,
+    delta: float,
+    clip_norm: float,
+    rng: np.random.Generator,
+) -> tuple[np.ndarray, float]:
+    """The local model (p = 0): every client alone is (ε, δ)-DP.
+
+    Each row is clipped to ℓ2 norm ≤ C and released as ``v + N(0, σ² I)`` with σ =
+    ``analytic_gaussian_sigma(ε, δ, 2C)`` (replace-one, one row: ‖v − v'‖ ≤ 2C).  The caller fits
+    the same estimator on the noisy rows, unsketched (see :func:`local_release`).
+
+    Args:
+        V: (n, D) transformed client rows; epsilon, delta; clip_norm: C; rng: simulation RNG.
+
+    Returns:
+        ``(noisy rows (n, D) float64, sigma)``.
+    """
+    _check_rng(rng)
+    V = clip_rows(V, clip_norm)
+    sigma = float(analytic_gaussian_sigma(epsilon, delta, 2.0 * clip_norm))
+    return V + sigma * rng.standard_normal(V.shape), sigma
+
+
+def local_release(
+    template: ReleasedSketch,
+    V: np.ndarray,
+    epsilon: float,
+    delta: float,
+    clip_norm: float,
+    rng: np.random.Generator,
+) -> ReleasedSketch:
+    """Local-model baseline packaged as a :class:`ReleasedSketch` so every estimator (and the
+    raw-unit mapping) runs on it unchanged.
+
+    The matrix is the n noisy rows of :func:`local_noisy_rows` (no sketch), with the column
+    metadata of ``template``; ``n = V.shape[0]`` and ``noise_variance_per_column = n σ²`` (the
+    expected noise Gram diagonal, which DGM-OLS subtracts).  ``sha256`` is empty: this is a
+    simulation, not a reconstructed release.
+
+    Args:
+        template: a release of the same job (columns, centers, scales, label, intercept).
+        V: (n, D) transformed client rows in the template's column order.
+    """
+    V = np.asarray(V, dtype=np.float64)
+    if V.ndim != 2 or V.shape[1] != len(template.columns):
+        raise ValueError(f"V must have shape (n, {len(template.columns)}), got {V.shape}")
+    noisy, sigma = local_noisy_rows(V, epsilon, delta, clip_norm, rng)
+    n = V.shape[0]
+    return dataclasses.replace(
+        template,
+        matrix=noisy,
+        n=n,
+        noise_variance_per_column=float(n * sigma**2),
+        privacy={
+            "baseline": "local",
+            "epsilon": float(epsilon),
+            "delta": float(delta),
+            "sensitivity": 2.0 * float(clip_norm),
+            "sigma_client": sigma,
+            "note": "simulation baseline (seeded numpy RNG), not a production release",
+        },
+        sha256="",
+    )

@@ -1,0 +1,541 @@
+"""Noise calibration for the LTM release (DESIGN §4, spec §2.7/§2.8).
+
+Pure functions, no I/O, no global state.  Everything here is closed-form or a one-dimensional root
+search in float64 using only :mod:`math` (no scipy at runtime).
+
+Modes (``plan_noise(calibration=...)``):
+
+``tight`` (default, correct DP)
+    Replace-one neighbours, rows clipped to norm ``C``.  The unscaled release
+    ``Y = Σ_l S_l (V + G_l)`` moves by at most ``Δ₂ = 2C√s`` (Gaussian, ℓ2 clip) or
+    ``Δ₁ = 2sC`` (Laplace, ℓ1 clip).  With at least ``L`` honest (client, piece) pairs in every
+    row of ``Y``, the honest noise of one entry is ``N(0, σ_Y²)`` with ``σ_Y`` from the analytic
+    Gaussian mechanism (Balle & Wang 2018), resp. ``Lap(b)`` with ``b = Δ₁/ε``; each pair adds
+    ``N(0, σ_Y²/L)`` resp. ``Γ(1/L, b) − Γ(1/L, b)``.  Extra honest noise is post-processing.
+
+``paper`` (NOT PRIVATE AS PRINTED — reproductions only)
+    Burkhardt et al. Corollary 4.7 (sparse, Gaussian) and Corollary 4.10 (dense, Laplace/Gamma)
+    exactly as printed.  Spec §2.7: Cor 4.7's constant is 4 where the paper's own derivation
+    gives 16, so for ``s < 4`` its σ² is below even the per-piece requirement.
+
+``interpolate(p)`` (Gaussian only)
+    ``σ_c² = σ_Y² · L^(−p)``: ``p = 1`` is ``tight`` (distributed model), ``p = 0`` the local
+    model where each client's noise alone makes its contribution (ε, δ)-DP.
+"""
+from __future__ import annotations
+
+import math
+import operator
+from dataclasses import asdict, dataclass
+
+__all__ = [
+    "CalibrationError",
+    "gaussian_delta",
+    "analytic_gaussian_sigma",
+    "classical_gaussian_sigma",
+    "paper_sparse_gaussian_sigma",
+    "paper_dense_laplace_scale",
+    "NoisePlan",
+    "plan_noise",
+    "MECHANISMS",
+    "CALIBRATIONS",
+    "SKETCH_KINDS",
+]
+
+MECHANISMS: tuple[str, ...] = ("gaussian", "laplace")
+CALIBRATIONS: tuple[str, ...] = ("tight", "paper", "interpolate")
+SKETCH_KINDS: tuple[str, ...] = ("sparse", "dense")
+
+_SQRT2 = math.sqrt(2.0)
+_SQRT_PI = math.sqrt(math.pi)
+_LOG2 = math.log(2.0)
+# Below this argument exp(u²)·erfc(u) is computed directly (erfc(25) ≈ 8e-274 is still a normal
+# float and exp(625) does not overflow); above it the Laplace continued fraction converges in a
+# handful of terms.
+_ERFCX_SWITCH = 25.0
+# Relative safety margin added to the bisection's feasible end before the final verification.
+_SIGMA_ROUND_UP = 4e-12
+_SIGMA_REL_TOL = 1e-13
+# Generous multiple of the unit roundoff used in the error bound of the δ evaluation.
+_ULP_SLACK = 32.0 * 2.0**-52
+
+
+class CalibrationError(ValueError):
+    """A calibration request that cannot be honoured; the message says which input to change."""
+
+
+# --------------------------------------------------------------------------------------------
+# input validation helpers
+# --------------------------------------------------------------------------------------------
+
+
+def _real(name: str, value: object) -> float:
+    if isinstance(value, bool):
+        raise CalibrationError(f"{name} must be a real number, got the bool {value!r}")
+    try:
+        x = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise CalibrationError(f"{name} must be a real number, got {value!r}") from None
+    if not math.isfinite(x):
+        raise CalibrationError(f"{name} must be finite, got {value!r}")
+    return x
+
+
+def _positive(name: str, value: object) -> float:
+    x = _real(name, value)
+    if x <= 0.0:
+        raise CalibrationError(f"{name} must be > 0, got {value!r}")
+    return x
+
+
+def _delta_open(name: str, value: object) -> float:
+    x = _real(name, value)
+    if not 0.0 < x < 1.0:
+        raise CalibrationError(f"{name} must satisfy 0 < {name} < 1, got {value!r}")
+    return x
+
+
+def _integer(name: str, value: object, minimum: int) -> int:
+    if isinstance(value, bool):
+        raise CalibrationError(f"{name} must be an integer, got the bool {value!r}")
+    try:
+        k = operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise CalibrationError(
+            f"{name} must be an integer, got {value!r} ({type(value).__name__})"
+        ) from None
+    if k < minimum:
+        raise CalibrationError(f"{name} must be >= {minimum}, got {k}")
+    return int(k)
+
+
+# --------------------------------------------------------------------------------------------
+# Gaussian mechanism
+# --------------------------------------------------------------------------------------------
+
+
+def _erfcx(u: float) -> float:
+    """Scaled complementary error function exp(u²)·erfc(u) for u ≥ 0 (relative error ~1e-14)."""
+    if u < _ERFCX_SWITCH:
+        return math.exp(u * u) * math.erfc(u)
+    # Laplace continued fraction: erfc(u) = e^{-u²}/√π · 1/(u + (1/2)/(u + 1/(u + (3/2)/(u + …)))).
+    # For u ≥ 25 forty terms are far past double precision.
+    tail = u
+    for k in range(40, 0, -1):
+        tail = u + (k / 2.0) / tail
+    return 1.0 / (_SQRT_PI * tail)
+
+
+def _log_gaussian_delta(sigma: float, epsilon: float, sensitivity: float) -> tuple[float, float]:
+    """(log δ, bound on the relative floating-point error of δ) for N(0, σ²) with sensitivity Δ.
+
+    log δ is −inf when δ = 0 to double precision.  With a = Δ/(2σ), b = εσ/Δ (so 2ab = ε):
+        δ = Φ(a − b) − e^ε Φ(−a − b).
+    For b > a both terms are Gaussian tails; writing Φ(−x) = ½ e^{−x²/2} erfcx(x/√2) and using
+    e^ε e^{−(a+b)²/2} = e^{−(b−a)²/2} gives
+        δ = ½ e^{−(b−a)²/2} [erfcx((b−a)/√2) − erfcx((a+b)/√2)],
+    evaluated in log space so it neither underflows nor overflows (large ε, tiny δ).
+
+    The error bound is a deliberately generous first-order estimate: each erfcx carries a
+    relative error ≲ (1 + u²)·ulp (the exp(u²) factor), amplified by the cancellation
+    (erfcx(u₋) + erfcx(u₊)) / (erfcx(u₋) − erfcx(u₊)), which only matters for tiny ε·σ²/Δ².
+    """
+    a = sensitivity / (2.0 * sigma)
+    b = epsilon * sigma / sensitivity
+    u_plus = (a + b) / _SQRT2
+    if b > a:
+        u_minus = (b - a) / _SQRT2
+        e_minus = _erfcx(u_minus)
+        e_plus = _erfcx(u_plus)
+        diff = e_minus - e_plus
+        if diff <= 0.0:
+            return -math.inf, math.inf
+        cancel = (e_minus + e_plus) / diff
+        rel_err = _ULP_SLACK * (1.0 + u_plus * u_plus) * cancel
+        return -u_minus * u_minus - _LOG2 + math.log(diff), rel_err
+    # b ≤ a: Φ(a − b) ≥ ½, δ is not small and the subtraction loses little.
+    first = 1.0 - 0.5 * math.erfc((a - b) / _SQRT2)
+    second = 0.5 * math.exp(-((b - a) ** 2) / 2.0) * _erfcx(u_plus)
+    value = first - second
+    if value <= 0.0:
+        return -math.inf, math.inf
+    rel_err = _ULP_SLACK * (first + second * (1.0 + u_plus * u_plus)) / value
+    return math.log(value), rel_err
+
+
+def gaussian_delta(sigma: float, epsilon: float, sensitivity: float) -> float:
+    """δ(ε) of the Gaussian mechanism N(0, σ²) with ℓ2 sensitivity Δ (Balle & Wang 2018, Thm 8).
+
+    δ = Φ(Δ/(2σ) − εσ/Δ) − e^ε Φ(−Δ/(2σ) − εσ/Δ).
+
+    Evaluated through the scaled complementary error function in log space, so it keeps full
+    relative precision down to δ ≈ 1e-300 and does not overflow for large ε.  ε = 0 is allowed
+    (total-variation distance).  Raises :class:`CalibrationError` for σ ≤ 0, Δ ≤ 0, ε < 0 or
+    non-finite inputs.
+    """
+    sigma_ = _positive("sigma", sigma)
+    sens = _positive("sensitivity", sensitivity)
+    eps = _real("epsilon", epsilon)
+    if eps < 0.0:
+        raise CalibrationError(f"epsilon must be >= 0, got {epsilon!r}")
+    log_delta, _ = _log_gaussian_delta(sigma_, eps, sens)
+    return min(1.0, max(0.0, math.exp(log_delta)))
+
+
+def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float) -> float:
+    """Smallest σ with gaussian_delta(σ, ε, Δ) ≤ δ (Balle & Wang 2018, analytic Gaussian mechanism).
+
+    Works for any ε > 0 (including ε ≥ 1) and 0 < δ < 1.  δ depends on σ only through σ/Δ and
+    is strictly decreasing in it, so the root is bracketed by doubling/halving and then bisected
+    in log σ to relative precision ~1e-13.  The feasible end is then rounded up by 4e-12
+    (relative) and re-verified with the caller's Δ, counting the δ evaluation's own rounding-error
+    bound against the result (δ(σ)·(1 + err) ≤ δ; the bump doubles until that holds).  So the
+    returned σ satisfies the inequality even allowing for float error, and exceeds the exact
+    minimum by ~1e-11 relatively for ordinary parameters (more only for extreme ε·σ²/Δ² ≪ 1,
+    where δ itself is ill-conditioned).
+    """
+    eps = _positive("epsilon", epsilon)
+    dlt = _delta_open("delta", delta)
+    sens = _positive("sensitivity", sensitivity)
+    log_target = math.log(dlt)
+
+    def feasible(tau: float) -> bool:  # tau = σ/Δ
+        return _log_gaussian_delta(tau, eps, 1.0)[0] <= log_target
+
+    hi = 1.0
+    for _ in range(2100):
+        if feasible(hi):
+            break
+        hi *= 2.0
+    else:  # pragma: no cover - δ(σ) → 0 as σ → ∞, unreachable for finite inputs
+        raise CalibrationError(f"no finite sigma reaches delta={dlt!r} at epsilon={eps!r}")
+    lo = hi / 2.0
+    for _ in range(2100):
+        if not feasible(lo):
+            break
+        lo /= 2.0
+    else:  # pragma: no cover - δ(σ) → 1 as σ → 0
+        raise CalibrationError(f"could not bracket sigma for epsilon={eps!r}, delta={dlt!r}")
+
+    # Invariant: feasible(hi), not feasible(lo).
+    while hi - lo > _SIGMA_REL_TOL * hi:
+        mid = math.sqrt(lo * hi)
+        if not lo < mid < hi:
+            break
+        if feasible(mid):
+            hi = mid
+        else:
+            lo = mid
+
+    # Final verification with the caller's Δ, counting the evaluation's own rounding error
+    # against us: accept σ only if δ(σ)·(1 + err) ≤ δ.  Each retry doubles the bump.
+    bump = _SIGMA_ROUND_UP
+    sigma = hi * sens * (1.0 + bump)
+    for _ in range(200):
+        log_delta, rel_err = _log_gaussian_delta(sigma, eps, sens)
+        if log_delta + math.log1p(rel_err) <= log_target:
+            return sigma
+        bump *= 2.0
+        sigma = hi * sens * (1.0 + bump)
+    raise CalibrationError(  # pragma: no cover - defensive; the bracket end is already feasible
+        f"could not verify sigma for epsilon={eps!r}, delta={dlt!r}, sensitivity={sens!r}"
+    )
+
+
+def classical_gaussian_sigma(epsilon: float, delta: float, sensitivity: float) -> float:
+    """sqrt(2 ln(1.25/δ)) Δ / ε (Dwork & Roth Thm A.1; spec Lemma 3.3).
+
+    Valid only for ε < 1: raises :class:`CalibrationError` otherwise (use
+    :func:`analytic_gaussian_sigma`, which is valid for every ε and always at least as tight).
+    """
+    eps = _positive("epsilon", epsilon)
+    dlt = _delta_open("delta", delta)
+    sens = _positive("sensitivity", sensitivity)
+    if eps >= 1.0:
+        raise CalibrationError(
+            f"the classical Gaussian bound sqrt(2 ln(1.25/delta))*sensitivity/epsilon is only "
+            f"valid for epsilon < 1, got epsilon={eps!r}; use analytic_gaussian_sigma instead"
+        )
+    return math.sqrt(2.0 * math.log(1.25 / dlt)) * sens / eps
+
+
+# --------------------------------------------------------------------------------------------
+# the paper's formulas (reproduction only)
+# --------------------------------------------------------------------------------------------
+
+
+def paper_sparse_gaussian_sigma(
+    epsilon: float, delta: float, eta: float, n: int, m: int, s: int, d: int, t_prime: int
+) -> float:
+    """Per-client σ of Burkhardt et al. Corollary 4.7 EXACTLY AS PRINTED.
+
+    σ² = 4 s³ η² · ln(1.25 s / (δ/d − m·exp(−(n − s − t')/(8m)))) · m d² / (ε² (n − s − t')).
+
+    NOT PRIVATE AS PRINTED (spec §2.7, §9 item 6): the paper's own derivation gives the constant
+    16, not 4.  Use only to reproduce the paper.  Raises :class:`CalibrationError` if
+    n − s − t' ≤ 0 or δ/d ≤ m·exp(−(n − s − t')/(8m)) (n too small: the paper's zero-output
+    branch applies, the clients must send zeros instead of noised rows).
+    """
+    eps = _positive("epsilon", epsilon)
+    dlt = _delta_open("delta", delta)
+    eta_ = _positive("eta", eta)
+    n_ = _integer("n", n, 1)
+    m_ = _integer("m", m, 1)
+    s_ = _integer("s", s, 1)
+    d_ = _integer("d", d, 1)
+    t_ = _integer("t_prime", t_prime, 0)
+    free = n_ - s_ - t_
+    if free <= 0:
+        raise CalibrationError(
+            f"Corollary 4.7 needs n - s - t_prime > 0, got n={n_}, s={s_}, t_prime={t_} "
+            f"(n - s - t_prime = {free}); increase n or lower s / t_prime"
+        )
+    failure = m_ * math.exp(-free / (8.0 * m_))
+    denom = dlt / d_ - failure
+    if denom <= 0.0:
+        needed = 8.0 * m_ * math.log(d_ * m_ / dlt) + s_ + t_
+        raise CalibrationError(
+            f"n={n_} is too small for Corollary 4.7: delta/d = {dlt / d_:.3g} <= "
+            f"m*exp(-(n-s-t_prime)/(8m)) = {failure:.3g}, so the log argument is undefined and the "
+            f"paper's zero-output branch applies; need n > 8 m ln(d m / delta) + s + t_prime "
+            f"= {needed:.6g} (or smaller m, larger delta)"
+        )
+    sigma2 = (
+        4.0 * s_**3 * eta_**2 * math.log(1.25 * s_ / denom) * m_ * d_**2 / (eps**2 * free)
+    )
+    return math.sqrt(sigma2)
+
+
+def paper_dense_laplace_scale(epsilon: float, eta: float, m: int, d: int) -> float:
+    """Laplace scale b = 2 η m² d / ε of Burkhardt et al. Corollary 4.10 (dense sketch), as printed."""
+    eps = _positive("epsilon", epsilon)
+    eta_ = _positive("eta", eta)
+    m_ = _integer("m", m, 1)
+    d_ = _integer("d", d, 1)
+    return 2.0 * eta_ * m_**2 * d_ / eps
+
+
+# --------------------------------------------------------------------------------------------
+# the plan the randomizer, the gate and the privacy report share
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NoisePlan:
+    """Everything the randomizer, the release gate and the privacy report need about the noise.
+
+    Attributes:
+        mechanism: ``"gaussian"`` or ``"laplace"``.
+        calibration: ``"tight"``, ``"paper"`` (not private as printed) or ``"interpolate"``.
+        epsilon: the ε the release is calibrated for.
+        delta: the δ (``0.0`` for Laplace, which is pure ε-DP).
+        sensitivity: Δ₂ (Gaussian) or Δ₁ (Laplace) of the unscaled release
+            ``Y = Σ_l S_l (V + G_l)`` under replace-one neighbours.
+        min_honest_load: L, the honest (client, piece) pairs every release row must hold (the
+            gate enforces ``min_r load_r − t′ ≥ L``).  For ``paper`` Laplace the Gamma split
+            count is the paper's ``n/m − t′`` instead (see ``gamma_shape``).
+        sigma_client: Gaussian: std of each (client, piece, column) noise draw.  Laplace: std of
+            one ``Γ(k, b) − Γ(k, b)`` draw with ``k = gamma_shape``.
+        sigma_release: std of the noise in one unscaled release entry when exactly the split
+            count of honest pairs (L; ``n/m − t′`` for ``paper`` Laplace) lands in it.
+        laplace_scale: Laplace: b of the released ``Lap(b)``; Gaussian: ``0.0``.
+        gamma_shape: Laplace: the shape of each ``Γ(shape, b)``; Gaussian: ``0.0``.
+        interpolate_p: the exponent p of ``interpolate``, else ``None``.
+    """
+
+    mechanism: str
+    calibration: str
+    epsilon: float
+    delta: float
+    sensitivity: float
+    min_honest_load: int
+    sigma_client: float
+    sigma_release: float
+    laplace_scale: float
+    gamma_shape: float
+    interpolate_p: float | None
+
+    def to_dict(self) -> dict:
+        """JSON-friendly dict (plain str/int/float/None values)."""
+        return asdict(self)
+
+
+def _choice(name: str, value: object, valid: tuple[str, ...]) -> str:
+    if not isinstance(value, str) or value not in valid:
+        listed = ", ".join(repr(v) for v in valid)
+        raise CalibrationError(f"unknown {name} {value!r}; valid values are {listed}")
+    return value
+
+
+def _require(name: str, value: object, why: str) -> object:
+    if value is None:
+        raise CalibrationError(f"{why} needs the argument {name}; pass {name}=...")
+    return value
+
+
+def plan_noise(
+    *,
+    mechanism: str,
+    calibration: str,
+    epsilon: float,
+    delta: float,
+    clip_norm: float,
+    s: int,
+    min_honest_load: int,
+    interpolate_p: float | None = None,
+    n: int | None = None,
+    m: int | None = None,
+    d: int | None = None,
+    t_prime: int = 0,
+    sketch_kind: str = "sparse",
+) -> NoisePlan:
+    """Calibrate the per-(client, piece) noise of one release (DESIGN §4).
+
+    Args:
+        mechanism: ``"gaussian"`` ((ε, δ)-DP, rows clipped in ℓ2) or ``"laplace"`` (pure ε-DP,
+            rows clipped in ℓ1).
+        calibration: ``"tight"`` (default, correct DP), ``"paper"`` (Cor 4.7 / 4.10 as printed;
+            not private, reproductions only) or ``"interpolate"`` (Gaussian only, needs
+            ``interpolate_p``).
+        epsilon: ε > 0.
+        delta: Gaussian: 0 < δ < 1.  Laplace: 0 ≤ δ < 1 is accepted and recorded as 0.0.
+        clip_norm: C > 0, the norm each client row is clipped to (also the paper's η).
+        s: pieces per client (non-zeros per sketch column; ``s = m`` for a dense sketch).
+        min_honest_load: L ≥ 1, the honest (client, piece) pairs the gate guarantees per row.
+        interpolate_p: p ∈ [0, 1] for ``interpolate`` (only there).
+        n, m, d: clients, sketch rows, columns of the client vector (``d+1`` for ridge); needed
+            by ``paper``; when ``m`` is given it is checked against ``s``.
+        t_prime: corrupt clients t′ ≥ 0 (used by ``paper``).
+        sketch_kind: ``"sparse"`` or ``"dense"``; ``paper`` Laplace (Cor 4.10) needs ``"dense"``.
+
+    Raises:
+        CalibrationError: naming the offending argument.
+    """
+    mech = _choice("mechanism", mechanism, MECHANISMS)
+    calib = _choice("calibration", calibration, CALIBRATIONS)
+    kind = _choice("sketch_kind", sketch_kind, SKETCH_KINDS)
+    eps = _positive("epsilon", epsilon)
+    if mech == "gaussian":
+        dlt = _delta_open("delta", delta)
+    else:
+        dlt_in = _real("delta", delta)
+        if not 0.0 <= dlt_in < 1.0:
+            raise CalibrationError(
+                f"delta must satisfy 0 <= delta < 1 (it is ignored for the pure-epsilon Laplace "
+                f"mechanism and recorded as 0), got {delta!r}"
+            )
+        dlt = 0.0
+    clip = _positive("clip_norm", clip_norm)
+    s_ = _integer("s", s, 1)
+    load = _integer("min_honest_load", min_honest_load, 1)
+    t_ = _integer("t_prime", t_prime, 0)
+    n_ = None if n is None else _integer("n", n, 1)
+    m_ = None if m is None else _integer("m", m, 1)
+    d_ = None if d is None else _integer("d", d, 1)
+    if m_ is not None:
+        if kind == "dense" and s_ != m_:
+            raise CalibrationError(
+                f"a dense sketch puts every client in all m rows, so s must equal m; "
+                f"got s={s_}, m={m_}"
+            )
+        if s_ > m_:
+            raise CalibrationError(
+                f"s={s_} exceeds m={m_}: a sparse sketch needs s distinct rows per column; "
+                f"lower s or raise m"
+            )
+
+    if calib == "interpolate":
+        if mech != "gaussian":
+            raise CalibrationError(
+                f"calibration='interpolate' is only defined for mechanism='gaussian', got "
+                f"mechanism={mech!r}; use calibration='tight' or 'paper' for laplace"
+            )
+        p_raw = _require("interpolate_p", interpolate_p, "calibration='interpolate'")
+        p = _real("interpolate_p", p_raw)
+        if not 0.0 <= p <= 1.0:
+            raise CalibrationError(f"interpolate_p must lie in [0, 1], got {interpolate_p!r}")
+    elif interpolate_p is not None:
+        raise CalibrationError(
+            f"interpolate_p={interpolate_p!r} is only used with calibration='interpolate', "
+            f"got calibration={calib!r}; drop interpolate_p or switch calibration"
+        )
+    else:
+        p = None
+
+    if mech == "gaussian":
+        sens = 2.0 * clip * math.sqrt(s_)
+        if calib == "paper":
+            why = "calibration='paper' (Corollary 4.7)"
+            sigma_c = paper_sparse_gaussian_sigma(
+                eps,
+                dlt,
+                clip,
+                _require("n", n_, why),  # type: ignore[arg-type]
+                _require("m", m_, why),  # type: ignore[arg-type]
+                s_,
+                _require("d", d_, why),  # type: ignore[arg-type]
+                t_,
+            )
+            sigma_r = sigma_c * math.sqrt(load)
+        else:
+            sigma_y = analytic_gaussian_sigma(eps, dlt, sens)
+            if calib == "tight":
+                sigma_c = sigma_y / math.sqrt(load)
+                sigma_r = sigma_y
+            else:  # interpolate
+                assert p is not None
+                sigma_c = sigma_y / math.sqrt(load) ** p
+                sigma_r = sigma_c * math.sqrt(load)
+        return NoisePlan(
+            mechanism=mech,
+            calibration=calib,
+            epsilon=eps,
+            delta=dlt,
+            sensitivity=sens,
+            min_honest_load=load,
+            sigma_client=float(sigma_c),
+            sigma_release=float(sigma_r),
+            laplace_scale=0.0,
+            gamma_shape=0.0,
+            interpolate_p=None if p is None else float(p),
+        )
+
+    # laplace
+    if calib == "tight":
+        sens = 2.0 * s_ * clip
+        b = sens / eps
+        shape = 1.0 / load
+    else:  # paper, Corollary 4.10
+        why = "calibration='paper' with mechanism='laplace' (Corollary 4.10)"
+        if kind != "dense":
+            raise CalibrationError(
+                f"{why} is defined for the dense sketch only (deterministic n/m load per piece "
+                f"row); pass sketch_kind='dense' with s=m"
+            )
+        n_req = _require("n", n_, why)
+        m_req = _require("m", m_, why)
+        d_req = _require("d", d_, why)
+        assert isinstance(n_req, int) and isinstance(m_req, int) and isinstance(d_req, int)
+        split = n_req / m_req - t_
+        if split <= 0.0:
+            raise CalibrationError(
+                f"{why} splits the noise over n/m - t_prime honest clients per piece row, got "
+                f"n={n_req}, m={m_req}, t_prime={t_} (n/m - t_prime = {split:.6g} <= 0); "
+                f"increase n or lower m / t_prime"
+            )
+        sens = 2.0 * clip * m_req
+        b = paper_dense_laplace_scale(eps, clip, m_req, d_req)
+        shape = 1.0 / split
+    return NoisePlan(
+        mechanism=mech,
+        calibration=calib,
+        epsilon=eps,
+        delta=0.0,
+        sensitivity=float(sens),
+        min_honest_load=load,
+        sigma_client=float(b * math.sqrt(2.0 * shape)),
+        sigma_release=float(b * math.sqrt(2.0)),
+        laplace_scale=float(b),
+        gamma_shape=float(shape),
+        interpolate_p=None,
+    )

@@ -1,0 +1,114 @@
+"""``ltm bench sketch``: one server's result-share computation, timed, and the bytes it receives.
+
+The server holds the shares of n clients in batches, as after an upload: in seed mode the primary
+share rotates over servers by batch, so server 0 stores the full uint64 share of every k-th batch
+and a 32-byte seed for the others; in full mode it stores every batch as an array.  We time what
+the server does on release — expand seeds, apply the sketch to every batch, mod 2^64 — over
+several runs and report the median.  Deriving the public sketch placement (done once per job,
+while uploads arrive) and the gate's row-load check are timed separately.  Numbers, not asserts.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ltm.batch import ShareBatch
+from ltm.jobspec import ColumnSpec, JobSpec, PartySpec, PrivacySpec, ServerSpec, SketchSpec, honest_row_loads
+from ltm.randomness import Randomness
+from ltm.sharing import SEED_BYTES, Share
+from party.randomizer import DEFAULT_BATCH_CLIENTS
+from server.result_share import result_share
+
+#: Burkhardt et al. Tables 3-5 (MP-SPDZ, t3.large): per-server seconds for m = 100, d = 10.
+MP_SPDZ_ANCHOR = {"n=1e6,s=1,k=3": 1.64}
+
+
+@dataclass(frozen=True)
+class SketchBenchConfig:
+    n: int
+    d: int
+    m: int
+    s: int
+    k: int
+    runs: int = 5
+    share_mode: str = "seed"
+    kind: str = "sparse"
+    batch_clients: int = DEFAULT_BATCH_CLIENTS
+
+
+def bench_spec(cfg: SketchBenchConfig) -> JobSpec:
+    """A job of n clients with d plain columns (the paper's benchmark shape: no label, no intercept)."""
+    seed = Randomness.seeded_insecure("bench-sketch").bytes(32).hex()
+    return JobSpec(
+        job_id="bench", partition="rows", n=cfg.n,
+        columns=tuple(ColumnSpec(f"x{j}") for j in range(cfg.d)),
+        parties=(PartySpec("party-0", 0, cfg.n),), clip_bound=1.0, frac_bits=24,
+        sketch=SketchSpec(cfg.kind, cfg.m, cfg.s if cfg.kind == "sparse" else cfg.m, seed),
+        privacy=PrivacySpec(min_honest_load=1, min_participants=1),
+        servers=tuple(ServerSpec(f"server-{i}") for i in range(cfg.k)), share_mode=cfg.share_mode,
+    )
+
+
+def stored_batches(spec: JobSpec, server: int, cfg: SketchBenchConfig) -> list[ShareBatch]:
+    """What server ``server`` stores after the upload (random share contents)."""
+    stream = Randomness.seeded_insecure("bench-shares").stream()
+    pieces = spec.make_sketch().pieces
+    batches = []
+    for index, a in enumerate(range(0, spec.n, cfg.batch_clients)):
+        b = min(a + cfg.batch_clients, spec.n)
+        shape = (pieces, b - a, spec.width)
+        primary = index % spec.k
+        if spec.share_mode == "full" or primary == server:
+            sh = Share(server, shape, data=stream.uint64(shape))
+        else:
+            sh = Share(server, shape, seed=stream.uint64(SEED_BYTES // 8).tobytes())
+        batches.append(ShareBatch(spec.digest, "party-0", index, a, b, tuple(range(spec.width)), sh))
+    return batches
+
+
+def bench_sketch(cfg: SketchBenchConfig) -> dict[str, Any]:
+    """Run the benchmark; returns a JSON-ready dict (seconds, bytes)."""
+    spec = bench_spec(cfg)
+    sketch = spec.make_sketch()
+    t = time.perf_counter()
+    slots = sketch.slots()
+    derive_s = time.perf_counter() - t
+    participants = np.ones(spec.n, dtype=bool)
+    t = time.perf_counter()
+    honest_row_loads(spec, participants, sketch, slots)
+    gate_s = time.perf_counter() - t
+    per_server = []
+    for server in range(spec.k if spec.share_mode == "seed" else 1):
+        batches = stored_batches(spec, server, cfg)
+        result_share(spec, batches[:1], participants, sketch, slots)  # warm-up: first-touch allocations
+        times = []
+        for _ in range(cfg.runs):
+            t = time.perf_counter()
+            result_share(spec, batches, participants, sketch, slots)
+            times.append(time.perf_counter() - t)
+        per_server.append({
+            "server": server,
+            "median_s": statistics.median(times),
+            "runs_s": times,
+            "bytes_received": int(sum(b.share.nbytes for b in batches)),
+        })
+    worst = max(per_server, key=lambda r: r["median_s"])
+    c_mpc_per_server = (cfg.s * cfg.n * cfg.d + cfg.m * cfg.d) * 8
+    return {
+        "benchmark": "sketch",
+        "n": cfg.n, "d": cfg.d, "m": cfg.m, "s": cfg.s, "k": cfg.k, "kind": cfg.kind,
+        "share_mode": cfg.share_mode, "runs": cfg.runs, "batch_clients": cfg.batch_clients,
+        "median_s": worst["median_s"],
+        "median_s_note": "slowest server's median over runs: expand helper seeds + scatter-add mod 2^64",
+        "per_server": per_server,
+        "sketch_derivation_s": derive_s,
+        "gate_row_loads_s": gate_s,
+        "bytes_received": worst["bytes_received"],
+        "bytes_received_all_servers": int(sum(r["bytes_received"] for r in per_server))
+        if cfg.share_mode == "seed" else worst["bytes_received"] * cfg.k,
+        "paper_c_mpc_bytes_per_server": c_mpc_per_server,
+    }
