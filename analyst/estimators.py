@@ -49,6 +49,7 @@ __all__ = [
     "DGMOLS",
     "LowRank",
     "ESTIMATOR_NAMES",
+    "default_ridge_lambda",
     "make_estimator",
 ]
 
@@ -500,6 +501,17 @@ class LowRank:
 
 
 ESTIMATOR_NAMES: tuple[str, ...] = ("ols", "ridge", "lowrank", "rmgm_ols", "dgm_ols")
+
+
+def default_ridge_lambda(noise_variance_per_entry: float, m: int) -> float:
+    """Default ridge λ for the de-biased ridge on a release (documented rule): λ = v·√m.
+
+    After de-biasing, the noise Gram's entries fluctuate around their mean with standard
+    deviation ≈ v·√m (v: noise variance of one scaled release entry, m: sketch rows).  Adding
+    one such standard deviation to the diagonal is a margin against an indefinite Hessian that
+    biases the solution only by a relative ≈ v·√m·D/n, which vanishes as n grows.
+    """
+    return float(noise_variance_per_entry * np.sqrt(m))
 
 
 def make_estimator(

@@ -157,17 +157,38 @@ def _run_bench_sketch(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------- main
-def build_parser() -> argparse.ArgumentParser:
+#: Networked subcommands: name → (module:function that adds the parser, one-line help).  Only the
+#: module of the subcommand being run is imported (actors stay lazily loaded, DESIGN §2).
+ACTOR_COMMANDS = {
+    "certs": ("transport.certs:add_certs_parser", "create a CA and one mTLS certificate per actor"),
+    "server": ("server.main:add_parser", "run an LTM server"),
+    "party": ("party.main:add_parser", "run a party: vet a job, upload shares"),
+    "analyst": ("analyst.main:add_parser", "run the analyst service"),
+    "demo": ("sim.demo:add_parser", "run a whole networked job on loopback: certs, 3 servers, analyst, parties"),
+}
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    import importlib
+
     parser = argparse.ArgumentParser(prog="ltm", description="LTM: distributed differential privacy by secure sketching")
     parser.add_argument("--version", action="version", version="ltm 0.1.0")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_simulate(sub)
     _add_bench(sub)
+    for name, (target, help_text) in ACTOR_COMMANDS.items():
+        if name == command:
+            module, func = target.split(":")
+            getattr(importlib.import_module(module), func)(sub)
+        else:
+            sub.add_parser(name, help=help_text, add_help=False)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = next((a for a in argv if not a.startswith("-")), None)
+    parser = build_parser(command)
     args = parser.parse_args(argv)
     from ltm.calibration import CalibrationError
     from ltm.jobspec import JobSpecError

@@ -88,8 +88,8 @@ def make_batches(spec: JobSpec, party_id: str, table: Mapping[str, np.ndarray], 
                  ) -> Iterator[list[ShareBatch]]:
     """Randomize and share a party's data; yields, per batch, the list of k server batches.
 
-    The primary (full-array) share rotates over servers by batch index so that, in seed mode,
-    download and compute are balanced across servers.
+    The primary (full-array) share rotates over servers by party and batch index so that, in
+    seed mode, download and compute are balanced across servers.
     """
     party = spec.party(party_id)
     plan = plan or spec.noise_plan()
@@ -97,10 +97,11 @@ def make_batches(spec: JobSpec, party_id: str, table: Mapping[str, np.ndarray], 
     vectors = clip_rows(client_vectors(spec, party, table), party.clip_bound, spec.clip_norm)
     columns = tuple(spec.party_column_indices(party))
     digest = spec.digest
+    party_ordinal = [p.party_id for p in spec.parties].index(party_id)
     for batch_index, a, b in plan_batches(party, batch_clients).ranges:
         rand = randomness.child("batch", batch_index)
         lo, hi = a - party.start, b - party.start
         noisy = noisy_copies(vectors[lo:hi], pieces, plan, rand.child("noise"))
         ring = encode(noisy, spec.frac_bits)
-        shares = share(ring, spec.k, rand.child("shares"), mode=spec.share_mode, primary=batch_index % spec.k)
+        shares = share(ring, spec.k, rand.child("shares"), mode=spec.share_mode, primary=(party_ordinal + batch_index) % spec.k)
         yield [ShareBatch(digest, party_id, batch_index, a, b, columns, sh) for sh in shares]

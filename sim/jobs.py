@@ -40,17 +40,6 @@ def default_m(n: int, width: int, *, epsilon: float, delta: float, clip_bound: f
     return int(round(max(min(m, hi), min(lo, hi))))
 
 
-def default_lambda(n: int, m: int, width: int, noise_variance_per_entry: float) -> float:
-    """Default ridge λ (documented rule): λ = v·√m.
-
-    After de-biasing, the noise Gram's entries fluctuate around their mean with standard
-    deviation ≈ v·√m (v: noise variance of one scaled release entry).  Adding one such standard
-    deviation to the diagonal is a margin against an indefinite Hessian that biases the solution
-    only by a relative ≈ v·√m·D/n, which vanishes as n grows.
-    """
-    return noise_variance_per_entry * math.sqrt(m)
-
-
 @dataclass(frozen=True)
 class JobChoices:
     """What ``build_job`` decided and why (reported in the simulate output)."""

@@ -14,14 +14,14 @@ from typing import Any
 import numpy as np
 
 from analyst.baselines import adassp, local_release, mod_sulq, ssp_ridge
-from analyst.estimators import LowRank, linear_predictor, make_estimator, solve_ridge
+from analyst.estimators import LowRank, default_ridge_lambda, linear_predictor, make_estimator, solve_ridge
 from analyst.metrics import phi, psi, r2, mse
 from ltm.clipping import clip_rows
 from ltm.jobspec import JobSpec
 from ltm.randomness import Randomness
 from sim.data import DataError, Table, load_bundled, load_csv, synthetic_lowrank, synthetic_ridge
 from sim.inprocess import run_inprocess
-from sim.jobs import DEFAULT_CLIP_BOUND, build_job, default_lambda, party_tables
+from sim.jobs import DEFAULT_CLIP_BOUND, build_job, party_tables
 
 MODELS = ("ols", "ridge", "lowrank", "rmgm_ols", "dgm_ols")
 TEST_FRACTION = 0.2
@@ -138,21 +138,31 @@ def simulate(cfg: SimulateConfig) -> dict[str, Any]:
                    "m_rule": choices.m_rule},
         "privacy": release.privacy,
         "randomness": randomness.label,
+        "baseline_delta": baseline_delta(cfg),
         "release_sha256": release.sha256,
         "job_digest": spec.digest,
     }
     t = time.perf_counter()
     rng = np.random.default_rng(np.frombuffer(randomness.child("baselines").bytes(16), dtype=np.uint64))
-    if cfg.model == "lowrank":
-        report.update(_lowrank_report(cfg, spec, release, V, rng))
-    else:
-        report.update(_regression_report(cfg, spec, release, V, test, rng))
+    report.update(report_for_release(cfg, spec, release, V, test, rng))
     t_fit = time.perf_counter() - t
     timing = {"spec": t_spec, **run.timing_s, "fit_and_baselines": t_fit,
               "total": time.perf_counter() - t_start}
     report["bytes_to_servers"] = run.bytes_to_server
     report["timing_s"] = {k: round(v, 4) for k, v in timing.items()}
     return report
+
+
+def report_for_release(cfg: SimulateConfig, spec: JobSpec, release, V: np.ndarray, test: Table | None,
+                       rng: np.random.Generator) -> dict[str, Any]:
+    """Fit the configured model on a release and set it beside the baselines on the same data.
+
+    Shared by ``simulate`` (in-process release) and ``demo`` (networked release), so the same
+    seed gives the same numbers on both transports.
+    """
+    if cfg.model == "lowrank":
+        return _lowrank_report(cfg, spec, release, V, rng)
+    return _regression_report(cfg, spec, release, V, test, rng)
 
 
 def _regression_metrics(predictor, spec: JobSpec, V: np.ndarray, lam: float, test: Table) -> dict[str, float]:
@@ -166,25 +176,31 @@ def _regression_metrics(predictor, spec: JobSpec, V: np.ndarray, lam: float, tes
     return {"r2": r2(y_test, y_hat), "mse": mse(y_test, y_hat), "phi": phi(A, b, predictor.coef_scaled_, lam)}
 
 
+def baseline_delta(cfg: SimulateConfig) -> float:
+    """δ for the Gaussian central/local baselines (a pure-ε Laplace job compares against δ = 1e-6)."""
+    return cfg.delta if cfg.delta > 0 else 1e-6
+
+
 def _regression_report(cfg: SimulateConfig, spec: JobSpec, release, V, test: Table, rng) -> dict[str, Any]:
     m = spec.sketch.m
     entry_var = release.noise_variance_per_column / m
-    lam = cfg.lam if cfg.lam is not None else default_lambda(release.n, m, spec.width, entry_var)
+    lam = cfg.lam if cfg.lam is not None else default_ridge_lambda(entry_var, m)
     model = make_estimator(cfg.model, lam=lam, rank=cfg.rank, debias=cfg.debias).fit(release)
     label = spec.label_index
     A = V[:, [j for j in range(spec.width) if j != label]]
     b = V[:, label]
     nonprivate = linear_predictor(solve_ridge(A, b, lam), release)
-    central_fit = (ssp_ridge(A, b, lam, cfg.epsilon, cfg.delta, spec.clip_bound, rng) if cfg.model == "ridge"
-                   else adassp(A, b, cfg.epsilon, cfg.delta, spec.clip_bound, rng))
+    delta = baseline_delta(cfg)
+    central_fit = (ssp_ridge(A, b, lam, cfg.epsilon, delta, spec.clip_bound, rng) if cfg.model == "ridge"
+                   else adassp(A, b, cfg.epsilon, delta, spec.clip_bound, rng))
     central = linear_predictor(central_fit.coef, release)
-    local_rel = local_release(release, V, cfg.epsilon, cfg.delta, spec.clip_bound, rng)
+    local_rel = local_release(release, V, cfg.epsilon, delta, spec.clip_bound, rng)
     local_model = make_estimator(cfg.model, lam=lam, rank=cfg.rank, debias=cfg.debias).fit(local_rel)
     return {
         "coef": [float(c) for c in model.coef_],
         "intercept": float(model.intercept_),
         "lambda": lam,
-        "lambda_rule": "given" if cfg.lam is not None else "default_lambda: v·√m (v: noise variance per scaled entry)",
+        "lambda_rule": "given" if cfg.lam is not None else "default_ridge_lambda: v·√m (v: noise variance per scaled entry)",
         "debias": bool(getattr(model, "debias", False)),
         "metrics": _regression_metrics(model, spec, V, lam, test),
         "baselines": {
@@ -199,8 +215,9 @@ def _regression_report(cfg: SimulateConfig, spec: JobSpec, release, V, test: Tab
 def _lowrank_report(cfg: SimulateConfig, spec: JobSpec, release, V, rng) -> dict[str, Any]:
     model = LowRank(cfg.rank).fit(release)
     exact = LowRank(cfg.rank).fit_matrix(V)
-    central = mod_sulq(V, cfg.rank, cfg.epsilon, cfg.delta, rng, clip_norm=spec.clip_bound)
-    local = LowRank(cfg.rank).fit(local_release(release, V, cfg.epsilon, cfg.delta, spec.clip_bound, rng))
+    delta = baseline_delta(cfg)
+    central = mod_sulq(V, cfg.rank, cfg.epsilon, delta, rng, clip_norm=spec.clip_bound)
+    local = LowRank(cfg.rank).fit(local_release(release, V, cfg.epsilon, delta, spec.clip_bound, rng))
     return {
         "rank": cfg.rank,
         "coef": model.components_.tolist(),

@@ -1,0 +1,115 @@
+"""``ltm party``: a party process that vets a job and uploads its clients' shares."""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import grpc
+
+from ltm.randomness import Randomness
+from ltm.v1 import ltm_pb2_grpc
+from party.randomizer import DEFAULT_BATCH_CLIENTS, PartyDataError
+from party.uploader import PartyPolicy, PolicyViolation, fetch_job, run_upload
+from transport.config import load_config, merge
+from transport.logs import setup_logging
+from transport.tls import make_channel
+
+log = logging.getLogger("ltm.party")
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("party", help="run a party: fetch and vet a job, upload shares to every server")
+    p.add_argument("--config", help="TOML file with the settings below (flags win)")
+    p.add_argument("--id", help="this party's identity, e.g. party-3 (must match its certificate)")
+    p.add_argument("--servers", help="server endpoints host:port, comma-separated, in the job's server order")
+    p.add_argument("--server-ids", help="expected server identities, comma-separated (verified by TLS and policy)")
+    p.add_argument("--certs", help="certificate directory made by `ltm certs`")
+    p.add_argument("--insecure", action="store_true", default=None, help="plaintext transport (testing only)")
+    p.add_argument("--job", help="job id to join")
+    p.add_argument("--data", help="CSV with this party's rows (rows partition) or columns (columns partition)")
+    p.add_argument("--max-epsilon", type=float, help="largest ε this party accepts (default 1)")
+    p.add_argument("--max-delta", type=float, help="largest δ this party accepts (default 1e-5)")
+    p.add_argument("--min-load", type=int, help="smallest promised honest load L accepted (default 1)")
+    p.add_argument("--allow-paper-calibration", action="store_true", default=None,
+                   help="accept the reproduction-only 'paper' calibration")
+    p.add_argument("--batch-clients", type=int, help=f"clients per upload batch (default {DEFAULT_BATCH_CLIENTS})")
+    p.add_argument("--wait", type=float, help="seconds to wait for the job to be published (default 30)")
+    p.add_argument("--seed", type=int, help="SEEDED MODE: reproducible and NOT private (experiments only)")
+    p.add_argument("--summary-file", help="write a JSON summary of the upload here")
+    p.add_argument("--no-progress", action="store_true", default=None)
+    p.add_argument("--log-level")
+    p.set_defaults(func=run)
+
+
+def read_party_table(path: str) -> dict:
+    from sim.data import load_csv  # CSV parsing shared with the simulator; no actor imports
+
+    return dict(load_csv(path, label=None).columns)
+
+
+async def participate(args: argparse.Namespace) -> dict:
+    endpoints = [e.strip() for e in args.servers.split(",") if e.strip()]
+    server_ids = [s.strip() for s in (args.server_ids or "").split(",") if s.strip()]
+    if server_ids and len(server_ids) != len(endpoints):
+        raise SystemExit("ltm party: --server-ids must name one identity per --servers endpoint")
+    channels = []
+    for i, endpoint in enumerate(endpoints):
+        # With --server-ids the TLS handshake checks that endpoint i presents server i's certificate.
+        options = [("grpc.ssl_target_name_override", server_ids[i])] if server_ids and not args.insecure else None
+        channels.append(make_channel(endpoint, args.certs, args.id, insecure=bool(args.insecure), options=options))
+    stubs = [ltm_pb2_grpc.ServerStub(c) for c in channels]
+    policy = PartyPolicy(max_epsilon=args.max_epsilon if args.max_epsilon is not None else 1.0,
+                         max_delta=args.max_delta if args.max_delta is not None else 1e-5,
+                         min_honest_load=args.min_load or 1, expected_servers=tuple(server_ids),
+                         allow_reproduction_calibration=bool(args.allow_paper_calibration))
+    deadline = time.monotonic() + (args.wait if args.wait is not None else 30.0)
+    try:
+        while True:
+            try:
+                spec = await fetch_job(stubs, args.job)
+                break
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() not in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNAVAILABLE) \
+                        or time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.2)
+        policy.check(spec)
+        table = read_party_table(args.data)
+        randomness = (Randomness.seeded_insecure(args.seed).child("party", args.id) if args.seed is not None
+                      else Randomness.system())
+        log.info("job accepted", extra={"job_id": spec.job_id, "digest": spec.digest, "epsilon": spec.privacy.epsilon,
+                                        "randomness": randomness.label})
+        summary = await run_upload(stubs, spec, args.id, table, randomness,
+                                   batch_clients=args.batch_clients or DEFAULT_BATCH_CLIENTS,
+                                   progress=not args.no_progress)
+    finally:
+        for c in channels:
+            await c.close()
+    log.info("upload complete", extra=asdict(summary))
+    return {**asdict(summary), "job_id": spec.job_id, "job_digest": spec.digest}
+
+
+def run(args: argparse.Namespace) -> int:
+    args = merge(args, load_config(args.config), required=("id", "servers", "job", "data"))
+    if not args.insecure and not args.certs:
+        raise SystemExit("ltm party: --certs is required (or --insecure for a plaintext test run)")
+    setup_logging(args.id, args.log_level or "info")
+    try:
+        result = asyncio.run(participate(args))
+    except PolicyViolation as exc:
+        log.error(str(exc))
+        return 3
+    except PartyDataError as exc:
+        log.error(f"bad data: {exc}")
+        return 4
+    except grpc.aio.AioRpcError as exc:
+        log.error("upload refused", extra={"code": exc.code().name, "details": exc.details()})
+        return 5
+    if args.summary_file:
+        Path(args.summary_file).write_text(json.dumps(result))
+    return 0

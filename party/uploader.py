@@ -1,0 +1,162 @@
+"""The party's network side: fetch and vet the job, then stream shares to the k servers.
+
+A party trusts nothing it has not checked: it fetches the job spec from *every* server, requires
+them to agree (same digest), checks the spec against its own :class:`PartyPolicy` (largest ε it
+accepts, smallest honest load, expected server identities, no reproduction-only calibration)
+and only then randomizes and uploads.  Each batch goes to the k servers concurrently; a failed
+stream is retried with exponential backoff (uploads are idempotent per (job, party, batch)).
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import grpc
+import numpy as np
+
+from ltm.batch import ShareBatch
+from ltm.jobspec import JobSpec
+from ltm.randomness import Randomness
+from ltm.v1 import ltm_pb2, ltm_pb2_grpc
+from party.randomizer import DEFAULT_BATCH_CLIENTS, make_batches
+
+log = logging.getLogger("ltm.party")
+UPLOAD_CHUNK_BYTES = 1 << 20
+RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.ABORTED,
+             grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN}
+
+
+class PolicyViolation(Exception):
+    """The job asks for something this party's policy does not accept; nothing was sent."""
+
+
+@dataclass(frozen=True)
+class PartyPolicy:
+    """What a party accepts before sending anything."""
+
+    max_epsilon: float = 1.0
+    max_delta: float = 1e-5
+    min_honest_load: int = 1
+    expected_servers: tuple[str, ...] = ()
+    allow_reproduction_calibration: bool = False
+
+    def check(self, spec: JobSpec) -> None:
+        p = spec.privacy
+        problems = []
+        if p.epsilon > self.max_epsilon:
+            problems.append(f"ε = {p.epsilon:g} exceeds this party's limit {self.max_epsilon:g}")
+        if p.delta > self.max_delta:
+            problems.append(f"δ = {p.delta:g} exceeds this party's limit {self.max_delta:g}")
+        if p.min_honest_load < self.min_honest_load:
+            problems.append(f"promised honest load L = {p.min_honest_load} is below this party's minimum "
+                            f"{self.min_honest_load}")
+        if p.calibration == "paper" and not self.allow_reproduction_calibration:
+            problems.append("calibration 'paper' is a reproduction mode; this party does not accept it")
+        ids = tuple(s.server_id for s in spec.servers)
+        if self.expected_servers and ids != self.expected_servers:
+            problems.append(f"the job's servers {list(ids)} are not the expected {list(self.expected_servers)}")
+        if problems:
+            raise PolicyViolation("refusing the job: " + "; ".join(problems))
+
+
+@dataclass
+class UploadSummary:
+    party_id: str
+    batches: int = 0
+    clients: int = 0
+    bytes_per_server: list[int] = field(default_factory=list)
+    retries: int = 0
+    seconds: float = 0.0
+
+
+async def fetch_job(stubs: list[ltm_pb2_grpc.ServerStub], job_id: str, timeout: float = 10.0) -> JobSpec:
+    """The job spec, fetched from every server; they must all serve the same digest."""
+    replies = await asyncio.gather(*(s.GetJob(ltm_pb2.GetJobRequest(job_id=job_id), timeout=timeout) for s in stubs))
+    digests = {r.job_digest for r in replies}
+    if len(digests) != 1:
+        raise PolicyViolation(f"servers disagree about job {job_id!r} (digests {sorted(d[:12] for d in digests)})")
+    spec = JobSpec.from_json(replies[0].spec_json)
+    if spec.digest != replies[0].job_digest:
+        raise PolicyViolation("the served job spec does not hash to the digest the server states")
+    return spec
+
+
+def _chunks(batch: ShareBatch, job_id: str):
+    share = batch.share
+    payload = b"" if share.seed is not None else np.ascontiguousarray(share.data, dtype="<u8").tobytes()
+    header = ltm_pb2.BatchHeader(
+        job_id=job_id, job_digest=batch.job_digest, party_id=batch.party_id, batch_index=batch.batch_index,
+        start=batch.start, stop=batch.stop, columns=list(batch.columns), shape=list(share.shape),
+        server_index=share.server, seed=share.seed or b"",
+        data_sha256=hashlib.sha256(payload).digest() if payload else b"")
+    yield ltm_pb2.UploadChunk(header=header)
+    for i in range(0, len(payload), UPLOAD_CHUNK_BYTES):
+        yield ltm_pb2.UploadChunk(data=payload[i:i + UPLOAD_CHUNK_BYTES])
+
+
+async def upload_batch(stub: ltm_pb2_grpc.ServerStub, batch: ShareBatch, job_id: str, *, attempts: int = 6,
+                       base_delay: float = 0.2, timeout: float = 120.0) -> tuple[ltm_pb2.UploadReceipt, int]:
+    """Stream one batch to one server, retrying transient failures with exponential backoff.
+
+    Returns the receipt and the number of retries.  Non-retryable refusals (a gate, policy or
+    validation error) are raised at once: retrying would not change the answer.
+    """
+    for attempt in range(attempts):
+        try:
+            receipt = await stub.Upload(_chunks(batch, job_id), timeout=timeout, wait_for_ready=True)
+            return receipt, attempt
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() not in RETRYABLE or attempt == attempts - 1:
+                raise
+            delay = base_delay * 2**attempt
+            log.warning("upload failed, retrying", extra={"batch": batch.batch_index, "server": batch.server,
+                                                          "code": exc.code().name, "delay_s": delay})
+            await asyncio.sleep(delay)
+    raise AssertionError("unreachable")
+
+
+class Progress:
+    """A one-line progress display on stderr for uploads large enough to notice (> 1 s)."""
+
+    def __init__(self, label: str, total: int, enabled: bool) -> None:
+        self.label, self.total, self.done, self.enabled = label, total, 0, enabled
+        self.start = time.monotonic()
+
+    def advance(self, amount: int) -> None:
+        self.done += amount
+        if self.enabled and time.monotonic() - self.start > 1.0:
+            frac = self.done / max(self.total, 1)
+            bar = "#" * int(30 * frac)
+            print(f"\r{self.label} [{bar:<30}] {100 * frac:5.1f}% ({self.done}/{self.total} clients)",
+                  end="" if self.done < self.total else "\n", file=sys.stderr, flush=True)
+
+
+async def run_upload(stubs: list[ltm_pb2_grpc.ServerStub], spec: JobSpec, party_id: str,
+                     table: Mapping[str, np.ndarray], randomness: Randomness, *,
+                     batch_clients: int = DEFAULT_BATCH_CLIENTS, progress: bool = True) -> UploadSummary:
+    """Randomize, share and upload all of this party's clients; returns what was sent."""
+    t0 = time.monotonic()
+    summary = UploadSummary(party_id, bytes_per_server=[0] * spec.k)
+    party = spec.party(party_id)
+    bar = Progress(party_id, party.size, progress)
+    batches = make_batches(spec, party_id, table, randomness, batch_clients=batch_clients)
+    pending = asyncio.create_task(asyncio.to_thread(next, batches, None))
+    while True:
+        per_server = await pending
+        if per_server is None:
+            break
+        pending = asyncio.create_task(asyncio.to_thread(next, batches, None))  # randomize the next batch meanwhile
+        results = await asyncio.gather(*(upload_batch(stubs[b.server], b, spec.job_id) for b in per_server))
+        for b, (_, retries) in zip(per_server, results):
+            summary.bytes_per_server[b.server] += b.share.nbytes
+            summary.retries += retries
+        summary.batches += 1
+        summary.clients += per_server[0].count
+        bar.advance(per_server[0].count)
+    summary.seconds = time.monotonic() - t0
+    return summary

@@ -1,0 +1,72 @@
+"""``ltm server``: a long-running LTM server process (grpc.aio, mTLS, health, graceful SIGTERM)."""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+from pathlib import Path
+
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from ltm.v1 import ltm_pb2_grpc
+from server.core import ServerCore
+from server.service import MAX_BATCH_BYTES, ServerService
+from transport.config import load_config, merge
+from transport.logs import setup_logging
+from transport.tls import add_secure_port, make_server
+
+log = logging.getLogger("ltm.server")
+SERVICE_NAME = "ltm.v1.Server"
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("server", help="run an LTM server (stores shares, enforces the release gate)")
+    p.add_argument("--config", help="TOML file with the settings below (flags win)")
+    p.add_argument("--id", help="this server's identity, e.g. server-0 (must match its certificate)")
+    p.add_argument("--listen", help="address to bind, e.g. 127.0.0.1:50051 (port 0 = any free port)")
+    p.add_argument("--data-dir", help="directory for the durable store (SQLite WAL + share blobs)")
+    p.add_argument("--certs", help="certificate directory made by `ltm certs`")
+    p.add_argument("--insecure", action="store_true", default=None,
+                   help="plaintext, unauthenticated transport (testing only; never in production)")
+    p.add_argument("--port-file", help="write the bound port here once serving (for launchers)")
+    p.add_argument("--max-batch-bytes", type=int, help=f"largest accepted batch (default {MAX_BATCH_BYTES})")
+    p.add_argument("--log-level", help="debug, info (default), warning")
+    p.set_defaults(func=run)
+
+
+async def serve(args: argparse.Namespace) -> None:
+    from server.sqlite_store import SqliteStore
+
+    core = ServerCore(args.id, SqliteStore(Path(args.data_dir)))
+    service = ServerService(core, insecure=bool(args.insecure),
+                            max_batch_bytes=args.max_batch_bytes or MAX_BATCH_BYTES)
+    server = make_server()
+    ltm_pb2_grpc.add_ServerServicer_to_server(service, server)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    port = add_secure_port(server, args.listen, args.certs, args.id, insecure=bool(args.insecure))
+    await server.start()
+    await health_servicer.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
+    await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+    if args.port_file:
+        Path(args.port_file).write_text(str(port))
+    log.info("serving", extra={"port": port, "tls": not args.insecure, "data_dir": str(args.data_dir)})
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("stopping (signal): finishing in-flight calls")
+    await health_servicer.enter_graceful_shutdown()
+    await server.stop(grace=5.0)
+    log.info("stopped")
+
+
+def run(args: argparse.Namespace) -> int:
+    args = merge(args, load_config(args.config), required=("id", "listen", "data_dir"))
+    if not args.insecure and not args.certs:
+        raise SystemExit("ltm server: --certs is required (or --insecure for a plaintext test run)")
+    setup_logging(args.id, args.log_level or "info")
+    asyncio.run(serve(args))
+    return 0

@@ -1,0 +1,197 @@
+"""The server's gRPC layer: a thin ``grpc.aio`` servicer over :class:`server.core.ServerCore`.
+
+Every RPC authenticates the caller from its mTLS certificate (``transport.tls``), hands the
+request to the pure core in a worker thread (numpy work must not block the event loop), and maps
+:class:`ltm.errors.ProtocolError` to the gRPC status it names.  Uploads are validated from their
+header before any data is read, bounded in size, checksummed, and acknowledged only after the
+store has made the batch durable.
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import threading
+from collections.abc import AsyncIterator
+
+import grpc
+import numpy as np
+
+from ltm.batch import ShareBatch
+from ltm.errors import ProtocolError
+from ltm.jobspec import JobSpec, JobSpecError
+from ltm.sharing import SEED_BYTES, Share
+from ltm.v1 import ltm_pb2, ltm_pb2_grpc
+from server.core import ServerCore
+from transport.tls import authenticate
+
+log = logging.getLogger("ltm.server")
+
+#: Largest share payload accepted in one batch (a batch of 65 536 clients × 11 columns × 50
+#: pieces is 288 MiB; bigger batches must be split by the party).
+MAX_BATCH_BYTES = 512 * 1024 * 1024
+RELEASE_CHUNK_BYTES = 1 << 20
+
+
+async def _abort(context: grpc.aio.ServicerContext, exc: Exception) -> None:
+    if isinstance(exc, ProtocolError):
+        await context.abort(getattr(grpc.StatusCode, exc.code), exc.message)
+    if isinstance(exc, JobSpecError):
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+    raise exc
+
+
+class ServerService(ltm_pb2_grpc.ServerServicer):
+    """The ``ltm.v1.Server`` service of one LTM server."""
+
+    def __init__(self, core: ServerCore, *, insecure: bool = False, max_batch_bytes: int = MAX_BATCH_BYTES) -> None:
+        self.core = core
+        self.insecure = insecure
+        self.max_batch_bytes = max_batch_bytes
+        # One writer at a time: accept/close/release read-check-write the store.
+        self._lock = threading.Lock()
+
+    async def _call(self, fn, *args, **kwargs):
+        def locked():
+            with self._lock:
+                return fn(*args, **kwargs)
+        return await asyncio.to_thread(locked)
+
+    # ------------------------------------------------------------------ jobs
+    async def CreateJob(self, request, context):
+        who = await authenticate(context, {"analyst"}, insecure=self.insecure)
+        try:
+            spec = JobSpec.from_json(request.spec_json)
+            digest = await self._call(self.core.create_job, spec, caller_role=who.role)
+        except (ProtocolError, JobSpecError) as exc:
+            await _abort(context, exc)
+        log.info("job created", extra={"job_id": spec.job_id, "digest": digest, "caller": who.actor})
+        return ltm_pb2.CreateJobResponse(job_id=spec.job_id, job_digest=digest)
+
+    async def GetJob(self, request, context):
+        await authenticate(context, insecure=self.insecure)
+        try:
+            spec = self.core.spec(request.job_id)
+        except ProtocolError as exc:
+            await _abort(context, exc)
+        return ltm_pb2.GetJobResponse(spec_json=spec.canonical_json(), job_digest=spec.digest,
+                                      closed=self.core.store.is_closed(spec.job_id))
+
+    async def Status(self, request, context):
+        await authenticate(context, insecure=self.insecure)
+        try:
+            spec = self.core.spec(request.job_id)
+        except ProtocolError as exc:
+            await _abort(context, exc)
+        held = int(self.core.held(spec.job_id).sum())
+        return ltm_pb2.StatusResponse(
+            job_id=spec.job_id, closed=self.core.store.is_closed(spec.job_id),
+            released=self.core.store.get_release(spec.job_id) is not None, clients_held=held)
+
+    # ------------------------------------------------------------------ upload
+    async def Upload(self, request_iterator: AsyncIterator[ltm_pb2.UploadChunk], context):
+        who = await authenticate(context, {"party"}, insecure=self.insecure)
+        first = await anext(aiter(request_iterator), None)
+        if first is None or not first.HasField("header"):
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "an upload starts with a BatchHeader message")
+        h = first.header
+        try:
+            batch_shape, expected = self._check_header(h, who.actor)
+        except ProtocolError as exc:
+            await _abort(context, exc)
+        received = 0
+        buf = bytearray(expected)
+        async for chunk in request_iterator:
+            if chunk.HasField("header"):
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "only the first message may carry a header")
+            data = chunk.data
+            if received + len(data) > expected:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                    f"oversize upload: more than the {expected} bytes the header's shape declares")
+            buf[received:received + len(data)] = data
+            received += len(data)
+        if h.seed:
+            share = Share(h.server_index, batch_shape, seed=bytes(h.seed))
+        else:
+            if received != expected:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                    f"truncated upload: {received} of {expected} bytes; retry the batch")
+            if hashlib.sha256(buf).digest() != bytes(h.data_sha256):
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                    "payload SHA-256 does not match the header (corrupted in transit?); retry the batch")
+            data = np.frombuffer(buf, dtype="<u8").astype(np.uint64, copy=False).reshape(batch_shape)
+            share = Share(h.server_index, batch_shape, data=data)
+        batch = ShareBatch(h.job_digest, h.party_id, int(h.batch_index), int(h.start), int(h.stop),
+                           tuple(int(c) for c in h.columns), share)
+        try:
+            receipt = await self._call(self.core.accept, batch, h.job_id, caller_role=who.role, caller_id=who.actor)
+        except ProtocolError as exc:
+            log.warning("upload refused", extra={"job_id": h.job_id, "party": who.actor, "code": exc.code,
+                                                 "reason": exc.message})
+            await _abort(context, exc)
+        return ltm_pb2.UploadReceipt(job_id=receipt.job_id, party_id=receipt.party_id,
+                                     batch_index=receipt.batch_index, content_digest=receipt.content_digest,
+                                     clients=receipt.clients, bytes_received=received or SEED_BYTES)
+
+    def _check_header(self, h: ltm_pb2.BatchHeader, actor: str) -> tuple[tuple[int, ...], int]:
+        """Refuse a bad upload from its header alone, before reading any data."""
+        spec = self.core.spec(h.job_id)
+        if h.party_id != actor:
+            raise ProtocolError("PERMISSION_DENIED", f"{actor} may not upload as {h.party_id!r}")
+        if h.job_digest != spec.digest:
+            raise ProtocolError("FAILED_PRECONDITION", "the batch names a different job digest; fetch the job spec again")
+        shape = tuple(int(x) for x in h.shape)
+        if len(shape) != 3 or any(x <= 0 for x in shape):
+            raise ProtocolError("INVALID_ARGUMENT", f"shape must be 3 positive integers (pieces, clients, columns), got {shape}")
+        expected = 8 * int(np.prod(shape, dtype=np.int64))
+        if expected > self.max_batch_bytes:
+            raise ProtocolError("RESOURCE_EXHAUSTED", f"batch of {expected} bytes exceeds the server's limit of "
+                                                      f"{self.max_batch_bytes}; send smaller batches")
+        if h.seed and len(h.seed) != SEED_BYTES:
+            raise ProtocolError("INVALID_ARGUMENT", f"a helper-share seed is {SEED_BYTES} bytes, got {len(h.seed)}")
+        if not h.seed and len(h.data_sha256) != 32:
+            raise ProtocolError("INVALID_ARGUMENT", "a data upload needs the payload's 32-byte SHA-256 in the header")
+        try:
+            party = spec.party(actor)
+        except KeyError:
+            raise ProtocolError("PERMISSION_DENIED", f"{actor} is not a party of job {h.job_id!r}") from None
+        if not (party.start <= h.start < h.stop <= party.stop):
+            raise ProtocolError("PERMISSION_DENIED", f"{actor} may upload clients [{party.start}, {party.stop}) only, "
+                                                     f"not [{h.start}, {h.stop})")
+        if self.core.store.is_closed(h.job_id):
+            raise ProtocolError("FAILED_PRECONDITION", f"job {h.job_id!r} is closed to uploads")
+        return shape, (0 if h.seed else expected)
+
+    # ------------------------------------------------------------------ close and release
+    async def Close(self, request, context):
+        who = await authenticate(context, {"analyst"}, insecure=self.insecure)
+        try:
+            spec = self.core.spec(request.job_id)
+            if request.job_digest != spec.digest:
+                raise ProtocolError("FAILED_PRECONDITION", "the request names a different job digest")
+            held = await self._call(self.core.close, request.job_id, caller_role=who.role)
+        except ProtocolError as exc:
+            await _abort(context, exc)
+        log.info("job closed", extra={"job_id": request.job_id, "held": int(held.sum())})
+        return ltm_pb2.CloseResponse(n=spec.n, held_bits=np.packbits(held).tobytes(), held=int(held.sum()))
+
+    async def Release(self, request, context):
+        who = await authenticate(context, {"analyst"}, insecure=self.insecure)
+        try:
+            spec = self.core.spec(request.job_id)
+            bits = np.frombuffer(request.participant_bits, dtype=np.uint8)
+            if bits.size != (spec.n + 7) // 8:
+                raise ProtocolError("INVALID_ARGUMENT", f"participant_bits must hold {spec.n} bits "
+                                                        f"({(spec.n + 7) // 8} bytes), got {bits.size} bytes")
+            participants = np.unpackbits(bits, count=spec.n).astype(bool)
+            result = await self._call(self.core.release, request.job_id, participants, caller_role=who.role,
+                                      job_digest=request.job_digest)
+        except ProtocolError as exc:
+            log.warning("release refused", extra={"job_id": request.job_id, "code": exc.code, "reason": exc.message})
+            await _abort(context, exc)
+        payload = np.ascontiguousarray(result, dtype="<u8").tobytes()
+        log.info("released", extra={"job_id": request.job_id, "participants": int(participants.sum())})
+        yield ltm_pb2.ReleaseChunk(header=ltm_pb2.ReleaseHeader(rows=result.shape[0], cols=result.shape[1],
+                                                                result_sha256=hashlib.sha256(payload).digest()))
+        for i in range(0, len(payload), RELEASE_CHUNK_BYTES):
+            yield ltm_pb2.ReleaseChunk(data=payload[i:i + RELEASE_CHUNK_BYTES])

@@ -1,0 +1,624 @@
+"""A durable :class:`~server.store.ServerStore`: SQLite (WAL, ``synchronous=FULL``) plus share blobs.
+
+Layout of a store directory::
+
+    <dir>/LOCK                                   exclusive flock: one process per directory
+    <dir>/server.db                              jobs, batch metadata, release records
+    <dir>/blobs/<job>/<party>/<batch_index>.u64  explicit uint64 shares, raw little-endian
+
+(``<job>`` and ``<party>`` are the ids escaped into safe, injective file names; see
+:func:`path_component`.)  Helper shares that are 32-byte seeds live inline in their row.
+
+Durability (DESIGN §5): every mutating method returns only after its effect is committed to disk,
+so a process killed at any point (``kill -9``, power loss) and reopened has every acknowledged item.
+
+* ``put_batch`` writes the share data to a uniquely named temp file next to its final path and
+  fsyncs it; then, under the store lock, renames it to ``<batch_index>.u64``, fsyncs the directory,
+  inserts the row and commits.  The blob is durable before the row that names it, so a committed
+  row always has its complete blob; a crash before the commit leaves at most an orphan blob or temp
+  file, which the next open deletes.  In-memory coverage is updated only after the commit.
+* The job spec (canonical JSON), the closed flag and the release record (participants digest plus
+  the exact result bytes) are single committed transactions.
+* If a COMMIT itself fails the store cannot know whether the transaction reached the disk; it then
+  refuses every further write (:class:`StoreError`) until it is reopened, which re-derives the state
+  from what is actually on disk.
+
+Thread-safety: ONE SQLite connection (``check_same_thread=False``) guarded by one
+``threading.Lock``; every database access holds it.  The expensive part of an upload — writing
+and fsyncing the blob — runs outside the lock, so concurrent uploads overlap their data I/O and
+serialise only rename + directory fsync + commit.  All methods block (fsync): from ``asyncio``
+code call them through ``asyncio.to_thread`` / an executor.  Because the check-then-write of the
+core is not atomic under concurrency, ``put_batch`` re-checks under the lock that the key is new,
+the job is open and no cell is already held, and raises :class:`~ltm.errors.ProtocolError`
+otherwise (the same codes the core uses), so a race can never double-count a client.
+
+``batches(job_id)`` snapshots the job's batch metadata (ordered by ``(party_id, batch_index)``) and
+then loads one blob at a time (``np.fromfile``), so share data in memory is O(one batch).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import sqlite3
+import sys
+import threading
+from collections.abc import Iterator
+from hashlib import sha256
+from pathlib import Path
+
+import numpy as np
+
+from ltm.batch import ShareBatch
+from ltm.errors import ProtocolError
+from ltm.jobspec import JobSpec
+from ltm.sharing import SEED_BYTES, Share
+from server.store import ReleaseRecord, StoredBatch, mark_coverage
+
+try:  # POSIX advisory locks; without fcntl the single-process rule is not enforced
+    import fcntl
+except ImportError:  # pragma: no cover - non-POSIX
+    fcntl = None  # type: ignore[assignment]
+
+SCHEMA_VERSION = 1
+DB_NAME = "server.db"
+BLOB_DIR = "blobs"
+LOCK_NAME = "LOCK"
+BLOB_SUFFIX = ".u64"
+TMP_SUFFIX = ".tmp"
+_LE_U64 = np.dtype("<u8")
+
+_SCHEMA = """
+CREATE TABLE schema_version (version INTEGER NOT NULL);
+CREATE TABLE jobs (
+    job_id    TEXT PRIMARY KEY,
+    spec_json TEXT NOT NULL,
+    digest    TEXT NOT NULL,
+    closed    INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE batches (
+    job_id         TEXT NOT NULL REFERENCES jobs(job_id),
+    party_id       TEXT NOT NULL,
+    batch_index    INTEGER NOT NULL,
+    start          INTEGER NOT NULL,
+    stop           INTEGER NOT NULL,
+    columns        TEXT NOT NULL,
+    server         INTEGER NOT NULL,
+    shape          TEXT NOT NULL,
+    content_digest TEXT NOT NULL,
+    seed           BLOB NULL,
+    blob_path      TEXT NULL,
+    PRIMARY KEY (job_id, party_id, batch_index),
+    CHECK ((seed IS NULL) <> (blob_path IS NULL))
+);
+CREATE UNIQUE INDEX batches_blob_path ON batches(blob_path);
+CREATE TABLE releases (
+    job_id              TEXT PRIMARY KEY REFERENCES jobs(job_id),
+    participants_digest TEXT NOT NULL,
+    shape               TEXT NOT NULL,
+    result              BLOB NOT NULL
+);
+"""
+
+_BATCH_COLUMNS = "party_id, batch_index, start, stop, columns, server, shape, content_digest, seed, blob_path"
+
+
+class StoreError(RuntimeError):
+    """The store cannot be used: bad directory, in use elsewhere, wrong schema, failed or closed."""
+
+
+class StoreCorruptError(StoreError):
+    """Stored state is inconsistent (a committed batch's blob is missing or damaged)."""
+
+
+_SAFE = re.compile(r"[A-Za-z0-9_-]")
+
+
+def path_component(name: str) -> str:
+    """An injective, file-system-safe directory name for an id.
+
+    Characters outside ``[A-Za-z0-9_-]`` (including ``.``, ``/`` and ``%``) become ``%XX`` per
+    UTF-8 byte, so distinct ids never share a directory and ``.``/``..`` cannot occur.  Names that
+    would be longer than 120 characters become ``%h`` + SHA-256 (never the output of escaping).
+    """
+    out = "".join(c if _SAFE.fullmatch(c) else "".join(f"%{b:02X}" for b in c.encode()) for c in name)
+    if not out or len(out) > 120:
+        out = "%h" + sha256(name.encode()).hexdigest()
+    return out
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _as_int_tuple(values) -> tuple[int, ...]:
+    return tuple(int(v) for v in values)
+
+
+class SqliteStore:
+    """Durable :class:`~server.store.ServerStore` in one directory (see module docstring).
+
+    Use as a context manager or call :meth:`close`; only one open store per directory (also
+    within one process) — a second open raises :class:`StoreError` until the first is closed.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        self.directory = Path(directory)
+        self._lock = threading.Lock()
+        self._conn: sqlite3.Connection | None = None
+        self._lock_file = None
+        self._failed: BaseException | None = None
+        self._jobs: dict[str, JobSpec] = {}
+        self._closed_jobs: set[str] = set()
+        self._coverage: dict[str, np.ndarray] = {}
+        self._durable_dirs: set[Path] = set()
+        try:
+            self._open_directory()
+            self._open_database()
+            self._load_state()
+        except BaseException:
+            self._close_handles()
+            raise
+
+    # ------------------------------------------------------------------ opening
+    def _open_directory(self) -> None:
+        d = self.directory
+        if d.exists() and not d.is_dir():
+            raise StoreError(f"store path {str(d)!r} exists but is not a directory")
+        if not d.exists():
+            missing = []
+            p = d.absolute()
+            while not p.exists():
+                missing.append(p)
+                p = p.parent
+            for p in reversed(missing):
+                try:
+                    p.mkdir()
+                except FileExistsError:
+                    pass
+                except OSError as exc:
+                    raise StoreError(f"cannot create store directory {str(p)!r}: {exc.strerror or exc}") from exc
+                _fsync_dir(p.parent)
+            if not d.is_dir():
+                raise StoreError(f"store path {str(d)!r} exists but is not a directory")
+        if not os.access(d, os.R_OK | os.W_OK | os.X_OK):
+            raise StoreError(f"store directory {str(d)!r} is not readable and writable by this process "
+                             f"(uid {os.getuid() if hasattr(os, 'getuid') else '?'})")
+        try:
+            self._lock_file = open(d / LOCK_NAME, "a+b")
+        except OSError as exc:
+            raise StoreError(f"cannot open lock file in store directory {str(d)!r}: {exc.strerror or exc}") from exc
+        if fcntl is not None:
+            try:
+                fcntl.flock(self._lock_file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise StoreError(f"store directory {str(d)!r} is in use by another SqliteStore (another server "
+                                 f"process, or a store in this process not yet closed)") from None
+        blobs = d / BLOB_DIR
+        try:
+            if not blobs.is_dir():
+                blobs.mkdir(exist_ok=True)
+                _fsync_dir(d)
+        except OSError as exc:
+            raise StoreError(f"cannot create blob directory {str(blobs)!r}: {exc.strerror or exc}") from exc
+        self._durable_dirs.add(blobs)
+
+    def _open_database(self) -> None:
+        path = self.directory / DB_NAME
+        try:
+            conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30.0)
+            self._conn = conn
+            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise StoreError(f"SQLite refused WAL mode for {str(path)!r} (got {mode!r}); the file system "
+                                 f"must support shared memory / mmap")
+            conn.execute("PRAGMA synchronous=FULL")
+            conn.execute("PRAGMA foreign_keys=ON")
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            if "schema_version" not in tables:
+                if tables:
+                    raise StoreError(f"{str(path)!r} is an SQLite database of something else "
+                                     f"(tables {sorted(tables)}); point the server at its own directory")
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    for statement in _SCHEMA.split(";"):
+                        if statement.strip():
+                            conn.execute(statement)
+                    conn.execute("INSERT INTO schema_version(version) VALUES (?)", (SCHEMA_VERSION,))
+                    conn.execute("COMMIT")
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
+                _fsync_dir(self.directory)  # the new database file's directory entry
+            else:
+                rows = conn.execute("SELECT version FROM schema_version").fetchall()
+                if [tuple(r) for r in rows] != [(SCHEMA_VERSION,)]:
+                    raise StoreError(f"{str(path)!r} has schema version {[r[0] for r in rows]}, this server "
+                                     f"understands version {SCHEMA_VERSION}")
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"cannot open store database {str(path)!r}: {exc}") from exc
+
+    def _load_state(self) -> None:
+        conn = self._conn
+        assert conn is not None
+        for job_id, spec_json, digest, closed in conn.execute("SELECT job_id, spec_json, digest, closed FROM jobs"):
+            try:
+                spec = JobSpec.from_json(spec_json)
+            except ValueError as exc:
+                raise StoreCorruptError(f"stored spec of job {job_id!r} cannot be parsed: {exc}") from exc
+            if spec.digest != digest or spec.job_id != job_id:
+                raise StoreCorruptError(f"stored spec of job {job_id!r} does not match its digest {digest[:12]}…")
+            self._jobs[job_id] = spec
+            self._coverage[job_id] = np.zeros((spec.n, spec.width), dtype=bool)
+            if closed:
+                self._closed_jobs.add(job_id)
+        referenced: set[str] = set()
+        for job_id, start, stop, columns, shape, blob_path in conn.execute(
+                "SELECT job_id, start, stop, columns, shape, blob_path FROM batches"):
+            self._coverage[job_id][start:stop, json.loads(columns)] = True
+            if blob_path is not None:
+                referenced.add(blob_path)
+                expected = int(np.prod(json.loads(shape), dtype=np.int64)) * 8
+                try:
+                    size = (self.directory / blob_path).stat().st_size
+                except FileNotFoundError:
+                    raise StoreCorruptError(f"committed batch blob {blob_path!r} of job {job_id!r} is missing from "
+                                            f"{str(self.directory)!r}") from None
+                if size != expected:
+                    raise StoreCorruptError(f"committed batch blob {blob_path!r} of job {job_id!r} has {size} bytes, "
+                                            f"expected {expected}")
+        self._remove_orphans(referenced)
+
+    def _remove_orphans(self, referenced: set[str]) -> None:
+        """Delete blobs and temp files no committed row names (left by a crash before a commit)."""
+        root = self.directory / BLOB_DIR
+        for dirpath, dirnames, filenames in os.walk(root, topdown=False):
+            here = Path(dirpath)
+            for name in filenames:
+                rel = (here / name).relative_to(self.directory).as_posix()
+                if rel not in referenced:
+                    os.unlink(here / name)
+            if here != root and not any(here.iterdir()):
+                here.rmdir()
+
+    # ------------------------------------------------------------------ plumbing
+    def _check_usable(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise StoreError(f"store {str(self.directory)!r} is closed")
+        if self._failed is not None:
+            raise StoreError(f"store {str(self.directory)!r} stopped accepting writes after a failed commit "
+                             f"({self._failed!r}); restart the server to recover from the on-disk state")
+        return self._conn
+
+    def _reader(self) -> sqlite3.Connection:
+        """The connection for reads (allowed after a failed commit, not after close)."""
+        if self._conn is None:
+            raise StoreError(f"store {str(self.directory)!r} is closed")
+        return self._conn
+
+    def _commit(self, conn: sqlite3.Connection) -> None:
+        try:
+            conn.execute("COMMIT")
+        except BaseException as exc:
+            # Whether the transaction reached the disk is unknown: stop writing until a reopen.
+            self._failed = exc
+            try:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+            raise
+
+    def _job(self, job_id: str) -> JobSpec:
+        spec = self._jobs.get(job_id)
+        if spec is None:
+            raise KeyError(job_id)
+        return spec
+
+    def _ensure_dir(self, path: Path) -> None:
+        """Create ``path`` (under blobs/) if needed; every new entry's parent directory is fsynced."""
+        if path in self._durable_dirs:
+            return
+        self._ensure_dir(path.parent)
+        try:
+            path.mkdir()
+        except FileExistsError:
+            pass
+        _fsync_dir(path.parent)
+        self._durable_dirs.add(path)
+
+    # ------------------------------------------------------------------ jobs
+    def put_job(self, spec: JobSpec) -> None:
+        """Store a job spec (canonical JSON).  Re-putting the identical spec is a no-op."""
+        canonical = spec.canonical_json()
+        parsed = JobSpec.from_json(canonical)
+        if parsed.digest != spec.digest:
+            raise ValueError(f"job spec {spec.job_id!r} does not survive a JSON round trip; cannot store it")
+        with self._lock:
+            conn = self._check_usable()
+            existing = self._jobs.get(spec.job_id)
+            if existing is not None:
+                if existing.digest == spec.digest:
+                    return
+                raise ProtocolError("ALREADY_EXISTS", f"job {spec.job_id!r} exists with a different spec "
+                                                      f"(digest {existing.digest[:12]}…); choose a new job id")
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.execute("INSERT INTO jobs(job_id, spec_json, digest, closed) VALUES (?, ?, ?, 0)",
+                             (spec.job_id, canonical.decode("utf-8"), spec.digest))
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            self._commit(conn)
+            self._jobs[spec.job_id] = parsed
+            self._coverage[spec.job_id] = np.zeros((parsed.n, parsed.width), dtype=bool)
+
+    def get_job(self, job_id: str) -> JobSpec | None:
+        return self._jobs.get(job_id)
+
+    def set_closed(self, job_id: str) -> None:
+        with self._lock:
+            conn = self._check_usable()
+            self._job(job_id)
+            if job_id in self._closed_jobs:
+                return
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.execute("UPDATE jobs SET closed = 1 WHERE job_id = ?", (job_id,))
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            self._commit(conn)
+            self._closed_jobs.add(job_id)
+
+    def is_closed(self, job_id: str) -> bool:
+        return job_id in self._closed_jobs
+
+    # ------------------------------------------------------------------ batches
+    def get_batch_digest(self, job_id: str, party_id: str, batch_index: int) -> str | None:
+        with self._lock:
+            conn = self._reader()
+            self._job(job_id)
+            row = conn.execute("SELECT content_digest FROM batches WHERE job_id = ? AND party_id = ? AND "
+                               "batch_index = ?", (job_id, party_id, int(batch_index))).fetchone()
+        return row[0] if row else None
+
+    def _validate_batch(self, spec: JobSpec, batch: ShareBatch) -> None:
+        if batch.job_digest != spec.digest:
+            raise ValueError(f"batch names job digest {batch.job_digest[:12]}…, the stored job "
+                             f"{spec.job_id!r} has {spec.digest[:12]}…")
+        if not 0 <= batch.start < batch.stop <= spec.n:
+            raise ValueError(f"batch clients [{batch.start}, {batch.stop}) outside [0, {spec.n})")
+        if not batch.columns or any(not 0 <= c < spec.width for c in batch.columns):
+            raise ValueError(f"batch columns {batch.columns} outside [0, {spec.width})")
+        shape = _as_int_tuple(batch.share.shape)
+        if len(shape) != 3 or shape[1:] != (batch.count, len(batch.columns)):
+            raise ValueError(f"share shape {shape} is not (pieces, {batch.count}, {len(batch.columns)})")
+        if batch.share.data is not None and batch.share.data.dtype != np.uint64:
+            raise ValueError(f"share dtype {batch.share.data.dtype} != uint64")
+        if batch.share.seed is not None and len(batch.share.seed) != SEED_BYTES:
+            raise ValueError(f"share seeds are {SEED_BYTES} bytes")
+
+    def _write_temp_blob(self, final: Path, data: np.ndarray) -> Path:
+        self._ensure_dir(final.parent)
+        tmp = final.with_name(f"{final.name}.{secrets.token_hex(8)}{TMP_SUFFIX}")
+        arr = np.ascontiguousarray(data, dtype=_LE_U64)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            with os.fdopen(fd, "wb", closefd=True) as f:
+                if arr.size:
+                    f.write(memoryview(arr.reshape(-1)).cast("B"))
+                f.flush()
+                os.fsync(f.fileno())
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+        return tmp
+
+    def put_batch(self, job_id: str, stored: StoredBatch) -> None:
+        """Durably store one batch; returns only after the blob (if any) and the row are on disk.
+
+        An identical re-put (same key, same content digest) is a no-op.  Raises ProtocolError
+        ALREADY_EXISTS for a different batch under the same key or for clients already held, and
+        FAILED_PRECONDITION if the job is closed; nothing is stored then.
+        """
+        batch = stored.batch
+        with self._lock:
+            self._check_usable()
+            spec = self._job(job_id)
+        self._validate_batch(spec, batch)
+        shape = _as_int_tuple(batch.share.shape)
+        columns = _as_int_tuple(batch.columns)
+        seed: bytes | None = None
+        rel: str | None = None
+        final: Path | None = None
+        tmp: Path | None = None
+        if batch.share.seed is not None:
+            seed = bytes(batch.share.seed)
+        else:
+            rel = (f"{BLOB_DIR}/{path_component(job_id)}/{path_component(batch.party_id)}/"
+                   f"{int(batch.batch_index)}{BLOB_SUFFIX}")
+            final = self.directory / rel
+            tmp = self._write_temp_blob(final, batch.share.data)  # the slow part, outside the lock
+        renamed = False
+        try:
+            with self._lock:
+                conn = self._check_usable()
+                row = conn.execute("SELECT content_digest FROM batches WHERE job_id = ? AND party_id = ? AND "
+                                   "batch_index = ?", (job_id, batch.party_id, int(batch.batch_index))).fetchone()
+                if row is not None:
+                    if row[0] == stored.content_digest:
+                        return
+                    raise ProtocolError("ALREADY_EXISTS", f"batch {batch.batch_index} of party {batch.party_id!r} "
+                                                          f"was already stored with different content; a batch "
+                                                          f"cannot be replaced")
+                if job_id in self._closed_jobs:
+                    raise ProtocolError("FAILED_PRECONDITION", f"job {job_id!r} is closed to uploads")
+                coverage = self._coverage[job_id]
+                if coverage[batch.start:batch.stop][:, list(columns)].any():
+                    raise ProtocolError("ALREADY_EXISTS", f"clients [{batch.start}, {batch.stop}) of party "
+                                                          f"{batch.party_id!r} were already uploaded in another "
+                                                          f"batch; refusing to count them twice")
+                if rel is not None:
+                    if conn.execute("SELECT 1 FROM batches WHERE blob_path = ?", (rel,)).fetchone():
+                        raise StoreCorruptError(f"blob path {rel!r} is already used by another batch")
+                    os.replace(tmp, final)
+                    renamed = True
+                    _fsync_dir(final.parent)
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    conn.execute(f"INSERT INTO batches(job_id, {_BATCH_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                                 (job_id, batch.party_id, int(batch.batch_index), int(batch.start), int(batch.stop),
+                                  json.dumps(list(columns)), int(batch.server), json.dumps(list(shape)),
+                                  stored.content_digest, seed, rel))
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
+                try:
+                    self._commit(conn)
+                except BaseException:
+                    renamed = False  # the row may be on disk after all: keep its blob (a reopen decides)
+                    tmp = None
+                    raise
+                mark_coverage(coverage, batch)  # memory only after the commit
+                tmp = None
+        finally:
+            if tmp is not None:
+                try:
+                    os.unlink(final if renamed else tmp)
+                except OSError:
+                    pass
+
+    def _load_batch(self, job_digest: str, row: tuple) -> ShareBatch:
+        party_id, batch_index, start, stop, columns, server, shape, _digest, seed, blob_path = row
+        shape = tuple(json.loads(shape))
+        if seed is not None:
+            share = Share(server, shape, seed=bytes(seed))
+        else:
+            path = self.directory / blob_path
+            count = int(np.prod(shape, dtype=np.int64))
+            try:
+                data = np.fromfile(path, dtype=_LE_U64)
+            except FileNotFoundError:
+                raise StoreCorruptError(f"committed batch blob {blob_path!r} is missing") from None
+            if data.size != count:
+                raise StoreCorruptError(f"committed batch blob {blob_path!r} holds {data.size} values, "
+                                        f"expected {count}")
+            if sys.byteorder != "little":  # pragma: no cover
+                data = data.astype(np.uint64)
+            share = Share(server, shape, data=data.view(np.uint64).reshape(shape))
+        return ShareBatch(job_digest, party_id, batch_index, start, stop, tuple(json.loads(columns)), share)
+
+    def batches(self, job_id: str) -> Iterator[ShareBatch]:
+        """The job's batches ordered by (party_id, batch_index); blobs are read one at a time."""
+        with self._lock:
+            conn = self._reader()
+            spec = self._job(job_id)
+            rows = conn.execute(f"SELECT {_BATCH_COLUMNS} FROM batches WHERE job_id = ? "
+                                f"ORDER BY party_id, batch_index", (job_id,)).fetchall()
+        for row in rows:
+            yield self._load_batch(spec.digest, row)
+
+    def stored_batches(self, job_id: str) -> Iterator[StoredBatch]:
+        """Like :meth:`batches`, with each batch's stored content digest."""
+        with self._lock:
+            conn = self._reader()
+            spec = self._job(job_id)
+            rows = conn.execute(f"SELECT {_BATCH_COLUMNS} FROM batches WHERE job_id = ? "
+                                f"ORDER BY party_id, batch_index", (job_id,)).fetchall()
+        for row in rows:
+            yield StoredBatch(self._load_batch(spec.digest, row), row[7])
+
+    def verify(self, job_id: str | None = None) -> int:
+        """Recompute every stored batch's content digest (all jobs by default); returns the count checked."""
+        checked = 0
+        for jid in ([job_id] if job_id is not None else sorted(self._jobs)):
+            for stored in self.stored_batches(jid):
+                if stored.batch.content_digest() != stored.content_digest:
+                    raise StoreCorruptError(f"batch {stored.batch.batch_index} of party {stored.batch.party_id!r} "
+                                            f"in job {jid!r} does not match its stored content digest")
+                checked += 1
+        return checked
+
+    def coverage(self, job_id: str) -> np.ndarray:
+        """Bool (n, D) of held cells (a read-only view; rebuilt from the batches table on open)."""
+        view = self._coverage[job_id].view()
+        view.flags.writeable = False
+        return view
+
+    # ------------------------------------------------------------------ release
+    def get_release(self, job_id: str) -> ReleaseRecord | None:
+        with self._lock:
+            conn = self._reader()
+            row = conn.execute("SELECT participants_digest, shape, result FROM releases WHERE job_id = ?",
+                               (job_id,)).fetchone()
+        if row is None:
+            return None
+        pdigest, shape, result = row
+        array = np.frombuffer(result, dtype=_LE_U64).astype(np.uint64).reshape(tuple(json.loads(shape)))
+        return ReleaseRecord(pdigest, array)
+
+    def put_release(self, job_id: str, record: ReleaseRecord) -> None:
+        """Commit the once-only release record.  Re-putting the identical record is a no-op; a
+        different one raises ProtocolError FAILED_PRECONDITION (a release is never replaced)."""
+        result = np.asarray(record.result)
+        if result.dtype != np.uint64 or result.ndim != 2:
+            raise ValueError(f"a release result is a 2-D uint64 array, got {result.dtype} {result.shape}")
+        payload = np.ascontiguousarray(result, dtype=_LE_U64).tobytes()
+        shape = json.dumps([int(s) for s in result.shape])
+        with self._lock:
+            conn = self._check_usable()
+            self._job(job_id)
+            row = conn.execute("SELECT participants_digest, shape, result FROM releases WHERE job_id = ?",
+                               (job_id,)).fetchone()
+            if row is not None:
+                if (row[0], row[1], bytes(row[2])) == (record.participants_digest, shape, payload):
+                    return
+                raise ProtocolError("FAILED_PRECONDITION", f"job {job_id!r} has already been released once; "
+                                                           f"its release record cannot be replaced")
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.execute("INSERT INTO releases(job_id, participants_digest, shape, result) VALUES (?, ?, ?, ?)",
+                             (job_id, record.participants_digest, shape, payload))
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            self._commit(conn)
+
+    # ------------------------------------------------------------------ lifecycle
+    def _close_handles(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            finally:
+                self._conn = None
+        if self._lock_file is not None:
+            try:
+                if fcntl is not None:
+                    fcntl.flock(self._lock_file.fileno(), fcntl.LOCK_UN)
+                self._lock_file.close()
+            finally:
+                self._lock_file = None
+
+    def close(self) -> None:
+        """Close the database and release the directory lock (idempotent)."""
+        with self._lock:
+            self._close_handles()
+
+    def __enter__(self) -> "SqliteStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"SqliteStore({str(self.directory)!r})"

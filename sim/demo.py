@@ -1,0 +1,237 @@
+"""``ltm demo``: one whole networked job on loopback, every actor a separate OS process.
+
+It creates certificates (a CA, one leaf per actor), starts k servers and the analyst, publishes a
+job on the bundled real data, starts the parties (each uploads its rows' shares to every server
+over mutual TLS), lets the analyst close, release, reconstruct and fit, prints a summary — private
+vs non-private model quality, ε, δ, bytes moved, time per phase — and stops everything it started.
+
+With ``--seed`` everything is seeded (reproducible, NOT private) and the release's SHA-256 equals
+that of ``ltm simulate --seed`` with the same parameters: the same cores run behind both
+transports.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from analyst.release import ReleasedSketch
+from ltm.jobspec import JobSpec
+from ltm.randomness import Randomness
+from ltm.v1 import ltm_pb2, ltm_pb2_grpc
+from sim.launcher import ProcessGroup
+from sim.simulate import SimulateConfig, load_table, report_for_release, training_matrix
+from sim.jobs import build_job, party_tables
+from transport.certs import write_certs
+from transport.tls import make_channel
+
+DEMO_JOB_ID = "demo"
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("demo", help="run a whole networked job on loopback: certs, servers, analyst, parties")
+    p.add_argument("--parties", type=int, default=4, help="party processes (default 4)")
+    p.add_argument("--k", type=int, default=3, help="server processes (default 3)")
+    p.add_argument("--epsilon", type=float, default=1.0)
+    p.add_argument("--delta", type=float, default=1e-6)
+    p.add_argument("--m", type=int, help="sketch rows (default: the rule of sim/jobs.py)")
+    p.add_argument("--s", type=int, default=1)
+    p.add_argument("--sketch", choices=["sparse", "dense"], default="sparse")
+    p.add_argument("--partition", choices=["rows", "columns"], default="rows")
+    p.add_argument("--share-mode", choices=["seed", "full"], default="seed")
+    p.add_argument("--data", help="CSV instead of the bundled dataset (with --label)")
+    p.add_argument("--label")
+    p.add_argument("--seed", type=int, help="SEEDED MODE: reproducible and NOT private (experiments only)")
+    p.add_argument("--workdir", help="keep certificates, stores, logs and outputs here (default: a temp dir, removed)")
+    p.add_argument("--deadline", type=float, default=60.0, help="seconds the analyst waits for parties")
+    p.add_argument("--insecure", action="store_true", help="plaintext transport (testing only)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=run)
+
+
+def write_party_csv(path: Path, table: dict[str, np.ndarray]) -> None:
+    """Exact CSV (repr of float64 round-trips bit for bit)."""
+    names = list(table)
+    cols = [np.asarray(table[c], dtype=np.float64) for c in names]
+    with path.open("w") as fh:
+        fh.write(",".join(names) + "\n")
+        for row in zip(*(c.tolist() for c in cols)):
+            fh.write(",".join(map(repr, row)) + "\n")
+
+
+def release_from_output(path: Path, spec: JobSpec, privacy: dict) -> ReleasedSketch:
+    d = json.loads(path.read_text())
+    return ReleasedSketch(matrix=np.array(d["matrix"], dtype=np.float64), columns=tuple(d["columns"]),
+                          centers=np.array(d["centers"]), scales=np.array(d["scales"]), label=d["label"],
+                          intercept=d["intercept"], n=int(d["n"]),
+                          noise_variance_per_column=float(d["noise_variance_per_column"]), privacy=privacy,
+                          sha256=d["sha256"])
+
+
+async def _operate(analyst_endpoint: str, certs: Path | None, insecure: bool, spec: JobSpec,
+                   start_parties, randomness_label: str, deadline: float) -> tuple[dict, dict[str, float]]:
+    """Submit the job, start the parties, run it; returns the analyst's report and phase times."""
+    phases: dict[str, float] = {}
+    options = None if insecure else [("grpc.ssl_target_name_override", "analyst")]
+    channel = make_channel(analyst_endpoint, certs, "operator", insecure=insecure, options=options)
+    try:
+        stub = ltm_pb2_grpc.AnalystStub(channel)
+        t = time.monotonic()
+        await stub.SubmitJob(ltm_pb2.SubmitJobRequest(spec_json=spec.canonical_json()), timeout=60.0)
+        phases["publish"] = time.monotonic() - t
+        t = time.monotonic()
+        start_parties()
+        reply = await stub.RunJob(ltm_pb2.RunJobRequest(job_id=spec.job_id, deadline_s=deadline,
+                                                        randomness=randomness_label), timeout=deadline + 300.0)
+        phases["upload_close_release"] = time.monotonic() - t
+        return json.loads(reply.report_json), phases
+    finally:
+        await channel.close()
+
+
+def run_demo(args: argparse.Namespace) -> dict[str, Any]:
+    t_start = time.monotonic()
+    phases: dict[str, float] = {}
+    workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="ltm-demo-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    randomness = Randomness.seeded_insecure(args.seed) if args.seed is not None else Randomness.system()
+    cfg = SimulateConfig(data=args.data, label=args.label, partition=args.partition, parties=args.parties, k=args.k,
+                         sketch=args.sketch, m=args.m, s=args.s, epsilon=args.epsilon, delta=args.delta,
+                         share_mode=args.share_mode, seed=args.seed, model="ridge")
+    train, test = load_table(cfg, randomness)
+
+    t = time.monotonic()
+    certs = None if args.insecure else workdir / "certs"
+    if certs is not None:
+        actors = [f"server-{i}" for i in range(args.k)] + [f"party-{i}" for i in range(args.parties)]
+        write_certs(certs, actors + ["analyst", "operator"], force=True)
+    phases["certificates"] = time.monotonic() - t
+
+    group = ProcessGroup(workdir, certs, insecure=args.insecure)
+    try:
+        t = time.monotonic()
+        servers = [group.start_service("server", f"server-{i}",
+                                       ["server", "--id", f"server-{i}", "--data-dir", str(workdir / f"server-{i}")])
+                   for i in range(args.k)]
+        analyst = group.start_service("analyst", "analyst", ["analyst", "--out", str(workdir / "analyst-out")])
+        phases["start_services"] = time.monotonic() - t
+
+        t = time.monotonic()
+        spec, choices = build_job(train, job_id=DEMO_JOB_ID, randomness=randomness, partition=cfg.partition,
+                                  parties=cfg.parties, k=cfg.k, kind=cfg.sketch, m=cfg.m, s=cfg.s,
+                                  epsilon=cfg.epsilon, delta=cfg.delta, clip_bound=cfg.clip,
+                                  share_mode=cfg.share_mode, endpoints=[s.endpoint for s in servers])
+        data_dir = workdir / "party-data"
+        data_dir.mkdir(exist_ok=True)
+        tables = party_tables(spec, train)
+        for pid, table in tables.items():
+            write_party_csv(data_dir / f"{pid}.csv", table)
+        phases["job_spec_and_party_data"] = time.monotonic() - t
+
+        server_endpoints = ",".join(s.endpoint for s in servers)
+        server_ids = ",".join(s.actor for s in servers)
+        parties = []
+
+        def start_parties() -> None:
+            for p in spec.parties:
+                argv = ["party", "--id", p.party_id, "--servers", server_endpoints, "--server-ids", server_ids,
+                        "--job", spec.job_id, "--data", str(data_dir / f"{p.party_id}.csv"),
+                        "--max-epsilon", str(cfg.epsilon), "--max-delta", str(max(cfg.delta, 1e-12)),
+                        "--summary-file", str(data_dir / f"{p.party_id}.summary.json"), "--no-progress"]
+                if args.seed is not None:
+                    argv += ["--seed", str(args.seed)]
+                parties.append(group.start_task("party", p.party_id, argv))
+
+        report, op_phases = asyncio.run(_operate(analyst.endpoint, certs, args.insecure, spec, start_parties,
+                                                 randomness.label, args.deadline))
+        phases.update(op_phases)
+        party_exit = {p.actor: p.proc.wait(timeout=60) for p in parties}
+        failed = {k: v for k, v in party_exit.items() if v != 0}
+        if failed:
+            raise RuntimeError(f"parties failed {failed}:\n" + "\n".join(p.log_tail() for p in parties if p.proc.returncode))
+        summaries = [json.loads((data_dir / f"{p.party_id}.summary.json").read_text()) for p in spec.parties]
+
+        t = time.monotonic()
+        release = release_from_output(workdir / "analyst-out" / spec.job_id / "release.json", spec, report["privacy"])
+        V = training_matrix(spec, train)
+        rng = np.random.default_rng(np.frombuffer(randomness.child("baselines").bytes(16), dtype=np.uint64))
+        model_report = report_for_release(cfg, spec, release, V, test, rng)
+        phases["fit_and_baselines"] = time.monotonic() - t
+        processes = [{"role": ap.role, "id": ap.actor, "pid": ap.pid} for ap in group.processes]
+    finally:
+        t = time.monotonic()
+        group.stop_all()
+        phases["stop"] = time.monotonic() - t
+        if not args.workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+    upload_bytes = [sum(s["bytes_per_server"][i] for s in summaries) for i in range(spec.k)]
+    phases["total"] = time.monotonic() - t_start
+    return {
+        "command": "demo",
+        "tls": not args.insecure,
+        "data": train.source,
+        "n_train": train.n,
+        "n_test": test.n if test is not None else 0,
+        "processes": processes,
+        "servers": spec.k,
+        "parties": len(spec.parties),
+        "partition": spec.partition,
+        "sketch": {"kind": spec.sketch.kind, "m": spec.sketch.m, "s": spec.make_sketch().pieces,
+                   "m_rule": choices.m_rule},
+        "job_digest": spec.digest,
+        "release_sha256": report["release_sha256"],
+        "participants": report["participants"],
+        "held_per_server": report["held_per_server"],
+        "privacy": report["privacy"],
+        "randomness": randomness.label,
+        "analyst_model": report["model"],
+        **model_report,
+        "bytes": {"party_to_server": upload_bytes, "party_to_server_total": int(sum(upload_bytes)),
+                  "server_to_analyst": report["release_bytes_per_server"],
+                  "retries": int(sum(s["retries"] for s in summaries))},
+        "timing_s": {**{k: round(v, 4) for k, v in phases.items()},
+                     "analyst": {k: round(v, 4) for k, v in report["timing_s"].items()}},
+    }
+
+
+def print_summary(r: dict[str, Any]) -> None:
+    pr, m, b = r["privacy"], r["metrics"], r["baselines"]
+    print(f"LTM demo — {r['data']}, {'mutual TLS' if r['tls'] else 'PLAINTEXT (--insecure)'}")
+    roles: dict[str, list[str]] = {}
+    for p in r["processes"]:
+        roles.setdefault(p["role"], []).append(f"{p['id']} (pid {p['pid']})")
+    for role, names in roles.items():
+        print(f"  {role:8s} {', '.join(names)}")
+    print(f"  job: {r['n_train']} training rows, {r['partition']} partition, {r['sketch']['kind']} sketch "
+          f"m={r['sketch']['m']} s={r['sketch']['s']}, {r['participants']} participants")
+    print(f"  privacy: {pr['guarantee']}")
+    print(f"  {'model':12s}{'R²':>10s}{'MSE':>12s}{'φ':>10s}")
+    print(f"  {'LTM ridge':12s}{m['r2']:>10.4f}{m['mse']:>12.4g}{m['phi']:>10.4f}")
+    for name in ("nonprivate", "central", "local"):
+        print(f"  {name:12s}{b[name]['r2']:>10.4f}{b[name]['mse']:>12.4g}{b[name]['phi']:>10.4f}")
+    mb = r["bytes"]["party_to_server_total"] / 1e6
+    print(f"  bytes: parties → servers {mb:.2f} MB {r['bytes']['party_to_server']}, "
+          f"servers → analyst {r['bytes']['server_to_analyst']}")
+    t = r["timing_s"]
+    print("  time: " + ", ".join(f"{k} {v:.2f}s" for k, v in t.items() if isinstance(v, float)))
+    print(f"  release sha256 {r['release_sha256']}")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.data and not args.label:
+        raise SystemExit("ltm demo: --data needs --label")
+    report = run_demo(args)
+    if args.json:
+        print(json.dumps(report, indent=2, default=lambda o: o.item() if hasattr(o, "item") else str(o)))
+    else:
+        print_summary(report)
+    return 0

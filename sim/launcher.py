@@ -1,0 +1,139 @@
+"""Local-process launcher: start LTM actors as separate OS processes on loopback, and stop them.
+
+Used by ``ltm demo`` and by the networked tests.  Every process is an ``ltm`` subcommand run with
+the current interpreter; servers and the analyst bind port 0 and report the port through a file,
+and are considered up once their gRPC health service answers SERVING.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from transport.tls import make_sync_channel
+
+
+class LaunchError(RuntimeError):
+    """A process that did not start (its log tail is in the message)."""
+
+
+@dataclass
+class ActorProcess:
+    role: str
+    actor: str
+    proc: subprocess.Popen
+    log_path: Path
+    port: int | None = None
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @property
+    def endpoint(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+@dataclass
+class ProcessGroup:
+    """The processes of one local deployment; ``stop_all`` ends every one of them."""
+
+    workdir: Path
+    certs: Path | None
+    insecure: bool = False
+    processes: list[ActorProcess] = field(default_factory=list)
+
+    def _spawn(self, role: str, actor: str, argv: list[str]) -> ActorProcess:
+        log_path = self.workdir / "logs" / f"{actor}.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        cmd = [sys.executable, "-m", "ltm.cli", *argv]
+        if self.insecure:
+            cmd.append("--insecure")
+        elif self.certs is not None:
+            cmd += ["--certs", str(self.certs)]
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        with open(log_path, "ab") as log:
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        ap = ActorProcess(role, actor, proc, log_path)
+        self.processes.append(ap)
+        return ap
+
+    def start_service(self, role: str, actor: str, argv: list[str], timeout: float = 30.0) -> ActorProcess:
+        """Start a server or the analyst on port 0 and wait until it is healthy."""
+        port_file = self.workdir / "ports" / f"{actor}.port"
+        port_file.parent.mkdir(parents=True, exist_ok=True)
+        port_file.unlink(missing_ok=True)
+        ap = self._spawn(role, actor, [*argv, "--listen", "127.0.0.1:0", "--port-file", str(port_file)])
+        end = time.monotonic() + timeout
+        while not port_file.exists() or not port_file.read_text().strip():
+            if ap.proc.poll() is not None or time.monotonic() > end:
+                raise LaunchError(f"{actor} did not start:\n{ap.log_tail()}")
+            time.sleep(0.05)
+        ap.port = int(port_file.read_text())
+        self.wait_healthy(ap, end - time.monotonic())
+        return ap
+
+    def wait_healthy(self, ap: ActorProcess, timeout: float) -> None:
+        channel = make_sync_channel(ap.endpoint, self.certs, "operator", insecure=self.insecure,
+                                    options=None if self.insecure else [("grpc.ssl_target_name_override", ap.actor)])
+        try:
+            stub = health_pb2_grpc.HealthStub(channel)
+            end = time.monotonic() + max(timeout, 1.0)
+            while True:
+                try:
+                    if stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=2.0).status == \
+                            health_pb2.HealthCheckResponse.SERVING:
+                        return
+                except grpc.RpcError:
+                    pass
+                if ap.proc.poll() is not None or time.monotonic() > end:
+                    raise LaunchError(f"{ap.actor} never became healthy:\n{ap.log_tail()}")
+                time.sleep(0.05)
+        finally:
+            channel.close()
+
+    def start_task(self, role: str, actor: str, argv: list[str]) -> ActorProcess:
+        """Start a process that runs to completion (a party)."""
+        return self._spawn(role, actor, argv)
+
+    def stop(self, ap: ActorProcess, timeout: float = 10.0, sig: int = signal.SIGTERM) -> int | None:
+        if ap.proc.poll() is None:
+            try:
+                ap.proc.send_signal(sig)
+                ap.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                ap.proc.kill()
+                ap.proc.wait()
+        return ap.proc.returncode
+
+    def stop_all(self) -> None:
+        """SIGTERM everything still running (graceful), then SIGKILL what does not exit."""
+        for ap in self.processes:
+            if ap.proc.poll() is None:
+                ap.proc.send_signal(signal.SIGTERM)
+        end = time.monotonic() + 10.0
+        for ap in self.processes:
+            try:
+                ap.proc.wait(timeout=max(end - time.monotonic(), 0.1))
+            except subprocess.TimeoutExpired:
+                ap.proc.kill()
+                ap.proc.wait()
+
+    def __enter__(self) -> "ProcessGroup":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop_all()

@@ -1,0 +1,340 @@
+"""A private certificate authority and per-actor leaf certificates for mutual TLS.
+
+Every actor gets one EC P-256 key and one certificate signed by the job's CA.  The certificate
+names the actor twice: subject ``CN=<actor>`` and a SAN URI ``ltm://actor/<actor>`` (the SAN is
+what :func:`transport.tls.peer_identity` prefers).  It also carries DNS/IP SANs for the hosts the
+actor listens on (default ``localhost`` and ``127.0.0.1``), so clients verify servers by their
+ordinary address without ``grpc.ssl_target_name_override``.  Every leaf is good for both TLS
+server and client authentication, since a server is also a client of its peers.
+
+Actor names: ``analyst``, ``server-<int>``, ``party-<id>`` (id: letters, digits, ``_ . -``).
+
+Command line (wired into ``ltm`` by :func:`add_certs_parser`)::
+
+    ltm certs --out certs/ --servers 3 --parties 4 --analyst [--hosts h1,10.0.0.5] [--force]
+    ltm certs --out certs/ --actors server-0,server-1,analyst
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import ipaddress
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import NamedTuple, Sequence
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+__all__ = [
+    "ACTOR_RE",
+    "ACTOR_URI_PREFIX",
+    "DEFAULT_HOSTS",
+    "CertPaths",
+    "add_certs_parser",
+    "certs_main",
+    "create_ca",
+    "issue_leaf",
+    "role_of",
+    "validate_actor",
+    "write_certs",
+]
+
+ACTOR_RE = re.compile(r"^(analyst|operator|server-\d+|party-[A-Za-z0-9_.-]+)$")
+ACTOR_URI_PREFIX = "ltm://actor/"
+DEFAULT_HOSTS: tuple[str, ...] = ("localhost", "127.0.0.1")
+CA_CERT_FILE = "ca.pem"
+CA_KEY_FILE = "ca.key"
+
+_BACKDATE = _dt.timedelta(minutes=5)  # tolerate small clock skew between machines
+
+
+class CertPaths(NamedTuple):
+    cert: Path
+    key: Path
+
+
+# ---------------------------------------------------------------------------- names
+def validate_actor(actor: str) -> str:
+    """Return ``actor`` if it is a well-formed actor name, else raise ``ValueError``."""
+    if not isinstance(actor, str) or not ACTOR_RE.fullmatch(actor):
+        raise ValueError(
+            f"bad actor name {actor!r}: expected 'analyst', 'operator', 'server-<n>' or 'party-<id>' "
+            f"(id of letters, digits, '_', '.', '-')"
+        )
+    return actor
+
+
+def role_of(actor: str) -> str:
+    """``"server-2"`` → ``"server"``, ``"party-17"`` → ``"party"``, ``"analyst"`` → ``"analyst"``,
+    ``"operator"`` (who drives the analyst service) → ``"operator"``."""
+    validate_actor(actor)
+    if actor in ("analyst", "operator"):
+        return actor
+    return actor.split("-", 1)[0]
+
+
+# ---------------------------------------------------------------------------- certificates
+def _new_key() -> ec.EllipticCurvePrivateKey:
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+def _validity(days: int) -> tuple[_dt.datetime, _dt.datetime]:
+    if days < 1:
+        raise ValueError(f"days must be ≥ 1, got {days}")
+    now = _dt.datetime.now(_dt.timezone.utc)
+    return now - _BACKDATE, now + _dt.timedelta(days=days)
+
+
+def create_ca(common_name: str = "LTM test CA", days: int = 365):
+    """A self-signed CA: ``(private_key, certificate)``; it may sign leaves only (pathlen 0)."""
+    key = _new_key()
+    name = x509.Name([
+        x509.NameAttribute(NameOID.ORGANIZATION_NAME, "LTM"),
+        x509.NameAttribute(NameOID.COMMON_NAME, common_name),
+    ])
+    not_before, not_after = _validity(days)
+    ski = x509.SubjectKeyIdentifier.from_public_key(key.public_key())
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(not_before)
+        .not_valid_after(not_after)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True, content_commitment=False, key_encipherment=False,
+                data_encipherment=False, key_agreement=False, key_cert_sign=True, crl_sign=True,
+                encipher_only=False, decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(ski, critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ski), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    return key, cert
+
+
+def _host_san(host: str) -> x509.GeneralName:
+    host = host.strip()
+    if not host:
+        raise ValueError("empty host name")
+    try:
+        return x509.IPAddress(ipaddress.ip_address(host.strip("[]")))
+    except ValueError:
+        return x509.DNSName(host)
+
+
+def issue_leaf(ca_key, ca_cert: x509.Certificate, actor: str, hosts: Sequence[str] | None = None,
+               days: int = 365):
+    """A leaf for ``actor`` signed by the CA: ``(private_key, certificate)``.
+
+    Subject ``CN=<actor>``; SANs: URI ``ltm://actor/<actor>``, DNS ``<actor>`` (so a client can
+    require a specific server identity with ``grpc.ssl_target_name_override``) plus a DNS or IP
+    entry per host (default ``localhost``, ``127.0.0.1``); EKU serverAuth + clientAuth.
+    """
+    validate_actor(actor)
+    hosts = list(DEFAULT_HOSTS) if hosts is None else list(hosts)
+    key = _new_key()
+    not_before, not_after = _validity(days)
+    sans: list[x509.GeneralName] = [x509.UniformResourceIdentifier(ACTOR_URI_PREFIX + actor), x509.DNSName(actor)]
+    for host in hosts:
+        san = _host_san(host)
+        if san not in sans:
+            sans.append(san)
+    ca_ski = ca_cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([
+            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "LTM"),
+            x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, role_of(actor)),
+            x509.NameAttribute(NameOID.COMMON_NAME, actor),
+        ]))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(not_before)
+        .not_valid_after(min(not_after, ca_cert.not_valid_after_utc))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True, content_commitment=False, key_encipherment=False,
+                data_encipherment=False, key_agreement=True, key_cert_sign=False, crl_sign=False,
+                encipher_only=False, decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(
+            x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
+            critical=False,
+        )
+        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    return key, cert
+
+
+# ---------------------------------------------------------------------------- files
+def _cert_pem(cert: x509.Certificate) -> bytes:
+    return cert.public_bytes(serialization.Encoding.PEM)
+
+
+def _key_pem(key) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,  # "BEGIN PRIVATE KEY": what gRPC/BoringSSL reads
+        serialization.NoEncryption(),
+    )
+
+
+def _write_atomic(path: Path, data: bytes, mode: int) -> None:
+    """Write via a same-directory temp file created with ``mode``, then rename over ``path``."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def write_certs(directory, actors: Sequence[str], hosts: Sequence[str] | None = None, *,
+                force: bool = False, days: int = 365) -> dict[str, CertPaths]:
+    """Create a fresh CA in ``directory`` and a leaf per actor; return the paths written.
+
+    Files: ``ca.pem``, ``ca.key`` (0600), ``<actor>.pem``, ``<actor>.key`` (0600), all PEM.
+    Refuses (``FileExistsError``) if ``ca.pem`` or ``ca.key`` already exists unless ``force``:
+    a new CA silently invalidates every certificate already handed out.
+    The result maps ``"ca"`` and each actor name to ``CertPaths(cert, key)``.
+    """
+    actors = list(actors)
+    for actor in actors:
+        validate_actor(actor)
+    dupes = sorted({a for a in actors if actors.count(a) > 1})
+    if dupes:
+        raise ValueError(f"duplicate actor names: {', '.join(dupes)}")
+    if not actors:
+        raise ValueError("no actors to issue certificates for")
+    hosts = list(DEFAULT_HOSTS) if hosts is None else list(hosts)
+    for host in hosts:
+        _host_san(host)  # validate before touching the disk
+
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    ca_paths = CertPaths(out / CA_CERT_FILE, out / CA_KEY_FILE)
+    existing = [p for p in ca_paths if p.exists()]
+    if existing and not force:
+        raise FileExistsError(
+            f"{', '.join(str(p) for p in existing)} already exists; refusing to replace the CA "
+            f"(every certificate it signed would stop working). Use force=True / --force."
+        )
+
+    ca_key, ca_cert = create_ca(days=days)
+    result: dict[str, CertPaths] = {"ca": ca_paths}
+    leaves = {actor: issue_leaf(ca_key, ca_cert, actor, hosts, days=days) for actor in actors}
+    _write_atomic(ca_paths.key, _key_pem(ca_key), 0o600)
+    _write_atomic(ca_paths.cert, _cert_pem(ca_cert), 0o644)
+    for actor, (key, cert) in leaves.items():
+        paths = CertPaths(out / f"{actor}.pem", out / f"{actor}.key")
+        _write_atomic(paths.key, _key_pem(key), 0o600)
+        _write_atomic(paths.cert, _cert_pem(cert), 0o644)
+        result[actor] = paths
+    return result
+
+
+# ---------------------------------------------------------------------------- CLI
+def _nonneg_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be ≥ 0, got {value}")
+    return value
+
+
+def _csv(text: str) -> list[str]:
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def _configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    p.add_argument("--out", required=True, help="directory to write ca.pem/ca.key and <actor>.pem/.key into")
+    p.add_argument("--servers", type=_nonneg_int, default=0, help="issue server-0 … server-(K-1)")
+    p.add_argument("--parties", type=_nonneg_int, default=0, help="issue party-0 … party-(P-1)")
+    p.add_argument("--analyst", action="store_true", help="issue the analyst and operator certificates")
+    p.add_argument("--actors", type=_csv, default=[],
+                   help="explicit comma-separated actor names (in addition to the above)")
+    p.add_argument("--hosts", type=_csv, default=None,
+                   help="comma-separated DNS names / IPs for the SANs (default: localhost,127.0.0.1)")
+    p.add_argument("--days", type=int, default=365, help="validity in days (default 365)")
+    p.add_argument("--force", action="store_true", help="replace an existing CA in --out")
+    return p
+
+
+def _actors_from_args(args: argparse.Namespace) -> list[str]:
+    actors = [f"server-{i}" for i in range(args.servers)]
+    actors += [f"party-{i}" for i in range(args.parties)]
+    if args.analyst:
+        actors += ["analyst", "operator"]
+    for actor in args.actors:
+        if actor not in actors:
+            actors.append(actor)
+    return actors
+
+
+def _run_certs(args: argparse.Namespace) -> int:
+    actors = _actors_from_args(args)
+    if not actors:
+        raise ValueError("nothing to issue: give --servers, --parties, --analyst or --actors")
+    try:
+        paths = write_certs(args.out, actors, args.hosts, force=args.force, days=args.days)
+    except FileExistsError as exc:
+        raise ValueError(str(exc)) from None  # `ltm` reports ValueError as a one-line error
+    hosts = ",".join(args.hosts if args.hosts is not None else DEFAULT_HOSTS)
+    print(f"CA       {paths['ca'].cert}  (key {paths['ca'].key}, mode 0600)")
+    for actor in actors:
+        p = paths[actor]
+        print(f"{actor:<8} {p.cert}  (key {p.key}, mode 0600; SAN {ACTOR_URI_PREFIX}{actor}, hosts {hosts})")
+    return 0
+
+
+def add_certs_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Register ``certs`` on an ``ltm`` subparsers object; sets ``func=<runner(args)>``."""
+    p = subparsers.add_parser(
+        "certs", help="create a CA and per-actor mTLS certificates",
+        description="Create a private CA and EC P-256 leaf certificates (CN and SAN URI "
+                    "ltm://actor/<name>) for servers, parties and the analyst.",
+    )
+    _configure(p)
+    p.set_defaults(func=_run_certs)
+    return p
+
+
+def certs_main(argv: Sequence[str] | None = None) -> int:
+    """Stand-alone entry point: ``certs_main(["--out", "certs", "--servers", "3", ...])``."""
+    parser = _configure(argparse.ArgumentParser(prog="ltm certs"))
+    args = parser.parse_args(argv)
+    try:
+        return _run_certs(args)
+    except ValueError as exc:
+        parser.exit(2, f"ltm certs: error: {exc}\n")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    import sys
+
+    sys.exit(certs_main(sys.argv[1:]))
