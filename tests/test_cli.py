@@ -1,0 +1,89 @@
+"""The `ltm` command end to end: simulate, bench, demo (real processes), and their JSON."""
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from ltm.cli import main
+
+REQUIRED_PRIVACY = {"epsilon", "delta", "calibration", "clip_norm", "sensitivity_l2", "sigma_client",
+                    "sigma_release", "min_honest_load", "t_prime"}
+
+
+def run_json(capsys, argv):
+    assert main(argv) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_simulate_json_has_every_documented_key(capsys):
+    r = run_json(capsys, ["simulate", "--synthetic", "ridge", "--n", "20000", "--d", "5", "--seed", "1", "--json"])
+    for key in ("model", "coef", "metrics", "baselines", "privacy", "sketch", "release_sha256", "timing_s"):
+        assert key in r
+    assert {"r2", "mse", "phi"} <= set(r["metrics"])
+    for name in ("nonprivate", "central", "local"):
+        assert {"r2", "mse", "phi"} <= set(r["baselines"][name])
+    assert REQUIRED_PRIVACY <= set(r["privacy"])
+    assert {"kind", "m", "s"} <= set(r["sketch"])
+    assert "NOT private" in r["randomness"]  # seeded mode says so
+    assert len(r["coef"]) == 5
+
+
+def test_simulate_is_reproducible_under_a_seed_and_not_without(capsys):
+    argv = ["simulate", "--synthetic", "ridge", "--n", "5000", "--d", "3", "--json"]
+    a = run_json(capsys, argv + ["--seed", "3"])
+    b = run_json(capsys, argv + ["--seed", "3"])
+    c = run_json(capsys, argv)
+    assert a["release_sha256"] == b["release_sha256"]
+    assert c["release_sha256"] != a["release_sha256"]
+    assert c["randomness"].startswith("csprng")
+
+
+def test_simulate_lowrank_reports_psi(capsys):
+    r = run_json(capsys, ["simulate", "--synthetic", "lowrank", "--n", "20000", "--d", "8", "--rank", "2",
+                          "--seed", "2", "--json"])
+    assert r["model"] == "lowrank"
+    assert {"psi"} == set(r["metrics"])
+    assert r["metrics"]["psi"] >= r["baselines"]["nonprivate"]["psi"] - 1e-12
+
+
+def test_simulate_rejects_bad_input_with_a_message(capsys, tmp_path):
+    assert main(["simulate", "--data", str(tmp_path / "missing.csv"), "--label", "y"]) == 2
+    assert "no such file" in capsys.readouterr().err
+    assert main(["simulate", "--synthetic", "ridge", "--n", "2000", "--epsilon", "-1"]) == 2
+    assert "epsilon" in capsys.readouterr().err
+
+
+def test_bench_sketch_prints_json(capsys):
+    r = run_json(capsys, ["bench", "sketch", "--n", "20000", "--d", "4", "--m", "10", "--s", "2", "--k", "3",
+                          "--runs", "2", "--json"])
+    assert r["median_s"] > 0 and r["bytes_received"] > 0
+    assert len(r["per_server"]) == 3
+
+
+def _demo(*args):
+    t = time.monotonic()
+    out = subprocess.run([sys.executable, "-m", "ltm.cli", "demo", "--json", *args], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout), time.monotonic() - t
+
+
+def test_demo_runs_real_processes_with_tls():
+    r, seconds = _demo()
+    pids = [p["pid"] for p in r["processes"]]
+    assert len(set(pids)) == len(pids)
+    assert sum(p["role"] == "server" for p in r["processes"]) >= 3
+    assert sum(p["role"] == "party" for p in r["processes"]) >= 4
+    assert r["tls"] is True
+    assert {"r2", "mse", "phi"} <= set(r["metrics"])
+    assert r["participants"] == r["n_train"]
+    assert seconds < 120
+
+
+def test_demo_and_simulate_release_the_same_bytes_under_a_seed(capsys):
+    r, _ = _demo("--seed", "7")
+    s = run_json(capsys, ["simulate", "--seed", "7", "--json"])
+    assert r["release_sha256"] == s["release_sha256"]
+    assert r["metrics"] == s["metrics"]
