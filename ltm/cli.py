@@ -165,6 +165,8 @@ ACTOR_COMMANDS = {
     "party": ("party.main:add_parser", "run a party: vet a job, upload shares"),
     "analyst": ("analyst.main:add_parser", "run the analyst service"),
     "demo": ("sim.demo:add_parser", "run a whole networked job on loopback: certs, 3 servers, analyst, parties"),
+    "operate": ("sim.demo:add_operate_parser", "prepare a job on a dataset, submit it to a running analyst, run it"),
+    "health": ("transport.health:add_parser", "probe an actor's gRPC health service"),
 }
 
 

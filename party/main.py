@@ -79,6 +79,10 @@ async def participate(args: argparse.Namespace) -> dict:
                     raise
                 await asyncio.sleep(0.2)
         policy.check(spec)
+        while not Path(args.data).exists():  # in a deployment the operator may still be writing it
+            if time.monotonic() > deadline:
+                raise PartyDataError(f"data file {args.data} did not appear within --wait")
+            await asyncio.sleep(0.2)
         table = read_party_table(args.data)
         randomness = (Randomness.seeded_insecure(args.seed).child("party", args.id) if args.seed is not None
                       else Randomness.system())

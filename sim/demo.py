@@ -67,18 +67,24 @@ def write_party_csv(path: Path, table: dict[str, np.ndarray]) -> None:
             fh.write(",".join(map(repr, row)) + "\n")
 
 
-def release_from_output(path: Path, spec: JobSpec, privacy: dict) -> ReleasedSketch:
-    d = json.loads(path.read_text())
-    return ReleasedSketch(matrix=np.array(d["matrix"], dtype=np.float64), columns=tuple(d["columns"]),
-                          centers=np.array(d["centers"]), scales=np.array(d["scales"]), label=d["label"],
-                          intercept=d["intercept"], n=int(d["n"]),
-                          noise_variance_per_column=float(d["noise_variance_per_column"]), privacy=privacy,
-                          sha256=d["sha256"])
+def prepare_job(cfg: SimulateConfig, train, randomness: Randomness, endpoints: list[str], data_dir: Path):
+    """Build the job spec exactly as ``ltm simulate`` does and write each party's CSV to ``data_dir``."""
+    spec, choices = build_job(train, job_id=DEMO_JOB_ID, randomness=randomness, partition=cfg.partition,
+                              parties=cfg.parties, k=cfg.k, kind=cfg.sketch, m=cfg.m, s=cfg.s,
+                              epsilon=cfg.epsilon, delta=cfg.delta, clip_bound=cfg.clip,
+                              share_mode=cfg.share_mode, endpoints=endpoints)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    for pid, table in party_tables(spec, train).items():
+        tmp = data_dir / f".{pid}.csv.tmp"
+        write_party_csv(tmp, table)
+        tmp.replace(data_dir / f"{pid}.csv")  # parties poll for the file: make it appear whole
+    return spec, choices
 
 
 async def _operate(analyst_endpoint: str, certs: Path | None, insecure: bool, spec: JobSpec,
-                   start_parties, randomness_label: str, deadline: float) -> tuple[dict, dict[str, float]]:
-    """Submit the job, start the parties, run it; returns the analyst's report and phase times."""
+                   start_parties, randomness_label: str, deadline: float) -> tuple[dict, ReleasedSketch, dict]:
+    """Submit the job, start the parties, run it; returns the analyst's report, the release
+    (fetched over the Analyst service) and the phase times."""
     phases: dict[str, float] = {}
     options = None if insecure else [("grpc.ssl_target_name_override", "analyst")]
     channel = make_channel(analyst_endpoint, certs, "operator", insecure=insecure, options=options)
@@ -92,7 +98,16 @@ async def _operate(analyst_endpoint: str, certs: Path | None, insecure: bool, sp
         reply = await stub.RunJob(ltm_pb2.RunJobRequest(job_id=spec.job_id, deadline_s=deadline,
                                                         randomness=randomness_label), timeout=deadline + 300.0)
         phases["upload_close_release"] = time.monotonic() - t
-        return json.loads(reply.report_json), phases
+        report = json.loads(reply.report_json)
+        got = await stub.GetRelease(ltm_pb2.GetReleaseRequest(job_id=spec.job_id), timeout=60.0)
+        matrix = np.frombuffer(got.matrix_f64, dtype="<f8").reshape(got.rows, got.cols).astype(np.float64)
+        release = ReleasedSketch(
+            matrix=matrix, columns=spec.column_names, centers=np.array([c.center for c in spec.columns]),
+            scales=np.array([c.scale for c in spec.columns]), label=spec.label_index,
+            intercept=spec.intercept_index, n=int(report["participants"]),
+            noise_variance_per_column=int(report["participants"]) * spec.noise_plan().sigma_client**2,
+            privacy=json.loads(got.privacy_json), sha256=got.release_sha256)
+        return report, release, phases
     finally:
         await channel.close()
 
@@ -125,15 +140,8 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
         phases["start_services"] = time.monotonic() - t
 
         t = time.monotonic()
-        spec, choices = build_job(train, job_id=DEMO_JOB_ID, randomness=randomness, partition=cfg.partition,
-                                  parties=cfg.parties, k=cfg.k, kind=cfg.sketch, m=cfg.m, s=cfg.s,
-                                  epsilon=cfg.epsilon, delta=cfg.delta, clip_bound=cfg.clip,
-                                  share_mode=cfg.share_mode, endpoints=[s.endpoint for s in servers])
         data_dir = workdir / "party-data"
-        data_dir.mkdir(exist_ok=True)
-        tables = party_tables(spec, train)
-        for pid, table in tables.items():
-            write_party_csv(data_dir / f"{pid}.csv", table)
+        spec, choices = prepare_job(cfg, train, randomness, [s.endpoint for s in servers], data_dir)
         phases["job_spec_and_party_data"] = time.monotonic() - t
 
         server_endpoints = ",".join(s.endpoint for s in servers)
@@ -150,8 +158,8 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
                     argv += ["--seed", str(args.seed)]
                 parties.append(group.start_task("party", p.party_id, argv))
 
-        report, op_phases = asyncio.run(_operate(analyst.endpoint, certs, args.insecure, spec, start_parties,
-                                                 randomness.label, args.deadline))
+        report, release, op_phases = asyncio.run(_operate(analyst.endpoint, certs, args.insecure, spec,
+                                                          start_parties, randomness.label, args.deadline))
         phases.update(op_phases)
         party_exit = {p.actor: p.proc.wait(timeout=60) for p in parties}
         failed = {k: v for k, v in party_exit.items() if v != 0}
@@ -160,7 +168,6 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
         summaries = [json.loads((data_dir / f"{p.party_id}.summary.json").read_text()) for p in spec.parties]
 
         t = time.monotonic()
-        release = release_from_output(workdir / "analyst-out" / spec.job_id / "release.json", spec, report["privacy"])
         V = training_matrix(spec, train)
         rng = np.random.default_rng(np.frombuffer(randomness.child("baselines").bytes(16), dtype=np.uint64))
         model_report = report_for_release(cfg, spec, release, V, test, rng)
@@ -224,6 +231,61 @@ def print_summary(r: dict[str, Any]) -> None:
     t = r["timing_s"]
     print("  time: " + ", ".join(f"{k} {v:.2f}s" for k, v in t.items() if isinstance(v, float)))
     print(f"  release sha256 {r['release_sha256']}")
+
+
+def add_operate_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("operate", help="prepare a job on a dataset, submit it to a running analyst, run it",
+                       description="The operator's side of a deployment (the compose testbed, separate machines): "
+                                   "build the job spec on the data, write each party's CSV, submit the job to the "
+                                   "analyst, wait for the release and report model quality beside the baselines.")
+    p.add_argument("--analyst", required=True, help="analyst endpoint host:port")
+    p.add_argument("--servers", required=True,
+                   help="server-0=host:port,server-1=host:port,… (endpoints as the analyst reaches them)")
+    p.add_argument("--party-data", required=True, help="directory to write party-<i>.csv into")
+    p.add_argument("--certs", help="certificate directory (the operator authenticates as 'operator')")
+    p.add_argument("--insecure", action="store_true")
+    p.add_argument("--parties", type=int, default=4)
+    p.add_argument("--epsilon", type=float, default=1.0)
+    p.add_argument("--delta", type=float, default=1e-6)
+    p.add_argument("--m", type=int)
+    p.add_argument("--s", type=int, default=1)
+    p.add_argument("--sketch", choices=["sparse", "dense"], default="sparse")
+    p.add_argument("--partition", choices=["rows", "columns"], default="rows")
+    p.add_argument("--share-mode", choices=["seed", "full"], default="seed")
+    p.add_argument("--data")
+    p.add_argument("--label")
+    p.add_argument("--seed", type=int, help="SEEDED MODE (the parties must get the same --seed)")
+    p.add_argument("--deadline", type=float, default=120.0)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=run_operate)
+
+
+def run_operate(args: argparse.Namespace) -> int:
+    servers = [item.split("=", 1) for item in args.servers.split(",") if item]
+    if any(len(x) != 2 for x in servers):
+        raise SystemExit("ltm operate: --servers takes server-0=host:port,server-1=host:port,…")
+    ids = [f"server-{i}" for i in range(len(servers))]
+    if [x[0] for x in servers] != ids:
+        raise SystemExit(f"ltm operate: --servers must list {ids} in order")
+    randomness = Randomness.seeded_insecure(args.seed) if args.seed is not None else Randomness.system()
+    cfg = SimulateConfig(data=args.data, label=args.label, partition=args.partition, parties=args.parties,
+                         k=len(servers), sketch=args.sketch, m=args.m, s=args.s, epsilon=args.epsilon,
+                         delta=args.delta, share_mode=args.share_mode, seed=args.seed, model="ridge")
+    train, test = load_table(cfg, randomness)
+    spec, _ = prepare_job(cfg, train, randomness, [x[1] for x in servers], Path(args.party_data))
+    certs = None if args.insecure else Path(args.certs)
+    report, release, phases = asyncio.run(_operate(args.analyst, certs, args.insecure, spec, lambda: None,
+                                                   randomness.label, args.deadline))
+    rng = np.random.default_rng(np.frombuffer(randomness.child("baselines").bytes(16), dtype=np.uint64))
+    out = {"command": "operate", "tls": not args.insecure, "release_sha256": report["release_sha256"],
+           "participants": report["participants"], "held_per_server": report["held_per_server"],
+           "privacy": report["privacy"], "analyst_model": report["model"],
+           **report_for_release(cfg, spec, release, training_matrix(spec, train), test, rng),
+           "timing_s": {**phases, "analyst": report["timing_s"]}}
+    print(json.dumps(out, indent=2) if args.json else
+          f"released {out['release_sha256']} over {out['participants']} clients; R² {out['metrics']['r2']:.4f} "
+          f"(non-private {out['baselines']['nonprivate']['r2']:.4f}); {out['privacy']['guarantee']}")
+    return 0
 
 
 def run(args: argparse.Namespace) -> int:
