@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from typing import Any
 
 import numpy as np
@@ -57,6 +57,9 @@ class ColumnSpec:
     center: float = 0.0
     scale: float = 1.0
 
+    def __post_init__(self) -> None:
+        _canonical_floats(self)
+
 
 @dataclass(frozen=True)
 class PartySpec:
@@ -72,6 +75,9 @@ class PartySpec:
     @property
     def size(self) -> int:
         return self.stop - self.start
+
+    def __post_init__(self) -> None:
+        _canonical_floats(self)
 
 
 @dataclass(frozen=True)
@@ -97,6 +103,9 @@ class PrivacySpec:
     min_honest_load: int = 0
     min_participants: int = 0
 
+    def __post_init__(self) -> None:
+        _canonical_floats(self)
+
 
 @dataclass(frozen=True)
 class ServerSpec:
@@ -121,6 +130,9 @@ class JobSpec:
     clip_norm: str = "l2"
     share_mode: str = "seed"
     version: str = JOB_SPEC_VERSION
+
+    def __post_init__(self) -> None:
+        _canonical_floats(self)
 
     # ---------------------------------------------------------------- derived views
     @property
@@ -188,19 +200,11 @@ class JobSpec:
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> "JobSpec":
+        """Parse a spec dict strictly: every field must have its declared JSON type."""
         try:
-            return JobSpec(
-                job_id=str(d["job_id"]), partition=d["partition"], n=int(d["n"]),
-                columns=tuple(ColumnSpec(**c) for c in d["columns"]),
-                parties=tuple(PartySpec(**{**p, "columns": tuple(p.get("columns", ()))}) for p in d["parties"]),
-                clip_bound=float(d["clip_bound"]), frac_bits=int(d["frac_bits"]),
-                sketch=SketchSpec(**d["sketch"]), privacy=PrivacySpec(**d["privacy"]),
-                servers=tuple(ServerSpec(**s) for s in d["servers"]),
-                clip_norm=d.get("clip_norm", "l2"), share_mode=d.get("share_mode", "seed"),
-                version=d.get("version", JOB_SPEC_VERSION),
-            )
-        except (KeyError, TypeError) as exc:
-            raise JobSpecError([f"malformed job spec: {exc}"]) from exc
+            return _typed(JobSpec, d, "job spec")
+        except JobSpecError as exc:
+            raise JobSpecError([f"malformed job spec: {p}" for p in exc.problems]) from None
 
     @staticmethod
     def from_json(data: bytes | str) -> "JobSpec":
@@ -208,6 +212,73 @@ class JobSpec:
             return JobSpec.from_dict(json.loads(data))
         except json.JSONDecodeError as exc:
             raise JobSpecError([f"job spec is not valid JSON: {exc}"]) from exc
+
+
+# -------------------------------------------------------------------- strict typing
+_NESTED = {"columns": ColumnSpec, "parties": PartySpec, "servers": ServerSpec}
+
+
+def _typed_value(value: Any, hint: Any, where: str) -> Any:
+    """``value`` checked against a field's type hint (int, float, str, bool, X | None, tuple)."""
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise JobSpecError([f"{where} must be an integer, got {value!r}"])
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise JobSpecError([f"{where} must be a number, got {value!r}"])
+        return float(value) + 0.0  # canonical: 1 → 1.0 and −0.0 → 0.0, so equal specs hash equally
+    if hint is str:
+        if not isinstance(value, str):
+            raise JobSpecError([f"{where} must be a string, got {value!r}"])
+        return value
+    if hint == (float | None):
+        return None if value is None else _typed_value(value, float, where)
+    if hint == tuple[str, ...]:
+        if not isinstance(value, (list, tuple)):
+            raise JobSpecError([f"{where} must be a list of strings, got {value!r}"])
+        return tuple(_typed_value(v, str, f"{where}[{i}]") for i, v in enumerate(value))
+    raise TypeError(f"no rule for type {hint!r}")  # a programming error, not bad input
+
+
+def _typed(cls: type, data: Any, where: str) -> Any:
+    """Construct dataclass ``cls`` from a JSON dict, field by field, with JobSpecError on bad input."""
+    import typing
+
+    if not isinstance(data, dict):
+        raise JobSpecError([f"{where} must be a JSON object, got {type(data).__name__}"])
+    hints = typing.get_type_hints(cls)
+    names = {f.name: f for f in fields(cls)}
+    unknown = sorted(set(data) - set(names))
+    if unknown:
+        raise JobSpecError([f"{where}: unknown fields {unknown}"])
+    kwargs: dict[str, Any] = {}
+    for name, f in names.items():
+        if name not in data:
+            if f.default is MISSING and f.default_factory is MISSING:  # type: ignore[misc]
+                raise JobSpecError([f"{where}: missing field {name!r}"])
+            continue
+        value, hint, here = data[name], hints[name], f"{where}.{name}"
+        if name in _NESTED and cls is JobSpec:
+            if not isinstance(value, list):
+                raise JobSpecError([f"{here} must be a list"])
+            kwargs[name] = tuple(_typed(_NESTED[name], v, f"{here}[{i}]") for i, v in enumerate(value))
+        elif hint in (SketchSpec, PrivacySpec):
+            kwargs[name] = _typed(hint, value, here)
+        else:
+            kwargs[name] = _typed_value(value, hint, here)
+    return cls(**kwargs)
+
+
+def _canonical_floats(obj: Any) -> None:
+    """Coerce a frozen dataclass's float fields in place (1 → 1.0, −0.0 → 0.0)."""
+    import typing
+
+    for name, hint in typing.get_type_hints(type(obj)).items():
+        value = getattr(obj, name)
+        if hint is float or (hint == (float | None) and value is not None):
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                object.__setattr__(obj, name, float(value) + 0.0)
 
 
 # -------------------------------------------------------------------- loads and corruption
@@ -442,7 +513,7 @@ def validate_job(spec: JobSpec, sketch: Sketch | None = None) -> JobAnalysis:
     worst = worst_entry_magnitude(float(loads.max()), spec.clip_bound, plan) * 2.0**spec.frac_bits
     headroom_bits = math.log2(HEADROOM_LIMIT / worst)
     if headroom_bits <= 0:
-        need = math.ceil(-headroom_bits)
+        need = math.floor(-headroom_bits) + 1  # the smallest reduction that leaves positive headroom
         raise JobSpecError([
             f"ring headroom: a release entry could reach {worst:.3g} > 2^62 "
             f"(max row load {int(loads.max())} × (C {spec.clip_bound:g} + noise tail "

@@ -31,7 +31,7 @@ SEEDED_MODE_LABEL = "seeded (reproducible; NOT private: do not use in production
 SYSTEM_MODE_LABEL = "csprng (os.urandom + AES-256-CTR)"
 
 _TWO_PI = 2.0 * np.pi
-_U53 = float(2.0**-53)
+_U52 = float(2.0**-52)
 
 
 def xof(*parts: bytes, length: int = 32) -> bytes:
@@ -143,9 +143,13 @@ class RandomStream:
         return words.reshape(shape)
 
     def uniform(self, shape: int | tuple[int, ...]) -> np.ndarray:
-        """Uniform float64 on the open interval (0, 1), 53 bits of resolution."""
-        bits = self.uint64(shape) >> np.uint64(11)
-        return (bits.astype(np.float64) + 0.5) * _U53
+        """Uniform float64 on the open interval (0, 1): (k + ½)·2^-52 for a uniform 52-bit k.
+
+        52 bits, not 53, so that every value — the largest is 1 − 2^-53 — is exactly
+        representable and 0 and 1 can never occur (log(u) and log(1 − u) stay finite).
+        """
+        bits = self.uint64(shape) >> np.uint64(12)
+        return (bits.astype(np.float64) + 0.5) * _U52
 
     def normal(self, shape: int | tuple[int, ...], scale: float = 1.0) -> np.ndarray:
         """i.i.d. N(0, scale²) by the Box–Muller transform."""

@@ -21,7 +21,8 @@ def encode(values: np.ndarray, frac_bits: int) -> np.ndarray:
     Raises ValueError for non-finite values or values whose encoding would not fit in int64.
     """
     x = np.asarray(values, dtype=np.float64)
-    scaled = np.rint(x * float(2**frac_bits))
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow is reported below, as ValueError
+        scaled = np.rint(x * float(2**frac_bits))
     if not np.all(np.isfinite(scaled)):
         raise ValueError("cannot encode NaN or infinite values")
     if scaled.size and np.max(np.abs(scaled)) >= 2.0**63:

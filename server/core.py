@@ -163,7 +163,7 @@ class ServerCore:
         pdigest = participants_digest(participants) if participants.shape == (spec.n,) else ""
         if record is not None and caller_role == ANALYST_ROLE and job_digest == spec.digest \
                 and record.participants_digest == pdigest:
-            return record.result
+            return record.result.copy()  # callers may sum in place; the stored record must not change
         if not self.store.is_closed(job_id) and caller_role == ANALYST_ROLE:
             raise ProtocolError("FAILED_PRECONDITION", f"job {job_id!r} must be closed before it is released")
         check_release(spec, caller_role=caller_role, job_digest=job_digest, participants=participants,
@@ -171,5 +171,5 @@ class ServerCore:
                       slots=self._slots_of(spec))
         result = result_share(spec, self.store.batches(job_id), participants, self._sketch(spec),
                               self._slots_of(spec))
-        self.store.put_release(job_id, ReleaseRecord(pdigest, result))
+        self.store.put_release(job_id, ReleaseRecord(pdigest, result.copy()))
         return result
