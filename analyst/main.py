@@ -4,16 +4,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import signal
 from pathlib import Path
-
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from analyst.service import AnalystService
 from ltm.v1 import ltm_pb2_grpc
 from transport.config import load_config, merge
 from transport.logs import setup_logging
-from transport.tls import add_secure_port, make_channel, make_server
+from transport.serve import serve_until_signal
+from transport.tls import make_channel, make_server
 
 log = logging.getLogger("ltm.analyst")
 SERVICE_NAME = "ltm.v1.Analyst"
@@ -42,23 +40,8 @@ async def serve(args: argparse.Namespace) -> None:
     service = AnalystService(connect, Path(args.out), insecure=insecure)
     server = make_server()
     ltm_pb2_grpc.add_AnalystServicer_to_server(service, server)
-    health_servicer = health.aio.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    port = add_secure_port(server, args.listen, args.certs, "analyst", insecure=insecure)
-    await server.start()
-    await health_servicer.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
-    await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
-    if args.port_file:
-        Path(args.port_file).write_text(str(port))
-    log.info("serving", extra={"port": port, "tls": not insecure})
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
-    await health_servicer.enter_graceful_shutdown()
-    await server.stop(grace=5.0)
-    log.info("stopped")
+    await serve_until_signal(server, service_name=SERVICE_NAME, listen=args.listen, cert_dir=args.certs,
+                             actor="analyst", insecure=insecure, port_file=args.port_file)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -4,17 +4,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import signal
 from pathlib import Path
-
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from ltm.v1 import ltm_pb2_grpc
 from server.core import ServerCore
 from server.service import MAX_BATCH_BYTES, ServerService
 from transport.config import load_config, merge
 from transport.logs import setup_logging
-from transport.tls import add_secure_port, make_server
+from transport.serve import serve_until_signal
+from transport.tls import make_server
 
 log = logging.getLogger("ltm.server")
 SERVICE_NAME = "ltm.v1.Server"
@@ -43,24 +41,8 @@ async def serve(args: argparse.Namespace) -> None:
                             max_batch_bytes=args.max_batch_bytes or MAX_BATCH_BYTES)
     server = make_server()
     ltm_pb2_grpc.add_ServerServicer_to_server(service, server)
-    health_servicer = health.aio.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    port = add_secure_port(server, args.listen, args.certs, args.id, insecure=bool(args.insecure))
-    await server.start()
-    await health_servicer.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
-    await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
-    if args.port_file:
-        Path(args.port_file).write_text(str(port))
-    log.info("serving", extra={"port": port, "tls": not args.insecure, "data_dir": str(args.data_dir)})
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
-    log.info("stopping (signal): finishing in-flight calls")
-    await health_servicer.enter_graceful_shutdown()
-    await server.stop(grace=5.0)
-    log.info("stopped")
+    await serve_until_signal(server, service_name=SERVICE_NAME, listen=args.listen, cert_dir=args.certs,
+                             actor=args.id, insecure=bool(args.insecure), port_file=args.port_file)
 
 
 def run(args: argparse.Namespace) -> int:

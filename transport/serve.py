@@ -1,0 +1,40 @@
+"""Serving boilerplate shared by the long-running actors: health service, port file, SIGTERM."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from transport.tls import add_secure_port
+
+log = logging.getLogger("ltm.serve")
+
+
+async def serve_until_signal(server: grpc.aio.Server, *, service_name: str, listen: str, cert_dir, actor: str,
+                             insecure: bool, port_file: str | None = None, grace_s: float = 5.0) -> None:
+    """Add the standard health service, bind, start, report SERVING, and on SIGTERM/SIGINT
+    report NOT_SERVING and stop gracefully (in-flight calls get ``grace_s`` to finish)."""
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    port = add_secure_port(server, listen, cert_dir, actor, insecure=insecure)
+    await server.start()
+    for name in (service_name, ""):
+        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    if port_file:
+        tmp = Path(port_file + ".tmp")
+        tmp.write_text(str(port))
+        tmp.replace(port_file)  # launchers poll for the file: make it appear whole
+    log.info("serving", extra={"port": port, "tls": not insecure, "service": service_name})
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("stopping (signal): finishing in-flight calls")
+    await health_servicer.enter_graceful_shutdown()
+    await server.stop(grace=grace_s)
+    log.info("stopped")
