@@ -13,6 +13,7 @@ import grpc
 
 from ltm.randomness import Randomness
 from ltm.v1 import ltm_pb2_grpc
+from party.data_source import DataSourceError, load_columns
 from party.randomizer import DEFAULT_BATCH_CLIENTS, PartyDataError
 from party.uploader import PartyPolicy, PolicyViolation, fetch_job, run_upload
 from transport.config import load_config, merge
@@ -47,9 +48,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def read_party_table(path: str) -> dict:
-    from sim.data import load_csv  # CSV parsing shared with the simulator; no actor imports
-
-    return dict(load_csv(path, label=None).columns)
+    try:
+        columns, _ = load_columns(path)
+    except DataSourceError as exc:
+        raise PartyDataError(str(exc)) from None
+    return columns
 
 
 async def participate(args: argparse.Namespace) -> dict:

@@ -5,8 +5,6 @@ A :class:`Table` is a set of named float64 columns of equal length.  Parties rec
 """
 from __future__ import annotations
 
-import csv
-import io
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -15,6 +13,7 @@ import numpy as np
 
 from ltm.jobspec import INTERCEPT_NAME, ColumnSpec
 from ltm.randomness import Randomness
+from party.data_source import DataSourceError, parse_csv
 
 BUNDLED_FILES = ("household_power_sample100k_part1of2.csv", "household_power_sample100k_part2of2.csv")
 BUNDLED_LABEL = "Sub_metering_3"
@@ -48,45 +47,26 @@ class Table:
         return {k: v[start:stop] for k, v in self.columns.items()}
 
 
-def _sniff_delimiter(sample: str) -> str:
-    try:
-        return csv.Sniffer().sniff(sample, delimiters=",;\t").delimiter
-    except csv.Error:
-        return ","
-
-
 def read_csv(text: str, *, source: str, label: str | None, features: list[str] | None = None) -> Table:
-    """Parse CSV text; keep the numeric columns (or exactly ``features`` + ``label``)."""
-    reader = csv.reader(io.StringIO(text), delimiter=_sniff_delimiter(text[:4096]))
+    """Parse CSV text; keep the numeric columns (or exactly ``features`` + ``label``).
+
+    Stricter than a party's own reader: a simulation needs complete rows, so missing or
+    non-finite values are refused here.
+    """
     try:
-        header = [h.strip() for h in next(reader)]
-    except StopIteration:
-        raise DataError(f"{source}: empty file") from None
-    rows = [r for r in reader if r]
-    if not rows:
-        raise DataError(f"{source}: no data rows")
-    raw = np.array(rows, dtype=object)
-    if raw.ndim != 2 or raw.shape[1] != len(header):
-        raise DataError(f"{source}: rows do not all have {len(header)} fields")
+        parsed, skipped = parse_csv(text, source=source)
+    except DataSourceError as exc:
+        raise DataError(str(exc)) from None
     wanted = (features or []) + ([label] if label else [])
-    missing = [c for c in wanted if c not in header]
-    if missing:
-        raise DataError(f"{source}: no column(s) {missing}; the file has {header}")
-    columns: dict[str, np.ndarray] = {}
-    skipped: list[str] = []
-    for j, name in enumerate(header):
-        if features is not None and name not in wanted:
-            continue
-        try:
-            col = raw[:, j].astype(np.float64)
-        except ValueError:
-            if name in wanted:
-                raise DataError(f"{source}: column {name!r} is not numeric; encode it first") from None
-            skipped.append(name)
-            continue
-        columns[name] = col
-    if label is not None and label not in columns:
-        raise DataError(f"{source}: label {label!r} not found")
+    for name in wanted:
+        if name in skipped:
+            raise DataError(f"{source}: column {name!r} is not numeric; encode it first")
+        if name not in parsed:
+            raise DataError(f"{source}: no column(s) {[c for c in wanted if c not in parsed]}; "
+                            f"the file has {list(parsed) + skipped}")
+    columns = {k: v for k, v in parsed.items() if features is None or k in wanted}
+    if not columns:
+        raise DataError(f"{source}: no numeric columns")
     finite = np.all(np.isfinite(np.column_stack(list(columns.values()))), axis=1)
     if not finite.all():
         raise DataError(f"{source}: {int((~finite).sum())} rows have missing or non-finite values; clean them first")
@@ -94,7 +74,7 @@ def read_csv(text: str, *, source: str, label: str | None, features: list[str] |
     ordered = {k: v for k, v in columns.items() if k != label}
     if label is not None:
         ordered[label] = columns[label]
-    note = f" (skipped non-numeric: {', '.join(skipped)})" if skipped else ""
+    note = f" (skipped non-numeric: {', '.join(skipped)})" if skipped and features is None else ""
     return Table(ordered, label, f"{source}{note}")
 
 
