@@ -143,6 +143,9 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     sk.add_argument("--share-mode", choices=["seed", "full"], default="seed")
     sk.add_argument("--json", action="store_true", help="print JSON (the default output is JSON too)")
     sk.set_defaults(func=_run_bench_sketch)
+    from sim.bench_e2e import add_parser as add_e2e  # imports grpc; only when `bench` is the command
+
+    add_e2e(bsub)
 
 
 def _run_bench_sketch(args: argparse.Namespace) -> int:

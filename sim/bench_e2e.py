@@ -1,0 +1,121 @@
+"""``ltm bench e2e``: a networked run over real processes on loopback with mTLS, timed and metered.
+
+n synthetic clients (held by a few party processes) → k servers → the analyst, exactly as
+``ltm demo`` but on synthetic ridge data of any size, with party data handed over as ``.npz``.
+Reports wall time, time per phase and each process's peak RSS (``VmHWM`` from /proc, read just
+before the process is stopped).  Numbers, not asserts.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ltm.randomness import Randomness
+from sim.demo import _operate
+from sim.jobs import build_job, party_tables
+from sim.launcher import ActorProcess, ProcessGroup
+from sim.data import synthetic_ridge
+from transport.certs import write_certs
+
+
+def add_parser(bench_sub: argparse._SubParsersAction) -> None:
+    p = bench_sub.add_parser("e2e", help="networked end-to-end run on loopback: wall time, phases, peak RSS")
+    p.add_argument("--n", type=int, default=1_000_000)
+    p.add_argument("--d", type=int, default=10)
+    p.add_argument("--m", type=int, default=100)
+    p.add_argument("--s", type=int, default=1)
+    p.add_argument("--k", type=int, default=3)
+    p.add_argument("--parties", type=int, default=4)
+    p.add_argument("--seed", type=int, default=1, help="seeded mode (benchmarks need no privacy)")
+    p.add_argument("--workdir")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=run)
+
+
+def peak_rss_bytes(ap: ActorProcess) -> int | None:
+    """Peak resident set size of a live process (Linux /proc), in bytes."""
+    try:
+        for line in Path(f"/proc/{ap.pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def run_e2e(args: argparse.Namespace) -> dict[str, Any]:
+    t_start = time.monotonic()
+    phases: dict[str, float] = {}
+    workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="ltm-e2e-"))
+    randomness = Randomness.seeded_insecure(args.seed)
+    t = time.monotonic()
+    table = synthetic_ridge(args.n, args.d, randomness.child("data"))
+    table = type(table)(table.columns, table.label, table.source)
+    certs = workdir / "certs"
+    write_certs(certs, [f"server-{i}" for i in range(args.k)] + [f"party-{i}" for i in range(args.parties)]
+                + ["analyst", "operator"], force=True)
+    phases["data_and_certs"] = time.monotonic() - t
+    group = ProcessGroup(workdir, certs)
+    rss: dict[str, int | None] = {}
+    try:
+        t = time.monotonic()
+        servers = [group.start_service("server", f"server-{i}",
+                                       ["server", "--id", f"server-{i}", "--data-dir", str(workdir / f"server-{i}")])
+                   for i in range(args.k)]
+        analyst = group.start_service("analyst", "analyst", ["analyst", "--out", str(workdir / "out")])
+        phases["start_services"] = time.monotonic() - t
+        t = time.monotonic()
+        spec, _ = build_job(table, job_id="e2e", randomness=randomness, parties=args.parties, k=args.k, m=args.m,
+                            s=args.s, endpoints=[s.endpoint for s in servers])
+        data = workdir / "party-data"
+        data.mkdir(parents=True, exist_ok=True)
+        for pid, cols in party_tables(spec, table).items():
+            np.savez(data / f"{pid}.npz", **cols)
+        phases["job_spec_and_party_data"] = time.monotonic() - t
+        parties: list[ActorProcess] = []
+        endpoints = ",".join(s.endpoint for s in servers)
+
+        def start_parties() -> None:
+            for p in spec.parties:
+                parties.append(group.start_task("party", p.party_id, [
+                    "party", "--id", p.party_id, "--servers", endpoints, "--server-ids",
+                    ",".join(s.actor for s in servers), "--job", spec.job_id, "--data", str(data / f"{p.party_id}.npz"),
+                    "--seed", str(args.seed), "--no-progress",
+                    "--summary-file", str(data / f"{p.party_id}.summary.json")]))
+
+        report, release, op = asyncio.run(_operate(analyst.endpoint, certs, False, spec, start_parties,
+                                                   randomness.label, 600.0))
+        phases.update(op)
+        exits = [p.proc.wait(timeout=120) for p in parties]
+        if any(exits):
+            raise RuntimeError("a party failed:\n" + "\n".join(p.log_tail() for p in parties if p.proc.returncode))
+        for ap in servers + [analyst]:
+            rss[ap.actor] = peak_rss_bytes(ap)
+        summaries = [json.loads((data / f"{p.party_id}.summary.json").read_text()) for p in spec.parties]
+    finally:
+        group.stop_all()
+        if not args.workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
+    return {
+        "benchmark": "e2e", "n": args.n, "d": args.d, "m": args.m, "s": args.s, "k": args.k,
+        "parties": args.parties, "tls": True, "release_sha256": release.sha256,
+        "participants": report["participants"], "wall_s": time.monotonic() - t_start,
+        "phases_s": phases, "analyst_phases_s": report["timing_s"],
+        "party_upload_s": [s["seconds"] for s in summaries],
+        "bytes_party_to_server": [sum(s["bytes_per_server"][i] for s in summaries) for i in range(args.k)],
+        "bytes_server_to_analyst": report["release_bytes_per_server"],
+        "peak_rss_bytes": rss,
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    print(json.dumps(run_e2e(args), indent=2))
+    return 0
