@@ -14,6 +14,10 @@ Two modes:
   and independent of numpy's version.  Anyone who knows the seed knows every share and every noise
   value: this mode is *not* private and every output produced with it says so.
 
+(``Randomness.system_derived()`` is production randomness too: one fresh ``os.urandom`` key whose
+children are derived from it, so a party that journals the key can redo a batch bit for bit after
+a crash; see ``party/journal.py``.)
+
 Samplers are vectorised: uniforms from 53-bit integers, normals by Box–Muller, Gamma by
 Marsaglia–Tsang with vectorised rejection rounds (shape < 1 via the ``U^{1/a}`` boost, done in log
 space so tiny shapes do not underflow the arithmetic).
@@ -29,6 +33,8 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 SEEDED_MODE_LABEL = "seeded (reproducible; NOT private: do not use in production)"
 SYSTEM_MODE_LABEL = "csprng (os.urandom + AES-256-CTR)"
+#: Mode of :meth:`Randomness.system_derived`: a fresh OS key whose children are KDF-derived.
+DERIVED_MODE = "system-derived"
 
 _TWO_PI = 2.0 * np.pi
 _U52 = float(2.0**-52)
@@ -69,6 +75,32 @@ def keystream_uint64(key: bytes, count: int, start_word: int = 0) -> np.ndarray:
     return np.frombuffer(raw, dtype="<u8", count=count, offset=8 * skip).astype(np.uint64, copy=False)
 
 
+class KeystreamBuffer:
+    """Reusable buffers for expanding many keystream slices of at most ``max_words`` words.
+
+    Expanding helper-share seeds is the server's main cost in seed mode; writing the keystream
+    into the same warm buffers (instead of fresh allocations, which page-fault on first touch)
+    runs AES-CTR at its full speed.
+    """
+
+    def __init__(self, max_words: int) -> None:
+        self._zeros = np.zeros(8 * (max_words + 1), dtype=np.uint8)
+        self._out = np.empty(8 * (max_words + 1) + 16, dtype=np.uint8)
+        self.max_words = max_words
+
+    def words(self, key: bytes, count: int, start_word: int = 0) -> np.ndarray:
+        """Like :func:`keystream_uint64`, as a view into this buffer (valid until the next call)."""
+        if count > self.max_words:
+            raise ValueError(f"slice of {count} words exceeds the buffer's {self.max_words}")
+        if len(key) != 32:
+            raise ValueError("AES-256 key must be 32 bytes")
+        first_block, skip = divmod(start_word, 2)
+        nbytes = 8 * (count + skip)
+        enc = Cipher(algorithms.AES(key), modes.CTR(first_block.to_bytes(16, "big"))).encryptor()
+        enc.update_into(memoryview(self._zeros)[:nbytes], memoryview(self._out)[:nbytes + 15])
+        return self._out[8 * skip:8 * skip + 8 * count].view("<u8").view(np.uint64)
+
+
 @dataclass(frozen=True)
 class Randomness:
     """A source of cryptographically strong random values (see module docstring).
@@ -85,6 +117,19 @@ class Randomness:
     def system() -> "Randomness":
         """Production randomness: a fresh key from the operating system's CSPRNG."""
         return Randomness("system", os.urandom(32))
+
+    @staticmethod
+    def system_derived() -> "Randomness":
+        """Production randomness whose whole subtree is determined by one fresh OS key.
+
+        Like :meth:`system` (a fresh 256-bit ``os.urandom`` key that nothing public determines),
+        but its children are derived from that key by the KDF instead of drawing fresh OS entropy,
+        so the 32-byte key alone re-creates every value drawn from this source and its children.
+        A party journals such a key before it uploads a batch, so that after a crash it re-derives
+        bit-identical shares instead of re-randomizing a batch some servers already hold
+        (``party/journal.py``).  As private as :meth:`system` while the key stays secret.
+        """
+        return Randomness(DERIVED_MODE, os.urandom(32))
 
     @staticmethod
     def seeded_insecure(seed: int | bytes | str) -> "Randomness":
@@ -113,10 +158,14 @@ class Randomness:
 
         Seeded: derived deterministically from this key and the labels.  System: fresh OS entropy
         (labels are ignored, so children are independent of each other and of the parent).
+        System-derived: derived from this (secret, OS-drawn) key and the labels, under a domain tag
+        of its own, so the same key re-creates the same children.
         """
-        if not self.reproducible:
+        if self.mode == "system":
             return Randomness.system()
         parts = [str(x).encode() for x in labels]
+        if self.mode == DERIVED_MODE:
+            return Randomness(DERIVED_MODE, xof(b"ltm/system-derived-child", self.key, *parts))
         return Randomness("seeded", xof(b"ltm/child", self.key, *parts))
 
     def bytes(self, n: int) -> bytes:

@@ -160,15 +160,38 @@ class Sketch:
         return loads
 
     def slots(self) -> np.ndarray:
-        """Every client's accumulator slot ``2·row + negative`` for each piece: int32 (pieces, n).
+        """Every client's accumulator slot ``2·row + negative`` for each piece: int64 (pieces, n).
 
         A server derives this once per job (it is public) so that applying the sketch to a batch
-        is a single scatter-add; memory is 4·pieces·n bytes.
+        is a single scatter-add per piece and chunk; memory is 8·pieces·n bytes.
         """
-        out = np.empty((self.pieces, self.n), dtype=np.int32)
+        out = np.empty((self.pieces, self.n), dtype=np.int64)
         for a, b, rows, negative in self.chunks(0, self.n):
             out[:, a:b] = 2 * rows + negative
         return out
+
+    def accumulator(self, width: int) -> np.ndarray:
+        """A zeroed flat accumulator for :meth:`add_piece`: uint64 (2·m·width,)."""
+        return np.zeros(2 * self.m * width, dtype=np.uint64)
+
+    def add_piece(self, acc: np.ndarray, piece: int, start: int, values: np.ndarray, slots: np.ndarray,
+                  include: np.ndarray | None = None) -> None:
+        """Scatter-add piece ``piece`` of clients ``start..start+len(values)`` into ``acc``.
+
+        ``values`` is uint64 (clients, width).  Positive and negative terms go to separate slots
+        (2r, 2r+1) so no sign multiplication is needed; :meth:`finish` subtracts them.
+        """
+        count, width = values.shape
+        slot = slots[piece, start:start + count]
+        if include is not None:
+            slot, values = slot[include], values[include]
+        flat = (slot[:, None] * width + np.arange(width, dtype=np.int64)).ravel()
+        np.add.at(acc, flat, values.ravel())
+
+    def finish(self, acc: np.ndarray, width: int) -> np.ndarray:
+        """The (m, width) uint64 result Σ(positive) − Σ(negative) of an accumulator."""
+        pairs = acc.reshape(self.m, 2, width)
+        return pairs[:, 0, :] - pairs[:, 1, :]
 
     def apply(self, start: int, values: np.ndarray, out: np.ndarray | None = None,
               include: np.ndarray | None = None, slots: np.ndarray | None = None) -> np.ndarray:
@@ -179,7 +202,7 @@ class Sketch:
             values: uint64 array (pieces, batch, D): piece l's share of each client's vector.
             out: uint64 accumulator (m, D), created if None.
             include: optional bool mask (batch,) of clients to include (the participant set).
-            slots: the precomputed :meth:`slots` array (derived chunk by chunk if None).
+            slots: the precomputed :meth:`slots` array (derived for this range if None).
         Returns:
             ``out``.
         """
@@ -188,26 +211,18 @@ class Sketch:
             raise ValueError(f"expected {self.pieces} pieces, got {pieces}")
         if out is None:
             out = np.zeros((self.m, width), dtype=np.uint64)
-        # Accumulate positive and negative terms in separate rows (2r, 2r+1) of a flat buffer,
-        # then subtract: one 1-D scatter-add per chunk, no sign multiplication.
-        acc = np.zeros(2 * self.m * width, dtype=np.uint64)
-        cols = np.arange(width, dtype=np.int64)
-        for a in range(start, start + batch, CHUNK_CLIENTS):
-            b = min(a + CHUNK_CLIENTS, start + batch)
-            lo, hi = a - start, b - start
-            if slots is not None:
-                slot = slots[:, a:b].astype(np.int64)
-            else:
-                rows, negative = self.placement(a, b)
-                slot = 2 * rows + negative
-            block = values[:, lo:hi, :]
-            if include is not None:
-                keep = include[lo:hi]
-                slot, block = slot[:, keep], block[:, keep, :]
-            flat = (slot[:, :, None] * width + cols).ravel()
-            np.add.at(acc, flat, block.ravel())
-        acc = acc.reshape(self.m, 2, width)
-        out += acc[:, 0, :] - acc[:, 1, :]
+        if slots is None:
+            rows, negative = self.placement(start, start + batch)
+            slots, offset = 2 * rows + negative, start
+        else:
+            offset = 0
+        acc = self.accumulator(width)
+        for piece in range(pieces):
+            for a in range(0, batch, CHUNK_CLIENTS):
+                b = min(a + CHUNK_CLIENTS, batch)
+                self.add_piece(acc, piece, start - offset + a, values[piece, a:b], slots,
+                               None if include is None else include[a:b])
+        out += self.finish(acc, width)
         return out
 
     def to_dense(self) -> np.ndarray:

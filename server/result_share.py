@@ -7,27 +7,46 @@ import numpy as np
 
 from ltm.batch import ShareBatch
 from ltm.jobspec import JobSpec
-from ltm.sketch import Sketch
+from ltm.randomness import KeystreamBuffer
+from ltm.sketch import CHUNK_CLIENTS, Sketch
 
 
 def result_share(spec: JobSpec, batches: Iterable[ShareBatch], participants: np.ndarray,
                  sketch: Sketch | None = None, slots: np.ndarray | None = None) -> np.ndarray:
     """uint64 (m, D): this server's share of the unscaled release Σ_l S_l (V + G_l).
 
-    Memory stays O(m·D + one batch): batches are expanded (helper seeds) and applied one at a time.
-    ``slots`` is the job's precomputed :meth:`Sketch.slots` (derived per batch if None).
+    Streams piece by piece and chunk by chunk: helper-share seeds are expanded one chunk at a time
+    into a reusable buffer, so memory stays O(m·D + one chunk) beyond the stored shares, and a
+    batch whose clients all participate needs no masking.  ``slots`` is the job's precomputed
+    :meth:`Sketch.slots` (derived here if None).
     """
     sketch = sketch or spec.make_sketch()
-    out = np.zeros((sketch.m, spec.width), dtype=np.uint64)
-    all_columns = tuple(range(spec.width))
+    slots = sketch.slots() if slots is None else slots
+    width = spec.width
+    acc_full = sketch.accumulator(width)
+    partial: dict[tuple[int, ...], np.ndarray] = {}
+    buffer: KeystreamBuffer | None = None
+    all_columns = tuple(range(width))
     for batch in batches:
         include = participants[batch.start:batch.stop]
         if not include.any():
             continue
-        values = batch.share.values()
-        if batch.columns == all_columns:
-            sketch.apply(batch.start, values, out, include=None if include.all() else include, slots=slots)
-        else:
-            part = sketch.apply(batch.start, values, include=None if include.all() else include, slots=slots)
-            out[:, list(batch.columns)] += part
+        mask = None if include.all() else include
+        cols = batch.columns
+        acc = acc_full if cols == all_columns else partial.setdefault(cols, sketch.accumulator(len(cols)))
+        pieces, count, ncols = batch.share.shape
+        seed = batch.share.seed
+        if seed is not None and buffer is None:
+            buffer = KeystreamBuffer(CHUNK_CLIENTS * max(width, ncols))
+        for piece in range(pieces):
+            for a in range(0, count, CHUNK_CLIENTS):
+                b = min(a + CHUNK_CLIENTS, count)
+                if seed is None:
+                    values = batch.share.data[piece, a:b]
+                else:  # the seed's expansion is the (pieces, count, ncols) array in C order
+                    values = buffer.words(seed, (b - a) * ncols, (piece * count + a) * ncols).reshape(b - a, ncols)
+                sketch.add_piece(acc, piece, batch.start + a, values, slots, None if mask is None else mask[a:b])
+    out = sketch.finish(acc_full, width)
+    for cols, acc in partial.items():
+        out[:, list(cols)] += sketch.finish(acc, len(cols))
     return out

@@ -226,7 +226,7 @@ def test_slots_and_row_loads_match_placement_and_to_dense(kind, m, s):
     sk = Sketch(kind, m, n, s, hashlib.sha256(kind.encode()).digest())
     rows, negative = sk.placement(0, n)
     slots = sk.slots()
-    assert slots.dtype == np.int32 and slots.shape == (sk.pieces, n)
+    assert slots.dtype == np.int64 and slots.shape == (sk.pieces, n)
     np.testing.assert_array_equal(slots, 2 * rows + negative)
     dense = sk.to_dense()
     np.testing.assert_array_equal(sk.row_loads(), np.count_nonzero(dense, axis=1))
