@@ -11,6 +11,7 @@ from server.core import ServerCore
 from server.service import MAX_BATCH_BYTES, ServerService
 from transport.config import load_config, merge
 from transport.logs import setup_logging
+from transport.metering import ByteMeter
 from transport.serve import serve_until_signal
 from transport.tls import make_server
 
@@ -37,9 +38,10 @@ async def serve(args: argparse.Namespace) -> None:
     from server.sqlite_store import SqliteStore
 
     core = ServerCore(args.id, SqliteStore(Path(args.data_dir)))
+    meter = ByteMeter()
     service = ServerService(core, insecure=bool(args.insecure),
-                            max_batch_bytes=args.max_batch_bytes or MAX_BATCH_BYTES)
-    server = make_server()
+                            max_batch_bytes=args.max_batch_bytes or MAX_BATCH_BYTES, meter=meter)
+    server = make_server(interceptors=[meter])
     ltm_pb2_grpc.add_ServerServicer_to_server(service, server)
     await serve_until_signal(server, service_name=SERVICE_NAME, listen=args.listen, cert_dir=args.certs,
                              actor=args.id, insecure=bool(args.insecure), port_file=args.port_file)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import math
 import threading
 from collections.abc import AsyncIterator
 
@@ -23,6 +24,7 @@ from ltm.jobspec import JobSpec, JobSpecError
 from ltm.sharing import SEED_BYTES, Share
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
 from server.core import ServerCore
+from transport.metering import ByteMeter
 from transport.tls import authenticate
 
 log = logging.getLogger("ltm.server")
@@ -31,6 +33,8 @@ log = logging.getLogger("ltm.server")
 #: pieces is 288 MiB; bigger batches must be split by the party).
 MAX_BATCH_BYTES = 512 * 1024 * 1024
 RELEASE_CHUNK_BYTES = 1 << 20
+#: Batch indices are stored as SQLite INTEGER (signed 64-bit).
+MAX_BATCH_INDEX = (1 << 63) - 1
 
 
 async def _abort(context: grpc.aio.ServicerContext, exc: Exception) -> None:
@@ -44,10 +48,12 @@ async def _abort(context: grpc.aio.ServicerContext, exc: Exception) -> None:
 class ServerService(ltm_pb2_grpc.ServerServicer):
     """The ``ltm.v1.Server`` service of one LTM server."""
 
-    def __init__(self, core: ServerCore, *, insecure: bool = False, max_batch_bytes: int = MAX_BATCH_BYTES) -> None:
+    def __init__(self, core: ServerCore, *, insecure: bool = False, max_batch_bytes: int = MAX_BATCH_BYTES,
+                 meter: ByteMeter | None = None) -> None:
         self.core = core
         self.insecure = insecure
         self.max_batch_bytes = max_batch_bytes
+        self.meter = meter  # gRPC-layer byte counts, reported by Status
         # One writer at a time: accept/close/release read-check-write the store.
         self._lock = threading.Lock()
 
@@ -86,7 +92,9 @@ class ServerService(ltm_pb2_grpc.ServerServicer):
         held = int(self.core.held(spec.job_id).sum())
         return ltm_pb2.StatusResponse(
             job_id=spec.job_id, closed=self.core.store.is_closed(spec.job_id),
-            released=self.core.store.get_release(spec.job_id) is not None, clients_held=held)
+            released=self.core.store.get_release(spec.job_id) is not None, clients_held=held,
+            bytes_received=self.meter.total_received if self.meter else 0,
+            bytes_sent=self.meter.total_sent if self.meter else 0)
 
     # ------------------------------------------------------------------ upload
     async def Upload(self, request_iterator: AsyncIterator[ltm_pb2.UploadChunk], context):
@@ -140,10 +148,13 @@ class ServerService(ltm_pb2_grpc.ServerServicer):
             raise ProtocolError("PERMISSION_DENIED", f"{actor} may not upload as {h.party_id!r}")
         if h.job_digest != spec.digest:
             raise ProtocolError("FAILED_PRECONDITION", "the batch names a different job digest; fetch the job spec again")
+        if h.batch_index > MAX_BATCH_INDEX:
+            raise ProtocolError("INVALID_ARGUMENT", f"batch_index {h.batch_index} is too large (at most "
+                                                    f"{MAX_BATCH_INDEX}); number a party's batches 0, 1, 2, …")
         shape = tuple(int(x) for x in h.shape)
         if len(shape) != 3 or any(x <= 0 for x in shape):
             raise ProtocolError("INVALID_ARGUMENT", f"shape must be 3 positive integers (pieces, clients, columns), got {shape}")
-        expected = 8 * int(np.prod(shape, dtype=np.int64))
+        expected = 8 * math.prod(shape)  # exact: a giant declared shape must not wrap around in int64
         if expected > self.max_batch_bytes:
             raise ProtocolError("RESOURCE_EXHAUSTED", f"batch of {expected} bytes exceeds the server's limit of "
                                                       f"{self.max_batch_bytes}; send smaller batches")
@@ -158,7 +169,10 @@ class ServerService(ltm_pb2_grpc.ServerServicer):
         if not (party.start <= h.start < h.stop <= party.stop):
             raise ProtocolError("PERMISSION_DENIED", f"{actor} may upload clients [{party.start}, {party.stop}) only, "
                                                      f"not [{h.start}, {h.stop})")
-        if self.core.store.is_closed(h.job_id):
+        if self.core.store.is_closed(h.job_id) and \
+                self.core.store.get_batch_digest(h.job_id, h.party_id, h.batch_index) is None:
+            # A batch already stored may be retried after close (its ack may have been lost): the
+            # core answers an identical retry with the same receipt and refuses anything else.
             raise ProtocolError("FAILED_PRECONDITION", f"job {h.job_id!r} is closed to uploads")
         return shape, (0 if h.seed else expected)
 

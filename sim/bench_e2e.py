@@ -51,6 +51,20 @@ def peak_rss_bytes(ap: ActorProcess) -> int | None:
     return None
 
 
+def server_wire_bytes(group: ProcessGroup, ap: ActorProcess, job_id: str) -> dict[str, int]:
+    """A server's gRPC-layer byte counts, from its Status RPC."""
+    from ltm.v1 import ltm_pb2, ltm_pb2_grpc
+    from transport.tls import make_sync_channel
+
+    channel = make_sync_channel(ap.endpoint, group.certs, "operator",
+                                options=[("grpc.ssl_target_name_override", ap.actor)])
+    try:
+        st = ltm_pb2_grpc.ServerStub(channel).Status(ltm_pb2.StatusRequest(job_id=job_id), timeout=10)
+        return {"server": ap.actor, "received": int(st.bytes_received), "sent": int(st.bytes_sent)}
+    finally:
+        channel.close()
+
+
 def run_e2e(args: argparse.Namespace) -> dict[str, Any]:
     t_start = time.monotonic()
     phases: dict[str, float] = {}
@@ -99,6 +113,7 @@ def run_e2e(args: argparse.Namespace) -> dict[str, Any]:
             raise RuntimeError("a party failed:\n" + "\n".join(p.log_tail() for p in parties if p.proc.returncode))
         for ap in servers + [analyst]:
             rss[ap.actor] = peak_rss_bytes(ap)
+        wire = [server_wire_bytes(group, ap, spec.job_id) for ap in servers]
         summaries = [json.loads((data / f"{p.party_id}.summary.json").read_text()) for p in spec.parties]
     finally:
         group.stop_all()
@@ -112,6 +127,9 @@ def run_e2e(args: argparse.Namespace) -> dict[str, Any]:
         "party_upload_s": [s["seconds"] for s in summaries],
         "bytes_party_to_server": [sum(s["bytes_per_server"][i] for s in summaries) for i in range(args.k)],
         "bytes_server_to_analyst": report["release_bytes_per_server"],
+        "wire_bytes_per_server": wire,
+        "wire_bytes_total": int(sum(w["received"] + w["sent"] for w in wire)),
+        "wire_bytes_note": "gRPC payload bytes counted by each server's ByteMeter interceptor (all RPCs)",
         "peak_rss_bytes": rss,
     }
 

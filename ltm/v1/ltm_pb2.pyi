@@ -139,20 +139,22 @@ class StatusRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ...) -> None: ...
 
 class StatusResponse(_message.Message):
-    __slots__ = ("job_id", "closed", "released", "clients_held", "batches", "bytes_received")
+    __slots__ = ("job_id", "closed", "released", "clients_held", "batches", "bytes_received", "bytes_sent")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     CLOSED_FIELD_NUMBER: _ClassVar[int]
     RELEASED_FIELD_NUMBER: _ClassVar[int]
     CLIENTS_HELD_FIELD_NUMBER: _ClassVar[int]
     BATCHES_FIELD_NUMBER: _ClassVar[int]
     BYTES_RECEIVED_FIELD_NUMBER: _ClassVar[int]
+    BYTES_SENT_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     closed: bool
     released: bool
     clients_held: int
     batches: int
     bytes_received: int
-    def __init__(self, job_id: _Optional[str] = ..., closed: _Optional[bool] = ..., released: _Optional[bool] = ..., clients_held: _Optional[int] = ..., batches: _Optional[int] = ..., bytes_received: _Optional[int] = ...) -> None: ...
+    bytes_sent: int
+    def __init__(self, job_id: _Optional[str] = ..., closed: _Optional[bool] = ..., released: _Optional[bool] = ..., clients_held: _Optional[int] = ..., batches: _Optional[int] = ..., bytes_received: _Optional[int] = ..., bytes_sent: _Optional[int] = ...) -> None: ...
 
 class SubmitJobRequest(_message.Message):
     __slots__ = ("spec_json",)
