@@ -143,6 +143,10 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     sk.add_argument("--share-mode", choices=["seed", "full"], default="seed")
     sk.add_argument("--json", action="store_true", help="print JSON (the default output is JSON too)")
     sk.set_defaults(func=_run_bench_sketch)
+    grid = bsub.add_parser("paper", help="every cell of Burkhardt et al. Tables 3-5 vs MP-SPDZ (JSON)")
+    grid.add_argument("--runs", type=_positive_int, default=5)
+    grid.add_argument("--json", action="store_true", help="print JSON (the default output is JSON too)")
+    grid.set_defaults(func=_run_bench_paper)
     from sim.bench_e2e import add_parser as add_e2e  # imports grpc; only when `bench` is the command
 
     add_e2e(bsub)
@@ -159,6 +163,13 @@ def _run_bench_sketch(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_bench_paper(args: argparse.Namespace) -> int:
+    from sim.bench import bench_paper_grid
+
+    _print_json(bench_paper_grid(runs=args.runs))
+    return 0
+
+
 # ---------------------------------------------------------------------------- main
 #: Networked subcommands: name → (module:function that adds the parser, one-line help).  Only the
 #: module of the subcommand being run is imported (actors stay lazily loaded, DESIGN §2).
@@ -170,6 +181,8 @@ ACTOR_COMMANDS = {
     "demo": ("sim.demo:add_parser", "run a whole networked job on loopback: certs, 3 servers, analyst, parties"),
     "operate": ("sim.demo:add_operate_parser", "prepare a job on a dataset, submit it to a running analyst, run it"),
     "health": ("transport.health:add_parser", "probe an actor's gRPC health service"),
+    "audit": ("sim.audit:add_parser", "empirical DP audit: a Clopper–Pearson lower bound on ε (prints JSON)"),
+    "loadtest": ("sim.loadtest:add_parser", "many concurrent party streams against real servers on loopback (JSON)"),
 }
 
 
