@@ -6,7 +6,7 @@ All work is vectorised over the clients of a batch.
 """
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Container, Iterator, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -46,12 +46,17 @@ def client_vectors(spec: JobSpec, party: PartySpec, table: Mapping[str, np.ndarr
             if col.name not in table:
                 raise PartyDataError(f"party {party.party_id!r}: column {col.name!r} required by the job is "
                                      f"missing from the data (have: {sorted(table)})")
+            if np.iscomplexobj(table[col.name]):  # a cast to float64 would silently drop the imaginary part
+                raise PartyDataError(f"column {col.name!r} holds complex numbers; the job needs real values")
             try:
                 raw = np.asarray(table[col.name], dtype=np.float64)
             except (TypeError, ValueError) as exc:
                 raise PartyDataError(f"column {col.name!r} is not numeric: {exc}") from exc
+            if raw.ndim != 1:
+                raise PartyDataError(f"column {col.name!r} must be one value per row (a 1-D array), "
+                                     f"got an array of shape {raw.shape}")
             if raw.shape != (expected_rows,):
-                raise PartyDataError(f"column {col.name!r} has {raw.shape[0] if raw.ndim else 0} values but "
+                raise PartyDataError(f"column {col.name!r} has {raw.shape[0]} values but "
                                      f"party {party.party_id!r} holds {expected_rows} rows")
             bad = ~np.isfinite(raw)
             if bad.any():
@@ -85,11 +90,18 @@ def plan_batches(party: PartySpec, batch_clients: int = DEFAULT_BATCH_CLIENTS) -
 
 def make_batches(spec: JobSpec, party_id: str, table: Mapping[str, np.ndarray], randomness: Randomness,
                  *, plan: NoisePlan | None = None, batch_clients: int = DEFAULT_BATCH_CLIENTS,
+                 batch_randomness: Callable[[int], Randomness] | None = None,
+                 skip: Container[int] = (),
                  ) -> Iterator[list[ShareBatch]]:
     """Randomize and share a party's data; yields, per batch, the list of k server batches.
 
     The primary (full-array) share rotates over servers by party and batch index so that, in
     seed mode, download and compute are balanced across servers.
+
+    Batch ``b`` draws its noise and shares from ``randomness.child("batch", b)``, or from
+    ``batch_randomness(b)`` when given: the uploader passes the randomness it journaled for the
+    batch, so that a restarted party re-derives bit-identical shares (``party/journal.py``).
+    Batches whose index is in ``skip`` are not produced (already acknowledged by every server).
     """
     party = spec.party(party_id)
     plan = plan or spec.noise_plan()
@@ -99,7 +111,9 @@ def make_batches(spec: JobSpec, party_id: str, table: Mapping[str, np.ndarray], 
     digest = spec.digest
     party_ordinal = [p.party_id for p in spec.parties].index(party_id)
     for batch_index, a, b in plan_batches(party, batch_clients).ranges:
-        rand = randomness.child("batch", batch_index)
+        if batch_index in skip:
+            continue
+        rand = batch_randomness(batch_index) if batch_randomness is not None else randomness.child("batch", batch_index)
         lo, hi = a - party.start, b - party.start
         noisy = noisy_copies(vectors[lo:hi], pieces, plan, rand.child("noise"))
         ring = encode(noisy, spec.frac_bits)

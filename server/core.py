@@ -90,35 +90,45 @@ class ServerCore:
         return spec.digest
 
     # ------------------------------------------------------------------ upload
+    def check_upload(self, spec: JobSpec, *, caller_id: str, party_id: str, batch_index: int, start: int, stop: int,
+                     columns: tuple[int, ...], server: int, shape: tuple[int, ...]) -> None:
+        """Everything an upload's header must satisfy, checkable before any share data is read."""
+        if party_id != caller_id:
+            raise ProtocolError("PERMISSION_DENIED", f"party {caller_id!r} may not upload as {party_id!r}")
+        try:
+            party = spec.party(caller_id)
+        except KeyError:
+            raise ProtocolError("PERMISSION_DENIED", f"{caller_id} is not a party of job {spec.job_id!r}") from None
+        if not (party.start <= start < stop <= party.stop):
+            raise ProtocolError("PERMISSION_DENIED", f"party {caller_id!r} may upload clients [{party.start}, "
+                                                     f"{party.stop}) only, not [{start}, {stop})")
+        if not 0 <= batch_index < 1 << 63:  # stored as a signed 64-bit integer
+            raise ProtocolError("INVALID_ARGUMENT", f"batch_index {batch_index} is outside [0, 2^63); "
+                                                    f"number a party's batches 0, 1, 2, …")
+        expected_cols = tuple(spec.party_column_indices(party))
+        if columns != expected_cols:
+            raise ProtocolError("INVALID_ARGUMENT", f"batch columns {columns} do not match the party's "
+                                                    f"columns {expected_cols} in the job spec")
+        if server != self.server_index(spec):
+            raise ProtocolError("INVALID_ARGUMENT", f"this share is addressed to server index {server}, "
+                                                    f"this is server {self.server_id!r}")
+        expected_shape = (self._sketch(spec).pieces, stop - start, len(expected_cols))
+        if tuple(shape) != expected_shape:
+            raise ProtocolError("INVALID_ARGUMENT", f"share shape {tuple(shape)} != expected {expected_shape} "
+                                                    f"(pieces, clients, columns)")
+
     def accept(self, batch: ShareBatch, job_id: str, *, caller_role: str, caller_id: str) -> Receipt:
         """Validate and durably store one batch; idempotent per (job, party, batch_index)."""
         spec = self.spec(job_id)
         if caller_role != "party":
             raise ProtocolError("PERMISSION_DENIED", f"only parties may upload (caller role {caller_role!r})")
-        if batch.party_id != caller_id:
-            raise ProtocolError("PERMISSION_DENIED", f"party {caller_id!r} may not upload as {batch.party_id!r}")
         if batch.job_digest != spec.digest:
             raise ProtocolError("FAILED_PRECONDITION", "the batch names a different job digest than this server's spec "
                                                        "of the job; fetch the job spec again")
-        try:
-            party = spec.party(caller_id)
-        except KeyError:
-            raise ProtocolError("PERMISSION_DENIED", f"party {caller_id!r} is not part of job {job_id!r}") from None
-        if not (party.start <= batch.start < batch.stop <= party.stop):
-            raise ProtocolError("PERMISSION_DENIED", f"party {caller_id!r} may upload clients [{party.start}, "
-                                                     f"{party.stop}) only, not [{batch.start}, {batch.stop})")
-        expected_cols = tuple(spec.party_column_indices(party))
-        if batch.columns != expected_cols:
-            raise ProtocolError("INVALID_ARGUMENT", f"batch columns {batch.columns} do not match the party's "
-                                                    f"columns {expected_cols} in the job spec")
-        if batch.server != self.server_index(spec):
-            raise ProtocolError("INVALID_ARGUMENT", f"this share is addressed to server index {batch.server}, "
-                                                    f"this is server {self.server_id!r}")
-        pieces = self._sketch(spec).pieces
-        shape = (pieces, batch.count, len(expected_cols))
-        if tuple(batch.share.shape) != shape:
-            raise ProtocolError("INVALID_ARGUMENT", f"share shape {tuple(batch.share.shape)} != expected {shape} "
-                                                    f"(pieces, clients, columns)")
+        self.check_upload(spec, caller_id=caller_id, party_id=batch.party_id, batch_index=batch.batch_index,
+                          start=batch.start, stop=batch.stop, columns=batch.columns, server=batch.server,
+                          shape=tuple(batch.share.shape))
+        expected_cols = batch.columns
         if batch.share.data is not None and batch.share.data.dtype != np.uint64:
             raise ProtocolError("INVALID_ARGUMENT", f"share dtype {batch.share.data.dtype} != uint64")
         digest = batch.content_digest()

@@ -162,13 +162,10 @@ class ServerService(ltm_pb2_grpc.ServerServicer):
             raise ProtocolError("INVALID_ARGUMENT", f"a helper-share seed is {SEED_BYTES} bytes, got {len(h.seed)}")
         if not h.seed and len(h.data_sha256) != 32:
             raise ProtocolError("INVALID_ARGUMENT", "a data upload needs the payload's 32-byte SHA-256 in the header")
-        try:
-            party = spec.party(actor)
-        except KeyError:
-            raise ProtocolError("PERMISSION_DENIED", f"{actor} is not a party of job {h.job_id!r}") from None
-        if not (party.start <= h.start < h.stop <= party.stop):
-            raise ProtocolError("PERMISSION_DENIED", f"{actor} may upload clients [{party.start}, {party.stop}) only, "
-                                                     f"not [{h.start}, {h.stop})")
+        # Range, columns, addressee and shape against the job — before reading up to 512 MiB of data.
+        self.core.check_upload(spec, caller_id=actor, party_id=h.party_id, batch_index=int(h.batch_index),
+                               start=int(h.start), stop=int(h.stop), columns=tuple(int(c) for c in h.columns),
+                               server=int(h.server_index), shape=shape)
         if self.core.store.is_closed(h.job_id) and \
                 self.core.store.get_batch_digest(h.job_id, h.party_id, h.batch_index) is None:
             # A batch already stored may be retried after close (its ack may have been lost): the

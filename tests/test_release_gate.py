@@ -309,7 +309,7 @@ def test_upload_as_another_party(open_job):
     job = open_job
     b = job.batches[("party-1", 0)][0]
     refused(job, "PERMISSION_DENIED", b, caller="party-0", match="may not upload as")
-    refused(job, "PERMISSION_DENIED", replace(b, party_id="party-9"), caller="party-9", match="not part of job")
+    refused(job, "PERMISSION_DENIED", replace(b, party_id="party-9"), caller="party-9", match="is not a party of job")
     refused(job, "PERMISSION_DENIED", b, role="analyst", match="only parties")
 
 
