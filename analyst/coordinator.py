@@ -5,6 +5,12 @@ servers, waits until every server holds every client or a deadline passes, close
 intersects the servers' participant sets (a client that reached some servers but not all is
 dropped everywhere), and requests each server's result share over that set.  Every server
 checks the release gate on its own; a refusal from any server is fatal for the release.
+
+Servers may crash and restart at any point: every call is retried through transient failures
+(UNAVAILABLE, DEADLINE_EXCEEDED, …) with backoff up to a deadline (:class:`RetryPolicy`).  A
+server that stays unreachable makes the release impossible — with k-of-k additive sharing every
+server's result share is needed — and the error says so, with which clients reached which servers
+(:func:`coverage_report`).
 """
 from __future__ import annotations
 
@@ -12,8 +18,11 @@ import asyncio
 import hashlib
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
+import grpc
 import numpy as np
 
 from analyst.reconstruct import reconstruct_release
@@ -22,10 +31,91 @@ from ltm.jobspec import JobSpec
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
 
 log = logging.getLogger("ltm.analyst")
+T = TypeVar("T")
 
 
 class ReleaseFailed(Exception):
-    """A release that could not be completed; the message says which server refused and why."""
+    """A release that could not be completed; the message says which server refused and why.
+
+    ``coverage`` (when known) says which clients reached which servers (see :func:`coverage_report`).
+    """
+
+    def __init__(self, message: str, coverage: dict | None = None) -> None:
+        super().__init__(message)
+        self.coverage = coverage
+
+
+#: gRPC codes after which the analyst retries a call: the server may be restarting, the connection
+#: may have dropped mid-call (a dying server resets its streams: INTERNAL), or the call timed out.
+#: Every analyst RPC is safe to repeat: CreateJob and Close are idempotent, Status only reads, and a
+#: Release retried with the same participant set returns the server's persisted once-only record
+#: (or, if the server died before persisting it, computes the same bytes again).
+TRANSIENT = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
+                       grpc.StatusCode.ABORTED, grpc.StatusCode.INTERNAL})
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How long the analyst keeps retrying one call to one server through transient failures.
+
+    ``deadline_s`` bounds the time from the first attempt to the last retry; attempts are spaced by
+    an exponential backoff from ``base_delay_s`` up to ``max_delay_s``.
+    """
+
+    deadline_s: float = 30.0
+    base_delay_s: float = 0.1
+    max_delay_s: float = 2.0
+
+
+DEFAULT_RETRY = RetryPolicy()
+
+
+class ServerUnreachable(ReleaseFailed):
+    """A server that kept failing transiently until the retry deadline."""
+
+    def __init__(self, server_id: str, endpoint: str, what: str, code: str, details: str, seconds: float,
+                 attempts: int) -> None:
+        self.server_id, self.endpoint, self.what, self.code, self.details = server_id, endpoint, what, code, details
+        self.seconds, self.attempts = seconds, attempts
+        at = f" at {endpoint}" if endpoint else ""
+        super().__init__(f"{server_id} unreachable{at}: {what} failed {attempts} time(s) over {seconds:.1f} s "
+                         f"(last: {code}: {details})")
+
+
+class NotPublished(ReleaseFailed):
+    """A job that could not be published because a server stayed unreachable."""
+
+
+Retries = dict[str, dict[str, int]]  # server id → call name → transient failures retried
+
+
+async def call_with_retry(fn: Callable[[], Awaitable[T]], *, server_id: str, endpoint: str = "", what: str,
+                          policy: RetryPolicy = DEFAULT_RETRY, retries: Retries | None = None) -> T:
+    """``await fn()``, retrying :data:`TRANSIENT` failures with backoff until ``policy.deadline_s``.
+
+    Raises :class:`ServerUnreachable` when the deadline passes; any other gRPC error (a refusal)
+    is raised at once: retrying would not change the answer.  Counts retries in ``retries``.
+    """
+    t0 = time.monotonic()
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            return await fn()
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() not in TRANSIENT:
+                raise
+            elapsed = time.monotonic() - t0
+            if elapsed >= policy.deadline_s:
+                raise ServerUnreachable(server_id, endpoint, what, exc.code().name, exc.details() or "", elapsed,
+                                        attempt) from exc
+            delay = min(policy.max_delay_s, policy.base_delay_s * 2 ** (attempt - 1), policy.deadline_s - elapsed)
+            if retries is not None:
+                per_call = retries.setdefault(server_id, {})
+                per_call[what] = per_call.get(what, 0) + 1
+            log.warning("server call failed, retrying", extra={"server": server_id, "call": what,
+                                                               "code": exc.code().name, "delay_s": round(delay, 3)})
+            await asyncio.sleep(delay)
 
 
 @dataclass
@@ -37,90 +127,257 @@ class JobRun:
     held_per_server: list[int]
     timing_s: dict[str, float] = field(default_factory=dict)
     release_bytes_per_server: list[int] = field(default_factory=list)
+    #: which clients reached which servers (:func:`coverage_report`)
+    coverage: dict = field(default_factory=dict)
+    #: transient failures retried, per server id and call
+    retries: Retries = field(default_factory=dict)
 
 
-async def publish(stubs: list[ltm_pb2_grpc.ServerStub], spec: JobSpec, timeout: float = 30.0) -> str:
+def _endpoint(spec: JobSpec, i: int) -> str:
+    return spec.servers[i].endpoint if i < len(spec.servers) else ""
+
+
+async def publish(stubs: list[ltm_pb2_grpc.ServerStub], spec: JobSpec, timeout: float = 30.0,
+                  policy: RetryPolicy = DEFAULT_RETRY, retries: Retries | None = None) -> str:
     """CreateJob on every server; returns the digest they all acknowledged."""
     body = spec.canonical_json()
-    replies = await asyncio.gather(*(s.CreateJob(ltm_pb2.CreateJobRequest(spec_json=body), timeout=timeout,
-                                                 wait_for_ready=True) for s in stubs))
+
+    async def create(i: int, stub: ltm_pb2_grpc.ServerStub):
+        return await call_with_retry(
+            lambda: stub.CreateJob(ltm_pb2.CreateJobRequest(spec_json=body), timeout=timeout),
+            server_id=spec.servers[i].server_id, endpoint=_endpoint(spec, i), what="CreateJob", policy=policy,
+            retries=retries)
+
+    replies = await asyncio.gather(*(create(i, s) for i, s in enumerate(stubs)), return_exceptions=True)
+    down = [r for r in replies if isinstance(r, ServerUnreachable)]
+    if down:
+        raise NotPublished(f"cannot publish job {spec.job_id!r}: {'; '.join(map(str, down))}. Every server must "
+                            f"hold the job: with k-of-k additive sharing each client's data is split across all "
+                            f"{spec.k} servers")
+    for r in replies:
+        if isinstance(r, BaseException):
+            raise r
     digests = {r.job_digest for r in replies}
     if digests != {spec.digest}:
         raise ReleaseFailed(f"servers acknowledged digests {sorted(digests)} for a spec with digest {spec.digest}")
     return spec.digest
 
 
+async def poll_status(stubs: list[ltm_pb2_grpc.ServerStub], spec: JobSpec,
+                      timeout: float = 5.0) -> list[ltm_pb2.StatusResponse | grpc.aio.AioRpcError]:
+    """One Status per server, concurrently; an unreachable server's entry is its gRPC error."""
+    async def one(stub):
+        try:
+            return await stub.Status(ltm_pb2.StatusRequest(job_id=spec.job_id), timeout=timeout)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() not in TRANSIENT:
+                raise
+            return exc
+    return await asyncio.gather(*(one(s) for s in stubs))
+
+
 async def wait_for_parties(stubs: list[ltm_pb2_grpc.ServerStub], spec: JobSpec, deadline_s: float,
-                           poll_s: float = 0.1) -> list[int]:
-    """Poll every server until each holds all n clients or ``deadline_s`` passes; returns held counts."""
+                           poll_s: float = 0.1) -> list[int | None]:
+    """Poll every server until each holds all n clients or ``deadline_s`` passes.
+
+    Returns each server's held count as last seen (``None`` for a server never reached); a server
+    that is down (restarting) does not end the wait early.
+    """
     end = time.monotonic() + deadline_s
+    held: list[int | None] = [None] * len(stubs)
     while True:
-        replies = await asyncio.gather(*(s.Status(ltm_pb2.StatusRequest(job_id=spec.job_id), timeout=10.0)
-                                         for s in stubs))
-        held = [int(r.clients_held) for r in replies]
-        if min(held) >= spec.n or time.monotonic() >= end:
+        replies = await poll_status(stubs, spec)
+        for i, r in enumerate(replies):
+            if not isinstance(r, BaseException):
+                held[i] = int(r.clients_held)
+        complete = all(not isinstance(r, BaseException) and r.clients_held >= spec.n for r in replies)
+        if complete or time.monotonic() >= end:
             return held
         await asyncio.sleep(poll_s)
 
 
-async def close_all(stubs: list[ltm_pb2_grpc.ServerStub], spec: JobSpec) -> list[np.ndarray]:
-    replies = await asyncio.gather(*(s.Close(ltm_pb2.CloseRequest(job_id=spec.job_id, job_digest=spec.digest),
-                                             timeout=30.0) for s in stubs))
-    masks = []
-    for i, r in enumerate(replies):
-        bits = np.frombuffer(r.held_bits, dtype=np.uint8)
-        if r.n != spec.n or bits.size != (spec.n + 7) // 8:
-            raise ReleaseFailed(f"server {spec.servers[i].server_id} reported a malformed participant set")
-        masks.append(np.unpackbits(bits, count=spec.n).astype(bool))
-    return masks
+def _mask(spec: JobSpec, i: int, r: ltm_pb2.CloseResponse) -> np.ndarray:
+    bits = np.frombuffer(r.held_bits, dtype=np.uint8)
+    if r.n != spec.n or bits.size != (spec.n + 7) // 8:
+        raise ReleaseFailed(f"server {spec.servers[i].server_id} reported a malformed participant set")
+    return np.unpackbits(bits, count=spec.n).astype(bool)
+
+
+async def close_each(stubs: list[ltm_pb2_grpc.ServerStub], spec: JobSpec, policy: RetryPolicy = DEFAULT_RETRY,
+                     retries: Retries | None = None) -> list[np.ndarray | ServerUnreachable]:
+    """Close intake on every server (retrying transient failures); per server its held mask, or the
+    :class:`ServerUnreachable` of a server that stayed down.  Refusals are raised."""
+    request = ltm_pb2.CloseRequest(job_id=spec.job_id, job_digest=spec.digest)
+
+    async def one(i: int, stub: ltm_pb2_grpc.ServerStub):
+        try:
+            reply = await call_with_retry(lambda: stub.Close(request, timeout=30.0), server_id=spec.servers[i].server_id,
+                                          endpoint=_endpoint(spec, i), what="Close", policy=policy, retries=retries)
+        except ServerUnreachable as exc:
+            return exc
+        return _mask(spec, i, reply)
+
+    return list(await asyncio.gather(*(one(i, s) for i, s in enumerate(stubs))))
+
+
+async def close_all(stubs: list[ltm_pb2_grpc.ServerStub], spec: JobSpec,
+                    policy: RetryPolicy = DEFAULT_RETRY) -> list[np.ndarray]:
+    """Close every server; raises :class:`ReleaseFailed` if one stays unreachable."""
+    results = await close_each(stubs, spec, policy)
+    down = [r for r in results if isinstance(r, ServerUnreachable)]
+    if down:
+        raise ReleaseFailed(no_release_message(spec, down, coverage_report(spec, results)),
+                            coverage_report(spec, results))
+    return results  # type: ignore[return-value]
+
+
+def coverage_report(spec: JobSpec, masks: list, last_seen: list[int | None] | None = None) -> dict:
+    """Which clients reached which servers.
+
+    ``masks``: per server the held mask from Close, or an exception for a server that could not be
+    reached.  Returns per-server held counts (``None`` = unreachable, with the count last seen by
+    Status), the clients held by every server (the participant set), by some but not all, and by
+    none.  With an unreachable server, "every"/"some but not all" refer to the reachable servers.
+    """
+    reachable = [m for m in masks if isinstance(m, np.ndarray)]
+    servers = []
+    for i, m in enumerate(masks):
+        entry = {"server_id": spec.servers[i].server_id, "reachable": isinstance(m, np.ndarray),
+                 "held": int(m.sum()) if isinstance(m, np.ndarray) else None}
+        if not isinstance(m, np.ndarray):
+            entry["error"] = str(m)
+            if last_seen is not None and last_seen[i] is not None:
+                entry["last_seen_held"] = int(last_seen[i])
+        servers.append(entry)
+    if reachable:
+        every = np.logical_and.reduce(reachable)
+        some = np.logical_or.reduce(reachable)
+        counts = {"reached_every_server": int(every.sum()), "reached_some_not_all": int((some & ~every).sum()),
+                  "reached_none": int((~some).sum())}
+    else:
+        counts = {"reached_every_server": None, "reached_some_not_all": None, "reached_none": None}
+    return {"n": spec.n, "servers": servers,
+            "held_per_server": {e["server_id"]: e["held"] for e in servers},
+            "all_servers_reachable": len(reachable) == len(masks), **counts}
+
+
+def describe_coverage(cov: dict) -> str:
+    """One human sentence for :func:`coverage_report`."""
+    parts = []
+    for e in cov["servers"]:
+        if e["reachable"]:
+            parts.append(f"{e['server_id']} holds {e['held']} of {cov['n']} clients")
+        else:
+            seen = f", last seen holding {e['last_seen_held']}" if "last_seen_held" in e else ""
+            parts.append(f"{e['server_id']} unreachable (holds an unknown set{seen})")
+    scope = "the servers" if cov["all_servers_reachable"] else "the reachable servers"
+    if cov["reached_some_not_all"] is None:
+        return "; ".join(parts)
+    return (f"{'; '.join(parts)}; {cov['reached_every_server']} clients reached all of {scope}, "
+            f"{cov['reached_some_not_all']} reached some but not all of them, {cov['reached_none']} reached none")
+
+
+def no_release_message(spec: JobSpec, down: list[ServerUnreachable], cov: dict, *, phase: str = "close") -> str:
+    names = ", ".join(d.server_id for d in down)
+    verb = "is" if len(down) == 1 else "are"
+    after = ("" if phase == "close" else
+             " The servers that answered have persisted their once-only release records, so running the job "
+             "again once the server is back returns the same bytes.")
+    return (f"{names} {verb} unreachable: no release is possible — with k-of-k additive sharing every server's "
+            f"result share is needed: the released sketch is the sum of all {spec.k}, and the other servers cannot "
+            f"make up a missing one. "
+            f"{' '.join(str(d) + '.' for d in down)} Coverage: {describe_coverage(cov)}.{after}")
 
 
 async def fetch_result_share(stub: ltm_pb2_grpc.ServerStub, spec: JobSpec, participants: np.ndarray,
-                             timeout: float = 300.0) -> tuple[np.ndarray, int]:
-    """One server's result share (uint64 (m, D)) and the bytes it streamed."""
+                             timeout: float = 300.0, *, server_index: int | None = None,
+                             policy: RetryPolicy | None = None,
+                             retries: Retries | None = None) -> tuple[np.ndarray, int]:
+    """One server's result share (uint64 (m, D)) and the bytes it streamed.
+
+    With a ``policy`` (and the server's index in the job) transient failures are retried: a
+    retried Release with the same participant set returns the same bytes.
+    """
     request = ltm_pb2.ReleaseRequest(job_id=spec.job_id, job_digest=spec.digest,
                                      participant_bits=np.packbits(participants).tobytes())
-    header, chunks = None, []
-    async for msg in stub.Release(request, timeout=timeout):
-        if msg.HasField("header"):
-            header = msg.header
-        else:
-            chunks.append(msg.data)
-    payload = b"".join(chunks)
-    if header is None or len(payload) != 8 * header.rows * header.cols:
-        raise ReleaseFailed("a server's release stream was incomplete")
-    if hashlib.sha256(payload).digest() != header.result_sha256:
-        raise ReleaseFailed("a server's result share failed its checksum")
-    share = np.frombuffer(payload, dtype="<u8").astype(np.uint64).reshape(header.rows, header.cols)
-    return share, len(payload)
+
+    async def once() -> tuple[np.ndarray, int]:
+        header, chunks = None, []
+        async for msg in stub.Release(request, timeout=timeout):
+            if msg.HasField("header"):
+                header = msg.header
+            else:
+                chunks.append(msg.data)
+        payload = b"".join(chunks)
+        if header is None or len(payload) != 8 * header.rows * header.cols:
+            raise ReleaseFailed("a server's release stream was incomplete")
+        if hashlib.sha256(payload).digest() != header.result_sha256:
+            raise ReleaseFailed("a server's result share failed its checksum")
+        share = np.frombuffer(payload, dtype="<u8").astype(np.uint64).reshape(header.rows, header.cols)
+        return share, len(payload)
+
+    if policy is None:
+        return await once()
+    i = server_index if server_index is not None else 0
+    return await call_with_retry(once, server_id=spec.servers[i].server_id, endpoint=_endpoint(spec, i),
+                                 what="Release", policy=policy, retries=retries)
 
 
 async def run_job(stubs: list[ltm_pb2_grpc.ServerStub], spec: JobSpec, *, deadline_s: float,
-                  randomness_label: str, publish_first: bool = False) -> JobRun:
-    """Coordinate one job to its release (``publish_first``: also CreateJob on every server)."""
+                  randomness_label: str, publish_first: bool = False,
+                  policy: RetryPolicy = DEFAULT_RETRY) -> JobRun:
+    """Coordinate one job to its release (``publish_first``: also CreateJob on every server).
+
+    Transient failures of a server (down, restarting, a dropped connection) are retried up to
+    ``policy.deadline_s`` per call.  A server still unreachable then makes the release impossible
+    (k-of-k sharing needs every server's result share): :class:`ReleaseFailed` says which server,
+    and which clients reached which servers.
+    """
     timing: dict[str, float] = {}
+    retries: Retries = {}
     t = time.monotonic()
     if publish_first:
-        await publish(stubs, spec)
-    held_counts = await wait_for_parties(stubs, spec, deadline_s)
+        await publish(stubs, spec, policy=policy, retries=retries)
+    last_seen = await wait_for_parties(stubs, spec, deadline_s)
     timing["wait_for_parties"] = time.monotonic() - t
     t = time.monotonic()
-    masks = await close_all(stubs, spec)
+    results = await close_each(stubs, spec, policy, retries)
+    coverage = coverage_report(spec, results, last_seen)
+    down = [r for r in results if isinstance(r, ServerUnreachable)]
+    if down:
+        raise ReleaseFailed(no_release_message(spec, down, coverage), coverage)
+    masks: list[np.ndarray] = results  # type: ignore[assignment]
     participants = np.logical_and.reduce(masks)
-    dropped = int(np.logical_or.reduce(masks).sum() - participants.sum())
-    if dropped:
+    if coverage["reached_some_not_all"]:
         log.warning("clients dropped: their shares did not reach every server",
-                    extra={"job_id": spec.job_id, "dropped": dropped})
+                    extra={"job_id": spec.job_id, "dropped": coverage["reached_some_not_all"],
+                           "held_per_server": coverage["held_per_server"]})
     timing["close"] = time.monotonic() - t
     t = time.monotonic()
-    results = await asyncio.gather(*(fetch_result_share(s, spec, participants) for s in stubs), return_exceptions=True)
-    failures = [(spec.servers[i].server_id, r) for i, r in enumerate(results) if isinstance(r, BaseException)]
+    shares = await asyncio.gather(*(fetch_result_share(s, spec, participants, server_index=i, policy=policy,
+                                                       retries=retries) for i, s in enumerate(stubs)),
+                                  return_exceptions=True)
+    down = [r for r in shares if isinstance(r, ServerUnreachable)]
+    if down:
+        raise ReleaseFailed(no_release_message(spec, down, coverage, phase="release"), coverage)
+    failures = [(spec.servers[i].server_id, r) for i, r in enumerate(shares) if isinstance(r, BaseException)]
     if failures:
-        detail = "; ".join(f"{sid}: {getattr(e, 'details', lambda: str(e))()}" for sid, e in failures)
-        raise ReleaseFailed(f"release refused or failed ({detail})")
+        detail = "; ".join(f"{sid}: {_describe_error(e)}" for sid, e in failures)
+        dropped = (f" ({coverage['reached_some_not_all']} clients that reached some but not all servers were "
+                   f"dropped)" if coverage["reached_some_not_all"] else "")
+        raise ReleaseFailed(f"release refused or failed ({detail}); the participant set was the "
+                            f"{int(participants.sum())} clients every server holds{dropped}. Coverage: "
+                            f"{describe_coverage(coverage)}", coverage)
     timing["release"] = time.monotonic() - t
     t = time.monotonic()
-    shares = [r[0] for r in results]
-    release = reconstruct_release(spec, shares, participants, spec.noise_plan(), randomness=randomness_label)
+    release = reconstruct_release(spec, [r[0] for r in shares], participants, spec.noise_plan(),
+                                  randomness=randomness_label)
     timing["reconstruct"] = time.monotonic() - t
-    return JobRun(release, participants, [int(m.sum()) for m in masks], timing, [r[1] for r in results])
+    return JobRun(release, participants, [int(m.sum()) for m in masks], timing, [r[1] for r in shares],
+                  coverage, retries)
+
+
+def _describe_error(exc: BaseException) -> str:
+    if isinstance(exc, grpc.aio.AioRpcError):
+        return f"{exc.code().name}: {exc.details()}"
+    return str(exc)

@@ -6,6 +6,7 @@ import asyncio
 import logging
 from pathlib import Path
 
+from analyst.coordinator import DEFAULT_RETRY, RetryPolicy
 from analyst.service import AnalystService
 from ltm.v1 import ltm_pb2_grpc
 from transport.config import load_config, merge
@@ -25,6 +26,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--certs", help="certificate directory made by `ltm certs`")
     p.add_argument("--insecure", action="store_true", default=None, help="plaintext transport (testing only)")
     p.add_argument("--port-file", help="write the bound port here once serving (for launchers)")
+    p.add_argument("--server-retry", type=float,
+                   help="seconds to keep retrying a call to a server that is down or restarting (default 30)")
     p.add_argument("--log-level")
     p.set_defaults(func=run)
 
@@ -37,7 +40,8 @@ async def serve(args: argparse.Namespace) -> None:
         options = None if insecure else [("grpc.ssl_target_name_override", server_id)]
         return make_channel(endpoint, args.certs, "analyst", insecure=insecure, options=options)
 
-    service = AnalystService(connect, Path(args.out), insecure=insecure)
+    retry = RetryPolicy(deadline_s=args.server_retry) if args.server_retry is not None else DEFAULT_RETRY
+    service = AnalystService(connect, Path(args.out), insecure=insecure, retry=retry)
     server = make_server()
     ltm_pb2_grpc.add_AnalystServicer_to_server(service, server)
     await serve_until_signal(server, service_name=SERVICE_NAME, listen=args.listen, cert_dir=args.certs,

@@ -16,7 +16,7 @@ from typing import Any
 import grpc
 import numpy as np
 
-from analyst.coordinator import ReleaseFailed, publish, run_job
+from analyst.coordinator import DEFAULT_RETRY, NotPublished, ReleaseFailed, RetryPolicy, publish, run_job
 from analyst.estimators import LowRank, default_ridge_lambda, make_estimator
 from analyst.release import ReleasedSketch
 from ltm.errors import ProtocolError
@@ -54,8 +54,9 @@ class AnalystService(ltm_pb2_grpc.AnalystServicer):
     """Coordinates jobs over the servers named in each job spec."""
 
     def __init__(self, connect: Callable[[str, str], grpc.aio.Channel], out_dir: Path, *,
-                 insecure: bool = False) -> None:
+                 insecure: bool = False, retry: RetryPolicy = DEFAULT_RETRY) -> None:
         self.connect = connect  # (endpoint, server id) → channel that verifies that server's identity
+        self.retry = retry      # how long each call to a server is retried through transient failures
         self.server_stubs: dict[tuple[str, str], ltm_pb2_grpc.ServerStub] = {}
         self.out_dir = out_dir
         self.insecure = insecure
@@ -78,7 +79,11 @@ class AnalystService(ltm_pb2_grpc.AnalystServicer):
         try:
             spec = JobSpec.from_json(request.spec_json)
             await asyncio.to_thread(validate_job, spec)
-            digest = await publish(self._stubs(spec), spec)
+            digest = await publish(self._stubs(spec), spec, policy=self.retry)
+        except NotPublished as exc:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+        except ReleaseFailed as exc:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
         except JobSpecError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except ProtocolError as exc:
@@ -97,9 +102,12 @@ class AnalystService(ltm_pb2_grpc.AnalystServicer):
         label = request.randomness or "declared by each party (not visible to the analyst)"
         try:
             run = await run_job(self._stubs(spec), spec, deadline_s=request.deadline_s or 60.0,
-                                randomness_label=label)
+                                randomness_label=label, policy=self.retry)
         except ReleaseFailed as exc:
+            log.error("no release", extra={"job_id": spec.job_id, "reason": str(exc), "coverage": exc.coverage})
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        except grpc.aio.AioRpcError as exc:
+            await context.abort(exc.code(), f"a server refused: {exc.details()}")
         self.releases[spec.job_id] = run.release
         model_name = request.model or ("ridge" if run.release.label is not None else "lowrank")
         model = fit_model(run.release, model_name, lam=request.lam, rank=request.rank or 5,
@@ -107,7 +115,8 @@ class AnalystService(ltm_pb2_grpc.AnalystServicer):
         report = {"job_id": spec.job_id, "job_digest": spec.digest, "release_sha256": run.release.sha256,
                   "participants": int(run.participants.sum()), "held_per_server": run.held_per_server,
                   "release_bytes_per_server": run.release_bytes_per_server, "privacy": run.release.privacy,
-                  "model": model, "timing_s": run.timing_s}
+                  "model": model, "timing_s": run.timing_s, "coverage": run.coverage,
+                  "server_retries": run.retries}
         self._write_outputs(spec.job_id, run.release, model, report)
         log.info("job released", extra={"job_id": spec.job_id, "sha256": run.release.sha256})
         return ltm_pb2.RunJobResponse(job_id=spec.job_id, report_json=json.dumps(report))

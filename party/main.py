@@ -5,6 +5,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -14,8 +15,9 @@ import grpc
 from ltm.randomness import Randomness
 from ltm.v1 import ltm_pb2_grpc
 from party.data_source import DataSourceError, load_columns
+from party.journal import JournalError, UploadJournal
 from party.randomizer import DEFAULT_BATCH_CLIENTS, PartyDataError
-from party.uploader import PartyPolicy, PolicyViolation, fetch_job, run_upload
+from party.uploader import PartyPolicy, PolicyViolation, UploadIncomplete, fetch_job, run_upload
 from transport.config import load_config, merge
 from transport.logs import setup_logging
 from transport.tls import make_channel
@@ -41,6 +43,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-clients", type=int, help=f"clients per upload batch (default {DEFAULT_BATCH_CLIENTS})")
     p.add_argument("--wait", type=float, help="seconds to wait for the job to be published (default 30)")
     p.add_argument("--seed", type=int, help="SEEDED MODE: reproducible and NOT private (experiments only)")
+    p.add_argument("--state-dir", help="directory for the crash-recovery upload journal (default: "
+                                       "<directory of --data>/.ltm-party-state); keep it on persistent storage")
     p.add_argument("--summary-file", help="write a JSON summary of the upload here")
     p.add_argument("--no-progress", action="store_true", default=None)
     p.add_argument("--log-level")
@@ -53,6 +57,18 @@ def read_party_table(path: str) -> dict:
     except DataSourceError as exc:
         raise PartyDataError(str(exc)) from None
     return columns
+
+
+def default_state_dir(data: str) -> Path:
+    """Where the upload journal lives without --state-dir: next to the data, or — if the data's
+    directory is read-only (a read-only volume) — under $XDG_STATE_HOME (~/.local/state)."""
+    beside = Path(data).absolute().parent / ".ltm-party-state"
+    if beside.is_dir() or os.access(beside.parent, os.W_OK):
+        return beside
+    fallback = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "ltm-party"
+    log.warning("the data directory is read-only: keeping the upload journal elsewhere",
+                extra={"state_dir": str(fallback)})
+    return fallback
 
 
 async def participate(args: argparse.Namespace) -> dict:
@@ -77,8 +93,8 @@ async def participate(args: argparse.Namespace) -> dict:
                 spec = await fetch_job(stubs, args.job)
                 break
             except grpc.aio.AioRpcError as exc:
-                if exc.code() not in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNAVAILABLE) \
-                        or time.monotonic() > deadline:
+                if exc.code() not in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNAVAILABLE,
+                                      grpc.StatusCode.DEADLINE_EXCEEDED) or time.monotonic() > deadline:
                     raise
                 await asyncio.sleep(0.2)
         policy.check(spec)
@@ -91,9 +107,11 @@ async def participate(args: argparse.Namespace) -> dict:
                       else Randomness.system())
         log.info("job accepted", extra={"job_id": spec.job_id, "digest": spec.digest, "epsilon": spec.privacy.epsilon,
                                         "randomness": randomness.label})
-        summary = await run_upload(stubs, spec, args.id, table, randomness,
-                                   batch_clients=args.batch_clients or DEFAULT_BATCH_CLIENTS,
-                                   progress=not args.no_progress)
+        batch_clients = args.batch_clients or DEFAULT_BATCH_CLIENTS
+        journal = UploadJournal.open(args.state_dir or default_state_dir(args.data), spec, args.id,
+                                     batch_clients=batch_clients, seeded=args.seed is not None)
+        summary = await run_upload(stubs, spec, args.id, table, randomness, batch_clients=batch_clients,
+                                   progress=not args.no_progress, journal=journal, endpoints=endpoints)
     finally:
         for c in channels:
             await c.close()
@@ -117,6 +135,12 @@ def run(args: argparse.Namespace) -> int:
     except grpc.aio.AioRpcError as exc:
         log.error("upload refused", extra={"code": exc.code().name, "details": exc.details()})
         return 5
+    except UploadIncomplete as exc:
+        log.error(f"upload incomplete: {exc}")
+        return 5
+    except JournalError as exc:
+        log.error(f"upload journal: {exc}")
+        return 6
     if args.summary_file:
         Path(args.summary_file).write_text(json.dumps(result))
     return 0

@@ -23,7 +23,8 @@ from ltm.batch import ShareBatch
 from ltm.jobspec import JobSpec
 from ltm.randomness import Randomness
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
-from party.randomizer import DEFAULT_BATCH_CLIENTS, make_batches
+from party.journal import UploadJournal
+from party.randomizer import DEFAULT_BATCH_CLIENTS, make_batches, plan_batches
 
 log = logging.getLogger("ltm.party")
 UPLOAD_CHUNK_BYTES = 1 << 20
@@ -72,6 +73,16 @@ class UploadSummary:
     bytes_per_server: list[int] = field(default_factory=list)
     retries: int = 0
     seconds: float = 0.0
+    #: batches a previous run had already delivered to every server (skipped; from the journal)
+    skipped_batches: int = 0
+    skipped_clients: int = 0
+    #: batches a previous run had started: re-derived from their journaled keys and re-sent
+    resumed_batches: int = 0
+    journal: str = ""
+
+
+class UploadIncomplete(Exception):
+    """A batch could not be delivered to every server; the message says which servers have it."""
 
 
 async def fetch_job(stubs: list[ltm_pb2_grpc.ServerStub], job_id: str, timeout: float = 10.0) -> JobSpec:
@@ -99,25 +110,36 @@ def _chunks(batch: ShareBatch, job_id: str):
         yield ltm_pb2.UploadChunk(data=payload[i:i + UPLOAD_CHUNK_BYTES])
 
 
-async def upload_batch(stub: ltm_pb2_grpc.ServerStub, batch: ShareBatch, job_id: str, *, attempts: int = 6,
-                       base_delay: float = 0.2, timeout: float = 120.0) -> tuple[ltm_pb2.UploadReceipt, int]:
+async def upload_batch(stub: ltm_pb2_grpc.ServerStub, batch: ShareBatch, job_id: str, *, attempts: int | None = None,
+                       deadline_s: float = 600.0, base_delay: float = 0.2, max_delay: float = 4.0,
+                       timeout: float = 120.0) -> tuple[ltm_pb2.UploadReceipt, int]:
     """Stream one batch to one server, retrying transient failures with exponential backoff.
 
-    Returns the receipt and the number of retries.  Non-retryable refusals (a gate, policy or
-    validation error) are raised at once: retrying would not change the answer.
+    A server that is down or restarting, or a connection dropped mid-stream, is retried (the call
+    waits for the channel to be ready again) with delays from ``base_delay`` doubling up to
+    ``max_delay``, until ``deadline_s`` has passed since the first attempt (or after ``attempts``
+    attempts, if given).  Uploads are idempotent, so a retry of a batch the server stored before
+    its answer was lost gets the same receipt.  Returns the receipt and the number of retries.
+    Non-retryable refusals (a gate, policy or validation error) are raised at once: retrying would
+    not change the answer.
     """
-    for attempt in range(attempts):
+    t0 = time.monotonic()
+    attempt = 0
+    while True:
+        remaining = deadline_s - (time.monotonic() - t0)
         try:
-            receipt = await stub.Upload(_chunks(batch, job_id), timeout=timeout, wait_for_ready=True)
+            receipt = await stub.Upload(_chunks(batch, job_id), timeout=max(min(timeout, remaining), 1.0),
+                                        wait_for_ready=True)
             return receipt, attempt
         except grpc.aio.AioRpcError as exc:
-            if exc.code() not in RETRYABLE or attempt == attempts - 1:
+            attempt += 1
+            remaining = deadline_s - (time.monotonic() - t0)
+            if exc.code() not in RETRYABLE or remaining <= 0 or (attempts is not None and attempt >= attempts):
                 raise
-            delay = base_delay * 2**attempt
+            delay = min(base_delay * 2 ** (attempt - 1), max_delay, remaining)
             log.warning("upload failed, retrying", extra={"batch": batch.batch_index, "server": batch.server,
                                                           "code": exc.code().name, "delay_s": delay})
             await asyncio.sleep(delay)
-    raise AssertionError("unreachable")
 
 
 class Progress:
@@ -138,23 +160,61 @@ class Progress:
 
 async def run_upload(stubs: list[ltm_pb2_grpc.ServerStub], spec: JobSpec, party_id: str,
                      table: Mapping[str, np.ndarray], randomness: Randomness, *,
-                     batch_clients: int = DEFAULT_BATCH_CLIENTS, progress: bool = True) -> UploadSummary:
-    """Randomize, share and upload all of this party's clients; returns what was sent."""
+                     batch_clients: int = DEFAULT_BATCH_CLIENTS, progress: bool = True,
+                     journal: UploadJournal | None = None, endpoints: list[str] | None = None) -> UploadSummary:
+    """Randomize, share and upload all of this party's clients; returns what was sent.
+
+    With a ``journal`` (``party/journal.py``) the upload survives a crash of this process: each
+    batch's randomness key is journaled durably before any of its shares is sent, batches that
+    every server acknowledged in an earlier run are skipped, and a batch an earlier run started is
+    re-derived bit for bit from its key and re-sent (idempotent on the servers).
+    """
     t0 = time.monotonic()
-    summary = UploadSummary(party_id, bytes_per_server=[0] * spec.k)
+    summary = UploadSummary(party_id, bytes_per_server=[0] * spec.k, journal=str(journal.path) if journal else "")
     party = spec.party(party_id)
     bar = Progress(party_id, party.size, progress)
-    batches = make_batches(spec, party_id, table, randomness, batch_clients=batch_clients)
+    skip: set[int] = journal.done_batches() if journal is not None else set()
+    if skip:
+        summary.skipped_batches = len(skip)
+        summary.skipped_clients = sum(b - a for i, a, b in plan_batches(party, batch_clients).ranges if i in skip)
+        bar.advance(summary.skipped_clients)
+    batches = make_batches(spec, party_id, table, randomness, batch_clients=batch_clients, skip=skip,
+                           batch_randomness=(lambda b: journal.randomness_for(b, randomness)) if journal else None)
     pending = asyncio.create_task(asyncio.to_thread(next, batches, None))
     while True:
         per_server = await pending
         if per_server is None:
             break
         pending = asyncio.create_task(asyncio.to_thread(next, batches, None))  # randomize the next batch meanwhile
-        results = await asyncio.gather(*(upload_batch(stubs[b.server], b, spec.job_id) for b in per_server))
-        for b, (_, retries) in zip(per_server, results):
+        index = per_server[0].batch_index
+        digests: list[str] | None = None
+        if journal is not None:  # durable before the first share leaves this process
+            digests, resumed = await asyncio.to_thread(journal.begin, per_server)
+            summary.resumed_batches += resumed
+        results = await asyncio.gather(*(upload_batch(stubs[b.server], b, spec.job_id) for b in per_server),
+                                       return_exceptions=True)
+        failed = [(b.server, r) for b, r in zip(per_server, results) if isinstance(r, BaseException)]
+        if failed:
+            pending.cancel()
+            reached = [b.server for b, r in zip(per_server, results) if not isinstance(r, BaseException)]
+            server, exc = failed[0]
+            where = spec.servers[server].server_id + (f" at {endpoints[server]}" if endpoints else "")
+            code = exc.code().name if isinstance(exc, grpc.aio.AioRpcError) else type(exc).__name__
+            detail = exc.details() if isinstance(exc, grpc.aio.AioRpcError) else str(exc)
+            resume = (f"; batches done on every server: {summary.batches + summary.skipped_batches}; restart the "
+                      f"party to resume from its journal {journal.path}" if journal is not None else "")
+            raise UploadIncomplete(f"batch {index} (clients [{per_server[0].start}, {per_server[0].stop})) could not "
+                                   f"be delivered to {where}: {code}: {detail}; it reached servers "
+                                   f"{[spec.servers[i].server_id for i in reached]}{resume}") from exc
+        for b, (receipt, retries) in zip(per_server, results):
+            if digests is not None and receipt.content_digest != digests[b.server]:
+                raise UploadIncomplete(f"server {spec.servers[b.server].server_id} acknowledged batch {index} with "
+                                       f"content digest {receipt.content_digest[:12]}…, not the digest of the "
+                                       f"share sent ({digests[b.server][:12]}…)")
             summary.bytes_per_server[b.server] += b.share.nbytes
             summary.retries += retries
+        if journal is not None:
+            await asyncio.to_thread(journal.done, index)
         summary.batches += 1
         summary.clients += per_server[0].count
         bar.advance(per_server[0].count)

@@ -8,6 +8,10 @@ vs non-private model quality, ε, δ, bytes moved, time per phase — and stops 
 With ``--seed`` everything is seeded (reproducible, NOT private) and the release's SHA-256 equals
 that of ``ltm simulate --seed`` with the same parameters: the same cores run behind both
 transports.
+
+``--chaos`` kills servers with SIGKILL and restarts them (same port, same data directory) while
+the job runs — once mid-upload, once while the analyst's Release to a server is in flight — and
+reports what it did under ``"chaos"``; the release must come out exactly as without ``--chaos``.
 """
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ from analyst.release import ReleasedSketch
 from ltm.jobspec import JobSpec
 from ltm.randomness import Randomness
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
+from sim.chaos import Chaos
 from sim.launcher import ProcessGroup
 from sim.simulate import SimulateConfig, load_table, report_for_release, training_matrix
 from sim.jobs import build_job, party_tables
@@ -53,6 +58,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workdir", help="keep certificates, stores, logs and outputs here (default: a temp dir, removed)")
     p.add_argument("--deadline", type=float, default=60.0, help="seconds the analyst waits for parties")
     p.add_argument("--insecure", action="store_true", help="plaintext transport (testing only)")
+    p.add_argument("--chaos", action="store_true",
+                   help="SIGKILL and restart a server mid-upload and another mid-release; the release must not change")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
@@ -82,9 +89,11 @@ def prepare_job(cfg: SimulateConfig, train, randomness: Randomness, endpoints: l
 
 
 async def _operate(analyst_endpoint: str, certs: Path | None, insecure: bool, spec: JobSpec,
-                   start_parties, randomness_label: str, deadline: float) -> tuple[dict, ReleasedSketch, dict]:
+                   start_parties, randomness_label: str, deadline: float,
+                   chaos=None) -> tuple[dict, ReleasedSketch, dict]:
     """Submit the job, start the parties, run it; returns the analyst's report, the release
-    (fetched over the Analyst service) and the phase times."""
+    (fetched over the Analyst service) and the phase times.  ``chaos``: a coroutine function run
+    beside the job (it starts the parties it holds back and kills servers)."""
     phases: dict[str, float] = {}
     options = None if insecure else [("grpc.ssl_target_name_override", "analyst")]
     channel = make_channel(analyst_endpoint, certs, "operator", insecure=insecure, options=options)
@@ -95,8 +104,19 @@ async def _operate(analyst_endpoint: str, certs: Path | None, insecure: bool, sp
         phases["publish"] = time.monotonic() - t
         t = time.monotonic()
         start_parties()
-        reply = await stub.RunJob(ltm_pb2.RunJobRequest(job_id=spec.job_id, deadline_s=deadline,
-                                                        randomness=randomness_label), timeout=deadline + 300.0)
+        run_task = asyncio.ensure_future(stub.RunJob(ltm_pb2.RunJobRequest(
+            job_id=spec.job_id, deadline_s=deadline, randomness=randomness_label), timeout=deadline + 300.0))
+        if chaos is None:
+            reply = await run_task
+        else:
+            chaos_task = asyncio.create_task(chaos())
+            await asyncio.wait({run_task, chaos_task}, return_when=asyncio.FIRST_EXCEPTION)
+            for task, other in ((chaos_task, run_task), (run_task, chaos_task)):
+                if task.done() and task.exception() is not None:
+                    other.cancel()  # a failed chaos step (e.g. a server lost acknowledged batches) fails the run
+                    raise task.exception()
+            reply = await run_task
+            await asyncio.wait_for(chaos_task, timeout=60.0)
         phases["upload_close_release"] = time.monotonic() - t
         report = json.loads(reply.report_json)
         got = await stub.GetRelease(ltm_pb2.GetReleaseRequest(job_id=spec.job_id), timeout=60.0)
@@ -148,8 +168,8 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
         server_ids = ",".join(s.actor for s in servers)
         parties = []
 
-        def start_parties() -> None:
-            for p in spec.parties:
+        def start_some(chosen) -> None:
+            for p in chosen:
                 argv = ["party", "--id", p.party_id, "--servers", server_endpoints, "--server-ids", server_ids,
                         "--job", spec.job_id, "--data", str(data_dir / f"{p.party_id}.csv"),
                         "--max-epsilon", str(cfg.epsilon), "--max-delta", str(max(cfg.delta, 1e-12)),
@@ -158,8 +178,11 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
                     argv += ["--seed", str(args.seed)]
                 parties.append(group.start_task("party", p.party_id, argv))
 
-        report, release, op_phases = asyncio.run(_operate(analyst.endpoint, certs, args.insecure, spec,
-                                                          start_parties, randomness.label, args.deadline))
+        chaos = Chaos(group, servers, spec, certs, args.insecure, start_some) if args.chaos else None
+        report, release, op_phases = asyncio.run(_operate(
+            analyst.endpoint, certs, args.insecure, spec,
+            (lambda: None) if chaos else (lambda: start_some(spec.parties)),  # chaos starts the parties itself
+            randomness.label, args.deadline, chaos=chaos.run if chaos else None))
         phases.update(op_phases)
         party_exit = {p.actor: p.proc.wait(timeout=60) for p in parties}
         failed = {k: v for k, v in party_exit.items() if v != 0}
@@ -172,7 +195,8 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
         rng = np.random.default_rng(np.frombuffer(randomness.child("baselines").bytes(16), dtype=np.uint64))
         model_report = report_for_release(cfg, spec, release, V, test, rng)
         phases["fit_and_baselines"] = time.monotonic() - t
-        processes = [{"role": ap.role, "id": ap.actor, "pid": ap.pid} for ap in group.processes]
+        processes = [{"role": ap.role, "id": ap.actor, "pid": ap.pid,
+                      **({"previous_pids": ap.previous_pids} if ap.previous_pids else {})} for ap in group.processes]
     finally:
         t = time.monotonic()
         group.stop_all()
@@ -198,6 +222,7 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
         "release_sha256": report["release_sha256"],
         "participants": report["participants"],
         "held_per_server": report["held_per_server"],
+        "coverage": report.get("coverage"),
         "privacy": report["privacy"],
         "randomness": randomness.label,
         "analyst_model": report["model"],
@@ -207,6 +232,8 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
                   "retries": int(sum(s["retries"] for s in summaries))},
         "timing_s": {**{k: round(v, 4) for k, v in phases.items()},
                      "analyst": {k: round(v, 4) for k, v in report["timing_s"].items()}},
+        **({"chaos": chaos.report(report.get("server_retries"),
+                                  {s["party_id"]: s["retries"] for s in summaries})} if chaos else {}),
     }
 
 
@@ -230,6 +257,14 @@ def print_summary(r: dict[str, Any]) -> None:
           f"servers → analyst {r['bytes']['server_to_analyst']}")
     t = r["timing_s"]
     print("  time: " + ", ".join(f"{k} {v:.2f}s" for k, v in t.items() if isinstance(v, float)))
+    if "chaos" in r:
+        c = r["chaos"]
+        print(f"  chaos: {c['server_restarts']} server restart(s) survived")
+        for e in c["events"]:
+            print(f"    {e['phase']:8s} {e['signal']} {e['server']} (pid {e['pid']}) at {e['at_s']:.2f}s, "
+                  f"back as pid {e.get('new_pid')} after {e.get('restart_s', 0):.2f}s; "
+                  f"analyst calls retried against it: {e.get('analyst_retries') or 'none'}")
+        print(f"    party upload retries: {c['party_retries']}")
     print(f"  release sha256 {r['release_sha256']}")
 
 

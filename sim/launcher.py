@@ -2,7 +2,9 @@
 
 Used by ``ltm demo`` and by the networked tests.  Every process is an ``ltm`` subcommand run with
 the current interpreter; servers and the analyst bind port 0 and report the port through a file,
-and are considered up once their gRPC health service answers SERVING.
+and are considered up once their gRPC health service answers SERVING.  For fault injection,
+:meth:`ProcessGroup.kill` sends SIGKILL and :meth:`ProcessGroup.restart` starts a process again
+with its original arguments — a server on its previous port, so clients reconnect to it.
 """
 from __future__ import annotations
 
@@ -31,6 +33,14 @@ class ActorProcess:
     proc: subprocess.Popen
     log_path: Path
     port: int | None = None
+    #: the ``ltm`` arguments it was started with (without --listen/--port-file/--certs)
+    argv: list[str] = field(default_factory=list)
+    #: pids of earlier incarnations (see :meth:`ProcessGroup.restart`)
+    previous_pids: list[int] = field(default_factory=list)
+
+    @property
+    def restarts(self) -> int:
+        return len(self.previous_pids)
 
     @property
     def pid(self) -> int:
@@ -56,7 +66,7 @@ class ProcessGroup:
     insecure: bool = False
     processes: list[ActorProcess] = field(default_factory=list)
 
-    def _spawn(self, role: str, actor: str, argv: list[str]) -> ActorProcess:
+    def _popen(self, actor: str, argv: list[str]) -> tuple[subprocess.Popen, Path]:
         log_path = self.workdir / "logs" / f"{actor}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
         cmd = [sys.executable, "-m", "ltm.cli", *argv]
@@ -67,24 +77,67 @@ class ProcessGroup:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         with open(log_path, "ab") as log:
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        ap = ActorProcess(role, actor, proc, log_path)
+        return proc, log_path
+
+    def _spawn(self, role: str, actor: str, argv: list[str], extra: list[str] = ()) -> ActorProcess:
+        proc, log_path = self._popen(actor, [*argv, *extra])
+        ap = ActorProcess(role, actor, proc, log_path, argv=list(argv))
         self.processes.append(ap)
         return ap
 
-    def start_service(self, role: str, actor: str, argv: list[str], timeout: float = 30.0) -> ActorProcess:
-        """Start a server or the analyst on port 0 and wait until it is healthy."""
+    def _port_file(self, actor: str) -> Path:
         port_file = self.workdir / "ports" / f"{actor}.port"
         port_file.parent.mkdir(parents=True, exist_ok=True)
         port_file.unlink(missing_ok=True)
-        ap = self._spawn(role, actor, [*argv, "--listen", "127.0.0.1:0", "--port-file", str(port_file)])
-        end = time.monotonic() + timeout
+        return port_file
+
+    def _await_port(self, ap: ActorProcess, port_file: Path, end: float) -> None:
         while not port_file.exists() or not port_file.read_text().strip():
             if ap.proc.poll() is not None or time.monotonic() > end:
-                raise LaunchError(f"{actor} did not start:\n{ap.log_tail()}")
-            time.sleep(0.05)
+                raise LaunchError(f"{ap.actor} did not start:\n{ap.log_tail()}")
+            time.sleep(0.02)
         ap.port = int(port_file.read_text())
         self.wait_healthy(ap, end - time.monotonic())
+
+    def start_service(self, role: str, actor: str, argv: list[str], timeout: float = 30.0) -> ActorProcess:
+        """Start a server or the analyst on port 0 and wait until it is healthy."""
+        port_file = self._port_file(actor)
+        ap = self._spawn(role, actor, argv, ["--listen", "127.0.0.1:0", "--port-file", str(port_file)])
+        self._await_port(ap, port_file, time.monotonic() + timeout)
         return ap
+
+    def kill(self, ap: ActorProcess, sig: int = signal.SIGKILL) -> int | None:
+        """Send ``sig`` (default SIGKILL: no cleanup, no graceful shutdown) and reap the process."""
+        if ap.proc.poll() is None:
+            ap.proc.send_signal(sig)
+            ap.proc.wait()
+        return ap.proc.returncode
+
+    def restart(self, ap: ActorProcess, timeout: float = 30.0) -> ActorProcess:
+        """Start ``ap`` again with the arguments it was started with (SIGKILLing it first if it still
+        runs).  A server or the analyst comes back on its previous port — so clients that hold its
+        endpoint (in the job spec, on their command line) reconnect to it — and is waited for until
+        healthy; a task (a party) is simply started again.  ``ap`` is updated in place."""
+        if ap.proc.poll() is None:
+            self.kill(ap)
+        ap.previous_pids.append(ap.pid)
+        if ap.port is None:
+            ap.proc, ap.log_path = self._popen(ap.actor, ap.argv)
+            return ap
+        port_file = self._port_file(ap.actor)
+        end = time.monotonic() + timeout
+        while True:
+            ap.proc, ap.log_path = self._popen(ap.actor, [*ap.argv, "--listen", f"127.0.0.1:{ap.port}",
+                                                          "--port-file", str(port_file)])
+            try:
+                self._await_port(ap, port_file, end)
+                return ap
+            except LaunchError:
+                # The old port may be briefly unavailable (another process took it): retry until timeout.
+                self.kill(ap)
+                if time.monotonic() > end:
+                    raise
+                time.sleep(0.2)
 
     def wait_healthy(self, ap: ActorProcess, timeout: float) -> None:
         channel = make_sync_channel(ap.endpoint, self.certs, "operator", insecure=self.insecure,

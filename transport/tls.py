@@ -68,7 +68,9 @@ MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 ACTOR_METADATA_KEY = "ltm-actor"  # --insecure only; ignored (never read) in TLS mode
 
 #: Client channel options: 64 MiB messages; a keepalive ping every 30 s (also while idle) that
-#: must be answered within 10 s, so a dead server is noticed instead of hanging a call.
+#: must be answered within 10 s, so a dead server is noticed instead of hanging a call; and
+#: reconnect attempts after a lost connection every 0.25 s growing to at most 4 s (gRPC's default
+#: grows to 120 s), so a server restarted on its old port is reached again within seconds.
 CHANNEL_OPTIONS: tuple[tuple[str, Any], ...] = (
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
@@ -76,6 +78,8 @@ CHANNEL_OPTIONS: tuple[tuple[str, Any], ...] = (
     ("grpc.keepalive_timeout_ms", 10_000),
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.max_pings_without_data", 0),
+    ("grpc.initial_reconnect_backoff_ms", 250),
+    ("grpc.max_reconnect_backoff_ms", 4_000),
 )
 
 #: Server options: 64 MiB messages; accept client pings as often as every 10 s (clients ping
