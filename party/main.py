@@ -51,11 +51,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def read_party_table(path: str) -> dict:
+def read_party_table(path: str, needed: list[str] | None = None) -> dict:
+    """The party's columns from its data file; a needed column that is present but not numeric
+    is named as such (rather than reported missing)."""
     try:
-        columns, _ = load_columns(path)
+        columns, non_numeric = load_columns(path)
     except DataSourceError as exc:
         raise PartyDataError(str(exc)) from None
+    bad = [c for c in (needed or []) if c in non_numeric]
+    if bad:
+        raise PartyDataError(f"{path}: column(s) {bad} are present but not numeric; encode them as numbers first")
     return columns
 
 
@@ -102,7 +107,13 @@ async def participate(args: argparse.Namespace) -> dict:
             if time.monotonic() > deadline:
                 raise PartyDataError(f"data file {args.data} did not appear within --wait")
             await asyncio.sleep(0.2)
-        table = read_party_table(args.data)
+        try:
+            party_spec = spec.party(args.id)
+        except KeyError:
+            raise PolicyViolation(f"{args.id} is not a party of job {spec.job_id!r}") from None
+        needed = [spec.columns[i].name for i in spec.party_column_indices(party_spec)
+                  if spec.columns[i].role != "intercept"]
+        table = read_party_table(args.data, needed)
         randomness = (Randomness.seeded_insecure(args.seed).child("party", args.id) if args.seed is not None
                       else Randomness.system())
         log.info("job accepted", extra={"job_id": spec.job_id, "digest": spec.digest, "epsilon": spec.privacy.epsilon,
