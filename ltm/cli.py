@@ -183,6 +183,7 @@ ACTOR_COMMANDS = {
     "health": ("transport.health:add_parser", "probe an actor's gRPC health service"),
     "audit": ("sim.audit:add_parser", "empirical DP audit: a Clopper–Pearson lower bound on ε (prints JSON)"),
     "loadtest": ("sim.loadtest:add_parser", "many concurrent party streams against real servers on loopback (JSON)"),
+    "experiment": ("experiments.runner:add_parser", "reproduce the papers' figures and tables (experiment specs)"),
 }
 
 
