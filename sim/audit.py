@@ -50,8 +50,7 @@ import math
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass, field, replace
-from functools import cached_property
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -102,21 +101,6 @@ class AuditConfig:
     workers: int = 1
 
 
-class _Spec(JobSpec):
-    """The job spec with its digest computed once.  ``JobSpec.digest`` re-serialises the whole
-    spec on every access (the cores read it ~10 times per run, ~60% of a small run's time); the
-    value is a pure function of the fields, so caching it changes nothing but the speed."""
-
-    @cached_property
-    def digest(self) -> str:  # type: ignore[override]
-        return JobSpec.digest.fget(self)  # type: ignore[attr-defined]
-
-
-def with_cached_digest(spec: JobSpec) -> JobSpec:
-    """The same spec (equal fields, equal digest) with its digest computed once."""
-    return _Spec(**{f: getattr(spec, f) for f in spec.__dataclass_fields__})
-
-
 @dataclass(frozen=True)
 class AuditJob:
     """The audited job (one spec for D and D′: only the target's row differs) and its target."""
@@ -154,7 +138,6 @@ def build_audit_job(cfg: AuditConfig) -> AuditJob:
     loads = sketch.row_loads()
     tightest = int(loads.min())  # L = the smallest full-participation row load (t′ = 0)
     spec = resolve_defaults(replace(draft, privacy=replace(draft.privacy, min_honest_load=tightest)))
-    spec = with_cached_digest(spec)
     validate_job(spec)
     rows, negative = sketch.placement(0, cfg.n)
     burden = loads[rows].sum(axis=0)  # Σ_l load of each client's rows

@@ -19,7 +19,6 @@ import argparse
 import asyncio
 import json
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path

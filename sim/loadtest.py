@@ -149,10 +149,9 @@ class Driver:
     """Plays a slice of the parties from one asyncio process: randomize, connect, upload."""
 
     def __init__(self, spec_json: bytes, certs: str, party_ids: list[str], seed: str | None) -> None:
-        from sim.audit import with_cached_digest
 
         # One parsed spec shared by this process's parties (each real party parses its own once).
-        self.spec = with_cached_digest(JobSpec.from_json(spec_json))
+        self.spec = JobSpec.from_json(spec_json)
         self.certs = certs
         self.party_ids = party_ids
         self.seed = seed

@@ -4,7 +4,6 @@ import subprocess
 import sys
 import time
 
-import pytest
 
 from ltm.cli import main
 
