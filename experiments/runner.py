@@ -1,0 +1,440 @@
+"""``ltm experiment run SPEC``: run an experiment spec's grid, resumably, and report it.
+
+For every (cell, repetition) of the spec's grid (repetition-major, so a partial run already
+covers the whole grid), the runner derives the seed, calls the scenario's cell function (in this
+process, or in ``--workers`` processes), and appends the rows to ``DIR/results.csv``, flushed and
+fsync'd per (cell, repetition).  Rerunning the same command skips every pair already in the CSV,
+so an interrupted run RESUMES where it stopped.  At the end it writes ``summary.md`` (mean ± std
+over repetitions, beside the paper's numbers), ``aggregate.csv`` (the same per grid point and
+series, machine-readable), the spec's PNG plots and ``run.json`` (the exact command, spec hashes,
+wall time, versions).
+
+``--networked`` installs :class:`experiments.transport.NetworkedTransport`: every LTM job of a
+cell goes through real ``ltm server`` / ``ltm analyst`` / ``ltm party`` processes with mutual TLS
+(only for specs and scenarios that declare support; workers are then limited to 1).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import time
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from experiments import transport as transport_mod
+from experiments.registry import Scenario, get_scenario
+from experiments.results import ResultsCsv
+from experiments.spec import SPEC_DIR, Cell, ExperimentSpec, SpecError, load_spec
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+class Progress:
+    """A carriage-return progress bar with ETA on stderr (no dependency).
+
+    On a terminal it redraws at most 5 times a second; otherwise it prints a line per 5% or minute.
+    """
+
+    def __init__(self, label: str, total: int, done: int, total_weight: float, done_weight: float,
+                 enabled: bool = True, stream=None) -> None:
+        self.label, self.total, self.done = label, total, done
+        self.total_weight, self.done_weight = max(total_weight, 1e-12), done_weight
+        self.session_weight = 0.0
+        self.start = time.monotonic()
+        self.stream = stream or sys.stderr
+        self.enabled = enabled
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self._last = 0.0
+        self._last_decile = -1
+        self.render(force=True)
+
+    @staticmethod
+    def _clock(seconds: float) -> str:
+        seconds = int(max(seconds, 0))
+        h, rem = divmod(seconds, 3600)
+        m, s = divmod(rem, 60)
+        return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+    def update(self, weight: float) -> None:
+        self.done += 1
+        self.done_weight += weight
+        self.session_weight += weight
+        self.render()
+
+    def render(self, force: bool = False) -> None:
+        if not self.enabled:
+            return
+        frac = min(self.done_weight / self.total_weight, 1.0)
+        elapsed = time.monotonic() - self.start
+        remaining = self.total_weight - self.done_weight
+        eta = elapsed / self.session_weight * remaining if self.session_weight > 0 else None
+        width = 28
+        fill = int(round(frac * width))
+        text = (f"{self.label} [{'#' * fill}{'.' * (width - fill)}] {self.done}/{self.total} "
+                f"{100 * frac:5.1f}%  elapsed {self._clock(elapsed)}  ETA {self._clock(eta) if eta is not None else '?'}")
+        now = time.monotonic()
+        if self.tty:
+            if force or now - self._last >= 0.2 or self.done == self.total:
+                self.stream.write("\r" + text + "\x1b[K")
+                self.stream.flush()
+                self._last = now
+        else:  # a log file: a line per 5% or per minute, whichever comes first
+            step = int(frac * 20)
+            if force or step != self._last_decile or now - self._last >= 60.0 or self.done == self.total:
+                self.stream.write(text + "\n")
+                self.stream.flush()
+                self._last_decile = step
+                self._last = now
+
+    def close(self) -> None:
+        if self.enabled and self.tty:
+            self.render(force=True)
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+@dataclass
+class Task:
+    cell: Cell
+    rep: int
+    seed: int
+    weight: float
+
+
+def _run_cell(scenario_name: str, module: str | None, params: dict, seed: int) -> tuple[list[dict], float]:
+    """Worker entry point (top-level so process pools can pickle it)."""
+    scenario = get_scenario(scenario_name, module)
+    t = time.perf_counter()
+    rows = scenario.func(dict(params), seed)
+    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+        raise TypeError(f"scenario {scenario_name!r} must return a list of dicts, got {type(rows).__name__}")
+    return rows, time.perf_counter() - t
+
+
+def versions() -> dict[str, str]:
+    out = {"python": platform.python_version(), "platform": platform.platform()}
+    for mod in ("numpy", "matplotlib", "grpc", "cryptography"):
+        try:
+            out[mod] = __import__(mod).__version__
+        except Exception:  # noqa: BLE001 - report what is there
+            out[mod] = "not installed"
+    try:
+        from importlib.metadata import version
+
+        out["ltm"] = version("ltm")
+    except Exception:  # noqa: BLE001
+        out["ltm"] = "unknown"
+    try:
+        out["git_commit"] = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], capture_output=True,
+                                           text=True, timeout=5).stdout.strip() or "unknown"
+        dirty = subprocess.run(["git", "-C", str(REPO_ROOT), "status", "--porcelain"], capture_output=True, text=True,
+                               timeout=5).stdout.strip()
+        out["git_dirty"] = "yes" if dirty else "no"
+    except Exception:  # noqa: BLE001
+        out["git_commit"] = "unknown"
+    return out
+
+
+def _weight(scenario: Scenario, params: dict) -> float:
+    if scenario.cost is None:
+        return 1.0
+    try:
+        return max(float(scenario.cost(params)), 1e-9)
+    except Exception:  # noqa: BLE001 - only the ETA depends on it
+        return 1.0
+
+
+def run_experiment(spec_ref: str | Path, out: str | Path | None = None, *, reduced: bool = False,
+                   networked: bool = False, workers: int = 1, progress: bool = True, plots: bool = True,
+                   command: str | None = None, max_pairs: int | None = None) -> dict[str, Any]:
+    """Run (or resume) a spec; returns the run record written to ``run.json``.
+
+    ``max_pairs`` stops after that many newly computed (cell, rep) pairs (testing resumption).
+    """
+    t0 = time.monotonic()
+    started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    spec = load_spec(spec_ref, reduced=reduced)
+    scenario = get_scenario(spec.scenario, spec.module)
+    if networked and not (spec.networked and scenario.networked):
+        raise ValueError(f"spec {spec.name!r} does not support --networked "
+                         f"(spec networked={spec.networked}, scenario networked={scenario.networked})")
+    if workers < 1:
+        raise ValueError("--workers must be ≥ 1")
+    if networked and spec.params.get("path") == "fast":
+        print(f"ltm experiment: note: spec {spec.name!r} releases by the exact fast path (path = \"fast\"); only "
+              f"its real-path jobs would use the network — try --reduced, whose grid uses the real cores",
+              file=sys.stderr)
+    if networked and workers > 1:
+        print("ltm experiment: --networked runs cells one at a time (one deployment); ignoring --workers",
+              file=sys.stderr)
+        workers = 1
+    out_dir = Path(out) if out else REPO_ROOT / "runs" / (spec.name + ("-reduced" if reduced else ""))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    run_json = out_dir / "run.json"
+    history: list[dict] = []
+    if run_json.exists():
+        previous = json.loads(run_json.read_text())
+        if previous.get("identity_hash") not in (None, spec.identity_hash):
+            raise ValueError(f"{out_dir} holds results of another scenario or base seed "
+                             f"({previous.get('scenario')!r}, seed {previous.get('base_seed')}); use a new --out")
+        if previous.get("reduced") is not None and previous.get("reduced") != reduced:
+            raise ValueError(f"{out_dir} holds a {'reduced' if previous['reduced'] else 'full'} run; "
+                             f"use another --out for the {'reduced' if reduced else 'full'} grid")
+        history = previous.get("history", []) + [{k: previous.get(k) for k in
+                                                  ("command", "started", "wall_time_s", "status", "pairs_run")}]
+
+    csv = ResultsCsv(out_dir / "results.csv", spec.axes).open()
+    done = csv.done()
+    cells = spec.cells()
+    tasks: list[Task] = []
+    total_weight = done_weight = 0.0
+    for rep in range(spec.repetitions):
+        for cell in cells:
+            w = _weight(scenario, cell.params)
+            total_weight += w
+            if (cell.cell_id, rep) in done:
+                done_weight += w
+            else:
+                tasks.append(Task(cell, rep, spec.seed(cell, rep), w))
+    pairs_total = len(cells) * spec.repetitions
+    resumed = pairs_total - len(tasks)
+    if max_pairs is not None:
+        tasks = tasks[:max_pairs]
+    bar = Progress(spec.name, pairs_total, resumed, total_weight, done_weight, enabled=progress)
+    transport_name = "networked" if networked else "inprocess"
+    previous_transport = None
+    net = None
+    if networked:
+        net = transport_mod.NetworkedTransport()
+        previous_transport = transport_mod.install(net)
+    status = "complete"
+    ran = 0
+    restore = _interrupt_on_sigterm()
+    try:
+        if workers == 1:
+            for task in tasks:
+                rows, _ = _run_cell(spec.scenario, spec.module, task.cell.params, task.seed)
+                csv.append(task.cell.cell_id, task.rep, task.seed, task.cell.axes, rows)
+                ran += 1
+                bar.update(task.weight)
+        else:
+            ctx = multiprocessing.get_context("spawn")
+            with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+                pending: dict = {}
+                queue = list(tasks)
+                try:
+                    while queue or pending:
+                        while queue and len(pending) < 2 * workers:
+                            task = queue.pop(0)
+                            fut = pool.submit(_run_cell, spec.scenario, spec.module, task.cell.params, task.seed)
+                            pending[fut] = task
+                        finished, _ = wait(list(pending), return_when=FIRST_COMPLETED)
+                        for fut in finished:
+                            task = pending.pop(fut)
+                            rows, _ = fut.result()
+                            csv.append(task.cell.cell_id, task.rep, task.seed, task.cell.axes, rows)
+                            ran += 1
+                            bar.update(task.weight)
+                except BaseException:
+                    for fut in pending:
+                        fut.cancel()
+                    raise
+    except KeyboardInterrupt:
+        status = "interrupted"
+        raise
+    except BaseException:
+        status = "failed"
+        raise
+    finally:
+        restore()
+        bar.close()
+        if net is not None:
+            net.close()
+            transport_mod.install(previous_transport)
+        if status != "complete" or (max_pairs is not None and len(csv.done()) < pairs_total):
+            status = status if status != "complete" else "partial"
+        record = _record(spec, out_dir, command, started, t0, status, pairs_total, len(csv.done()), ran, resumed,
+                         transport_name, workers, history, [])
+        run_json.write_text(json.dumps(record, indent=2) + "\n")
+        if status in ("interrupted", "failed"):
+            print(f"\nltm experiment: {status}; {len(csv.done())}/{pairs_total} pairs are in {out_dir / 'results.csv'}"
+                  f" — rerun the same command to resume", file=sys.stderr)
+
+    rows = csv.rows()
+    plot_files: list[str] = []
+    plot_error = None
+    if plots:
+        from experiments.report import PlotsUnavailable, write_plots
+
+        try:
+            plot_files = write_plots(spec, rows, out_dir)
+        except PlotsUnavailable as exc:
+            plot_error = str(exc)
+    record = _record(spec, out_dir, command, started, t0, status, pairs_total, len(csv.done()), ran, resumed,
+                     transport_name, workers, history, plot_files)
+    from experiments.report import write_aggregate, write_summary
+
+    write_summary(spec, rows, out_dir, record)
+    write_aggregate(spec, rows, out_dir)
+    if plot_error:
+        record["plots_error"] = plot_error
+    run_json.write_text(json.dumps(record, indent=2) + "\n")
+    if plot_error:
+        raise RuntimeError(plot_error)
+    return record
+
+
+def _interrupt_on_sigterm():
+    """While a run is going, SIGTERM (and SIGINT, even when a background shell ignores it) raise
+    KeyboardInterrupt, so run.json records the interruption; returns a function that restores the
+    previous handlers."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+    return lambda: [signal.signal(sig, h) for sig, h in previous.items()]
+
+
+def _record(spec: ExperimentSpec, out_dir: Path, command: str | None, started: str, t0: float, status: str,
+            pairs_total: int, pairs_done: int, ran: int, resumed: int, transport: str, workers: int,
+            history: list, plots: list[str]) -> dict[str, Any]:
+    spec_bytes = spec.path.read_bytes() if spec.path else b""
+    import hashlib
+
+    return {
+        "command": command or " ".join(shlex.quote(a) for a in sys.argv),
+        "cwd": os.getcwd(),
+        "spec": spec.name,
+        "spec_path": str(spec.path.resolve()) if spec.path else None,
+        "spec_file_sha256": hashlib.sha256(spec_bytes).hexdigest(),
+        "spec_hash": spec.file_hash,
+        "identity_hash": spec.identity_hash,
+        "scenario": spec.scenario,
+        "base_seed": spec.base_seed,
+        "reduced": spec.reduced,
+        "repetitions": spec.repetitions,
+        "grid": spec.grid,
+        "cells": pairs_total // max(spec.repetitions, 1),
+        "pairs_total": pairs_total,
+        "pairs_done": pairs_done,
+        "pairs_run": ran,
+        "pairs_resumed": resumed,
+        "transport": transport,
+        "workers": workers,
+        "status": status,
+        "started": started,
+        "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "wall_time_s": round(time.monotonic() - t0, 3),
+        "plots": plots,
+        "versions": versions(),
+        "randomness": "seeded numpy / AES-CTR streams: reproducible and NOT private",
+        "history": history,
+    }
+
+
+def rebuild_report(out_dir: str | Path, *, plots: bool = True) -> dict[str, Any]:
+    """Re-render summary.md and the plots of an output folder from its results.csv and run.json."""
+    out_dir = Path(out_dir)
+    record = json.loads((out_dir / "run.json").read_text())
+    spec = load_spec(record["spec_path"], reduced=bool(record.get("reduced")))
+    get_scenario(spec.scenario, spec.module)  # registers the series styles
+    rows = ResultsCsv(out_dir / "results.csv", spec.axes).open().rows()
+    if plots:
+        from experiments.report import write_plots
+
+        record["plots"] = write_plots(spec, rows, out_dir)
+    from experiments.report import write_aggregate, write_summary
+
+    write_summary(spec, rows, out_dir, record)
+    write_aggregate(spec, rows, out_dir)
+    (out_dir / "run.json").write_text(json.dumps(record, indent=2) + "\n")
+    return record
+
+
+# ---------------------------------------------------------------------------------- CLI
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("experiment", help="reproduce the papers' figures and tables (experiment specs)",
+                       description="Run experiment specs (experiments/specs/*.toml): a scenario over a parameter grid, "
+                                   "resumable, with results.csv, summary.md, plots and run.json.")
+    esub = p.add_subparsers(dest="experiment_command", required=True)
+    run = esub.add_parser("run", help="run (or resume) a spec")
+    run.add_argument("spec", help="a spec file, or the name of one in experiments/specs/")
+    run.add_argument("--out", help="output folder (default runs/<spec name>); rerun to resume")
+    run.add_argument("--reduced", action="store_true", help="the spec's reduced grid (CI-sized)")
+    run.add_argument("--networked", action="store_true",
+                     help="run LTM jobs through real gRPC server/analyst/party processes (mutual TLS)")
+    run.add_argument("--workers", type=int, default=1, help="cells computed in parallel processes (default 1)")
+    run.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    run.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    run.set_defaults(func=_cli_run)
+    lst = esub.add_parser("list", help="list the bundled specs and registered scenarios")
+    lst.set_defaults(func=_cli_list)
+    rep = esub.add_parser("report", help="re-render summary.md and plots of an output folder")
+    rep.add_argument("dir")
+    rep.add_argument("--no-plots", action="store_true")
+    rep.set_defaults(func=_cli_report)
+
+
+def _cli_run(args: argparse.Namespace) -> int:
+    flags = [f"--out {shlex.quote(args.out)}" if args.out else "", "--reduced" if args.reduced else "",
+             "--networked" if args.networked else "", f"--workers {args.workers}" if args.workers != 1 else "",
+             "--no-progress" if args.no_progress else "", "--no-plots" if args.no_plots else ""]
+    command = " ".join(["ltm experiment run", shlex.quote(args.spec), *[f for f in flags if f]])
+    try:
+        record = run_experiment(args.spec, args.out, reduced=args.reduced, networked=args.networked,
+                                workers=args.workers, progress=not args.no_progress, plots=not args.no_plots,
+                                command=command)
+    except SpecError as exc:
+        print(f"ltm: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except RuntimeError as exc:
+        print(f"ltm: error: {exc}", file=sys.stderr)
+        return 2
+    out = Path(args.out) if args.out else REPO_ROOT / "runs" / (record["spec"] + ("-reduced" if args.reduced else ""))
+    print(f"{record['spec']}: {record['pairs_done']}/{record['pairs_total']} (cell, rep) pairs, "
+          f"{record['pairs_run']} run now in {record['wall_time_s']:.1f} s → {out}/"
+          f"{{results.csv, summary.md, run.json{', ' + ', '.join(record['plots']) if record['plots'] else ''}}}")
+    return 0
+
+
+def _cli_list(args: argparse.Namespace) -> int:
+    from experiments.registry import MISSING_MODULES, load_scenarios
+
+    scenarios = load_scenarios(quiet=True)
+    print("specs (experiments/specs):")
+    for path in sorted(SPEC_DIR.glob("*.toml")):
+        try:
+            spec = load_spec(path)
+            print(f"  {spec.name:28s} {spec.scenario:32s} {len(spec.cells())} cells × {spec.repetitions} reps"
+                  f"{'  [networked]' if spec.networked else ''}")
+        except (SpecError, ValueError) as exc:
+            print(f"  {path.stem:28s} INVALID: {exc}")
+    print("scenarios:")
+    for name, sc in sorted(scenarios.items()):
+        print(f"  {name:32s} {sc.module}{'  [networked]' if sc.networked else ''}")
+    for module, why in sorted(MISSING_MODULES.items()):
+        print(f"  (module {module} not present: {why})")
+    return 0
+
+
+def _cli_report(args: argparse.Namespace) -> int:
+    record = rebuild_report(args.dir, plots=not args.no_plots)
+    print(f"re-rendered {args.dir}: summary.md{', ' + ', '.join(record.get('plots', [])) if record.get('plots') else ''}")
+    return 0
