@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -110,8 +111,10 @@ class AnalystService(ltm_pb2_grpc.AnalystServicer):
             await context.abort(exc.code(), f"a server refused: {exc.details()}")
         self.releases[spec.job_id] = run.release
         model_name = request.model or ("ridge" if run.release.label is not None else "lowrank")
+        t_fit = time.monotonic()
         model = fit_model(run.release, model_name, lam=request.lam, rank=request.rank or 5,
                           debias=not request.no_debias)
+        run.timing_s["fit"] = time.monotonic() - t_fit
         report = {"job_id": spec.job_id, "job_digest": spec.digest, "release_sha256": run.release.sha256,
                   "participants": int(run.participants.sum()), "held_per_server": run.held_per_server,
                   "release_bytes_per_server": run.release_bytes_per_server, "privacy": run.release.privacy,

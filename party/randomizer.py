@@ -7,6 +7,7 @@ All work is vectorised over the clients of a batch.
 from __future__ import annotations
 
 from collections.abc import Callable, Container, Iterator, Mapping
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -91,7 +92,7 @@ def plan_batches(party: PartySpec, batch_clients: int = DEFAULT_BATCH_CLIENTS) -
 def make_batches(spec: JobSpec, party_id: str, table: Mapping[str, np.ndarray], randomness: Randomness,
                  *, plan: NoisePlan | None = None, batch_clients: int = DEFAULT_BATCH_CLIENTS,
                  batch_randomness: Callable[[int], Randomness] | None = None,
-                 skip: Container[int] = (),
+                 skip: Container[int] = (), timings: dict[str, float] | None = None,
                  ) -> Iterator[list[ShareBatch]]:
     """Randomize and share a party's data; yields, per batch, the list of k server batches.
 
@@ -102,6 +103,8 @@ def make_batches(spec: JobSpec, party_id: str, table: Mapping[str, np.ndarray], 
     ``batch_randomness(b)`` when given: the uploader passes the randomness it journaled for the
     batch, so that a restarted party re-derives bit-identical shares (``party/journal.py``).
     Batches whose index is in ``skip`` are not produced (already acknowledged by every server).
+    ``timings``, if given, accumulates seconds spent in ``"noise"`` (clip + noisy copies) and
+    ``"sharing"`` (fixed-point encoding + secret sharing).
     """
     party = spec.party(party_id)
     plan = plan or spec.noise_plan()
@@ -115,7 +118,12 @@ def make_batches(spec: JobSpec, party_id: str, table: Mapping[str, np.ndarray], 
             continue
         rand = batch_randomness(batch_index) if batch_randomness is not None else randomness.child("batch", batch_index)
         lo, hi = a - party.start, b - party.start
+        t0 = time.perf_counter()
         noisy = noisy_copies(vectors[lo:hi], pieces, plan, rand.child("noise"))
+        t1 = time.perf_counter()
         ring = encode(noisy, spec.frac_bits)
         shares = share(ring, spec.k, rand.child("shares"), mode=spec.share_mode, primary=(party_ordinal + batch_index) % spec.k)
+        if timings is not None:
+            timings["noise"] = timings.get("noise", 0.0) + (t1 - t0)
+            timings["sharing"] = timings.get("sharing", 0.0) + (time.perf_counter() - t1)
         yield [ShareBatch(digest, party_id, batch_index, a, b, columns, sh) for sh in shares]

@@ -79,6 +79,11 @@ class UploadSummary:
     #: batches a previous run had started: re-derived from their journaled keys and re-sent
     resumed_batches: int = 0
     journal: str = ""
+    #: seconds: randomizing (clip + noise), fixed point + sharing, and streaming to the servers
+    #: (randomizing batch b+1 overlaps uploading batch b, so these can sum to more than ``seconds``)
+    noise_s: float = 0.0
+    sharing_s: float = 0.0
+    upload_s: float = 0.0
 
 
 class UploadIncomplete(Exception):
@@ -178,8 +183,10 @@ async def run_upload(stubs: list[ltm_pb2_grpc.ServerStub], spec: JobSpec, party_
         summary.skipped_batches = len(skip)
         summary.skipped_clients = sum(b - a for i, a, b in plan_batches(party, batch_clients).ranges if i in skip)
         bar.advance(summary.skipped_clients)
+    timings: dict[str, float] = {}
     batches = make_batches(spec, party_id, table, randomness, batch_clients=batch_clients, skip=skip,
-                           batch_randomness=(lambda b: journal.randomness_for(b, randomness)) if journal else None)
+                           batch_randomness=(lambda b: journal.randomness_for(b, randomness)) if journal else None,
+                           timings=timings)
     pending = asyncio.create_task(asyncio.to_thread(next, batches, None))
     while True:
         per_server = await pending
@@ -191,8 +198,10 @@ async def run_upload(stubs: list[ltm_pb2_grpc.ServerStub], spec: JobSpec, party_
         if journal is not None:  # durable before the first share leaves this process
             digests, resumed = await asyncio.to_thread(journal.begin, per_server)
             summary.resumed_batches += resumed
+        t_up = time.monotonic()
         results = await asyncio.gather(*(upload_batch(stubs[b.server], b, spec.job_id) for b in per_server),
                                        return_exceptions=True)
+        summary.upload_s += time.monotonic() - t_up
         failed = [(b.server, r) for b, r in zip(per_server, results) if isinstance(r, BaseException)]
         if failed:
             pending.cancel()
@@ -219,4 +228,5 @@ async def run_upload(stubs: list[ltm_pb2_grpc.ServerStub], spec: JobSpec, party_
         summary.clients += per_server[0].count
         bar.advance(per_server[0].count)
     summary.seconds = time.monotonic() - t0
+    summary.noise_s, summary.sharing_s = timings.get("noise", 0.0), timings.get("sharing", 0.0)
     return summary

@@ -13,6 +13,7 @@ import hashlib
 import logging
 import math
 import threading
+import time
 from collections.abc import AsyncIterator
 
 import grpc
@@ -54,13 +55,19 @@ class ServerService(ltm_pb2_grpc.ServerServicer):
         self.insecure = insecure
         self.max_batch_bytes = max_batch_bytes
         self.meter = meter  # gRPC-layer byte counts, reported by Status
+        self.seconds: dict[tuple[str, str], float] = {}  # (job, "store" | "release") → seconds, for Status
         # One writer at a time: accept/close/release read-check-write the store.
         self._lock = threading.Lock()
 
-    async def _call(self, fn, *args, **kwargs):
+    async def _call(self, fn, *args, phase: tuple[str, str] | None = None, **kwargs):
         def locked():
             with self._lock:
-                return fn(*args, **kwargs)
+                t = time.perf_counter()
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    if phase is not None:
+                        self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - t
         return await asyncio.to_thread(locked)
 
     # ------------------------------------------------------------------ jobs
@@ -94,7 +101,9 @@ class ServerService(ltm_pb2_grpc.ServerServicer):
             job_id=spec.job_id, closed=self.core.store.is_closed(spec.job_id),
             released=self.core.store.get_release(spec.job_id) is not None, clients_held=held,
             bytes_received=self.meter.total_received if self.meter else 0,
-            bytes_sent=self.meter.total_sent if self.meter else 0)
+            bytes_sent=self.meter.total_sent if self.meter else 0,
+            store_seconds=self.seconds.get((spec.job_id, "store"), 0.0),
+            release_seconds=self.seconds.get((spec.job_id, "release"), 0.0))
 
     # ------------------------------------------------------------------ upload
     async def Upload(self, request_iterator: AsyncIterator[ltm_pb2.UploadChunk], context):
@@ -132,7 +141,8 @@ class ServerService(ltm_pb2_grpc.ServerServicer):
         batch = ShareBatch(h.job_digest, h.party_id, int(h.batch_index), int(h.start), int(h.stop),
                            tuple(int(c) for c in h.columns), share)
         try:
-            receipt = await self._call(self.core.accept, batch, h.job_id, caller_role=who.role, caller_id=who.actor)
+            receipt = await self._call(self.core.accept, batch, h.job_id, phase=(h.job_id, "store"),
+                                       caller_role=who.role, caller_id=who.actor)
         except ProtocolError as exc:
             log.warning("upload refused", extra={"job_id": h.job_id, "party": who.actor, "code": exc.code,
                                                  "reason": exc.message})
@@ -195,7 +205,8 @@ class ServerService(ltm_pb2_grpc.ServerServicer):
                 raise ProtocolError("INVALID_ARGUMENT", f"participant_bits must hold {spec.n} bits "
                                                         f"({(spec.n + 7) // 8} bytes), got {bits.size} bytes")
             participants = np.unpackbits(bits, count=spec.n).astype(bool)
-            result = await self._call(self.core.release, request.job_id, participants, caller_role=who.role,
+            result = await self._call(self.core.release, request.job_id, participants,
+                                      phase=(request.job_id, "release"), caller_role=who.role,
                                       job_digest=request.job_digest)
         except ProtocolError as exc:
             log.warning("release refused", extra={"job_id": request.job_id, "code": exc.code, "reason": exc.message})

@@ -60,7 +60,8 @@ def server_wire_bytes(group: ProcessGroup, ap: ActorProcess, job_id: str) -> dic
                                 options=[("grpc.ssl_target_name_override", ap.actor)])
     try:
         st = ltm_pb2_grpc.ServerStub(channel).Status(ltm_pb2.StatusRequest(job_id=job_id), timeout=10)
-        return {"server": ap.actor, "received": int(st.bytes_received), "sent": int(st.bytes_sent)}
+        return {"server": ap.actor, "received": int(st.bytes_received), "sent": int(st.bytes_sent),
+                "store_s": st.store_seconds, "release_s": st.release_seconds}
     finally:
         channel.close()
 
@@ -125,6 +126,14 @@ def run_e2e(args: argparse.Namespace) -> dict[str, Any]:
         "participants": report["participants"], "wall_s": time.monotonic() - t_start,
         "phases_s": phases, "analyst_phases_s": report["timing_s"],
         "party_upload_s": [s["seconds"] for s in summaries],
+        "phases_per_actor_s": {
+            "noise (parties)": [round(s["noise_s"], 4) for s in summaries],
+            "sharing (parties)": [round(s["sharing_s"], 4) for s in summaries],
+            "upload (parties, streaming to k servers)": [round(s["upload_s"], 4) for s in summaries],
+            "store (servers, validate + durable write)": [round(w["store_s"], 4) for w in wire],
+            "release (servers, gate + result share)": [round(w["release_s"], 4) for w in wire],
+            "fit (analyst)": round(report["timing_s"].get("fit", 0.0), 4),
+        },
         "bytes_party_to_server": [sum(s["bytes_per_server"][i] for s in summaries) for i in range(args.k)],
         "bytes_server_to_analyst": report["release_bytes_per_server"],
         "wire_bytes_per_server": wire,

@@ -139,7 +139,7 @@ class StatusRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ...) -> None: ...
 
 class StatusResponse(_message.Message):
-    __slots__ = ("job_id", "closed", "released", "clients_held", "batches", "bytes_received", "bytes_sent")
+    __slots__ = ("job_id", "closed", "released", "clients_held", "batches", "bytes_received", "bytes_sent", "store_seconds", "release_seconds")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     CLOSED_FIELD_NUMBER: _ClassVar[int]
     RELEASED_FIELD_NUMBER: _ClassVar[int]
@@ -147,6 +147,8 @@ class StatusResponse(_message.Message):
     BATCHES_FIELD_NUMBER: _ClassVar[int]
     BYTES_RECEIVED_FIELD_NUMBER: _ClassVar[int]
     BYTES_SENT_FIELD_NUMBER: _ClassVar[int]
+    STORE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    RELEASE_SECONDS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     closed: bool
     released: bool
@@ -154,7 +156,9 @@ class StatusResponse(_message.Message):
     batches: int
     bytes_received: int
     bytes_sent: int
-    def __init__(self, job_id: _Optional[str] = ..., closed: _Optional[bool] = ..., released: _Optional[bool] = ..., clients_held: _Optional[int] = ..., batches: _Optional[int] = ..., bytes_received: _Optional[int] = ..., bytes_sent: _Optional[int] = ...) -> None: ...
+    store_seconds: float
+    release_seconds: float
+    def __init__(self, job_id: _Optional[str] = ..., closed: _Optional[bool] = ..., released: _Optional[bool] = ..., clients_held: _Optional[int] = ..., batches: _Optional[int] = ..., bytes_received: _Optional[int] = ..., bytes_sent: _Optional[int] = ..., store_seconds: _Optional[float] = ..., release_seconds: _Optional[float] = ...) -> None: ...
 
 class SubmitJobRequest(_message.Message):
     __slots__ = ("spec_json",)
