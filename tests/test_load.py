@@ -78,11 +78,15 @@ def test_certificate_cache_adds_only_missing_leaves(tmp_path):
 
 
 def test_deadline_stops_the_run(tmp_path):
-    """A deadline too short to finish: the run raises TimeoutError and leaves no process behind."""
+    """A deadline too short to finish: the run raises TimeoutError and leaves no process behind.
+
+    300 parties cannot finish in 1.5 s even on an idle machine (certificates, 3 server starts and
+    900 TLS uploads take several seconds), so the deadline fires whatever the load; where it fires
+    depends on the load, so only "every process that was started is gone" is asserted."""
     report: dict = {}
     with pytest.raises(TimeoutError):
-        run_loadtest(LoadConfig(parties=5, deadline_s=1.0, workdir=str(tmp_path)), report)
-    assert report["pids"] and report["stopped"]
-    for pid in report["pids"]:
+        run_loadtest(LoadConfig(parties=300, deadline_s=1.5, workdir=str(tmp_path)), report)
+    assert report["stopped"]
+    for pid in report.get("pids", []):
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)

@@ -1,0 +1,107 @@
+"""Corruption-threshold scenarios (experiments/thresholds.py).
+
+Servers: a coalition of t < k servers holds uniform, data-independent values; all k reconstruct the
+clients' noisy rows and the release exactly.  Clients: the actual (ε, δ) equals the claim at
+t′_actual = t′_assumed, exceeds it beyond, matches the analyst's own privacy report, and the
+utility falls as t′_assumed grows.  Every run is seeded, so the assertions are deterministic.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+
+from analyst.reconstruct import privacy_report
+from experiments import thresholds as thr
+from ltm.jobspec import honest_row_loads, validate_job
+
+
+# ------------------------------------------------------------------------------ servers
+@pytest.mark.parametrize("share_mode", ["seed", "full"])
+def test_coalitions_below_k_see_uniform_data_independent_values(share_mode):
+    rows = thr.servers_cell({"servers": 3, "n": 4096, "m": 8, "d": 3, "parties": 2, "share_mode": share_mode,
+                             "null_draws": 20}, seed=21)
+    coal = {r["t"]: r for r in rows if r["series"] == "k=3 servers"}
+    null = {r["t"]: r["tv_ab"] for r in rows if r["series"].startswith("uniform")}
+    assert sorted(coal) == [0, 1, 2, 3]
+    for t in (1, 2):
+        r = coal[t]
+        assert r["chi2_p"] > 1e-4  # bytes of every coalition sum look uniform (fixed seed)
+        assert r["tv_ab"] <= 2 * null[t] + 1e-3  # A and B indistinguishable: at the uniform floor
+        assert r["frac_exact"] == 0.0  # it holds none of the noisy values
+        assert r["rmse_decoded"] > 1e6  # decoding it gives ring-sized garbage
+        assert r["release_error"] > 1e6
+        assert r["eps_vs_coalition"] == 1.0
+    full = coal[3]
+    assert full["chi2_p"] < 1e-12  # the sum of all k shares is the (non-uniform) encoded data
+    assert full["frac_exact"] == 1.0  # every noisy entry, bit for bit
+    assert full["release_error"] == 0.0  # and the released sketch exactly
+    assert full["rmse_decoded"] == pytest.approx(full["sigma_client"], rel=0.05)  # only the client's own noise
+    assert full["tv_ab"] > 20 * null[3]
+    assert full["eps_vs_coalition"] > 10.0  # the local-level guarantee of σ_c alone
+
+
+# ------------------------------------------------------------------------------ clients: privacy
+def test_actual_epsilon_equals_claim_at_assumed_and_exceeds_beyond():
+    rows = thr.clients_cell({"part": "privacy", "t_assumed_frac": 0.5, "n": 50_000, "d": 4,
+                             "t_actual_points": 30}, seed=1)
+    eps, delta = rows[0]["eps_claimed"], rows[0]["delta_claimed"]
+    t_assumed = rows[0]["t_assumed"]
+    at = [r for r in rows if r["t_actual"] == t_assumed]
+    assert len(at) == 1
+    assert at[0]["eps_actual"] == pytest.approx(eps, rel=1e-6)
+    assert at[0]["delta_actual"] == pytest.approx(delta, rel=1e-6)
+    for r in rows:
+        if r["t_actual"] > t_assumed:
+            assert r["eps_actual"] > eps * (1 + 1e-9) and r["delta_actual"] > delta
+        elif r["t_actual"] < t_assumed:
+            assert r["eps_actual"] < eps and r["delta_actual"] < delta
+    series = [r["eps_actual"] for r in sorted(rows, key=lambda r: r["t_actual"])]
+    assert all(a <= b for a, b in zip(series, series[1:]))  # monotone in t′_actual
+
+
+def test_actual_privacy_matches_the_gate_and_the_analysts_report():
+    """The exact curve agrees with the system's own machinery: honest_row_loads' flat deduction is
+    the worst placement, and the analyst's privacy report gives the same δ at t′ = t′_actual."""
+    from sim.simulate import SimulateConfig
+    from ltm.randomness import Randomness
+
+    cfg = SimulateConfig(synthetic="ridge", n=20_000, d=4, epsilon=1.0, delta=1e-6, seed=3, model="ridge")
+    spec0, _, _ = thr._clients_job(cfg, Randomness.seeded_insecure(3))
+    loads = spec0.make_sketch().row_loads()
+    min_load = int(loads.min())
+    spec = thr.calibrated_for(spec0, min_load // 3, min_load)
+    plan = validate_job(spec).noise_plan
+    assert spec.privacy.min_honest_load == min_load - min_load // 3
+    everyone = np.ones(spec.n, dtype=bool)
+    for t_actual in (0, min_load // 3, min_load // 2, min_load - 1):
+        assert thr.worst_placement_min_honest(loads, t_actual) == min_load - t_actual
+        moved = dataclasses.replace(spec, privacy=dataclasses.replace(spec.privacy, t_prime=t_actual))
+        l, ded = honest_row_loads(moved, everyone)
+        assert int((l - ded).min()) == min_load - t_actual
+        report = privacy_report(moved, plan, everyone, randomness="seeded test")
+        ours = thr.actual_privacy(plan.sigma_client, min_load, t_actual, 1.0, 1e-6, plan.sensitivity)
+        assert ours["delta_actual"] == pytest.approx(report["achieved_delta"], rel=1e-9)
+        assert report["dp_verified"] == (t_actual <= min_load // 3)
+
+
+def test_actual_privacy_edges():
+    info = thr.actual_privacy(0.5, 100, 100, 1.0, 1e-6, 2.0)
+    assert info["honest_load"] == 0 and info["delta_actual"] == 1.0 and math.isinf(info["eps_actual"])
+    with pytest.raises(ValueError):
+        thr.calibrated_for(None, 10, 10)  # t′ must stay below the smallest row load
+
+
+# ------------------------------------------------------------------------------ clients: utility
+def test_utility_falls_as_t_prime_assumed_grows():
+    r2 = {}
+    for frac in (0.0, 0.95):
+        rows = thr.clients_cell({"part": "utility", "t_assumed_frac": frac, "n": 100_000, "d": 5}, seed=2)
+        by = {r["series"]: r for r in rows}
+        assert by["LTM ridge"]["dp_verified"] is True
+        assert by["LTM ridge"]["noise_vs_t0"] == pytest.approx(math.sqrt(1 / (1 - frac)), rel=0.02)
+        r2[frac] = by["LTM ridge"]["r2"]
+        assert by["non-private"]["r2"] > 0.99  # same λ for every t′: the baseline does not move
+    assert r2[0.95] < r2[0.0] - 0.05
