@@ -9,7 +9,7 @@ from pathlib import Path
 from analyst.coordinator import DEFAULT_RETRY, RetryPolicy
 from analyst.service import AnalystService
 from ltm.v1 import ltm_pb2_grpc
-from transport.config import load_config, merge
+from transport.config import add_actor_arguments, load_config, merge
 from transport.logs import setup_logging
 from transport.serve import serve_until_signal
 from transport.tls import make_channel, make_server
@@ -20,15 +20,11 @@ SERVICE_NAME = "ltm.v1.Analyst"
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("analyst", help="run the analyst: coordinates jobs, reconstructs releases, fits models")
-    p.add_argument("--config", help="TOML file with the settings below (flags win)")
     p.add_argument("--listen", help="address to bind, e.g. 127.0.0.1:50050 (port 0 = any free port)")
     p.add_argument("--out", help="output directory (one sub-directory per job)")
-    p.add_argument("--certs", help="certificate directory made by `ltm certs`")
-    p.add_argument("--insecure", action="store_true", default=None, help="plaintext transport (testing only)")
-    p.add_argument("--port-file", help="write the bound port here once serving (for launchers)")
     p.add_argument("--server-retry", type=float,
                    help="seconds to keep retrying a call to a server that is down or restarting (default 30)")
-    p.add_argument("--log-level")
+    add_actor_arguments(p, serves=True)
     p.set_defaults(func=run)
 
 

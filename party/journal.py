@@ -47,6 +47,7 @@ from pathlib import Path
 from ltm.batch import ShareBatch
 from ltm.jobspec import JobSpec
 from ltm.randomness import DERIVED_MODE, Randomness
+from transport.files import fsync_dir
 
 log = logging.getLogger("ltm.party")
 
@@ -73,14 +74,6 @@ def _component(name: str) -> str:
 
 def journal_path(state_dir: str | os.PathLike[str], job_id: str, party_id: str) -> Path:
     return Path(state_dir) / f"{_component(party_id)}--{_component(job_id)}{JOURNAL_SUFFIX}"
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 @dataclass
@@ -131,7 +124,7 @@ class UploadJournal:
         try:
             if not d.is_dir():
                 d.mkdir(mode=0o700, parents=True, exist_ok=True)
-                _fsync_dir(d.parent)
+                fsync_dir(d.parent)
         except OSError as exc:
             raise JournalError(f"cannot create the party state directory {str(d)!r}: {exc.strerror or exc}; "
                                f"give --state-dir a writable directory") from exc
@@ -244,4 +237,4 @@ class UploadJournal:
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
-        _fsync_dir(self.path.parent)
+        fsync_dir(self.path.parent)

@@ -18,7 +18,7 @@ from party.data_source import DataSourceError, load_columns
 from party.journal import JournalError, UploadJournal
 from party.randomizer import DEFAULT_BATCH_CLIENTS, PartyDataError
 from party.uploader import PartyPolicy, PolicyViolation, UploadIncomplete, fetch_job, run_upload
-from transport.config import load_config, merge
+from transport.config import add_actor_arguments, load_config, merge
 from transport.logs import setup_logging
 from transport.tls import make_channel
 
@@ -27,12 +27,9 @@ log = logging.getLogger("ltm.party")
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("party", help="run a party: fetch and vet a job, upload shares to every server")
-    p.add_argument("--config", help="TOML file with the settings below (flags win)")
     p.add_argument("--id", help="this party's identity, e.g. party-3 (must match its certificate)")
     p.add_argument("--servers", help="server endpoints host:port, comma-separated, in the job's server order")
     p.add_argument("--server-ids", help="expected server identities, comma-separated (verified by TLS and policy)")
-    p.add_argument("--certs", help="certificate directory made by `ltm certs`")
-    p.add_argument("--insecure", action="store_true", default=None, help="plaintext transport (testing only)")
     p.add_argument("--job", help="job id to join")
     p.add_argument("--data", help="CSV with this party's rows (rows partition) or columns (columns partition)")
     p.add_argument("--max-epsilon", type=float, help="largest ε this party accepts (default 1)")
@@ -47,7 +44,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                        "<directory of --data>/.ltm-party-state); keep it on persistent storage")
     p.add_argument("--summary-file", help="write a JSON summary of the upload here")
     p.add_argument("--no-progress", action="store_true", default=None)
-    p.add_argument("--log-level")
+    add_actor_arguments(p, serves=False)
     p.set_defaults(func=run)
 
 

@@ -102,7 +102,8 @@ async def fetch_job(stubs: list[ltm_pb2_grpc.ServerStub], job_id: str, timeout: 
     return spec
 
 
-def _chunks(batch: ShareBatch, job_id: str):
+def batch_header(batch: ShareBatch, job_id: str) -> tuple[ltm_pb2.BatchHeader, bytes]:
+    """The upload header and raw little-endian payload (empty for a seed share) of one batch."""
     share = batch.share
     payload = b"" if share.seed is not None else np.ascontiguousarray(share.data, dtype="<u8").tobytes()
     header = ltm_pb2.BatchHeader(
@@ -110,6 +111,11 @@ def _chunks(batch: ShareBatch, job_id: str):
         start=batch.start, stop=batch.stop, columns=list(batch.columns), shape=list(share.shape),
         server_index=share.server, seed=share.seed or b"",
         data_sha256=hashlib.sha256(payload).digest() if payload else b"")
+    return header, payload
+
+
+def _chunks(batch: ShareBatch, job_id: str):
+    header, payload = batch_header(batch, job_id)
     yield ltm_pb2.UploadChunk(header=header)
     for i in range(0, len(payload), UPLOAD_CHUNK_BYTES):
         yield ltm_pb2.UploadChunk(data=payload[i:i + UPLOAD_CHUNK_BYTES])

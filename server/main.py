@@ -9,7 +9,7 @@ from pathlib import Path
 from ltm.v1 import ltm_pb2_grpc
 from server.core import ServerCore
 from server.service import MAX_BATCH_BYTES, ServerService
-from transport.config import load_config, merge
+from transport.config import add_actor_arguments, load_config, merge
 from transport.logs import setup_logging
 from transport.metering import ByteMeter
 from transport.serve import serve_until_signal
@@ -21,16 +21,11 @@ SERVICE_NAME = "ltm.v1.Server"
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("server", help="run an LTM server (stores shares, enforces the release gate)")
-    p.add_argument("--config", help="TOML file with the settings below (flags win)")
     p.add_argument("--id", help="this server's identity, e.g. server-0 (must match its certificate)")
     p.add_argument("--listen", help="address to bind, e.g. 127.0.0.1:50051 (port 0 = any free port)")
     p.add_argument("--data-dir", help="directory for the durable store (SQLite WAL + share blobs)")
-    p.add_argument("--certs", help="certificate directory made by `ltm certs`")
-    p.add_argument("--insecure", action="store_true", default=None,
-                   help="plaintext, unauthenticated transport (testing only; never in production)")
-    p.add_argument("--port-file", help="write the bound port here once serving (for launchers)")
     p.add_argument("--max-batch-bytes", type=int, help=f"largest accepted batch (default {MAX_BATCH_BYTES})")
-    p.add_argument("--log-level", help="debug, info (default), warning")
+    add_actor_arguments(p, serves=True)
     p.set_defaults(func=run)
 
 

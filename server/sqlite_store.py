@@ -55,6 +55,7 @@ from ltm.errors import ProtocolError
 from ltm.jobspec import JobSpec
 from ltm.sharing import SEED_BYTES, Share
 from server.store import ReleaseRecord, StoredBatch, mark_coverage
+from transport.files import fsync_dir
 
 try:  # POSIX advisory locks; without fcntl the single-process rule is not enforced
     import fcntl
@@ -128,14 +129,6 @@ def path_component(name: str) -> str:
     return out
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _as_int_tuple(values) -> tuple[int, ...]:
     return tuple(int(v) for v in values)
 
@@ -183,7 +176,7 @@ class SqliteStore:
                     pass
                 except OSError as exc:
                     raise StoreError(f"cannot create store directory {str(p)!r}: {exc.strerror or exc}") from exc
-                _fsync_dir(p.parent)
+                fsync_dir(p.parent)
             if not d.is_dir():
                 raise StoreError(f"store path {str(d)!r} exists but is not a directory")
         if not os.access(d, os.R_OK | os.W_OK | os.X_OK):
@@ -203,7 +196,7 @@ class SqliteStore:
         try:
             if not blobs.is_dir():
                 blobs.mkdir(exist_ok=True)
-                _fsync_dir(d)
+                fsync_dir(d)
         except OSError as exc:
             raise StoreError(f"cannot create blob directory {str(blobs)!r}: {exc.strerror or exc}") from exc
         self._durable_dirs.add(blobs)
@@ -235,7 +228,7 @@ class SqliteStore:
                     if conn.in_transaction:
                         conn.execute("ROLLBACK")
                     raise
-                _fsync_dir(self.directory)  # the new database file's directory entry
+                fsync_dir(self.directory)  # the new database file's directory entry
             else:
                 rows = conn.execute("SELECT version FROM schema_version").fetchall()
                 if [tuple(r) for r in rows] != [(SCHEMA_VERSION,)]:
@@ -330,7 +323,7 @@ class SqliteStore:
             path.mkdir()
         except FileExistsError:
             pass
-        _fsync_dir(path.parent)
+        fsync_dir(path.parent)
         self._durable_dirs.add(path)
 
     # ------------------------------------------------------------------ jobs
@@ -473,7 +466,7 @@ class SqliteStore:
                         raise StoreCorruptError(f"blob path {rel!r} is already used by another batch")
                     os.replace(tmp, final)
                     renamed = True
-                    _fsync_dir(final.parent)
+                    fsync_dir(final.parent)
                 conn.execute("BEGIN IMMEDIATE")
                 try:
                     conn.execute(f"INSERT INTO batches(job_id, {_BATCH_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",

@@ -36,6 +36,8 @@ from pathlib import Path
 
 import grpc
 import numpy as np
+
+from party.uploader import batch_header
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -165,14 +167,7 @@ def make_world(endpoints=None) -> World:
 
 def encode(batch, job_id: str) -> tuple[ltm_pb2.BatchHeader, bytes]:
     """The header and payload the uploader would send for one share batch."""
-    share = batch.share
-    payload = b"" if share.seed is not None else np.ascontiguousarray(share.data, dtype="<u8").tobytes()
-    header = ltm_pb2.BatchHeader(
-        job_id=job_id, job_digest=batch.job_digest, party_id=batch.party_id, batch_index=batch.batch_index,
-        start=batch.start, stop=batch.stop, columns=list(batch.columns), shape=list(share.shape),
-        server_index=share.server, seed=share.seed or b"",
-        data_sha256=hashlib.sha256(payload).digest() if payload else b"")
-    return header, payload
+    return batch_header(batch, job_id)
 
 
 def stream(header, payload: bytes, sizes=None) -> list[ltm_pb2.UploadChunk]:

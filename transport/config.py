@@ -11,6 +11,18 @@ class ConfigError(ValueError):
     """A configuration file that cannot be used; the message names the file and key."""
 
 
+def add_actor_arguments(p: argparse.ArgumentParser, *, serves: bool) -> None:
+    """The flags every actor process shares: config file, certificates, --insecure, log level,
+    and for services the port file."""
+    p.add_argument("--config", help="TOML file with the settings of this command (flags win)")
+    p.add_argument("--certs", help="certificate directory made by `ltm certs`")
+    p.add_argument("--insecure", action="store_true", default=None,
+                   help="plaintext, unauthenticated transport (testing only; never in production)")
+    p.add_argument("--log-level", help="debug, info (default), warning")
+    if serves:
+        p.add_argument("--port-file", help="write the bound port here once serving (for launchers)")
+
+
 def load_config(path: str | None) -> dict[str, Any]:
     """Read a TOML config file (None → empty).  Keys use underscores (``data_dir``)."""
     if path is None:
