@@ -100,6 +100,7 @@ class ServerService(ltm_pb2_grpc.ServerServicer):
         return ltm_pb2.StatusResponse(
             job_id=spec.job_id, closed=self.core.store.is_closed(spec.job_id),
             released=self.core.store.get_release(spec.job_id) is not None, clients_held=held,
+            batches=self.core.store.batch_count(spec.job_id),
             bytes_received=self.meter.total_received if self.meter else 0,
             bytes_sent=self.meter.total_sent if self.meter else 0,
             store_seconds=self.seconds.get((spec.job_id, "store"), 0.0),

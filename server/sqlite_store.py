@@ -382,6 +382,13 @@ class SqliteStore:
                                "batch_index = ?", (job_id, party_id, int(batch_index))).fetchone()
         return row[0] if row else None
 
+    def batch_count(self, job_id: str) -> int:
+        """Number of stored batches of a job (no share data is read)."""
+        with self._lock:
+            conn = self._reader()
+            self._job(job_id)
+            return int(conn.execute("SELECT COUNT(*) FROM batches WHERE job_id = ?", (job_id,)).fetchone()[0])
+
     def _validate_batch(self, spec: JobSpec, batch: ShareBatch) -> None:
         if batch.job_digest != spec.digest:
             raise ValueError(f"batch names job digest {batch.job_digest[:12]}…, the stored job "

@@ -149,3 +149,32 @@ def test_refusals_carry_the_right_status(deployment):
             await _close(a_ch + p_ch + f_ch)
 
     asyncio.run(scenario())
+
+
+def test_status_reports_batches_and_bytes(deployment):
+    """Status counts stored batches and the gRPC-layer bytes each server moved."""
+    spec, table, randomness = _job(deployment, "status", seed=13)
+    tables = party_tables(spec, table)
+
+    async def scenario():
+        a_ch, analyst = _stubs(deployment, "analyst")
+        try:
+            await publish(analyst, spec)
+            for p in spec.parties:
+                ch, stubs = _stubs(deployment, p.party_id)
+                try:
+                    await run_upload(stubs, spec, p.party_id, tables[p.party_id], randomness.child("party", p.party_id),
+                                     batch_clients=500, progress=False)
+                finally:
+                    await _close(ch)
+            return await asyncio.gather(*(s.Status(ltm_pb2.StatusRequest(job_id=spec.job_id)) for s in analyst))
+        finally:
+            await _close(a_ch)
+
+    replies = asyncio.run(scenario())
+    batches_per_party = [-(-p.size // 500) for p in spec.parties]
+    for r in replies:
+        assert r.batches == sum(batches_per_party)
+        assert r.clients_held == spec.n
+        assert r.bytes_received > 0 and r.bytes_sent > 0
+        assert r.store_seconds > 0
