@@ -24,6 +24,10 @@ from ltm.sharing import share
 #: Clients per upload batch: 65 536 × 11 columns × 8 B ≈ 5.8 MB per piece, well under gRPC limits
 #: once chunked, and small enough to keep a party's memory flat.
 DEFAULT_BATCH_CLIENTS = 1 << 16
+#: Largest share array (pieces × clients × columns) one batch may hold: 4 Mi elements = 32 MiB.
+#: Dense sketches (m pieces) and wide data get proportionally fewer clients per batch, so a
+#: party's memory stays flat and no batch approaches a server's size limit.
+MAX_BATCH_ELEMENTS = 1 << 22
 
 
 class PartyDataError(ValueError):
@@ -81,6 +85,14 @@ class BatchPlan:
     ranges: tuple[tuple[int, int, int], ...]
 
 
+def effective_batch_clients(spec: JobSpec, party: PartySpec, requested: int = DEFAULT_BATCH_CLIENTS) -> int:
+    """Clients per batch for this job and party: ``requested``, capped so that one batch's share
+    array has at most :data:`MAX_BATCH_ELEMENTS` elements (a deterministic function of the public
+    spec, so a resumed party cuts its batches exactly as before)."""
+    per_client = spec.make_sketch().pieces * len(spec.party_column_indices(party))
+    return max(1, min(requested, MAX_BATCH_ELEMENTS // per_client))
+
+
 def plan_batches(party: PartySpec, batch_clients: int = DEFAULT_BATCH_CLIENTS) -> BatchPlan:
     if batch_clients < 1:
         raise ValueError("batch size must be ≥ 1")
@@ -109,6 +121,7 @@ def make_batches(spec: JobSpec, party_id: str, table: Mapping[str, np.ndarray], 
     party = spec.party(party_id)
     plan = plan or spec.noise_plan()
     pieces = spec.make_sketch().pieces
+    batch_clients = effective_batch_clients(spec, party, batch_clients)
     vectors = clip_rows(client_vectors(spec, party, table), party.clip_bound, spec.clip_norm)
     columns = tuple(spec.party_column_indices(party))
     digest = spec.digest

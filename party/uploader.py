@@ -24,7 +24,7 @@ from ltm.jobspec import JobSpec
 from ltm.randomness import Randomness
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
 from party.journal import UploadJournal
-from party.randomizer import DEFAULT_BATCH_CLIENTS, make_batches, plan_batches
+from party.randomizer import DEFAULT_BATCH_CLIENTS, effective_batch_clients, make_batches, plan_batches
 
 log = logging.getLogger("ltm.party")
 UPLOAD_CHUNK_BYTES = 1 << 20
@@ -187,7 +187,9 @@ async def run_upload(stubs: list[ltm_pb2_grpc.ServerStub], spec: JobSpec, party_
     skip: set[int] = journal.done_batches() if journal is not None else set()
     if skip:
         summary.skipped_batches = len(skip)
-        summary.skipped_clients = sum(b - a for i, a, b in plan_batches(party, batch_clients).ranges if i in skip)
+        summary.skipped_clients = sum(b - a for i, a, b in
+                                      plan_batches(party, effective_batch_clients(spec, party, batch_clients)).ranges
+                                      if i in skip)
         bar.advance(summary.skipped_clients)
     timings: dict[str, float] = {}
     batches = make_batches(spec, party_id, table, randomness, batch_clients=batch_clients, skip=skip,
