@@ -89,10 +89,7 @@ class NetworkedTransport(Transport):
                     force=True)
         self.group = ProcessGroup(self.workdir, self.certs)
         try:
-            self.servers = [self.group.start_service("server", f"server-{i}",
-                                                     ["server", "--id", f"server-{i}",
-                                                      "--data-dir", str(self.workdir / f"server-{i}")])
-                            for i in range(self.k)]
+            self.servers = self.group.start_servers(self.k)
             self.analyst = self.group.start_service("analyst", "analyst",
                                                     ["analyst", "--out", str(self.workdir / "analyst-out")])
         except BaseException:

@@ -520,13 +520,8 @@ class SqliteStore:
 
     def batches(self, job_id: str) -> Iterator[ShareBatch]:
         """The job's batches ordered by (party_id, batch_index); blobs are read one at a time."""
-        with self._lock:
-            conn = self._reader()
-            spec = self._job(job_id)
-            rows = conn.execute(f"SELECT {_BATCH_COLUMNS} FROM batches WHERE job_id = ? "
-                                f"ORDER BY party_id, batch_index", (job_id,)).fetchall()
-        for row in rows:
-            yield self._load_batch(spec.digest, row)
+        for stored in self.stored_batches(job_id):
+            yield stored.batch
 
     def stored_batches(self, job_id: str) -> Iterator[StoredBatch]:
         """Like :meth:`batches`, with each batch's stored content digest."""

@@ -82,9 +82,7 @@ def run_e2e(args: argparse.Namespace) -> dict[str, Any]:
     rss: dict[str, int | None] = {}
     try:
         t = time.monotonic()
-        servers = [group.start_service("server", f"server-{i}",
-                                       ["server", "--id", f"server-{i}", "--data-dir", str(workdir / f"server-{i}")])
-                   for i in range(args.k)]
+        servers = group.start_servers(args.k)
         analyst = group.start_service("analyst", "analyst", ["analyst", "--out", str(workdir / "out")])
         phases["start_services"] = time.monotonic() - t
         t = time.monotonic()

@@ -152,9 +152,7 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
     group = ProcessGroup(workdir, certs, insecure=args.insecure)
     try:
         t = time.monotonic()
-        servers = [group.start_service("server", f"server-{i}",
-                                       ["server", "--id", f"server-{i}", "--data-dir", str(workdir / f"server-{i}")])
-                   for i in range(args.k)]
+        servers = group.start_servers(args.k)
         analyst = group.start_service("analyst", "analyst", ["analyst", "--out", str(workdir / "analyst-out")])
         phases["start_services"] = time.monotonic() - t
 

@@ -158,6 +158,13 @@ class ProcessGroup:
         finally:
             channel.close()
 
+    def start_servers(self, k: int, extra: list[str] | tuple[str, ...] = ()) -> list[ActorProcess]:
+        """Start ``server-0 … server-(k−1)``, each storing under ``<workdir>/server-<i>``, and wait
+        until all are healthy."""
+        return [self.start_service("server", f"server-{i}", ["server", "--id", f"server-{i}", "--data-dir",
+                                                             str(self.workdir / f"server-{i}"), *extra])
+                for i in range(k)]
+
     def start_task(self, role: str, actor: str, argv: list[str]) -> ActorProcess:
         """Start a process that runs to completion (a party)."""
         return self._spawn(role, actor, argv)

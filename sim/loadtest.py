@@ -361,10 +361,7 @@ async def _run(cfg: LoadConfig, work: Path, report: dict[str, Any]) -> None:
     analyst_channels: list = []
     try:
         t = time.perf_counter()
-        servers = [group.start_service("server", f"server-{i}",
-                                       ["server", "--id", f"server-{i}", "--data-dir", str(work / f"server-{i}"),
-                                        "--log-level", "warning"])
-                   for i in range(cfg.k)]
+        servers = group.start_servers(cfg.k, ["--log-level", "warning"])
         timing["start_servers"] = time.perf_counter() - t
         assert all(s.endpoint.startswith(LOOPBACK + ":") for s in servers)
         report["servers"] = [{"actor": s.actor, "pid": s.pid, "endpoint": s.endpoint} for s in servers]

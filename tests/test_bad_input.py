@@ -26,18 +26,14 @@ import asyncio
 import collections
 import contextlib
 import hashlib
-import json
 import math
 import sqlite3
-import subprocess
 import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import grpc
 import numpy as np
-
-from party.uploader import batch_header
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -45,6 +41,7 @@ from hypothesis import strategies as st
 from ltm.randomness import Randomness
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
 from party.randomizer import PartyDataError, client_vectors, make_batches
+from party.uploader import batch_header
 from server.core import ServerCore
 from server.service import MAX_BATCH_BYTES, ServerService
 from server.sqlite_store import SqliteStore
@@ -53,6 +50,8 @@ from sim.jobs import build_job, party_tables
 from sim.launcher import ProcessGroup
 from transport.certs import write_certs
 from transport.tls import add_secure_port, make_server, make_sync_channel
+
+import party_runs  # tests/party_runs.py
 
 K = 2
 N = 200
@@ -335,10 +334,8 @@ def processes(tmp_path_factory, certs):
     work = tmp_path_factory.mktemp("procs")
     group = ProcessGroup(work, d)
     try:
-        servers = [group.start_service("server", f"server-{i}",
-                                       ["server", "--id", f"server-{i}", "--data-dir", str(work / f"s{i}")])
-                   for i in range(K)]
-        targets = [Target("processes", s.actor, s.endpoint, work / f"s{i}", d) for i, s in enumerate(servers)]
+        servers = group.start_servers(K)
+        targets = [Target("processes", s.actor, s.endpoint, work / s.actor, d) for i, s in enumerate(servers)]
         world = make_world([s.endpoint for s in servers])
         for t in targets:
             publish_and_upload(t, world)
@@ -904,17 +901,6 @@ def _write_csv(path: Path, table: dict, variant: str) -> None:
     path.write_text("\n".join([",".join(names)] + [",".join(r) for r in rows]) + "\n")
 
 
-def log_messages(text: str) -> str:
-    """The ``msg`` of every JSON log line (unicode unescaped), one per line; other lines as they are."""
-    out = []
-    for line in text.splitlines():
-        try:
-            out.append(str(json.loads(line).get("msg", line)))
-        except (ValueError, AttributeError):
-            out.append(line)
-    return "\n".join(out)
-
-
 @pytest.fixture(scope="module")
 def bad_csv_runs(processes):
     """`ltm party` once per bad CSV, all at once, against the real servers, for a fresh job."""
@@ -934,19 +920,8 @@ def bad_csv_runs(processes):
             "party", "--id", "party-0", "--job", "csv", "--data", str(data), "--wait", "20", "--no-progress",
             "--servers", ",".join(t.endpoint for t in targets), "--server-ids", ",".join(t.server_id for t in targets)])
         runs[variant] = (group, ap)
-    out = {}
-    try:
-        for variant, (group, ap) in runs.items():
-            try:
-                code = ap.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                group.stop(ap)
-                code = None
-            out[variant] = (code, log_messages(ap.log_path.read_text(errors="replace")))
-            CASES["party process"] += 1
-    finally:
-        for group, _ in runs.values():
-            group.stop_all()
+    out = party_runs.collect(runs)
+    CASES["party process"] += len(out)
     return out, before, spec
 
 

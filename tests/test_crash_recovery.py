@@ -53,9 +53,7 @@ def dep(tmp_path_factory):
     write_certs(certs, [f"server-{i}" for i in range(K)] + PARTIES + ["analyst", "operator"])
     group = ProcessGroup(work, certs)
     try:
-        servers = [group.start_service("server", f"server-{i}",
-                                       ["server", "--id", f"server-{i}", "--data-dir", str(work / f"s{i}")])
-                   for i in range(K)]
+        servers = group.start_servers(K)
         yield {"work": work, "certs": certs, "group": group, "servers": servers}
     finally:
         group.stop_all()

@@ -17,9 +17,7 @@ the Status RPC.  The test process plays the analyst and the parties with real ce
 from __future__ import annotations
 
 import hashlib
-import json
 import sqlite3
-import subprocess
 from pathlib import Path
 
 import grpc
@@ -35,6 +33,8 @@ from sim.jobs import build_job, party_tables
 from sim.launcher import ProcessGroup
 from transport.certs import write_certs
 from transport.tls import make_sync_channel
+
+import party_runs  # tests/party_runs.py
 
 K = 3
 N = 1200
@@ -52,9 +52,7 @@ def deployment(tmp_path_factory):
     group = ProcessGroup(work, certs)
     channels = []
     try:
-        servers = [group.start_service("server", f"server-{i}",
-                                       ["server", "--id", f"server-{i}", "--data-dir", str(work / f"s{i}")])
-                   for i in range(K)]
+        servers = group.start_servers(K)
 
         def stubs(actor):
             out = []
@@ -66,7 +64,7 @@ def deployment(tmp_path_factory):
 
         yield {"work": work, "certs": certs, "servers": servers, "group": group,
                "analyst": stubs("analyst"), "party": {p: stubs(p) for p in ("party-0", "party-1")},
-               "dirs": [work / f"s{i}" for i in range(K)]}
+               "dirs": [work / f"server-{i}" for i in range(K)]}
         for s in servers:
             assert s.proc.poll() is None, s.log_tail()
     finally:
@@ -174,17 +172,6 @@ def starved_set(spec) -> np.ndarray:
     mask = ~(rows == 0).any(axis=0)
     assert mask.sum() >= spec.privacy.min_participants
     return mask
-
-
-def log_messages(text: str) -> str:
-    """The ``msg`` of every JSON log line (unicode unescaped), one per line; other lines as they are."""
-    out = []
-    for line in text.splitlines():
-        try:
-            out.append(str(json.loads(line).get("msg", line)))
-        except (ValueError, AttributeError):
-            out.append(line)
-    return "\n".join(out)
 
 
 # ------------------------------------------------------------------------------ attacks
@@ -298,18 +285,7 @@ def policy_runs(deployment):
             "--servers", ",".join(s.endpoint for s in dep["servers"]),
             "--server-ids", ",".join(s.actor for s in dep["servers"]), *flags])
         runs[job_id] = (group, ap)
-    out = {}
-    try:
-        for job_id, (group, ap) in runs.items():
-            try:
-                code = ap.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                group.stop(ap)
-                code = None
-            out[job_id] = (code, log_messages(ap.log_path.read_text(errors="replace")))
-    finally:
-        for group, _ in runs.values():
-            group.stop_all()
+    out = party_runs.collect(runs)
     return out, specs
 
 

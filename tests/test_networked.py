@@ -34,9 +34,7 @@ def deployment(tmp_path_factory):
     write_certs(foreign, ["party-0", "analyst"])  # same names, another CA
     group = ProcessGroup(work, certs)
     try:
-        servers = [group.start_service("server", f"server-{i}",
-                                       ["server", "--id", f"server-{i}", "--data-dir", str(work / f"s{i}")])
-                   for i in range(K)]
+        servers = group.start_servers(K)
         yield {"certs": certs, "foreign": foreign, "servers": servers, "group": group}
     finally:
         group.stop_all()
