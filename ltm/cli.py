@@ -213,13 +213,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser(command)
     args = parser.parse_args(argv)
     from ltm.calibration import CalibrationError
+    from ltm.errors import CommandError
     from ltm.jobspec import JobSpecError
 
     try:
         return int(args.func(args) or 0)
+    except CommandError as exc:
+        print(f"ltm {args.command}: error: {_one_line(exc)}", file=sys.stderr)
+        return exc.status
     except (JobSpecError, CalibrationError, ValueError) as exc:
-        print(f"ltm: error: {exc}", file=sys.stderr)
+        print(f"ltm {args.command}: error: {exc}", file=sys.stderr)
         return 2
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
 
 
 if __name__ == "__main__":

@@ -100,7 +100,7 @@ def write_config(dest: Path, module: str, tests: list[str]) -> None:
         f"source_paths = {json.dumps(PACKAGES)}\n"
         f"only_mutate = {json.dumps([module])}\n"
         f"pytest_add_cli_args_test_selection = {json.dumps(tests)}\n"
-        'pytest_add_cli_args = ["-p", "no:cacheprovider", "-x", "-q"]\n'
+        'pytest_add_cli_args = ["-x", "-q"]\n'
     )
     with open(dest / "pyproject.toml", "a", encoding="utf-8") as fh:
         fh.write(config)
