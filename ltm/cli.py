@@ -37,7 +37,8 @@ def _add_simulate(sub: argparse._SubParsersAction) -> None:
     src.add_argument("--data", help="CSV file (header row; ',' ';' or tab separated)")
     src.add_argument("--label", help="label column of --data")
     src.add_argument("--features", help="comma-separated feature columns (default: every numeric column)")
-    src.add_argument("--synthetic", choices=["ridge", "lowrank"], help="generate data instead (Burkhardt et al. §6.3)")
+    src.add_argument("--synthetic", choices=["ridge", "lowrank", "nonlinear"],
+                     help="generate data instead (ridge/lowrank: Burkhardt et al. §6.3; nonlinear: for rf_ridge)")
     src.add_argument("--n", type=_positive_int, default=10_000, help="synthetic rows (default 10000)")
     src.add_argument("--d", type=_positive_int, default=10, help="synthetic features (default 10)")
     job = p.add_argument_group("job")
@@ -59,14 +60,21 @@ def _add_simulate(sub: argparse._SubParsersAction) -> None:
     priv.add_argument("--corrupt-parties", type=int, default=0, help="corrupt parties tolerated")
     priv.add_argument("--clip", type=float, default=None, help="ℓ2 clip bound C on the transformed rows (default 1.0)")
     mdl = p.add_argument_group("model")
-    mdl.add_argument("--model", choices=["ols", "ridge", "lowrank", "rmgm_ols", "dgm_ols"],
-                     help="default: ridge, or lowrank for --synthetic lowrank")
+    mdl.add_argument("--model", choices=["ols", "ridge", "lowrank", "rmgm_ols", "dgm_ols", "rf_ridge"],
+                     help="default: ridge, or lowrank for --synthetic lowrank; rf_ridge: parties map their rows "
+                          "with public random features, the analyst fits ridge in feature space")
     mdl.add_argument("--lambda", dest="lam", type=float, help="ridge λ (default: v·√m, see sim/jobs.py)")
     mdl.add_argument("--no-debias", dest="debias", action="store_false",
                      help="ridge: do not subtract the known noise Gram (the paper's faithful analyst)")
     mdl.add_argument("--rank", type=_positive_int, default=5)
     mdl.add_argument("--intercept", action="store_true",
                      help="add an explicit intercept column (the public centering already makes the model affine)")
+    rf = p.add_argument_group("random features (--model rf_ridge)")
+    rf.add_argument("--features-n", type=_positive_int, default=100, help="random frequencies N (default 100)")
+    rf.add_argument("--bandwidth", type=float, help="kernel bandwidth in standardised input units (default √d)")
+    rf.add_argument("--feature-map", choices=["cos", "sincos"], default="cos",
+                    help="cos: √(2/N)cos(ωx+b), N entries; sincos: [cos ωx, sin ωx]/√N, 2N entries, norm 1")
+    rf.add_argument("--kernel", choices=["gaussian", "laplacian"], default="gaussian")
     p.add_argument("--seed", type=int, help="SEEDED MODE: reproducible and NOT private (experiments only)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_run_simulate)
@@ -98,8 +106,11 @@ def _run_simulate(args: argparse.Namespace) -> int:
         mechanism=args.mechanism, calibration=calibration, interpolate_p=p, t_prime=args.t_prime,
         corrupt_parties=args.corrupt_parties, model=args.model, lam=args.lam, debias=args.debias, rank=args.rank,
         clip=args.clip if args.clip is not None else DEFAULT_CLIP_BOUND, intercept=args.intercept,
-        share_mode=args.share_mode, seed=args.seed,
+        share_mode=args.share_mode, seed=args.seed, features_n=args.features_n, bandwidth=args.bandwidth,
+        feature_map=args.feature_map, kernel=args.kernel,
     )
+    if args.model != "rf_ridge" and (args.bandwidth is not None or args.features_n != 100):
+        raise SystemExit("ltm: error: --features-n/--bandwidth need --model rf_ridge")
     if args.mechanism == "laplace" and args.delta == 1e-6:
         cfg.delta = 0.0
     report = simulate(cfg)

@@ -111,6 +111,20 @@ def synthetic_ridge(n: int, d: int, randomness: Randomness, *, label_noise: floa
     return Table(cols, "y", f"synthetic ridge (n={n}, d={d}, label noise {label_noise:g})")
 
 
+def synthetic_nonlinear(n: int, d: int, randomness: Randomness, *, label_noise: float = 0.1) -> Table:
+    """A non-linear regression task for random features: x ~ N(0, I_d) and
+    y = Σ_j exp(−|x_j|) + x_0·x_1 + N(0, label_noise²) (Liao et al.'s test function 2 plus one
+    interaction).  Every term is uncorrelated with x, so a linear model explains nothing."""
+    if d < 2:
+        raise DataError(f"the nonlinear generator needs d ≥ 2 (got {d})")
+    stream = randomness.child("synthetic-nonlinear").stream()
+    X = stream.normal((n, d))
+    y = np.exp(-np.abs(X)).sum(axis=1) + X[:, 0] * X[:, 1] + stream.normal(n, scale=label_noise)
+    cols = {f"x{j}": X[:, j].copy() for j in range(d)}
+    cols["y"] = y
+    return Table(cols, "y", f"synthetic nonlinear (n={n}, d={d}, label noise {label_noise:g})")
+
+
 def synthetic_lowrank(n: int, d: int, rank: int, randomness: Randomness) -> Table:
     """Burkhardt et al. §6.3 synthetic low-rank data: A = U' Σ V'ᵀ with the SVD of a Gaussian A',
     the first ``rank`` singular values √(n/rank) and the rest 1/n (a large spectral gap)."""
