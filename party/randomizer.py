@@ -1,4 +1,4 @@
-"""The party core: client vectors → clip → one noisy copy per piece → fixed point → k shares.
+"""The party core: client vectors → clip → (lift) → one noisy copy per piece → fixed point → k shares.
 
 Pure (no I/O, no network): the gRPC uploader and the in-process transport both call
 :func:`make_batches` and ship the resulting :class:`~ltm.batch.ShareBatch` objects.
@@ -89,7 +89,7 @@ def effective_batch_clients(spec: JobSpec, party: PartySpec, requested: int = DE
     """Clients per batch for this job and party: ``requested``, capped so that one batch's share
     array has at most :data:`MAX_BATCH_ELEMENTS` elements (a deterministic function of the public
     spec, so a resumed party cuts its batches exactly as before)."""
-    per_client = spec.make_sketch().pieces * len(spec.party_column_indices(party))
+    per_client = spec.make_sketch().pieces * len(spec.upload_columns(party))
     return max(1, min(requested, MAX_BATCH_ELEMENTS // per_client))
 
 
@@ -123,7 +123,9 @@ def make_batches(spec: JobSpec, party_id: str, table: Mapping[str, np.ndarray], 
     pieces = spec.make_sketch().pieces
     batch_clients = effective_batch_clients(spec, party, batch_clients)
     vectors = clip_rows(client_vectors(spec, party, table), party.clip_bound, spec.clip_norm)
-    columns = tuple(spec.party_column_indices(party))
+    if spec.lift is not None:  # a lifted release kind uploads lift(z) of the clipped z (ltm/lifts.py)
+        vectors = spec.lift.apply(spec, vectors)
+    columns = spec.upload_columns(party)
     digest = spec.digest
     party_ordinal = [p.party_id for p in spec.parties].index(party_id)
     for batch_index, a, b in plan_batches(party, batch_clients).ranges:

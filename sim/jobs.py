@@ -9,6 +9,7 @@ import numpy as np
 from ltm.calibration import analytic_gaussian_sigma
 from ltm.jobspec import (INTERCEPT_NAME, JobSpec, PartySpec, PrivacySpec, ServerSpec, SketchSpec,
                          resolve_defaults)
+from ltm.lifts import get_lift
 from ltm.randomness import Randomness
 from sim.data import Table, public_columns
 
@@ -67,7 +68,9 @@ def build_job(table: Table, *, job_id: str, randomness: Randomness, partition: s
     columns = public_columns(table, intercept=intercept, clip_bound=clip_bound)
     width = len(columns)
     n = table.n
-    if m is None:
+    if get_lift(kind) is not None:
+        m, s, rule = 1, 1, f"{kind}: the public map is the sum over clients (m = s = 1)"
+    elif m is None:
         m = default_m(n, width, epsilon=epsilon, delta=delta if delta > 0 else 1e-6, clip_bound=clip_bound,
                       kind=kind)
         rule = "default_m: 0.15·n/(D·1.1·σ₁²), σ₁ = analytic σ for Δ=2C; clamped to [max(4D,16), n/64]"
