@@ -25,6 +25,7 @@ from ltm.noise import noise_tail_bound
 from ltm.ring import HEADROOM_LIMIT
 from ltm.sharing import SHARE_MODES
 from ltm.sketch import CHUNK_CLIENTS, SKETCH_KINDS, Sketch
+from ltm.transforms import TransformSpec, VectorEntry, transform_problems, vector_layout
 
 #: Release kinds a job spec's ``sketch.kind`` may name: the LTM sketches and the lifted kinds
 #: (:mod:`ltm.lifts`; their public map is the one-row ``sum`` sketch).
@@ -136,9 +137,14 @@ class JobSpec:
     clip_norm: str = "l2"
     share_mode: str = "seed"
     version: str = JOB_SPEC_VERSION
+    #: Public transforms applied by parties before clipping (ltm.transforms); omitted from the
+    #: canonical JSON when empty, so specs without transforms keep their digests.
+    transforms: tuple[TransformSpec, ...] = ()
 
     def __post_init__(self) -> None:
         _canonical_floats(self)
+        if isinstance(self.transforms, list):
+            object.__setattr__(self, "transforms", tuple(self.transforms))
 
     # ---------------------------------------------------------------- derived views
     @property
@@ -146,23 +152,37 @@ class JobSpec:
         """Number of servers."""
         return len(self.servers)
 
+    @functools.cached_property
+    def layout(self) -> tuple[VectorEntry, ...]:
+        """The client vector's entries: the raw columns rewritten by the transforms
+        (ltm.transforms.vector_layout; without transforms, one entry per column)."""
+        return vector_layout(self.columns, self.transforms)
+
     @property
     def width(self) -> int:
-        """D: entries per client vector (features, intercept, label)."""
-        return len(self.columns)
+        """D: entries per client vector (features after transforms, intercept, label)."""
+        return len(self.layout)
 
     @property
     def column_names(self) -> tuple[str, ...]:
+        """Names of the raw columns (before transforms); see :attr:`vector_names`."""
         return tuple(c.name for c in self.columns)
 
     @property
+    def vector_names(self) -> tuple[str, ...]:
+        """Names of the client vector's entries (= column_names when there are no transforms)."""
+        return tuple(e.name for e in self.layout)
+
+    @property
     def label_index(self) -> int | None:
-        idx = [i for i, c in enumerate(self.columns) if c.role == "label"]
+        """Index of the label entry in the client vector."""
+        idx = [i for i, e in enumerate(self.layout) if e.role == "label"]
         return idx[0] if idx else None
 
     @property
     def intercept_index(self) -> int | None:
-        idx = [i for i, c in enumerate(self.columns) if c.role == "intercept"]
+        """Index of the intercept entry in the client vector."""
+        idx = [i for i, e in enumerate(self.layout) if e.role == "intercept"]
         return idx[0] if idx else None
 
     @property
@@ -200,11 +220,17 @@ class JobSpec:
         raise KeyError(f"party {party_id!r} is not in job {self.job_id!r}")
 
     def party_column_indices(self, party: PartySpec) -> list[int]:
-        """Indices (into ``columns``) of the client-vector entries this party contributes."""
+        """Indices (into the client vector, :attr:`layout`) of the entries this party contributes:
+        all of them (rows partition), or those computed from its column block (columns)."""
         if self.partition == "rows":
             return list(range(self.width))
-        names = self.column_names
-        return [names.index(c) for c in party.columns]
+        own = set(party.columns)
+        return [i for i, e in enumerate(self.layout) if set(e.sources) <= own]
+
+    def party_raw_columns(self, party: PartySpec) -> list[str]:
+        """Raw data columns (intercept excluded) the party needs to compute its entries."""
+        need = {src for i in self.party_column_indices(party) for src in self.layout[i].sources}
+        return [c.name for c in self.columns if c.name in need and c.role != "intercept"]
 
     def noise_plan(self) -> NoisePlan:
         p = self.privacy
@@ -219,7 +245,10 @@ class JobSpec:
 
     # ---------------------------------------------------------------- serialisation
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        if not d["transforms"]:
+            del d["transforms"]
+        return d
 
     def canonical_json(self) -> bytes:
         """Canonical bytes: sorted keys, no whitespace, shortest round-trip floats."""
@@ -253,7 +282,7 @@ class JobSpec:
 
 
 # -------------------------------------------------------------------- strict typing
-_NESTED = {"columns": ColumnSpec, "parties": PartySpec, "servers": ServerSpec}
+_NESTED = {"columns": ColumnSpec, "parties": PartySpec, "servers": ServerSpec, "transforms": TransformSpec}
 
 
 def _typed_value(value: Any, hint: Any, where: str) -> Any:
@@ -276,6 +305,10 @@ def _typed_value(value: Any, hint: Any, where: str) -> Any:
         if not isinstance(value, (list, tuple)):
             raise JobSpecError([f"{where} must be a list of strings, got {value!r}"])
         return tuple(_typed_value(v, str, f"{where}[{i}]") for i, v in enumerate(value))
+    if hint == tuple[float, ...]:
+        if not isinstance(value, (list, tuple)):
+            raise JobSpecError([f"{where} must be a list of numbers, got {value!r}"])
+        return tuple(_typed_value(v, float, f"{where}[{i}]") for i, v in enumerate(value))
     raise TypeError(f"no rule for type {hint!r}")  # a programming error, not bad input
 
 
@@ -441,6 +474,10 @@ def _check_structure(spec: JobSpec) -> list[str]:
             problems.append(f"column {c.name!r}: scale must be positive and center finite")
     if roles.count("label") > 1 or roles.count("intercept") > 1:
         problems.append("at most one label column and one intercept column")
+    # transforms (before anything reads the vector layout)
+    transform_issues = transform_problems(spec)
+    if transform_issues:
+        return problems + transform_issues
     # sketch
     lift = get_lift(sk.kind)
     if sk.kind not in RELEASE_KINDS:

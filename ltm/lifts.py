@@ -125,7 +125,7 @@ def _gram_sensitivity(spec: Any) -> float:
 
 
 def _gram_names(spec: Any) -> tuple[str, ...]:
-    names = spec.column_names
+    names = spec.vector_names
     i, j = gram_indices(len(names))
     return tuple(f"{names[a]}*{names[b]}" for a, b in zip(i, j))
 
