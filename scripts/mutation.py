@@ -181,7 +181,6 @@ def run_module(module: str, tests: list[str], children: int, equivalents: list[d
             match = re.match(r"\s*(\S+__mutmut_\d+): (.+)$", line)
             if match and (previous is None or match.group(1) in rerun):
                 statuses[match.group(1)] = match.group(2).strip()
-    state_path(module).write_text(json.dumps({"source_sha256": source_digest(module), "statuses": statuses}))
     result = ModuleScore(module)
     for name, status in sorted(statuses.items()):
         result.total += 1
@@ -198,7 +197,39 @@ def run_module(module: str, tests: list[str], children: int, equivalents: list[d
             result.equivalent.append(row)
         else:
             result.survivors.append(row)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    state_path(module).write_text(json.dumps({
+        "source_sha256": source_digest(module), "statuses": statuses, "commit": commit, "tests": tests,
+        "killed": result.killed, "total": result.total, "equivalent": result.equivalent, "survivors": result.survivors,
+    }, ensure_ascii=False, indent=1))
     return result
+
+
+def markdown_summary() -> str:
+    """The per-module scores of the last runs (from the saved states), as a Markdown table and lists."""
+    lines = ["| module | mutants | equivalent | killed | score (killed / non-equivalent) | commit | tests |",
+             "|---|---:|---:|---:|---:|---|---|"]
+    details: list[str] = []
+    for module in MODULES:
+        path = state_path(module)
+        if not path.exists():
+            lines.append(f"| `{module}` | not run | | | | | |")
+            continue
+        st = json.loads(path.read_text())
+        if "total" not in st:
+            lines.append(f"| `{module}` | (re-run to record) | | | | | |")
+            continue
+        fresh = st["source_sha256"] == source_digest(module)
+        non_eq = st["total"] - len(st["equivalent"])
+        score = st["killed"] / non_eq if non_eq else 1.0
+        tests = ", ".join(f"`{t.removeprefix('tests/')}`" for t in st["tests"])
+        lines.append(f"| `{module}` | {st['total']} | {len(st['equivalent'])} | {st['killed']} | "
+                     f"{100 * score:.1f}%{'' if fresh else ' (module changed since)'} | {st['commit']} | {tests} |")
+        for row in st["survivors"]:
+            details.append(f"- `{module}` SURVIVED `{row['name']}` ({row['status']}): `{row['original']}` → `{row['mutant']}`")
+        for row in st["equivalent"]:
+            details.append(f"- `{module}` equivalent `{row['name']}`: `{row['mutant']}` — {row['reason']}")
+    return "\n".join(lines) + "\n\nSurviving and equivalent mutants:\n\n" + ("\n".join(details) or "- none") + "\n"
 
 
 def report(result: ModuleScore) -> None:
@@ -223,7 +254,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the scratch copies")
     parser.add_argument("--survivors-only", action="store_true",
                         help="re-run only the mutants that survived the last run (if the module is unchanged)")
+    parser.add_argument("--summary", action="store_true",
+                        help="print the scores of the last runs as Markdown (runs nothing)")
     args = parser.parse_args(argv)
+    if args.summary:
+        print(markdown_summary(), end="")
+        return 0
     modules = args.modules or list(MODULES)
     unknown = [m for m in modules if m not in MODULES]
     if unknown:
