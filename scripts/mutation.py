@@ -114,12 +114,28 @@ def load_equivalents() -> dict[str, list[dict]]:
     return out
 
 
-def mutant_diff(cwd: Path, env: dict, name: str) -> tuple[str, str]:
-    """(the original line(s), the mutated line(s)) of one mutant, whitespace-normalised."""
-    shown = subprocess.run(["mutmut", "show", name], cwd=cwd, env=env, capture_output=True, text=True).stdout
-    minus = [ln[1:].strip() for ln in shown.splitlines() if ln.startswith("-") and not ln.startswith("---")]
-    plus = [ln[1:].strip() for ln in shown.splitlines() if ln.startswith("+") and not ln.startswith("+++")]
-    return " / ".join(minus), " / ".join(plus)
+_DIFFS = """
+import json, sys
+from mutmut.mutation.diff_apply import find_mutant, get_diff_for_mutant
+out = {}
+for name in json.loads(sys.stdin.read()):
+    out[name] = get_diff_for_mutant(name, path=find_mutant(name).path)
+print(json.dumps(out))
+"""
+
+
+def mutant_diffs(cwd: Path, env: dict, names: list[str]) -> dict[str, tuple[str, str]]:
+    """name → (the original line(s), the mutated line(s)), whitespace-normalised (one process for all)."""
+    if not names:
+        return {}
+    proc = subprocess.run([sys.executable, "-c", _DIFFS], cwd=cwd, env=env, input=json.dumps(names),
+                          capture_output=True, text=True, check=True)
+    out = {}
+    for name, shown in json.loads(proc.stdout).items():
+        minus = [ln[1:].strip() for ln in shown.splitlines() if ln.startswith("-") and not ln.startswith("---")]
+        plus = [ln[1:].strip() for ln in shown.splitlines() if ln.startswith("+") and not ln.startswith("+++")]
+        out[name] = (" / ".join(minus), " / ".join(plus))
+    return out
 
 
 def function_of(name: str) -> str:
@@ -182,6 +198,7 @@ def run_module(module: str, tests: list[str], children: int, equivalents: list[d
             if match and (previous is None or match.group(1) in rerun):
                 statuses[match.group(1)] = match.group(2).strip()
     result = ModuleScore(module)
+    diffs = mutant_diffs(dest, env, sorted(n for n, st in statuses.items() if st not in STATUS_KILLED))
     for name, status in sorted(statuses.items()):
         result.total += 1
         result.statuses[status] = result.statuses.get(status, 0) + 1
@@ -189,7 +206,7 @@ def run_module(module: str, tests: list[str], children: int, equivalents: list[d
             result.killed += 1
             continue
         function = function_of(name)
-        original, mutated = mutant_diff(dest, env, name)
+        original, mutated = diffs[name]
         row = {"name": name, "status": status, "function": function, "original": original, "mutant": mutated}
         entry = is_equivalent(equivalents, function, original, mutated)
         if entry is not None:
