@@ -115,6 +115,22 @@ class ServerSpec:
 
 
 @dataclass(frozen=True)
+class PrejobSpec:
+    """A DP pre-job whose release chose some of this job's public transforms (e.g. the bounds
+    pre-job's histograms).  Recorded so that every actor sees what the transforms cost: a party's
+    ledger charges the pre-job's (ε, δ) like any job."""
+
+    kind: str
+    job_id: str
+    digest: str
+    epsilon: float
+    delta: float = 0.0
+
+    def __post_init__(self) -> None:
+        _canonical_floats(self)
+
+
+@dataclass(frozen=True)
 class JobSpec:
     """The public description of one release (see module docstring)."""
 
@@ -131,6 +147,8 @@ class JobSpec:
     clip_norm: str = "l2"
     share_mode: str = "seed"
     version: str = JOB_SPEC_VERSION
+    #: the DP pre-jobs whose releases chose this job's transforms (public provenance, §1)
+    prejobs: tuple[PrejobSpec, ...] = ()
 
     def __post_init__(self) -> None:
         _canonical_floats(self)
@@ -222,7 +240,7 @@ class JobSpec:
 
 
 # -------------------------------------------------------------------- strict typing
-_NESTED = {"columns": ColumnSpec, "parties": PartySpec, "servers": ServerSpec}
+_NESTED = {"columns": ColumnSpec, "parties": PartySpec, "servers": ServerSpec, "prejobs": PrejobSpec}
 
 
 def _typed_value(value: Any, hint: Any, where: str) -> Any:
