@@ -346,7 +346,8 @@ async def _gather_reachable(calls) -> list:
 
 
 async def coordinate(links: list[ServerLink], spec: JobSpec, *, deadline_s: float, randomness_label: str,
-                     publish_first: bool = False, poll_s: float = 0.1, retries: Retries | None = None) -> JobRun:
+                     publish_first: bool = False, poll_s: float = 0.1, retries: Retries | None = None,
+                     progress: Callable[[str, dict], None] | None = None) -> JobRun:
     """Publish (optionally) → wait for parties → close → intersect → release → reconstruct.
 
     The one coordinator of both transports: the gRPC analyst passes :class:`GrpcServerLink`
@@ -358,23 +359,28 @@ async def coordinate(links: list[ServerLink], spec: JobSpec, *, deadline_s: floa
     Waits until every server holds all n clients or ``deadline_s`` passes (a server that is down
     does not end the wait early).  A server still unreachable makes the release impossible (k-of-k
     sharing needs every server's result share): :class:`ReleaseFailed` says which server, and which
-    clients reached which servers.
+    clients reached which servers.  ``progress(phase, info)`` is told each phase as it starts
+    (``waiting`` with the held counts seen, ``closing``, ``releasing``, ``reconstructing``).
     """
     timing: dict[str, float] = {}
     retries = retries if retries is not None else {}
+    report = progress or (lambda phase, info: None)
     t = time.monotonic()
     if publish_first:
+        report("publishing", {})
         await publish_links(links, spec)
     end = time.monotonic() + deadline_s
     last_seen: list[int | None] = [None] * len(links)
     while True:
         counts = await asyncio.gather(*(link.held_count(spec) for link in links))
         last_seen = [c if c is not None else last_seen[i] for i, c in enumerate(counts)]
+        report("waiting", {"held_per_server": dict(zip((link.server_id for link in links), last_seen))})
         if all(c is not None and c >= spec.n for c in counts) or time.monotonic() >= end:
             break
         await asyncio.sleep(min(poll_s, max(end - time.monotonic(), 0.0)))
     timing["wait_for_parties"] = time.monotonic() - t
     t = time.monotonic()
+    report("closing", {})
     results = await _gather_reachable(link.close(spec) for link in links)
     coverage = coverage_report(spec, results, last_seen)
     down = [r for r in results if isinstance(r, ServerUnreachable)]
@@ -388,6 +394,7 @@ async def coordinate(links: list[ServerLink], spec: JobSpec, *, deadline_s: floa
                            "held_per_server": coverage["held_per_server"]})
     timing["close"] = time.monotonic() - t
     t = time.monotonic()
+    report("releasing", {"participants": int(participants.sum())})
     shares = await asyncio.gather(*(link.release(spec, participants) for link in links), return_exceptions=True)
     down = [r for r in shares if isinstance(r, ServerUnreachable)]
     if down:
@@ -402,6 +409,7 @@ async def coordinate(links: list[ServerLink], spec: JobSpec, *, deadline_s: floa
                             f"{describe_coverage(coverage)}", coverage)
     timing["release"] = time.monotonic() - t
     t = time.monotonic()
+    report("reconstructing", {})
     release = reconstruct_release(spec, [r[0] for r in shares], participants, spec.noise_plan(),
                                   randomness=randomness_label)
     timing["reconstruct"] = time.monotonic() - t
