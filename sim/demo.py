@@ -38,6 +38,10 @@ from transport.certs import write_certs
 from transport.tls import make_channel
 
 DEMO_JOB_ID = "demo"
+#: Where the demo's column centres and scales come from (said in its summary).
+SCALES_FROM = ("the training data's means and standard deviations, computed by the demo (a convenience: they "
+               "are statistics of the private data and end up in the public job spec; a real job states "
+               "public ranges in its job file or estimates them with the DP pre-job `ltm job bounds`)")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -216,6 +220,7 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
         "sketch": {"kind": spec.sketch.kind, "m": spec.sketch.m, "s": spec.make_sketch().pieces,
                    "m_rule": choices.m_rule},
         "job_digest": spec.digest,
+        "scales_from": SCALES_FROM,
         "release_sha256": report["release_sha256"],
         "participants": report["participants"],
         "held_per_server": report["held_per_server"],
@@ -245,6 +250,7 @@ def print_summary(r: dict[str, Any]) -> None:
     print(f"  job: {r['n_train']} training rows, {r['partition']} partition, {r['sketch']['kind']} sketch "
           f"m={r['sketch']['m']} s={r['sketch']['s']}, {r['participants']} participants")
     print(f"  privacy: {pr['guarantee']}")
+    print(f"  column centres and scales: {r['scales_from']}")
     print(f"  {'model':12s}{'R²':>10s}{'MSE':>12s}{'φ':>10s}")
     print(f"  {'LTM ridge':12s}{m['r2']:>10.4f}{m['mse']:>12.4g}{m['phi']:>10.4f}")
     for name in ("nonprivate", "central", "local"):
@@ -266,8 +272,9 @@ def print_summary(r: dict[str, Any]) -> None:
 
 
 def add_operate_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("operate", help="prepare a job on a dataset, submit it to a running analyst, run it",
-                       description="The operator's side of a deployment (the compose testbed, separate machines): "
+    p = sub.add_parser("operate", help="the demo's convenience: build a job from a dataset, write party files, run it",
+                       description="THE DEMO'S CONVENIENCE, NOT THE REAL PATH (that is `ltm job`: a job file from "
+                                   "public information, parties keeping their own data). For the compose testbed: "
                                    "build the job spec on the data, write each party's CSV, submit the job to the "
                                    "analyst, wait for the release and report model quality beside the baselines.")
     p.add_argument("--analyst", required=True, help="analyst endpoint host:port")
