@@ -82,9 +82,9 @@ def reconstruct_release(spec: JobSpec, result_shares: list[np.ndarray], particip
     count = int(np.count_nonzero(participants))
     return ReleasedSketch(
         matrix=matrix,
-        columns=spec.column_names,
-        centers=np.array([c.center for c in spec.columns]),
-        scales=np.array([c.scale for c in spec.columns]),
+        columns=spec.vector_names,
+        centers=np.array([e.center for e in spec.layout]),
+        scales=np.array([e.scale for e in spec.layout]),
         label=spec.label_index,
         intercept=spec.intercept_index,
         n=count,

@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from ltm.jobspec import JobSpec
+from transport.files import private_dir
 
 DB_NAME = "analyst.db"
 STATES = ("published", "running", "done", "failed")
@@ -77,8 +78,7 @@ class AnalystStore:
     """The analyst's jobs in ``<directory>/analyst.db`` (see module docstring)."""
 
     def __init__(self, directory: str | Path) -> None:
-        self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
+        self.directory = private_dir(directory)  # 0700, like every actor's state
         self._db = sqlite3.connect(self.directory / DB_NAME, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")

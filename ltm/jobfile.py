@@ -19,7 +19,9 @@ A column's transform ``x' = (x − center) / scale`` takes one of three public f
 * ``center`` and ``scale``: the transform exactly as written.
 
 The clip budget ``C²`` is split between columns as :func:`budget_shares` says (the label gets a
-larger share than a regressor).  This module is pure: it parses text; reading the file is the
+larger share than a regressor).  ``[[transforms]]`` tables (the fields of
+:class:`ltm.transforms.TransformSpec`, e.g. random Fourier features) are passed to the spec as
+written; the budget split counts the raw columns.  This module is pure: it parses text; reading the file is the
 caller's business.
 """
 from __future__ import annotations
@@ -28,14 +30,16 @@ import difflib
 import hashlib
 import math
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ltm.jobspec import (CALIBRATIONS, INTERCEPT_NAME, MECHANISMS, PARTITIONS, ROLES, ColumnSpec, JobSpec,
                          JobSpecError, PartySpec, PrejobSpec, PrivacySpec, ServerSpec, SketchSpec,
                          resolve_defaults, validate_job)
+from ltm.jobspec import _typed as typed_record
 from ltm.sharing import SHARE_MODES
 from ltm.sketch import SKETCH_KINDS
+from ltm.transforms import TransformSpec
 
 #: The models the analyst can fit on a release (``analyst.estimators`` implements each).
 MODELS: tuple[str, ...] = ("ols", "ridge", "lowrank", "rmgm_ols", "dgm_ols")
@@ -51,6 +55,7 @@ _SECTIONS = {
     "fit": {"model", "lambda", "rank", "debias"},
 }
 _ARRAYS = {
+    "transforms": {f.name for f in fields(TransformSpec)},
     "parties": {"id", "clients", "columns", "clip_bound"},
     "columns": {"name", "role", "range", "center", "spread", "scale"},
     "servers": {"id", "endpoint"},
@@ -328,6 +333,13 @@ def parse_job_file(text: str, *, source: str = "job file", resolve: bool = True)
         p.add(f"[fit].lambda must be ≥ 0 (0 = the default rule), got {lam}")
     debias = p.get(fit_t, "debias", bool, "[fit]", True)
 
+    transforms = []
+    for i, entry in enumerate(arrays["transforms"]):
+        try:  # the fields of ltm.transforms.TransformSpec, checked with the spec (transform_problems)
+            transforms.append(typed_record(TransformSpec, entry, f"[[transforms]] #{i + 1}"))
+        except JobSpecError as exc:
+            p.items += exc.problems
+
     if p.items:
         raise JobFileError(p.items, source)
     spec = JobSpec(
@@ -340,7 +352,7 @@ def parse_job_file(text: str, *, source: str = "job file", resolve: bool = True)
                             min_honest_load=_integer(p, privacy, "min_honest_load", "[privacy]", 0),
                             min_participants=_integer(p, privacy, "min_participants", "[privacy]", 0)),
         servers=tuple(server_specs), clip_norm="l1" if mechanism == "laplace" else "l2", share_mode=share_mode,
-        prejobs=prejobs,
+        prejobs=prejobs, transforms=tuple(transforms),
     )
     if p.items:
         raise JobFileError(p.items, source)
@@ -448,7 +460,7 @@ def render_job_file(doc: dict[str, Any], header: str = "") -> str:
         for k, entries in nested:
             for e in entries:
                 lines += ["", f"[[{name}.{k}]]"] + [f"{kk} = {_toml_value(vv)}" for kk, vv in e.items()]
-    for name in ("servers", "parties", "columns"):
+    for name in ("servers", "parties", "columns", "transforms"):
         for entry in doc.get(name, []):
             lines += ["", f"[[{name}]]"] + [f"{k} = {_toml_value(v)}" for k, v in entry.items() if v is not None]
     return "\n".join(lines).lstrip("\n") + "\n"

@@ -24,6 +24,7 @@ from ltm.noise import noise_tail_bound
 from ltm.ring import HEADROOM_LIMIT
 from ltm.sharing import SHARE_MODES
 from ltm.sketch import CHUNK_CLIENTS, SKETCH_KINDS, Sketch
+from ltm.transforms import TransformSpec, VectorEntry, transform_problems, vector_layout
 
 JOB_SPEC_VERSION = "ltm.job.v1"
 PARTITIONS = ("rows", "columns")
@@ -116,8 +117,8 @@ class ServerSpec:
 
 @dataclass(frozen=True)
 class PrejobSpec:
-    """A DP pre-job whose release chose some of this job's public transforms (e.g. the bounds
-    pre-job's histograms).  Recorded so that every actor sees what the transforms cost: a party's
+    """A DP pre-job whose release chose some of this job's column centres and scales (e.g. the
+    bounds pre-job's histograms).  Recorded so that every actor sees what the transforms cost: a party's
     ledger charges the pre-job's (ε, δ) like any job."""
 
     kind: str
@@ -147,11 +148,17 @@ class JobSpec:
     clip_norm: str = "l2"
     share_mode: str = "seed"
     version: str = JOB_SPEC_VERSION
-    #: the DP pre-jobs whose releases chose this job's transforms (public provenance, §1)
+    #: Public transforms applied by parties before clipping (ltm.transforms); omitted from the
+    #: canonical JSON when empty, so specs without transforms keep their digests.
+    transforms: tuple[TransformSpec, ...] = ()
+    #: the DP pre-jobs whose releases chose this job's column centres and scales (public
+    #: provenance, DESIGN §1); omitted from the canonical JSON when empty, like ``transforms``
     prejobs: tuple[PrejobSpec, ...] = ()
 
     def __post_init__(self) -> None:
         _canonical_floats(self)
+        if isinstance(self.transforms, list):
+            object.__setattr__(self, "transforms", tuple(self.transforms))
 
     # ---------------------------------------------------------------- derived views
     @property
@@ -159,23 +166,37 @@ class JobSpec:
         """Number of servers."""
         return len(self.servers)
 
+    @functools.cached_property
+    def layout(self) -> tuple[VectorEntry, ...]:
+        """The client vector's entries: the raw columns rewritten by the transforms
+        (ltm.transforms.vector_layout; without transforms, one entry per column)."""
+        return vector_layout(self.columns, self.transforms)
+
     @property
     def width(self) -> int:
-        """D: entries per client vector (features, intercept, label)."""
-        return len(self.columns)
+        """D: entries per client vector (features after transforms, intercept, label)."""
+        return len(self.layout)
 
     @property
     def column_names(self) -> tuple[str, ...]:
+        """Names of the raw columns (before transforms); see :attr:`vector_names`."""
         return tuple(c.name for c in self.columns)
 
     @property
+    def vector_names(self) -> tuple[str, ...]:
+        """Names of the client vector's entries (= column_names when there are no transforms)."""
+        return tuple(e.name for e in self.layout)
+
+    @property
     def label_index(self) -> int | None:
-        idx = [i for i, c in enumerate(self.columns) if c.role == "label"]
+        """Index of the label entry in the client vector."""
+        idx = [i for i, e in enumerate(self.layout) if e.role == "label"]
         return idx[0] if idx else None
 
     @property
     def intercept_index(self) -> int | None:
-        idx = [i for i, c in enumerate(self.columns) if c.role == "intercept"]
+        """Index of the intercept entry in the client vector."""
+        idx = [i for i, e in enumerate(self.layout) if e.role == "intercept"]
         return idx[0] if idx else None
 
     def make_sketch(self) -> Sketch:
@@ -188,11 +209,17 @@ class JobSpec:
         raise KeyError(f"party {party_id!r} is not in job {self.job_id!r}")
 
     def party_column_indices(self, party: PartySpec) -> list[int]:
-        """Indices (into ``columns``) of the client-vector entries this party contributes."""
+        """Indices (into the client vector, :attr:`layout`) of the entries this party contributes:
+        all of them (rows partition), or those computed from its column block (columns)."""
         if self.partition == "rows":
             return list(range(self.width))
-        names = self.column_names
-        return [names.index(c) for c in party.columns]
+        own = set(party.columns)
+        return [i for i, e in enumerate(self.layout) if set(e.sources) <= own]
+
+    def party_raw_columns(self, party: PartySpec) -> list[str]:
+        """Raw data columns (intercept excluded) the party needs to compute its entries."""
+        need = {src for i in self.party_column_indices(party) for src in self.layout[i].sources}
+        return [c.name for c in self.columns if c.name in need and c.role != "intercept"]
 
     def noise_plan(self) -> NoisePlan:
         p = self.privacy
@@ -206,7 +233,11 @@ class JobSpec:
 
     # ---------------------------------------------------------------- serialisation
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        for optional in ("transforms", "prejobs"):  # absent when empty: older specs keep their digests
+            if not d[optional]:
+                del d[optional]
+        return d
 
     def canonical_json(self) -> bytes:
         """Canonical bytes: sorted keys, no whitespace, shortest round-trip floats."""
@@ -240,7 +271,8 @@ class JobSpec:
 
 
 # -------------------------------------------------------------------- strict typing
-_NESTED = {"columns": ColumnSpec, "parties": PartySpec, "servers": ServerSpec, "prejobs": PrejobSpec}
+_NESTED = {"columns": ColumnSpec, "parties": PartySpec, "servers": ServerSpec, "transforms": TransformSpec,
+           "prejobs": PrejobSpec}
 
 
 def _typed_value(value: Any, hint: Any, where: str) -> Any:
@@ -263,6 +295,10 @@ def _typed_value(value: Any, hint: Any, where: str) -> Any:
         if not isinstance(value, (list, tuple)):
             raise JobSpecError([f"{where} must be a list of strings, got {value!r}"])
         return tuple(_typed_value(v, str, f"{where}[{i}]") for i, v in enumerate(value))
+    if hint == tuple[float, ...]:
+        if not isinstance(value, (list, tuple)):
+            raise JobSpecError([f"{where} must be a list of numbers, got {value!r}"])
+        return tuple(_typed_value(v, float, f"{where}[{i}]") for i, v in enumerate(value))
     raise TypeError(f"no rule for type {hint!r}")  # a programming error, not bad input
 
 
@@ -428,6 +464,10 @@ def _check_structure(spec: JobSpec) -> list[str]:
             problems.append(f"column {c.name!r}: scale must be positive and center finite")
     if roles.count("label") > 1 or roles.count("intercept") > 1:
         problems.append("at most one label column and one intercept column")
+    # transforms (before anything reads the vector layout)
+    transform_issues = transform_problems(spec)
+    if transform_issues:
+        return problems + transform_issues
     # sketch
     if sk.kind not in SKETCH_KINDS:
         problems.append(f"sketch kind must be one of {SKETCH_KINDS}, got {sk.kind!r}")

@@ -108,8 +108,7 @@ async def participate(args: argparse.Namespace) -> dict:
             party_spec = spec.party(args.id)
         except KeyError:
             raise PolicyViolation(f"{args.id} is not a party of job {spec.job_id!r}") from None
-        needed = [spec.columns[i].name for i in spec.party_column_indices(party_spec)
-                  if spec.columns[i].role != "intercept"]
+        needed = spec.party_raw_columns(party_spec)
         table = read_party_table(args.data, needed)
         randomness = (Randomness.seeded_insecure(args.seed).child("party", args.id) if args.seed is not None
                       else Randomness.system())

@@ -125,8 +125,8 @@ async def _operate(analyst_endpoint: str, certs: Path | None, insecure: bool, sp
         got = await stub.GetRelease(ltm_pb2.GetReleaseRequest(job_id=spec.job_id), timeout=60.0)
         matrix = np.frombuffer(got.matrix_f64, dtype="<f8").reshape(got.rows, got.cols).astype(np.float64)
         release = ReleasedSketch(
-            matrix=matrix, columns=spec.column_names, centers=np.array([c.center for c in spec.columns]),
-            scales=np.array([c.scale for c in spec.columns]), label=spec.label_index,
+            matrix=matrix, columns=spec.vector_names, centers=np.array([e.center for e in spec.layout]),
+            scales=np.array([e.scale for e in spec.layout]), label=spec.label_index,
             intercept=spec.intercept_index, n=int(report["participants"]),
             noise_variance_per_column=int(report["participants"]) * spec.noise_plan().sigma_client**2,
             privacy=json.loads(got.privacy_json), sha256=got.release_sha256)

@@ -19,6 +19,7 @@ from analyst.metrics import phi, psi, r2, mse
 from ltm.clipping import clip_rows
 from ltm.jobspec import JobSpec
 from ltm.randomness import Randomness
+from ltm.transforms import FeaturePipeline
 from sim.data import DataError, Table, load_bundled, load_csv, synthetic_lowrank, synthetic_ridge
 from sim.inprocess import run_inprocess
 from sim.jobs import DEFAULT_CLIP_BOUND, build_job, party_tables
@@ -87,11 +88,7 @@ def load_table(cfg: SimulateConfig, randomness: Randomness) -> tuple[Table, Tabl
 
 def training_matrix(spec: JobSpec, table: Table) -> np.ndarray:
     """The clipped, transformed client rows V (n, D) exactly as the parties form them."""
-    raw = np.column_stack([np.ones(table.n) if c.role == "intercept" else table.columns[c.name]
-                           for c in spec.columns])
-    centers = np.array([c.center for c in spec.columns])
-    scales = np.array([c.scale for c in spec.columns])
-    V = (raw - centers) / scales
+    V = FeaturePipeline.for_spec(spec).vectors(table.columns, rows=table.n)
     if spec.partition == "rows":
         return clip_rows(V, spec.clip_bound, spec.clip_norm)
     for p in spec.parties:

@@ -97,3 +97,12 @@ def test_party_policies_apply_in_process():
     run = run_inprocess(jf.spec, tables, Randomness.seeded_insecure(1), policies=policies)
     assert set(run.refused) == {"party-1"} and "ε = 1 exceeds" in run.refused["party-1"]
     assert run.participants[:400].all() and not run.participants[400:].any()
+
+
+def test_a_public_transform_from_the_job_file():
+    d = doc(transforms=[{"kind": "rff", "columns": ["a", "b"], "name": "rff_", "n_features": 4, "bandwidth": 1.0,
+                         "seed": "ab" * 32, "kernel": "gaussian", "feature_map": "cos"}])
+    jf = parse_job_file(render_job_file(d))
+    assert jf.spec.transforms[0].n_features == 4 and jf.spec.width == 5  # 4 random features and the label
+    with pytest.raises(JobFileError, match="transforms"):
+        parse_job_file(render_job_file(doc(transforms=[{"kind": "rff", "columns": "a"}])))
