@@ -56,6 +56,8 @@ __all__ = [
     "TRANSFORM_KINDS",
     "register_transform",
     "rff_spec",
+    "Whitening",
+    "whiten_spec",
     "rff_weights",
     "exact_normal",
     "exact_log",
@@ -334,6 +336,83 @@ def rff_spec(columns: Sequence[str], *, n_features: int, bandwidth: float, seed:
                          output_scale=float(output_scale))
 
 
+# ------------------------------------------------------------------------------------ whitening
+#: Largest condition number a whitening matrix may have (the analyst inverts nothing, but a nearly
+#: singular map would make the mapped-back coefficients meaningless).
+WHITEN_MAX_CONDITION = 1e12
+
+
+@register_transform
+class Whitening(Transform):
+    """A public linear map ``z ↦ W z`` of the feature entries (Cao & Zhang's second-moment whitening:
+    ``W = Σ̂_B^{-1/2}`` of a PUBLIC second moment, see :mod:`ltm.second_moment`; any invertible
+    public W is accepted).  ``matrix`` holds W row-major (input_width × input_width).
+
+    The label is scaled by the public σ̂_B through its column's ``scale``; the intercept (if any)
+    stays as it is.  A model fitted on the mapped entries is mapped back with
+    :meth:`FeaturePipeline.pull_back` (``β_in = Wᵀ β_out``), exactly (OLS is affine-equivariant).
+    Rows are accumulated column by column in a fixed order (no BLAS), so a row's entries are the
+    same bits whichever batch computes them.
+    """
+
+    kind = "whiten"
+    fields = ("matrix",)
+
+    @classmethod
+    def check(cls, spec: TransformSpec, input_width: int) -> list[str]:
+        where = f"transform {spec.name or spec.kind!r}"
+        problems = _unused_field_problems(spec, cls.fields)
+        if len(spec.matrix) != input_width * input_width:
+            return problems + [f"{where}: matrix must hold {input_width}×{input_width} = {input_width**2} numbers "
+                               f"(row-major) for its {input_width} input columns, got {len(spec.matrix)}"]
+        W = np.array(spec.matrix, dtype=np.float64).reshape(input_width, input_width)
+        if not np.all(np.isfinite(W)):
+            return problems + [f"{where}: matrix has non-finite entries"]
+        if not (spec.output_scale > 0 and math.isfinite(spec.output_scale)):
+            problems.append(f"{where}: output_scale must be a positive finite number")
+        cond = np.linalg.cond(W) if input_width else 1.0
+        if not cond < WHITEN_MAX_CONDITION:
+            problems.append(f"{where}: matrix is singular or nearly so (condition number {cond:.3g}); a whitening "
+                            f"needs a positive-definite public second moment (more public rows than columns)")
+        return problems
+
+    @classmethod
+    def output_width(cls, spec: TransformSpec, input_width: int) -> int:
+        return input_width
+
+    @functools.cached_property
+    def _W(self) -> np.ndarray:
+        W = np.array(self.spec.matrix, dtype=np.float64).reshape(self.input_width, self.input_width)
+        W *= self.spec.output_scale
+        W.setflags(write=False)
+        return W
+
+    def apply(self, Z: np.ndarray) -> np.ndarray:
+        Z = np.asarray(Z, dtype=np.float64)
+        if Z.ndim != 2 or Z.shape[1] != self.input_width:
+            raise TransformError(f"whiten input must have shape (rows, {self.input_width}), got {Z.shape}")
+        Wt = self._W.T
+        out = Z[:, :1] * Wt[0]
+        for j in range(1, self.input_width):
+            out += Z[:, j:j + 1] * Wt[j]
+        return out
+
+    def linear_map(self) -> np.ndarray:
+        return self._W.copy()
+
+
+def whiten_spec(columns: Sequence[str], matrix: np.ndarray, *, name: str = "w",
+                output_scale: float = 1.0) -> TransformSpec:
+    """A whitening :class:`TransformSpec` for the feature ``columns`` with the public (d, d)
+    ``matrix`` W (for Cao & Zhang: ``PublicSecondMoment.whitening``), outputs multiplied by
+    ``output_scale``."""
+    W = np.asarray(matrix, dtype=np.float64)
+    if W.shape != (len(columns), len(columns)):
+        raise TransformError(f"whitening matrix {W.shape} does not match {len(columns)} columns")
+    return TransformSpec(kind="whiten", columns=tuple(columns), name=name,
+                         matrix=tuple(float(v) for v in W.ravel()), output_scale=float(output_scale))
+
+
 # ------------------------------------------------------------------------------------ vector layout
 @dataclass(frozen=True)
 class VectorEntry:
@@ -516,6 +595,42 @@ class FeaturePipeline:
                                  f"got {X.shape}")
         wanted = [j for j, e in enumerate(self.entries) if e.role != "label"]
         return self.vectors({n: X[:, j] for j, n in enumerate(names)}, wanted, rows=X.shape[0])
+
+    def pull_back(self, coef: np.ndarray) -> np.ndarray:
+        """Coefficients on the client vector's regressors (every entry but the label, in vector
+        order) → coefficients on the job's raw regressor columns after their center/scale (every
+        column but the label, in column order), through the transposes of the LINEAR transforms,
+        last transform first: a model ``β_outᵀ(W z)`` is ``(Wᵀβ_out)ᵀ z``.  Exact up to rounding.
+        Raises :class:`TransformError` if a transform is not linear (random features: the model
+        lives in feature space and has no coefficients on the raw columns)."""
+        b = np.asarray(coef, dtype=np.float64).reshape(-1)
+        regressors = [e.name for e in self.entries if e.role != "label"]
+        if b.shape[0] != len(regressors):
+            raise TransformError(f"expected {len(regressors)} coefficients (one per regressor entry), got {b.shape[0]}")
+        # Replay the layout to know, per transform, where its outputs and inputs sit.
+        stages: list[tuple[int, list[str], list[str], list[str]]] = []
+        names = [c.name for c in self.columns if c.role != "label"]
+        for i, t in enumerate(self.transforms):
+            pos = [names.index(c) for c in t.columns]
+            width = TRANSFORM_KINDS[t.kind].output_width(t, len(pos))
+            keep = [j for j in range(len(names)) if j not in pos]
+            at = sum(1 for j in range(min(pos)) if j not in pos)
+            after = ([names[j] for j in keep[:at]] + [f"{t.name}{k}" for k in range(width)]
+                     + [names[j] for j in keep[at:]])
+            stages.append((i, list(names), list(t.columns), after))
+            names = after
+        coef_by_name = dict(zip(names, b))
+        for i, before, inputs, after in reversed(stages):
+            W = self.transform(i, len(inputs)).linear_map()
+            if W is None:
+                raise TransformError(f"transform {self.transforms[i].name!r} ({self.transforms[i].kind}) is not "
+                                     f"linear: its model has no coefficients on the raw columns")
+            t = self.transforms[i]
+            out = np.array([coef_by_name.pop(f"{t.name}{k}") for k in range(W.shape[0])])
+            back = W.T @ out
+            for name, v in zip(inputs, back):
+                coef_by_name[name] = float(v)
+        return np.array([coef_by_name[c.name] for c in self.columns if c.role != "label"])
 
     def with_scale(self, i: int, output_scale: float) -> "FeaturePipeline":
         """A copy whose transform ``i`` has another ``output_scale`` (experiments)."""

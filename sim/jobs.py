@@ -10,7 +10,8 @@ from ltm.calibration import analytic_gaussian_sigma
 from ltm.jobspec import (INTERCEPT_NAME, ColumnSpec, JobSpec, PartySpec, PrivacySpec, ServerSpec, SketchSpec,
                          resolve_defaults)
 from ltm.randomness import Randomness
-from ltm.transforms import TransformSpec, rff_spec, vector_layout
+from ltm.second_moment import PublicSecondMoment, pmt_radius
+from ltm.transforms import TransformSpec, rff_spec, vector_layout, whiten_spec
 from sim.data import Table, public_columns
 
 DEFAULT_CLIP_BOUND = 1.0
@@ -80,16 +81,25 @@ def build_job(table: Table, *, job_id: str, randomness: Randomness, partition: s
               interpolate_p: float | None = None, t_prime: int = 0, corrupt_parties: int = 0,
               intercept: bool = False, clip_bound: float = DEFAULT_CLIP_BOUND, share_mode: str = "seed",
               frac_bits: int = 0, min_honest_load: int = 0, endpoints: list[str] | None = None,
-              rff: RFFOptions | None = None) -> tuple[JobSpec, JobChoices]:
+              rff: RFFOptions | None = None, whiten: PublicSecondMoment | None = None,
+              whiten_eta: float = 0.05) -> tuple[JobSpec, JobChoices]:
     """A resolved, validated job spec for a table, and the choices made.
 
     ``rff``: parties map their (standardised) features with public random features before
     clipping; in the columns partition each party maps its own block (an additive kernel).
+    ``whiten``: a PUBLIC second moment (Cao & Zhang; :func:`whiten_columns`): parties whiten their
+    raw features with ``Σ̂_B^{-1/2}`` and divide the label by ``σ̂_B`` before clipping.
     """
     n = table.n
     transforms: tuple[TransformSpec, ...] = ()
     party_budget: dict[int, float] = {}
-    if rff is None:
+    if whiten is not None:
+        if rff is not None or intercept or partition != "rows":
+            raise ValueError("whitening: supported for the rows partition without random features or an intercept "
+                             "column (the paper's model has none; in the columns partition the map would mix "
+                             "parties' columns)")
+        columns, transforms = whiten_columns(table, whiten, clip_bound=clip_bound, eta_fail=whiten_eta)
+    elif rff is None:
         columns = public_columns(table, intercept=intercept, clip_bound=clip_bound)
     else:
         if intercept:
@@ -170,6 +180,29 @@ def _rff_columns(table: Table, rff: RFFOptions, partition: str, parties: int, cl
                                    output_scale=clip_bound * math.sqrt(share),
                                    name="rff_" if partition == "rows" else f"rff{i}_"))
     return tuple(cols), tuple(transforms), budget
+
+
+def whiten_columns(table: Table, public: PublicSecondMoment, *, clip_bound: float = DEFAULT_CLIP_BOUND,
+                   eta_fail: float = 0.05, name: str = "w_") -> tuple[tuple[ColumnSpec, ...], tuple[TransformSpec, ...]]:
+    """Raw (uncentred) features whitened by the public ``M = Σ̂_B^{-1/2}`` and the label divided by
+    the public ``σ̂_B`` (Cao & Zhang's PMT, spec public-second-moment §8.1.1), scaled so that the
+    joint clip at the job's C is Alg. 1's radius ``R = sqrt((d+1)(1 + log(2n/η)))`` in whitened
+    units: ``x ↦ (C/R)·M x`` and ``y ↦ y·C/(R·σ̂_B)``.  (The paper clips features at R_x and the
+    label at R_y separately; the LTM clips the joint vector at ``sqrt(R_x² + R_y²) = R``.)
+
+    ``public`` must come from public or synthetic data, never from the table being released; its
+    d × d matrix is over ``table.features`` in that order.
+    """
+    feats = list(table.features)
+    if table.label is None:
+        raise ValueError("whitening is for regression: the table needs a label")
+    if public.d != len(feats):
+        raise ValueError(f"the public second moment is {public.d}×{public.d}, the table has {len(feats)} features")
+    radius = pmt_radius(len(feats) + 1, table.n, eta_fail)
+    cols = [ColumnSpec(f, "feature", 0.0, 1.0) for f in feats]
+    cols.append(ColumnSpec(table.label, "label", 0.0, public.label_rms * radius / clip_bound))
+    spec = whiten_spec(feats, public.whitening, name=name, output_scale=clip_bound / radius)
+    return tuple(cols), (spec,)
 
 
 def party_tables(spec: JobSpec, table: Table) -> dict[str, dict[str, np.ndarray]]:
