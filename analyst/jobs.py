@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from analyst.coordinator import JobRun, Retries, ServerLink, coordinate, publish_links
-from analyst.estimators import LowRank, default_ridge_lambda, make_estimator
+from analyst.estimators import LowRank, make_estimator, release_lambda
 from analyst.reconstruct import reconstruct_release
 from analyst.release import ReleasedSketch
 from analyst.store import AnalystStore, JobRecord
@@ -44,8 +44,7 @@ def fit_model(release: ReleasedSketch, model: str, *, lam: float = 0.0, rank: in
         est = LowRank(rank).fit(release)
         return {"model": "lowrank", "rank": rank, "components": est.components_.tolist(),
                 "columns": list(release.columns)}
-    lam = lam or default_ridge_lambda(release.noise_variance_per_column / release.matrix.shape[0],
-                                      release.matrix.shape[0])
+    lam = lam or release_lambda(release)[0]
     est = make_estimator(model, lam=lam, rank=rank, debias=debias).fit(release)
     features = [c for i, c in enumerate(release.columns) if i != release.label and i != release.intercept]
     return {"model": model, "lambda": lam, "debias": bool(getattr(est, "debias", False)),
@@ -57,7 +56,7 @@ def release_to_json(release: ReleasedSketch) -> dict[str, Any]:
     return {"columns": list(release.columns), "matrix": release.matrix.tolist(), "n": release.n,
             "centers": release.centers.tolist(), "scales": release.scales.tolist(), "label": release.label,
             "intercept": release.intercept, "noise_variance_per_column": release.noise_variance_per_column,
-            "sha256": release.sha256}
+            "sha256": release.sha256, "kind": release.kind}
 
 
 def release_of(record: JobRecord) -> ReleasedSketch:

@@ -54,7 +54,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--delta", type=float, default=1e-6)
     p.add_argument("--m", type=int, help="sketch rows (default: the rule of sim/jobs.py)")
     p.add_argument("--s", type=int, default=1)
-    p.add_argument("--sketch", choices=["sparse", "dense"], default="sparse")
+    p.add_argument("--sketch", choices=["sparse", "dense", "gram"], default="sparse")
     p.add_argument("--partition", choices=["rows", "columns"], default="rows")
     p.add_argument("--share-mode", choices=["seed", "full"], default="seed")
     p.add_argument("--data", help="CSV instead of the bundled dataset (with --label)")
@@ -138,7 +138,7 @@ async def _operate(analyst_endpoint: str, certs: Path | None, insecure: bool, sp
             scales=np.array([e.scale for e in spec.layout]), label=spec.label_index,
             intercept=spec.intercept_index, n=int(report["participants"]),
             noise_variance_per_column=int(report["participants"]) * spec.noise_plan().sigma_client**2,
-            privacy=json.loads(got.privacy_json), sha256=got.release_sha256)
+            privacy=json.loads(got.privacy_json), sha256=got.release_sha256, kind=spec.sketch.kind)
         return report, release, phases
     finally:
         await channel.close()
@@ -297,7 +297,7 @@ def add_operate_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--delta", type=float, default=1e-6)
     p.add_argument("--m", type=int)
     p.add_argument("--s", type=int, default=1)
-    p.add_argument("--sketch", choices=["sparse", "dense"], default="sparse")
+    p.add_argument("--sketch", choices=["sparse", "dense", "gram"], default="sparse")
     p.add_argument("--partition", choices=["rows", "columns"], default="rows")
     p.add_argument("--share-mode", choices=["seed", "full"], default="seed")
     p.add_argument("--data")
