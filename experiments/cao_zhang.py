@@ -302,6 +302,19 @@ def medians(results_csv: str | Path, keys: list[str], metric: str = "err") -> li
     return out
 
 
+def write_medians(results_csv: str | Path, out_csv: str | Path, keys: list[str], metric: str = "err") -> int:
+    """Write :func:`medians` as a CSV (the committed digest of a run whose results.csv is too big to
+    commit); returns the number of groups."""
+    rows = medians(results_csv, keys, metric)
+    with open(out_csv, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=[*keys, "median", "mean", "std", "count", "nonfinite"],
+                                lineterminator="\n")
+        writer.writeheader()
+        for r in rows:
+            writer.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()})
+    return len(rows)
+
+
 def _main(argv: list[str] | None = None) -> int:
     import argparse
     import json
@@ -310,7 +323,11 @@ def _main(argv: list[str] | None = None) -> int:
     ap.add_argument("results_csv")
     ap.add_argument("--keys", default="n_A,rho,series")
     ap.add_argument("--metric", default="err")
+    ap.add_argument("--out", help="write a CSV here instead of JSON lines on stdout")
     args = ap.parse_args(argv)
+    if args.out:
+        print(f"{write_medians(args.results_csv, args.out, args.keys.split(','), args.metric)} groups → {args.out}")
+        return 0
     for row in medians(args.results_csv, args.keys.split(","), args.metric):
         print(json.dumps(row))
     return 0
