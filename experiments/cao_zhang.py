@@ -315,6 +315,40 @@ def write_medians(results_csv: str | Path, out_csv: str | Path, keys: list[str],
     return len(rows)
 
 
+def plot_medians(medians_csv: str | Path, out_png: str | Path, *, x: str, series: str, title: str,
+                 facet: str | None = None, logx: bool = False) -> Path:
+    """The median variant of a figure (spec §7.1.9): median ‖β̂ − β‖ per ``x`` and ``series``
+    from a :func:`write_medians` CSV, log y, one panel per ``facet`` value."""
+    from experiments.report import _import_matplotlib
+
+    plt = _import_matplotlib()
+    with open(medians_csv, newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    facets = list(dict.fromkeys(r[facet] for r in rows)) if facet else [None]
+    fig, axes = plt.subplots(1, len(facets), figsize=(4.8 * len(facets) + 2.6, 3.6), squeeze=False)
+    for ax, fv in zip(axes[0], facets):
+        panel = [r for r in rows if facet is None or r[facet] == fv]
+        for i, sv in enumerate(dict.fromkeys(r[series] for r in panel)):
+            pts = sorted((float(r[x]), float(r["median"])) for r in panel if r[series] == sv and r["median"] != "nan")
+            style = {"color": f"C{i % 10}", "marker": ".", **STYLES.get(sv, {})}
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], label=sv, **style)
+        ax.set_yscale("log")
+        if logx:
+            ax.set_xscale("log")
+        ax.set_xlabel(x)
+        ax.set_ylabel("median error")
+        ax.grid(True, alpha=0.3)
+        if facet:
+            ax.set_title(f"{facet} = {fv}", fontsize=10)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="center right", fontsize=8, frameon=False)
+    fig.suptitle(title, fontsize=11)
+    fig.tight_layout(rect=(0, 0, 1 - 2.6 / (4.8 * len(facets) + 2.6), 0.95))
+    fig.savefig(out_png, dpi=110)
+    plt.close(fig)
+    return Path(out_png)
+
+
 def _main(argv: list[str] | None = None) -> int:
     import argparse
     import json
@@ -324,8 +358,17 @@ def _main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keys", default="n_A,rho,series")
     ap.add_argument("--metric", default="err")
     ap.add_argument("--out", help="write a CSV here instead of JSON lines on stdout")
+    ap.add_argument("--plot", help="with --out: also plot the medians to this PNG (x = first key, series = "
+                                   "second key, facet = third key if any)")
+    ap.add_argument("--title", default="median error")
+    ap.add_argument("--logx", action="store_true")
     args = ap.parse_args(argv)
     if args.out:
+        keys = args.keys.split(",")
+        if args.plot:
+            write_medians(args.results_csv, args.out, keys, args.metric)
+            plot_medians(args.out, args.plot, x=keys[0], series=keys[1], facet=keys[2] if len(keys) > 2 else None,
+                         title=args.title, logx=args.logx)
         print(f"{write_medians(args.results_csv, args.out, args.keys.split(','), args.metric)} groups → {args.out}")
         return 0
     for row in medians(args.results_csv, args.keys.split(","), args.metric):
