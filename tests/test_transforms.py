@@ -230,3 +230,17 @@ def test_ltm_pipeline_on_mapped_vectors_reconstructs_bit_for_bit(partition, feat
     np.testing.assert_array_equal(total, clear_release(spec, tables, randomness))
     assert run.release.columns == spec.vector_names
     assert run.release.matrix.shape == (spec.sketch.m, spec.width)
+
+
+def test_ltm_simulate_rf_ridge_cli(capsys):
+    from ltm.cli import main
+
+    assert main(["simulate", "--synthetic", "nonlinear", "--n", "4000", "--d", "3", "--model", "rf_ridge",
+                 "--features-n", "12", "--bandwidth", "1.5", "--seed", "3", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["model"] == "rf_ridge" and report["transforms"][0]["kind"] == "rff"
+    assert report["transforms"][0]["n_features"] == 12 and report["transforms"][0]["bandwidth"] == 1.5
+    assert len(report["coef"]) == 12 and math.isfinite(report["metrics"]["mse"])
+    assert "NOT private" in report["randomness"]
+    with pytest.raises(SystemExit, match="need --model rf_ridge"):
+        main(["simulate", "--synthetic", "nonlinear", "--n", "4000", "--features-n", "12"])
