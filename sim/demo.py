@@ -249,6 +249,9 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def print_summary(r: dict[str, Any]) -> None:
+    """The demo's report for a person: every figure labelled, a verdict, what varies and why."""
+    from sim.summary import byte_lines, model_table, privacy_lines, variation_note, verdict
+
     pr, m, b = r["privacy"], r["metrics"], r["baselines"]
     print(f"LTM demo — {r['data']}, {'mutual TLS' if r['tls'] else 'PLAINTEXT (--insecure)'}")
     roles: dict[str, list[str]] = {}
@@ -257,16 +260,19 @@ def print_summary(r: dict[str, Any]) -> None:
     for role, names in roles.items():
         print(f"  {role:8s} {', '.join(names)}")
     print(f"  job: {r['n_train']} training rows, {r['partition']} partition, {r['sketch']['kind']} sketch "
-          f"m={r['sketch']['m']} s={r['sketch']['s']}, {r['participants']} participants")
-    print(f"  privacy: {pr['guarantee']}")
+          f"m={r['sketch']['m']} s={r['sketch']['s']}, {r['participants']} participants; "
+          f"{r.get('n_test', 0)} held-out rows for testing")
+    for line in privacy_lines(pr):
+        print(line)
     print(f"  column centres and scales: {r['scales_from']}")
-    print(f"  {'model':12s}{'R²':>10s}{'MSE':>12s}{'φ':>10s}")
-    print(f"  {'LTM ridge':12s}{m['r2']:>10.4f}{m['mse']:>12.4g}{m['phi']:>10.4f}")
-    for name in ("nonprivate", "central", "local"):
-        print(f"  {name:12s}{b[name]['r2']:>10.4f}{b[name]['mse']:>12.4g}{b[name]['phi']:>10.4f}")
-    mb = r["bytes"]["party_to_server_total"] / 1e6
-    print(f"  bytes: parties → servers {mb:.2f} MB {r['bytes']['party_to_server']}, "
-          f"servers → analyst {r['bytes']['server_to_analyst']}")
+    for line in model_table("LTM (private)", m, b):
+        print(line)
+    kind = (r.get("release") or {}).get("kind") if isinstance(r.get("release"), dict) else None
+    print("  " + verdict(m, b, n=int(r["participants"]), epsilon=float(pr["epsilon"]),
+                         release_kind=str(kind or r["sketch"]["kind"])))
+    print("  " + variation_note(r.get("randomness", ""), seeded=str(r.get("randomness", "")).startswith("seeded")))
+    for line in byte_lines(r["bytes"]):
+        print(line)
     t = r["timing_s"]
     print("  time: " + ", ".join(f"{k} {v:.2f}s" for k, v in t.items() if isinstance(v, float)))
     if "chaos" in r:
