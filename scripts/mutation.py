@@ -19,6 +19,7 @@ test reaches the mutated function) counts as a survivor.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import re
@@ -144,27 +145,49 @@ def is_equivalent(entries: list[dict], function: str, original: str, mutated: st
     return None
 
 
-def run_module(module: str, tests: list[str], children: int, equivalents: list[dict]) -> ModuleScore:
+def source_digest(module: str) -> str:
+    return hashlib.sha256((REPO / module).read_bytes()).hexdigest()
+
+
+def state_path(module: str) -> Path:
+    return SCRATCH / (module.replace("/", "_").removesuffix(".py") + ".json")
+
+
+def load_state(module: str) -> dict[str, str] | None:
+    """Statuses of the last run on this module, if its source has not changed since."""
+    path = state_path(module)
+    if not path.exists():
+        return None
+    state = json.loads(path.read_text())
+    return state["statuses"] if state.get("source_sha256") == source_digest(module) else None
+
+
+def run_module(module: str, tests: list[str], children: int, equivalents: list[dict],
+               survivors_only: bool = False) -> ModuleScore:
     dest = SCRATCH / module.replace("/", "_").removesuffix(".py")
+    previous = load_state(module) if survivors_only else None
+    rerun = sorted(n for n, st in (previous or {}).items() if st not in STATUS_KILLED)
     copy_repo(dest)
     write_config(dest, module, tests)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    print(f"== {module}: mutmut run against {' '.join(tests)}", flush=True)
-    proc = subprocess.run(
-        ["mutmut", "run", "--max-children", str(children)], cwd=dest, env=env, capture_output=True, text=True
-    )
-    if proc.returncode != 0:
-        sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:])
-        raise SystemExit(f"mutmut failed on {module} (exit {proc.returncode}); scratch copy left in {dest}")
-    listed = subprocess.run(
-        ["mutmut", "results", "--all", "true"], cwd=dest, env=env, capture_output=True, text=True, check=True
-    ).stdout
+    what = f"the {len(rerun)} survivors of the last run" if previous is not None else "every mutant"
+    print(f"== {module}: mutmut run ({what}) against {' '.join(tests)}", flush=True)
+    statuses: dict[str, str] = dict(previous or {})
+    if previous is None or rerun:
+        proc = subprocess.run(["mutmut", "run", "--max-children", str(children), *rerun], cwd=dest, env=env,
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:])
+            raise SystemExit(f"mutmut failed on {module} (exit {proc.returncode}); scratch copy left in {dest}")
+        listed = subprocess.run(["mutmut", "results", "--all", "true"], cwd=dest, env=env, capture_output=True,
+                                text=True, check=True).stdout
+        for line in listed.splitlines():
+            match = re.match(r"\s*(\S+__mutmut_\d+): (.+)$", line)
+            if match and (previous is None or match.group(1) in rerun):
+                statuses[match.group(1)] = match.group(2).strip()
+    state_path(module).write_text(json.dumps({"source_sha256": source_digest(module), "statuses": statuses}))
     result = ModuleScore(module)
-    for line in listed.splitlines():
-        match = re.match(r"\s*(\S+__mutmut_\d+): (.+)$", line)
-        if not match:
-            continue
-        name, status = match.group(1), match.group(2).strip()
+    for name, status in sorted(statuses.items()):
         result.total += 1
         result.statuses[status] = result.statuses.get(status, 0) + 1
         if status in STATUS_KILLED:
@@ -202,6 +225,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--children", type=int, default=1, help="parallel mutant workers (default 1)")
     parser.add_argument("--json", type=Path, help="also write the per-module scores here")
     parser.add_argument("--keep", action="store_true", help="keep the scratch copies")
+    parser.add_argument("--survivors-only", action="store_true",
+                        help="re-run only the mutants that survived the last run (if the module is unchanged)")
     args = parser.parse_args(argv)
     modules = args.modules or list(MODULES)
     unknown = [m for m in modules if m not in MODULES]
@@ -209,9 +234,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"no test selection for {unknown}; known: {', '.join(MODULES)}")
     equivalents = load_equivalents()
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--", *modules, "tests"], cwd=REPO, capture_output=True,
+                           text=True).stdout.strip()
+    print(f"commit {commit}{' (with uncommitted changes)' if dirty else ''}", flush=True)
     results = []
     for module in modules:
-        result = run_module(module, MODULES[module], args.children, equivalents.get(module, []))
+        result = run_module(module, MODULES[module], args.children, equivalents.get(module, []),
+                            survivors_only=args.survivors_only)
         report(result)
         results.append(result)
         if not args.keep:
@@ -221,6 +250,7 @@ def main(argv: list[str] | None = None) -> int:
             json.dumps(
                 {
                     "commit": commit,
+                    "dirty": bool(dirty),
                     "modules": [
                         {
                             "module": r.module,

@@ -40,6 +40,10 @@ from transport.certs import write_certs
 from transport.tls import check_certificates, make_channel
 
 DEMO_JOB_ID = "demo"
+#: Where the demo's column centres and scales come from (said in its summary).
+SCALES_FROM = ("the training data's means and standard deviations, computed by the demo (a convenience: they "
+               "are statistics of the private data and end up in the public job spec; a real job states "
+               "public ranges in its job file or estimates them with the DP pre-job `ltm job bounds`)")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -226,6 +230,7 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
         "sketch": {"kind": spec.sketch.kind, "m": spec.sketch.m, "s": spec.make_sketch().pieces,
                    "m_rule": choices.m_rule},
         "job_digest": spec.digest,
+        "scales_from": SCALES_FROM,
         "release_sha256": report["release_sha256"],
         "participants": report["participants"],
         "held_per_server": report["held_per_server"],
@@ -245,6 +250,9 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def print_summary(r: dict[str, Any]) -> None:
+    """The demo's report for a person: every figure labelled, a verdict, what varies and why."""
+    from sim.summary import byte_lines, model_table, privacy_lines, variation_note, verdict
+
     pr, m, b = r["privacy"], r["metrics"], r["baselines"]
     print(f"LTM demo — {r['data']}, {'mutual TLS' if r['tls'] else 'PLAINTEXT (--insecure)'}")
     roles: dict[str, list[str]] = {}
@@ -253,15 +261,19 @@ def print_summary(r: dict[str, Any]) -> None:
     for role, names in roles.items():
         print(f"  {role:8s} {', '.join(names)}")
     print(f"  job: {r['n_train']} training rows, {r['partition']} partition, {r['sketch']['kind']} sketch "
-          f"m={r['sketch']['m']} s={r['sketch']['s']}, {r['participants']} participants")
-    print(f"  privacy: {pr['guarantee']}")
-    print(f"  {'model':12s}{'R²':>10s}{'MSE':>12s}{'φ':>10s}")
-    print(f"  {'LTM ridge':12s}{m['r2']:>10.4f}{m['mse']:>12.4g}{m['phi']:>10.4f}")
-    for name in ("nonprivate", "central", "local"):
-        print(f"  {name:12s}{b[name]['r2']:>10.4f}{b[name]['mse']:>12.4g}{b[name]['phi']:>10.4f}")
-    mb = r["bytes"]["party_to_server_total"] / 1e6
-    print(f"  bytes: parties → servers {mb:.2f} MB {r['bytes']['party_to_server']}, "
-          f"servers → analyst {r['bytes']['server_to_analyst']}")
+          f"m={r['sketch']['m']} s={r['sketch']['s']}, {r['participants']} participants; "
+          f"{r.get('n_test', 0)} held-out rows for testing")
+    for line in privacy_lines(pr):
+        print(line)
+    print(f"  column centres and scales: {r['scales_from']}")
+    for line in model_table("LTM (private)", m, b):
+        print(line)
+    kind = (r.get("release") or {}).get("kind") if isinstance(r.get("release"), dict) else None
+    print("  " + verdict(m, b, n=int(r["participants"]), epsilon=float(pr["epsilon"]),
+                         release_kind=str(kind or r["sketch"]["kind"])))
+    print("  " + variation_note(r.get("randomness", ""), seeded=str(r.get("randomness", "")).startswith("seeded")))
+    for line in byte_lines(r["bytes"]):
+        print(line)
     t = r["timing_s"]
     print("  time: " + ", ".join(f"{k} {v:.2f}s" for k, v in t.items() if isinstance(v, float)))
     if "chaos" in r:
@@ -276,8 +288,9 @@ def print_summary(r: dict[str, Any]) -> None:
 
 
 def add_operate_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("operate", help="prepare a job on a dataset, submit it to a running analyst, run it",
-                       description="The operator's side of a deployment (the compose testbed, separate machines): "
+    p = sub.add_parser("operate", help="the demo's convenience: build a job from a dataset, write party files, run it",
+                       description="THE DEMO'S CONVENIENCE, NOT THE REAL PATH (that is `ltm job`: a job file from "
+                                   "public information, parties keeping their own data). For the compose testbed: "
                                    "build the job spec on the data, write each party's CSV, submit the job to the "
                                    "analyst, wait for the release and report model quality beside the baselines.")
     p.add_argument("--analyst", required=True, help="analyst endpoint host:port")
