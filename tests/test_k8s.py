@@ -260,3 +260,23 @@ def test_network_policies_allow_only_what_each_role_needs(objects):
                     assert not net.allowed(src, dst, port), f"{src} → {dst}:{port} is allowed"
     for s in servers:
         assert not net.allowed(s, "kube-system/dns", 53, "UDP"), "a server needs no egress at all"
+
+
+def test_the_job_file_names_the_deployed_servers_and_parties(objects):
+    """The operator submits a valid job whose servers are the deployed Services and whose parties
+    are the deployed party Jobs, which join it by its id and reach the servers it names."""
+    from ltm.jobfile import parse_job_file
+
+    (job_map,) = [o for o in by_kind(objects, "ConfigMap") if o["metadata"]["name"] == "ltm-job"]
+    spec = parse_job_file(job_map["data"]["job.toml"]).spec
+    services = {f'{o["metadata"]["name"]}.{o["metadata"]["namespace"]}.svc.cluster.local:{o["spec"]["ports"][0]["port"]}'
+                for o in by_kind(objects, "Service") if o["metadata"]["name"] == "ltm-server"}
+    assert {s.endpoint for s in spec.servers} == services
+    for o, c, argv in ltm_commands(objects):
+        if argv[0] == "party":
+            assert argv[argv.index("--job") + 1] == spec.job_id
+            assert argv[argv.index("--servers") + 1].split(",") == [s.endpoint for s in spec.servers]
+            assert argv[argv.index("--server-ids") + 1].split(",") == [s.server_id for s in spec.servers]
+            assert argv[argv.index("--id") + 1] in {p.party_id for p in spec.parties}
+        if argv[0] == "server":
+            assert argv[argv.index("--id") + 1] in {s.server_id for s in spec.servers}
