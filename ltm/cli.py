@@ -45,8 +45,9 @@ def _add_simulate(sub: argparse._SubParsersAction) -> None:
     job.add_argument("--partition", choices=["rows", "columns"], default="rows")
     job.add_argument("--parties", type=_positive_int, default=4)
     job.add_argument("--k", type=int, default=3, help="number of servers (≥ 2)")
-    job.add_argument("--sketch", choices=["sparse", "dense", "gram"], default="sparse",
-                     help="release kind: a sparse or dense sketch, or gram (noisy sufficient statistics; rows only)")
+    job.add_argument("--sketch", "--release", dest="sketch", choices=["auto", "sparse", "dense", "gram"], default="auto",
+                     help="release kind: auto (default: the planner chooses from public quantities, ltm/planner.py), "
+                          "a sparse or dense sketch, or gram (noisy sufficient statistics ZᵀZ; rows partition only)")
     job.add_argument("--m", type=_positive_int, help="sketch rows (default: a rule from n, D and ε; see sim/jobs.py)")
     job.add_argument("--s", type=_positive_int, default=1, help="non-zeros per column of a sparse sketch")
     job.add_argument("--share-mode", choices=["seed", "full"], default="seed",
@@ -202,7 +203,9 @@ COMMANDS = {
     "party": ("party.main:add_parser", "run a party: vet a job, upload shares"),
     "analyst": ("analyst.main:add_parser", "run the analyst service"),
     "demo": ("sim.demo:add_parser", "run a whole networked job on loopback: certs, 3 servers, analyst, parties"),
-    "operate": ("sim.demo:add_operate_parser", "prepare a job on a dataset, submit it to a running analyst, run it"),
+    "operate": ("sim.demo:add_operate_parser",
+                "the demo's convenience: build a job from a dataset, write party files, run it (not private)"),
+    "job": ("analyst.operator:add_parser", "check, submit and follow a job file (public information only)"),
     "health": ("transport.health:add_parser", "probe an actor's gRPC health service"),
     "audit": ("sim.audit:add_parser", "empirical DP audit: a Clopper–Pearson lower bound on ε (prints JSON)"),
     "loadtest": ("sim.loadtest:add_parser", "many concurrent party streams against real servers on loopback (JSON)"),
