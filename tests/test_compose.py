@@ -325,3 +325,22 @@ def test_the_compose_commands_run_a_job_on_loopback(tmp_path):
             assert p.wait(timeout=120) == 0, (tmp_path / "logs" / f"{name}.log").read_text()[-2000:]
     finally:
         tb.stop()
+
+
+@pytest.mark.parametrize("release", ["sparse"])
+def test_the_demo_job_file_is_the_demo_job(tmp_path, release):
+    """`ltm operate --write-job` writes the very spec `ltm demo` runs (same digest), so the compose
+    testbed can release the demo's bytes through `ltm job submit`."""
+    from ltm.jobfile import job_file_doc, parse_job_file, render_job_file
+    from ltm.randomness import Randomness
+    from sim.demo import prepare_job
+    from sim.simulate import SimulateConfig, load_table
+
+    randomness = Randomness.seeded_insecure(7)
+    cfg = SimulateConfig(parties=4, k=3, seed=7, model="ridge", sketch=release, m=8 if release == "dense" else None)
+    train, _ = load_table(cfg, randomness)
+    spec, _ = prepare_job(cfg, train, randomness, [f"server-{i}:50051" for i in range(3)], tmp_path,
+                          per_party_dirs=True)
+    again = parse_job_file(render_job_file(job_file_doc(spec, deadline_s=300.0))).spec
+    assert again == spec and again.digest == spec.digest
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"party-{i}" for i in range(4)]
