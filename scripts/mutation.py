@@ -38,20 +38,17 @@ PACKAGES = ["ltm", "party", "server", "analyst", "sim", "experiments", "transpor
 #: module → the tests that exercise it (fast, in-process; no subprocesses, since a subprocess
 #: would import the unmutated code).  Ordered from the most stable module to the most changed.
 MODULES: dict[str, list[str]] = {
-    "ltm/ring.py": ["tests/test_ring_sharing.py", "tests/test_mutation_kills.py"],
-    "ltm/sharing.py": ["tests/test_ring_sharing.py", "tests/test_mutation_kills.py"],
-    "ltm/calibration.py": ["tests/test_calibration.py", "tests/test_mutation_kills.py"],
-    "server/release_gate.py": ["tests/test_release_gate.py", "tests/test_mutation_kills.py"],
-    "analyst/reconstruct.py": ["tests/test_pipeline_exact.py", "tests/test_mutation_kills.py"],
-    "ltm/sketch.py": ["tests/test_sketch_golden.py", "tests/test_mutation_kills.py"],
-    "party/randomizer.py": [
-        "tests/test_pipeline_exact.py",
-        "tests/test_release_noise.py",
-        "tests/test_mutation_kills.py",
-    ],
-    "server/core.py": ["tests/test_release_gate.py", "tests/test_mutation_kills.py"],
-    "analyst/estimators.py": ["tests/test_estimators.py", "tests/test_mutation_kills.py"],
-    "analyst/baselines.py": ["tests/test_baselines.py", "tests/test_mutation_kills.py"],
+    "ltm/ring.py": ["tests/test_ring_sharing.py", "tests/test_kills_ring.py"],
+    "ltm/sharing.py": ["tests/test_ring_sharing.py", "tests/test_kills_sharing.py"],
+    "ltm/calibration.py": ["tests/test_calibration.py", "tests/test_kills_calibration.py"],
+    "server/release_gate.py": ["tests/test_release_gate.py", "tests/test_kills_release_gate.py"],
+    "analyst/reconstruct.py": ["tests/test_pipeline_exact.py", "tests/test_kills_reconstruct.py"],
+    "ltm/sketch.py": ["tests/test_sketch_golden.py", "tests/test_kills_sketch.py"],
+    "party/randomizer.py": ["tests/test_pipeline_exact.py", "tests/test_release_noise.py",
+                            "tests/test_kills_randomizer.py"],
+    "server/core.py": ["tests/test_release_gate.py", "tests/test_kills_core.py"],
+    "analyst/estimators.py": ["tests/test_estimators.py", "tests/test_kills_estimators.py"],
+    "analyst/baselines.py": ["tests/test_baselines.py", "tests/test_kills_baselines.py"],
 }
 
 STATUS_KILLED = {"killed", "timeout", "segfault", "caught by type check"}
