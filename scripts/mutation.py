@@ -172,7 +172,7 @@ def run_module(module: str, tests: list[str], children: int, equivalents: list[d
     write_config(dest, module, tests)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     what = f"the {len(rerun)} survivors of the last run" if previous is not None else "every mutant"
-    print(f"== {module}: mutmut run ({what}) against {' '.join(tests)}", flush=True)
+    print(f"== {module} at {commit}: mutmut run ({what}) against {' '.join(tests)}", flush=True)
     statuses: dict[str, str] = dict(previous or {})
     if previous is None or rerun:
         proc = subprocess.run(["mutmut", "run", "--max-children", str(children), *rerun], cwd=dest, env=env,
@@ -273,10 +273,14 @@ def main(argv: list[str] | None = None) -> int:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
     dirty = subprocess.run(["git", "status", "--porcelain", "--", *modules, "tests"], cwd=REPO, capture_output=True,
                            text=True).stdout.strip()
-    print(f"measuring commit {commit}{' (uncommitted changes are not measured)' if dirty else ''}", flush=True)
+    print(f"HEAD is {commit}{' (uncommitted changes are not measured)' if dirty else ''}", flush=True)
     results = []
     failed = []
     for module in modules:
+        # Each module measures the commit checked out when its turn comes (tests committed while
+        # an earlier module ran are included).
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
+                                text=True).stdout.strip()
         try:
             result = run_module(module, MODULES[module], args.children, equivalents.get(module, []),
                                 survivors_only=args.survivors_only, commit=commit)
