@@ -140,3 +140,81 @@ def test_privacy_report_laplace_and_other_labels():
                          f"parties (covering the honest parties' columns)")
     interp = _job(calibration="interpolate", interpolate_p=0.5, s=2)
     assert privacy_report(interp, interp.noise_plan(), mask, randomness="x")["calibration"] == "interpolate(0.5)"
+
+
+def _boundary_delta(achieved: float) -> float | None:
+    """A δ with δ·(1 + 1e-9) == achieved exactly, if one is near (to test the ≤ boundary)."""
+    d = achieved / (1 + 1e-9)
+    for _ in range(200):
+        if d * (1 + 1e-9) == achieved:
+            return d
+        d = np.nextafter(d, 0.0 if d * (1 + 1e-9) > achieved else 1.0)
+    return None
+
+
+def test_privacy_report_deducts_corruption_and_handles_a_load_of_one():
+    spec = _job(s=2, t_prime=2, min_honest_load=1)
+    plan = spec.noise_plan()
+    mask = np.ones(spec.n, bool)
+    loads = spec.make_sketch().row_loads(mask)
+    report = privacy_report(spec, plan, mask, randomness="x")
+    assert report["min_honest_load"] == int(loads.min()) - 2 and report["min_row_load"] == int(loads.min())
+    # a participant set whose weakest row holds exactly one honest (client, piece) pair
+    spec0 = _job(s=2, min_honest_load=1)
+    plan0 = spec0.noise_plan()
+    rows, _ = spec0.make_sketch().placement(0, spec0.n)
+    in_row0 = (rows == 0).any(axis=0)
+    one = ~in_row0
+    one[int(np.argmax(in_row0))] = True
+    report = privacy_report(spec0, plan0, one, randomness="x")
+    assert report["min_honest_load"] == 1
+    assert report["achieved_delta"] == pytest.approx(_phi_delta(plan0.sigma_client, spec0.privacy.epsilon,
+                                                                plan0.sensitivity), rel=1e-6)
+
+
+def test_privacy_report_boundaries_are_inclusive():
+    spec = _job(s=2)
+    plan = spec.noise_plan()
+    mask = np.ones(spec.n, bool)
+    achieved = privacy_report(spec, plan, mask, randomness="x")["achieved_delta"]
+    delta = _boundary_delta(achieved)
+    assert delta is not None
+    at = _replace(spec, privacy=_replace(spec.privacy, delta=delta))
+    assert privacy_report(at, plan, mask, randomness="x")["dp_verified"] is True
+    # Laplace: exactly L honest pairs verify; a scale below Δ₁/ε does not, even by a factor 1.5
+    lap = _job(mechanism="laplace", delta=0.0, s=2)
+    feasible = int(lap.make_sketch().row_loads().min())
+    lap = _job(mechanism="laplace", delta=0.0, s=2, min_honest_load=feasible)
+    lplan = lap.noise_plan()
+    assert round(1 / lplan.gamma_shape) == feasible
+    assert privacy_report(lap, lplan, mask, randomness="x")["dp_verified"] is True
+    weak = _replace(lplan, laplace_scale=lplan.laplace_scale / 1.5)
+    assert privacy_report(lap, weak, mask, randomness="x")["dp_verified"] is False
+    edge = _replace(lplan, laplace_scale=lplan.sensitivity / (lap.privacy.epsilon * (1 + 1e-9)))
+    if edge.sensitivity / edge.laplace_scale == lap.privacy.epsilon * (1 + 1e-9):
+        assert privacy_report(lap, edge, mask, randomness="x")["dp_verified"] is True
+
+
+def test_privacy_report_labels_the_paper_calibration():
+    spec = _job(s=2)
+    plan = spec.noise_plan()
+    paper = _replace(spec, privacy=_replace(spec.privacy, calibration="paper"))
+    text = privacy_report(paper, plan, np.ones(spec.n, bool), randomness="csprng")["guarantee"]
+    assert text.startswith(f"({spec.privacy.epsilon:g}, ")
+    assert text.endswith(") [calibration 'paper': Burkhardt et al. Cor 4.7/4.10 as printed, reproduction mode]") \
+        or text.endswith("corrupt parties [calibration 'paper': Burkhardt et al. Cor 4.7/4.10 as printed, "
+                         "reproduction mode]")
+
+
+def test_reconstructed_release_carries_the_public_column_metadata():
+    from ltm.ring import encode
+
+    spec = _job(s=2, intercept=True)
+    plan = spec.noise_plan()
+    total = encode(np.ones((spec.sketch.m, spec.width)), spec.frac_bits)
+    shares = sharing.share(total, spec.k, Randomness.system(), mode="full")
+    rel = reconstruct_release(spec, [s.values() for s in shares], np.ones(spec.n, bool), plan, randomness="x")
+    assert np.array_equal(rel.centers, [e.center for e in spec.layout])
+    assert np.array_equal(rel.scales, [e.scale for e in spec.layout])
+    assert rel.intercept == spec.intercept_index is not None
+    assert rel.kind == spec.sketch.kind == "sparse"
