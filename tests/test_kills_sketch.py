@@ -109,3 +109,31 @@ def test_sum_map_is_a_masked_column_sum():
     assert np.array_equal(sk.apply(2, values, include=include), want[None, :])
     assert np.array_equal(sk.apply(2, values), values[0].sum(axis=0, dtype=np.uint64)[None, :])
     assert np.array_equal(sk.row_loads(), [10]) and sk.scale == 1.0
+
+
+@pytest.mark.parametrize("kind, m, s", [("sparse", 6, 2), ("sum", 1, 1)])
+def test_sketch_apply_over_several_chunks_equals_two_smaller_applies(kind, m, s):
+    n = CHUNK_CLIENTS + 5000
+    sk = Sketch(kind, m, n + 10, s, _SEED)
+    rng = np.random.default_rng(9)
+    values = rng.integers(0, 2**64, size=(sk.pieces, n, 2), dtype=np.uint64)
+    include = rng.random(n) < 0.7
+    got = sk.apply(10, values, include=include)
+    cut = 40_000
+    want = sk.apply(10, values[:, :cut], include=include[:cut])
+    want = sk.apply(10 + cut, values[:, cut:], out=want, include=include[cut:])
+    assert got.dtype == np.uint64 and np.array_equal(got, want)
+    assert np.array_equal(sk.apply(10, values, include=include, slots=sk.slots()), want)
+    rows, _ = sk.placement(0, sk.n)
+    loads = sk.row_loads()
+    assert loads.dtype == np.int64 and np.array_equal(loads, np.bincount(rows.ravel(), minlength=m))
+
+
+def test_sketch_outputs_have_integer_types():
+    sk = Sketch("sparse", 5, 20, 2, _SEED)
+    values = np.ones((2, 20, 3), dtype=np.uint64)
+    assert sk.apply(0, values).dtype == np.uint64
+    assert sk.to_dense().dtype == np.int64
+    assert sk.row_loads(np.ones(20, bool)).dtype == np.int64
+    rows, negative = Sketch("sum", 1, 20, 1, _SEED).placement(0, 20)
+    assert rows.shape == negative.shape == (1, 20) and rows.dtype == np.int64
