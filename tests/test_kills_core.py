@@ -157,3 +157,58 @@ def test_server_core_accept_close_release_cycle():
                                                        job_digest=spec.digest))
     assert code == "PERMISSION_DENIED"
     assert cores[1].server_index(spec) == 1
+
+
+def test_server_core_uses_the_given_store_and_any_0_1_mask():
+    from server.core import participants_digest
+    from server.store import MemoryStore
+
+    store = MemoryStore()
+    assert ServerCore("server-0", store).store is store
+    mask = np.random.default_rng(1).random(37) < 0.5
+    for other in (mask.astype(np.int64), mask.astype(float), mask.tolist()):
+        assert participants_digest(other) == participants_digest(mask)
+    import hashlib
+    assert participants_digest(mask) == hashlib.sha256(np.packbits(mask).tobytes()).hexdigest()
+
+    spec, batches = _core_world()
+    cores = [ServerCore(s.server_id) for s in spec.servers]
+    for core in cores:
+        core.create_job(spec, caller_role="analyst")
+    for per_server in batches.values():
+        for core, batch in zip(cores, per_server):
+            core.accept(batch, spec.job_id, caller_role="party", caller_id=batch.party_id)
+    held = cores[0].close(spec.job_id, caller_role="analyst")
+    participants = held.copy()
+    participants[-1] = False  # the last client sits out
+    as_ints = cores[0].release(spec.job_id, participants.astype(np.int64), caller_role="analyst",
+                               job_digest=spec.digest)
+    cores[1].close(spec.job_id, caller_role="analyst")
+    as_bools = cores[1].release(spec.job_id, participants, caller_role="analyst", job_digest=spec.digest)
+    from server.result_share import result_share
+    assert np.array_equal(as_ints, result_share(spec, cores[0].store.batches(spec.job_id), participants,
+                                                spec.make_sketch()))
+    # A malformed mask one entry short (its packed bits equal the full mask's) is not a retry.
+    code, message = _protocol_error(lambda: cores[0].release(spec.job_id, participants[:-1], caller_role="analyst",
+                                                             job_digest=spec.digest))
+    assert code == "FAILED_PRECONDITION" and "already been released once" in message
+
+
+def test_server_core_accepts_a_column_block_upload():
+    from party.randomizer import make_batches
+    from sim.data import synthetic_ridge
+    from sim.jobs import build_job, party_tables
+
+    randomness = Randomness.seeded_insecure("core-columns")
+    table = synthetic_ridge(120, 3, randomness)
+    spec, _ = build_job(table, job_id="core-cols", randomness=randomness, partition="columns", parties=2, k=2,
+                        m=8, s=1)
+    tables = party_tables(spec, table)
+    core = ServerCore("server-0")
+    core.create_job(spec, caller_role="analyst")
+    for party in spec.parties:
+        for per_server in make_batches(spec, party.party_id, tables[party.party_id],
+                                       randomness.child("party", party.party_id), batch_clients=60):
+            receipt = core.accept(per_server[0], spec.job_id, caller_role="party", caller_id=party.party_id)
+            assert receipt.clients == per_server[0].count
+    assert core.close(spec.job_id, caller_role="analyst").all()
