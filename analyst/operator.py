@@ -6,6 +6,8 @@
   publishes it to every server and runs it (parties join with ``ltm party --job ID``).
 * ``ltm job status [ID] --analyst HOST:PORT`` — state and phase of one job or all jobs.
 * ``ltm job result ID --analyst HOST:PORT --out DIR`` — write a finished job's files.
+* ``ltm job bounds DRAFT --analyst HOST:PORT --epsilon E --out FILE`` — the DP pre-job that
+  estimates the column centres and spreads nobody knows (:mod:`analyst.bounds`).
 
 No command here takes a data file: the analyst's side of a job is public information only.  The
 network modules (grpc, stubs) are imported only by the commands that talk to the analyst.
@@ -54,6 +56,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     _connection(r)
     r.add_argument("--out", required=True, help="directory to write the files into (created)")
     r.set_defaults(func=run_result)
+
+    from analyst.bounds import add_bounds_parser  # the DP pre-job (no network imports at load time)
+
+    add_bounds_parser(jsub, _connection)
 
 
 def _connection(p: argparse.ArgumentParser) -> None:

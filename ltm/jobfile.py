@@ -33,16 +33,17 @@ import tomllib
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from ltm.jobspec import (CALIBRATIONS, INTERCEPT_NAME, MECHANISMS, PARTITIONS, ROLES, ColumnSpec, JobSpec,
-                         JobSpecError, PartySpec, PrejobSpec, PrivacySpec, ServerSpec, SketchSpec,
+from ltm.jobspec import (CALIBRATIONS, INTERCEPT_NAME, MECHANISMS, PARTITIONS, RELEASE_KINDS, ROLES, ColumnSpec,
+                         JobSpec, JobSpecError, PartySpec, PrejobSpec, PrivacySpec, ServerSpec, SketchSpec,
                          resolve_defaults, validate_job)
+from ltm.lifts import get_lift
 from ltm.jobspec import _typed as typed_record
 from ltm.sharing import SHARE_MODES
-from ltm.sketch import SKETCH_KINDS
 from ltm.transforms import TransformSpec
 
-#: The models the analyst can fit on a release (``analyst.estimators`` implements each).
-MODELS: tuple[str, ...] = ("ols", "ridge", "lowrank", "rmgm_ols", "dgm_ols")
+#: The models the analyst can fit on a release (``analyst.estimators`` implements each); "none"
+#: keeps the release only (e.g. the histograms of the bounds pre-job).
+MODELS: tuple[str, ...] = ("ols", "ridge", "lowrank", "rmgm_ols", "dgm_ols", "none")
 #: Domain separation for a sketch seed derived from the job id when the file gives none.
 SEED_DOMAIN = b"ltm/jobfile/sketch-seed/v1\x00"
 DEFAULT_DEADLINE_S = 600.0
@@ -293,9 +294,10 @@ def parse_job_file(text: str, *, source: str = "job file", resolve: bool = True)
 
     # ---- release
     kind = p.get(release, "kind", str, "[release]", "sparse")
-    if kind not in SKETCH_KINDS:
-        p.add(f"[release].kind must be one of {', '.join(SKETCH_KINDS)}, got {kind!r}")
-    m = _integer(p, release, "m", "[release]", None, required=True)
+    if kind not in RELEASE_KINDS:
+        p.add(f"[release].kind must be one of {', '.join(RELEASE_KINDS)}, got {kind!r}")
+    lifted = get_lift(kind) is not None  # a sum over clients: m = s = 1
+    m = _integer(p, release, "m", "[release]", 1 if lifted else None, required=not lifted)
     s = _integer(p, release, "s", "[release]", 1)
     if kind == "dense":
         if "s" in release and s != m:
@@ -323,7 +325,7 @@ def parse_job_file(text: str, *, source: str = "job file", resolve: bool = True)
     model = p.get(fit_t, "model", str, "[fit]", "ridge" if labelled else "lowrank")
     if model not in MODELS:
         p.add(f"[fit].model must be one of {', '.join(MODELS)}, got {model!r}")
-    elif model != "lowrank" and not labelled:
+    elif model not in ("lowrank", "none") and not labelled:
         p.add(f"[fit].model {model!r} is a regression: give one column role = \"label\", or use model = \"lowrank\"")
     lam = _number(p, fit_t, "lambda", "[fit]", 0.0)
     rank = _integer(p, fit_t, "rank", "[fit]", 5)
