@@ -84,6 +84,7 @@ def run_check(args: argparse.Namespace) -> int:
     jf = read_job_file(args.file)
     summary = spec_summary(jf)
     plan = jf.spec.noise_plan()
+    summary["plan_reason"] = jf.plan_reason
     summary["noise"] = {"mechanism": plan.mechanism, "sigma_client": plan.sigma_client,
                         "sigma_release": plan.sigma_release, "laplace_scale": plan.laplace_scale}
     if args.json:
@@ -93,7 +94,9 @@ def run_check(args: argparse.Namespace) -> int:
     print(f"{args.file}: OK — job {s.job_id!r}, digest {s.digest}")
     print(f"  {s.partition} partition, n={s.n}, {len(s.parties)} parties, {s.k} servers "
           f"({', '.join(f'{v.server_id}={v.endpoint}' for v in s.servers)})")
-    print(f"  release: {s.sketch.kind} sketch m={s.sketch.m} s={s.sketch.s}; fit: {jf.fit.model}")
+    print(f"  release: {s.sketch.kind} m={s.sketch.m} s={s.sketch.s}; fit: {jf.fit.model}")
+    if jf.plan_reason:
+        print(f"  release kind 'auto' — the planner chose {s.sketch.kind}: {jf.plan_reason}")
     pr = s.privacy
     print(f"  privacy: ({pr.epsilon:g}, {pr.delta:g})-DP {pr.mechanism} ({pr.calibration}), promised honest load "
           f"L={pr.min_honest_load}, t′={pr.t_prime}, corrupt parties={pr.corrupt_parties}, "
