@@ -269,7 +269,8 @@ def print_summary(r: dict[str, Any]) -> None:
           f"{r.get('n_test', 0)} held-out rows for testing")
     for line in privacy_lines(pr):
         print(line)
-    print(f"  column centres and scales: {r['scales_from']}")
+    if r.get("scales_from"):
+        print(f"  column centres and scales: {r['scales_from']}")
     for line in model_table("LTM (private)", m, b):
         print(line)
     kind = (r.get("release") or {}).get("kind") if isinstance(r.get("release"), dict) else None
