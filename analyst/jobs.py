@@ -18,6 +18,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -66,8 +67,10 @@ def release_of(record: JobRecord) -> ReleasedSketch:
     if record.state != "done" or record.shares is None or record.participants is None:
         raise KeyError(f"job {record.job_id!r} has no release yet (state {record.state})")
     spec = record.spec
-    return reconstruct_release(spec, record.shares, record.participants, spec.noise_plan(),
-                               randomness=record.randomness)
+    release = reconstruct_release(spec, record.shares, record.participants, spec.noise_plan(),
+                                  randomness=record.randomness)
+    stored = (record.outputs or {}).get("privacy_report.json")  # as reported when the job finished
+    return replace(release, privacy=json.loads(stored)) if stored else release
 
 
 LinksFor = Callable[[JobSpec, Retries], list[ServerLink]]
