@@ -466,6 +466,49 @@ def render_job_file(doc: dict[str, Any], header: str = "") -> str:
     return "\n".join(lines).lstrip("\n") + "\n"
 
 
+def job_file_doc(spec: JobSpec, fit: FitSpec | None = None, deadline_s: float | None = None) -> dict[str, Any]:
+    """The job-file document that :func:`parse_job_file` turns back into ``spec`` (same digest):
+    every column's transform as ``center``/``scale`` exactly, the sketch seed, the resolved
+    privacy parameters.  For a spec built elsewhere (the demo builds one from its dataset) that
+    must be run through ``ltm job submit``; render it with :func:`render_job_file`."""
+    p = spec.privacy
+    job: dict[str, Any] = {"id": spec.job_id, "partition": spec.partition, "clip_bound": spec.clip_bound,
+                           "share_mode": spec.share_mode, "frac_bits": spec.frac_bits}
+    if spec.partition == "columns":
+        job["rows"] = spec.n
+    if deadline_s is not None:
+        job["deadline_s"] = float(deadline_s)
+    privacy: dict[str, Any] = {"epsilon": p.epsilon, "delta": p.delta, "mechanism": p.mechanism,
+                               "calibration": p.calibration, "interpolate_p": p.interpolate_p,
+                               "t_prime": p.t_prime, "corrupt_parties": p.corrupt_parties,
+                               "min_honest_load": p.min_honest_load, "min_participants": p.min_participants}
+    if spec.prejobs:
+        privacy["prejob"] = [{"kind": x.kind, "job_id": x.job_id, "digest": x.digest, "epsilon": x.epsilon,
+                              "delta": x.delta} for x in spec.prejobs]
+    if spec.partition == "rows":
+        parties = [{"id": q.party_id, "clients": q.size} for q in spec.parties]
+    else:
+        parties = [{"id": q.party_id, "columns": list(q.columns), "clip_bound": q.clip_bound} for q in spec.parties]
+    fit = fit or FitSpec(model="ridge" if spec.label_index is not None else "lowrank")
+    return {
+        "job": job,
+        "release": {"kind": spec.sketch.kind, "m": spec.sketch.m,
+                    **({} if spec.sketch.kind == "dense" else {"s": spec.sketch.s}), "seed": spec.sketch.seed},
+        "privacy": privacy,
+        "fit": fit.to_dict(),
+        "servers": [{"id": v.server_id, "endpoint": v.endpoint} for v in spec.servers],
+        "parties": parties,
+        "columns": [{"name": c.name, "role": c.role, "center": c.center, "scale": c.scale} for c in spec.columns],
+        "transforms": [{k: v for k, v in asdict_shallow(t).items() if v not in (None, (), "")}
+                       for t in spec.transforms],
+    }
+
+
+def asdict_shallow(record: Any) -> dict[str, Any]:
+    """A dataclass's fields as a dict (tuples as lists), for writing TOML."""
+    return {f.name: list(v) if isinstance(v := getattr(record, f.name), tuple) else v for f in fields(record)}
+
+
 def spec_summary(jf: JobFile) -> dict[str, Any]:
     """What ``ltm job check`` prints: the digest and the public choices, resolved."""
     s = jf.spec
