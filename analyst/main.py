@@ -12,7 +12,7 @@ from ltm.v1 import ltm_pb2_grpc
 from transport.config import add_actor_arguments, load_config, merge
 from transport.logs import setup_logging
 from transport.serve import serve_until_signal
-from transport.tls import make_channel, make_server
+from transport.tls import check_certificates, make_channel, make_server
 
 log = logging.getLogger("ltm.analyst")
 SERVICE_NAME = "ltm.v1.Analyst"
@@ -48,6 +48,8 @@ def run(args: argparse.Namespace) -> int:
     args = merge(args, load_config(args.config), required=("listen", "out"))
     if not args.insecure and not args.certs:
         raise SystemExit("ltm analyst: --certs is required (or --insecure for a plaintext test run)")
+    if not args.insecure:
+        check_certificates(args.certs, "analyst")  # before the output directory is created
     setup_logging("analyst", args.log_level or "info")
     asyncio.run(serve(args))
     return 0

@@ -18,7 +18,7 @@ import grpc
 import numpy as np
 
 from analyst.coordinator import DEFAULT_RETRY, NotPublished, ReleaseFailed, RetryPolicy, publish, run_job
-from analyst.estimators import LowRank, default_ridge_lambda, make_estimator
+from analyst.estimators import LowRank, make_estimator, release_lambda
 from analyst.release import ReleasedSketch
 from ltm.errors import ProtocolError
 from ltm.jobspec import JobSpec, JobSpecError, validate_job
@@ -35,8 +35,7 @@ def fit_model(release: ReleasedSketch, model: str, *, lam: float = 0.0, rank: in
         est = LowRank(rank).fit(release)
         return {"model": "lowrank", "rank": rank, "components": est.components_.tolist(),
                 "columns": list(release.columns)}
-    lam = lam or default_ridge_lambda(release.noise_variance_per_column / release.matrix.shape[0],
-                                      release.matrix.shape[0])
+    lam = lam or release_lambda(release)[0]
     est = make_estimator(model, lam=lam, rank=rank, debias=debias).fit(release)
     features = [c for i, c in enumerate(release.columns) if i != release.label and i != release.intercept]
     return {"model": model, "lambda": lam, "debias": bool(getattr(est, "debias", False)),
@@ -48,7 +47,7 @@ def release_to_json(release: ReleasedSketch) -> dict[str, Any]:
     return {"columns": list(release.columns), "matrix": release.matrix.tolist(), "n": release.n,
             "centers": release.centers.tolist(), "scales": release.scales.tolist(), "label": release.label,
             "intercept": release.intercept, "noise_variance_per_column": release.noise_variance_per_column,
-            "sha256": release.sha256}
+            "sha256": release.sha256, "kind": release.kind}
 
 
 class AnalystService(ltm_pb2_grpc.AnalystServicer):

@@ -30,7 +30,7 @@ def _print_json(obj: Any) -> None:
 
 # ---------------------------------------------------------------------------- simulate
 def _add_simulate(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("simulate", help="run one LTM job in process and compare it with baselines",
+    p = sub.add_parser("simulate", help=COMMANDS["simulate"][1],
                        description="Parties → k servers → analyst in one process, on a CSV, a synthetic "
                                    "generator, or (default) the bundled real dataset.")
     src = p.add_argument_group("data")
@@ -45,7 +45,8 @@ def _add_simulate(sub: argparse._SubParsersAction) -> None:
     job.add_argument("--partition", choices=["rows", "columns"], default="rows")
     job.add_argument("--parties", type=_positive_int, default=4)
     job.add_argument("--k", type=int, default=3, help="number of servers (≥ 2)")
-    job.add_argument("--sketch", choices=["sparse", "dense"], default="sparse")
+    job.add_argument("--sketch", choices=["sparse", "dense", "gram"], default="sparse",
+                     help="release kind: a sparse or dense sketch, or gram (noisy sufficient statistics; rows only)")
     job.add_argument("--m", type=_positive_int, help="sketch rows (default: a rule from n, D and ε; see sim/jobs.py)")
     job.add_argument("--s", type=_positive_int, default=1, help="non-zeros per column of a sparse sketch")
     job.add_argument("--share-mode", choices=["seed", "full"], default="seed",
@@ -143,7 +144,7 @@ def _print_simulate_summary(r: dict[str, Any]) -> None:
 
 # ---------------------------------------------------------------------------- bench
 def _add_bench(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("bench", help="benchmarks that print JSON")
+    p = sub.add_parser("bench", help=COMMANDS["bench"][1])
     bsub = p.add_subparsers(dest="bench", required=True)
     sk = bsub.add_parser("sketch", help="one server's result-share computation and the bytes it receives")
     sk.add_argument("--n", type=_positive_int, default=1_000_000)
@@ -184,9 +185,14 @@ def _run_bench_paper(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------- main
-#: Networked subcommands: name → (module:function that adds the parser, one-line help).  Only the
-#: module of the subcommand being run is imported (actors stay lazily loaded, DESIGN §2).
-ACTOR_COMMANDS = {
+#: Every subcommand: name → ("module:function" that adds its parser, one-line help).  Only the
+#: module of the subcommand being run is imported, and only then is its parser built; the others
+#: appear in ``ltm --help`` as stubs (DESIGN §2: ``ltm server`` must not load the simulator, the
+#: other actors or the experiments).  To add a subcommand, add one entry here and keep the heavy
+#: imports of its module inside the functions (``tests/test_cli_lean.py`` checks what is loaded).
+COMMANDS = {
+    "simulate": ("ltm.cli:_add_simulate", "run one LTM job in process and compare it with baselines"),
+    "bench": ("ltm.cli:_add_bench", "benchmarks that print JSON"),
     "certs": ("transport.certs:add_certs_parser", "create a CA and one mTLS certificate per actor"),
     "server": ("server.main:add_parser", "run an LTM server"),
     "party": ("party.main:add_parser", "run a party: vet a job, upload shares"),
@@ -206,9 +212,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ltm", description="LTM: distributed differential privacy by secure sketching")
     parser.add_argument("--version", action="version", version="ltm 0.1.0")
     sub = parser.add_subparsers(dest="command", required=True)
-    _add_simulate(sub)
-    _add_bench(sub)
-    for name, (target, help_text) in ACTOR_COMMANDS.items():
+    for name, (target, help_text) in COMMANDS.items():
         if name == command:
             module, func = target.split(":")
             getattr(importlib.import_module(module), func)(sub)
@@ -223,13 +227,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser(command)
     args = parser.parse_args(argv)
     from ltm.calibration import CalibrationError
+    from ltm.errors import CommandError
     from ltm.jobspec import JobSpecError
 
     try:
         return int(args.func(args) or 0)
+    except CommandError as exc:
+        print(f"ltm {args.command}: error: {_one_line(exc)}", file=sys.stderr)
+        return exc.status
     except (JobSpecError, CalibrationError, ValueError) as exc:
-        print(f"ltm: error: {exc}", file=sys.stderr)
+        print(f"ltm {args.command}: error: {exc}", file=sys.stderr)
         return 2
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The party core: client vectors → clip → one noisy copy per piece → fixed point → k shares.
+"""The party core: client vectors → clip → (lift) → one noisy copy per piece → fixed point → k shares.
 
 Pure (no I/O, no network): the gRPC uploader and the in-process transport both call
 :func:`make_batches` and ship the resulting :class:`~ltm.batch.ShareBatch` objects.
@@ -102,7 +102,7 @@ def effective_batch_clients(spec: JobSpec, party: PartySpec, requested: int = DE
     """Clients per batch for this job and party: ``requested``, capped so that one batch's share
     array has at most :data:`MAX_BATCH_ELEMENTS` elements (a deterministic function of the public
     spec, so a resumed party cuts its batches exactly as before)."""
-    per_client = spec.make_sketch().pieces * len(spec.party_column_indices(party))
+    per_client = spec.make_sketch().pieces * len(spec.upload_columns(party))
     return max(1, min(requested, MAX_BATCH_ELEMENTS // per_client))
 
 
@@ -138,6 +138,7 @@ def make_batches(spec: JobSpec, party_id: str, table: Mapping[str, np.ndarray], 
     columns = tuple(spec.party_column_indices(party))
     raw = _checked_raw_columns(spec, party, table, list(columns))
     pipeline = FeaturePipeline.for_spec(spec)
+    uploaded = spec.upload_columns(party)
     digest = spec.digest
     party_ordinal = [p.party_id for p in spec.parties].index(party_id)
     for batch_index, a, b in plan_batches(party, batch_clients).ranges:
@@ -149,6 +150,8 @@ def make_batches(spec: JobSpec, party_id: str, table: Mapping[str, np.ndarray], 
         # Transform and clip per batch: random-feature vectors are wide, the raw columns are not.
         vectors = pipeline.vectors({k: v[lo:hi] for k, v in raw.items()}, columns, rows=hi - lo)
         vectors = clip_rows(vectors, party.clip_bound, spec.clip_norm)
+        if spec.lift is not None:  # a lifted release kind uploads lift(z) of the clipped z (ltm/lifts.py)
+            vectors = spec.lift.apply(spec, vectors)
         noisy = noisy_copies(vectors, pieces, plan, rand.child("noise"))
         t1 = time.perf_counter()
         ring = encode(noisy, spec.frac_bits)
@@ -156,4 +159,4 @@ def make_batches(spec: JobSpec, party_id: str, table: Mapping[str, np.ndarray], 
         if timings is not None:
             timings["noise"] = timings.get("noise", 0.0) + (t1 - t0)
             timings["sharing"] = timings.get("sharing", 0.0) + (time.perf_counter() - t1)
-        yield [ShareBatch(digest, party_id, batch_index, a, b, columns, sh) for sh in shares]
+        yield [ShareBatch(digest, party_id, batch_index, a, b, uploaded, sh) for sh in shares]

@@ -60,10 +60,16 @@ def read_csv(text: str, *, source: str, label: str | None, features: list[str] |
     wanted = (features or []) + ([label] if label else [])
     for name in wanted:
         if name in skipped:
-            raise DataError(f"{source}: column {name!r} is not numeric; encode it first")
+            raise DataError(skipped[name].describe(source))
         if name not in parsed:
             raise DataError(f"{source}: no column(s) {[c for c in wanted if c not in parsed]}; "
-                            f"the file has {list(parsed) + skipped}")
+                            f"the file has {list(parsed) + list(skipped)}")
+    if features is None:
+        # Every numeric column is a feature: a column of numbers with a stray text cell is a typo to
+        # fix, not a text column to drop without a word.
+        mixed = [bad for bad in skipped.values() if bad.numeric_cells > 0]
+        if mixed:
+            raise DataError(mixed[0].describe(source))
     columns = {k: v for k, v in parsed.items() if features is None or k in wanted}
     if not columns:
         raise DataError(f"{source}: no numeric columns")

@@ -24,9 +24,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import grpc
 import numpy as np
 
 from analyst.release import ReleasedSketch
+from ltm.errors import CommandError
 from ltm.jobspec import JobSpec
 from ltm.randomness import Randomness
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
@@ -35,7 +37,7 @@ from sim.launcher import ProcessGroup
 from sim.simulate import SimulateConfig, load_table, report_for_release, training_matrix
 from sim.jobs import build_job, party_tables
 from transport.certs import write_certs
-from transport.tls import make_channel
+from transport.tls import check_certificates, make_channel
 
 DEMO_JOB_ID = "demo"
 
@@ -48,7 +50,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--delta", type=float, default=1e-6)
     p.add_argument("--m", type=int, help="sketch rows (default: the rule of sim/jobs.py)")
     p.add_argument("--s", type=int, default=1)
-    p.add_argument("--sketch", choices=["sparse", "dense"], default="sparse")
+    p.add_argument("--sketch", choices=["sparse", "dense", "gram"], default="sparse")
     p.add_argument("--partition", choices=["rows", "columns"], default="rows")
     p.add_argument("--share-mode", choices=["seed", "full"], default="seed")
     p.add_argument("--data", help="CSV instead of the bundled dataset (with --label)")
@@ -99,7 +101,14 @@ async def _operate(analyst_endpoint: str, certs: Path | None, insecure: bool, sp
     try:
         stub = ltm_pb2_grpc.AnalystStub(channel)
         t = time.monotonic()
-        await stub.SubmitJob(ltm_pb2.SubmitJobRequest(spec_json=spec.canonical_json()), timeout=60.0)
+        try:
+            await stub.SubmitJob(ltm_pb2.SubmitJobRequest(spec_json=spec.canonical_json()), timeout=60.0)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() == grpc.StatusCode.UNAVAILABLE and (exc.details() or "").startswith("failed to connect"):
+                raise CommandError(f"cannot reach the analyst at {analyst_endpoint} ({exc.details()}); check that "
+                                   f"it is running and the address in --analyst", status=5) from None
+            raise CommandError(f"the analyst at {analyst_endpoint} did not accept job {spec.job_id!r}: "
+                               f"{exc.code().name}: {exc.details()}", status=5) from None
         phases["publish"] = time.monotonic() - t
         t = time.monotonic()
         start_parties()
@@ -125,7 +134,7 @@ async def _operate(analyst_endpoint: str, certs: Path | None, insecure: bool, sp
             scales=np.array([e.scale for e in spec.layout]), label=spec.label_index,
             intercept=spec.intercept_index, n=int(report["participants"]),
             noise_variance_per_column=int(report["participants"]) * spec.noise_plan().sigma_client**2,
-            privacy=json.loads(got.privacy_json), sha256=got.release_sha256)
+            privacy=json.loads(got.privacy_json), sha256=got.release_sha256, kind=spec.sketch.kind)
         return report, release, phases
     finally:
         await channel.close()
@@ -281,7 +290,7 @@ def add_operate_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--delta", type=float, default=1e-6)
     p.add_argument("--m", type=int)
     p.add_argument("--s", type=int, default=1)
-    p.add_argument("--sketch", choices=["sparse", "dense"], default="sparse")
+    p.add_argument("--sketch", choices=["sparse", "dense", "gram"], default="sparse")
     p.add_argument("--partition", choices=["rows", "columns"], default="rows")
     p.add_argument("--share-mode", choices=["seed", "full"], default="seed")
     p.add_argument("--data")
@@ -303,11 +312,17 @@ def run_operate(args: argparse.Namespace) -> int:
     cfg = SimulateConfig(data=args.data, label=args.label, partition=args.partition, parties=args.parties,
                          k=len(servers), sketch=args.sketch, m=args.m, s=args.s, epsilon=args.epsilon,
                          delta=args.delta, share_mode=args.share_mode, seed=args.seed, model="ridge")
+    certs = None if args.insecure else Path(args.certs or "")
+    if certs is not None:
+        check_certificates(certs, "operator")  # before any party file is written
     train, test = load_table(cfg, randomness)
     spec, _ = prepare_job(cfg, train, randomness, [x[1] for x in servers], Path(args.party_data))
-    certs = None if args.insecure else Path(args.certs)
-    report, release, phases = asyncio.run(_operate(args.analyst, certs, args.insecure, spec, lambda: None,
-                                                   randomness.label, args.deadline))
+    try:
+        report, release, phases = asyncio.run(_operate(args.analyst, certs, args.insecure, spec, lambda: None,
+                                                       randomness.label, args.deadline))
+    except grpc.aio.AioRpcError as exc:  # the analyst refused or could not finish the job (e.g. a server is down)
+        raise CommandError(f"job {spec.job_id!r} failed at the analyst {args.analyst}: {exc.code().name}: "
+                           f"{exc.details()}", status=5) from None
     rng = np.random.default_rng(np.frombuffer(randomness.child("baselines").bytes(16), dtype=np.uint64))
     out = {"command": "operate", "tls": not args.insecure, "release_sha256": report["release_sha256"],
            "participants": report["participants"], "held_per_server": report["held_per_server"],

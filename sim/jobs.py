@@ -9,6 +9,7 @@ import numpy as np
 from ltm.calibration import analytic_gaussian_sigma
 from ltm.jobspec import (INTERCEPT_NAME, ColumnSpec, JobSpec, PartySpec, PrivacySpec, ServerSpec, SketchSpec,
                          resolve_defaults)
+from ltm.lifts import get_lift
 from ltm.randomness import Randomness
 from ltm.second_moment import PublicSecondMoment, pmt_radius
 from ltm.transforms import TransformSpec, rff_spec, vector_layout, whiten_spec
@@ -107,7 +108,9 @@ def build_job(table: Table, *, job_id: str, randomness: Randomness, partition: s
                              "drop --intercept")
         columns, transforms, party_budget = _rff_columns(table, rff, partition, parties, clip_bound, randomness)
     width = len(vector_layout(columns, transforms))
-    if m is None:
+    if get_lift(kind) is not None:
+        m, s, rule = 1, 1, f"{kind}: the public map is the sum over clients (m = s = 1)"
+    elif m is None:
         m = default_m(n, width, epsilon=epsilon, delta=delta if delta > 0 else 1e-6, clip_bound=clip_bound,
                       kind=kind)
         rule = "default_m: 0.15·n/(D·1.1·σ₁²), σ₁ = analytic σ for Δ=2C; clamped to [max(4D,16), n/64]"

@@ -13,8 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from analyst.baselines import adassp, local_release, mod_sulq, ssp_ridge
-from analyst.estimators import LowRank, default_ridge_lambda, linear_predictor, make_estimator, solve_ridge
+from analyst.baselines import adassp, cv_ridge_lambda, local_release, mod_sulq, ssp_ridge
+from analyst.estimators import (LowRank, default_ridge_lambda, linear_predictor, make_estimator, release_lambda,
+                                solve_ridge)
 from analyst.metrics import phi, psi, r2, mse
 from analyst.random_features import FeatureSpaceModel, RFRidge
 from ltm.clipping import clip_rows
@@ -196,42 +197,59 @@ def baseline_delta(cfg: SimulateConfig) -> float:
     return cfg.delta if cfg.delta > 0 else 1e-6
 
 
-def _regression_report(cfg: SimulateConfig, spec: JobSpec, release, V, test: Table, rng) -> dict[str, Any]:
-    m = spec.sketch.m
-    entry_var = release.noise_variance_per_column / m
-    lam = cfg.lam if cfg.lam is not None else default_ridge_lambda(entry_var, m)
+def central_baselines(A: np.ndarray, b: np.ndarray, epsilon: float, delta: float, clip_bound: float,
+                      rng: np.random.Generator) -> dict[str, Any]:
+    """The central (trusted-curator) regression baselines, each with ITS OWN λ rule and the
+    tight √2·C² Gram sensitivity: AdaSSP (Wang 2018, adaptive private λ) and SSP (λ = 0: OLS on
+    the noisy sufficient statistics, eigenvalues projected if the noisy XᵀX is indefinite)."""
+    return {"AdaSSP": adassp(A, b, epsilon, delta, clip_bound, rng, tight=True),
+            "SSP": ssp_ridge(A, b, 0.0, epsilon, delta, clip_bound, rng, tight=True)}
 
-    def estimator():
+
+def _regression_report(cfg: SimulateConfig, spec: JobSpec, release, V, test: Table, rng) -> dict[str, Any]:
+    lam, lam_rule = release_lambda(release)
+    if cfg.lam is not None:
+        lam, lam_rule = cfg.lam, "given"
+
+    def estimator(lam_: float):
         if cfg.model == "rf_ridge":  # ridge on the mapped vectors; predicts on raw inputs
-            return RFRidge(spec, lam, debias=cfg.debias)
-        return make_estimator(cfg.model, lam=lam, rank=cfg.rank, debias=cfg.debias)
+            return RFRidge(spec, lam_, debias=cfg.debias)
+        return make_estimator(cfg.model, lam=lam_, rank=cfg.rank, debias=cfg.debias)
 
     # Coefficients over the release's regressors → a model that predicts raw rows.
     wrap = (lambda w: FeatureSpaceModel(w, spec)) if spec.transforms else (lambda w: linear_predictor(w, release))
-    model = estimator().fit(release)
+    model = estimator(lam).fit(release)
     label = spec.label_index
     A = V[:, [j for j in range(spec.width) if j != label]]
     b = V[:, label]
-    nonprivate = wrap(solve_ridge(A, b, lam))
+    ols = wrap(solve_ridge(A, b, 0.0))
+    lam_cv = cv_ridge_lambda(A, b, rng)
+    ridge_cv = wrap(solve_ridge(A, b, lam_cv))
     delta = baseline_delta(cfg)
-    central_fit = (ssp_ridge(A, b, lam, cfg.epsilon, delta, spec.clip_bound, rng) if cfg.model in ("ridge", "rf_ridge")
-                   else adassp(A, b, cfg.epsilon, delta, spec.clip_bound, rng))
-    central = wrap(central_fit.coef)
+    central = {name: {**_regression_metrics(wrap(fit.coef), spec, V, lam, test), "method": name, "lambda": fit.lam}
+               for name, fit in central_baselines(A, b, cfg.epsilon, delta, spec.clip_bound, rng).items()}
+    best = max(central, key=lambda k: central[k]["r2"])
     local_rel = local_release(release, V, cfg.epsilon, delta, spec.clip_bound, rng)
-    local_model = estimator().fit(local_rel)
+    local_model = estimator(default_ridge_lambda(local_rel.noise_variance_per_column / local_rel.n,
+                                                 local_rel.n)).fit(local_rel)
+    metrics = _regression_metrics(model, spec, V, lam, test)
     return {
         "coef": [float(c) for c in model.coef_],
         "intercept": float(model.intercept_),
         "lambda": lam,
-        "lambda_rule": "given" if cfg.lam is not None else "default_ridge_lambda: v·√m (v: noise variance per scaled entry)",
+        "lambda_rule": lam_rule,
         "debias": bool(getattr(model, "debias", False)),
-        "metrics": _regression_metrics(model, spec, V, lam, test),
+        "metrics": metrics,
         "baselines": {
-            "nonprivate": _regression_metrics(nonprivate, spec, V, lam, test),
-            "central": {**_regression_metrics(central, spec, V, lam, test),
-                        "method": "SSP" if cfg.model in ("ridge", "rf_ridge") else "AdaSSP"},
+            "nonprivate": {**_regression_metrics(ols, spec, V, lam, test), "method": "OLS"},
+            "nonprivate_ridge_cv": {**_regression_metrics(ridge_cv, spec, V, lam, test), "method": "ridge (5-fold CV λ)",
+                                    "lambda": lam_cv},
+            "central": {**central[best], "method": f"best central: {best}"},
+            "central_adassp": central["AdaSSP"],
+            "central_ssp": central["SSP"],
             "local": _regression_metrics(local_model, spec, V, lam, test),
         },
+        "gap_to_best_central_r2": metrics["r2"] - central[best]["r2"],
     }
 
 
