@@ -361,15 +361,22 @@ def fairness(params: dict, seed: int) -> list[dict]:
 
 
 # ------------------------------------------------------------------------------------- the LTM
-@register("liao.ltm", cost=lambda p: p.get("n", 100_000) / 20_000, styles=STYLES)
+@register("liao.ltm", cost=lambda p: p.get("n", 100_000) / 20_000 * (4 if p.get("kind") == "gram" else 1),
+          styles=STYLES)
 def ltm_compare(params: dict, seed: int) -> list[dict]:
     """Ours: private random-feature ridge THROUGH THE LTM (parties map their rows with public RFF
-    before clipping; sparse sketch; de-biased ridge in feature space; predict on raw inputs) vs
-    private linear ridge through the LTM, same data, split, ε and pipeline (``sim.simulate``).
-    Also the non-private ridge of each model (same λ) and the central SSP of each."""
+    before clipping; release kind ``params['kind']``: a sparse sketch or the gram kind; de-biased
+    ridge in feature space; predict on raw inputs) vs private linear ridge through the LTM, same
+    data, split, ε, release kind and pipeline (``sim.simulate``).  Also, from the same report, the
+    non-private OLS of each model on the clear (mapped) rows and the best central baseline of each
+    (SSP or AdaSSP, a trusted curator)."""
     from sim.simulate import SimulateConfig, simulate
 
-    common: dict[str, Any] = {"epsilon": params["epsilon"], "delta": params.get("delta", 1e-6),
+    kind = params.get("kind", "sparse")
+    features_n = params["features_n"]
+    if isinstance(features_n, dict):
+        features_n = features_n[kind]
+    common: dict[str, Any] = {"epsilon": params["epsilon"], "delta": params.get("delta", 1e-6), "sketch": kind,
                               "seed": subseed(seed, "run") % (2**62)}
     if params["dataset"] == "nonlinear":
         common.update(synthetic="nonlinear", n=params["n"], d=params["d"])
@@ -377,14 +384,13 @@ def ltm_compare(params: dict, seed: int) -> list[dict]:
         raise ValueError(f"unknown dataset {params['dataset']!r}")
     rows = []
     for model, label in (("rf_ridge", "rf_ridge"), ("ridge", "ridge (linear)")):
-        cfg = SimulateConfig(model=model, features_n=params["features_n"],
-                             bandwidth=params.get("bandwidth"), **common)
+        cfg = SimulateConfig(model=model, features_n=features_n, bandwidth=params.get("bandwidth"), **common)
         r = simulate(cfg)
-        extra = {"m": r["sketch"]["m"], "lambda": r["lambda"], "n_train": r["n_train"]}
+        extra = {"m": r["sketch"]["m"], "lambda": r["lambda"], "n_train": r["n_train"], "features_n": features_n}
         rows.append({"series": f"LTM {label}", "mse": r["metrics"]["mse"], "r2": r["metrics"]["r2"], **extra})
         rows.append({"series": f"non-private {label}", "mse": r["baselines"]["nonprivate"]["mse"],
                      "r2": r["baselines"]["nonprivate"]["r2"], **extra})
-        rows.append({"series": f"central SSP {label}", "mse": r["baselines"]["central"]["mse"],
-                     "r2": r["baselines"]["central"]["r2"], **extra})
+        rows.append({"series": f"central {label}", "mse": r["baselines"]["central"]["mse"],
+                     "r2": r["baselines"]["central"]["r2"], "central_method": r["baselines"]["central"]["method"],
+                     **extra})
     return rows
-
