@@ -361,8 +361,7 @@ def fairness(params: dict, seed: int) -> list[dict]:
 
 
 # ------------------------------------------------------------------------------------- the LTM
-@register("liao.ltm", cost=lambda p: p.get("n", 100_000) / 20_000 * (4 if p.get("kind") == "gram" else 1),
-          styles=STYLES)
+@register("liao.ltm", cost=lambda p: 20.0 if p.get("kind") == "gram" else 5.0, styles=STYLES)
 def ltm_compare(params: dict, seed: int) -> list[dict]:
     """Ours: private random-feature ridge THROUGH THE LTM (parties map their rows with public RFF
     before clipping; release kind ``params['kind']``: a sparse sketch or the gram kind; de-biased
@@ -379,7 +378,8 @@ def ltm_compare(params: dict, seed: int) -> list[dict]:
     common: dict[str, Any] = {"epsilon": params["epsilon"], "delta": params.get("delta", 1e-6), "sketch": kind,
                               "seed": subseed(seed, "run") % (2**62)}
     if params["dataset"] == "nonlinear":
-        common.update(synthetic="nonlinear", n=params["n"], d=params["d"])
+        n = params["n"][kind] if isinstance(params["n"], dict) else params["n"]
+        common.update(synthetic="nonlinear", n=n, d=params["d"])
     elif params["dataset"] != "power":
         raise ValueError(f"unknown dataset {params['dataset']!r}")
     rows = []
