@@ -280,6 +280,85 @@ def wine_public_sweep(params: dict, seed: int) -> list[dict]:
 
 
 # --------------------------------------------------------------------------------------------
+# The same comparison inside the LTM (not in the paper): whitening as a job transform
+# --------------------------------------------------------------------------------------------
+
+S_LTM_PAPER = "LTM gram, whitened (paper's radius)"
+S_LTM_TIGHT = "LTM gram, whitened + centred (radius √(d+1))"
+S_LTM_STD = "LTM gram, standardised (public mean/std)"
+S_PMT_EPS = "DP-PMTOLSE (central, same ε, δ)"
+STYLES.update({
+    S_LTM_PAPER: {"color": "tab:purple", "marker": "s", "linestyle": "--"},
+    S_LTM_TIGHT: {"color": "tab:green", "marker": "s"},
+    S_LTM_STD: {"color": "tab:grey", "marker": "D"},
+    S_PMT_EPS: {"color": "tab:blue", "marker": "o", "linestyle": ":"},
+})
+
+
+def _ltm_rows(A: np.ndarray, y: np.ndarray, B: np.ndarray, yB: np.ndarray, ref: np.ndarray, params: dict,
+              seed: int) -> list[dict]:
+    """Three LTM gram jobs on the same private rows (whitened with the paper's radius; centred and
+    whitened with radius √(d+1); standardised with the public means/stds, the project's default
+    transform) and the central DP-PMTOLSE at the same (ε, δ), each through the real party → servers
+    → analyst cores of the current transport.  Errors in raw units against ``ref``."""
+    import dataclasses
+
+    from analyst.estimators import OLS
+    from analyst.mapback import raw_linear_predictor
+    from experiments.transport import current
+    from ltm.jobspec import validate_job
+    from ltm.randomness import Randomness
+    from ltm.second_moment import epsilon_to_zcdp
+    from sim.data import Table, public_columns
+    from sim.jobs import build_job, party_tables
+
+    n, d = A.shape
+    eps, delta = float(params["epsilon"]), float(params.get("delta", 1e-6))
+    names = [f"x{j}" for j in range(d)]
+    table = Table({**{f: A[:, j].copy() for j, f in enumerate(names)}, "y": y.copy()}, "y", "private")
+    public_table = Table({**{f: B[:, j].copy() for j, f in enumerate(names)}, "y": yB.copy()}, "y", "public")
+    transport = current()
+    common = dict(job_id="cao-zhang-ltm", randomness=Randomness.seeded_insecure(subseed(seed, "job")), kind="gram",
+                  parties=int(params.get("parties", 4)), k=int(params.get("servers", 2)), epsilon=eps, delta=delta,
+                  endpoints=transport.endpoints(int(params.get("servers", 2))))
+    rows: list[dict] = []
+
+    def emit(series: str, spec, coef_fn) -> None:
+        release = transport.release(spec, party_tables(spec, table), subseed(seed, "release", series))
+        coef = coef_fn(OLS().fit(release), spec)
+        rows.append(_row(series, coef, ref, n_A_used=n, n_B=int(B.shape[0]), eps_total=eps, is_dp=True,
+                         dp_verified=bool(release.privacy.get("dp_verified", False))))
+
+    mapped = lambda est, spec: raw_linear_predictor(est.coef_scaled_, spec).coef_  # noqa: E731
+    paper = PublicSecondMoment.from_public_data(B, yB)
+    emit(S_LTM_PAPER, build_job(table, whiten=paper, **common)[0], mapped)
+    centred = PublicSecondMoment.from_public_data(B, yB, center=True)
+    emit(S_LTM_TIGHT, build_job(table, whiten=centred, whiten_radius=math.sqrt(d + 1), **common)[0], mapped)
+    base, _ = build_job(table, **common)
+    std = dataclasses.replace(base, columns=public_columns(public_table, intercept=False, clip_bound=base.clip_bound))
+    validate_job(std)
+    emit(S_LTM_STD, std, lambda est, spec: est.coef_)
+    rho = epsilon_to_zcdp(eps, delta) / 2.0  # two releases, 2ρ-zCDP in total → (ε, δ)-DP
+    res = dp_pmt_olse(A, y, paper, rho, numpy_rng(seed, "noise-pmt-eps"))
+    rows.append(_fit_row(S_PMT_EPS, res, ref, n_A_used=n, n_B=int(B.shape[0])))
+    rows.append(_row(S_OLS, _ols(A, y), ref, eps_total=math.inf, is_dp=False, n_A_used=n, n_B=int(B.shape[0])))
+    return rows
+
+
+@register("cao_zhang.ltm", networked=True, cost=lambda p: p.get("n_A", 4649), styles=STYLES)
+def ltm_cell(params: dict, seed: int) -> list[dict]:
+    """Whitening inside the LTM (gram release) against the central DP-PMTOLSE at the same (ε, δ),
+    on the Fig. 1 design (``dataset = "synthetic"``) or the white wine (``"wine"``)."""
+    if params.get("dataset", "synthetic") == "wine":
+        w = _wine(params)
+        return _ltm_rows(w["A"], w["y"], w["B"], w["yB"], _ols(w["A"], w["y"]), params, seed)
+    d, mu, chol, beta, noise, rng = _synthetic_setup(params, seed)
+    A, y = synthetic_rows(int(params["n_A"]), beta, mu, chol, noise, rng)
+    B, yB = synthetic_rows(int(params.get("n_B", 20)), beta, mu, chol, noise, rng)
+    return _ltm_rows(A, y, B, yB, beta, params, seed)
+
+
+# --------------------------------------------------------------------------------------------
 # Medians for the write-up (means are dominated by rare blow-ups; spec §7.1.5)
 # --------------------------------------------------------------------------------------------
 
@@ -302,6 +381,53 @@ def medians(results_csv: str | Path, keys: list[str], metric: str = "err") -> li
     return out
 
 
+def write_medians(results_csv: str | Path, out_csv: str | Path, keys: list[str], metric: str = "err") -> int:
+    """Write :func:`medians` as a CSV (the committed digest of a run whose results.csv is too big to
+    commit); returns the number of groups."""
+    rows = medians(results_csv, keys, metric)
+    with open(out_csv, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=[*keys, "median", "mean", "std", "count", "nonfinite"],
+                                lineterminator="\n")
+        writer.writeheader()
+        for r in rows:
+            writer.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()})
+    return len(rows)
+
+
+def plot_medians(medians_csv: str | Path, out_png: str | Path, *, x: str, series: str, title: str,
+                 facet: str | None = None, logx: bool = False) -> Path:
+    """The median variant of a figure (spec §7.1.9): median ‖β̂ − β‖ per ``x`` and ``series``
+    from a :func:`write_medians` CSV, log y, one panel per ``facet`` value."""
+    from experiments.report import _import_matplotlib
+
+    plt = _import_matplotlib()
+    with open(medians_csv, newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    facets = list(dict.fromkeys(r[facet] for r in rows)) if facet else [None]
+    fig, axes = plt.subplots(1, len(facets), figsize=(4.8 * len(facets) + 2.6, 3.6), squeeze=False)
+    for ax, fv in zip(axes[0], facets):
+        panel = [r for r in rows if facet is None or r[facet] == fv]
+        for i, sv in enumerate(dict.fromkeys(r[series] for r in panel)):
+            pts = sorted((float(r[x]), float(r["median"])) for r in panel if r[series] == sv and r["median"] != "nan")
+            style = {"color": f"C{i % 10}", "marker": ".", **STYLES.get(sv, {})}
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], label=sv, **style)
+        ax.set_yscale("log")
+        if logx:
+            ax.set_xscale("log")
+        ax.set_xlabel(x)
+        ax.set_ylabel("median error")
+        ax.grid(True, alpha=0.3)
+        if facet:
+            ax.set_title(f"{facet} = {fv}", fontsize=10)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="center right", fontsize=8, frameon=False)
+    fig.suptitle(title, fontsize=11)
+    fig.tight_layout(rect=(0, 0, 1 - 2.6 / (4.8 * len(facets) + 2.6), 0.95))
+    fig.savefig(out_png, dpi=110)
+    plt.close(fig)
+    return Path(out_png)
+
+
 def _main(argv: list[str] | None = None) -> int:
     import argparse
     import json
@@ -310,7 +436,20 @@ def _main(argv: list[str] | None = None) -> int:
     ap.add_argument("results_csv")
     ap.add_argument("--keys", default="n_A,rho,series")
     ap.add_argument("--metric", default="err")
+    ap.add_argument("--out", help="write a CSV here instead of JSON lines on stdout")
+    ap.add_argument("--plot", help="with --out: also plot the medians to this PNG (x = first key, series = "
+                                   "second key, facet = third key if any)")
+    ap.add_argument("--title", default="median error")
+    ap.add_argument("--logx", action="store_true")
     args = ap.parse_args(argv)
+    if args.out:
+        keys = args.keys.split(",")
+        if args.plot:
+            write_medians(args.results_csv, args.out, keys, args.metric)
+            plot_medians(args.out, args.plot, x=keys[0], series=keys[1], facet=keys[2] if len(keys) > 2 else None,
+                         title=args.title, logx=args.logx)
+        print(f"{write_medians(args.results_csv, args.out, args.keys.split(','), args.metric)} groups → {args.out}")
+        return 0
     for row in medians(args.results_csv, args.keys.split(","), args.metric):
         print(json.dumps(row))
     return 0

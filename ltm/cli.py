@@ -45,8 +45,9 @@ def _add_simulate(sub: argparse._SubParsersAction) -> None:
     job.add_argument("--partition", choices=["rows", "columns"], default="rows")
     job.add_argument("--parties", type=_positive_int, default=4)
     job.add_argument("--k", type=int, default=3, help="number of servers (≥ 2)")
-    job.add_argument("--sketch", choices=["sparse", "dense", "gram"], default="sparse",
-                     help="release kind: a sparse or dense sketch, or gram (noisy sufficient statistics; rows only)")
+    job.add_argument("--sketch", "--release", dest="sketch", choices=["auto", "sparse", "dense", "gram"], default="auto",
+                     help="release kind: auto (default: the planner chooses from public quantities, ltm/planner.py), "
+                          "a sparse or dense sketch, or gram (noisy sufficient statistics ZᵀZ; rows partition only)")
     job.add_argument("--m", type=_positive_int, help="sketch rows (default: a rule from n, D and ε; see sim/jobs.py)")
     job.add_argument("--s", type=_positive_int, default=1, help="non-zeros per column of a sparse sketch")
     job.add_argument("--share-mode", choices=["seed", "full"], default="seed",
@@ -125,19 +126,25 @@ def _run_simulate(args: argparse.Namespace) -> int:
 
 
 def _print_simulate_summary(r: dict[str, Any]) -> None:
+    from sim.summary import model_table, privacy_lines, variation_note, verdict
+
     pr = r["privacy"]
     print(f"LTM simulate — {r['data']}")
     print(f"  {r['n_train']} training rows, {r['parties']} parties ({r['partition']}), {r['servers']} servers, "
           f"{r['sketch']['kind']} sketch m={r['sketch']['m']} s={r['sketch']['s']}")
-    print(f"  privacy: {pr['guarantee']}")
-    print(f"  σ_client={pr['sigma_client']:.4g}  σ_release={pr['sigma_release']:.4g}  "
-          f"min honest load={pr['min_honest_load']}  randomness: {r['randomness']}")
-    metric_names = [k for k in ("r2", "mse", "phi", "psi") if k in r["metrics"]]
-    header = f"  {'':12s}" + "".join(f"{k:>14s}" for k in metric_names)
-    print(header)
-    rows = [("LTM " + r["model"], r["metrics"])] + [(k, v) for k, v in r["baselines"].items()]
-    for name, metrics in rows:
-        print(f"  {name:12s}" + "".join(f"{metrics[k]:>14.6g}" for k in metric_names))
+    for line in privacy_lines(pr):
+        print(line)
+    print(f"  randomness: {r['randomness']}")
+    for line in model_table("LTM " + r["model"], r["metrics"], r["baselines"]):
+        print(line)
+    if "r2" in r["metrics"]:
+        print("  " + verdict(r["metrics"], r["baselines"], n=int(r["n_train"]), epsilon=float(pr["epsilon"]),
+                             release_kind=str(r["sketch"]["kind"])))
+    seeded = str(r.get("randomness", "")).startswith("seeded")
+    note = variation_note(r.get("randomness", ""), seeded)
+    if r.get("synthetic") or str(r.get("data", "")).startswith("synthetic"):
+        note += "; synthetic data are drawn afresh each run, so every row varies" if not seeded else ""
+    print("  " + note)
     print(f"  release sha256 {r['release_sha256']}")
     print(f"  time {r['timing_s']['total']:.2f} s")
 
@@ -198,7 +205,9 @@ COMMANDS = {
     "party": ("party.main:add_parser", "run a party: vet a job, upload shares"),
     "analyst": ("analyst.main:add_parser", "run the analyst service"),
     "demo": ("sim.demo:add_parser", "run a whole networked job on loopback: certs, 3 servers, analyst, parties"),
-    "operate": ("sim.demo:add_operate_parser", "prepare a job on a dataset, submit it to a running analyst, run it"),
+    "operate": ("sim.demo:add_operate_parser",
+                "the demo's convenience: build a job from a dataset, write party files, run it (not private)"),
+    "job": ("analyst.operator:add_parser", "check, submit and follow a job file (public information only)"),
     "health": ("transport.health:add_parser", "probe an actor's gRPC health service"),
     "audit": ("sim.audit:add_parser", "empirical DP audit: a Clopper–Pearson lower bound on ε (prints JSON)"),
     "loadtest": ("sim.loadtest:add_parser", "many concurrent party streams against real servers on loopback (JSON)"),

@@ -106,12 +106,17 @@ class PublicSecondMoment:
         n_public: how many public rows it came from (informational; 0 = unknown / synthetic).
         eig_floor: None (default: Σ̂_B must be positive definite) or a floor below which
             eigen-directions are dropped (the pseudo-inverse root, for the paper's n_B ≤ d points).
+        feature_mean, label_mean: the public means subtracted before whitening, when the moment
+            is a covariance (``from_public_data(..., center=True)``; not in the paper, whose
+            model has no intercept); None / 0.0 for the paper's uncentred second moment.
     """
 
     sigma: np.ndarray
     label_rms: float
     n_public: int = 0
     eig_floor: float | None = None
+    feature_mean: np.ndarray | None = None
+    label_mean: float = 0.0
 
     def __post_init__(self) -> None:
         S = np.array(self.sigma, dtype=np.float64, copy=True)
@@ -123,16 +128,30 @@ class PublicSecondMoment:
             raise ValueError(f"label RMS must be finite and > 0, got {self.label_rms!r}")
         S.setflags(write=False)
         object.__setattr__(self, "sigma", S)
+        if self.feature_mean is not None:
+            mu = np.array(self.feature_mean, dtype=np.float64, copy=True).reshape(-1)
+            if mu.shape != (S.shape[0],) or not np.all(np.isfinite(mu)) or not math.isfinite(self.label_mean):
+                raise ValueError(f"feature_mean must be {S.shape[0]} finite numbers and label_mean finite")
+            mu.setflags(write=False)
+            object.__setattr__(self, "feature_mean", mu)
         object.__setattr__(self, "_M", inv_sqrt_spd(S, self.eig_floor))  # validates positive definiteness
 
     @classmethod
-    def from_public_data(cls, B: np.ndarray, y_B: np.ndarray, *, eig_floor: float | None = None
-                         ) -> "PublicSecondMoment":
-        """Σ̂_B = BᵀB/n_B and σ̂_B = sqrt(mean(y_B²)) from PUBLIC rows (never the private data)."""
+    def from_public_data(cls, B: np.ndarray, y_B: np.ndarray, *, eig_floor: float | None = None,
+                         center: bool = False) -> "PublicSecondMoment":
+        """Σ̂_B = BᵀB/n_B and σ̂_B = sqrt(mean(y_B²)) from PUBLIC rows (never the private data).
+
+        ``center=True`` (not the paper's method): subtract the public means first, so Σ̂_B is the
+        public covariance and σ̂_B the public std of y; the means are kept for the parties' centring.
+        """
         B = np.asarray(B, dtype=np.float64)
         y_B = np.asarray(y_B, dtype=np.float64).reshape(-1)
         if B.ndim != 2 or B.shape[0] != y_B.shape[0] or B.shape[0] == 0:
             raise ValueError(f"public data shapes do not match: B {B.shape}, y_B {y_B.shape}")
+        if center:
+            mu, my = B.mean(axis=0), float(y_B.mean())
+            B, y_B = B - mu, y_B - my
+            return cls(B.T @ B / B.shape[0], float(np.sqrt(np.mean(y_B**2))), int(B.shape[0]), eig_floor, mu, my)
         return cls(B.T @ B / B.shape[0], float(np.sqrt(np.mean(y_B**2))), int(B.shape[0]), eig_floor)
 
     @property

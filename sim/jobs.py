@@ -10,6 +10,7 @@ from ltm.calibration import analytic_gaussian_sigma
 from ltm.jobspec import (INTERCEPT_NAME, ColumnSpec, JobSpec, PartySpec, PrivacySpec, ServerSpec, SketchSpec,
                          resolve_defaults)
 from ltm.lifts import get_lift
+from ltm.planner import PlanInputs, plan_release
 from ltm.randomness import Randomness
 from ltm.second_moment import PublicSecondMoment, pmt_radius
 from ltm.transforms import TransformSpec, rff_spec, vector_layout, whiten_spec
@@ -66,6 +67,7 @@ class JobChoices:
 
     m: int
     m_rule: str
+    plan: dict | None = None  # the planner's output when the kind was "auto" (ltm.planner.Plan.to_dict())
 
 
 def split_parties(n: int, parties: int) -> list[tuple[int, int]]:
@@ -83,7 +85,7 @@ def build_job(table: Table, *, job_id: str, randomness: Randomness, partition: s
               intercept: bool = False, clip_bound: float = DEFAULT_CLIP_BOUND, share_mode: str = "seed",
               frac_bits: int = 0, min_honest_load: int = 0, endpoints: list[str] | None = None,
               rff: RFFOptions | None = None, whiten: PublicSecondMoment | None = None,
-              whiten_eta: float = 0.05) -> tuple[JobSpec, JobChoices]:
+              whiten_eta: float = 0.05, whiten_radius: float | None = None) -> tuple[JobSpec, JobChoices]:
     """A resolved, validated job spec for a table, and the choices made.
 
     ``rff``: parties map their (standardised) features with public random features before
@@ -99,7 +101,8 @@ def build_job(table: Table, *, job_id: str, randomness: Randomness, partition: s
             raise ValueError("whitening: supported for the rows partition without random features or an intercept "
                              "column (the paper's model has none; in the columns partition the map would mix "
                              "parties' columns)")
-        columns, transforms = whiten_columns(table, whiten, clip_bound=clip_bound, eta_fail=whiten_eta)
+        columns, transforms = whiten_columns(table, whiten, clip_bound=clip_bound, eta_fail=whiten_eta,
+                                             radius=whiten_radius)
     elif rff is None:
         columns = public_columns(table, intercept=intercept, clip_bound=clip_bound)
     else:
@@ -108,7 +111,17 @@ def build_job(table: Table, *, job_id: str, randomness: Randomness, partition: s
                              "drop --intercept")
         columns, transforms, party_budget = _rff_columns(table, rff, partition, parties, clip_bound, randomness)
     width = len(vector_layout(columns, transforms))
-    if get_lift(kind) is not None:
+    plan = None
+    if kind == "auto":
+        sizes = tuple(b - a for a, b in split_parties(n, parties)) if partition == "rows" else ()
+        plan = plan_release(PlanInputs(
+            n=n, width=width, epsilon=epsilon, delta=delta, partition=partition,
+            task="regression" if table.label else "lowrank", mechanism=mechanism, clip_bound=clip_bound,
+            party_sizes=sizes, corrupt_parties=corrupt_parties, t_prime=t_prime,
+            kinds=("gram", "sparse") if calibration != "paper" else ("sparse",)))
+        kind, m, s = plan.kind, (m if m is not None and plan.kind != "gram" else plan.m), plan.s
+        rule = f"planner: {plan.reason}"
+    elif get_lift(kind) is not None:
         m, s, rule = 1, 1, f"{kind}: the public map is the sum over clients (m = s = 1)"
     elif m is None:
         m = default_m(n, width, epsilon=epsilon, delta=delta if delta > 0 else 1e-6, clip_bound=clip_bound,
@@ -141,7 +154,7 @@ def build_job(table: Table, *, job_id: str, randomness: Randomness, partition: s
         servers=tuple(ServerSpec(f"server-{i}", (endpoints or [""] * k)[i]) for i in range(k)),
         clip_norm="l1" if mechanism == "laplace" else "l2", share_mode=share_mode, transforms=transforms,
     )
-    return resolve_defaults(spec), JobChoices(m, rule)
+    return resolve_defaults(spec), JobChoices(m, rule, plan.to_dict() if plan is not None else None)
 
 
 def _rff_columns(table: Table, rff: RFFOptions, partition: str, parties: int, clip_bound: float,
@@ -186,12 +199,19 @@ def _rff_columns(table: Table, rff: RFFOptions, partition: str, parties: int, cl
 
 
 def whiten_columns(table: Table, public: PublicSecondMoment, *, clip_bound: float = DEFAULT_CLIP_BOUND,
-                   eta_fail: float = 0.05, name: str = "w_") -> tuple[tuple[ColumnSpec, ...], tuple[TransformSpec, ...]]:
-    """Raw (uncentred) features whitened by the public ``M = Σ̂_B^{-1/2}`` and the label divided by
-    the public ``σ̂_B`` (Cao & Zhang's PMT, spec public-second-moment §8.1.1), scaled so that the
-    joint clip at the job's C is Alg. 1's radius ``R = sqrt((d+1)(1 + log(2n/η)))`` in whitened
-    units: ``x ↦ (C/R)·M x`` and ``y ↦ y·C/(R·σ̂_B)``.  (The paper clips features at R_x and the
-    label at R_y separately; the LTM clips the joint vector at ``sqrt(R_x² + R_y²) = R``.)
+                   eta_fail: float = 0.05, radius: float | None = None, name: str = "w_"
+                   ) -> tuple[tuple[ColumnSpec, ...], tuple[TransformSpec, ...]]:
+    """Raw features whitened by the public ``M = Σ̂_B^{-1/2}`` and the label divided by the public
+    ``σ̂_B`` (Cao & Zhang's PMT, spec public-second-moment §8.1.1), scaled so that the job's clip at
+    C is the radius ``R`` in whitened units: ``x ↦ (C/R)·M (x − μ_B)`` and ``y ↦ (y − μ_y)·C/(R·σ̂_B)``
+    (μ = 0 for the paper's uncentred moment; the public means when ``public`` was built with
+    ``center=True``).
+
+    ``radius`` None is Alg. 1's ``R = sqrt((d+1)(1 + log(2n/η)))`` (the paper clips features at R_x
+    and the label at R_y separately; the LTM clips the joint vector at ``sqrt(R_x² + R_y²) = R``).
+    That radius almost never clips, but its noise is ≈ (1 + log(2n/η))× the typical squared norm
+    d + 1; ``radius = sqrt(d + 1)`` (the typical whitened norm) clips the larger rows and adds far
+    less noise (docs/experiments.md, *Cao & Zhang in the LTM*).
 
     ``public`` must come from public or synthetic data, never from the table being released; its
     d × d matrix is over ``table.features`` in that order.
@@ -201,10 +221,13 @@ def whiten_columns(table: Table, public: PublicSecondMoment, *, clip_bound: floa
         raise ValueError("whitening is for regression: the table needs a label")
     if public.d != len(feats):
         raise ValueError(f"the public second moment is {public.d}×{public.d}, the table has {len(feats)} features")
-    radius = pmt_radius(len(feats) + 1, table.n, eta_fail)
-    cols = [ColumnSpec(f, "feature", 0.0, 1.0) for f in feats]
-    cols.append(ColumnSpec(table.label, "label", 0.0, public.label_rms * radius / clip_bound))
-    spec = whiten_spec(feats, public.whitening, name=name, output_scale=clip_bound / radius)
+    R = pmt_radius(len(feats) + 1, table.n, eta_fail) if radius is None else float(radius)
+    if not (math.isfinite(R) and R > 0):
+        raise ValueError(f"whitening radius must be a positive finite number, got {radius!r}")
+    mu = public.feature_mean if public.feature_mean is not None else np.zeros(len(feats))
+    cols = [ColumnSpec(f, "feature", float(mu[j]), 1.0) for j, f in enumerate(feats)]
+    cols.append(ColumnSpec(table.label, "label", float(public.label_mean), public.label_rms * R / clip_bound))
+    spec = whiten_spec(feats, public.whitening, name=name, output_scale=clip_bound / R)
     return tuple(cols), (spec,)
 
 

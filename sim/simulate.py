@@ -28,6 +28,8 @@ from sim.jobs import DEFAULT_CLIP_BOUND, RFFOptions, build_job, party_tables
 
 MODELS = ("ols", "ridge", "lowrank", "rmgm_ols", "dgm_ols", "rf_ridge")
 TEST_FRACTION = 0.2
+#: Public seed of the train/test split of CSV and bundled data (the same split in every run).
+SPLIT_SEED = 20240601
 
 
 @dataclass
@@ -43,7 +45,7 @@ class SimulateConfig:
     partition: str = "rows"
     parties: int = 4
     k: int = 3
-    sketch: str = "sparse"
+    sketch: str = "auto"
     m: int | None = None
     s: int = 1
     epsilon: float = 1.0
@@ -93,7 +95,9 @@ def load_table(cfg: SimulateConfig, randomness: Randomness) -> tuple[Table, Tabl
     table = load_csv(cfg.data, label=cfg.label, features=cfg.features) if cfg.data else load_bundled()
     if cfg.data is None and cfg.label is not None and cfg.label != table.label:
         raise DataError("--label needs --data (the bundled dataset has a fixed label)")
-    order = np.argsort(randomness.child("split").stream().uniform(table.n))
+    # The held-out rows are a public choice, not a privacy mechanism: a fixed public split, so the
+    # non-private baseline is the same in every run and only the noisy numbers vary.
+    order = np.argsort(Randomness.seeded_insecure(SPLIT_SEED).child("split").stream().uniform(table.n))
     cut = int(round(table.n * (1 - TEST_FRACTION)))
     train_idx, test_idx = np.sort(order[:cut]), np.sort(order[cut:])
     pick = lambda idx: Table({c: v[idx] for c, v in table.columns.items()}, table.label, table.source)  # noqa: E731
@@ -149,6 +153,9 @@ def simulate(cfg: SimulateConfig) -> dict[str, Any]:
         "share_mode": spec.share_mode,
         "sketch": {"kind": spec.sketch.kind, "m": spec.sketch.m, "s": spec.make_sketch().pieces,
                    "m_rule": choices.m_rule},
+        "release_kind": spec.sketch.kind,
+        "plan": choices.plan,
+        "upload_values_per_client": spec.make_sketch().pieces * spec.upload_width,
         "privacy": release.privacy,
         "randomness": randomness.label,
         "baseline_delta": baseline_delta(cfg),

@@ -268,3 +268,19 @@ def test_white_wine_loader_both_separators_and_checks(tmp_path):
         cao_zhang.load_white_wine(short)
     split = cao_zhang.wine_split(True, 7)
     assert split["B"].shape == (249, 11) and split["A"].shape == (4648, 11)
+
+
+def test_medians_digest_of_a_reduced_run(tmp_path):
+    """The committed digest (medians.csv) of a run: one row per group with its median and counts."""
+    from experiments import cao_zhang
+    from experiments.runner import run_experiment
+
+    out = tmp_path / "fig4"
+    run_experiment("cao_zhang_fig4", out, reduced=True, progress=False, plots=False, command="pytest")
+    assert cao_zhang.write_medians(out / "results.csv", tmp_path / "m.csv", ["rho", "n_A", "series"]) == 2 * 4
+    import csv as _csv
+
+    rows = list(_csv.DictReader((tmp_path / "m.csv").open()))
+    assert {r["count"] for r in rows} == {"2"} and all(float(r["median"]) >= 0 for r in rows)
+    ols = [r for r in rows if r["series"] == cao_zhang.S_OLS and r["n_A"] == "4649"]
+    assert float(ols[0]["median"]) < 1e-12  # every private row: exactly the reference OLS

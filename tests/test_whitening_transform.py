@@ -117,3 +117,42 @@ def test_whiten_transform_validation():
         pipe.pull_back(np.ones(5))
     with pytest.raises(ValueError, match="rows partition"):
         _job(table, public, partition="columns")
+
+
+def test_whitening_composes_with_the_gram_release_kind():
+    """The gram kind lifts the clipped WHITENED vector, so its release is the noisy ZᵀZ of whitened
+    rows: OLS on it, mapped back, is the raw OLS up to the (here tiny) noise — the LTM analogue of
+    DP-PMTOLSE (one release of the whitened sufficient statistics)."""
+    table, X, y, public = _data(5000, 6)
+    spec = _job(table, public, kind="gram", epsilon=1e4, delta=1e-6)
+    assert spec.sketch.kind == "gram" and spec.transforms[0].kind == "whiten"
+    release = run_inprocess(spec, party_tables(spec, table), Randomness.seeded_insecure(7)).release
+    model = raw_linear_predictor(OLS().fit(release).coef_scaled_, spec)
+    ols = np.linalg.lstsq(X, y, rcond=None)[0]
+    assert np.linalg.norm(model.coef_ - ols) < 1e-3 * np.linalg.norm(ols)
+    # The released Gram is that of the whitened, clipped rows the parties computed.
+    V = np.vstack([clip_rows(client_vectors(spec, p, tbl), p.clip_bound, spec.clip_norm)
+                   for p, tbl in zip(spec.parties, party_tables(spec, table).values())])
+    assert np.allclose(release.gram, V.T @ V, atol=1e-3 * np.abs(V.T @ V).max())
+
+
+def test_centred_whitening_round_trip_has_the_intercept():
+    """With a public covariance (center=True) the parties subtract the public means; the mapped-back
+    model is exactly the OLS of the publicly centred rows, with the intercept that centring implies
+    (no noise, no clipping at this radius) — close to, not equal to, the free-intercept OLS."""
+    table, X, y, _ = _data(3000, 8)
+    rng = np.random.default_rng(9)
+    B = X[:400] + 0.05 * rng.standard_normal((400, 4))  # stands in for a public sample
+    public = PublicSecondMoment.from_public_data(B, y[:400], center=True)
+    spec = _job(table, public, whiten_radius=50.0)
+    V = np.vstack([client_vectors(spec, p, tbl) for p, tbl in zip(spec.parties, party_tables(spec, table).values())])
+    assert np.max(np.linalg.norm(V, axis=1)) < spec.clip_bound
+    coef = np.linalg.lstsq(V[:, :4], V[:, 4], rcond=None)[0]
+    model = raw_linear_predictor(coef, spec)
+    Xi = np.column_stack([X, np.ones(len(X))])
+    full = np.linalg.lstsq(Xi, y, rcond=None)[0]
+    Zc = (X - public.feature_mean)
+    wc = np.linalg.lstsq(Zc, y - public.label_mean, rcond=None)[0]
+    assert np.allclose(model.coef_, wc, rtol=1e-10)
+    assert model.intercept_ == pytest.approx(public.label_mean - public.feature_mean @ wc, rel=1e-10)
+    assert np.linalg.norm(model.coef_ - full[:4]) < 0.2 * np.linalg.norm(full[:4])
