@@ -5,7 +5,8 @@ Everything the analyst must not forget across a crash is committed here before i
 
 * a submitted job — its canonical spec, what to fit, the randomness label, and the *absolute*
   time at which intake closes — before it is published to any server;
-* whether every server acknowledged the job, and its phase as it advances (``published`` → ``running`` → ``done`` | ``failed``);
+* whether every server acknowledged the job, and its phase as it advances (``published`` →
+  ``running`` → ``done`` | ``failed``);
 * the finished release: the servers' result shares and the participant set (so the reconstructed
   sketch, its SHA-256 and every model fitted on it are re-derivable bit for bit) and the output
   files, before the job is reported done.
