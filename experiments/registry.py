@@ -46,6 +46,8 @@ SCENARIO_MODULES: tuple[str, ...] = (
     "experiments.burkhardt",
     "experiments.wu",
     "experiments.thresholds",
+    "experiments.cao_zhang",
+    "experiments.liao",
 )
 
 

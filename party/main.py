@@ -12,6 +12,7 @@ from pathlib import Path
 
 import grpc
 
+from ltm.errors import CommandError
 from ltm.randomness import Randomness
 from ltm.v1 import ltm_pb2_grpc
 from party.data_source import DataSourceError, load_columns
@@ -20,9 +21,11 @@ from party.randomizer import DEFAULT_BATCH_CLIENTS, PartyDataError
 from party.uploader import PartyPolicy, PolicyViolation, UploadIncomplete, fetch_job, run_upload
 from transport.config import add_actor_arguments, load_config, merge
 from transport.logs import setup_logging
-from transport.tls import make_channel
+from transport.tls import check_certificates, make_channel
 
 log = logging.getLogger("ltm.party")
+#: While fetching the job spec these mean "not yet": the job is not published or a server is not up.
+RETRY_FETCH = (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -39,6 +42,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="accept the reproduction-only 'paper' calibration")
     p.add_argument("--batch-clients", type=int, help=f"clients per upload batch (default {DEFAULT_BATCH_CLIENTS})")
     p.add_argument("--wait", type=float, help="seconds to wait for the job to be published (default 30)")
+    p.add_argument("--wait-for-data", action="store_true", default=None,
+                   help="wait (up to --wait) for --data to appear, e.g. while an operator is still writing it; "
+                        "without it a missing data file is an error before any server is contacted")
     p.add_argument("--seed", type=int, help="SEEDED MODE: reproducible and NOT private (experiments only)")
     p.add_argument("--state-dir", help="directory for the crash-recovery upload journal (default: "
                                        "<directory of --data>/.ltm-party-state); keep it on persistent storage")
@@ -57,7 +63,7 @@ def read_party_table(path: str, needed: list[str] | None = None) -> dict:
         raise PartyDataError(str(exc)) from None
     bad = [c for c in (needed or []) if c in non_numeric]
     if bad:
-        raise PartyDataError(f"{path}: column(s) {bad} are present but not numeric; encode them as numbers first")
+        raise PartyDataError(non_numeric[bad[0]].describe(path))
     return columns
 
 
@@ -88,19 +94,28 @@ async def participate(args: argparse.Namespace) -> dict:
                          max_delta=args.max_delta if args.max_delta is not None else 1e-5,
                          min_honest_load=args.min_load or 1, expected_servers=tuple(server_ids),
                          allow_reproduction_calibration=bool(args.allow_paper_calibration))
-    deadline = time.monotonic() + (args.wait if args.wait is not None else 30.0)
+    wait_s = args.wait if args.wait is not None else 30.0
+    deadline = time.monotonic() + wait_s
     try:
         while True:
             try:
                 spec = await fetch_job(stubs, args.job)
                 break
             except grpc.aio.AioRpcError as exc:
-                if exc.code() not in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNAVAILABLE,
-                                      grpc.StatusCode.DEADLINE_EXCEEDED) or time.monotonic() > deadline:
+                if exc.code() not in RETRY_FETCH:
                     raise
-                await asyncio.sleep(0.2)
+                if time.monotonic() <= deadline:
+                    await asyncio.sleep(0.2)
+                    continue
+                if exc.code() == grpc.StatusCode.NOT_FOUND:
+                    raise CommandError(f"job {args.job!r} was not published on the servers within --wait "
+                                       f"{wait_s:g} s; check --job and that the operator has submitted it",
+                                       status=5) from None
+                raise CommandError(f"cannot reach the server(s) {', '.join(endpoints)} within --wait {wait_s:g} s "
+                                   f"({exc.details()}); check that they are running and the addresses in "
+                                   f"--servers", status=5) from None
         policy.check(spec)
-        while not Path(args.data).exists():  # in a deployment the operator may still be writing it
+        while not Path(args.data).exists():  # --wait-for-data: the operator may still be writing it
             if time.monotonic() > deadline:
                 raise PartyDataError(f"data file {args.data} did not appear within --wait")
             await asyncio.sleep(0.2)
@@ -108,8 +123,7 @@ async def participate(args: argparse.Namespace) -> dict:
             party_spec = spec.party(args.id)
         except KeyError:
             raise PolicyViolation(f"{args.id} is not a party of job {spec.job_id!r}") from None
-        needed = [spec.columns[i].name for i in spec.party_column_indices(party_spec)
-                  if spec.columns[i].role != "intercept"]
+        needed = spec.party_raw_columns(party_spec)
         table = read_party_table(args.data, needed)
         randomness = (Randomness.seeded_insecure(args.seed).child("party", args.id) if args.seed is not None
                       else Randomness.system())
@@ -131,6 +145,12 @@ def run(args: argparse.Namespace) -> int:
     args = merge(args, load_config(args.config), required=("id", "servers", "job", "data"))
     if not args.insecure and not args.certs:
         raise SystemExit("ltm party: --certs is required (or --insecure for a plaintext test run)")
+    # Checked before any server is contacted:
+    if not args.insecure:
+        check_certificates(args.certs, args.id)
+    if not args.wait_for_data and not Path(args.data).is_file():
+        raise CommandError(f"data file {args.data} does not exist; nothing was sent (give the right --data, or "
+                           f"--wait-for-data if another process is still writing it)", status=4)
     setup_logging(args.id, args.log_level or "info")
     try:
         result = asyncio.run(participate(args))
@@ -138,8 +158,7 @@ def run(args: argparse.Namespace) -> int:
         log.error(str(exc))
         return 3
     except PartyDataError as exc:
-        log.error(f"bad data: {exc}")
-        return 4
+        raise CommandError(f"bad data: {exc}", status=4) from None
     except grpc.aio.AioRpcError as exc:
         log.error("upload refused", extra={"code": exc.code().name, "details": exc.details()})
         return 5

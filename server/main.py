@@ -18,7 +18,7 @@ from transport.config import ConfigError, add_actor_arguments, load_config, merg
 from transport.logs import setup_logging
 from transport.metering import ByteMeter
 from transport.serve import serve_until_signal
-from transport.tls import make_server
+from transport.tls import check_certificates, make_server
 
 log = logging.getLogger("ltm.server")
 SERVICE_NAME = "ltm.v1.Server"
@@ -48,7 +48,8 @@ async def serve(args: argparse.Namespace, limits: ServerLimits) -> None:
     server = make_server(interceptors=[meter])
     add_to_server(service, server)
     await serve_until_signal(server, service_name=SERVICE_NAME, listen=args.listen, cert_dir=args.certs,
-                             actor=args.id, insecure=bool(args.insecure), port_file=args.port_file)
+                             actor=args.id, insecure=bool(args.insecure), port_file=args.port_file,
+                             health_listen=args.health_listen)
 
 
 def check(data_dir: str) -> int:
@@ -75,6 +76,8 @@ def run(args: argparse.Namespace) -> int:
         limits = ServerLimits.parse(args.limit, max_batch_bytes=args.max_batch_bytes)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+    if not args.insecure:
+        check_certificates(args.certs, args.id)  # before the data directory is created
     setup_logging(args.id, args.log_level or "info")
     from server.sqlite_store import StoreError
     try:

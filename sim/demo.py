@@ -24,9 +24,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import grpc
 import numpy as np
 
 from analyst.release import ReleasedSketch
+from ltm.errors import CommandError
 from ltm.jobspec import JobSpec
 from ltm.randomness import Randomness
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
@@ -35,9 +37,13 @@ from sim.launcher import ProcessGroup
 from sim.simulate import SimulateConfig, load_table, report_for_release, training_matrix
 from sim.jobs import build_job, party_tables
 from transport.certs import write_certs
-from transport.tls import make_channel
+from transport.tls import check_certificates, make_channel
 
 DEMO_JOB_ID = "demo"
+#: Where the demo's column centres and scales come from (said in its summary).
+SCALES_FROM = ("the training data's means and standard deviations, computed by the demo (a convenience: they "
+               "are statistics of the private data and end up in the public job spec; a real job states "
+               "public ranges in its job file or estimates them with the DP pre-job `ltm job bounds`)")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -48,7 +54,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--delta", type=float, default=1e-6)
     p.add_argument("--m", type=int, help="sketch rows (default: the rule of sim/jobs.py)")
     p.add_argument("--s", type=int, default=1)
-    p.add_argument("--sketch", choices=["sparse", "dense"], default="sparse")
+    p.add_argument("--sketch", "--release", dest="sketch", choices=["auto", "sparse", "dense", "gram"], default="auto",
+                   help="release kind (default auto: the planner chooses, ltm/planner.py)")
     p.add_argument("--partition", choices=["rows", "columns"], default="rows")
     p.add_argument("--share-mode", choices=["seed", "full"], default="seed")
     p.add_argument("--data", help="CSV instead of the bundled dataset (with --label)")
@@ -73,17 +80,21 @@ def write_party_csv(path: Path, table: dict[str, np.ndarray]) -> None:
             fh.write(",".join(map(repr, row)) + "\n")
 
 
-def prepare_job(cfg: SimulateConfig, train, randomness: Randomness, endpoints: list[str], data_dir: Path):
-    """Build the job spec exactly as ``ltm simulate`` does and write each party's CSV to ``data_dir``."""
+def prepare_job(cfg: SimulateConfig, train, randomness: Randomness, endpoints: list[str], data_dir: Path,
+                per_party_dirs: bool = False):
+    """Build the job spec exactly as ``ltm simulate`` does and write each party's CSV to
+    ``data_dir/<party>.csv`` (``per_party_dirs``: ``data_dir/<party>/<party>.csv``, one directory —
+    one volume — per party)."""
     spec, choices = build_job(train, job_id=DEMO_JOB_ID, randomness=randomness, partition=cfg.partition,
                               parties=cfg.parties, k=cfg.k, kind=cfg.sketch, m=cfg.m, s=cfg.s,
                               epsilon=cfg.epsilon, delta=cfg.delta, clip_bound=cfg.clip,
                               share_mode=cfg.share_mode, endpoints=endpoints)
-    data_dir.mkdir(parents=True, exist_ok=True)
     for pid, table in party_tables(spec, train).items():
-        tmp = data_dir / f".{pid}.csv.tmp"
+        where = data_dir / pid if per_party_dirs else data_dir
+        where.mkdir(parents=True, exist_ok=True)
+        tmp = where / f".{pid}.csv.tmp"
         write_party_csv(tmp, table)
-        tmp.replace(data_dir / f"{pid}.csv")  # parties poll for the file: make it appear whole
+        tmp.replace(where / f"{pid}.csv")  # parties poll for the file: make it appear whole
     return spec, choices
 
 
@@ -99,7 +110,14 @@ async def _operate(analyst_endpoint: str, certs: Path | None, insecure: bool, sp
     try:
         stub = ltm_pb2_grpc.AnalystStub(channel)
         t = time.monotonic()
-        await stub.SubmitJob(ltm_pb2.SubmitJobRequest(spec_json=spec.canonical_json()), timeout=60.0)
+        try:
+            await stub.SubmitJob(ltm_pb2.SubmitJobRequest(spec_json=spec.canonical_json()), timeout=60.0)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() == grpc.StatusCode.UNAVAILABLE and (exc.details() or "").startswith("failed to connect"):
+                raise CommandError(f"cannot reach the analyst at {analyst_endpoint} ({exc.details()}); check that "
+                                   f"it is running and the address in --analyst", status=5) from None
+            raise CommandError(f"the analyst at {analyst_endpoint} did not accept job {spec.job_id!r}: "
+                               f"{exc.code().name}: {exc.details()}", status=5) from None
         phases["publish"] = time.monotonic() - t
         t = time.monotonic()
         start_parties()
@@ -121,11 +139,11 @@ async def _operate(analyst_endpoint: str, certs: Path | None, insecure: bool, sp
         got = await stub.GetRelease(ltm_pb2.GetReleaseRequest(job_id=spec.job_id), timeout=60.0)
         matrix = np.frombuffer(got.matrix_f64, dtype="<f8").reshape(got.rows, got.cols).astype(np.float64)
         release = ReleasedSketch(
-            matrix=matrix, columns=spec.column_names, centers=np.array([c.center for c in spec.columns]),
-            scales=np.array([c.scale for c in spec.columns]), label=spec.label_index,
+            matrix=matrix, columns=spec.vector_names, centers=np.array([e.center for e in spec.layout]),
+            scales=np.array([e.scale for e in spec.layout]), label=spec.label_index,
             intercept=spec.intercept_index, n=int(report["participants"]),
             noise_variance_per_column=int(report["participants"]) * spec.noise_plan().sigma_client**2,
-            privacy=json.loads(got.privacy_json), sha256=got.release_sha256)
+            privacy=json.loads(got.privacy_json), sha256=got.release_sha256, kind=spec.sketch.kind)
         return report, release, phases
     finally:
         await channel.close()
@@ -216,6 +234,7 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
         "sketch": {"kind": spec.sketch.kind, "m": spec.sketch.m, "s": spec.make_sketch().pieces,
                    "m_rule": choices.m_rule},
         "job_digest": spec.digest,
+        "scales_from": SCALES_FROM,
         "release_sha256": report["release_sha256"],
         "participants": report["participants"],
         "held_per_server": report["held_per_server"],
@@ -235,6 +254,9 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def print_summary(r: dict[str, Any]) -> None:
+    """The demo's report for a person: every figure labelled, a verdict, what varies and why."""
+    from sim.summary import byte_lines, model_table, privacy_lines, variation_note, verdict
+
     pr, m, b = r["privacy"], r["metrics"], r["baselines"]
     print(f"LTM demo — {r['data']}, {'mutual TLS' if r['tls'] else 'PLAINTEXT (--insecure)'}")
     roles: dict[str, list[str]] = {}
@@ -243,15 +265,20 @@ def print_summary(r: dict[str, Any]) -> None:
     for role, names in roles.items():
         print(f"  {role:8s} {', '.join(names)}")
     print(f"  job: {r['n_train']} training rows, {r['partition']} partition, {r['sketch']['kind']} sketch "
-          f"m={r['sketch']['m']} s={r['sketch']['s']}, {r['participants']} participants")
-    print(f"  privacy: {pr['guarantee']}")
-    print(f"  {'model':12s}{'R²':>10s}{'MSE':>12s}{'φ':>10s}")
-    print(f"  {'LTM ridge':12s}{m['r2']:>10.4f}{m['mse']:>12.4g}{m['phi']:>10.4f}")
-    for name in ("nonprivate", "central", "local"):
-        print(f"  {name:12s}{b[name]['r2']:>10.4f}{b[name]['mse']:>12.4g}{b[name]['phi']:>10.4f}")
-    mb = r["bytes"]["party_to_server_total"] / 1e6
-    print(f"  bytes: parties → servers {mb:.2f} MB {r['bytes']['party_to_server']}, "
-          f"servers → analyst {r['bytes']['server_to_analyst']}")
+          f"m={r['sketch']['m']} s={r['sketch']['s']}, {r['participants']} participants; "
+          f"{r.get('n_test', 0)} held-out rows for testing")
+    for line in privacy_lines(pr):
+        print(line)
+    if r.get("scales_from"):
+        print(f"  column centres and scales: {r['scales_from']}")
+    for line in model_table("LTM (private)", m, b):
+        print(line)
+    kind = (r.get("release") or {}).get("kind") if isinstance(r.get("release"), dict) else None
+    print("  " + verdict(m, b, n=int(r["participants"]), epsilon=float(pr["epsilon"]),
+                         release_kind=str(kind or r["sketch"]["kind"])))
+    print("  " + variation_note(r.get("randomness", ""), seeded=str(r.get("randomness", "")).startswith("seeded")))
+    for line in byte_lines(r["bytes"]):
+        print(line)
     t = r["timing_s"]
     print("  time: " + ", ".join(f"{k} {v:.2f}s" for k, v in t.items() if isinstance(v, float)))
     if "chaos" in r:
@@ -266,14 +293,19 @@ def print_summary(r: dict[str, Any]) -> None:
 
 
 def add_operate_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("operate", help="prepare a job on a dataset, submit it to a running analyst, run it",
-                       description="The operator's side of a deployment (the compose testbed, separate machines): "
+    p = sub.add_parser("operate", help="the demo's convenience: build a job from a dataset, write party files, run it",
+                       description="THE DEMO'S CONVENIENCE, NOT THE REAL PATH (that is `ltm job`: a job file from "
+                                   "public information, parties keeping their own data). For the compose testbed: "
                                    "build the job spec on the data, write each party's CSV, submit the job to the "
                                    "analyst, wait for the release and report model quality beside the baselines.")
-    p.add_argument("--analyst", required=True, help="analyst endpoint host:port")
+    p.add_argument("--analyst", help="analyst endpoint host:port (not with --write-job)")
     p.add_argument("--servers", required=True,
                    help="server-0=host:port,server-1=host:port,… (endpoints as the analyst reaches them)")
     p.add_argument("--party-data", required=True, help="directory to write party-<i>.csv into")
+    p.add_argument("--per-party-dirs", action="store_true",
+                   help="write party-<i>/party-<i>.csv instead (one directory, e.g. one volume, per party)")
+    p.add_argument("--write-job", metavar="FILE",
+                   help="write the job as a job file here (for `ltm job submit`) with the party files, and stop")
     p.add_argument("--certs", help="certificate directory (the operator authenticates as 'operator')")
     p.add_argument("--insecure", action="store_true")
     p.add_argument("--parties", type=int, default=4)
@@ -281,7 +313,8 @@ def add_operate_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--delta", type=float, default=1e-6)
     p.add_argument("--m", type=int)
     p.add_argument("--s", type=int, default=1)
-    p.add_argument("--sketch", choices=["sparse", "dense"], default="sparse")
+    p.add_argument("--sketch", "--release", dest="sketch", choices=["auto", "sparse", "dense", "gram"], default="auto",
+                   help="release kind (default auto: the planner chooses, ltm/planner.py)")
     p.add_argument("--partition", choices=["rows", "columns"], default="rows")
     p.add_argument("--share-mode", choices=["seed", "full"], default="seed")
     p.add_argument("--data")
@@ -303,11 +336,22 @@ def run_operate(args: argparse.Namespace) -> int:
     cfg = SimulateConfig(data=args.data, label=args.label, partition=args.partition, parties=args.parties,
                          k=len(servers), sketch=args.sketch, m=args.m, s=args.s, epsilon=args.epsilon,
                          delta=args.delta, share_mode=args.share_mode, seed=args.seed, model="ridge")
+    if args.write_job:
+        return write_demo_job(args, cfg, randomness, [x[1] for x in servers])
+    if not args.analyst:
+        raise CommandError("--analyst is required (or --write-job FILE to only write the job and party files)")
+    certs = None if args.insecure else Path(args.certs or "")
+    if certs is not None:
+        check_certificates(certs, "operator")  # before any party file is written
     train, test = load_table(cfg, randomness)
-    spec, _ = prepare_job(cfg, train, randomness, [x[1] for x in servers], Path(args.party_data))
-    certs = None if args.insecure else Path(args.certs)
-    report, release, phases = asyncio.run(_operate(args.analyst, certs, args.insecure, spec, lambda: None,
-                                                   randomness.label, args.deadline))
+    spec, _ = prepare_job(cfg, train, randomness, [x[1] for x in servers], Path(args.party_data),
+                          per_party_dirs=args.per_party_dirs)
+    try:
+        report, release, phases = asyncio.run(_operate(args.analyst, certs, args.insecure, spec, lambda: None,
+                                                       randomness.label, args.deadline))
+    except grpc.aio.AioRpcError as exc:  # the analyst refused or could not finish the job (e.g. a server is down)
+        raise CommandError(f"job {spec.job_id!r} failed at the analyst {args.analyst}: {exc.code().name}: "
+                           f"{exc.details()}", status=5) from None
     rng = np.random.default_rng(np.frombuffer(randomness.child("baselines").bytes(16), dtype=np.uint64))
     out = {"command": "operate", "tls": not args.insecure, "release_sha256": report["release_sha256"],
            "participants": report["participants"], "held_per_server": report["held_per_server"],
@@ -317,6 +361,26 @@ def run_operate(args: argparse.Namespace) -> int:
     print(json.dumps(out, indent=2) if args.json else
           f"released {out['release_sha256']} over {out['participants']} clients; R² {out['metrics']['r2']:.4f} "
           f"(non-private {out['baselines']['nonprivate']['r2']:.4f}); {out['privacy']['guarantee']}")
+    return 0
+
+
+def write_demo_job(args: argparse.Namespace, cfg: SimulateConfig, randomness: Randomness, endpoints: list[str]) -> int:
+    """The demo's job (the spec ``ltm demo`` builds with the same parameters) as a job file, and
+    the party files — for the compose testbed's data-owner stand-in; then the real path runs it
+    (``ltm job submit``; parties with ``ltm party``)."""
+    from ltm.jobfile import job_file_doc, render_job_file
+
+    train, _ = load_table(cfg, randomness)
+    spec, _ = prepare_job(cfg, train, randomness, endpoints, Path(args.party_data), per_party_dirs=args.per_party_dirs)
+    out = Path(args.write_job)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp")
+    tmp.write_text(render_job_file(job_file_doc(spec, deadline_s=args.deadline), header=(
+        f"The demo's job on {train.source} (written by `ltm operate --write-job`).\n{SCALES_FROM}" +
+        (f"\nSEEDED MODE (--seed {args.seed}): reproducible and NOT private" if args.seed is not None else ""))))
+    tmp.replace(out)
+    print(f"wrote {out} (job {spec.job_id!r}, digest {spec.digest}) and {len(spec.parties)} party files under "
+          f"{args.party_data}")
     return 0
 
 
