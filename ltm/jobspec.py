@@ -121,6 +121,22 @@ class ServerSpec:
 
 
 @dataclass(frozen=True)
+class PrejobSpec:
+    """A DP pre-job whose release chose some of this job's column centres and scales (e.g. the
+    bounds pre-job's histograms).  Recorded so that every actor sees what the transforms cost: a party's
+    ledger charges the pre-job's (ε, δ) like any job."""
+
+    kind: str
+    job_id: str
+    digest: str
+    epsilon: float
+    delta: float = 0.0
+
+    def __post_init__(self) -> None:
+        _canonical_floats(self)
+
+
+@dataclass(frozen=True)
 class JobSpec:
     """The public description of one release (see module docstring)."""
 
@@ -140,6 +156,9 @@ class JobSpec:
     #: Public transforms applied by parties before clipping (ltm.transforms); omitted from the
     #: canonical JSON when empty, so specs without transforms keep their digests.
     transforms: tuple[TransformSpec, ...] = ()
+    #: the DP pre-jobs whose releases chose this job's column centres and scales (public
+    #: provenance, DESIGN §1); omitted from the canonical JSON when empty, like ``transforms``
+    prejobs: tuple[PrejobSpec, ...] = ()
 
     def __post_init__(self) -> None:
         _canonical_floats(self)
@@ -246,8 +265,9 @@ class JobSpec:
     # ---------------------------------------------------------------- serialisation
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        if not d["transforms"]:
-            del d["transforms"]
+        for optional in ("transforms", "prejobs"):  # absent when empty: older specs keep their digests
+            if not d[optional]:
+                del d[optional]
         return d
 
     def canonical_json(self) -> bytes:
@@ -282,7 +302,8 @@ class JobSpec:
 
 
 # -------------------------------------------------------------------- strict typing
-_NESTED = {"columns": ColumnSpec, "parties": PartySpec, "servers": ServerSpec, "transforms": TransformSpec}
+_NESTED = {"columns": ColumnSpec, "parties": PartySpec, "servers": ServerSpec, "transforms": TransformSpec,
+           "prejobs": PrejobSpec}
 
 
 def _typed_value(value: Any, hint: Any, where: str) -> Any:

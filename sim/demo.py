@@ -40,6 +40,10 @@ from transport.certs import write_certs
 from transport.tls import check_certificates, make_channel
 
 DEMO_JOB_ID = "demo"
+#: Where the demo's column centres and scales come from (said in its summary).
+SCALES_FROM = ("the training data's means and standard deviations, computed by the demo (a convenience: they "
+               "are statistics of the private data and end up in the public job spec; a real job states "
+               "public ranges in its job file or estimates them with the DP pre-job `ltm job bounds`)")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -225,6 +229,7 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
         "sketch": {"kind": spec.sketch.kind, "m": spec.sketch.m, "s": spec.make_sketch().pieces,
                    "m_rule": choices.m_rule},
         "job_digest": spec.digest,
+        "scales_from": SCALES_FROM,
         "release_sha256": report["release_sha256"],
         "participants": report["participants"],
         "held_per_server": report["held_per_server"],
@@ -259,6 +264,7 @@ def print_summary(r: dict[str, Any]) -> None:
           f"{r.get('n_test', 0)} held-out rows for testing")
     for line in privacy_lines(pr):
         print(line)
+    print(f"  column centres and scales: {r['scales_from']}")
     for line in model_table("LTM (private)", m, b):
         print(line)
     kind = (r.get("release") or {}).get("kind") if isinstance(r.get("release"), dict) else None
@@ -281,8 +287,9 @@ def print_summary(r: dict[str, Any]) -> None:
 
 
 def add_operate_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("operate", help="prepare a job on a dataset, submit it to a running analyst, run it",
-                       description="The operator's side of a deployment (the compose testbed, separate machines): "
+    p = sub.add_parser("operate", help="the demo's convenience: build a job from a dataset, write party files, run it",
+                       description="THE DEMO'S CONVENIENCE, NOT THE REAL PATH (that is `ltm job`: a job file from "
+                                   "public information, parties keeping their own data). For the compose testbed: "
                                    "build the job spec on the data, write each party's CSV, submit the job to the "
                                    "analyst, wait for the release and report model quality beside the baselines.")
     p.add_argument("--analyst", required=True, help="analyst endpoint host:port")

@@ -6,17 +6,19 @@ bit-identical sketches.  Used by ``ltm simulate`` and experiment sweeps.
 """
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from analyst.reconstruct import reconstruct_release
+from analyst.coordinator import coordinate
 from analyst.release import ReleasedSketch
 from ltm.jobspec import JobSpec, validate_job
 from ltm.randomness import Randomness
 from party.randomizer import DEFAULT_BATCH_CLIENTS, make_batches
+from party.uploader import PartyPolicy, PolicyViolation
 from server.core import ServerCore
 from server.release_gate import ANALYST_ROLE
 
@@ -30,17 +32,48 @@ class InProcessRun:
     timing_s: dict[str, float] = field(default_factory=dict)
     bytes_to_server: list[int] = field(default_factory=list)
     result_shares: list[np.ndarray] = field(default_factory=list)
+    #: party id → why its policy refused the job (it sent nothing)
+    refused: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class InProcessServerLink:
+    """A :class:`~analyst.coordinator.ServerLink` to a server core in this process (the analyst's
+    calls as direct method calls, with the analyst's role)."""
+
+    core: ServerCore
+
+    @property
+    def server_id(self) -> str:
+        return self.core.server_id
+
+    async def create(self, spec: JobSpec) -> str:
+        return self.core.create_job(spec, caller_role=ANALYST_ROLE)
+
+    async def held_count(self, spec: JobSpec) -> int | None:
+        return int(self.core.held(spec.job_id).sum())
+
+    async def close(self, spec: JobSpec) -> np.ndarray:
+        return self.core.close(spec.job_id, caller_role=ANALYST_ROLE)
+
+    async def release(self, spec: JobSpec, participants: np.ndarray) -> tuple[np.ndarray, int]:
+        share = self.core.release(spec.job_id, participants, caller_role=ANALYST_ROLE, job_digest=spec.digest)
+        return share, share.nbytes
 
 
 def run_inprocess(spec: JobSpec, party_data: Mapping[str, Mapping[str, np.ndarray]], randomness: Randomness,
                   *, batch_clients: int = DEFAULT_BATCH_CLIENTS,
-                  servers: list[ServerCore] | None = None) -> InProcessRun:
+                  servers: list[ServerCore] | None = None,
+                  policies: Mapping[str, PartyPolicy] | None = None) -> InProcessRun:
     """Run one job end to end.
 
     Args:
         party_data: party id → its table (column name → values for the rows it holds).
         randomness: the run's randomness; party p uses ``randomness.child("party", p)``.
         servers: server cores to use (fresh in-memory ones by default).
+        policies: party id → the party's policy, checked against the spec before the party sends
+            anything (as ``ltm party`` does); a refusing party sends nothing and is listed in
+            ``refused``.  Parties without an entry accept the job.
     """
     timing: dict[str, float] = {}
     t0 = time.perf_counter()
@@ -52,9 +85,17 @@ def run_inprocess(spec: JobSpec, party_data: Mapping[str, Mapping[str, np.ndarra
 
     sent = [0] * spec.k
     t_party = t_upload = 0.0
+    refused: dict[str, str] = {}
     for party in spec.parties:
         if party.party_id not in party_data:
             continue  # a party that never shows up: its clients are simply not in the participant set
+        policy = (policies or {}).get(party.party_id)
+        if policy is not None:
+            try:
+                policy.check(spec)
+            except PolicyViolation as exc:
+                refused[party.party_id] = str(exc)
+                continue
         t = time.perf_counter()
         batches = make_batches(spec, party.party_id, party_data[party.party_id],
                                randomness.child("party", party.party_id), plan=analysis.noise_plan,
@@ -71,14 +112,8 @@ def run_inprocess(spec: JobSpec, party_data: Mapping[str, Mapping[str, np.ndarra
     timing["randomize_and_share"] = t_party
     timing["upload"] = t_upload
 
-    t = time.perf_counter()
-    held = [server.close(spec.job_id, caller_role=ANALYST_ROLE) for server in servers]
-    participants = np.logical_and.reduce(held)
-    shares = [server.release(spec.job_id, participants, caller_role=ANALYST_ROLE, job_digest=spec.digest)
-              for server in servers]
-    timing["release"] = time.perf_counter() - t
-
-    t = time.perf_counter()
-    release = reconstruct_release(spec, shares, participants, analysis.noise_plan, randomness=randomness.label)
-    timing["reconstruct"] = time.perf_counter() - t
-    return InProcessRun(release, participants, timing, sent, shares)
+    run = asyncio.run(coordinate([InProcessServerLink(server) for server in servers], spec, deadline_s=0.0,
+                                 randomness_label=randomness.label))
+    timing["release"] = run.timing_s["close"] + run.timing_s["release"]
+    timing["reconstruct"] = run.timing_s["reconstruct"]
+    return InProcessRun(run.release, run.participants, timing, sent, run.result_shares, refused)
