@@ -559,7 +559,7 @@ def release_lambda(release: ReleasedSketch) -> tuple[float, str]:
     if release.kind == "gram":
         Gxx, _, _ = gram_blocks(release.gram, release.label)
         return (adassp_lambda(Gxx, release.noise_variance_per_column),
-                "adassp_lambda: max(0, √v·√(p·log(2p²/ρ)) − λ_min(noisy XᵀX)), ρ = 0.05 (analyst/gram.py)")
+                "adassp_lambda: max(0, √(2pv) − λ_min(noisy XᵀX)), √(2pv) the noise's spectral edge (analyst/gram.py)")
     m = release.matrix.shape[0]
     return (default_ridge_lambda(release.noise_variance_per_column / m, m),
             "default_ridge_lambda: v·√m (v: noise variance per scaled entry)")

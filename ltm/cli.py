@@ -45,8 +45,9 @@ def _add_simulate(sub: argparse._SubParsersAction) -> None:
     job.add_argument("--partition", choices=["rows", "columns"], default="rows")
     job.add_argument("--parties", type=_positive_int, default=4)
     job.add_argument("--k", type=int, default=3, help="number of servers (≥ 2)")
-    job.add_argument("--sketch", choices=["sparse", "dense", "gram"], default="sparse",
-                     help="release kind: a sparse or dense sketch, or gram (noisy sufficient statistics; rows only)")
+    job.add_argument("--sketch", "--release", dest="sketch", choices=["auto", "sparse", "dense", "gram"], default="auto",
+                     help="release kind: auto (default: the planner chooses from public quantities, ltm/planner.py), "
+                          "a sparse or dense sketch, or gram (noisy sufficient statistics ZᵀZ; rows partition only)")
     job.add_argument("--m", type=_positive_int, help="sketch rows (default: a rule from n, D and ε; see sim/jobs.py)")
     job.add_argument("--s", type=_positive_int, default=1, help="non-zeros per column of a sparse sketch")
     job.add_argument("--share-mode", choices=["seed", "full"], default="seed",

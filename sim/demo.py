@@ -54,7 +54,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--delta", type=float, default=1e-6)
     p.add_argument("--m", type=int, help="sketch rows (default: the rule of sim/jobs.py)")
     p.add_argument("--s", type=int, default=1)
-    p.add_argument("--sketch", choices=["sparse", "dense", "gram"], default="sparse")
+    p.add_argument("--sketch", "--release", dest="sketch", choices=["auto", "sparse", "dense", "gram"], default="auto",
+                   help="release kind (default auto: the planner chooses, ltm/planner.py)")
     p.add_argument("--partition", choices=["rows", "columns"], default="rows")
     p.add_argument("--share-mode", choices=["seed", "full"], default="seed")
     p.add_argument("--data", help="CSV instead of the bundled dataset (with --label)")
@@ -303,7 +304,8 @@ def add_operate_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--delta", type=float, default=1e-6)
     p.add_argument("--m", type=int)
     p.add_argument("--s", type=int, default=1)
-    p.add_argument("--sketch", choices=["sparse", "dense", "gram"], default="sparse")
+    p.add_argument("--sketch", "--release", dest="sketch", choices=["auto", "sparse", "dense", "gram"], default="auto",
+                   help="release kind (default auto: the planner chooses, ltm/planner.py)")
     p.add_argument("--partition", choices=["rows", "columns"], default="rows")
     p.add_argument("--share-mode", choices=["seed", "full"], default="seed")
     p.add_argument("--data")

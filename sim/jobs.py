@@ -10,6 +10,7 @@ from ltm.calibration import analytic_gaussian_sigma
 from ltm.jobspec import (INTERCEPT_NAME, ColumnSpec, JobSpec, PartySpec, PrivacySpec, ServerSpec, SketchSpec,
                          resolve_defaults)
 from ltm.lifts import get_lift
+from ltm.planner import PlanInputs, plan_release
 from ltm.randomness import Randomness
 from ltm.second_moment import PublicSecondMoment, pmt_radius
 from ltm.transforms import TransformSpec, rff_spec, vector_layout, whiten_spec
@@ -66,6 +67,7 @@ class JobChoices:
 
     m: int
     m_rule: str
+    plan: dict | None = None  # the planner's output when the kind was "auto" (ltm.planner.Plan.to_dict())
 
 
 def split_parties(n: int, parties: int) -> list[tuple[int, int]]:
@@ -109,7 +111,17 @@ def build_job(table: Table, *, job_id: str, randomness: Randomness, partition: s
                              "drop --intercept")
         columns, transforms, party_budget = _rff_columns(table, rff, partition, parties, clip_bound, randomness)
     width = len(vector_layout(columns, transforms))
-    if get_lift(kind) is not None:
+    plan = None
+    if kind == "auto":
+        sizes = tuple(b - a for a, b in split_parties(n, parties)) if partition == "rows" else ()
+        plan = plan_release(PlanInputs(
+            n=n, width=width, epsilon=epsilon, delta=delta, partition=partition,
+            task="regression" if table.label else "lowrank", mechanism=mechanism, clip_bound=clip_bound,
+            party_sizes=sizes, corrupt_parties=corrupt_parties, t_prime=t_prime,
+            kinds=("gram", "sparse") if calibration != "paper" else ("sparse",)))
+        kind, m, s = plan.kind, (m if m is not None and plan.kind != "gram" else plan.m), plan.s
+        rule = f"planner: {plan.reason}"
+    elif get_lift(kind) is not None:
         m, s, rule = 1, 1, f"{kind}: the public map is the sum over clients (m = s = 1)"
     elif m is None:
         m = default_m(n, width, epsilon=epsilon, delta=delta if delta > 0 else 1e-6, clip_bound=clip_bound,
@@ -142,7 +154,7 @@ def build_job(table: Table, *, job_id: str, randomness: Randomness, partition: s
         servers=tuple(ServerSpec(f"server-{i}", (endpoints or [""] * k)[i]) for i in range(k)),
         clip_norm="l1" if mechanism == "laplace" else "l2", share_mode=share_mode, transforms=transforms,
     )
-    return resolve_defaults(spec), JobChoices(m, rule)
+    return resolve_defaults(spec), JobChoices(m, rule, plan.to_dict() if plan is not None else None)
 
 
 def _rff_columns(table: Table, rff: RFFOptions, partition: str, parties: int, clip_bound: float,

@@ -45,7 +45,7 @@ class SimulateConfig:
     partition: str = "rows"
     parties: int = 4
     k: int = 3
-    sketch: str = "sparse"
+    sketch: str = "auto"
     m: int | None = None
     s: int = 1
     epsilon: float = 1.0
@@ -153,6 +153,9 @@ def simulate(cfg: SimulateConfig) -> dict[str, Any]:
         "share_mode": spec.share_mode,
         "sketch": {"kind": spec.sketch.kind, "m": spec.sketch.m, "s": spec.make_sketch().pieces,
                    "m_rule": choices.m_rule},
+        "release_kind": spec.sketch.kind,
+        "plan": choices.plan,
+        "upload_values_per_client": spec.make_sketch().pieces * spec.upload_width,
         "privacy": release.privacy,
         "randomness": randomness.label,
         "baseline_delta": baseline_delta(cfg),
