@@ -39,7 +39,9 @@ OUTPUT_FILES = ("release.json", "privacy_report.json", "model.json", "report.jso
 
 def fit_model(release: ReleasedSketch, model: str, *, lam: float = 0.0, rank: int = 5,
               debias: bool = True) -> dict[str, Any]:
-    """Fit ``model`` on a release; returns a JSON-ready description."""
+    """Fit ``model`` on a release; returns a JSON-ready description ("none": nothing to fit)."""
+    if model == "none":
+        return {"model": "none"}
     if model == "lowrank":
         est = LowRank(rank).fit(release)
         return {"model": "lowrank", "rank": rank, "components": est.components_.tolist(),
