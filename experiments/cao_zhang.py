@@ -373,8 +373,9 @@ def medians(results_csv: str | Path, keys: list[str], metric: str = "err") -> li
     groups: dict[tuple, list[float]] = {}
     with open(results_csv, newline="") as fh:
         for r in csv.DictReader(fh):
-            v = float(r[metric]) if r.get(metric) not in (None, "") else math.nan
-            groups.setdefault(tuple(r.get(k, "") for k in keys), []).append(v)
+            if r.get(metric) in (None, ""):  # a series that does not report this metric
+                continue
+            groups.setdefault(tuple(r.get(k, "") for k in keys), []).append(float(r[metric]))
     out = []
     for key, vals in groups.items():
         arr = np.array(vals)
