@@ -22,7 +22,7 @@ from ltm.transforms import FeaturePipeline, TransformError, Whitening, rff_spec,
 from party.randomizer import client_vectors
 from sim.data import Table
 from sim.inprocess import run_inprocess
-from sim.jobs import build_job, party_tables
+from sim.jobs import build_job, party_tables, whiten_columns
 
 
 def _data(n: int, seed: int, d: int = 4):
@@ -156,3 +156,26 @@ def test_centred_whitening_round_trip_has_the_intercept():
     assert np.allclose(model.coef_, wc, rtol=1e-10)
     assert model.intercept_ == pytest.approx(public.label_mean - public.feature_mean @ wc, rel=1e-10)
     assert np.linalg.norm(model.coef_ - full[:4]) < 0.2 * np.linalg.norm(full[:4])
+
+
+def test_a_job_file_carries_the_public_second_moment():
+    """A job file names the whitening as a [[transforms]] table (kind "whiten", the public W row-major):
+    it parses to the same transform the simulator builds, the spec validates, and a singular matrix
+    is refused with a line that says so."""
+    from ltm.jobfile import JobFileError, parse_job_file, render_job_file
+
+    table, _, _, public = _data(800, 10, d=2)
+    cols, (t,) = whiten_columns(table, public)
+    doc = {"job": {"id": "w1", "partition": "rows"}, "release": {"kind": "gram"},
+           "privacy": {"epsilon": 1.0, "delta": 1e-6}, "fit": {"model": "ols"},
+           "servers": [{"id": "server-0", "endpoint": "h0:1"}, {"id": "server-1", "endpoint": "h1:1"}],
+           "parties": [{"id": "party-0", "clients": 400}, {"id": "party-1", "clients": 400}],
+           "columns": [{"name": c.name, "role": c.role, "center": c.center, "scale": c.scale} for c in cols],
+           "transforms": [{"kind": "whiten", "columns": list(t.columns), "name": t.name, "matrix": list(t.matrix),
+                           "output_scale": t.output_scale}]}
+    spec = parse_job_file(render_job_file(doc)).spec
+    assert spec.transforms == (t,) and spec.width == 3 and spec.vector_names == ("w_0", "w_1", "y")
+    validate_job(spec)
+    doc["transforms"][0]["matrix"] = [1.0, 0.0, 0.0, 0.0]
+    with pytest.raises(JobFileError, match="singular"):
+        parse_job_file(render_job_file(doc))
