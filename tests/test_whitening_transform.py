@@ -82,11 +82,14 @@ def test_non_symmetric_whitening_map_back_uses_the_transpose():
     assert np.allclose(back, np.linalg.lstsq(X, Z[:, 4], rcond=None)[0], rtol=1e-10)
 
 
-def test_pipeline_release_maps_back_to_the_sketched_raw_ols():
-    """The whitened job through the real party → 2 servers → analyst cores (sparse sketch): at a
-    huge ε the mapped-back OLS equals OLS of the same sketch applied to the raw rows, up to noise."""
+@pytest.mark.parametrize("kind,m", [("sparse", 400), ("dense", 40)])
+def test_pipeline_release_maps_back_to_the_sketched_raw_ols(kind, m):
+    """The whitened job through the real party → 2 servers → analyst cores (sparse and dense
+    sketches): at a huge ε the mapped-back OLS equals OLS of the same sketch applied to the raw
+    rows, up to noise."""
     table, X, y, public = _data(6000, 4)
-    spec = _job(table, public, epsilon=1e6, delta=1e-6, m=400)
+    spec = _job(table, public, epsilon=1e6, delta=1e-6, m=m, kind=kind)
+    assert spec.sketch.kind == kind
     release = run_inprocess(spec, party_tables(spec, table), Randomness.seeded_insecure(5)).release
     model = raw_linear_predictor(OLS().fit(release).coef_scaled_, spec)
     S = spec.make_sketch().to_dense().astype(np.float64)
