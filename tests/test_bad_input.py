@@ -1164,3 +1164,53 @@ def test_slow_streams_declaring_122_mib_do_not_grow_memory_and_hit_the_idle_dead
         target.close()
     finally:
         group.stop_all()
+
+
+def _intermediate_cert_dir(certs: Path, out: Path, actor: str) -> None:
+    """A cert dir for ``actor`` whose leaf is issued by a sub-CA that the real CA key signed (the CA
+    says path length 0, so no such chain is valid)."""
+    import datetime as dt
+    import shutil
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.x509.oid import NameOID
+
+    from transport.certs import _new_key, issue_leaf
+
+    ca_key = serialization.load_pem_private_key((certs / "ca.key").read_bytes(), None)
+    ca_cert = x509.load_pem_x509_certificate((certs / "ca.pem").read_bytes())
+    sub_key = _new_key()
+    now = dt.datetime.now(dt.timezone.utc)
+    sub = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "sub CA")]))
+           .issuer_name(ca_cert.subject).public_key(sub_key.public_key()).serial_number(x509.random_serial_number())
+           .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=1))
+           .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+           .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False, key_encipherment=False,
+                                        data_encipherment=False, key_agreement=False, key_cert_sign=True,
+                                        crl_sign=True, encipher_only=False, decipher_only=False), critical=True)
+           .add_extension(x509.SubjectKeyIdentifier.from_public_key(sub_key.public_key()), critical=False)
+           .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(
+               ca_cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value), critical=False)
+           .sign(ca_key, hashes.SHA256()))
+    key, leaf = issue_leaf(sub_key, sub, actor)
+    out.mkdir()
+    shutil.copy(certs / "ca.pem", out / "ca.pem")
+    pem = (lambda c: c.public_bytes(serialization.Encoding.PEM))
+    (out / f"{actor}.pem").write_bytes(pem(leaf) + pem(sub))
+    (out / f"{actor}.key").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                         serialization.NoEncryption()))
+
+
+def test_a_leaf_under_an_intermediate_ca_is_refused(processes, tmp_path):
+    """Chains as issued: a leaf under a sub-CA signed by the CA key is refused (UNAUTHENTICATED) as
+    any role, although the TLS library accepts the chain."""
+    for actor in ("party-0", "analyst"):
+        evil = tmp_path / actor
+        _intermediate_cert_dir(processes["certs"], evil, actor)
+        for target in processes["targets"]:
+            before = target.snapshot()
+            CASES[target.kind] += 1
+            expect_rpc(("UNAUTHENTICATED", "intermediate CA"), target.stub(actor, evil).GetJob,
+                       ltm_pb2.GetJobRequest(job_id="fuzz"))
+            assert target.snapshot() == before
