@@ -6,6 +6,8 @@
   publishes it to every server and runs it (parties join with ``ltm party --job ID``).
 * ``ltm job status [ID] --analyst HOST:PORT`` — state and phase of one job or all jobs.
 * ``ltm job result ID --analyst HOST:PORT --out DIR`` — write a finished job's files.
+* ``ltm job bounds DRAFT --analyst HOST:PORT --epsilon E --out FILE`` — the DP pre-job that
+  estimates the column centres and spreads nobody knows (:mod:`analyst.bounds`).
 
 No command here takes a data file: the analyst's side of a job is public information only.  The
 network modules (grpc, stubs) are imported only by the commands that talk to the analyst.
@@ -20,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ltm.errors import CommandError
 from ltm.jobfile import JobFile, JobFileError, parse_job_file, spec_summary
 
 
@@ -55,6 +58,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--out", required=True, help="directory to write the files into (created)")
     r.set_defaults(func=run_result)
 
+    from analyst.bounds import add_bounds_parser  # the DP pre-job (no network imports at load time)
+
+    add_bounds_parser(jsub, _connection)
+
 
 def _connection(p: argparse.ArgumentParser) -> None:
     p.add_argument("--analyst", default=os.environ.get("LTM_ANALYST"),
@@ -78,6 +85,7 @@ def run_check(args: argparse.Namespace) -> int:
     jf = read_job_file(args.file)
     summary = spec_summary(jf)
     plan = jf.spec.noise_plan()
+    summary["plan_reason"] = jf.plan_reason
     summary["noise"] = {"mechanism": plan.mechanism, "sigma_client": plan.sigma_client,
                         "sigma_release": plan.sigma_release, "laplace_scale": plan.laplace_scale}
     if args.json:
@@ -87,7 +95,9 @@ def run_check(args: argparse.Namespace) -> int:
     print(f"{args.file}: OK — job {s.job_id!r}, digest {s.digest}")
     print(f"  {s.partition} partition, n={s.n}, {len(s.parties)} parties, {s.k} servers "
           f"({', '.join(f'{v.server_id}={v.endpoint}' for v in s.servers)})")
-    print(f"  release: {s.sketch.kind} sketch m={s.sketch.m} s={s.sketch.s}; fit: {jf.fit.model}")
+    print(f"  release: {s.sketch.kind} m={s.sketch.m} s={s.sketch.s}; fit: {jf.fit.model}")
+    if jf.plan_reason:
+        print(f"  release kind 'auto' — the planner chose {s.sketch.kind}: {jf.plan_reason}")
     pr = s.privacy
     print(f"  privacy: ({pr.epsilon:g}, {pr.delta:g})-DP {pr.mechanism} ({pr.calibration}), promised honest load "
           f"L={pr.min_honest_load}, t′={pr.t_prime}, corrupt parties={pr.corrupt_parties}, "
@@ -103,9 +113,9 @@ def run_check(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------- talking to the analyst
 def _need_analyst(args: argparse.Namespace) -> None:
     if not args.analyst:
-        raise SystemExit("ltm job: give the analyst's endpoint with --analyst HOST:PORT (or set LTM_ANALYST)")
+        raise CommandError("give the analyst's endpoint with --analyst HOST:PORT (or set LTM_ANALYST)")
     if not args.insecure and not args.certs:
-        raise SystemExit("ltm job: give --certs DIR (the operator's certificate) or --insecure for a plaintext test")
+        raise CommandError("give --certs DIR (the operator's certificate) or --insecure for a plaintext test")
 
 
 async def _with_analyst(args: argparse.Namespace, fn):
@@ -122,7 +132,7 @@ async def _with_analyst(args: argparse.Namespace, fn):
     try:
         return await fn(ltm_pb2_grpc.AnalystStub(channel))
     except grpc.aio.AioRpcError as exc:
-        raise SystemExit(f"ltm job: the analyst at {args.analyst} answered {exc.code().name}: {exc.details()}") \
+        raise CommandError(f"the analyst at {args.analyst} answered {exc.code().name}: {exc.details()}") \
             from None
     finally:
         await channel.close()
@@ -220,7 +230,7 @@ def run_result(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     for name, text in files.items():
         if "/" in name or name.startswith("."):
-            raise SystemExit(f"ltm job result: refusing the file name {name!r} from the analyst")
+            raise CommandError(f"refusing the file name {name!r} from the analyst")
         (out / name).write_text(text)
     model = json.loads(files.get("model.json", "{}"))
     print(f"job {args.job_id!r}: release sha256 {sha}; wrote {', '.join(sorted(files))} to {out}")

@@ -194,33 +194,46 @@ def run_grid(out: Path, reps: int, ns: dict[str, list[int]], epsilons: list[floa
 
 
 def _plot(path: Path, rows: list[dict]) -> None:
+    """Two panels: predictions from public inputs only, and from the data's own second moment
+    (not public: a check of the formulas given the true spectrum)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.4, 5.2))
+    fig, axes = plt.subplots(1, 2, figsize=(11.5, 5.0), sharey=True)
     marks = {GRID_DATASETS[0]: "o", GRID_DATASETS[1]: "s"}
     colors = {"gram": "#d62728", "sparse": "#1f77b4", "dense": "#2ca02c"}
-    for x in rows:
-        ax.scatter(x["predicted_excess"], x["measured_excess"], marker=marks[x["dataset"]], c=colors[x["kind"]],
-                   edgecolors="k" if x["chosen"] else "none", s=50, alpha=0.85)
-    lo = min(min(x["predicted_excess"], x["measured_excess"]) for x in rows) / 2
-    hi = max(max(x["predicted_excess"], x["measured_excess"]) for x in rows) * 2
-    ax.plot([lo, hi], [lo, hi], "k:", lw=1)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("predicted excess (planner, public inputs)")
-    ax.set_ylabel("measured excess (mean over runs)")
+    for ax, key, title in ((axes[0], "predicted_excess", "planner, public inputs (isotropic assumption)"),
+                           (axes[1], "predicted_with_data_moment", "planner fed the data's second moment (NOT public)")):
+        pts = [x for x in rows if math.isfinite(float(x[key]))]
+        for x in pts:
+            ax.scatter(float(x[key]), float(x["measured_excess"]), marker=marks[x["dataset"]], c=colors[x["kind"]],
+                       edgecolors="k" if x["chosen"] else "none", s=50, alpha=0.85)
+        vals = [float(x[key]) for x in pts] + [float(x["measured_excess"]) for x in pts]
+        lo, hi = min(vals) / 2, max(vals) * 2
+        ax.plot([lo, hi], [lo, hi], "k:", lw=1)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("predicted excess")
+        ax.set_title(title, fontsize=10)
+    axes[0].set_ylabel("measured excess (mean over runs)")
     for k, c in colors.items():
         if any(x["kind"] == k for x in rows):
-            ax.scatter([], [], c=c, label=k)
+            axes[0].scatter([], [], c=c, label=k)
     for d, mk in marks.items():
-        ax.scatter([], [], marker=mk, c="w", edgecolors="k", label=d)
-    ax.legend(fontsize=8, loc="upper left")
-    ax.set_title("Planner: predicted vs measured excess (black edge: chosen)")
+        axes[0].scatter([], [], marker=mk, c="w", edgecolors="k", label=d)
+    axes[0].legend(fontsize=8, loc="upper left")
+    fig.suptitle("Planner: predicted vs measured excess R² loss (black edge: the chosen kind)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+
+
+def replot(out: Path) -> None:
+    """Re-render the plot from ``out/grid.csv``."""
+    with (out / "grid.csv").open() as f:
+        rows = [{**r, "chosen": r["chosen"] == "True"} for r in csv.DictReader(f)]
+    _plot(out / "predicted_vs_measured.png", rows)
 
 
 def _write_csv(path: Path, rows: list[dict]) -> None:
