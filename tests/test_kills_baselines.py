@@ -186,3 +186,69 @@ def test_local_release_matches_its_definition():
     assert (rel.privacy["epsilon"], rel.privacy["delta"], rel.privacy["baseline"]) == (0.8, 1e-6, "local")
     with pytest.raises(ValueError, match=_exact("V must have shape (n, 3), got (50, 2)")):
         bl.local_release(template, V[:, :2], 0.8, 1e-6, C, np.random.default_rng(3))
+
+
+def _cv_choice(A, b, grid, seed, folds):
+    """K-fold CV of ridge, written out directly: min-norm solutions, summed squared errors."""
+    fold = np.random.default_rng(seed).permutation(len(b)) % folds
+    errors = []
+    for lam in grid:
+        err = 0.0
+        for f in range(folds):
+            tr, va = fold != f, fold == f
+            x = np.linalg.lstsq(A[tr].T @ A[tr] + lam * np.eye(A.shape[1]), A[tr].T @ b[tr], rcond=None)[0]
+            err += float(np.sum((A[va] @ x - b[va]) ** 2))
+        errors.append(err)
+    return float(grid[int(np.argmin(errors))])
+
+
+def test_cv_ridge_lambda_agrees_with_a_direct_cross_validation_on_many_problems():
+    agree, nonzero = 0, 0
+    for seed in range(30):
+        rng = np.random.default_rng(100 + seed)
+        n, d = 24 + seed % 7, 1 + seed % 3
+        A = rng.normal(size=(n, d))
+        b = A @ rng.normal(size=d) * rng.uniform(0, 1) + rng.normal(size=n) * rng.uniform(0.1, 3)
+        grid = np.array([0.0, rng.uniform(0.1, 5), rng.uniform(5, 80)])
+        folds = 2 + seed % 4
+        chosen = bl.cv_ridge_lambda(A, b, np.random.default_rng(seed), folds=folds, grid=grid)
+        assert chosen == _cv_choice(A, b, grid, seed, folds), seed
+        nonzero += chosen != 0.0
+        # the default grid: {0} ∪ t·10^k, k = −8, −7.5, …, 1, t = tr(AᵀA)/d
+        t = float(np.sum(A * A)) / d
+        default = np.concatenate([[0.0], t * 10.0 ** np.arange(-8.0, 1.01, 0.5)])
+        got = bl.cv_ridge_lambda(A, b, np.random.default_rng(seed), folds=folds)
+        assert got == pytest.approx(_cv_choice(A, b, default, seed, folds), rel=1e-12), seed
+        agree += got != 0.0
+    assert nonzero >= 5 and agree >= 5  # the data make λ matter, so the checks above can fail
+    # a rank-deficient design at λ = 0 (duplicated column): the minimum-norm solution
+    rng = np.random.default_rng(7)
+    a = rng.normal(size=(20, 1))
+    A = np.hstack([a, a])
+    b = 2 * a[:, 0] + rng.normal(size=20)
+    grid = np.array([0.0, 3.0])
+    assert bl.cv_ridge_lambda(A, b, np.random.default_rng(1), folds=4, grid=grid) == _cv_choice(A, b, grid, 1, 4)
+    # the smallest legal sizes: n = folds rows, 2 folds
+    assert bl.cv_ridge_lambda(A[:5], b[:5], np.random.default_rng(1), folds=5, grid=grid) in grid
+    assert bl.cv_ridge_lambda(A[:6], b[:6], np.random.default_rng(1), folds=2, grid=grid) in grid
+    with pytest.raises(ValueError, match=_exact("need ≥ 1 ≥ 2 rows with matching A (6, 2) and b (6,)")):
+        bl.cv_ridge_lambda(A[:6], b[:6], np.random.default_rng(1), folds=1, grid=grid)
+    # a one-feature design uses t = tr(AᵀA)/1
+    A1 = rng.normal(size=(30, 1))
+    b1 = A1[:, 0] + 3 * rng.normal(size=30)
+    t1 = float(np.sum(A1 * A1))
+    grid1 = np.concatenate([[0.0], t1 * 10.0 ** np.arange(-8.0, 1.01, 0.5)])
+    assert bl.cv_ridge_lambda(A1, b1, np.random.default_rng(3), folds=3) == pytest.approx(
+        _cv_choice(A1, b1, grid1, 3, 3), rel=1e-12)
+
+
+def test_local_release_accepts_integer_rows():
+    from analyst.release import ReleasedSketch
+
+    V = np.array([[1, 0, 0], [0, 2, 0], [3, 0, 1]])
+    template = ReleasedSketch(matrix=np.zeros((3, 3)), columns=("a", "b", "y"), centers=np.zeros(3),
+                              scales=np.ones(3), label=2, intercept=None, n=3, noise_variance_per_column=0.0,
+                              privacy={}, sha256="x")
+    as_int = bl.local_release(template, V, 1.0, 1e-6, 1.0, np.random.default_rng(2))
+    as_float = bl.local_release(template, V.astype(float), 1.0, 1e-6, 1.0, np.random.default_rng(2))
+    assert as_int.matrix.dtype == np.float64 and np.array_equal(as_int.matrix, as_float.matrix)
