@@ -209,3 +209,57 @@ def test_estimator_factory_and_argument_checks():
         low.transform(Z[:, :3])
     with pytest.raises(RuntimeError, match=_exact("LowRank is not fitted; call fit() first")):
         est.LowRank(1).transform(Z)
+
+
+def _gram_release(seed=4, n=300, v=0.0):
+    rng = np.random.default_rng(seed)
+    Z = rng.normal(size=(n, 4)) * np.array([2.0, 1.0, 0.5, 1.5])
+    Z[:, 3] = Z[:, 0] - Z[:, 1] + 0.3 * rng.normal(size=n)
+    G = Z.T @ Z
+    i, j = np.triu_indices(4)
+    vector = G[i, j] * np.where(i == j, 1.0, math.sqrt(2.0))  # the lift's √2 on off-diagonal entries
+    rel = ReleasedSketch(matrix=vector[None, :], columns=("a", "b", "one", "y"), centers=np.zeros(4),
+                         scales=np.ones(4), label=3, intercept=2, n=n, noise_variance_per_column=v,
+                         privacy={}, sha256="", kind="gram")
+    return rel, Z, G
+
+
+def test_estimators_on_a_gram_release_solve_the_released_normal_equations():
+    rel, Z, G = _gram_release()
+    Gxx, gxy = G[:3, :3], G[:3, 3]
+    assert np.allclose(est.OLS().fit(rel).coef_scaled_, np.linalg.solve(Gxx, gxy))
+    assert np.allclose(est.Ridge(2.0).fit(rel).coef_scaled_, np.linalg.solve(Gxx + 2.0 * np.eye(3), gxy))
+    n = rel.n
+    assert np.allclose(est.RMGMOLS(0.01).fit(rel).coef_scaled_, np.linalg.solve(Gxx + 0.01 * n * np.eye(3), gxy))
+    assert np.allclose(est.DGMOLS(0.01).fit(rel).coef_scaled_, np.linalg.solve(Gxx + 0.01 * n * np.eye(3), gxy))
+    low = est.LowRank(2).fit(rel)
+    _, s, vt = np.linalg.svd(Z, full_matrices=False)  # ZᵀZ's eigenvectors are Z's right singular vectors
+    assert np.allclose(low.singular_values_, s[:2])
+    assert np.allclose(np.abs(low.components_.T @ vt[:2].T), np.eye(2), atol=1e-8)
+    pivots = np.abs(low.components_).argmax(axis=0)
+    assert np.all(low.components_[pivots, [0, 1]] > 0)
+
+
+def test_release_lambda_rules():
+    from analyst.gram import adassp_lambda
+
+    rel, _, G = _gram_release(v=5.0)
+    lam, rule = est.release_lambda(rel)
+    assert lam == pytest.approx(adassp_lambda(G[:3, :3], 5.0))
+    assert rule == ("adassp_lambda: max(0, √(2pv) − λ_min(noisy XᵀX)), √(2pv) the noise's spectral edge "
+                    "(analyst/gram.py)")
+    sk = _release(np.random.default_rng(0).normal(size=(16, 4)), v=32.0)
+    lam, rule = est.release_lambda(sk)
+    assert lam == pytest.approx(32.0 / 16 * math.sqrt(16))
+    assert rule == "default_ridge_lambda: v·√m (v: noise variance per scaled entry)"
+
+
+def test_lowrank_and_factory_edges():
+    for bad in (2.5, True, "2"):
+        with pytest.raises(ValueError, match="^rank must be an integer >= 1"):
+            est.LowRank(bad)
+    M = np.random.default_rng(5).normal(size=(10, 4))
+    assert est.LowRank(4).fit_matrix(M).components_.shape == (4, 4)  # rank = min(m, D) is allowed
+    assert est.make_estimator("ridge", lam=1.0).debias is False
+    with pytest.raises(ValueError, match="^unknown model None; valid models are: "):
+        est.make_estimator(None)
