@@ -224,6 +224,16 @@ def markdown_summary() -> str:
         if "total" not in st:
             lines.append(f"| `{module}` | (re-run to record) | | | | | |")
             continue
+        # Re-match the recorded survivors against the current list of equivalent mutants.
+        entries = load_equivalents().get(module, [])
+        still = []
+        for row in st["survivors"]:
+            entry = is_equivalent(entries, row["function"], row["original"], row["mutant"])
+            if entry is not None:
+                st["equivalent"].append({**row, "reason": entry["reason"]})
+            else:
+                still.append(row)
+        st["survivors"] = still
         fresh = st["source_sha256"] == source_digest(module)
         non_eq = st["total"] - len(st["equivalent"])
         score = st["killed"] / non_eq if non_eq else 1.0
