@@ -204,9 +204,11 @@ def _mask(spec: JobSpec, i: int, r: ltm_pb2.CloseResponse) -> np.ndarray:
 
 
 async def close_each(stubs: list[ltm_pb2_grpc.ServerStub], spec: JobSpec, policy: RetryPolicy = DEFAULT_RETRY,
-                     retries: Retries | None = None) -> list[np.ndarray | ServerUnreachable]:
+                     retries: Retries | None = None,
+                     seeded_parties: set[str] | None = None) -> list[np.ndarray | ServerUnreachable]:
     """Close intake on every server (retrying transient failures); per server its held mask, or the
-    :class:`ServerUnreachable` of a server that stayed down.  Refusals are raised."""
+    :class:`ServerUnreachable` of a server that stayed down.  Refusals are raised.  The parties any
+    server reports as having uploaded seeded (NOT private) batches are added to ``seeded_parties``."""
     request = ltm_pb2.CloseRequest(job_id=spec.job_id, job_digest=spec.digest)
 
     async def one(i: int, stub: ltm_pb2_grpc.ServerStub):
@@ -215,6 +217,8 @@ async def close_each(stubs: list[ltm_pb2_grpc.ServerStub], spec: JobSpec, policy
                                           endpoint=_endpoint(spec, i), what="Close", policy=policy, retries=retries)
         except ServerUnreachable as exc:
             return exc
+        if seeded_parties is not None:
+            seeded_parties.update(reply.seeded_parties)
         return _mask(spec, i, reply)
 
     return list(await asyncio.gather(*(one(i, s) for i, s in enumerate(stubs))))
@@ -341,7 +345,8 @@ async def run_job(stubs: list[ltm_pb2_grpc.ServerStub], spec: JobSpec, *, deadli
     last_seen = await wait_for_parties(stubs, spec, deadline_s)
     timing["wait_for_parties"] = time.monotonic() - t
     t = time.monotonic()
-    results = await close_each(stubs, spec, policy, retries)
+    seeded: set[str] = set()
+    results = await close_each(stubs, spec, policy, retries, seeded)
     coverage = coverage_report(spec, results, last_seen)
     down = [r for r in results if isinstance(r, ServerUnreachable)]
     if down:
@@ -371,7 +376,7 @@ async def run_job(stubs: list[ltm_pb2_grpc.ServerStub], spec: JobSpec, *, deadli
     timing["release"] = time.monotonic() - t
     t = time.monotonic()
     release = reconstruct_release(spec, [r[0] for r in shares], participants, spec.noise_plan(),
-                                  randomness=randomness_label)
+                                  randomness=randomness_label, seeded_parties=sorted(seeded))
     timing["reconstruct"] = time.monotonic() - t
     return JobRun(release, participants, [int(m.sum()) for m in masks], timing, [r[1] for r in shares],
                   coverage, retries)

@@ -56,7 +56,13 @@ def _add_simulate(sub: argparse._SubParsersAction) -> None:
     priv.add_argument("--calibration", default="tight",
                       help="tight (default), paper (Cor 4.7/4.10 as printed), or interpolate(p)")
     priv.add_argument("--t-prime", type=int, default=0, help="corrupt clients tolerated")
-    priv.add_argument("--corrupt-parties", type=int, default=0, help="corrupt parties tolerated")
+    priv.add_argument("--corrupt-parties", type=int, default=None,
+                      help="corrupt parties tolerated (default: 1 when parties hold several clients each; "
+                           "a private job never tolerates fewer, only a --seed reproduction may)")
+    priv.add_argument("--budget-epsilon", type=float, default=None,
+                      help="each simulated party's privacy budget ε (default: the party's, 4)")
+    priv.add_argument("--budget-delta", type=float, default=None,
+                      help="the δ of that budget (default: the party's, 1e-6)")
     priv.add_argument("--clip", type=float, default=None, help="ℓ2 clip bound C on the transformed rows (default 1.0)")
     mdl = p.add_argument_group("model")
     mdl.add_argument("--model", choices=["ols", "ridge", "lowrank", "rmgm_ols", "dgm_ols"],
@@ -98,7 +104,8 @@ def _run_simulate(args: argparse.Namespace) -> int:
         mechanism=args.mechanism, calibration=calibration, interpolate_p=p, t_prime=args.t_prime,
         corrupt_parties=args.corrupt_parties, model=args.model, lam=args.lam, debias=args.debias, rank=args.rank,
         clip=args.clip if args.clip is not None else DEFAULT_CLIP_BOUND, intercept=args.intercept,
-        share_mode=args.share_mode, seed=args.seed,
+        share_mode=args.share_mode, seed=args.seed, budget_epsilon=args.budget_epsilon,
+        budget_delta=args.budget_delta,
     )
     if args.mechanism == "laplace" and args.delta == 1e-6:
         cfg.delta = 0.0
@@ -124,6 +131,9 @@ def _print_simulate_summary(r: dict[str, Any]) -> None:
     rows = [("LTM " + r["model"], r["metrics"])] + [(k, v) for k, v in r["baselines"].items()]
     for name, metrics in rows:
         print(f"  {name:12s}" + "".join(f"{metrics[k]:>14.6g}" for k in metric_names))
+    for party, entry in sorted(r.get("ledgers", {}).items()):
+        print(f"  ledger {party}: spent ε {entry['before']['epsilon']:.4g} → {entry['after']['epsilon']:.4g} "
+              f"of budget {entry['budget']['epsilon']:g} (δ {entry['budget']['delta']:g})")
     print(f"  release sha256 {r['release_sha256']}")
     print(f"  time {r['timing_s']['total']:.2f} s")
 

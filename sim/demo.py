@@ -162,12 +162,12 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
         phases["job_spec_and_party_data"] = time.monotonic() - t
 
         server_endpoints = ",".join(s.endpoint for s in servers)
-        server_ids = ",".join(s.actor for s in servers)
         parties = []
 
         def start_some(chosen) -> None:
             for p in chosen:
-                argv = ["party", "--id", p.party_id, "--servers", server_endpoints, "--server-ids", server_ids,
+                # No --server-ids: a party pins the server identities the job spec names by default.
+                argv = ["party", "--id", p.party_id, "--servers", server_endpoints,
                         "--job", spec.job_id, "--data", str(data_dir / f"{p.party_id}.csv"),
                         "--max-epsilon", str(cfg.epsilon), "--max-delta", str(max(cfg.delta, 1e-12)),
                         "--summary-file", str(data_dir / f"{p.party_id}.summary.json"), "--no-progress"]
@@ -222,6 +222,8 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
         "coverage": report.get("coverage"),
         "privacy": report["privacy"],
         "randomness": randomness.label,
+        "reproduction": spec.reproduction,
+        "ledgers": {s["party_id"]: s["ledger"] for s in summaries},
         "analyst_model": report["model"],
         **model_report,
         "bytes": {"party_to_server": upload_bytes, "party_to_server_total": int(sum(upload_bytes)),
@@ -245,6 +247,9 @@ def print_summary(r: dict[str, Any]) -> None:
     print(f"  job: {r['n_train']} training rows, {r['partition']} partition, {r['sketch']['kind']} sketch "
           f"m={r['sketch']['m']} s={r['sketch']['s']}, {r['participants']} participants")
     print(f"  privacy: {pr['guarantee']}")
+    for party, entry in sorted(r["ledgers"].items()):
+        print(f"  ledger {party}: spent ε {entry['before']['epsilon']:.4g} → {entry['after']['epsilon']:.4g} of "
+              f"budget {entry['budget']['epsilon']:g} (δ {entry['budget']['delta']:g})")
     print(f"  {'model':12s}{'R²':>10s}{'MSE':>12s}{'φ':>10s}")
     print(f"  {'LTM ridge':12s}{m['r2']:>10.4f}{m['mse']:>12.4g}{m['phi']:>10.4f}")
     for name in ("nonprivate", "central", "local"):

@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from ltm.calibration import analytic_gaussian_sigma
 from ltm.jobspec import (INTERCEPT_NAME, JobSpec, PartySpec, PrivacySpec, ServerSpec, SketchSpec,
-                         resolve_defaults)
+                         default_corrupt_parties, resolve_defaults)
 from ltm.randomness import Randomness
 from sim.data import Table, public_columns
 
@@ -59,11 +59,18 @@ def split_parties(n: int, parties: int) -> list[tuple[int, int]]:
 def build_job(table: Table, *, job_id: str, randomness: Randomness, partition: str = "rows", parties: int = 4,
               k: int = 3, kind: str = "sparse", m: int | None = None, s: int = 1, epsilon: float = 1.0,
               delta: float = 1e-6, mechanism: str = "gaussian", calibration: str = "tight",
-              interpolate_p: float | None = None, t_prime: int = 0, corrupt_parties: int = 0,
+              interpolate_p: float | None = None, t_prime: int = 0, corrupt_parties: int | None = None,
               intercept: bool = False, clip_bound: float = DEFAULT_CLIP_BOUND, share_mode: str = "seed",
               frac_bits: int = 0, min_honest_load: int = 0, endpoints: list[str] | None = None,
-              ) -> tuple[JobSpec, JobChoices]:
-    """A resolved, validated job spec for a table, and the choices made."""
+              reproduction: bool | None = None) -> tuple[JobSpec, JobChoices]:
+    """A resolved, validated job spec for a table, and the choices made.
+
+    ``corrupt_parties`` None: :func:`ltm.jobspec.default_corrupt_parties` (one, when parties hold
+    several clients each).  ``reproduction`` None: the job is a reproduction exactly when
+    ``randomness`` is seeded (then its servers accept seeded, NOT private batches).
+    """
+    if reproduction is None:
+        reproduction = randomness.reproducible
     columns = public_columns(table, intercept=intercept, clip_bound=clip_bound)
     width = len(columns)
     n = table.n
@@ -93,11 +100,13 @@ def build_job(table: Table, *, job_id: str, randomness: Randomness, partition: s
         clip_bound=clip_bound, frac_bits=frac_bits,
         sketch=SketchSpec(kind=kind, m=m, s=s if kind == "sparse" else m, seed=seed),
         privacy=PrivacySpec(epsilon=epsilon, delta=delta, mechanism=mechanism, calibration=calibration,
-                            interpolate_p=interpolate_p, t_prime=t_prime, corrupt_parties=corrupt_parties,
+                            interpolate_p=interpolate_p, t_prime=t_prime, corrupt_parties=corrupt_parties or 0,
                             min_honest_load=min_honest_load),
         servers=tuple(ServerSpec(f"server-{i}", (endpoints or [""] * k)[i]) for i in range(k)),
-        clip_norm="l1" if mechanism == "laplace" else "l2", share_mode=share_mode,
+        clip_norm="l1" if mechanism == "laplace" else "l2", share_mode=share_mode, reproduction=reproduction,
     )
+    if corrupt_parties is None:
+        spec = replace(spec, privacy=replace(spec.privacy, corrupt_parties=default_corrupt_parties(spec)))
     return resolve_defaults(spec), JobChoices(m, rule)
 
 
