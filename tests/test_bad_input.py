@@ -40,7 +40,7 @@ from hypothesis import strategies as st
 
 from ltm.randomness import Randomness
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
-from party.randomizer import PartyDataError, client_vectors, make_batches
+from party.randomizer import PartyDataError, client_vectors, make_batches, party_randomness
 from party.uploader import batch_header
 from server.core import ServerCore
 from server.service import MAX_BATCH_BYTES, ServerService
@@ -152,7 +152,7 @@ def _job(job_id: str, partition: str, endpoints=None):
     tables = party_tables(spec, table)
     batches = {}
     for p in spec.parties:
-        for per_server in make_batches(spec, p.party_id, tables[p.party_id], randomness.child("party", p.party_id),
+        for per_server in make_batches(spec, p.party_id, tables[p.party_id], party_randomness(randomness, spec, p.party_id),
                                        batch_clients=BATCH):
             batches[(p.party_id, per_server[0].batch_index)] = per_server
     return spec, tables, batches
@@ -905,7 +905,7 @@ def _write_csv(path: Path, table: dict, variant: str) -> None:
 def bad_csv_runs(processes):
     """`ltm party` once per bad CSV, all at once, against the real servers, for a fresh job."""
     world, targets = processes["world"], processes["targets"]
-    spec = replace(world.spec, job_id="csv")
+    spec = replace(world.spec, job_id="csv", reproduction=False)  # the party draws private randomness
     for t in targets:
         t.stub("analyst").CreateJob(ltm_pb2.CreateJobRequest(spec_json=spec.canonical_json()), timeout=TIMEOUT)
     before = [t.snapshot(("csv",)) for t in targets]
