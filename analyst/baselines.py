@@ -47,6 +47,7 @@ __all__ = [
     "mod_sulq",
     "local_noisy_rows",
     "local_release",
+    "cv_ridge_lambda",
 ]
 
 
@@ -287,6 +288,47 @@ def adassp(
 
 
 # --------------------------------------------------------------------------------------------
+# non-private ridge with a cross-validated λ
+# --------------------------------------------------------------------------------------------
+
+
+def cv_ridge_lambda(
+    A: np.ndarray, b: np.ndarray, rng: np.random.Generator, *, folds: int = 5,
+    grid: np.ndarray | None = None,
+) -> float:
+    """λ of the NON-PRIVATE ridge baseline, chosen by ``folds``-fold cross-validation.
+
+    The grid is ``{0} ∪ t·10^k`` for k = −8 … 1 in half decades, with ``t = tr(AᵀA)/d`` (the
+    average eigenvalue of the design's Gram matrix, so the grid is scale free) unless ``grid`` is
+    given.  The fold assignment is a random permutation from ``rng``.  Returns the λ with the
+    smallest mean validation squared error (ties → the smaller λ).
+    """
+    _check_rng(rng)
+    A = np.asarray(A, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64).reshape(-1)
+    n, d = A.shape
+    if b.shape[0] != n or n < folds or folds < 2:
+        raise ValueError(f"need ≥ {folds} ≥ 2 rows with matching A {A.shape} and b {b.shape}")
+    if grid is None:
+        t = float(np.einsum("ij,ij->", A, A)) / max(d, 1) or 1.0
+        grid = np.concatenate([[0.0], t * 10.0 ** np.arange(-8.0, 1.01, 0.5)])
+    fold = rng.permutation(n) % folds
+    errors = np.zeros(len(grid))
+    for f in range(folds):
+        tr, va = fold != f, fold == f
+        G, g = A[tr].T @ A[tr], A[tr].T @ b[tr]
+        evals, V = np.linalg.eigh((G + G.T) / 2.0)
+        proj = V.T @ g
+        Av = A[va] @ V
+        for i, lam in enumerate(grid):
+            den = evals + lam
+            coords = np.where(den > 1e-12 * max(evals.max(), 1e-300), proj / np.where(den > 0, den, 1.0), 0.0)
+            r = Av @ coords - b[va]
+            errors[i] += float(r @ r)
+    return float(grid[int(np.argmin(errors))])
+
+
+# --------------------------------------------------------------------------------------------
 # MOD-SULQ
 # --------------------------------------------------------------------------------------------
 
@@ -464,4 +506,5 @@ def local_release(
             "note": "simulation baseline (seeded numpy RNG), not a production release",
         },
         sha256="",
+        kind="local",
     )

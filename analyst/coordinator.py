@@ -20,7 +20,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import grpc
 import numpy as np
@@ -131,6 +131,8 @@ class JobRun:
     coverage: dict = field(default_factory=dict)
     #: transient failures retried, per server id and call
     retries: Retries = field(default_factory=dict)
+    #: each server's result share (uint64 (m, D)), in the job's server order
+    result_shares: list[np.ndarray] = field(default_factory=list)
 
 
 def _endpoint(spec: JobSpec, i: int) -> str:
@@ -140,60 +142,20 @@ def _endpoint(spec: JobSpec, i: int) -> str:
 async def publish(stubs: list[ltm_pb2_grpc.ServerStub], spec: JobSpec, timeout: float = 30.0,
                   policy: RetryPolicy = DEFAULT_RETRY, retries: Retries | None = None) -> str:
     """CreateJob on every server; returns the digest they all acknowledged."""
-    body = spec.canonical_json()
+    return await publish_links(grpc_links(stubs, spec, policy, retries), spec)
 
-    async def create(i: int, stub: ltm_pb2_grpc.ServerStub):
-        return await call_with_retry(
-            lambda: stub.CreateJob(ltm_pb2.CreateJobRequest(spec_json=body), timeout=timeout),
-            server_id=spec.servers[i].server_id, endpoint=_endpoint(spec, i), what="CreateJob", policy=policy,
-            retries=retries)
 
-    replies = await asyncio.gather(*(create(i, s) for i, s in enumerate(stubs)), return_exceptions=True)
+async def publish_links(links: list["ServerLink"], spec: JobSpec) -> str:
+    """Create the job on every server (idempotent); returns the digest they all acknowledged."""
+    replies = await _gather_reachable(link.create(spec) for link in links)
     down = [r for r in replies if isinstance(r, ServerUnreachable)]
     if down:
         raise NotPublished(f"cannot publish job {spec.job_id!r}: {'; '.join(map(str, down))}. Every server must "
                             f"hold the job: with k-of-k additive sharing each client's data is split across all "
                             f"{spec.k} servers")
-    for r in replies:
-        if isinstance(r, BaseException):
-            raise r
-    digests = {r.job_digest for r in replies}
-    if digests != {spec.digest}:
-        raise ReleaseFailed(f"servers acknowledged digests {sorted(digests)} for a spec with digest {spec.digest}")
+    if set(replies) != {spec.digest}:
+        raise ReleaseFailed(f"servers acknowledged digests {sorted(set(replies))} for a spec with digest {spec.digest}")
     return spec.digest
-
-
-async def poll_status(stubs: list[ltm_pb2_grpc.ServerStub], spec: JobSpec,
-                      timeout: float = 5.0) -> list[ltm_pb2.StatusResponse | grpc.aio.AioRpcError]:
-    """One Status per server, concurrently; an unreachable server's entry is its gRPC error."""
-    async def one(stub):
-        try:
-            return await stub.Status(ltm_pb2.StatusRequest(job_id=spec.job_id), timeout=timeout)
-        except grpc.aio.AioRpcError as exc:
-            if exc.code() not in TRANSIENT:
-                raise
-            return exc
-    return await asyncio.gather(*(one(s) for s in stubs))
-
-
-async def wait_for_parties(stubs: list[ltm_pb2_grpc.ServerStub], spec: JobSpec, deadline_s: float,
-                           poll_s: float = 0.1) -> list[int | None]:
-    """Poll every server until each holds all n clients or ``deadline_s`` passes.
-
-    Returns each server's held count as last seen (``None`` for a server never reached); a server
-    that is down (restarting) does not end the wait early.
-    """
-    end = time.monotonic() + deadline_s
-    held: list[int | None] = [None] * len(stubs)
-    while True:
-        replies = await poll_status(stubs, spec)
-        for i, r in enumerate(replies):
-            if not isinstance(r, BaseException):
-                held[i] = int(r.clients_held)
-        complete = all(not isinstance(r, BaseException) and r.clients_held >= spec.n for r in replies)
-        if complete or time.monotonic() >= end:
-            return held
-        await asyncio.sleep(poll_s)
 
 
 def _mask(spec: JobSpec, i: int, r: ltm_pb2.CloseResponse) -> np.ndarray:
@@ -204,24 +166,10 @@ def _mask(spec: JobSpec, i: int, r: ltm_pb2.CloseResponse) -> np.ndarray:
 
 
 async def close_each(stubs: list[ltm_pb2_grpc.ServerStub], spec: JobSpec, policy: RetryPolicy = DEFAULT_RETRY,
-                     retries: Retries | None = None,
-                     seeded_parties: set[str] | None = None) -> list[np.ndarray | ServerUnreachable]:
+                     retries: Retries | None = None) -> list[np.ndarray | ServerUnreachable]:
     """Close intake on every server (retrying transient failures); per server its held mask, or the
-    :class:`ServerUnreachable` of a server that stayed down.  Refusals are raised.  The parties any
-    server reports as having uploaded seeded (NOT private) batches are added to ``seeded_parties``."""
-    request = ltm_pb2.CloseRequest(job_id=spec.job_id, job_digest=spec.digest)
-
-    async def one(i: int, stub: ltm_pb2_grpc.ServerStub):
-        try:
-            reply = await call_with_retry(lambda: stub.Close(request, timeout=30.0), server_id=spec.servers[i].server_id,
-                                          endpoint=_endpoint(spec, i), what="Close", policy=policy, retries=retries)
-        except ServerUnreachable as exc:
-            return exc
-        if seeded_parties is not None:
-            seeded_parties.update(reply.seeded_parties)
-        return _mask(spec, i, reply)
-
-    return list(await asyncio.gather(*(one(i, s) for i, s in enumerate(stubs))))
+    :class:`ServerUnreachable` of a server that stayed down.  Refusals are raised."""
+    return await _gather_reachable(link.close(spec) for link in grpc_links(stubs, spec, policy, retries))
 
 
 async def close_all(stubs: list[ltm_pb2_grpc.ServerStub], spec: JobSpec,
@@ -327,31 +275,122 @@ async def fetch_result_share(stub: ltm_pb2_grpc.ServerStub, spec: JobSpec, parti
                                  what="Release", policy=policy, retries=retries)
 
 
-async def run_job(stubs: list[ltm_pb2_grpc.ServerStub], spec: JobSpec, *, deadline_s: float,
-                  randomness_label: str, publish_first: bool = False,
-                  policy: RetryPolicy = DEFAULT_RETRY) -> JobRun:
-    """Coordinate one job to its release (``publish_first``: also CreateJob on every server).
+class ServerLink(Protocol):
+    """One server as the coordinator sees it, whatever the transport (gRPC or in-process).
 
-    Transient failures of a server (down, restarting, a dropped connection) are retried up to
-    ``policy.deadline_s`` per call.  A server still unreachable then makes the release impossible
-    (k-of-k sharing needs every server's result share): :class:`ReleaseFailed` says which server,
-    and which clients reached which servers.
+    Refusals raise (``grpc.aio.AioRpcError`` or :class:`~ltm.errors.ProtocolError`); a server that
+    stays unreachable raises :class:`ServerUnreachable`.
+    """
+
+    server_id: str
+    #: after ``close``: the parties this server holds seeded (reproducible, NOT private) batches of
+    seeded_parties: list[str]
+
+    async def create(self, spec: JobSpec) -> str: ...
+    async def held_count(self, spec: JobSpec) -> int | None: ...
+    async def close(self, spec: JobSpec) -> np.ndarray: ...
+    async def release(self, spec: JobSpec, participants: np.ndarray) -> tuple[np.ndarray, int]: ...
+
+
+@dataclass
+class GrpcServerLink:
+    """A server reached over gRPC, every call retried through transient failures (``policy``)."""
+
+    stub: ltm_pb2_grpc.ServerStub
+    index: int
+    server_id: str
+    endpoint: str = ""
+    policy: RetryPolicy = DEFAULT_RETRY
+    retries: Retries | None = None
+    seeded_parties: list[str] = field(default_factory=list)
+
+    async def create(self, spec: JobSpec) -> str:
+        reply = await call_with_retry(
+            lambda: self.stub.CreateJob(ltm_pb2.CreateJobRequest(spec_json=spec.canonical_json()), timeout=30.0),
+            server_id=self.server_id, endpoint=self.endpoint, what="CreateJob", policy=self.policy,
+            retries=self.retries)
+        return reply.job_digest
+
+    async def held_count(self, spec: JobSpec) -> int | None:
+        try:
+            reply = await self.stub.Status(ltm_pb2.StatusRequest(job_id=spec.job_id), timeout=5.0)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() not in TRANSIENT:
+                raise
+            return None
+        return int(reply.clients_held)
+
+    async def close(self, spec: JobSpec) -> np.ndarray:
+        request = ltm_pb2.CloseRequest(job_id=spec.job_id, job_digest=spec.digest)
+        reply = await call_with_retry(lambda: self.stub.Close(request, timeout=30.0), server_id=self.server_id,
+                                      endpoint=self.endpoint, what="Close", policy=self.policy, retries=self.retries)
+        self.seeded_parties = list(reply.seeded_parties)
+        return _mask(spec, self.index, reply)
+
+    async def release(self, spec: JobSpec, participants: np.ndarray) -> tuple[np.ndarray, int]:
+        return await fetch_result_share(self.stub, spec, participants, server_index=self.index, policy=self.policy,
+                                        retries=self.retries)
+
+
+def grpc_links(stubs: list[ltm_pb2_grpc.ServerStub], spec: JobSpec, policy: RetryPolicy = DEFAULT_RETRY,
+               retries: Retries | None = None) -> list[GrpcServerLink]:
+    """One :class:`GrpcServerLink` per server of the job, in the job's server order."""
+    return [GrpcServerLink(stub, i, spec.servers[i].server_id, _endpoint(spec, i), policy, retries)
+            for i, stub in enumerate(stubs)]
+
+
+async def _gather_reachable(calls) -> list:
+    """Await the calls concurrently; a :class:`ServerUnreachable` is returned in place, any other
+    exception raised."""
+    results = await asyncio.gather(*calls, return_exceptions=True)
+    for r in results:
+        if isinstance(r, BaseException) and not isinstance(r, ServerUnreachable):
+            raise r
+    return results
+
+
+async def coordinate(links: list[ServerLink], spec: JobSpec, *, deadline_s: float, randomness_label: str,
+                     publish_first: bool = False, poll_s: float = 0.1, retries: Retries | None = None,
+                     progress: Callable[[str, dict], None] | None = None) -> JobRun:
+    """Publish (optionally) → wait for parties → close → intersect → release → reconstruct.
+
+    The one coordinator of both transports: the gRPC analyst passes :class:`GrpcServerLink`
+    objects, ``sim``'s in-process transport links to server cores in the same process.  Every step
+    is safe to repeat (create and close are idempotent, a release retried with the same
+    participant set returns the server's persisted once-only record), so an analyst that crashed
+    anywhere and runs this again releases the same bytes.
+
+    Waits until every server holds all n clients or ``deadline_s`` passes (a server that is down
+    does not end the wait early).  A server still unreachable makes the release impossible (k-of-k
+    sharing needs every server's result share): :class:`ReleaseFailed` says which server, and which
+    clients reached which servers.  ``progress(phase, info)`` is told each phase as it starts
+    (``waiting`` with the held counts seen, ``closing``, ``releasing``, ``reconstructing``).
     """
     timing: dict[str, float] = {}
-    retries: Retries = {}
+    retries = retries if retries is not None else {}
+    report = progress or (lambda phase, info: None)
     t = time.monotonic()
     if publish_first:
-        await publish(stubs, spec, policy=policy, retries=retries)
-    last_seen = await wait_for_parties(stubs, spec, deadline_s)
+        report("publishing", {})
+        await publish_links(links, spec)
+    end = time.monotonic() + deadline_s
+    last_seen: list[int | None] = [None] * len(links)
+    while True:
+        counts = await asyncio.gather(*(link.held_count(spec) for link in links))
+        last_seen = [c if c is not None else last_seen[i] for i, c in enumerate(counts)]
+        report("waiting", {"held_per_server": dict(zip((link.server_id for link in links), last_seen))})
+        if all(c is not None and c >= spec.n for c in counts) or time.monotonic() >= end:
+            break
+        await asyncio.sleep(min(poll_s, max(end - time.monotonic(), 0.0)))
     timing["wait_for_parties"] = time.monotonic() - t
     t = time.monotonic()
-    seeded: set[str] = set()
-    results = await close_each(stubs, spec, policy, retries, seeded)
+    report("closing", {})
+    results = await _gather_reachable(link.close(spec) for link in links)
     coverage = coverage_report(spec, results, last_seen)
     down = [r for r in results if isinstance(r, ServerUnreachable)]
     if down:
         raise ReleaseFailed(no_release_message(spec, down, coverage), coverage)
-    masks: list[np.ndarray] = results  # type: ignore[assignment]
+    masks: list[np.ndarray] = results
     participants = np.logical_and.reduce(masks)
     if coverage["reached_some_not_all"]:
         log.warning("clients dropped: their shares did not reach every server",
@@ -359,9 +398,8 @@ async def run_job(stubs: list[ltm_pb2_grpc.ServerStub], spec: JobSpec, *, deadli
                            "held_per_server": coverage["held_per_server"]})
     timing["close"] = time.monotonic() - t
     t = time.monotonic()
-    shares = await asyncio.gather(*(fetch_result_share(s, spec, participants, server_index=i, policy=policy,
-                                                       retries=retries) for i, s in enumerate(stubs)),
-                                  return_exceptions=True)
+    report("releasing", {"participants": int(participants.sum())})
+    shares = await asyncio.gather(*(link.release(spec, participants) for link in links), return_exceptions=True)
     down = [r for r in shares if isinstance(r, ServerUnreachable)]
     if down:
         raise ReleaseFailed(no_release_message(spec, down, coverage, phase="release"), coverage)
@@ -375,14 +413,30 @@ async def run_job(stubs: list[ltm_pb2_grpc.ServerStub], spec: JobSpec, *, deadli
                             f"{describe_coverage(coverage)}", coverage)
     timing["release"] = time.monotonic() - t
     t = time.monotonic()
+    report("reconstructing", {})
+    # every party any server saw upload seeded (NOT private) batches: named in the report, never DP
+    seeded = sorted({p for link in links for p in getattr(link, "seeded_parties", ())})
     release = reconstruct_release(spec, [r[0] for r in shares], participants, spec.noise_plan(),
-                                  randomness=randomness_label, seeded_parties=sorted(seeded))
+                                  randomness=randomness_label, seeded_parties=seeded)
     timing["reconstruct"] = time.monotonic() - t
     return JobRun(release, participants, [int(m.sum()) for m in masks], timing, [r[1] for r in shares],
-                  coverage, retries)
+                  coverage, retries, [r[0] for r in shares])
+
+
+async def run_job(stubs: list[ltm_pb2_grpc.ServerStub], spec: JobSpec, *, deadline_s: float,
+                  randomness_label: str, publish_first: bool = False,
+                  policy: RetryPolicy = DEFAULT_RETRY) -> JobRun:
+    """:func:`coordinate` one job over gRPC stubs (``publish_first``: also CreateJob on every server).
+
+    Transient failures of a server (down, restarting, a dropped connection) are retried up to
+    ``policy.deadline_s`` per call.
+    """
+    retries: Retries = {}
+    return await coordinate(grpc_links(stubs, spec, policy, retries), spec, deadline_s=deadline_s,
+                            randomness_label=randomness_label, publish_first=publish_first, retries=retries)
 
 
 def _describe_error(exc: BaseException) -> str:
     if isinstance(exc, grpc.aio.AioRpcError):
         return f"{exc.code().name}: {exc.details()}"
-    return str(exc)
+    return str(exc)  # a ProtocolError from an in-process server reads "CODE: message" already

@@ -25,6 +25,10 @@ Estimators (spec ltm-secure-sketching §5.2, multiparty-release-ols §3–4):
   ``((X̃ᵀX̃ − v I)/n + λI)^{-1} X̃ᵀỹ/n`` with ``v = release.noise_variance_per_column``.
 * :class:`LowRank` — the top-k right singular vectors of Ã.
 
+On a ``gram`` release (noisy ZᵀZ, :mod:`analyst.gram`) the same classes solve the normal
+equations directly: OLS ``Ĝxx⁻¹ĝxy``, ridge ``(Ĝxx + λI)⁻¹ĝxy`` (the noise is zero-mean, so
+there is nothing to de-bias), RMGM/DGM with ``XᵀX/n`` read off Ĝ, low rank the top eigenvectors.
+
 All solves are float64.  :func:`solve_ridge` is the shared solver for plain matrices (baselines).
 """
 from __future__ import annotations
@@ -33,6 +37,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from analyst.gram import adassp_lambda, gram_blocks, solve_gram, top_eigenvectors
 from analyst.release import ReleasedSketch
 
 __all__ = [
@@ -50,6 +55,7 @@ __all__ = [
     "LowRank",
     "ESTIMATOR_NAMES",
     "default_ridge_lambda",
+    "release_lambda",
     "make_estimator",
 ]
 
@@ -275,11 +281,21 @@ class _SketchRegressor(LinearPredictor):
     def _solve(self, X: np.ndarray, y: np.ndarray, n: int, noise_variance: float) -> np.ndarray:
         raise NotImplementedError
 
+    def _solve_gram(self, Gxx: np.ndarray, gxy: np.ndarray, n: int) -> np.ndarray:
+        """Solve from released sufficient statistics XᵀX ≈ Gxx, Xᵀy ≈ gxy (a ``gram`` release)."""
+        w, self.solver_ = solve_gram(Gxx, gxy, 0.0)
+        return w
+
     def fit(self, release: ReleasedSketch) -> "_SketchRegressor":
         """Fit on a labelled release (uses ``release.design``, ``release.target``, ``n`` and
-        ``noise_variance_per_column``), then map to raw units.  Returns self."""
+        ``noise_variance_per_column``; a ``gram`` release: its noisy XᵀX and Xᵀy), then map to
+        raw units.  Returns self."""
         if release.label is None:
             raise ValueError("this release has no label column (a low-rank job); use LowRank")
+        if release.kind == "gram":
+            Gxx, gxy, _ = gram_blocks(release.gram, release.label)
+            self._set_from_release(self._solve_gram(Gxx, gxy, int(release.n)), release)
+            return self
         w = self._solve(release.design, release.target, int(release.n),
                         float(release.noise_variance_per_column))
         self._set_from_release(w, release)
@@ -366,6 +382,11 @@ class Ridge(_SketchRegressor):
         self.solver_ = "eigh-clamped"
         return w
 
+    def _solve_gram(self, Gxx: np.ndarray, gxy: np.ndarray, n: int) -> np.ndarray:
+        w, self.solver_ = solve_gram(Gxx, gxy, self.lam)
+        self.indefinite_ = bool(np.linalg.eigvalsh((Gxx + Gxx.T) / 2.0)[0] <= 0.0)
+        return w
+
     def __repr__(self) -> str:
         return f"Ridge(lam={self.lam!r}, debias={self.debias})"
 
@@ -389,6 +410,11 @@ class RMGMOLS(_SketchRegressor):
         H = (X.T @ X) / n + self.lam * np.eye(X.shape[1])
         w, self.solver_ = solve_normal_equations(H, (X.T @ y) / n, assume_pd=True)
         self.min_eigenvalue_ = float(np.linalg.eigvalsh((H + H.T) / 2.0)[0])
+        return w
+
+    def _solve_gram(self, Gxx: np.ndarray, gxy: np.ndarray, n: int) -> np.ndarray:
+        _check_n(n)
+        w, self.solver_ = solve_gram(Gxx, gxy, self.lam * n)  # (Gxx/n + λI)⁻¹ gxy/n
         return w
 
     def __repr__(self) -> str:
@@ -434,6 +460,11 @@ class DGMOLS(_SketchRegressor):
         w, self.solver_ = solve_normal_equations(H, (X.T @ y) / n, assume_pd=False)
         return w
 
+    def _solve_gram(self, Gxx: np.ndarray, gxy: np.ndarray, n: int) -> np.ndarray:
+        _check_n(n)  # a gram release has zero-mean noise: nothing to de-bias
+        w, self.solver_ = solve_gram(Gxx, gxy, self.lam * n)
+        return w
+
     def __repr__(self) -> str:
         return f"DGMOLS(lam={self.lam!r})"
 
@@ -459,7 +490,12 @@ class LowRank:
         self.rank = int(rank)
 
     def fit(self, release: ReleasedSketch) -> "LowRank":
-        """Fit on ``release.matrix`` (m, D).  Returns self."""
+        """Fit on ``release.matrix`` (m, D), or a ``gram`` release's noisy ZᵀZ (its top
+        eigenvectors; ``singular_values_`` are then √max(eigenvalue, 0)).  Returns self."""
+        if release.kind == "gram":
+            self.components_, evals = top_eigenvectors(release.gram, self.rank)
+            self.singular_values_ = np.sqrt(np.maximum(evals, 0.0))
+            return self
         return self.fit_matrix(release.matrix)
 
     def fit_matrix(self, M: np.ndarray) -> "LowRank":
@@ -512,6 +548,21 @@ def default_ridge_lambda(noise_variance_per_entry: float, m: int) -> float:
     biases the solution only by a relative ≈ v·√m·D/n, which vanishes as n grows.
     """
     return float(noise_variance_per_entry * np.sqrt(m))
+
+
+def release_lambda(release: ReleasedSketch) -> tuple[float, str]:
+    """The default ridge λ for a release, and the rule that gave it.
+
+    A sketch: :func:`default_ridge_lambda` (v·√m, v the noise variance per scaled entry).  A
+    ``gram`` release: the AdaSSP-style :func:`analyst.gram.adassp_lambda` on its noisy XᵀX.
+    """
+    if release.kind == "gram":
+        Gxx, _, _ = gram_blocks(release.gram, release.label)
+        return (adassp_lambda(Gxx, release.noise_variance_per_column),
+                "adassp_lambda: max(0, √(2pv) − λ_min(noisy XᵀX)), √(2pv) the noise's spectral edge (analyst/gram.py)")
+    m = release.matrix.shape[0]
+    return (default_ridge_lambda(release.noise_variance_per_column / m, m),
+            "default_ridge_lambda: v·√m (v: noise variance per scaled entry)")
 
 
 def make_estimator(

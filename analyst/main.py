@@ -12,7 +12,7 @@ from ltm.v1 import ltm_pb2_grpc
 from transport.config import add_actor_arguments, load_config, merge
 from transport.logs import setup_logging
 from transport.serve import serve_until_signal
-from transport.tls import make_channel, make_server
+from transport.tls import check_certificates, make_channel, make_server
 
 log = logging.getLogger("ltm.analyst")
 SERVICE_NAME = "ltm.v1.Analyst"
@@ -22,6 +22,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("analyst", help="run the analyst: coordinates jobs, reconstructs releases, fits models")
     p.add_argument("--listen", help="address to bind, e.g. 127.0.0.1:50050 (port 0 = any free port)")
     p.add_argument("--out", help="output directory (one sub-directory per job)")
+    p.add_argument("--state-dir", help="where the analyst's job database lives (default: --out); keep it on "
+                                      "persistent storage: a restarted analyst resumes its running jobs from it")
     p.add_argument("--server-retry", type=float,
                    help="seconds to keep retrying a call to a server that is down or restarting (default 30)")
     add_actor_arguments(p, serves=True)
@@ -37,9 +39,13 @@ async def serve(args: argparse.Namespace) -> None:
         return make_channel(endpoint, args.certs, "analyst", insecure=insecure, options=options)
 
     retry = RetryPolicy(deadline_s=args.server_retry) if args.server_retry is not None else DEFAULT_RETRY
-    service = AnalystService(connect, Path(args.out), insecure=insecure, retry=retry)
+    service = AnalystService(connect, Path(args.out), insecure=insecure, retry=retry,
+                             state_dir=Path(args.state_dir) if args.state_dir else None)
     server = make_server()
     ltm_pb2_grpc.add_AnalystServicer_to_server(service, server)
+    resumed = await service.runner.resume()  # jobs a previous incarnation was running
+    if resumed:
+        log.info("resumed jobs", extra={"jobs": resumed})
     await serve_until_signal(server, service_name=SERVICE_NAME, listen=args.listen, cert_dir=args.certs,
                              actor="analyst", insecure=insecure, port_file=args.port_file)
 
@@ -48,6 +54,8 @@ def run(args: argparse.Namespace) -> int:
     args = merge(args, load_config(args.config), required=("listen", "out"))
     if not args.insecure and not args.certs:
         raise SystemExit("ltm analyst: --certs is required (or --insecure for a plaintext test run)")
+    if not args.insecure:
+        check_certificates(args.certs, "analyst")  # before the output directory is created
     setup_logging("analyst", args.log_level or "info")
     asyncio.run(serve(args))
     return 0

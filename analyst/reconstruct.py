@@ -94,7 +94,10 @@ def privacy_report(spec: JobSpec, plan: NoisePlan, participants: np.ndarray, *, 
 def reconstruct_release(spec: JobSpec, result_shares: list[np.ndarray], participants: np.ndarray,
                         plan: NoisePlan, *, randomness: str, sketch: Sketch | None = None,
                         seeded_parties: Sequence[str] = ()) -> ReleasedSketch:
-    """Sum k result shares (uint64 (m, D) each) into the scaled DP sketch Ã = (1/√pieces)·decode(Σ)."""
+    """Sum k result shares (uint64 (m, W) each) into the scaled DP sketch Ã = (1/√pieces)·decode(Σ).
+
+    For a lifted kind (m = 1, one piece) this is the noisy sum of the clients' lifted vectors.
+    ``seeded_parties``: the parties the servers saw upload seeded batches (see :func:`privacy_report`)."""
     if len(result_shares) != spec.k:
         raise ValueError(f"need all {spec.k} result shares, got {len(result_shares)}")
     sketch = sketch or spec.make_sketch()
@@ -103,9 +106,9 @@ def reconstruct_release(spec: JobSpec, result_shares: list[np.ndarray], particip
     count = int(np.count_nonzero(participants))
     return ReleasedSketch(
         matrix=matrix,
-        columns=spec.column_names,
-        centers=np.array([c.center for c in spec.columns]),
-        scales=np.array([c.scale for c in spec.columns]),
+        columns=spec.vector_names,
+        centers=np.array([e.center for e in spec.layout]),
+        scales=np.array([e.scale for e in spec.layout]),
         label=spec.label_index,
         intercept=spec.intercept_index,
         n=count,
@@ -113,4 +116,5 @@ def reconstruct_release(spec: JobSpec, result_shares: list[np.ndarray], particip
         privacy=privacy_report(spec, plan, participants, randomness=randomness, sketch=sketch,
                                seeded_parties=seeded_parties),
         sha256=release_sha256(total),
+        kind=spec.sketch.kind,
     )

@@ -1,68 +1,49 @@
-"""The analyst's gRPC layer (``ltm.v1.Analyst``): submit, run, get a release, fit.
+"""The analyst's gRPC layer (``ltm.v1.Analyst``): submit, run, status, results, fit.
 
-Driven by an operator (certificate role ``operator``).  A finished job's outputs are written to
+Driven by an operator (certificate role ``operator``).  Jobs live in the analyst's durable store
+(:mod:`analyst.store`) and run in the :class:`~analyst.jobs.JobRunner`, many at once; a restarted
+analyst resumes the jobs it was running.  A finished job's outputs are also written to
 ``<out>/<job_id>/``: ``release.json`` (the scaled sketch, its columns and SHA-256),
-``privacy_report.json`` and ``model.json``.
+``privacy_report.json``, ``model.json`` and ``report.json``.
 """
 from __future__ import annotations
 
 import asyncio
 import json
-import time
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import grpc
 import numpy as np
 
-from analyst.coordinator import DEFAULT_RETRY, NotPublished, ReleaseFailed, RetryPolicy, publish, run_job
-from analyst.estimators import LowRank, default_ridge_lambda, make_estimator
-from analyst.release import ReleasedSketch
+from analyst.coordinator import DEFAULT_RETRY, NotPublished, ReleaseFailed, RetryPolicy, Retries, grpc_links
+from analyst.jobs import UNDECLARED_RANDOMNESS, JobRunner, fit_model, release_of, release_to_json  # noqa: F401
+from analyst.store import AnalystStore
 from ltm.errors import ProtocolError
-from ltm.jobspec import JobSpec, JobSpecError, validate_job
+from ltm.jobfile import MODELS, FitSpec
+from ltm.jobspec import JobSpec, JobSpecError
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
 from transport.tls import authenticate
 
 log = logging.getLogger("ltm.analyst")
 
 
-def fit_model(release: ReleasedSketch, model: str, *, lam: float = 0.0, rank: int = 5,
-              debias: bool = True) -> dict[str, Any]:
-    """Fit ``model`` on a release; returns a JSON-ready description."""
-    if model == "lowrank":
-        est = LowRank(rank).fit(release)
-        return {"model": "lowrank", "rank": rank, "components": est.components_.tolist(),
-                "columns": list(release.columns)}
-    lam = lam or default_ridge_lambda(release.noise_variance_per_column / release.matrix.shape[0],
-                                      release.matrix.shape[0])
-    est = make_estimator(model, lam=lam, rank=rank, debias=debias).fit(release)
-    features = [c for i, c in enumerate(release.columns) if i != release.label and i != release.intercept]
-    return {"model": model, "lambda": lam, "debias": bool(getattr(est, "debias", False)),
-            "coef": dict(zip(features, map(float, est.coef_))), "intercept": float(est.intercept_),
-            "target": release.columns[release.label] if release.label is not None else None}
-
-
-def release_to_json(release: ReleasedSketch) -> dict[str, Any]:
-    return {"columns": list(release.columns), "matrix": release.matrix.tolist(), "n": release.n,
-            "centers": release.centers.tolist(), "scales": release.scales.tolist(), "label": release.label,
-            "intercept": release.intercept, "noise_variance_per_column": release.noise_variance_per_column,
-            "sha256": release.sha256}
-
-
 class AnalystService(ltm_pb2_grpc.AnalystServicer):
     """Coordinates jobs over the servers named in each job spec."""
 
     def __init__(self, connect: Callable[[str, str], grpc.aio.Channel], out_dir: Path, *,
-                 insecure: bool = False, retry: RetryPolicy = DEFAULT_RETRY) -> None:
+                 insecure: bool = False, retry: RetryPolicy = DEFAULT_RETRY, state_dir: Path | None = None) -> None:
         self.connect = connect  # (endpoint, server id) → channel that verifies that server's identity
         self.retry = retry      # how long each call to a server is retried through transient failures
         self.server_stubs: dict[tuple[str, str], ltm_pb2_grpc.ServerStub] = {}
         self.out_dir = out_dir
         self.insecure = insecure
-        self.specs: dict[str, JobSpec] = {}
-        self.releases: dict[str, ReleasedSketch] = {}
+        self.store = AnalystStore(state_dir or out_dir)
+        self.runner = JobRunner(self.store, self._links, out_dir)
+
+    def _links(self, spec: JobSpec, retries: Retries):
+        return grpc_links(self._stubs(spec), spec, self.retry, retries)
 
     def _stubs(self, spec: JobSpec) -> list[ltm_pb2_grpc.ServerStub]:
         """Stubs for the job's servers, at the endpoints its spec names."""
@@ -75,68 +56,102 @@ class AnalystService(ltm_pb2_grpc.AnalystServicer):
                 self.server_stubs[key] = ltm_pb2_grpc.ServerStub(self.connect(s.endpoint, s.server_id))
         return [self.server_stubs[(s.server_id, s.endpoint)] for s in spec.servers]
 
+    async def _refuse(self, context, exc: Exception) -> None:
+        """Abort the call with the status that fits ``exc`` (and a message a person can act on)."""
+        if isinstance(exc, NotPublished):
+            await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+        if isinstance(exc, ReleaseFailed):
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        if isinstance(exc, JobSpecError):
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        if isinstance(exc, KeyError):
+            await context.abort(grpc.StatusCode.ALREADY_EXISTS, exc.args[0])
+        if isinstance(exc, ProtocolError):
+            await context.abort(getattr(grpc.StatusCode, exc.code), exc.message)
+        if isinstance(exc, grpc.aio.AioRpcError):
+            await context.abort(exc.code(), f"a server refused the job: {exc.details()}")
+        raise exc
+
     async def SubmitJob(self, request, context):
+        """Publish a job without running it (``RunJob`` runs it): the demo's two-step path."""
         await authenticate(context, {"operator"}, insecure=self.insecure)
         try:
             spec = JobSpec.from_json(request.spec_json)
-            await asyncio.to_thread(validate_job, spec)
-            digest = await publish(self._stubs(spec), spec, policy=self.retry)
-        except NotPublished as exc:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
-        except ReleaseFailed as exc:
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
-        except JobSpecError as exc:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        except ProtocolError as exc:
-            await context.abort(getattr(grpc.StatusCode, exc.code), exc.message)
-        except grpc.aio.AioRpcError as exc:
-            await context.abort(exc.code(), f"a server refused the job: {exc.details()}")
-        self.specs[spec.job_id] = spec
-        log.info("job submitted", extra={"job_id": spec.job_id, "digest": digest})
-        return ltm_pb2.SubmitJobResponse(job_id=spec.job_id, job_digest=digest)
+            record = await self.runner.submit(spec, None, deadline_s=0.0, start=False)
+        except (NotPublished, ReleaseFailed, JobSpecError, KeyError, ProtocolError, grpc.aio.AioRpcError) as exc:
+            await self._refuse(context, exc)
+        log.info("job submitted", extra={"job_id": spec.job_id, "digest": record.digest})
+        return ltm_pb2.SubmitJobResponse(job_id=spec.job_id, job_digest=record.digest)
 
     async def RunJob(self, request, context):
         await authenticate(context, {"operator"}, insecure=self.insecure)
-        spec = self.specs.get(request.job_id)
-        if spec is None:
+        if self.store.get(request.job_id) is None:
             await context.abort(grpc.StatusCode.NOT_FOUND, f"job {request.job_id!r} was not submitted to this analyst")
-        label = request.randomness or "declared by each party (not visible to the analyst)"
-        try:
-            run = await run_job(self._stubs(spec), spec, deadline_s=request.deadline_s or 60.0,
-                                randomness_label=label, policy=self.retry)
-        except ReleaseFailed as exc:
-            log.error("no release", extra={"job_id": spec.job_id, "reason": str(exc), "coverage": exc.coverage})
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
-        except grpc.aio.AioRpcError as exc:
-            await context.abort(exc.code(), f"a server refused: {exc.details()}")
-        self.releases[spec.job_id] = run.release
-        model_name = request.model or ("ridge" if run.release.label is not None else "lowrank")
-        t_fit = time.monotonic()
-        model = fit_model(run.release, model_name, lam=request.lam, rank=request.rank or 5,
-                          debias=not request.no_debias)
-        run.timing_s["fit"] = time.monotonic() - t_fit
-        report = {"job_id": spec.job_id, "job_digest": spec.digest, "release_sha256": run.release.sha256,
-                  "participants": int(run.participants.sum()), "held_per_server": run.held_per_server,
-                  "release_bytes_per_server": run.release_bytes_per_server, "privacy": run.release.privacy,
-                  "model": model, "timing_s": run.timing_s, "coverage": run.coverage,
-                  "server_retries": run.retries}
-        self._write_outputs(spec.job_id, run.release, model, report)
-        log.info("job released", extra={"job_id": spec.job_id, "sha256": run.release.sha256})
-        return ltm_pb2.RunJobResponse(job_id=spec.job_id, report_json=json.dumps(report))
+        fit = None
+        if request.model or request.lam or request.rank or request.no_debias:
+            record = self.store.get(request.job_id)
+            fit = FitSpec(model=request.model or ("ridge" if record.spec.label_index is not None else "lowrank"),
+                          lam=request.lam, rank=request.rank or 5, debias=not request.no_debias)
+        record = await self.runner.run_now(request.job_id, deadline_s=request.deadline_s or 60.0, fit=fit,
+                                           randomness=request.randomness or None)
+        if record.state != "done":
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, record.error or f"job is {record.state}")
+        return ltm_pb2.RunJobResponse(job_id=record.job_id, report_json=record.outputs["report.json"])
 
-    def _write_outputs(self, job_id: str, release: ReleasedSketch, model: dict, report: dict) -> None:
-        d = self.out_dir / job_id
-        d.mkdir(parents=True, exist_ok=True)
-        (d / "release.json").write_text(json.dumps(release_to_json(release)))
-        (d / "privacy_report.json").write_text(json.dumps(release.privacy, indent=2))
-        (d / "model.json").write_text(json.dumps(model, indent=2))
-        (d / "report.json").write_text(json.dumps(report, indent=2))
+    async def Submit(self, request, context):
+        await authenticate(context, {"operator"}, insecure=self.insecure)
+        try:
+            spec = JobSpec.from_json(request.spec_json)
+            fit = FitSpec.from_dict(json.loads(request.fit_json)) if request.fit_json else None
+            if fit is not None and fit.model not in MODELS:
+                raise JobSpecError([f"fit model must be one of {', '.join(MODELS)}, got {fit.model!r}"])
+            if not request.deadline_s > 0:
+                raise JobSpecError(["deadline_s must be a positive number of seconds"])
+            record = await self.runner.submit(spec, fit, deadline_s=request.deadline_s,
+                                              randomness=request.randomness or UNDECLARED_RANDOMNESS)
+        except (NotPublished, ReleaseFailed, JobSpecError, KeyError, ProtocolError, grpc.aio.AioRpcError) as exc:
+            await self._refuse(context, exc)
+        except (ValueError, TypeError) as exc:  # a malformed fit_json
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"fit_json: {exc}")
+        log.info("job submitted", extra={"job_id": spec.job_id, "digest": record.digest})
+        return self._info(spec.job_id)
+
+    def _info(self, job_id: str) -> ltm_pb2.JobInfo:
+        st = self.runner.status(job_id)
+        return ltm_pb2.JobInfo(job_id=st["job_id"], job_digest=st["job_digest"], state=st["state"], phase=st["phase"],
+                               error=st["error"], submitted_at=st["submitted_at"], close_at=st["close_at"],
+                               release_sha256=st["release_sha256"], progress_json=json.dumps(st["progress"]))
+
+    async def GetStatus(self, request, context):
+        await authenticate(context, {"operator"}, insecure=self.insecure)
+        ids = [request.job_id] if request.job_id else await asyncio.to_thread(self.store.job_ids)
+        try:
+            infos = [self._info(i) for i in ids]
+        except KeyError as exc:
+            await context.abort(grpc.StatusCode.NOT_FOUND, exc.args[0])
+        return ltm_pb2.GetStatusResponse(jobs=infos)
+
+    async def GetResult(self, request, context):
+        await authenticate(context, {"operator"}, insecure=self.insecure)
+        record = await asyncio.to_thread(self.store.get, request.job_id)
+        if record is None:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"job {request.job_id!r} was not submitted to this analyst")
+        if record.state != "done":
+            detail = f": {record.error}" if record.error else ""
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                                f"job {request.job_id!r} has no result: it is {record.state}{detail}")
+        return ltm_pb2.GetResultResponse(job_id=record.job_id, release_sha256=record.release_sha256,
+                                         files=record.outputs)
+
+    async def _release(self, job_id: str, context):
+        record = await asyncio.to_thread(self.store.get, job_id)
+        if record is None or record.state != "done":
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"job {job_id!r} has no release yet")
+        return await asyncio.to_thread(release_of, record)
 
     async def GetRelease(self, request, context):
         await authenticate(context, {"operator"}, insecure=self.insecure)
-        release = self.releases.get(request.job_id)
-        if release is None:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"job {request.job_id!r} has no release yet")
+        release = await self._release(request.job_id, context)
         m = np.ascontiguousarray(release.matrix, dtype="<f8")
         return ltm_pb2.GetReleaseResponse(job_id=request.job_id, rows=m.shape[0], cols=m.shape[1],
                                           matrix_f64=m.tobytes(), release_sha256=release.sha256,
@@ -144,9 +159,7 @@ class AnalystService(ltm_pb2_grpc.AnalystServicer):
 
     async def Fit(self, request, context):
         await authenticate(context, {"operator"}, insecure=self.insecure)
-        release = self.releases.get(request.job_id)
-        if release is None:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"job {request.job_id!r} has no release yet")
+        release = await self._release(request.job_id, context)
         try:
             model = fit_model(release, request.model or "ridge", lam=request.lam, rank=request.rank or 5,
                               debias=not request.no_debias)

@@ -22,7 +22,11 @@ Series (``params["series"]``; ridge and low rank share the LTM keys):
                     not in the paper).
 ``local``           the local model: every client adds the full Gaussian noise (σ for Δ = 2C)
                     and the analyst fits on the n noisy rows, unsketched.
-``ssp``             ridge only: central SSP (analyst/baselines.ssp_ridge).
+``ssp``             ridge only: central SSP with its own rule (Wang 2018's SSP: λ = 0, OLS on the noisy
+                    sufficient statistics, tight √2·C² sensitivity; analyst/baselines.ssp_ridge).  Before
+                    issue #11 it reused the problem's λ, which at small ε left it far below what SSP achieves.
+``adassp``          ridge only: central AdaSSP (Wang 2018) with its own adaptive private λ, tight √2·C²
+                    sensitivity (analyst/baselines.adassp).  φ is still measured on the problem's objective.
 ``modsulq_paper``   low rank only: central MOD-SULQ with Chaudhuri et al.'s own noise formula.
 ``modsulq_analytic``  low rank only: MOD-SULQ with the analytic Gaussian calibration.
 ``laplace_exp``     low rank only: the paper's EXPERIMENTAL "LTM Laplace": the sum of m Lap(1/ε)
@@ -42,7 +46,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from analyst.baselines import local_release, mod_sulq_noise_scale, ssp_ridge, symmetric_gaussian
+from analyst.baselines import adassp, local_release, mod_sulq_noise_scale, ssp_ridge, symmetric_gaussian
 from analyst.estimators import LowRank, Ridge, solve_ridge
 from analyst.metrics import gram_matrix, psi_from_gram, ridge_objective, ridge_optimum
 from ltm.randomness import Randomness
@@ -72,7 +76,8 @@ SERIES: dict[str, tuple[str, str, dict]] = {
     "gauss_paper": ("LTM Gauss Cor 4.7 as printed", "LTM Gauss", {"color": "#d62728", "ls": "--", "marker": "s"}),
     "debiased": ("LTM tight, de-biased ridge", "", {"color": "#9467bd", "ls": "-.", "marker": "D"}),
     "local": ("local", "Local", {"color": "#7f7f7f", "lw": 2, "marker": "v"}),
-    "ssp": ("central SSP", "Central (SSP)", {"color": "#1f77b4", "lw": 2, "marker": "^"}),
+    "ssp": ("central SSP (own λ = 0)", "Central (SSP)", {"color": "#1f77b4", "lw": 2, "marker": "^"}),
+    "adassp": ("central AdaSSP (own λ)", "", {"color": "#17becf", "lw": 2, "marker": "<"}),
     "modsulq_paper": ("central MOD-SULQ (paper's formula)", "Central (MOD-SULQ)",
                       {"color": "#1f77b4", "lw": 2, "marker": "^"}),
     "modsulq_analytic": ("central MOD-SULQ (analytic)", "Central (MOD-SULQ)",
@@ -280,10 +285,14 @@ def ridge_rows(table: Table, params: dict, seed: int) -> list[dict]:
             coef = Ridge(lam, debias=False).fit(local).coef_scaled_
             rows.append(_row(key, "phi", score(coef), mechanism="gaussian", calibration="local", path="direct",
                              sigma_client=local.privacy["sigma_client"], **common))
-        elif key == "ssp":
-            fit = ssp_ridge(A, b, lam, eps, delta, tight_spec.clip_bound, rng)
+        elif key == "ssp":  # its own rule: λ = 0 (not the problem's λ)
+            fit = ssp_ridge(A, b, 0.0, eps, delta, tight_spec.clip_bound, rng, tight=True)
             rows.append(_row(key, "phi", score(fit.coef), mechanism="gaussian", calibration="central",
-                             path="direct", projected=fit.projected, **common))
+                             path="direct", projected=fit.projected, central_lambda=fit.lam, **common))
+        elif key == "adassp":
+            fit = adassp(A, b, eps, delta, tight_spec.clip_bound, rng, tight=True)
+            rows.append(_row(key, "phi", score(fit.coef), mechanism="gaussian", calibration="central",
+                             path="direct", projected=fit.projected, central_lambda=fit.lam, **common))
         elif key == "zero":
             rows.append(_row(key, "phi", score(np.zeros(A.shape[1])), path="direct", **common))
         elif key == "sketch":

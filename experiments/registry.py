@@ -46,6 +46,7 @@ SCENARIO_MODULES: tuple[str, ...] = (
     "experiments.burkhardt",
     "experiments.wu",
     "experiments.thresholds",
+    "experiments.cao_zhang",
 )
 
 

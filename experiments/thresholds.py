@@ -315,7 +315,7 @@ def clients_cell(params: dict, seed: int) -> list[dict]:
                          m=params.get("m"), s=int(params.get("s", 1)), epsilon=float(params.get("epsilon", 1.0)),
                          delta=float(params.get("delta", 1e-6)), parties=int(params.get("parties", 4)),
                          k=int(params.get("servers", 3)), seed=subseed(seed, "clients"), model="ridge",
-                         job_id=f"thr-clients-{seed:x}")
+                         job_id=f"thr-clients-{seed:x}", sketch="sparse")
     randomness = Randomness.seeded_insecure(cfg.seed)
     spec0, train, test = _clients_job(cfg, randomness)
     loads = spec0.make_sketch().row_loads()

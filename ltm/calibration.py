@@ -44,7 +44,7 @@ __all__ = [
 
 MECHANISMS: tuple[str, ...] = ("gaussian", "laplace")
 CALIBRATIONS: tuple[str, ...] = ("tight", "paper", "interpolate")
-SKETCH_KINDS: tuple[str, ...] = ("sparse", "dense")
+SKETCH_KINDS: tuple[str, ...] = ("sparse", "dense", "sum")
 
 _SQRT2 = math.sqrt(2.0)
 _SQRT_PI = math.sqrt(math.pi)
@@ -388,6 +388,7 @@ def plan_noise(
     d: int | None = None,
     t_prime: int = 0,
     sketch_kind: str = "sparse",
+    sensitivity: float | None = None,
 ) -> NoisePlan:
     """Calibrate the per-(client, piece) noise of one release (DESIGN §4).
 
@@ -406,7 +407,11 @@ def plan_noise(
         n, m, d: clients, sketch rows, columns of the client vector (``d+1`` for ridge); needed
             by ``paper``; when ``m`` is given it is checked against ``s``.
         t_prime: corrupt clients t′ ≥ 0 (used by ``paper``).
-        sketch_kind: ``"sparse"`` or ``"dense"``; ``paper`` Laplace (Cor 4.10) needs ``"dense"``.
+        sketch_kind: ``"sparse"``, ``"dense"`` or ``"sum"`` (the lifted kinds' map);
+            ``paper`` Laplace (Cor 4.10) needs ``"dense"``.
+        sensitivity: the release's Δ₂ (Gaussian) or Δ₁ (Laplace) when it is not the sketch's
+            ``2C√s`` / ``2sC``: a lifted release kind states its own (:mod:`ltm.lifts`).  Not
+            allowed with ``paper`` (the paper's formulas are for its sketches).
 
     Raises:
         CalibrationError: naming the offending argument.
@@ -444,6 +449,13 @@ def plan_noise(
                 f"lower s or raise m"
             )
 
+    sens_given = None if sensitivity is None else _positive("sensitivity", sensitivity)
+    if sens_given is not None and calib == "paper":
+        raise CalibrationError(
+            "calibration='paper' reproduces Burkhardt et al.'s sketch formulas and takes no explicit "
+            "sensitivity; use calibration='tight' for a lifted release kind"
+        )
+
     if calib == "interpolate":
         if mech != "gaussian":
             raise CalibrationError(
@@ -463,7 +475,7 @@ def plan_noise(
         p = None
 
     if mech == "gaussian":
-        sens = 2.0 * clip * math.sqrt(s_)
+        sens = 2.0 * clip * math.sqrt(s_) if sens_given is None else sens_given
         if calib == "paper":
             why = "calibration='paper' (Corollary 4.7)"
             sigma_c = paper_sparse_gaussian_sigma(
@@ -502,7 +514,7 @@ def plan_noise(
 
     # laplace
     if calib == "tight":
-        sens = 2.0 * s_ * clip
+        sens = 2.0 * s_ * clip if sens_given is None else sens_given
         b = sens / eps
         shape = 1.0 / load
     else:  # paper, Corollary 4.10

@@ -30,21 +30,24 @@ def _print_json(obj: Any) -> None:
 
 # ---------------------------------------------------------------------------- simulate
 def _add_simulate(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("simulate", help="run one LTM job in process and compare it with baselines",
+    p = sub.add_parser("simulate", help=COMMANDS["simulate"][1],
                        description="Parties → k servers → analyst in one process, on a CSV, a synthetic "
                                    "generator, or (default) the bundled real dataset.")
     src = p.add_argument_group("data")
     src.add_argument("--data", help="CSV file (header row; ',' ';' or tab separated)")
     src.add_argument("--label", help="label column of --data")
     src.add_argument("--features", help="comma-separated feature columns (default: every numeric column)")
-    src.add_argument("--synthetic", choices=["ridge", "lowrank"], help="generate data instead (Burkhardt et al. §6.3)")
+    src.add_argument("--synthetic", choices=["ridge", "lowrank", "nonlinear"],
+                     help="generate data instead (ridge/lowrank: Burkhardt et al. §6.3; nonlinear: for rf_ridge)")
     src.add_argument("--n", type=_positive_int, default=10_000, help="synthetic rows (default 10000)")
     src.add_argument("--d", type=_positive_int, default=10, help="synthetic features (default 10)")
     job = p.add_argument_group("job")
     job.add_argument("--partition", choices=["rows", "columns"], default="rows")
     job.add_argument("--parties", type=_positive_int, default=4)
     job.add_argument("--k", type=int, default=3, help="number of servers (≥ 2)")
-    job.add_argument("--sketch", choices=["sparse", "dense"], default="sparse")
+    job.add_argument("--sketch", "--release", dest="sketch", choices=["auto", "sparse", "dense", "gram"], default="auto",
+                     help="release kind: auto (default: the planner chooses from public quantities, ltm/planner.py), "
+                          "a sparse or dense sketch, or gram (noisy sufficient statistics ZᵀZ; rows partition only)")
     job.add_argument("--m", type=_positive_int, help="sketch rows (default: a rule from n, D and ε; see sim/jobs.py)")
     job.add_argument("--s", type=_positive_int, default=1, help="non-zeros per column of a sparse sketch")
     job.add_argument("--share-mode", choices=["seed", "full"], default="seed",
@@ -65,14 +68,21 @@ def _add_simulate(sub: argparse._SubParsersAction) -> None:
                       help="the δ of that budget (default: the party's, 1e-6)")
     priv.add_argument("--clip", type=float, default=None, help="ℓ2 clip bound C on the transformed rows (default 1.0)")
     mdl = p.add_argument_group("model")
-    mdl.add_argument("--model", choices=["ols", "ridge", "lowrank", "rmgm_ols", "dgm_ols"],
-                     help="default: ridge, or lowrank for --synthetic lowrank")
+    mdl.add_argument("--model", choices=["ols", "ridge", "lowrank", "rmgm_ols", "dgm_ols", "rf_ridge"],
+                     help="default: ridge, or lowrank for --synthetic lowrank; rf_ridge: parties map their rows "
+                          "with public random features, the analyst fits ridge in feature space")
     mdl.add_argument("--lambda", dest="lam", type=float, help="ridge λ (default: v·√m, see sim/jobs.py)")
     mdl.add_argument("--no-debias", dest="debias", action="store_false",
                      help="ridge: do not subtract the known noise Gram (the paper's faithful analyst)")
     mdl.add_argument("--rank", type=_positive_int, default=5)
     mdl.add_argument("--intercept", action="store_true",
                      help="add an explicit intercept column (the public centering already makes the model affine)")
+    rf = p.add_argument_group("random features (--model rf_ridge)")
+    rf.add_argument("--features-n", type=_positive_int, default=100, help="random frequencies N (default 100)")
+    rf.add_argument("--bandwidth", type=float, help="kernel bandwidth in standardised input units (default √d)")
+    rf.add_argument("--feature-map", choices=["cos", "sincos"], default="cos",
+                    help="cos: √(2/N)cos(ωx+b), N entries; sincos: [cos ωx, sin ωx]/√N, 2N entries, norm 1")
+    rf.add_argument("--kernel", choices=["gaussian", "laplacian"], default="gaussian")
     p.add_argument("--seed", type=int, help="SEEDED MODE: reproducible and NOT private (experiments only)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_run_simulate)
@@ -104,9 +114,12 @@ def _run_simulate(args: argparse.Namespace) -> int:
         mechanism=args.mechanism, calibration=calibration, interpolate_p=p, t_prime=args.t_prime,
         corrupt_parties=args.corrupt_parties, model=args.model, lam=args.lam, debias=args.debias, rank=args.rank,
         clip=args.clip if args.clip is not None else DEFAULT_CLIP_BOUND, intercept=args.intercept,
-        share_mode=args.share_mode, seed=args.seed, budget_epsilon=args.budget_epsilon,
+        share_mode=args.share_mode, seed=args.seed, features_n=args.features_n, bandwidth=args.bandwidth,
+        feature_map=args.feature_map, kernel=args.kernel, budget_epsilon=args.budget_epsilon,
         budget_delta=args.budget_delta,
     )
+    if args.model != "rf_ridge" and (args.bandwidth is not None or args.features_n != 100):
+        raise SystemExit("ltm: error: --features-n/--bandwidth need --model rf_ridge")
     if args.mechanism == "laplace" and args.delta == 1e-6:
         cfg.delta = 0.0
     report = simulate(cfg)
@@ -118,19 +131,25 @@ def _run_simulate(args: argparse.Namespace) -> int:
 
 
 def _print_simulate_summary(r: dict[str, Any]) -> None:
+    from sim.summary import model_table, privacy_lines, variation_note, verdict
+
     pr = r["privacy"]
     print(f"LTM simulate — {r['data']}")
     print(f"  {r['n_train']} training rows, {r['parties']} parties ({r['partition']}), {r['servers']} servers, "
           f"{r['sketch']['kind']} sketch m={r['sketch']['m']} s={r['sketch']['s']}")
-    print(f"  privacy: {pr['guarantee']}")
-    print(f"  σ_client={pr['sigma_client']:.4g}  σ_release={pr['sigma_release']:.4g}  "
-          f"min honest load={pr['min_honest_load']}  randomness: {r['randomness']}")
-    metric_names = [k for k in ("r2", "mse", "phi", "psi") if k in r["metrics"]]
-    header = f"  {'':12s}" + "".join(f"{k:>14s}" for k in metric_names)
-    print(header)
-    rows = [("LTM " + r["model"], r["metrics"])] + [(k, v) for k, v in r["baselines"].items()]
-    for name, metrics in rows:
-        print(f"  {name:12s}" + "".join(f"{metrics[k]:>14.6g}" for k in metric_names))
+    for line in privacy_lines(pr):
+        print(line)
+    print(f"  randomness: {r['randomness']}")
+    for line in model_table("LTM " + r["model"], r["metrics"], r["baselines"]):
+        print(line)
+    if "r2" in r["metrics"]:
+        print("  " + verdict(r["metrics"], r["baselines"], n=int(r["n_train"]), epsilon=float(pr["epsilon"]),
+                             release_kind=str(r["sketch"]["kind"])))
+    seeded = str(r.get("randomness", "")).startswith("seeded")
+    note = variation_note(r.get("randomness", ""), seeded)
+    if r.get("synthetic") or str(r.get("data", "")).startswith("synthetic"):
+        note += "; synthetic data are drawn afresh each run, so every row varies" if not seeded else ""
+    print("  " + note)
     for party, entry in sorted(r.get("ledgers", {}).items()):
         print(f"  ledger {party}: spent ε {entry['before']['epsilon']:.4g} → {entry['after']['epsilon']:.4g} "
               f"of budget {entry['budget']['epsilon']:g} (δ {entry['budget']['delta']:g})")
@@ -140,7 +159,7 @@ def _print_simulate_summary(r: dict[str, Any]) -> None:
 
 # ---------------------------------------------------------------------------- bench
 def _add_bench(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("bench", help="benchmarks that print JSON")
+    p = sub.add_parser("bench", help=COMMANDS["bench"][1])
     bsub = p.add_subparsers(dest="bench", required=True)
     sk = bsub.add_parser("sketch", help="one server's result-share computation and the bytes it receives")
     sk.add_argument("--n", type=_positive_int, default=1_000_000)
@@ -181,15 +200,22 @@ def _run_bench_paper(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------- main
-#: Networked subcommands: name → (module:function that adds the parser, one-line help).  Only the
-#: module of the subcommand being run is imported (actors stay lazily loaded, DESIGN §2).
-ACTOR_COMMANDS = {
+#: Every subcommand: name → ("module:function" that adds its parser, one-line help).  Only the
+#: module of the subcommand being run is imported, and only then is its parser built; the others
+#: appear in ``ltm --help`` as stubs (DESIGN §2: ``ltm server`` must not load the simulator, the
+#: other actors or the experiments).  To add a subcommand, add one entry here and keep the heavy
+#: imports of its module inside the functions (``tests/test_cli_lean.py`` checks what is loaded).
+COMMANDS = {
+    "simulate": ("ltm.cli:_add_simulate", "run one LTM job in process and compare it with baselines"),
+    "bench": ("ltm.cli:_add_bench", "benchmarks that print JSON"),
     "certs": ("transport.certs:add_certs_parser", "create a CA and one mTLS certificate per actor"),
     "server": ("server.main:add_parser", "run an LTM server"),
     "party": ("party.main:add_parser", "run a party: vet a job, upload shares"),
     "analyst": ("analyst.main:add_parser", "run the analyst service"),
     "demo": ("sim.demo:add_parser", "run a whole networked job on loopback: certs, 3 servers, analyst, parties"),
-    "operate": ("sim.demo:add_operate_parser", "prepare a job on a dataset, submit it to a running analyst, run it"),
+    "operate": ("sim.demo:add_operate_parser",
+                "the demo's convenience: build a job from a dataset, write party files, run it (not private)"),
+    "job": ("analyst.operator:add_parser", "check, submit and follow a job file (public information only)"),
     "health": ("transport.health:add_parser", "probe an actor's gRPC health service"),
     "audit": ("sim.audit:add_parser", "empirical DP audit: a Clopper–Pearson lower bound on ε (prints JSON)"),
     "loadtest": ("sim.loadtest:add_parser", "many concurrent party streams against real servers on loopback (JSON)"),
@@ -203,9 +229,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ltm", description="LTM: distributed differential privacy by secure sketching")
     parser.add_argument("--version", action="version", version="ltm 0.1.0")
     sub = parser.add_subparsers(dest="command", required=True)
-    _add_simulate(sub)
-    _add_bench(sub)
-    for name, (target, help_text) in ACTOR_COMMANDS.items():
+    for name, (target, help_text) in COMMANDS.items():
         if name == command:
             module, func = target.split(":")
             getattr(importlib.import_module(module), func)(sub)
@@ -220,13 +244,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser(command)
     args = parser.parse_args(argv)
     from ltm.calibration import CalibrationError
+    from ltm.errors import CommandError
     from ltm.jobspec import JobSpecError
 
     try:
         return int(args.func(args) or 0)
+    except CommandError as exc:
+        print(f"ltm {args.command}: error: {_one_line(exc)}", file=sys.stderr)
+        return exc.status
     except (JobSpecError, CalibrationError, ValueError) as exc:
-        print(f"ltm: error: {exc}", file=sys.stderr)
+        print(f"ltm {args.command}: error: {exc}", file=sys.stderr)
         return 2
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
 
 
 if __name__ == "__main__":

@@ -19,3 +19,16 @@ class ProtocolError(Exception):
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message
+
+
+class CommandError(Exception):
+    """A command cannot go on because of something the person running it can fix: a missing
+    certificate or data file, a port already in use, an unreachable peer.
+
+    The ``ltm`` command prints the message as one line (``ltm <command>: error: …``), without a
+    traceback, and exits with ``status``.
+    """
+
+    def __init__(self, message: str, status: int = 2) -> None:
+        super().__init__(message)
+        self.status = status

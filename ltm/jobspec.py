@@ -20,10 +20,16 @@ from typing import Any
 import numpy as np
 
 from ltm.calibration import CalibrationError, NoisePlan, plan_noise
+from ltm.lifts import LIFTED_KINDS, Lift, get_lift
 from ltm.noise import noise_tail_bound
 from ltm.ring import HEADROOM_LIMIT
 from ltm.sharing import SHARE_MODES
 from ltm.sketch import CHUNK_CLIENTS, SKETCH_KINDS, Sketch
+from ltm.transforms import TransformSpec, VectorEntry, transform_problems, vector_layout
+
+#: Release kinds a job spec's ``sketch.kind`` may name: the LTM sketches and the lifted kinds
+#: (:mod:`ltm.lifts`; their public map is the one-row ``sum`` sketch).
+RELEASE_KINDS = tuple(k for k in SKETCH_KINDS if k != "sum") + LIFTED_KINDS
 
 JOB_SPEC_VERSION = "ltm.job.v1"
 PARTITIONS = ("rows", "columns")
@@ -115,6 +121,22 @@ class ServerSpec:
 
 
 @dataclass(frozen=True)
+class PrejobSpec:
+    """A DP pre-job whose release chose some of this job's column centres and scales (e.g. the
+    bounds pre-job's histograms).  Recorded so that every actor sees what the transforms cost: a party's
+    ledger charges the pre-job's (ε, δ) like any job."""
+
+    kind: str
+    job_id: str
+    digest: str
+    epsilon: float
+    delta: float = 0.0
+
+    def __post_init__(self) -> None:
+        _canonical_floats(self)
+
+
+@dataclass(frozen=True)
 class JobSpec:
     """The public description of one release (see module docstring)."""
 
@@ -135,9 +157,17 @@ class JobSpec:
     #: told to, and their releases are labelled not private.  Never set it for a real release.
     reproduction: bool = False
     version: str = JOB_SPEC_VERSION
+    #: Public transforms applied by parties before clipping (ltm.transforms); omitted from the
+    #: canonical JSON when empty, so specs without transforms keep their digests.
+    transforms: tuple[TransformSpec, ...] = ()
+    #: the DP pre-jobs whose releases chose this job's column centres and scales (public
+    #: provenance, DESIGN §1); omitted from the canonical JSON when empty, like ``transforms``
+    prejobs: tuple[PrejobSpec, ...] = ()
 
     def __post_init__(self) -> None:
         _canonical_floats(self)
+        if isinstance(self.transforms, list):
+            object.__setattr__(self, "transforms", tuple(self.transforms))
 
     # ---------------------------------------------------------------- derived views
     @property
@@ -145,27 +175,66 @@ class JobSpec:
         """Number of servers."""
         return len(self.servers)
 
+    @functools.cached_property
+    def layout(self) -> tuple[VectorEntry, ...]:
+        """The client vector's entries: the raw columns rewritten by the transforms
+        (ltm.transforms.vector_layout; without transforms, one entry per column)."""
+        return vector_layout(self.columns, self.transforms)
+
     @property
     def width(self) -> int:
-        """D: entries per client vector (features, intercept, label)."""
-        return len(self.columns)
+        """D: entries per client vector (features after transforms, intercept, label)."""
+        return len(self.layout)
 
     @property
     def column_names(self) -> tuple[str, ...]:
+        """Names of the raw columns (before transforms); see :attr:`vector_names`."""
         return tuple(c.name for c in self.columns)
 
     @property
+    def vector_names(self) -> tuple[str, ...]:
+        """Names of the client vector's entries (= column_names when there are no transforms)."""
+        return tuple(e.name for e in self.layout)
+
+    @property
     def label_index(self) -> int | None:
-        idx = [i for i, c in enumerate(self.columns) if c.role == "label"]
+        """Index of the label entry in the client vector."""
+        idx = [i for i, e in enumerate(self.layout) if e.role == "label"]
         return idx[0] if idx else None
 
     @property
     def intercept_index(self) -> int | None:
-        idx = [i for i, c in enumerate(self.columns) if c.role == "intercept"]
+        """Index of the intercept entry in the client vector."""
+        idx = [i for i, e in enumerate(self.layout) if e.role == "intercept"]
         return idx[0] if idx else None
 
+    @property
+    def lift(self) -> Lift | None:
+        """The client-side lift of a lifted release kind (``gram``, …), None for a sketch kind."""
+        return get_lift(self.sketch.kind)
+
+    @property
+    def upload_width(self) -> int:
+        """W: values each client uploads per piece (D for a sketch kind, the lift's width else)."""
+        lift = self.lift
+        return self.width if lift is None else lift.width(self)
+
+    def upload_columns(self, party: PartySpec) -> tuple[int, ...]:
+        """Indices (into the uploaded vector) of the values this party's batches carry."""
+        if self.lift is not None:
+            return tuple(range(self.upload_width))
+        return tuple(self.party_column_indices(party))
+
+    @property
+    def entry_bound(self) -> float:
+        """A bound on |entry| of one client's (noise-free) uploaded vector: C, or the lift's bound."""
+        lift = self.lift
+        return self.clip_bound if lift is None else lift.max_abs_entry(self)
+
     def make_sketch(self) -> Sketch:
-        return Sketch(self.sketch.kind, self.sketch.m, self.n, self.sketch.s, bytes.fromhex(self.sketch.seed))
+        """The public linear map: the seeded sketch, or the one-row ``sum`` map of a lifted kind."""
+        kind = "sum" if self.lift is not None else self.sketch.kind
+        return Sketch(kind, self.sketch.m, self.n, self.sketch.s, bytes.fromhex(self.sketch.seed))
 
     def party(self, party_id: str) -> PartySpec:
         for p in self.parties:
@@ -174,11 +243,17 @@ class JobSpec:
         raise KeyError(f"party {party_id!r} is not in job {self.job_id!r}")
 
     def party_column_indices(self, party: PartySpec) -> list[int]:
-        """Indices (into ``columns``) of the client-vector entries this party contributes."""
+        """Indices (into the client vector, :attr:`layout`) of the entries this party contributes:
+        all of them (rows partition), or those computed from its column block (columns)."""
         if self.partition == "rows":
             return list(range(self.width))
-        names = self.column_names
-        return [names.index(c) for c in party.columns]
+        own = set(party.columns)
+        return [i for i, e in enumerate(self.layout) if set(e.sources) <= own]
+
+    def party_raw_columns(self, party: PartySpec) -> list[str]:
+        """Raw data columns (intercept excluded) the party needs to compute its entries."""
+        need = {src for i in self.party_column_indices(party) for src in self.layout[i].sources}
+        return [c.name for c in self.columns if c.name in need and c.role != "intercept"]
 
     def noise_plan(self) -> NoisePlan:
         p = self.privacy
@@ -187,12 +262,17 @@ class JobSpec:
             mechanism=p.mechanism, calibration=p.calibration, epsilon=p.epsilon, delta=p.delta,
             clip_norm=self.clip_bound, s=pieces, min_honest_load=max(p.min_honest_load, 1),
             interpolate_p=p.interpolate_p, n=self.n, m=self.sketch.m, d=self.width,
-            t_prime=p.t_prime, sketch_kind=self.sketch.kind,
+            t_prime=p.t_prime, sketch_kind=self.make_sketch().kind,
+            sensitivity=None if self.lift is None else self.lift.sensitivity(self),
         )
 
     # ---------------------------------------------------------------- serialisation
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        for optional in ("transforms", "prejobs"):  # absent when empty: older specs keep their digests
+            if not d[optional]:
+                del d[optional]
+        return d
 
     def canonical_json(self) -> bytes:
         """Canonical bytes: sorted keys, no whitespace, shortest round-trip floats."""
@@ -241,7 +321,8 @@ class JobSpec:
 
 
 # -------------------------------------------------------------------- strict typing
-_NESTED = {"columns": ColumnSpec, "parties": PartySpec, "servers": ServerSpec}
+_NESTED = {"columns": ColumnSpec, "parties": PartySpec, "servers": ServerSpec, "transforms": TransformSpec,
+           "prejobs": PrejobSpec}
 
 
 def _typed_value(value: Any, hint: Any, where: str) -> Any:
@@ -268,6 +349,10 @@ def _typed_value(value: Any, hint: Any, where: str) -> Any:
         if not isinstance(value, (list, tuple)):
             raise JobSpecError([f"{where} must be a list of strings, got {value!r}"])
         return tuple(_typed_value(v, str, f"{where}[{i}]") for i, v in enumerate(value))
+    if hint == tuple[float, ...]:
+        if not isinstance(value, (list, tuple)):
+            raise JobSpecError([f"{where} must be a list of numbers, got {value!r}"])
+        return tuple(_typed_value(v, float, f"{where}[{i}]") for i, v in enumerate(value))
     raise TypeError(f"no rule for type {hint!r}")  # a programming error, not bad input
 
 
@@ -433,12 +518,29 @@ def _check_structure(spec: JobSpec) -> list[str]:
             problems.append(f"column {c.name!r}: scale must be positive and center finite")
     if roles.count("label") > 1 or roles.count("intercept") > 1:
         problems.append("at most one label column and one intercept column")
+    # transforms (before anything reads the vector layout)
+    transform_issues = transform_problems(spec)
+    if transform_issues:
+        return problems + transform_issues
     # sketch
-    if sk.kind not in SKETCH_KINDS:
-        problems.append(f"sketch kind must be one of {SKETCH_KINDS}, got {sk.kind!r}")
+    lift = get_lift(sk.kind)
+    if sk.kind not in RELEASE_KINDS:
+        problems.append(f"sketch kind (the release kind) must be one of {RELEASE_KINDS}, got {sk.kind!r}")
+    if lift is not None:
+        if (sk.m, sk.s) != (1, 1):
+            problems.append(f"release kind {sk.kind!r} sums over clients: set sketch m = 1 and s = 1 "
+                            f"(got m={sk.m}, s={sk.s})")
+        if spec.partition not in lift.partitions:
+            problems.append(f"release kind {sk.kind!r} needs the {' or '.join(lift.partitions)} partition: in "
+                            f"the {spec.partition} partition no party holds a whole client vector to lift")
+        if p.mechanism not in lift.mechanisms:
+            problems.append(f"release kind {sk.kind!r} supports the mechanisms {lift.mechanisms}, not {p.mechanism!r}")
+        if p.calibration == "paper":
+            problems.append(f"calibration 'paper' reproduces the paper's sketch formulas; release kind "
+                            f"{sk.kind!r} needs 'tight' or 'interpolate'")
     if sk.m < 1:
         problems.append(f"sketch m must be ≥ 1 (got {sk.m})")
-    elif spec.label_index is not None and sk.m < spec.width:
+    elif lift is None and spec.label_index is not None and sk.m < spec.width:
         problems.append(f"sketch m={sk.m} is smaller than the client vector width D={spec.width}: "
                         f"a regression needs m ≥ D (raise m)")
     if sk.kind == "sparse" and not 1 <= sk.s <= max(sk.m, 1):
@@ -517,7 +619,8 @@ def _check_parties(spec: JobSpec) -> list[str]:
 
 def worst_entry_magnitude(max_row_load: float, clip_bound: float, plan: NoisePlan) -> float:
     """Largest |release entry| (before the 2^f scaling), barring a negligible-probability tail:
-    every (client, piece) in the busiest row has an entry ≤ C plus one noise draw ≤ the tail bound."""
+    every (client, piece) in the busiest row has an entry ≤ ``clip_bound`` (C, or a lifted kind's
+    entry bound, :attr:`JobSpec.entry_bound`) plus one noise draw ≤ the tail bound."""
     return max_row_load * (clip_bound + noise_tail_bound(plan))
 
 
@@ -544,13 +647,13 @@ def validate_job(spec: JobSpec, sketch: Sketch | None = None) -> JobAnalysis:
         plan = spec.noise_plan()
     except CalibrationError as exc:
         raise JobSpecError([f"noise calibration failed: {exc}"]) from exc
-    worst = worst_entry_magnitude(float(loads.max()), spec.clip_bound, plan) * 2.0**spec.frac_bits
+    worst = worst_entry_magnitude(float(loads.max()), spec.entry_bound, plan) * 2.0**spec.frac_bits
     headroom_bits = math.log2(HEADROOM_LIMIT / worst)
     if headroom_bits <= 0:
         need = math.floor(-headroom_bits) + 1  # the smallest reduction that leaves positive headroom
         raise JobSpecError([
             f"ring headroom: a release entry could reach {worst:.3g} > 2^62 "
-            f"(max row load {int(loads.max())} × (C {spec.clip_bound:g} + noise tail "
+            f"(max row load {int(loads.max())} × (entry bound {spec.entry_bound:g} + noise tail "
             f"{noise_tail_bound(plan):.3g}) × 2^{spec.frac_bits}) and overflow Z_2^64; "
             f"use frac_bits ≤ {spec.frac_bits - need} or a smaller noise/clip bound"])
     return JobAnalysis(
@@ -570,9 +673,15 @@ def default_corrupt_parties(spec: JobSpec) -> int:
     0: single-client parties are covered by t′, a lone party holds every client itself, and in the
     columns partition each party's noise protects its own columns.
     """
-    if spec.partition != "rows" or len(spec.parties) < 2:
+    return corrupt_parties_default(spec.partition, [p.size for p in spec.parties])
+
+
+def corrupt_parties_default(partition: str, party_sizes: list[int] | tuple[int, ...]) -> int:
+    """:func:`default_corrupt_parties` from the partition and the parties' client counts alone
+    (for builders that need it before the spec exists, e.g. to plan the release)."""
+    if partition != "rows" or len(party_sizes) < 2:
         return 0
-    return 1 if max(p.size for p in spec.parties) > 1 else 0
+    return 1 if max(party_sizes) > 1 else 0
 
 
 def resolve_defaults(spec: JobSpec, load_fraction: float = DEFAULT_LOAD_FRACTION) -> JobSpec:
@@ -603,7 +712,7 @@ def resolve_defaults(spec: JobSpec, load_fraction: float = DEFAULT_LOAD_FRACTION
     spec = replace(spec, privacy=p)
     if spec.frac_bits == 0:
         loads, _ = honest_row_loads(spec, None, sketch)
-        magnitude = worst_entry_magnitude(float(loads.max()), spec.clip_bound, spec.noise_plan())
+        magnitude = worst_entry_magnitude(float(loads.max()), spec.entry_bound, spec.noise_plan())
         largest = math.floor(math.log2(HEADROOM_LIMIT / magnitude) - 1e-9)
         if largest < MIN_FRAC_BITS:
             raise JobSpecError([f"ring headroom: even {MIN_FRAC_BITS} fraction bits could overflow "

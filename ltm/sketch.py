@@ -17,6 +17,8 @@ Kinds:
 * ``dense`` (Rademacher): every entry is ±1; the paper's m-piece decomposition puts entry
   (r, j) in piece ``l = (r − j) mod m``, so each piece has one non-zero per column and, when m | n,
   exactly n/m per row.
+* ``sum`` (the public map of the lifted release kinds, :mod:`ltm.lifts`): one row, every entry
+  +1, one piece.  It needs no randomness; the seed is ignored.
 
 The analyst applies the 1/√s (dense: 1/√m) scaling after reconstruction, in floating point; the
 servers only ever add and subtract ring elements.
@@ -29,7 +31,7 @@ import numpy as np
 
 from ltm.randomness import keystream_uint64, xof
 
-SKETCH_KINDS = ("sparse", "dense")
+SKETCH_KINDS = ("sparse", "dense", "sum")
 #: Clients processed per step when deriving or applying the sketch (bounds temporary memory).
 CHUNK_CLIENTS = 1 << 16
 
@@ -57,6 +59,8 @@ class Sketch:
             raise ValueError(f"unknown sketch kind {self.kind!r}; choose one of {SKETCH_KINDS}")
         if self.m < 1 or self.n < 1:
             raise ValueError("sketch needs m ≥ 1 and n ≥ 1")
+        if self.kind == "sum" and (self.m != 1 or self.s != 1):
+            raise ValueError(f"the sum map has m = 1 and s = 1 (got m={self.m}, s={self.s})")
         if self.kind == "sparse" and not 1 <= self.s <= self.m:
             raise ValueError(f"sparse sketch needs 1 ≤ s ≤ m (got s={self.s}, m={self.m})")
         if len(self.seed) != 32:
@@ -95,6 +99,8 @@ class Sketch:
         if not 0 <= start <= stop <= self.n:
             raise ValueError(f"client range [{start}, {stop}) outside [0, {self.n})")
         count = stop - start
+        if self.kind == "sum":
+            return np.zeros((1, count), dtype=np.int64), np.zeros((1, count), dtype=bool)
         width = self._words_per_client
         words = keystream_uint64(self._key, count * width, start * width).reshape(count, width)
         if self.kind == "dense":
@@ -182,6 +188,10 @@ class Sketch:
         (2r, 2r+1) so no sign multiplication is needed; :meth:`finish` subtracts them.
         """
         count, width = values.shape
+        if self.kind == "sum":  # every client in row 0 with sign +1: a plain (wrapping) column sum
+            kept = values if include is None else values[include]
+            acc[:width] += kept.sum(axis=0, dtype=np.uint64)
+            return
         slot = slots[piece, start:start + count]
         if include is not None:
             slot, values = slot[include], values[include]

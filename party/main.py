@@ -12,6 +12,7 @@ from pathlib import Path
 
 import grpc
 
+from ltm.errors import CommandError
 from ltm.randomness import Randomness
 from ltm.v1 import ltm_pb2_grpc
 from party.data_source import DataSourceError, load_columns
@@ -22,9 +23,11 @@ from party.randomizer import DEFAULT_BATCH_CLIENTS, PartyDataError, party_random
 from party.uploader import PartyPolicy, PolicyViolation, UploadIncomplete, fetch_job, run_upload
 from transport.config import add_actor_arguments, load_config, merge
 from transport.logs import setup_logging
-from transport.tls import make_channel
+from transport.tls import check_certificates, make_channel
 
 log = logging.getLogger("ltm.party")
+#: While fetching the job spec these mean "not yet": the job is not published or a server is not up.
+RETRY_FETCH = (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -55,6 +58,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="accept jobs marked as reproductions (they may take seeded, NOT private randomness)")
     p.add_argument("--batch-clients", type=int, help=f"clients per upload batch (default {DEFAULT_BATCH_CLIENTS})")
     p.add_argument("--wait", type=float, help="seconds to wait for the job to be published (default 30)")
+    p.add_argument("--wait-for-data", action="store_true", default=None,
+                   help="wait (up to --wait) for --data to appear, e.g. while an operator is still writing it; "
+                        "without it a missing data file is an error before any server is contacted")
     p.add_argument("--seed", type=int, help="SEEDED MODE: reproducible and NOT private (experiments only)")
     p.add_argument("--state-dir", help="directory for the crash-recovery upload journal (default: "
                                        "<directory of --data>/.ltm-party-state); keep it on persistent storage")
@@ -73,7 +79,7 @@ def read_party_table(path: str, needed: list[str] | None = None) -> dict:
         raise PartyDataError(str(exc)) from None
     bad = [c for c in (needed or []) if c in non_numeric]
     if bad:
-        raise PartyDataError(f"{path}: column(s) {bad} are present but not numeric; encode them as numbers first")
+        raise PartyDataError(non_numeric[bad[0]].describe(path))
     return columns
 
 
@@ -94,24 +100,32 @@ def _pinned_options(server_id: str) -> list[tuple[str, str]]:
     return [("grpc.ssl_target_name_override", server_id)]
 
 
-async def _fetch_with_wait(stubs, job_id: str, deadline: float, pinned: list[str] | None = None,
-                           endpoints: list[str] | None = None):
-    """``fetch_job``, waiting through NOT_FOUND/UNAVAILABLE until ``deadline`` (monotonic)."""
+async def _fetch_with_wait(stubs, job_id: str, deadline: float, pinned: list[str] | None,
+                           endpoints: list[str], wait_s: float):
+    """``fetch_job``, waiting through :data:`RETRY_FETCH` until ``deadline`` (monotonic).  With
+    ``pinned`` identities, a server that stays unreachable may be an endpoint presenting another
+    actor's certificate: refused as a :class:`PolicyViolation`."""
     while True:
         try:
             return await fetch_job(stubs, job_id)
         except grpc.aio.AioRpcError as exc:
-            if exc.code() not in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNAVAILABLE,
-                                  grpc.StatusCode.DEADLINE_EXCEEDED):
+            if exc.code() not in RETRY_FETCH:
                 raise
-            if time.monotonic() > deadline:
-                if pinned and exc.code() == grpc.StatusCode.UNAVAILABLE:
-                    raise PolicyViolation(
-                        f"refusing to upload: the servers at {endpoints} did not all prove to be the servers "
-                        f"{pinned} the job names (a TLS certificate of another actor, or a server down): "
-                        f"{exc.details()}") from None
-                raise
-            await asyncio.sleep(0.2)
+            if time.monotonic() <= deadline:
+                await asyncio.sleep(0.2)
+                continue
+            if exc.code() == grpc.StatusCode.NOT_FOUND:
+                raise CommandError(f"job {job_id!r} was not published on the servers within --wait "
+                                   f"{wait_s:g} s; check --job and that the operator has submitted it",
+                                   status=5) from None
+            if pinned:
+                raise PolicyViolation(
+                    f"refusing to upload: the servers at {endpoints} did not all prove to be the servers "
+                    f"{pinned} the job names (a TLS certificate of another actor, or a server down): "
+                    f"{exc.details()}") from None
+            raise CommandError(f"cannot reach the server(s) {', '.join(endpoints)} within --wait {wait_s:g} s "
+                               f"({exc.details()}); check that they are running and the addresses in "
+                               f"--servers", status=5) from None
 
 
 async def participate(args: argparse.Namespace) -> dict:
@@ -138,10 +152,11 @@ async def participate(args: argparse.Namespace) -> dict:
                          allow_reproduction=bool(args.allow_reproduction))
     budget = Budget(args.budget_epsilon if args.budget_epsilon is not None else DEFAULT_BUDGET_EPSILON,
                     args.budget_delta if args.budget_delta is not None else DEFAULT_BUDGET_DELTA)
-    deadline = time.monotonic() + (args.wait if args.wait is not None else 30.0)
+    wait_s = args.wait if args.wait is not None else 30.0
+    deadline = time.monotonic() + wait_s
     try:
         spec = await _fetch_with_wait([ltm_pb2_grpc.ServerStub(c) for c in channels], args.job, deadline,
-                                      server_ids or None, endpoints)
+                                      server_ids or None, endpoints, wait_s)
         policy.check(spec, seeded=seeded)
         if len(spec.servers) != len(endpoints):
             raise PolicyViolation(f"the job names {spec.k} servers, --servers gives {len(endpoints)} endpoints")
@@ -154,13 +169,13 @@ async def participate(args: argparse.Namespace) -> dict:
             pinned = [s.server_id for s in spec.servers]
             channels = connect(pinned)
             again = await _fetch_with_wait([ltm_pb2_grpc.ServerStub(c) for c in channels], args.job,
-                                           max(deadline, time.monotonic() + 5.0), pinned, endpoints)
+                                           max(deadline, time.monotonic() + 5.0), pinned, endpoints, wait_s)
             if again.digest != spec.digest:
                 raise PolicyViolation("the pinned servers serve a different job spec than was first fetched")
         elif insecure:
             log.warning("--insecure: server identities are not verified")
         stubs = [ltm_pb2_grpc.ServerStub(c) for c in channels]
-        while not Path(args.data).exists():  # in a deployment the operator may still be writing it
+        while not Path(args.data).exists():  # --wait-for-data: the operator may still be writing it
             if time.monotonic() > deadline:
                 raise PartyDataError(f"data file {args.data} did not appear within --wait")
             await asyncio.sleep(0.2)
@@ -168,8 +183,7 @@ async def participate(args: argparse.Namespace) -> dict:
             party_spec = spec.party(args.id)
         except KeyError:
             raise PolicyViolation(f"{args.id} is not a party of job {spec.job_id!r}") from None
-        needed = [spec.columns[i].name for i in spec.party_column_indices(party_spec)
-                  if spec.columns[i].role != "intercept"]
+        needed = spec.party_raw_columns(party_spec)
         table = read_party_table(args.data, needed)
         state_dir = Path(args.state_dir) if args.state_dir else default_state_dir(args.data)
         # The ledger is charged durably before anything is sent (refusal: BudgetExceeded).
@@ -197,6 +211,12 @@ def run(args: argparse.Namespace) -> int:
     args = merge(args, load_config(args.config), required=("id", "servers", "job", "data"))
     if not args.insecure and not args.certs:
         raise SystemExit("ltm party: --certs is required (or --insecure for a plaintext test run)")
+    # Checked before any server is contacted:
+    if not args.insecure:
+        check_certificates(args.certs, args.id)
+    if not args.wait_for_data and not Path(args.data).is_file():
+        raise CommandError(f"data file {args.data} does not exist; nothing was sent (give the right --data, or "
+                           f"--wait-for-data if another process is still writing it)", status=4)
     setup_logging(args.id, args.log_level or "info")
     try:
         result = asyncio.run(participate(args))
@@ -204,8 +224,7 @@ def run(args: argparse.Namespace) -> int:
         log.error(str(exc))
         return 3
     except PartyDataError as exc:
-        log.error(f"bad data: {exc}")
-        return 4
+        raise CommandError(f"bad data: {exc}", status=4) from None
     except grpc.aio.AioRpcError as exc:
         log.error("upload refused", extra={"code": exc.code().name, "details": exc.details()})
         return 5

@@ -1,4 +1,4 @@
-"""The party core: client vectors → clip → one noisy copy per piece → fixed point → k shares.
+"""The party core: client vectors → clip → (lift) → one noisy copy per piece → fixed point → k shares.
 
 Pure (no I/O, no network): the gRPC uploader and the in-process transport both call
 :func:`make_batches` and ship the resulting :class:`~ltm.batch.ShareBatch` objects.
@@ -20,6 +20,7 @@ from ltm.noise import sample_noise
 from ltm.randomness import Randomness
 from ltm.ring import encode
 from ltm.sharing import share
+from ltm.transforms import FeaturePipeline
 
 #: Clients per upload batch: 65 536 × 11 columns × 8 B ≈ 5.8 MB per piece, well under gRPC limits
 #: once chunked, and small enough to keep a party's memory flat.
@@ -34,41 +35,53 @@ class PartyDataError(ValueError):
     """The party's data does not fit the job spec (missing columns, NaN, wrong length, …)."""
 
 
-def client_vectors(spec: JobSpec, party: PartySpec, table: Mapping[str, np.ndarray]) -> np.ndarray:
-    """Transformed client vectors of the party's entries, float64 (rows, len(party columns)).
+def _checked_raw_columns(spec: JobSpec, party: PartySpec, table: Mapping[str, np.ndarray],
+                         indices: list[int]) -> dict[str, np.ndarray]:
+    """The raw columns the party's entries need, as float64 (rows,), each checked with a precise error."""
+    expected_rows = party.size
+    need = {s for i in indices for s in spec.layout[i].sources}
+    raw: dict[str, np.ndarray] = {}
+    for col in spec.columns:
+        if col.name not in need or col.role == "intercept":
+            continue
+        if col.name not in table:
+            raise PartyDataError(f"party {party.party_id!r}: column {col.name!r} required by the job is "
+                                 f"missing from the data (have: {sorted(table)})")
+        if np.iscomplexobj(table[col.name]):  # a cast to float64 would silently drop the imaginary part
+            raise PartyDataError(f"column {col.name!r} holds complex numbers; the job needs real values")
+        try:
+            values = np.asarray(table[col.name], dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise PartyDataError(f"column {col.name!r} is not numeric: {exc}") from exc
+        if values.ndim != 1:
+            raise PartyDataError(f"column {col.name!r} must be one value per row (a 1-D array), "
+                                 f"got an array of shape {values.shape}")
+        if values.shape != (expected_rows,):
+            raise PartyDataError(f"column {col.name!r} has {values.shape[0]} values but "
+                                 f"party {party.party_id!r} holds {expected_rows} rows")
+        bad = ~np.isfinite(values)
+        if bad.any():
+            raise PartyDataError(f"column {col.name!r} has {int(bad.sum())} NaN/infinite values "
+                                 f"(first at row {int(np.argmax(bad))}); clean or impute them first")
+        raw[col.name] = values
+    return raw
+
+
+def client_vectors(spec: JobSpec, party: PartySpec, table: Mapping[str, np.ndarray],
+                   start: int = 0, stop: int | None = None) -> np.ndarray:
+    """Client vectors of the party's entries, before clipping: float64 (rows, len(party entries)).
 
     ``table`` maps raw column names to 1-D arrays (one value per client/row the party holds).
-    The intercept column needs no data (its raw value is 1).
+    Each raw column is mapped by its public ``(x − center) / scale``, then the job's public
+    transforms (``ltm.transforms``: e.g. random features) build the client-vector entries.  The
+    intercept column needs no data (its raw value is 1).  ``start``/``stop`` select the party's
+    rows ``start..stop−1`` (the transforms run only on those: random features are wide).
     """
     indices = spec.party_column_indices(party)
-    expected_rows = party.size
-    out = np.empty((expected_rows, len(indices)), dtype=np.float64)
-    for j, ci in enumerate(indices):
-        col = spec.columns[ci]
-        if col.role == "intercept":
-            raw = np.ones(expected_rows)
-        else:
-            if col.name not in table:
-                raise PartyDataError(f"party {party.party_id!r}: column {col.name!r} required by the job is "
-                                     f"missing from the data (have: {sorted(table)})")
-            if np.iscomplexobj(table[col.name]):  # a cast to float64 would silently drop the imaginary part
-                raise PartyDataError(f"column {col.name!r} holds complex numbers; the job needs real values")
-            try:
-                raw = np.asarray(table[col.name], dtype=np.float64)
-            except (TypeError, ValueError) as exc:
-                raise PartyDataError(f"column {col.name!r} is not numeric: {exc}") from exc
-            if raw.ndim != 1:
-                raise PartyDataError(f"column {col.name!r} must be one value per row (a 1-D array), "
-                                     f"got an array of shape {raw.shape}")
-            if raw.shape != (expected_rows,):
-                raise PartyDataError(f"column {col.name!r} has {raw.shape[0]} values but "
-                                     f"party {party.party_id!r} holds {expected_rows} rows")
-            bad = ~np.isfinite(raw)
-            if bad.any():
-                raise PartyDataError(f"column {col.name!r} has {int(bad.sum())} NaN/infinite values "
-                                     f"(first at row {int(np.argmax(bad))}); clean or impute them first")
-        out[:, j] = (raw - col.center) / col.scale
-    return out
+    raw = _checked_raw_columns(spec, party, table, indices)
+    stop = party.size if stop is None else stop
+    raw = {k: v[start:stop] for k, v in raw.items()}
+    return FeaturePipeline.for_spec(spec).vectors(raw, indices, rows=stop - start)
 
 
 def noisy_copies(vectors: np.ndarray, pieces: int, plan: NoisePlan, randomness: Randomness) -> np.ndarray:
@@ -101,7 +114,7 @@ def effective_batch_clients(spec: JobSpec, party: PartySpec, requested: int = DE
     """Clients per batch for this job and party: ``requested``, capped so that one batch's share
     array has at most :data:`MAX_BATCH_ELEMENTS` elements (a deterministic function of the public
     spec, so a resumed party cuts its batches exactly as before)."""
-    per_client = spec.make_sketch().pieces * len(spec.party_column_indices(party))
+    per_client = spec.make_sketch().pieces * len(spec.upload_columns(party))
     return max(1, min(requested, MAX_BATCH_ELEMENTS // per_client))
 
 
@@ -134,8 +147,10 @@ def make_batches(spec: JobSpec, party_id: str, table: Mapping[str, np.ndarray], 
     plan = plan or spec.noise_plan()
     pieces = spec.make_sketch().pieces
     batch_clients = effective_batch_clients(spec, party, batch_clients)
-    vectors = clip_rows(client_vectors(spec, party, table), party.clip_bound, spec.clip_norm)
     columns = tuple(spec.party_column_indices(party))
+    raw = _checked_raw_columns(spec, party, table, list(columns))
+    pipeline = FeaturePipeline.for_spec(spec)
+    uploaded = spec.upload_columns(party)
     digest = spec.digest
     party_ordinal = [p.party_id for p in spec.parties].index(party_id)
     for batch_index, a, b in plan_batches(party, batch_clients).ranges:
@@ -144,11 +159,16 @@ def make_batches(spec: JobSpec, party_id: str, table: Mapping[str, np.ndarray], 
         rand = batch_randomness(batch_index) if batch_randomness is not None else randomness.child("batch", batch_index)
         lo, hi = a - party.start, b - party.start
         t0 = time.perf_counter()
-        noisy = noisy_copies(vectors[lo:hi], pieces, plan, rand.child("noise"))
+        # Transform and clip per batch: random-feature vectors are wide, the raw columns are not.
+        vectors = pipeline.vectors({k: v[lo:hi] for k, v in raw.items()}, columns, rows=hi - lo)
+        vectors = clip_rows(vectors, party.clip_bound, spec.clip_norm)
+        if spec.lift is not None:  # a lifted release kind uploads lift(z) of the clipped z (ltm/lifts.py)
+            vectors = spec.lift.apply(spec, vectors)
+        noisy = noisy_copies(vectors, pieces, plan, rand.child("noise"))
         t1 = time.perf_counter()
         ring = encode(noisy, spec.frac_bits)
         shares = share(ring, spec.k, rand.child("shares"), mode=spec.share_mode, primary=(party_ordinal + batch_index) % spec.k)
         if timings is not None:
             timings["noise"] = timings.get("noise", 0.0) + (t1 - t0)
             timings["sharing"] = timings.get("sharing", 0.0) + (time.perf_counter() - t1)
-        yield [ShareBatch(digest, party_id, batch_index, a, b, columns, sh, seeded=rand.reproducible) for sh in shares]
+        yield [ShareBatch(digest, party_id, batch_index, a, b, uploaded, sh, seeded=rand.reproducible) for sh in shares]

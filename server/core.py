@@ -105,7 +105,7 @@ class ServerCore:
         if not 0 <= batch_index < 1 << 63:  # stored as a signed 64-bit integer
             raise ProtocolError("INVALID_ARGUMENT", f"batch_index {batch_index} is outside [0, 2^63); "
                                                     f"number a party's batches 0, 1, 2, …")
-        expected_cols = tuple(spec.party_column_indices(party))
+        expected_cols = spec.upload_columns(party)
         if columns != expected_cols:
             raise ProtocolError("INVALID_ARGUMENT", f"batch columns {columns} do not match the party's "
                                                     f"columns {expected_cols} in the job spec")

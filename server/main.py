@@ -13,7 +13,7 @@ from transport.config import add_actor_arguments, load_config, merge
 from transport.logs import setup_logging
 from transport.metering import ByteMeter
 from transport.serve import serve_until_signal
-from transport.tls import make_server
+from transport.tls import check_certificates, make_server
 
 log = logging.getLogger("ltm.server")
 SERVICE_NAME = "ltm.v1.Server"
@@ -46,6 +46,8 @@ def run(args: argparse.Namespace) -> int:
     args = merge(args, load_config(args.config), required=("id", "listen", "data_dir"))
     if not args.insecure and not args.certs:
         raise SystemExit("ltm server: --certs is required (or --insecure for a plaintext test run)")
+    if not args.insecure:
+        check_certificates(args.certs, args.id)  # before the data directory is created
     setup_logging(args.id, args.log_level or "info")
     asyncio.run(serve(args))
     return 0

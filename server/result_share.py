@@ -13,7 +13,7 @@ from ltm.sketch import CHUNK_CLIENTS, Sketch
 
 def result_share(spec: JobSpec, batches: Iterable[ShareBatch], participants: np.ndarray,
                  sketch: Sketch | None = None, slots: np.ndarray | None = None) -> np.ndarray:
-    """uint64 (m, D): this server's share of the unscaled release Σ_l S_l (V + G_l).
+    """uint64 (m, W): this server's share of the unscaled release Σ_l S_l (V + G_l).
 
     Streams piece by piece and chunk by chunk: helper-share seeds are expanded one chunk at a time
     into a reusable buffer, so memory stays O(m·D + one chunk) beyond the stored shares, and a
@@ -22,7 +22,7 @@ def result_share(spec: JobSpec, batches: Iterable[ShareBatch], participants: np.
     """
     sketch = sketch or spec.make_sketch()
     slots = sketch.slots() if slots is None else slots
-    width = spec.width
+    width = spec.upload_width
     acc_full = sketch.accumulator(width)
     partial: dict[tuple[int, ...], np.ndarray] = {}
     buffer: KeystreamBuffer | None = None

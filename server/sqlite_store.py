@@ -253,7 +253,7 @@ class SqliteStore:
             if spec.digest != digest or spec.job_id != job_id:
                 raise StoreCorruptError(f"stored spec of job {job_id!r} does not match its digest {digest[:12]}…")
             self._jobs[job_id] = spec
-            self._coverage[job_id] = np.zeros((spec.n, spec.width), dtype=bool)
+            self._coverage[job_id] = np.zeros((spec.n, spec.upload_width), dtype=bool)
             if closed:
                 self._closed_jobs.add(job_id)
         referenced: set[str] = set()
@@ -355,7 +355,7 @@ class SqliteStore:
                 raise
             self._commit(conn)
             self._jobs[spec.job_id] = parsed
-            self._coverage[spec.job_id] = np.zeros((parsed.n, parsed.width), dtype=bool)
+            self._coverage[spec.job_id] = np.zeros((parsed.n, parsed.upload_width), dtype=bool)
 
     def get_job(self, job_id: str) -> JobSpec | None:
         return self._jobs.get(job_id)
@@ -409,8 +409,8 @@ class SqliteStore:
                              f"{spec.job_id!r} has {spec.digest[:12]}…")
         if not 0 <= batch.start < batch.stop <= spec.n:
             raise ValueError(f"batch clients [{batch.start}, {batch.stop}) outside [0, {spec.n})")
-        if not batch.columns or any(not 0 <= c < spec.width for c in batch.columns):
-            raise ValueError(f"batch columns {batch.columns} outside [0, {spec.width})")
+        if not batch.columns or any(not 0 <= c < spec.upload_width for c in batch.columns):
+            raise ValueError(f"batch columns {batch.columns} outside [0, {spec.upload_width})")
         shape = _as_int_tuple(batch.share.shape)
         if len(shape) != 3 or shape[1:] != (batch.count, len(batch.columns)):
             raise ValueError(f"share shape {shape} is not (pieces, {batch.count}, {len(batch.columns)})")

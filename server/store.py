@@ -63,7 +63,7 @@ class MemoryStore:
     def put_job(self, spec: JobSpec) -> None:
         self._jobs[spec.job_id] = spec
         self._batches[spec.job_id] = {}
-        self._coverage[spec.job_id] = np.zeros((spec.n, spec.width), dtype=bool)
+        self._coverage[spec.job_id] = np.zeros((spec.n, spec.upload_width), dtype=bool)
 
     def get_job(self, job_id: str) -> JobSpec | None:
         return self._jobs.get(job_id)

@@ -60,10 +60,16 @@ def read_csv(text: str, *, source: str, label: str | None, features: list[str] |
     wanted = (features or []) + ([label] if label else [])
     for name in wanted:
         if name in skipped:
-            raise DataError(f"{source}: column {name!r} is not numeric; encode it first")
+            raise DataError(skipped[name].describe(source))
         if name not in parsed:
             raise DataError(f"{source}: no column(s) {[c for c in wanted if c not in parsed]}; "
-                            f"the file has {list(parsed) + skipped}")
+                            f"the file has {list(parsed) + list(skipped)}")
+    if features is None:
+        # Every numeric column is a feature: a column of numbers with a stray text cell is a typo to
+        # fix, not a text column to drop without a word.
+        mixed = [bad for bad in skipped.values() if bad.numeric_cells > 0]
+        if mixed:
+            raise DataError(mixed[0].describe(source))
     columns = {k: v for k, v in parsed.items() if features is None or k in wanted}
     if not columns:
         raise DataError(f"{source}: no numeric columns")
@@ -103,6 +109,20 @@ def synthetic_ridge(n: int, d: int, randomness: Randomness, *, label_noise: floa
     cols = {f"x{j}": A[:, j].copy() for j in range(d)}
     cols["y"] = b
     return Table(cols, "y", f"synthetic ridge (n={n}, d={d}, label noise {label_noise:g})")
+
+
+def synthetic_nonlinear(n: int, d: int, randomness: Randomness, *, label_noise: float = 0.1) -> Table:
+    """A non-linear regression task for random features: x ~ N(0, I_d) and
+    y = Σ_j exp(−|x_j|) + x_0·x_1 + N(0, label_noise²) (Liao et al.'s test function 2 plus one
+    interaction).  Every term is uncorrelated with x, so a linear model explains nothing."""
+    if d < 2:
+        raise DataError(f"the nonlinear generator needs d ≥ 2 (got {d})")
+    stream = randomness.child("synthetic-nonlinear").stream()
+    X = stream.normal((n, d))
+    y = np.exp(-np.abs(X)).sum(axis=1) + X[:, 0] * X[:, 1] + stream.normal(n, scale=label_noise)
+    cols = {f"x{j}": X[:, j].copy() for j in range(d)}
+    cols["y"] = y
+    return Table(cols, "y", f"synthetic nonlinear (n={n}, d={d}, label noise {label_noise:g})")
 
 
 def synthetic_lowrank(n: int, d: int, rank: int, randomness: Randomness) -> Table:

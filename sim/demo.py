@@ -24,9 +24,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import grpc
 import numpy as np
 
 from analyst.release import ReleasedSketch
+from ltm.errors import CommandError
 from ltm.jobspec import JobSpec
 from ltm.randomness import Randomness
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
@@ -35,9 +37,13 @@ from sim.launcher import ProcessGroup
 from sim.simulate import SimulateConfig, load_table, report_for_release, training_matrix
 from sim.jobs import build_job, party_tables
 from transport.certs import write_certs
-from transport.tls import make_channel
+from transport.tls import check_certificates, make_channel
 
 DEMO_JOB_ID = "demo"
+#: Where the demo's column centres and scales come from (said in its summary).
+SCALES_FROM = ("the training data's means and standard deviations, computed by the demo (a convenience: they "
+               "are statistics of the private data and end up in the public job spec; a real job states "
+               "public ranges in its job file or estimates them with the DP pre-job `ltm job bounds`)")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -48,7 +54,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--delta", type=float, default=1e-6)
     p.add_argument("--m", type=int, help="sketch rows (default: the rule of sim/jobs.py)")
     p.add_argument("--s", type=int, default=1)
-    p.add_argument("--sketch", choices=["sparse", "dense"], default="sparse")
+    p.add_argument("--sketch", "--release", dest="sketch", choices=["auto", "sparse", "dense", "gram"], default="auto",
+                   help="release kind (default auto: the planner chooses, ltm/planner.py)")
     p.add_argument("--partition", choices=["rows", "columns"], default="rows")
     p.add_argument("--share-mode", choices=["seed", "full"], default="seed")
     p.add_argument("--data", help="CSV instead of the bundled dataset (with --label)")
@@ -99,7 +106,14 @@ async def _operate(analyst_endpoint: str, certs: Path | None, insecure: bool, sp
     try:
         stub = ltm_pb2_grpc.AnalystStub(channel)
         t = time.monotonic()
-        await stub.SubmitJob(ltm_pb2.SubmitJobRequest(spec_json=spec.canonical_json()), timeout=60.0)
+        try:
+            await stub.SubmitJob(ltm_pb2.SubmitJobRequest(spec_json=spec.canonical_json()), timeout=60.0)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() == grpc.StatusCode.UNAVAILABLE and (exc.details() or "").startswith("failed to connect"):
+                raise CommandError(f"cannot reach the analyst at {analyst_endpoint} ({exc.details()}); check that "
+                                   f"it is running and the address in --analyst", status=5) from None
+            raise CommandError(f"the analyst at {analyst_endpoint} did not accept job {spec.job_id!r}: "
+                               f"{exc.code().name}: {exc.details()}", status=5) from None
         phases["publish"] = time.monotonic() - t
         t = time.monotonic()
         start_parties()
@@ -121,11 +135,11 @@ async def _operate(analyst_endpoint: str, certs: Path | None, insecure: bool, sp
         got = await stub.GetRelease(ltm_pb2.GetReleaseRequest(job_id=spec.job_id), timeout=60.0)
         matrix = np.frombuffer(got.matrix_f64, dtype="<f8").reshape(got.rows, got.cols).astype(np.float64)
         release = ReleasedSketch(
-            matrix=matrix, columns=spec.column_names, centers=np.array([c.center for c in spec.columns]),
-            scales=np.array([c.scale for c in spec.columns]), label=spec.label_index,
+            matrix=matrix, columns=spec.vector_names, centers=np.array([e.center for e in spec.layout]),
+            scales=np.array([e.scale for e in spec.layout]), label=spec.label_index,
             intercept=spec.intercept_index, n=int(report["participants"]),
             noise_variance_per_column=int(report["participants"]) * spec.noise_plan().sigma_client**2,
-            privacy=json.loads(got.privacy_json), sha256=got.release_sha256)
+            privacy=json.loads(got.privacy_json), sha256=got.release_sha256, kind=spec.sketch.kind)
         return report, release, phases
     finally:
         await channel.close()
@@ -216,6 +230,7 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
         "sketch": {"kind": spec.sketch.kind, "m": spec.sketch.m, "s": spec.make_sketch().pieces,
                    "m_rule": choices.m_rule},
         "job_digest": spec.digest,
+        "scales_from": SCALES_FROM,
         "release_sha256": report["release_sha256"],
         "participants": report["participants"],
         "held_per_server": report["held_per_server"],
@@ -237,6 +252,9 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def print_summary(r: dict[str, Any]) -> None:
+    """The demo's report for a person: every figure labelled, a verdict, what varies and why."""
+    from sim.summary import byte_lines, model_table, privacy_lines, variation_note, verdict
+
     pr, m, b = r["privacy"], r["metrics"], r["baselines"]
     print(f"LTM demo — {r['data']}, {'mutual TLS' if r['tls'] else 'PLAINTEXT (--insecure)'}")
     roles: dict[str, list[str]] = {}
@@ -245,18 +263,22 @@ def print_summary(r: dict[str, Any]) -> None:
     for role, names in roles.items():
         print(f"  {role:8s} {', '.join(names)}")
     print(f"  job: {r['n_train']} training rows, {r['partition']} partition, {r['sketch']['kind']} sketch "
-          f"m={r['sketch']['m']} s={r['sketch']['s']}, {r['participants']} participants")
-    print(f"  privacy: {pr['guarantee']}")
+          f"m={r['sketch']['m']} s={r['sketch']['s']}, {r['participants']} participants; "
+          f"{r.get('n_test', 0)} held-out rows for testing")
+    for line in privacy_lines(pr):
+        print(line)
     for party, entry in sorted(r["ledgers"].items()):
         print(f"  ledger {party}: spent ε {entry['before']['epsilon']:.4g} → {entry['after']['epsilon']:.4g} of "
               f"budget {entry['budget']['epsilon']:g} (δ {entry['budget']['delta']:g})")
-    print(f"  {'model':12s}{'R²':>10s}{'MSE':>12s}{'φ':>10s}")
-    print(f"  {'LTM ridge':12s}{m['r2']:>10.4f}{m['mse']:>12.4g}{m['phi']:>10.4f}")
-    for name in ("nonprivate", "central", "local"):
-        print(f"  {name:12s}{b[name]['r2']:>10.4f}{b[name]['mse']:>12.4g}{b[name]['phi']:>10.4f}")
-    mb = r["bytes"]["party_to_server_total"] / 1e6
-    print(f"  bytes: parties → servers {mb:.2f} MB {r['bytes']['party_to_server']}, "
-          f"servers → analyst {r['bytes']['server_to_analyst']}")
+    print(f"  column centres and scales: {r['scales_from']}")
+    for line in model_table("LTM (private)", m, b):
+        print(line)
+    kind = (r.get("release") or {}).get("kind") if isinstance(r.get("release"), dict) else None
+    print("  " + verdict(m, b, n=int(r["participants"]), epsilon=float(pr["epsilon"]),
+                         release_kind=str(kind or r["sketch"]["kind"])))
+    print("  " + variation_note(r.get("randomness", ""), seeded=str(r.get("randomness", "")).startswith("seeded")))
+    for line in byte_lines(r["bytes"]):
+        print(line)
     t = r["timing_s"]
     print("  time: " + ", ".join(f"{k} {v:.2f}s" for k, v in t.items() if isinstance(v, float)))
     if "chaos" in r:
@@ -271,8 +293,9 @@ def print_summary(r: dict[str, Any]) -> None:
 
 
 def add_operate_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("operate", help="prepare a job on a dataset, submit it to a running analyst, run it",
-                       description="The operator's side of a deployment (the compose testbed, separate machines): "
+    p = sub.add_parser("operate", help="the demo's convenience: build a job from a dataset, write party files, run it",
+                       description="THE DEMO'S CONVENIENCE, NOT THE REAL PATH (that is `ltm job`: a job file from "
+                                   "public information, parties keeping their own data). For the compose testbed: "
                                    "build the job spec on the data, write each party's CSV, submit the job to the "
                                    "analyst, wait for the release and report model quality beside the baselines.")
     p.add_argument("--analyst", required=True, help="analyst endpoint host:port")
@@ -286,7 +309,8 @@ def add_operate_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--delta", type=float, default=1e-6)
     p.add_argument("--m", type=int)
     p.add_argument("--s", type=int, default=1)
-    p.add_argument("--sketch", choices=["sparse", "dense"], default="sparse")
+    p.add_argument("--sketch", "--release", dest="sketch", choices=["auto", "sparse", "dense", "gram"], default="auto",
+                   help="release kind (default auto: the planner chooses, ltm/planner.py)")
     p.add_argument("--partition", choices=["rows", "columns"], default="rows")
     p.add_argument("--share-mode", choices=["seed", "full"], default="seed")
     p.add_argument("--data")
@@ -308,11 +332,17 @@ def run_operate(args: argparse.Namespace) -> int:
     cfg = SimulateConfig(data=args.data, label=args.label, partition=args.partition, parties=args.parties,
                          k=len(servers), sketch=args.sketch, m=args.m, s=args.s, epsilon=args.epsilon,
                          delta=args.delta, share_mode=args.share_mode, seed=args.seed, model="ridge")
+    certs = None if args.insecure else Path(args.certs or "")
+    if certs is not None:
+        check_certificates(certs, "operator")  # before any party file is written
     train, test = load_table(cfg, randomness)
     spec, _ = prepare_job(cfg, train, randomness, [x[1] for x in servers], Path(args.party_data))
-    certs = None if args.insecure else Path(args.certs)
-    report, release, phases = asyncio.run(_operate(args.analyst, certs, args.insecure, spec, lambda: None,
-                                                   randomness.label, args.deadline))
+    try:
+        report, release, phases = asyncio.run(_operate(args.analyst, certs, args.insecure, spec, lambda: None,
+                                                       randomness.label, args.deadline))
+    except grpc.aio.AioRpcError as exc:  # the analyst refused or could not finish the job (e.g. a server is down)
+        raise CommandError(f"job {spec.job_id!r} failed at the analyst {args.analyst}: {exc.code().name}: "
+                           f"{exc.details()}", status=5) from None
     rng = np.random.default_rng(np.frombuffer(randomness.child("baselines").bytes(16), dtype=np.uint64))
     out = {"command": "operate", "tls": not args.insecure, "release_sha256": report["release_sha256"],
            "participants": report["participants"], "held_per_server": report["held_per_server"],

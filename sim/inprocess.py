@@ -6,19 +6,20 @@ bit-identical sketches.  Used by ``ltm simulate`` and experiment sweeps.
 """
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from analyst.reconstruct import reconstruct_release
+from analyst.coordinator import coordinate
 from analyst.release import ReleasedSketch
 from ltm.jobspec import JobSpec, validate_job
 from ltm.randomness import Randomness
 from party.ledger import Budget, PrivacyLedger
 from party.randomizer import DEFAULT_BATCH_CLIENTS, make_batches, party_randomness
-from party.uploader import PartyPolicy
+from party.uploader import PartyPolicy, PolicyViolation
 from server.core import ServerCore
 from server.release_gate import ANALYST_ROLE
 
@@ -36,14 +37,46 @@ class InProcessRun:
     timing_s: dict[str, float] = field(default_factory=dict)
     bytes_to_server: list[int] = field(default_factory=list)
     result_shares: list[np.ndarray] = field(default_factory=list)
+    #: party id → why its policy refused the job (it sent nothing)
+    refused: dict[str, str] = field(default_factory=dict)
+    #: party id → its privacy ledger's admission of the job (spend before and after, budget,
+    #: accountant): the same ledger a ``ltm party`` process keeps (``party/ledger.py``)
     ledgers: dict[str, dict] = field(default_factory=dict)
+
+
+@dataclass
+class InProcessServerLink:
+    """A :class:`~analyst.coordinator.ServerLink` to a server core in this process (the analyst's
+    calls as direct method calls, with the analyst's role)."""
+
+    core: ServerCore
+    seeded_parties: list[str] = field(default_factory=list)
+
+    @property
+    def server_id(self) -> str:
+        return self.core.server_id
+
+    async def create(self, spec: JobSpec) -> str:
+        return self.core.create_job(spec, caller_role=ANALYST_ROLE)
+
+    async def held_count(self, spec: JobSpec) -> int | None:
+        return int(self.core.held(spec.job_id).sum())
+
+    async def close(self, spec: JobSpec) -> np.ndarray:
+        held = self.core.close(spec.job_id, caller_role=ANALYST_ROLE)
+        self.seeded_parties = self.core.seeded_parties(spec.job_id)
+        return held
+
+    async def release(self, spec: JobSpec, participants: np.ndarray) -> tuple[np.ndarray, int]:
+        share = self.core.release(spec.job_id, participants, caller_role=ANALYST_ROLE, job_digest=spec.digest)
+        return share, share.nbytes
 
 
 def run_inprocess(spec: JobSpec, party_data: Mapping[str, Mapping[str, np.ndarray]], randomness: Randomness,
                   *, batch_clients: int = DEFAULT_BATCH_CLIENTS,
                   servers: list[ServerCore] | None = None,
-                  ledgers: Mapping[str, PrivacyLedger] | None = None, budget: Budget | None = None,
-                  policy: PartyPolicy | None = None) -> InProcessRun:
+                  policies: Mapping[str, PartyPolicy] | None = None,
+                  ledgers: Mapping[str, PrivacyLedger] | None = None, budget: Budget | None = None) -> InProcessRun:
     """Run one job end to end.
 
     Args:
@@ -51,11 +84,14 @@ def run_inprocess(spec: JobSpec, party_data: Mapping[str, Mapping[str, np.ndarra
         randomness: the run's randomness; party p draws from
             :func:`party.randomizer.party_randomness` of it (seeded: bound to the job digest).
         servers: server cores to use (fresh in-memory ones by default).
+        policies: party id → the party's policy, checked against the spec before the party sends
+            anything (as ``ltm party`` does); a refusing party sends nothing and is listed in
+            ``refused``.  Parties without an entry accept the job.
         ledgers: party id → its privacy ledger (e.g. persistent ones, to charge a sequence of runs);
             a party without one gets a fresh in-memory ledger with ``budget`` (default
-            :class:`party.ledger.Budget`).  Every party's ledger admits the job before it sends
-            anything, exactly as ``ltm party`` does: :class:`party.ledger.BudgetExceeded` otherwise.
-        policy: if given, every party also checks the job against it (``PartyPolicy.check``).
+            :class:`party.ledger.Budget`).  Every accepting party's ledger admits the job before it
+            sends anything, as ``ltm party`` does; a party whose ledger cannot afford the job raises
+            :class:`party.ledger.BudgetExceeded` (before any party has sent anything).
     """
     timing: dict[str, float] = {}
     t0 = time.perf_counter()
@@ -65,19 +101,30 @@ def run_inprocess(spec: JobSpec, party_data: Mapping[str, Mapping[str, np.ndarra
         server.create_job(spec, caller_role=ANALYST_ROLE)
     timing["create"] = time.perf_counter() - t0
 
+    # Every party vets the job (its policy) and, if it accepts, charges its ledger, before any party
+    # sends anything.
+    refused: dict[str, str] = {}
     admissions: dict[str, dict] = {}
-    present = [p for p in spec.parties if p.party_id in party_data]
-    for party in present:  # every party vets the job and charges its ledger before anything is sent
+    accepting = []
+    for party in spec.parties:
+        if party.party_id not in party_data:
+            continue  # a party that never shows up: its clients are simply not in the participant set
+        policy = (policies or {}).get(party.party_id)
         if policy is not None:
-            policy.check(spec, seeded=randomness.reproducible)
+            try:
+                policy.check(spec, seeded=randomness.reproducible)
+            except PolicyViolation as exc:
+                refused[party.party_id] = str(exc)
+                continue
         ledger = (ledgers or {}).get(party.party_id) or PrivacyLedger.in_memory(
             party.party_id, party_data[party.party_id], budget)
         admissions[party.party_id] = ledger.admit(spec, seeded=randomness.reproducible).to_json()
+        accepting.append(party)
     timing["ledger"] = time.perf_counter() - t0 - timing["create"]
 
     sent = [0] * spec.k
     t_party = t_upload = 0.0
-    for party in present:  # a party that never shows up: its clients are simply not in the participant set
+    for party in accepting:
         t = time.perf_counter()
         batches = make_batches(spec, party.party_id, party_data[party.party_id],
                                party_randomness(randomness, spec, party.party_id), plan=analysis.noise_plan,
@@ -94,16 +141,8 @@ def run_inprocess(spec: JobSpec, party_data: Mapping[str, Mapping[str, np.ndarra
     timing["randomize_and_share"] = t_party
     timing["upload"] = t_upload
 
-    t = time.perf_counter()
-    held = [server.close(spec.job_id, caller_role=ANALYST_ROLE) for server in servers]
-    seeded = sorted({p for server in servers for p in server.seeded_parties(spec.job_id)})
-    participants = np.logical_and.reduce(held)
-    shares = [server.release(spec.job_id, participants, caller_role=ANALYST_ROLE, job_digest=spec.digest)
-              for server in servers]
-    timing["release"] = time.perf_counter() - t
-
-    t = time.perf_counter()
-    release = reconstruct_release(spec, shares, participants, analysis.noise_plan, randomness=randomness.label,
-                                  seeded_parties=seeded)
-    timing["reconstruct"] = time.perf_counter() - t
-    return InProcessRun(release, participants, timing, sent, shares, admissions)
+    run = asyncio.run(coordinate([InProcessServerLink(server) for server in servers], spec, deadline_s=0.0,
+                                 randomness_label=randomness.label))
+    timing["release"] = run.timing_s["close"] + run.timing_s["release"]
+    timing["reconstruct"] = run.timing_s["reconstruct"]
+    return InProcessRun(run.release, run.participants, timing, sent, run.result_shares, refused, admissions)

@@ -2,14 +2,18 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
 from ltm.calibration import analytic_gaussian_sigma
-from ltm.jobspec import (INTERCEPT_NAME, JobSpec, PartySpec, PrivacySpec, ServerSpec, SketchSpec,
-                         default_corrupt_parties, resolve_defaults)
+from ltm.jobspec import (INTERCEPT_NAME, ColumnSpec, JobSpec, PartySpec, PrivacySpec, ServerSpec, SketchSpec,
+                         corrupt_parties_default, resolve_defaults)
+from ltm.lifts import get_lift
+from ltm.planner import PlanInputs, plan_release
 from ltm.randomness import Randomness
+from ltm.second_moment import PublicSecondMoment, pmt_radius
+from ltm.transforms import TransformSpec, rff_spec, vector_layout, whiten_spec
 from sim.data import Table, public_columns
 
 DEFAULT_CLIP_BOUND = 1.0
@@ -41,11 +45,29 @@ def default_m(n: int, width: int, *, epsilon: float, delta: float, clip_bound: f
 
 
 @dataclass(frozen=True)
+class RFFOptions:
+    """A public random-feature map for ``build_job`` (ltm.transforms ``rff``).
+
+    ``bandwidth`` is in standardised input units (features are centred and scaled to unit
+    variance before the map); None picks √d (the median-distance heuristic for standardised
+    data, where E‖x − x'‖² = 2d: a function of the public d only).  ``label_share`` q is the
+    label's share of the clip budget C² (the features get 1 − q); None: 1/(1 + √(width/4)).
+    """
+
+    n_features: int
+    bandwidth: float | None = None
+    feature_map: str = "cos"
+    kernel: str = "gaussian"
+    label_share: float | None = None
+
+
+@dataclass(frozen=True)
 class JobChoices:
     """What ``build_job`` decided and why (reported in the simulate output)."""
 
     m: int
     m_rule: str
+    plan: dict | None = None  # the planner's output when the kind was "auto" (ltm.planner.Plan.to_dict())
 
 
 def split_parties(n: int, parties: int) -> list[tuple[int, int]]:
@@ -62,19 +84,57 @@ def build_job(table: Table, *, job_id: str, randomness: Randomness, partition: s
               interpolate_p: float | None = None, t_prime: int = 0, corrupt_parties: int | None = None,
               intercept: bool = False, clip_bound: float = DEFAULT_CLIP_BOUND, share_mode: str = "seed",
               frac_bits: int = 0, min_honest_load: int = 0, endpoints: list[str] | None = None,
+              rff: RFFOptions | None = None, whiten: PublicSecondMoment | None = None,
+              whiten_eta: float = 0.05, whiten_radius: float | None = None,
               reproduction: bool | None = None) -> tuple[JobSpec, JobChoices]:
     """A resolved, validated job spec for a table, and the choices made.
 
-    ``corrupt_parties`` None: :func:`ltm.jobspec.default_corrupt_parties` (one, when parties hold
-    several clients each).  ``reproduction`` None: the job is a reproduction exactly when
-    ``randomness`` is seeded (then its servers accept seeded, NOT private batches).
+    ``corrupt_parties`` None: the default (:func:`ltm.jobspec.default_corrupt_parties`: one when
+    parties hold several clients each; a private job is raised to it whatever is given, only a
+    reproduction keeps a smaller value).  ``reproduction`` None: the job is a reproduction exactly
+    when ``randomness`` is seeded (then its servers accept seeded, NOT private batches).
+
+    ``rff``: parties map their (standardised) features with public random features before
+    clipping; in the columns partition each party maps its own block (an additive kernel).
+    ``whiten``: a PUBLIC second moment (Cao & Zhang; :func:`whiten_columns`): parties whiten their
+    raw features with ``Σ̂_B^{-1/2}`` and divide the label by ``σ̂_B`` before clipping.
     """
+    n = table.n
     if reproduction is None:
         reproduction = randomness.reproducible
-    columns = public_columns(table, intercept=intercept, clip_bound=clip_bound)
-    width = len(columns)
-    n = table.n
-    if m is None:
+    if corrupt_parties is None:
+        corrupt_parties = corrupt_parties_default(
+            partition, [b - a for a, b in split_parties(n, parties)] if partition == "rows" else [])
+    transforms: tuple[TransformSpec, ...] = ()
+    party_budget: dict[int, float] = {}
+    if whiten is not None:
+        if rff is not None or intercept or partition != "rows":
+            raise ValueError("whitening: supported for the rows partition without random features or an intercept "
+                             "column (the paper's model has none; in the columns partition the map would mix "
+                             "parties' columns)")
+        columns, transforms = whiten_columns(table, whiten, clip_bound=clip_bound, eta_fail=whiten_eta,
+                                             radius=whiten_radius)
+    elif rff is None:
+        columns = public_columns(table, intercept=intercept, clip_bound=clip_bound)
+    else:
+        if intercept:
+            raise ValueError("random features: the public centering already gives the model an intercept; "
+                             "drop --intercept")
+        columns, transforms, party_budget = _rff_columns(table, rff, partition, parties, clip_bound, randomness)
+    width = len(vector_layout(columns, transforms))
+    plan = None
+    if kind == "auto":
+        sizes = tuple(b - a for a, b in split_parties(n, parties)) if partition == "rows" else ()
+        plan = plan_release(PlanInputs(
+            n=n, width=width, epsilon=epsilon, delta=delta, partition=partition,
+            task="regression" if table.label else "lowrank", mechanism=mechanism, clip_bound=clip_bound,
+            party_sizes=sizes, corrupt_parties=corrupt_parties, t_prime=t_prime,
+            kinds=("gram", "sparse") if calibration != "paper" else ("sparse",)))
+        kind, m, s = plan.kind, (m if m is not None and plan.kind != "gram" else plan.m), plan.s
+        rule = f"planner: {plan.reason}"
+    elif get_lift(kind) is not None:
+        m, s, rule = 1, 1, f"{kind}: the public map is the sum over clients (m = s = 1)"
+    elif m is None:
         m = default_m(n, width, epsilon=epsilon, delta=delta if delta > 0 else 1e-6, clip_bound=clip_bound,
                       kind=kind)
         rule = "default_m: 0.15·n/(D·1.1·σ₁²), σ₁ = analytic σ for Δ=2C; clamped to [max(4D,16), n/64]"
@@ -90,7 +150,7 @@ def build_job(table: Table, *, job_id: str, randomness: Randomness, partition: s
         blocks = np.array_split(np.arange(len(names)), parties)
         party_specs = tuple(
             PartySpec(f"party-{i}", 0, n, tuple(names[j] for j in block),
-                      clip_bound * math.sqrt(len(block) / len(names)) * (1 - 1e-12))
+                      clip_bound * math.sqrt(party_budget.get(i, len(block) / len(names))) * (1 - 1e-12))
             for i, block in enumerate(blocks))
     else:
         raise ValueError(f"unknown partition {partition!r}; choose rows or columns")
@@ -100,14 +160,87 @@ def build_job(table: Table, *, job_id: str, randomness: Randomness, partition: s
         clip_bound=clip_bound, frac_bits=frac_bits,
         sketch=SketchSpec(kind=kind, m=m, s=s if kind == "sparse" else m, seed=seed),
         privacy=PrivacySpec(epsilon=epsilon, delta=delta, mechanism=mechanism, calibration=calibration,
-                            interpolate_p=interpolate_p, t_prime=t_prime, corrupt_parties=corrupt_parties or 0,
+                            interpolate_p=interpolate_p, t_prime=t_prime, corrupt_parties=corrupt_parties,
                             min_honest_load=min_honest_load),
         servers=tuple(ServerSpec(f"server-{i}", (endpoints or [""] * k)[i]) for i in range(k)),
-        clip_norm="l1" if mechanism == "laplace" else "l2", share_mode=share_mode, reproduction=reproduction,
+        clip_norm="l1" if mechanism == "laplace" else "l2", share_mode=share_mode, transforms=transforms,
+        reproduction=reproduction,
     )
-    if corrupt_parties is None:
-        spec = replace(spec, privacy=replace(spec.privacy, corrupt_parties=default_corrupt_parties(spec)))
-    return resolve_defaults(spec), JobChoices(m, rule)
+    return resolve_defaults(spec), JobChoices(m, rule, plan.to_dict() if plan is not None else None)
+
+
+def _rff_columns(table: Table, rff: RFFOptions, partition: str, parties: int, clip_bound: float,
+                 randomness: Randomness) -> tuple[tuple[ColumnSpec, ...], tuple[TransformSpec, ...], dict[int, float]]:
+    """Standardised feature columns, a label with its budget share, and the rff transform(s).
+
+    Returns ``(columns, transforms, party budget shares)``: in the columns partition the raw
+    columns are cut into the same blocks as ``build_job`` cuts them, each block with features gets
+    its own transform (its own seed), and a party's budget share is its features' share of 1 − q
+    plus q if it holds the label.  ``output_scale`` is C·√(share of the map), so ‖φ‖ ≈ that.
+    """
+    feats = table.features
+    if table.label is None:
+        raise ValueError("random features need a label (they are for regression)")
+    d = len(feats)
+    width = rff.n_features * (2 if rff.feature_map == "sincos" else 1)
+    q = rff.label_share if rff.label_share is not None else 1.0 / (1.0 + math.sqrt(width / 4.0))
+    if not 0 < q < 1:
+        raise ValueError(f"label_share must be in (0, 1), got {q}")
+    cols = [ColumnSpec(f, "feature", float(table.columns[f].mean()), float(table.columns[f].std()) or 1.0)
+            for f in feats]
+    y = table.columns[table.label]
+    cols.append(ColumnSpec(table.label, "label", float(y.mean()), (float(y.std()) or 1.0) / (math.sqrt(q) * clip_bound)))
+    names = [c.name for c in cols]
+    blocks = [list(range(len(names)))] if partition == "rows" else \
+        [list(b) for b in np.array_split(np.arange(len(names)), parties)]
+    transforms: list[TransformSpec] = []
+    budget: dict[int, float] = {}
+    for i, block in enumerate(blocks):
+        inputs = [names[j] for j in block if names[j] != table.label]
+        share = (1.0 - q) * len(inputs) / d
+        budget[i] = share + (q if table.label in [names[j] for j in block] else 0.0)
+        if not inputs:
+            continue
+        bandwidth = rff.bandwidth if rff.bandwidth is not None else math.sqrt(len(inputs))
+        seed = randomness.child("rff-seed", i).bytes(32)
+        transforms.append(rff_spec(inputs, n_features=rff.n_features, bandwidth=bandwidth, seed=seed,
+                                   kernel=rff.kernel, feature_map=rff.feature_map,
+                                   output_scale=clip_bound * math.sqrt(share),
+                                   name="rff_" if partition == "rows" else f"rff{i}_"))
+    return tuple(cols), tuple(transforms), budget
+
+
+def whiten_columns(table: Table, public: PublicSecondMoment, *, clip_bound: float = DEFAULT_CLIP_BOUND,
+                   eta_fail: float = 0.05, radius: float | None = None, name: str = "w_"
+                   ) -> tuple[tuple[ColumnSpec, ...], tuple[TransformSpec, ...]]:
+    """Raw features whitened by the public ``M = Σ̂_B^{-1/2}`` and the label divided by the public
+    ``σ̂_B`` (Cao & Zhang's PMT, spec public-second-moment §8.1.1), scaled so that the job's clip at
+    C is the radius ``R`` in whitened units: ``x ↦ (C/R)·M (x − μ_B)`` and ``y ↦ (y − μ_y)·C/(R·σ̂_B)``
+    (μ = 0 for the paper's uncentred moment; the public means when ``public`` was built with
+    ``center=True``).
+
+    ``radius`` None is Alg. 1's ``R = sqrt((d+1)(1 + log(2n/η)))`` (the paper clips features at R_x
+    and the label at R_y separately; the LTM clips the joint vector at ``sqrt(R_x² + R_y²) = R``).
+    That radius almost never clips, but its noise is ≈ (1 + log(2n/η))× the typical squared norm
+    d + 1; ``radius = sqrt(d + 1)`` (the typical whitened norm) clips the larger rows and adds far
+    less noise (docs/experiments.md, *Cao & Zhang in the LTM*).
+
+    ``public`` must come from public or synthetic data, never from the table being released; its
+    d × d matrix is over ``table.features`` in that order.
+    """
+    feats = list(table.features)
+    if table.label is None:
+        raise ValueError("whitening is for regression: the table needs a label")
+    if public.d != len(feats):
+        raise ValueError(f"the public second moment is {public.d}×{public.d}, the table has {len(feats)} features")
+    R = pmt_radius(len(feats) + 1, table.n, eta_fail) if radius is None else float(radius)
+    if not (math.isfinite(R) and R > 0):
+        raise ValueError(f"whitening radius must be a positive finite number, got {radius!r}")
+    mu = public.feature_mean if public.feature_mean is not None else np.zeros(len(feats))
+    cols = [ColumnSpec(f, "feature", float(mu[j]), 1.0) for j, f in enumerate(feats)]
+    cols.append(ColumnSpec(table.label, "label", float(public.label_mean), public.label_rms * R / clip_bound))
+    spec = whiten_spec(feats, public.whitening, name=name, output_scale=clip_bound / R)
+    return tuple(cols), (spec,)
 
 
 def party_tables(spec: JobSpec, table: Table) -> dict[str, dict[str, np.ndarray]]:

@@ -15,11 +15,15 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from transport.tls import make_sync_channel
+
+if TYPE_CHECKING:
+    from sim.netns import NetnsLab
 
 
 class LaunchError(RuntimeError):
@@ -37,6 +41,10 @@ class ActorProcess:
     argv: list[str] = field(default_factory=list)
     #: pids of earlier incarnations (see :meth:`ProcessGroup.restart`)
     previous_pids: list[int] = field(default_factory=list)
+    #: the address it listens on (its own namespace's address with a :class:`~sim.netns.NetnsLab`)
+    host: str = "127.0.0.1"
+    #: the lab actor whose namespace it runs in (default: its own name)
+    site: str = ""
 
     @property
     def restarts(self) -> int:
@@ -48,7 +56,7 @@ class ActorProcess:
 
     @property
     def endpoint(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def log_tail(self, lines: int = 20) -> str:
         try:
@@ -65,8 +73,13 @@ class ProcessGroup:
     certs: Path | None
     insecure: bool = False
     processes: list[ActorProcess] = field(default_factory=list)
+    #: with a lab, each actor it names runs in its own network namespace on its own address
+    netns: "NetnsLab | None" = None
 
-    def _popen(self, actor: str, argv: list[str]) -> tuple[subprocess.Popen, Path]:
+    def host_of(self, actor: str) -> str:
+        return self.netns.address(actor) if self.netns is not None and actor in self.netns.actors else "127.0.0.1"
+
+    def _popen(self, actor: str, argv: list[str], site: str = "") -> tuple[subprocess.Popen, Path]:
         log_path = self.workdir / "logs" / f"{actor}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
         cmd = [sys.executable, "-m", "ltm.cli", *argv]
@@ -74,14 +87,18 @@ class ProcessGroup:
             cmd.append("--insecure")
         elif self.certs is not None:
             cmd += ["--certs", str(self.certs)]
+        site = site or actor
+        if self.netns is not None and site in self.netns.actors:
+            cmd = self.netns.command(site, cmd)
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         with open(log_path, "ab") as log:
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         return proc, log_path
 
-    def _spawn(self, role: str, actor: str, argv: list[str], extra: list[str] = ()) -> ActorProcess:
-        proc, log_path = self._popen(actor, [*argv, *extra])
-        ap = ActorProcess(role, actor, proc, log_path, argv=list(argv))
+    def _spawn(self, role: str, actor: str, argv: list[str], extra: list[str] = (), site: str = "") -> ActorProcess:
+        proc, log_path = self._popen(actor, [*argv, *extra], site)
+        ap = ActorProcess(role, actor, proc, log_path, argv=list(argv), host=self.host_of(site or actor),
+                          site=site or actor)
         self.processes.append(ap)
         return ap
 
@@ -102,7 +119,7 @@ class ProcessGroup:
     def start_service(self, role: str, actor: str, argv: list[str], timeout: float = 30.0) -> ActorProcess:
         """Start a server or the analyst on port 0 and wait until it is healthy."""
         port_file = self._port_file(actor)
-        ap = self._spawn(role, actor, argv, ["--listen", "127.0.0.1:0", "--port-file", str(port_file)])
+        ap = self._spawn(role, actor, argv, ["--listen", f"{self.host_of(actor)}:0", "--port-file", str(port_file)])
         self._await_port(ap, port_file, time.monotonic() + timeout)
         return ap
 
@@ -122,13 +139,13 @@ class ProcessGroup:
             self.kill(ap)
         ap.previous_pids.append(ap.pid)
         if ap.port is None:
-            ap.proc, ap.log_path = self._popen(ap.actor, ap.argv)
+            ap.proc, ap.log_path = self._popen(ap.actor, ap.argv, ap.site)
             return ap
         port_file = self._port_file(ap.actor)
         end = time.monotonic() + timeout
         while True:
-            ap.proc, ap.log_path = self._popen(ap.actor, [*ap.argv, "--listen", f"127.0.0.1:{ap.port}",
-                                                          "--port-file", str(port_file)])
+            ap.proc, ap.log_path = self._popen(ap.actor, [*ap.argv, "--listen", f"{ap.host}:{ap.port}",
+                                                          "--port-file", str(port_file)], ap.site)
             try:
                 self._await_port(ap, port_file, end)
                 return ap
@@ -165,9 +182,10 @@ class ProcessGroup:
                                                              str(self.workdir / f"server-{i}"), *extra])
                 for i in range(k)]
 
-    def start_task(self, role: str, actor: str, argv: list[str]) -> ActorProcess:
-        """Start a process that runs to completion (a party)."""
-        return self._spawn(role, actor, argv)
+    def start_task(self, role: str, actor: str, argv: list[str], site: str = "") -> ActorProcess:
+        """Start a process that runs to completion (a party).  ``site``: the lab actor whose network
+        namespace it runs in (default: ``actor``'s own, if the lab has one)."""
+        return self._spawn(role, actor, argv, site=site)
 
     def stop(self, ap: ActorProcess, timeout: float = 10.0, sig: int = signal.SIGTERM) -> int | None:
         if ap.proc.poll() is None:

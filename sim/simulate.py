@@ -8,24 +8,29 @@ non-private, central (SSP / AdaSSP / MOD-SULQ) and local baselines on the same t
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
-from analyst.baselines import adassp, local_release, mod_sulq, ssp_ridge
-from analyst.estimators import LowRank, default_ridge_lambda, linear_predictor, make_estimator, solve_ridge
+from analyst.baselines import adassp, cv_ridge_lambda, local_release, mod_sulq, ssp_ridge
+from analyst.estimators import (LowRank, default_ridge_lambda, linear_predictor, make_estimator, release_lambda,
+                                solve_ridge)
 from analyst.metrics import phi, psi, r2, mse
+from analyst.random_features import FeatureSpaceModel, RFRidge
 from ltm.clipping import clip_rows
 from ltm.jobspec import JobSpec
 from ltm.randomness import Randomness
+from ltm.transforms import FeaturePipeline
 from party.ledger import Budget
-from sim.data import DataError, Table, load_bundled, load_csv, synthetic_lowrank, synthetic_ridge
+from sim.data import DataError, Table, load_bundled, load_csv, synthetic_lowrank, synthetic_nonlinear, synthetic_ridge
 from sim.inprocess import run_inprocess
-from sim.jobs import DEFAULT_CLIP_BOUND, build_job, party_tables
+from sim.jobs import DEFAULT_CLIP_BOUND, RFFOptions, build_job, party_tables
 
-MODELS = ("ols", "ridge", "lowrank", "rmgm_ols", "dgm_ols")
+MODELS = ("ols", "ridge", "lowrank", "rmgm_ols", "dgm_ols", "rf_ridge")
 TEST_FRACTION = 0.2
+#: Public seed of the train/test split of CSV and bundled data (the same split in every run).
+SPLIT_SEED = 20240601
 
 
 @dataclass
@@ -35,13 +40,13 @@ class SimulateConfig:
     data: str | None = None
     label: str | None = None
     features: list[str] | None = None
-    synthetic: str | None = None  # "ridge" | "lowrank"
+    synthetic: str | None = None  # "ridge" | "lowrank" | "nonlinear"
     n: int = 10_000
     d: int = 10
     partition: str = "rows"
     parties: int = 4
     k: int = 3
-    sketch: str = "sparse"
+    sketch: str = "auto"
     m: int | None = None
     s: int = 1
     epsilon: float = 1.0
@@ -58,6 +63,12 @@ class SimulateConfig:
     clip: float = DEFAULT_CLIP_BOUND
     intercept: bool = False
     share_mode: str = "seed"
+    # rf_ridge: public random features applied by the parties (ltm.transforms)
+    features_n: int = 100
+    bandwidth: float | None = None
+    feature_map: str = "cos"
+    kernel: str = "gaussian"
+    label_share: float | None = None
     seed: int | None = None
     job_id: str = "simulate"
     #: each simulated party's privacy budget (None: the party's default, ``party.ledger.Budget``)
@@ -77,12 +88,20 @@ def load_table(cfg: SimulateConfig, randomness: Randomness) -> tuple[Table, Tabl
         return head, tail
     if cfg.synthetic == "lowrank":
         return synthetic_lowrank(cfg.n, cfg.d, cfg.rank, randomness.child("train")), None
+    if cfg.synthetic == "nonlinear":
+        n_test = max(cfg.n // 4, 1000)
+        full = synthetic_nonlinear(cfg.n + n_test, cfg.d, randomness.child("data"))
+        head = Table({c: v[:cfg.n] for c, v in full.columns.items()}, full.label, full.source)
+        tail = Table({c: v[cfg.n:] for c, v in full.columns.items()}, full.label, full.source + " (held out)")
+        return head, tail
     if cfg.synthetic is not None:
-        raise DataError(f"unknown synthetic generator {cfg.synthetic!r}; choose ridge or lowrank")
+        raise DataError(f"unknown synthetic generator {cfg.synthetic!r}; choose ridge, lowrank or nonlinear")
     table = load_csv(cfg.data, label=cfg.label, features=cfg.features) if cfg.data else load_bundled()
     if cfg.data is None and cfg.label is not None and cfg.label != table.label:
         raise DataError("--label needs --data (the bundled dataset has a fixed label)")
-    order = np.argsort(randomness.child("split").stream().uniform(table.n))
+    # The held-out rows are a public choice, not a privacy mechanism: a fixed public split, so the
+    # non-private baseline is the same in every run and only the noisy numbers vary.
+    order = np.argsort(Randomness.seeded_insecure(SPLIT_SEED).child("split").stream().uniform(table.n))
     cut = int(round(table.n * (1 - TEST_FRACTION)))
     train_idx, test_idx = np.sort(order[:cut]), np.sort(order[cut:])
     pick = lambda idx: Table({c: v[idx] for c, v in table.columns.items()}, table.label, table.source)  # noqa: E731
@@ -98,11 +117,7 @@ def budget_of(cfg: SimulateConfig) -> Budget:
 
 def training_matrix(spec: JobSpec, table: Table) -> np.ndarray:
     """The clipped, transformed client rows V (n, D) exactly as the parties form them."""
-    raw = np.column_stack([np.ones(table.n) if c.role == "intercept" else table.columns[c.name]
-                           for c in spec.columns])
-    centers = np.array([c.center for c in spec.columns])
-    scales = np.array([c.scale for c in spec.columns])
-    V = (raw - centers) / scales
+    V = FeaturePipeline.for_spec(spec).vectors(table.columns, rows=table.n)
     if spec.partition == "rows":
         return clip_rows(V, spec.clip_bound, spec.clip_norm)
     for p in spec.parties:
@@ -130,7 +145,9 @@ def simulate(cfg: SimulateConfig) -> dict[str, Any]:
         kind=cfg.sketch, m=cfg.m, s=cfg.s, epsilon=cfg.epsilon, delta=cfg.delta, mechanism=cfg.mechanism,
         calibration=cfg.calibration, interpolate_p=cfg.interpolate_p, t_prime=cfg.t_prime,
         corrupt_parties=cfg.corrupt_parties, intercept=cfg.intercept and cfg.model != "lowrank",
-        clip_bound=cfg.clip, share_mode=cfg.share_mode)
+        clip_bound=cfg.clip, share_mode=cfg.share_mode,
+        rff=(RFFOptions(cfg.features_n, cfg.bandwidth, cfg.feature_map, cfg.kernel, cfg.label_share)
+             if cfg.model == "rf_ridge" else None))
     t_spec = time.perf_counter() - t
     run = run_inprocess(spec, party_tables(spec, train), randomness, budget=budget_of(cfg))
     release = run.release
@@ -147,6 +164,9 @@ def simulate(cfg: SimulateConfig) -> dict[str, Any]:
         "share_mode": spec.share_mode,
         "sketch": {"kind": spec.sketch.kind, "m": spec.sketch.m, "s": spec.make_sketch().pieces,
                    "m_rule": choices.m_rule},
+        "release_kind": spec.sketch.kind,
+        "plan": choices.plan,
+        "upload_values_per_client": spec.make_sketch().pieces * spec.upload_width,
         "privacy": release.privacy,
         "randomness": randomness.label,
         "baseline_delta": baseline_delta(cfg),
@@ -175,7 +195,10 @@ def report_for_release(cfg: SimulateConfig, spec: JobSpec, release, V: np.ndarra
     """
     if cfg.model == "lowrank":
         return _lowrank_report(cfg, spec, release, V, rng)
-    return _regression_report(cfg, spec, release, V, test, rng)
+    report = _regression_report(cfg, spec, release, V, test, rng)
+    if spec.transforms:
+        report["transforms"] = [asdict(t) for t in spec.transforms]
+    return report
 
 
 def _regression_metrics(predictor, spec: JobSpec, V: np.ndarray, lam: float, test: Table) -> dict[str, float]:
@@ -194,34 +217,59 @@ def baseline_delta(cfg: SimulateConfig) -> float:
     return cfg.delta if cfg.delta > 0 else 1e-6
 
 
+def central_baselines(A: np.ndarray, b: np.ndarray, epsilon: float, delta: float, clip_bound: float,
+                      rng: np.random.Generator) -> dict[str, Any]:
+    """The central (trusted-curator) regression baselines, each with ITS OWN λ rule and the
+    tight √2·C² Gram sensitivity: AdaSSP (Wang 2018, adaptive private λ) and SSP (λ = 0: OLS on
+    the noisy sufficient statistics, eigenvalues projected if the noisy XᵀX is indefinite)."""
+    return {"AdaSSP": adassp(A, b, epsilon, delta, clip_bound, rng, tight=True),
+            "SSP": ssp_ridge(A, b, 0.0, epsilon, delta, clip_bound, rng, tight=True)}
+
+
 def _regression_report(cfg: SimulateConfig, spec: JobSpec, release, V, test: Table, rng) -> dict[str, Any]:
-    m = spec.sketch.m
-    entry_var = release.noise_variance_per_column / m
-    lam = cfg.lam if cfg.lam is not None else default_ridge_lambda(entry_var, m)
-    model = make_estimator(cfg.model, lam=lam, rank=cfg.rank, debias=cfg.debias).fit(release)
+    lam, lam_rule = release_lambda(release)
+    if cfg.lam is not None:
+        lam, lam_rule = cfg.lam, "given"
+
+    def estimator(lam_: float):
+        if cfg.model == "rf_ridge":  # ridge on the mapped vectors; predicts on raw inputs
+            return RFRidge(spec, lam_, debias=cfg.debias)
+        return make_estimator(cfg.model, lam=lam_, rank=cfg.rank, debias=cfg.debias)
+
+    # Coefficients over the release's regressors → a model that predicts raw rows.
+    wrap = (lambda w: FeatureSpaceModel(w, spec)) if spec.transforms else (lambda w: linear_predictor(w, release))
+    model = estimator(lam).fit(release)
     label = spec.label_index
     A = V[:, [j for j in range(spec.width) if j != label]]
     b = V[:, label]
-    nonprivate = linear_predictor(solve_ridge(A, b, lam), release)
+    ols = wrap(solve_ridge(A, b, 0.0))
+    lam_cv = cv_ridge_lambda(A, b, rng)
+    ridge_cv = wrap(solve_ridge(A, b, lam_cv))
     delta = baseline_delta(cfg)
-    central_fit = (ssp_ridge(A, b, lam, cfg.epsilon, delta, spec.clip_bound, rng) if cfg.model == "ridge"
-                   else adassp(A, b, cfg.epsilon, delta, spec.clip_bound, rng))
-    central = linear_predictor(central_fit.coef, release)
+    central = {name: {**_regression_metrics(wrap(fit.coef), spec, V, lam, test), "method": name, "lambda": fit.lam}
+               for name, fit in central_baselines(A, b, cfg.epsilon, delta, spec.clip_bound, rng).items()}
+    best = max(central, key=lambda k: central[k]["r2"])
     local_rel = local_release(release, V, cfg.epsilon, delta, spec.clip_bound, rng)
-    local_model = make_estimator(cfg.model, lam=lam, rank=cfg.rank, debias=cfg.debias).fit(local_rel)
+    local_model = estimator(default_ridge_lambda(local_rel.noise_variance_per_column / local_rel.n,
+                                                 local_rel.n)).fit(local_rel)
+    metrics = _regression_metrics(model, spec, V, lam, test)
     return {
         "coef": [float(c) for c in model.coef_],
         "intercept": float(model.intercept_),
         "lambda": lam,
-        "lambda_rule": "given" if cfg.lam is not None else "default_ridge_lambda: v·√m (v: noise variance per scaled entry)",
+        "lambda_rule": lam_rule,
         "debias": bool(getattr(model, "debias", False)),
-        "metrics": _regression_metrics(model, spec, V, lam, test),
+        "metrics": metrics,
         "baselines": {
-            "nonprivate": _regression_metrics(nonprivate, spec, V, lam, test),
-            "central": {**_regression_metrics(central, spec, V, lam, test),
-                        "method": "SSP" if cfg.model == "ridge" else "AdaSSP"},
+            "nonprivate": {**_regression_metrics(ols, spec, V, lam, test), "method": "OLS"},
+            "nonprivate_ridge_cv": {**_regression_metrics(ridge_cv, spec, V, lam, test), "method": "ridge (5-fold CV λ)",
+                                    "lambda": lam_cv},
+            "central": {**central[best], "method": f"best central: {best}"},
+            "central_adassp": central["AdaSSP"],
+            "central_ssp": central["SSP"],
             "local": _regression_metrics(local_model, spec, V, lam, test),
         },
+        "gap_to_best_central_r2": metrics["r2"] - central[best]["r2"],
     }
 
 

@@ -863,14 +863,15 @@ def test_party_refuses_bad_data_before_producing_any_share():
             next(make_batches(spec, "party-0", table, Randomness.seeded_insecure(1), batch_clients=BATCH))
 
 
-CSV_VARIANTS = ["nan", "inf", "empty-cell", "text", "missing-column", "too-few-rows", "ragged-row", "empty-file"]
+CSV_VARIANTS = ["nan", "inf", "empty-cell", "text", "stray-text", "missing-column", "too-few-rows", "ragged-row", "empty-file"]
 
 #: what the party's log must say for each bad CSV (the column, and what is wrong with it)
 CSV_MESSAGES = {
     "nan": "'x1' has 1 NaN/infinite values (first at row 5)",
     "inf": "'x0' has 1 NaN/infinite values (first at row 2)",
     "empty-cell": "'x2' has 1 NaN/infinite values (first at row 9)",
-    "text": "'x1'",
+    "text": "data row 1 (line 2), column 'x1': 'high' is not a number",
+    "stray-text": "data row 7 (line 8), column 'x1': '12a' is not a number",
     "missing-column": "'y' required by the job is missing",
     "too-few-rows": "has 90 values but party 'party-0' holds 100 rows",
     "ragged-row": "data row 4 has",
@@ -889,6 +890,8 @@ def _write_csv(path: Path, table: dict, variant: str) -> None:
         rows[9][2] = ""
     elif variant == "text":
         rows = [[("high" if j == 1 else v) for j, v in enumerate(r)] for r in rows]
+    elif variant == "stray-text":
+        rows[6][1] = "12a"
     elif variant == "missing-column":
         names, rows = names[:-1], [r[:-1] for r in rows]
     elif variant == "too-few-rows":

@@ -1,32 +1,57 @@
-"""The compose testbed, checked without a Docker engine (none runs here or in CI).
+"""The compose testbed, checked without a Docker engine (deploy/testbed.sh runs it with one).
 
-What can be checked is checked: the file parses; every service is built from deploy/Dockerfile or
-depends on one that is; start-up order is expressed with health/completion conditions; every
-command a container runs is an `ltm` subcommand whose flags the real parser accepts; and the same
-commands, with loopback addresses instead of container names, run a job end to end.
+What is checked here, fast: the file (and the seeded overlay merged over it) parses; the image is
+built once, from deploy/Dockerfile, on a digest-pinned base; start-up order uses health and
+completion conditions; every command and health check is an `ltm` invocation the real parser
+accepts; every actor runs with its own certificates; certs-init is the only holder of the CA key.
+Then the services run as written — no flag added — as local processes: each named volume is a
+directory, each container path is mapped to the directory of the volume mounted there, container
+names become loopback endpoints.  certs-init's own `ltm certs` command issues the bundles; then
+no service can see a `ca.key` in any volume it mounts, and each sees exactly its own bundle at
+/certs; and the job runs end to end with the compose commands.
 """
+from __future__ import annotations
+
+import re
 import shlex
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 
 from ltm.cli import build_parser
-from sim.launcher import ProcessGroup
-from transport.certs import write_certs
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+SEEDED = yaml.safe_load((ROOT / "deploy" / "compose.seeded.yml").read_text())
+SERVICES = COMPOSE["services"]
+DIGEST_REF = re.compile(r"^[\w./-]+:[\w.-]+@sha256:[0-9a-f]{64}$")
+
+
+def merged_services() -> dict[str, dict]:
+    """docker-compose.yml with deploy/compose.seeded.yml over it (an overlay's command replaces)."""
+    out = {name: dict(svc) for name, svc in SERVICES.items()}
+    for name, svc in SEEDED["services"].items():
+        assert name in out, f"the seeded overlay names an unknown service {name}"
+        out[name].update(svc)
+    return out
+
+
+def interpolate(word: str) -> str:
+    """Compose's ``${VAR:-default}`` with no VAR set."""
+    return re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", word)
 
 
 def ltm_argv(service: dict) -> list[list[str]]:
     """Every `ltm …` argument vector a service runs (its command and its health check)."""
     out = []
     cmd = service.get("command")
-    if service.get("entrypoint") == ["sh", "-c"]:
-        for part in cmd[0].split("&&"):
+    if service.get("entrypoint", ["ltm"])[0] == "sh":
+        for part in re.split(r"&&|;", cmd[0]):
             words = shlex.split(part)
             if words and words[0] == "ltm":
                 out.append(words[1:])
@@ -39,83 +64,241 @@ def ltm_argv(service: dict) -> list[list[str]]:
     return out
 
 
+def flag(argv: list[str], name: str) -> str | None:
+    return argv[argv.index(name) + 1] if name in argv else None
+
+
+def mounts(service: dict) -> dict[str, tuple[str, bool]]:
+    """container path → (volume name, read-only)."""
+    out = {}
+    for spec in service.get("volumes", []):
+        parts = spec.split(":")
+        assert parts[0] in COMPOSE["volumes"], f"{spec}: only named volumes (no host paths) in the testbed"
+        out[parts[1]] = (parts[0], len(parts) > 2 and "ro" in parts[2].split(","))
+    return out
+
+
+ACTORS = sorted(n for n in SERVICES if n != "certs-init")
+
+
 def test_compose_structure():
-    services = COMPOSE["services"]
-    assert {"certs-init", "server-0", "server-1", "server-2", "analyst", "operator"} <= set(services)
-    assert sum(name.startswith("party-") for name in services) >= 4
-    for name, svc in services.items():
-        assert svc["build"]["dockerfile"] == "deploy/Dockerfile"
-    assert (ROOT / "deploy" / "Dockerfile").exists()
+    assert {"certs-init", "server-0", "server-1", "server-2", "analyst", "operator"} <= set(SERVICES)
+    assert sum(name.startswith("party-") for name in SERVICES) >= 4
+    built = [n for n, s in SERVICES.items() if "build" in s]
+    assert built == ["certs-init"], "one service builds the image, the others run it"
+    assert SERVICES["certs-init"]["build"]["dockerfile"] == "deploy/Dockerfile"
+    assert all(s["image"] == "ltm:local" for s in SERVICES.values())
     for name in ("server-0", "server-1", "server-2", "analyst"):
-        assert "healthcheck" in services[name]
-    assert services["server-0"]["depends_on"]["certs-init"]["condition"] == "service_completed_successfully"
+        assert "healthcheck" in SERVICES[name]
     for s in ("server-0", "server-1", "server-2"):
-        assert services["analyst"]["depends_on"][s]["condition"] == "service_healthy"
-    assert services["operator"]["depends_on"]["analyst"]["condition"] == "service_healthy"
+        assert SERVICES[s]["depends_on"]["certs-init"]["condition"] == "service_completed_successfully"
+        assert SERVICES["analyst"]["depends_on"][s]["condition"] == "service_healthy"
+    assert SERVICES["operator"]["depends_on"]["analyst"]["condition"] == "service_healthy"
+    # `up operator` starts only what the operator depends on: every party must be among it
+    for party in (n for n in SERVICES if n.startswith("party-")):
+        assert party in SERVICES["operator"]["depends_on"], f"`up operator` would never start {party}"
 
 
-@pytest.mark.parametrize("service", sorted(COMPOSE["services"]))
-def test_every_command_is_a_valid_ltm_invocation(service):
-    argvs = ltm_argv(COMPOSE["services"][service])
+def test_base_image_pinned_by_digest_in_one_place():
+    dockerfile = (ROOT / "deploy" / "Dockerfile").read_text()
+    pinned = re.search(r"^ARG BASE=(\S+)$", dockerfile, re.M).group(1)
+    assert DIGEST_REF.match(pinned), pinned
+    default = re.fullmatch(r"\$\{LTM_BASE_IMAGE:-(\S+)\}", SERVICES["certs-init"]["build"]["args"]["BASE"]).group(1)
+    assert default == pinned, "compose's default base must be the Dockerfile's pinned one"
+    assert "--no-index" in dockerfile, "the image installs from the local wheelhouse only"
+
+
+def test_dockerignore_sends_only_wheels():
+    lines = [l.strip() for l in (ROOT / ".dockerignore").read_text().splitlines() if l.strip() and not l.startswith("#")]
+    assert lines[0] == "*" and all(l.startswith("!deploy/wheelhouse/") for l in lines[1:])
+    assert "deploy/wheelhouse/" in (ROOT / ".gitignore").read_text().splitlines()
+
+
+def test_servers_share_no_network():
+    nets = {n: set(s.get("networks", [])) for n, s in SERVICES.items()}
+    servers = [n for n in SERVICES if n.startswith("server-")]
+    for a in servers:
+        for b in servers:
+            if a < b:
+                assert not nets[a] & nets[b], f"{a} and {b} can reach each other"
+    assert nets["certs-init"] == set() and SERVICES["certs-init"]["network_mode"] == "none"
+    assert not nets["operator"] & set().union(*(nets[s] for s in servers)), "the operator talks to the analyst only"
+
+
+@pytest.mark.parametrize("overlay", [False, True], ids=["plain", "seeded"])
+@pytest.mark.parametrize("service", sorted(SERVICES))
+def test_every_command_is_a_valid_ltm_invocation(service, overlay):
+    svc = merged_services()[service] if overlay else SERVICES[service]
+    argvs = ltm_argv(svc)
     assert argvs, f"{service} runs no ltm command"
     for argv in argvs:
-        args = build_parser(argv[0]).parse_args(argv)  # raises SystemExit on an unknown flag
+        args = build_parser(argv[0]).parse_args([interpolate(w) for w in argv])  # SystemExit on a bad flag
         assert callable(args.func)
+    if overlay and service in SEEDED["services"]:
+        assert flag(argvs[0], "--seed") == "${LTM_SEED:-7}"
 
 
-def test_dockerfile_copies_every_package():
-    text = (ROOT / "deploy" / "Dockerfile").read_text()
-    for package in ("ltm", "party", "server", "analyst", "sim", "transport", "experiments"):
-        assert f"COPY {package} ./{package}" in text
+def actor_of(name: str, argv: list[str]) -> str:
+    """The identity a service's command runs as: its --id, else its role (analyst, operator)."""
+    return flag(argv, "--id") or {"analyst": "analyst", "operate": "operator", "job": "operator"}[argv[0]]
+
+
+@pytest.mark.parametrize("service", ACTORS)
+def test_every_actor_runs_with_its_own_certificates(service):
+    """A party (or any actor) without --certs cannot start; with the wrong bundle it would be someone else."""
+    svc = SERVICES[service]
+    m = mounts(svc)
+    assert "/certs" in m, f"{service} mounts no certificates"
+    volume, read_only = m["/certs"]
+    assert volume == f"certs-{service}" and read_only, f"{service} must mount its own bundle read-only"
+    for argv in ltm_argv(svc):
+        assert flag(argv, "--certs") == "/certs", f"{service}: `ltm {' '.join(argv)}` runs without --certs /certs"
+        assert "--insecure" not in argv
+        if argv[0] == "health":
+            assert flag(argv, "--as") == service, "a probe presents the identity its container holds"
+    assert actor_of(service, ltm_argv(svc)[0]) == service
+    # certs-init writes this service's bundle into exactly that volume
+    assert mounts(SERVICES["certs-init"])[f"/issue/{service}"] == (volume, False)
+    for other in ACTORS:
+        if other != service:
+            assert volume not in {v for v, _ in mounts(SERVICES[other]).values()}, f"{other} mounts {service}'s key"
+
+
+def test_only_certs_init_holds_the_ca_key():
+    init = SERVICES["certs-init"]
+    (argv,) = ltm_argv(init)
+    ca_dir = flag(argv, "--out")
+    init_mounts = mounts(init)
+    assert not any(ca_dir == d or ca_dir.startswith(d.rstrip("/") + "/") for d in init_mounts), \
+        "the CA key must not be written to a volume"
+    assert flag(argv, "--bundles") == "/issue" and "--if-missing" in argv
+    assert f"rm -rf {ca_dir}" in init["command"][0]
+    assert set(init_mounts) == {f"/issue/{a}" for a in ACTORS}
+
+
+# ---------------------------------------------------------------------------- run it on loopback
+class LoopbackTestbed:
+    """Volumes as directories, container names as loopback endpoints, the commands as written."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.endpoints: dict[str, str] = {}   # "server-0:50051" → "127.0.0.1:<port>"
+        self.procs: list[subprocess.Popen] = []
+
+    def volume(self, name: str) -> Path:
+        d = self.root / "volumes" / name
+        d.mkdir(parents=True, exist_ok=True)
+        return d
+
+    def rootfs(self, service: str) -> Path:
+        """The service's container file system: a directory in which every mount point is a link
+        to its volume's directory (shared with every other service mounting that volume)."""
+        root = self.root / "rootfs" / service
+        for dest, (vol, _) in mounts(SERVICES[service]).items():
+            link = root / dest.lstrip("/")
+            if not link.is_symlink():
+                link.parent.mkdir(parents=True, exist_ok=True)
+                link.symlink_to(self.volume(vol), target_is_directory=True)
+        return root
+
+    def local(self, service: str, argv: list[str], port_file: Path | None = None) -> list[str]:
+        root = self.rootfs(service)
+        out = []
+        for i, word in enumerate(argv):
+            if i and argv[i - 1] == "--listen":
+                word = "127.0.0.1:0"
+            elif word.startswith("/"):
+                word = str(root) + word
+            for name, ep in self.endpoints.items():
+                word = word.replace(name, ep)
+            out.append(interpolate(word))
+        if port_file is not None:
+            out += ["--port-file", str(port_file)]
+        return out
+
+    def start(self, service: str, argv: list[str], log: Path, port_file: Path | None = None) -> subprocess.Popen:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("ab") as fh:
+            proc = subprocess.Popen([sys.executable, "-m", "ltm.cli", *self.local(service, argv, port_file)],
+                                    stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+        self.procs.append(proc)
+        return proc
+
+    def serve(self, service: str) -> None:
+        """Start a server or the analyst; wait for its port, then for its own health check to pass."""
+        argv = SERVICES[service]["command"]
+        port_file = self.root / "ports" / service
+        port_file.parent.mkdir(exist_ok=True)
+        proc = self.start(service, argv, self.root / "logs" / f"{service}.log", port_file)
+        end = time.monotonic() + 60
+        while not (port_file.exists() and port_file.read_text().strip()):
+            assert proc.poll() is None and time.monotonic() < end, (self.root / "logs" / f"{service}.log").read_text()
+            time.sleep(0.05)
+        port = flag(argv, "--listen").rsplit(":", 1)[1]
+        self.endpoints[f"{service}:{port}"] = f"127.0.0.1:{port_file.read_text().strip()}"
+        health = SERVICES[service]["healthcheck"]["test"][2:]
+        health = [w.replace(f"localhost:{port}", f"{service}:{port}") for w in health]
+        while True:
+            r = subprocess.run([sys.executable, "-m", "ltm.cli", *self.local(service, health)],
+                               capture_output=True, text=True, timeout=60)
+            if r.returncode == 0:
+                return
+            assert time.monotonic() < end, r.stderr
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in self.procs:
+            try:
+                p.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+def issue_certificates(tb: LoopbackTestbed) -> None:
+    """certs-init's `ltm certs` command, run as written (paths mapped to the volume directories)."""
+    (argv,) = ltm_argv(SERVICES["certs-init"])
+    r = subprocess.run([sys.executable, "-m", "ltm.cli", *tb.local("certs-init", argv)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+
+
+def visible_files(tb: LoopbackTestbed, service: str) -> dict[str, list[str]]:
+    return {dest: sorted(p.name for p in tb.volume(vol).rglob("*") if p.is_file())
+            for dest, (vol, _) in mounts(SERVICES[service]).items()}
+
+
+def test_certs_init_gives_each_actor_only_its_bundle(tmp_path):
+    tb = LoopbackTestbed(tmp_path)
+    issue_certificates(tb)
+    for service in ACTORS:
+        seen = visible_files(tb, service)
+        assert seen["/certs"] == sorted(["ca.pem", f"{service}.pem", f"{service}.key"]), (service, seen)
+        assert not any("ca.key" in names for names in seen.values()), f"{service} can read the CA key"
+    # a second `up` keeps the certificates the running actors use
+    before = (tb.volume("certs-server-0") / "ca.pem").read_bytes()
+    issue_certificates(tb)
+    assert (tb.volume("certs-server-0") / "ca.pem").read_bytes() == before
 
 
 def test_the_compose_commands_run_a_job_on_loopback(tmp_path):
-    """Servers, analyst, parties and operator with the compose flags; addresses made local."""
-    services = COMPOSE["services"]
-    certs = tmp_path / "certs"
-    write_certs(certs, ["server-0", "server-1", "server-2", "party-0", "party-1", "party-2", "party-3",
-                        "analyst", "operator"])
-    group = ProcessGroup(tmp_path, certs)
-
-    def local(argv: list[str]) -> list[str]:
-        out, skip = [], False
-        for i, word in enumerate(argv):
-            if skip:
-                skip = False
-                continue
-            if word in ("--listen", "--data-dir", "--out"):
-                skip = True  # replaced below
-                continue
-            out.append(str(certs) if i and argv[i - 1] == "--certs" else word)
-        return out
-
+    tb = LoopbackTestbed(tmp_path)
+    issue_certificates(tb)
     try:
-        servers = []
-        for i in range(3):
-            argv = local(services[f"server-{i}"]["command"]) + ["--data-dir", str(tmp_path / f"s{i}")]
-            servers.append(group.start_service("server", f"server-{i}", argv))
-        analyst = group.start_service("analyst", "analyst", local(services["analyst"]["command"]) +
-                                      ["--out", str(tmp_path / "out")])
-        endpoints = {f"server-{i}:50051": s.endpoint for i, s in enumerate(servers)}
-        pdata = tmp_path / "party-data"
-
-        def place(argv):
-            text = " ".join(argv)
-            for name, ep in endpoints.items():
-                text = text.replace(name, ep)
-            return [w.replace("/party-data", str(pdata)).replace("analyst:50050", analyst.endpoint)
-                    for w in text.split(" ")]
-
-        parties = [group.start_task("party", name, place(local(services[name]["command"])) + ["--certs", str(certs)])
-                   for name in sorted(services) if name.startswith("party-")]
-        operator = subprocess.run([sys.executable, "-m", "ltm.cli", *place(local(services["operator"]["command"]))],
-                                  capture_output=True, text=True, timeout=240)
+        for service in sorted(n for n in SERVICES if n.startswith("server-")):
+            tb.serve(service)
+        tb.serve("analyst")
+        parties = {name: tb.start(name, SERVICES[name]["command"], tmp_path / "logs" / f"{name}.log")
+                   for name in sorted(SERVICES) if name.startswith("party-")}
+        operator = subprocess.run([sys.executable, "-m", "ltm.cli",
+                                   *tb.local("operator", SERVICES["operator"]["command"])],
+                                  capture_output=True, text=True, timeout=300)
         assert operator.returncode == 0, operator.stderr[-2000:]
         assert "released" in operator.stdout
-        assert [p.proc.wait(timeout=60) for p in parties] == [0] * len(parties)
-        for s in servers:  # the servers' health checks, pointed at their loopback ports
-            argv = [w.replace("localhost:50051", s.endpoint) for w in local(services[s.actor]["healthcheck"]["test"][2:])]
-            health = subprocess.run([sys.executable, "-m", "ltm.cli", *argv], capture_output=True, text=True, timeout=30)
-            assert health.returncode == 0, health.stderr
+        for name, p in parties.items():
+            assert p.wait(timeout=120) == 0, (tmp_path / "logs" / f"{name}.log").read_text()[-2000:]
     finally:
-        group.stop_all()
+        tb.stop()

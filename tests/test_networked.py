@@ -87,6 +87,42 @@ def test_both_transports_release_identical_bytes(deployment):
     np.testing.assert_array_equal(run.release.matrix, local.release.matrix)
 
 
+def test_gram_release_is_identical_over_grpc_and_equals_the_clear_sum(deployment):
+    """The gram kind (sum over clients of lifted vectors) on real server processes: the same bytes
+    as in process, and those equal Σ enc(lift(clip(z)) + noise) computed in the clear."""
+    from test_gram import clear_gram_release  # tests/test_gram.py
+
+    randomness = Randomness.seeded_insecure(13)
+    table = synthetic_ridge(2000, 4, randomness)
+    spec, _ = build_job(table, job_id="gram-equivalence", randomness=randomness, parties=2, k=K, kind="gram",
+                        endpoints=[s.endpoint for s in deployment["servers"]])
+    tables = party_tables(spec, table)
+
+    async def networked():
+        a_ch, analyst = _stubs(deployment, "analyst")
+        try:
+            await publish(analyst, spec)
+            for p in spec.parties:
+                p_ch, party = _stubs(deployment, p.party_id)
+                try:
+                    await run_upload(party, spec, p.party_id, tables[p.party_id],
+                                     randomness.child("party", p.party_id), batch_clients=300, progress=False)
+                finally:
+                    await _close(p_ch)
+            return await run_job(analyst, spec, deadline_s=10, randomness_label=randomness.label)
+        finally:
+            await _close(a_ch)
+
+    run = asyncio.run(networked())
+    local = run_inprocess(spec, tables, randomness, batch_clients=300)
+    assert run.participants.all()
+    assert run.release.kind == local.release.kind == "gram"
+    assert run.release.sha256 == local.release.sha256
+    np.testing.assert_array_equal(run.release.matrix, local.release.matrix)
+    total = sum(local.result_shares[1:], local.result_shares[0].copy())
+    np.testing.assert_array_equal(total, clear_gram_release(spec, tables, randomness, batch=300))
+
+
 def test_refusals_carry_the_right_status(deployment):
     spec, table, randomness = _job(deployment, "refusals", seed=12)
     tables = party_tables(spec, table)

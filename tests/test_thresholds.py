@@ -68,7 +68,8 @@ def test_actual_privacy_matches_the_gate_and_the_analysts_report():
     from sim.simulate import SimulateConfig
     from ltm.randomness import Randomness
 
-    cfg = SimulateConfig(synthetic="ridge", n=20_000, d=4, epsilon=1.0, delta=1e-6, seed=3, model="ridge")
+    cfg = SimulateConfig(synthetic="ridge", n=20_000, d=4, epsilon=1.0, delta=1e-6, seed=3, model="ridge",
+                         sketch="sparse")
     spec0, _, _ = thr._clients_job(cfg, Randomness.seeded_insecure(3))
     loads = spec0.make_sketch().row_loads()
     min_load = int(loads.min())

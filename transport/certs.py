@@ -62,6 +62,8 @@ __all__ = [
     "issue_leaf",
     "role_of",
     "validate_actor",
+    "bundles_complete",
+    "write_bundles",
     "write_certs",
 ]
 
@@ -305,6 +307,44 @@ def write_certs(directory, actors: Sequence[str], hosts: Sequence[str] | None = 
     return result
 
 
+def bundles_complete(bundles_dir, actors: Sequence[str]) -> bool:
+    """True when every actor's bundle under ``bundles_dir`` holds its three files and all bundles
+    carry the same ``ca.pem`` (so the actors, already running or not, trust one another)."""
+    out = Path(bundles_dir)
+    cas = set()
+    for actor in actors:
+        files = [out / actor / CA_CERT_FILE, out / actor / f"{actor}.pem", out / actor / f"{actor}.key"]
+        if not all(f.is_file() and f.stat().st_size > 0 for f in files):
+            return False
+        cas.add(files[0].read_bytes())
+    return len(cas) == 1
+
+
+def write_bundles(ca_dir, bundles_dir, actors: Sequence[str]) -> dict[str, Path]:
+    """Copy, for each actor, only what it may hold into ``bundles_dir/<actor>/``: ``ca.pem``,
+    ``<actor>.pem`` and ``<actor>.key`` (0600) — never ``ca.key`` and never another actor's key.
+    Each bundle is a certificate directory an actor can be given as ``--certs`` on its own host,
+    in its own container volume or Kubernetes Secret.  Returns actor → bundle directory.
+    """
+    src = Path(ca_dir)
+    out = Path(bundles_dir)
+    ca_pem = (src / CA_CERT_FILE).read_bytes()
+    result: dict[str, Path] = {}
+    for actor in actors:
+        validate_actor(actor)
+        bundle = out / actor
+        bundle.mkdir(parents=True, exist_ok=True)
+        os.chmod(bundle, 0o700)
+        for stale in bundle.iterdir():  # a bundle holds exactly three files (a re-issue replaces them)
+            if stale.is_file() and stale.name not in (CA_CERT_FILE, f"{actor}.pem", f"{actor}.key"):
+                stale.unlink()
+        _write_atomic(bundle / CA_CERT_FILE, ca_pem, 0o644)
+        _write_atomic(bundle / f"{actor}.pem", (src / f"{actor}.pem").read_bytes(), 0o644)
+        _write_atomic(bundle / f"{actor}.key", (src / f"{actor}.key").read_bytes(), 0o600)
+        result[actor] = bundle
+    return result
+
+
 # ---------------------------------------------------------------------------- CLI
 def _nonneg_int(text: str) -> int:
     value = int(text)
@@ -318,7 +358,7 @@ def _csv(text: str) -> list[str]:
 
 
 def _configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    p.add_argument("--out", required=True, help="directory to write ca.pem/ca.key and <actor>.pem/.key into")
+    p.add_argument("--out", required=True, help="directory to write ca.pem and <actor>.pem/.key into (never the CA key)")
     p.add_argument("--servers", type=_nonneg_int, default=0, help="issue server-0 … server-(K-1)")
     p.add_argument("--parties", type=_nonneg_int, default=0, help="issue party-0 … party-(P-1)")
     p.add_argument("--analyst", action="store_true", help="issue the analyst and operator certificates")
@@ -335,6 +375,11 @@ def _configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         "never on an actor's host")
     p.add_argument("--days", type=int, default=365, help="validity in days (default 365)")
     p.add_argument("--force", action="store_true", help="replace an existing CA in --out")
+    p.add_argument("--bundles", help="also write one directory per actor here (<actor>/ca.pem, <actor>.pem, "
+                                     "<actor>.key): what that actor's host gets; the CA key is in none of them (see --ca-dir)")
+    p.add_argument("--if-missing", action="store_true",
+                   help="with --bundles: do nothing when every bundle is already there from one CA "
+                        "(an init container run again keeps the certificates running actors use)")
     return p
 
 
@@ -353,6 +398,11 @@ def _run_certs(args: argparse.Namespace) -> int:
     actors = _actors_from_args(args)
     if not actors:
         raise ValueError("nothing to issue: give --servers, --parties, --analyst or --actors")
+    if args.if_missing and not args.bundles:
+        raise ValueError("--if-missing needs --bundles")
+    if args.if_missing and bundles_complete(args.bundles, actors):
+        print(f"every bundle in {args.bundles} is present and from one CA: nothing issued")
+        return 0
     ca_dir = Path(args.ca_dir) if args.ca_dir else Path(str(Path(args.out)).rstrip("/") + "-ca")
     try:
         paths = write_certs(args.out, actors, args.hosts, analyst_hosts=args.analyst_hosts, ca_dir=ca_dir,
@@ -367,6 +417,9 @@ def _run_certs(args: argparse.Namespace) -> int:
         where = (f"hosts {hosts}" if role == "server" else
                  f"hosts {','.join(args.analyst_hosts) or '(none)'}" if role == "analyst" else "client only")
         print(f"{actor:<8} {p.cert}  (key {p.key}, mode 0600; SAN {ACTOR_URI_PREFIX}{actor}, {where})")
+    if args.bundles:
+        for actor, bundle in write_bundles(args.out, args.bundles, actors).items():
+            print(f"bundle   {bundle}/  (ca.pem, {actor}.pem, {actor}.key: give this directory to {actor} only)")
     print(f"CA KEY   {paths['ca'].key}  (mode 0600) — keep it on this (operator's) machine, offline if you can; "
           f"NEVER copy it to a server, party or analyst host: whoever holds it can mint a server identity. "
           f"{args.out} holds only what the actors need (ca.pem and each actor's own .pem/.key).")

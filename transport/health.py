@@ -14,7 +14,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("health", help="exit 0 if an actor's gRPC health service answers SERVING")
     p.add_argument("--target", required=True, help="host:port")
     p.add_argument("--name", help="the actor expected at the target (e.g. server-0); verified by TLS")
-    p.add_argument("--certs", help="certificate directory (the probe authenticates as 'operator')")
+    p.add_argument("--certs", help="certificate directory (the probe authenticates as --as)")
+    p.add_argument("--as", dest="actor", default="operator",
+                   help="identity the probe presents (default operator); a container or pod probing itself "
+                        "uses its own, e.g. --as server-0, since it holds no other key")
     p.add_argument("--insecure", action="store_true")
     p.add_argument("--timeout", type=float, default=3.0)
     p.set_defaults(func=run)
@@ -22,7 +25,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     options = [("grpc.ssl_target_name_override", args.name)] if args.name and not args.insecure else None
-    channel = make_sync_channel(args.target, args.certs, "operator", insecure=args.insecure, options=options)
+    channel = make_sync_channel(args.target, args.certs, args.actor, insecure=args.insecure, options=options)
     try:
         reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=""),
                                                           timeout=args.timeout)

@@ -29,8 +29,10 @@ metadata header (see :func:`identity_from_metadata`).
 from __future__ import annotations
 
 import collections
+import errno
 import functools
 import logging
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -39,6 +41,7 @@ import grpc
 import grpc.aio
 from cryptography import x509
 
+from ltm.errors import CommandError
 from transport.certs import ACTOR_RE, ACTOR_URI_PREFIX, CA_CERT_FILE, role_of
 
 __all__ = [
@@ -105,13 +108,24 @@ def _merge_options(defaults: Iterable[tuple[str, Any]],
 
 
 # ---------------------------------------------------------------------------- credentials
+class CertificateMissing(CommandError, FileNotFoundError):
+    """A certificate or key file an actor needs is not there (one line; the ``ltm`` command exits 2)."""
+
+
 def _read(path: Path, what: str) -> bytes:
     try:
         return path.read_bytes()
-    except FileNotFoundError:
-        raise FileNotFoundError(
+    except (FileNotFoundError, NotADirectoryError):
+        raise CertificateMissing(
             f"{what} not found: {path} (create the certificate directory with `ltm certs --out {path.parent} ...`)"
         ) from None
+
+
+def check_certificates(cert_dir, actor: str) -> None:
+    """Fail early, with one actionable line, unless ``cert_dir`` holds ca.pem and ``actor``'s
+    certificate and key (and the certificate names ``actor``).  Actors call it before creating
+    any state, so a typo in ``--certs`` leaves nothing behind."""
+    _load(cert_dir, actor)
 
 
 def _actor_of_cert(pem: bytes) -> str | None:
@@ -348,6 +362,30 @@ def make_server(options: Iterable[tuple[str, Any]] | None = None, **kwargs: Any)
     return grpc.aio.server(options=_merge_options(SERVER_OPTIONS, options), **kwargs)
 
 
+def _check_bindable(address: str) -> None:
+    """Refuse, with one actionable line, an address that cannot be bound (before gRPC tries and
+    logs its own multi-line error).  Port 0 and unparsable addresses are left to gRPC."""
+    host, _, port_text = address.rpartition(":")
+    host = host.strip("[]") or "0.0.0.0"
+    if not port_text.isdigit() or int(port_text) == 0:
+        return
+    try:
+        infos = socket.getaddrinfo(host, int(port_text), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise CommandError(f"cannot listen on {address}: unknown host {host!r} ({exc.strerror})") from None
+    family, kind, proto, _, sockaddr = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC's own listener does
+        try:
+            probe.bind(sockaddr)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise CommandError(f"cannot listen on {address}: the port is already in use; choose another "
+                                   f"--listen port or stop the process holding it") from None
+            raise CommandError(f"cannot listen on {address}: {exc.strerror}; choose an address of this "
+                               f"machine in --listen") from None
+
+
 def add_secure_port(server: Any, address: str, cert_dir, actor: str, insecure: bool = False) -> int:
     """Bind ``address`` on a (sync or aio) server with mTLS as ``actor``; return the port.
 
@@ -358,11 +396,15 @@ def add_secure_port(server: Any, address: str, cert_dir, actor: str, insecure: b
     if insecure:
         log.warning("%s listening on %s WITHOUT TLS (--insecure): traffic is plaintext and callers "
                     "are not authenticated", actor, address)
-        port = server.add_insecure_port(address)
-    else:
-        port = server.add_secure_port(address, server_credentials(cert_dir, actor))
+    credentials = None if insecure else server_credentials(cert_dir, actor)
+    _check_bindable(address)
+    try:
+        port = server.add_insecure_port(address) if insecure else server.add_secure_port(address, credentials)
+    except RuntimeError:  # grpc's "Failed to bind to address …"
+        port = 0
     if not port:
-        raise RuntimeError(f"could not bind {address}")
+        raise CommandError(f"cannot listen on {address}: the port is already in use or the address is not "
+                           f"this machine's; choose another --listen address or stop the process holding it")
     return port
 
 

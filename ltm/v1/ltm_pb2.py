@@ -24,13 +24,15 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x10ltm/v1/ltm.proto\x12\x06ltm.v1\"%\n\x10\x43reateJobRequest\x12\x11\n\tspec_json\x18\x01 \x01(\x0c\"7\n\x11\x43reateJobResponse\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x12\n\njob_digest\x18\x02 \x01(\t\"\x1f\n\rGetJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"G\n\x0eGetJobResponse\x12\x11\n\tspec_json\x18\x01 \x01(\x0c\x12\x12\n\njob_digest\x18\x02 \x01(\t\x12\x0e\n\x06\x63losed\x18\x03 \x01(\x08\"\xe7\x01\n\x0b\x42\x61tchHeader\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x12\n\njob_digest\x18\x02 \x01(\t\x12\x10\n\x08party_id\x18\x03 \x01(\t\x12\x13\n\x0b\x62\x61tch_index\x18\x04 \x01(\x04\x12\r\n\x05start\x18\x05 \x01(\x04\x12\x0c\n\x04stop\x18\x06 \x01(\x04\x12\x0f\n\x07\x63olumns\x18\x07 \x03(\r\x12\r\n\x05shape\x18\x08 \x03(\x04\x12\x14\n\x0cserver_index\x18\t \x01(\r\x12\x0c\n\x04seed\x18\n \x01(\x0c\x12\x13\n\x0b\x64\x61ta_sha256\x18\x0b \x01(\x0c\x12\x17\n\x0frandomness_mode\x18\x0c \x01(\t\"L\n\x0bUploadChunk\x12%\n\x06header\x18\x01 \x01(\x0b\x32\x13.ltm.v1.BatchHeaderH\x00\x12\x0e\n\x04\x64\x61ta\x18\x02 \x01(\x0cH\x00\x42\x06\n\x04part\"\x87\x01\n\rUploadReceipt\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08party_id\x18\x02 \x01(\t\x12\x13\n\x0b\x62\x61tch_index\x18\x03 \x01(\x04\x12\x16\n\x0e\x63ontent_digest\x18\x04 \x01(\t\x12\x0f\n\x07\x63lients\x18\x05 \x01(\x04\x12\x16\n\x0e\x62ytes_received\x18\x06 \x01(\x04\"2\n\x0c\x43loseRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x12\n\njob_digest\x18\x02 \x01(\t\"S\n\rCloseResponse\x12\t\n\x01n\x18\x01 \x01(\x04\x12\x11\n\theld_bits\x18\x02 \x01(\x0c\x12\x0c\n\x04held\x18\x03 \x01(\x04\x12\x16\n\x0eseeded_parties\x18\x04 \x03(\t\"N\n\x0eReleaseRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x12\n\njob_digest\x18\x02 \x01(\t\x12\x18\n\x10participant_bits\x18\x03 \x01(\x0c\"B\n\rReleaseHeader\x12\x0c\n\x04rows\x18\x01 \x01(\x04\x12\x0c\n\x04\x63ols\x18\x02 \x01(\x04\x12\x15\n\rresult_sha256\x18\x03 \x01(\x0c\"O\n\x0cReleaseChunk\x12\'\n\x06header\x18\x01 \x01(\x0b\x32\x15.ltm.v1.ReleaseHeaderH\x00\x12\x0e\n\x04\x64\x61ta\x18\x02 \x01(\x0cH\x00\x42\x06\n\x04part\"\x1f\n\rStatusRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\xc5\x01\n\x0eStatusResponse\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06\x63losed\x18\x02 \x01(\x08\x12\x10\n\x08released\x18\x03 \x01(\x08\x12\x14\n\x0c\x63lients_held\x18\x04 \x01(\x04\x12\x0f\n\x07\x62\x61tches\x18\x05 \x01(\x04\x12\x16\n\x0e\x62ytes_received\x18\x06 \x01(\x04\x12\x12\n\nbytes_sent\x18\x07 \x01(\x04\x12\x15\n\rstore_seconds\x18\x08 \x01(\x01\x12\x17\n\x0frelease_seconds\x18\t \x01(\x01\"%\n\x10SubmitJobRequest\x12\x11\n\tspec_json\x18\x01 \x01(\x0c\"7\n\x11SubmitJobResponse\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x12\n\njob_digest\x18\x02 \x01(\t\"\x84\x01\n\rRunJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x12\n\ndeadline_s\x18\x02 \x01(\x01\x12\r\n\x05model\x18\x03 \x01(\t\x12\x0b\n\x03lam\x18\x04 \x01(\x01\x12\x0c\n\x04rank\x18\x05 \x01(\r\x12\x11\n\tno_debias\x18\x06 \x01(\x08\x12\x12\n\nrandomness\x18\x07 \x01(\t\"5\n\x0eRunJobResponse\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x13\n\x0breport_json\x18\x02 \x01(\t\"#\n\x11GetReleaseRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\x82\x01\n\x12GetReleaseResponse\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0c\n\x04rows\x18\x02 \x01(\x04\x12\x0c\n\x04\x63ols\x18\x03 \x01(\x04\x12\x12\n\nmatrix_f64\x18\x04 \x01(\x0c\x12\x16\n\x0erelease_sha256\x18\x05 \x01(\t\x12\x14\n\x0cprivacy_json\x18\x06 \x01(\t\"Y\n\nFitRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x0b\n\x03lam\x18\x03 \x01(\x01\x12\x0c\n\x04rank\x18\x04 \x01(\r\x12\x11\n\tno_debias\x18\x05 \x01(\x08\"!\n\x0b\x46itResponse\x12\x12\n\nmodel_json\x18\x01 \x01(\t2\xe5\x02\n\x06Server\x12@\n\tCreateJob\x12\x18.ltm.v1.CreateJobRequest\x1a\x19.ltm.v1.CreateJobResponse\x12\x37\n\x06GetJob\x12\x15.ltm.v1.GetJobRequest\x1a\x16.ltm.v1.GetJobResponse\x12\x36\n\x06Upload\x12\x13.ltm.v1.UploadChunk\x1a\x15.ltm.v1.UploadReceipt(\x01\x12\x34\n\x05\x43lose\x12\x14.ltm.v1.CloseRequest\x1a\x15.ltm.v1.CloseResponse\x12\x39\n\x07Release\x12\x16.ltm.v1.ReleaseRequest\x1a\x14.ltm.v1.ReleaseChunk0\x01\x12\x37\n\x06Status\x12\x15.ltm.v1.StatusRequest\x1a\x16.ltm.v1.StatusResponse2\xf9\x01\n\x07\x41nalyst\x12@\n\tSubmitJob\x12\x18.ltm.v1.SubmitJobRequest\x1a\x19.ltm.v1.SubmitJobResponse\x12\x37\n\x06RunJob\x12\x15.ltm.v1.RunJobRequest\x1a\x16.ltm.v1.RunJobResponse\x12\x43\n\nGetRelease\x12\x19.ltm.v1.GetReleaseRequest\x1a\x1a.ltm.v1.GetReleaseResponse\x12.\n\x03\x46it\x12\x12.ltm.v1.FitRequest\x1a\x13.ltm.v1.FitResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x10ltm/v1/ltm.proto\x12\x06ltm.v1\"%\n\x10\x43reateJobRequest\x12\x11\n\tspec_json\x18\x01 \x01(\x0c\"7\n\x11\x43reateJobResponse\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x12\n\njob_digest\x18\x02 \x01(\t\"\x1f\n\rGetJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"G\n\x0eGetJobResponse\x12\x11\n\tspec_json\x18\x01 \x01(\x0c\x12\x12\n\njob_digest\x18\x02 \x01(\t\x12\x0e\n\x06\x63losed\x18\x03 \x01(\x08\"\xe7\x01\n\x0b\x42\x61tchHeader\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x12\n\njob_digest\x18\x02 \x01(\t\x12\x10\n\x08party_id\x18\x03 \x01(\t\x12\x13\n\x0b\x62\x61tch_index\x18\x04 \x01(\x04\x12\r\n\x05start\x18\x05 \x01(\x04\x12\x0c\n\x04stop\x18\x06 \x01(\x04\x12\x0f\n\x07\x63olumns\x18\x07 \x03(\r\x12\r\n\x05shape\x18\x08 \x03(\x04\x12\x14\n\x0cserver_index\x18\t \x01(\r\x12\x0c\n\x04seed\x18\n \x01(\x0c\x12\x13\n\x0b\x64\x61ta_sha256\x18\x0b \x01(\x0c\x12\x17\n\x0frandomness_mode\x18\x0c \x01(\t\"L\n\x0bUploadChunk\x12%\n\x06header\x18\x01 \x01(\x0b\x32\x13.ltm.v1.BatchHeaderH\x00\x12\x0e\n\x04\x64\x61ta\x18\x02 \x01(\x0cH\x00\x42\x06\n\x04part\"\x87\x01\n\rUploadReceipt\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08party_id\x18\x02 \x01(\t\x12\x13\n\x0b\x62\x61tch_index\x18\x03 \x01(\x04\x12\x16\n\x0e\x63ontent_digest\x18\x04 \x01(\t\x12\x0f\n\x07\x63lients\x18\x05 \x01(\x04\x12\x16\n\x0e\x62ytes_received\x18\x06 \x01(\x04\"2\n\x0c\x43loseRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x12\n\njob_digest\x18\x02 \x01(\t\"S\n\rCloseResponse\x12\t\n\x01n\x18\x01 \x01(\x04\x12\x11\n\theld_bits\x18\x02 \x01(\x0c\x12\x0c\n\x04held\x18\x03 \x01(\x04\x12\x16\n\x0eseeded_parties\x18\x04 \x03(\t\"N\n\x0eReleaseRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x12\n\njob_digest\x18\x02 \x01(\t\x12\x18\n\x10participant_bits\x18\x03 \x01(\x0c\"B\n\rReleaseHeader\x12\x0c\n\x04rows\x18\x01 \x01(\x04\x12\x0c\n\x04\x63ols\x18\x02 \x01(\x04\x12\x15\n\rresult_sha256\x18\x03 \x01(\x0c\"O\n\x0cReleaseChunk\x12\'\n\x06header\x18\x01 \x01(\x0b\x32\x15.ltm.v1.ReleaseHeaderH\x00\x12\x0e\n\x04\x64\x61ta\x18\x02 \x01(\x0cH\x00\x42\x06\n\x04part\"\x1f\n\rStatusRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\xc5\x01\n\x0eStatusResponse\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06\x63losed\x18\x02 \x01(\x08\x12\x10\n\x08released\x18\x03 \x01(\x08\x12\x14\n\x0c\x63lients_held\x18\x04 \x01(\x04\x12\x0f\n\x07\x62\x61tches\x18\x05 \x01(\x04\x12\x16\n\x0e\x62ytes_received\x18\x06 \x01(\x04\x12\x12\n\nbytes_sent\x18\x07 \x01(\x04\x12\x15\n\rstore_seconds\x18\x08 \x01(\x01\x12\x17\n\x0frelease_seconds\x18\t \x01(\x01\"\\\n\rSubmitRequest\x12\x11\n\tspec_json\x18\x01 \x01(\x0c\x12\x10\n\x08\x66it_json\x18\x02 \x01(\t\x12\x12\n\ndeadline_s\x18\x03 \x01(\x01\x12\x12\n\nrandomness\x18\x04 \x01(\t\"\xb1\x01\n\x07JobInfo\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x12\n\njob_digest\x18\x02 \x01(\t\x12\r\n\x05state\x18\x03 \x01(\t\x12\r\n\x05phase\x18\x04 \x01(\t\x12\r\n\x05\x65rror\x18\x05 \x01(\t\x12\x14\n\x0csubmitted_at\x18\x06 \x01(\x01\x12\x10\n\x08\x63lose_at\x18\x07 \x01(\x01\x12\x16\n\x0erelease_sha256\x18\x08 \x01(\t\x12\x15\n\rprogress_json\x18\t \x01(\t\"\"\n\x10GetStatusRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"2\n\x11GetStatusResponse\x12\x1d\n\x04jobs\x18\x01 \x03(\x0b\x32\x0f.ltm.v1.JobInfo\"\"\n\x10GetResultRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\x9e\x01\n\x11GetResultResponse\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x16\n\x0erelease_sha256\x18\x02 \x01(\t\x12\x33\n\x05\x66iles\x18\x03 \x03(\x0b\x32$.ltm.v1.GetResultResponse.FilesEntry\x1a,\n\nFilesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"%\n\x10SubmitJobRequest\x12\x11\n\tspec_json\x18\x01 \x01(\x0c\"7\n\x11SubmitJobResponse\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x12\n\njob_digest\x18\x02 \x01(\t\"\x84\x01\n\rRunJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x12\n\ndeadline_s\x18\x02 \x01(\x01\x12\r\n\x05model\x18\x03 \x01(\t\x12\x0b\n\x03lam\x18\x04 \x01(\x01\x12\x0c\n\x04rank\x18\x05 \x01(\r\x12\x11\n\tno_debias\x18\x06 \x01(\x08\x12\x12\n\nrandomness\x18\x07 \x01(\t\"5\n\x0eRunJobResponse\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x13\n\x0breport_json\x18\x02 \x01(\t\"#\n\x11GetReleaseRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\x82\x01\n\x12GetReleaseResponse\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0c\n\x04rows\x18\x02 \x01(\x04\x12\x0c\n\x04\x63ols\x18\x03 \x01(\x04\x12\x12\n\nmatrix_f64\x18\x04 \x01(\x0c\x12\x16\n\x0erelease_sha256\x18\x05 \x01(\t\x12\x14\n\x0cprivacy_json\x18\x06 \x01(\t\"Y\n\nFitRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x0b\n\x03lam\x18\x03 \x01(\x01\x12\x0c\n\x04rank\x18\x04 \x01(\r\x12\x11\n\tno_debias\x18\x05 \x01(\x08\"!\n\x0b\x46itResponse\x12\x12\n\nmodel_json\x18\x01 \x01(\t2\xe5\x02\n\x06Server\x12@\n\tCreateJob\x12\x18.ltm.v1.CreateJobRequest\x1a\x19.ltm.v1.CreateJobResponse\x12\x37\n\x06GetJob\x12\x15.ltm.v1.GetJobRequest\x1a\x16.ltm.v1.GetJobResponse\x12\x36\n\x06Upload\x12\x13.ltm.v1.UploadChunk\x1a\x15.ltm.v1.UploadReceipt(\x01\x12\x34\n\x05\x43lose\x12\x14.ltm.v1.CloseRequest\x1a\x15.ltm.v1.CloseResponse\x12\x39\n\x07Release\x12\x16.ltm.v1.ReleaseRequest\x1a\x14.ltm.v1.ReleaseChunk0\x01\x12\x37\n\x06Status\x12\x15.ltm.v1.StatusRequest\x1a\x16.ltm.v1.StatusResponse2\xaf\x03\n\x07\x41nalyst\x12@\n\tSubmitJob\x12\x18.ltm.v1.SubmitJobRequest\x1a\x19.ltm.v1.SubmitJobResponse\x12\x37\n\x06RunJob\x12\x15.ltm.v1.RunJobRequest\x1a\x16.ltm.v1.RunJobResponse\x12\x43\n\nGetRelease\x12\x19.ltm.v1.GetReleaseRequest\x1a\x1a.ltm.v1.GetReleaseResponse\x12.\n\x03\x46it\x12\x12.ltm.v1.FitRequest\x1a\x13.ltm.v1.FitResponse\x12\x30\n\x06Submit\x12\x15.ltm.v1.SubmitRequest\x1a\x0f.ltm.v1.JobInfo\x12@\n\tGetStatus\x12\x18.ltm.v1.GetStatusRequest\x1a\x19.ltm.v1.GetStatusResponse\x12@\n\tGetResult\x12\x18.ltm.v1.GetResultRequest\x1a\x19.ltm.v1.GetResultResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'ltm.v1.ltm_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
+  _globals['_GETRESULTRESPONSE_FILESENTRY']._loaded_options = None
+  _globals['_GETRESULTRESPONSE_FILESENTRY']._serialized_options = b'8\001'
   _globals['_CREATEJOBREQUEST']._serialized_start=28
   _globals['_CREATEJOBREQUEST']._serialized_end=65
   _globals['_CREATEJOBRESPONSE']._serialized_start=67
@@ -59,24 +61,38 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_STATUSREQUEST']._serialized_end=1077
   _globals['_STATUSRESPONSE']._serialized_start=1080
   _globals['_STATUSRESPONSE']._serialized_end=1277
-  _globals['_SUBMITJOBREQUEST']._serialized_start=1279
-  _globals['_SUBMITJOBREQUEST']._serialized_end=1316
-  _globals['_SUBMITJOBRESPONSE']._serialized_start=1318
-  _globals['_SUBMITJOBRESPONSE']._serialized_end=1373
-  _globals['_RUNJOBREQUEST']._serialized_start=1376
-  _globals['_RUNJOBREQUEST']._serialized_end=1508
-  _globals['_RUNJOBRESPONSE']._serialized_start=1510
-  _globals['_RUNJOBRESPONSE']._serialized_end=1563
-  _globals['_GETRELEASEREQUEST']._serialized_start=1565
-  _globals['_GETRELEASEREQUEST']._serialized_end=1600
-  _globals['_GETRELEASERESPONSE']._serialized_start=1603
-  _globals['_GETRELEASERESPONSE']._serialized_end=1733
-  _globals['_FITREQUEST']._serialized_start=1735
-  _globals['_FITREQUEST']._serialized_end=1824
-  _globals['_FITRESPONSE']._serialized_start=1826
-  _globals['_FITRESPONSE']._serialized_end=1859
-  _globals['_SERVER']._serialized_start=1862
-  _globals['_SERVER']._serialized_end=2219
-  _globals['_ANALYST']._serialized_start=2222
-  _globals['_ANALYST']._serialized_end=2471
+  _globals['_SUBMITREQUEST']._serialized_start=1279
+  _globals['_SUBMITREQUEST']._serialized_end=1371
+  _globals['_JOBINFO']._serialized_start=1374
+  _globals['_JOBINFO']._serialized_end=1551
+  _globals['_GETSTATUSREQUEST']._serialized_start=1553
+  _globals['_GETSTATUSREQUEST']._serialized_end=1587
+  _globals['_GETSTATUSRESPONSE']._serialized_start=1589
+  _globals['_GETSTATUSRESPONSE']._serialized_end=1639
+  _globals['_GETRESULTREQUEST']._serialized_start=1641
+  _globals['_GETRESULTREQUEST']._serialized_end=1675
+  _globals['_GETRESULTRESPONSE']._serialized_start=1678
+  _globals['_GETRESULTRESPONSE']._serialized_end=1836
+  _globals['_GETRESULTRESPONSE_FILESENTRY']._serialized_start=1792
+  _globals['_GETRESULTRESPONSE_FILESENTRY']._serialized_end=1836
+  _globals['_SUBMITJOBREQUEST']._serialized_start=1838
+  _globals['_SUBMITJOBREQUEST']._serialized_end=1875
+  _globals['_SUBMITJOBRESPONSE']._serialized_start=1877
+  _globals['_SUBMITJOBRESPONSE']._serialized_end=1932
+  _globals['_RUNJOBREQUEST']._serialized_start=1935
+  _globals['_RUNJOBREQUEST']._serialized_end=2067
+  _globals['_RUNJOBRESPONSE']._serialized_start=2069
+  _globals['_RUNJOBRESPONSE']._serialized_end=2122
+  _globals['_GETRELEASEREQUEST']._serialized_start=2124
+  _globals['_GETRELEASEREQUEST']._serialized_end=2159
+  _globals['_GETRELEASERESPONSE']._serialized_start=2162
+  _globals['_GETRELEASERESPONSE']._serialized_end=2292
+  _globals['_FITREQUEST']._serialized_start=2294
+  _globals['_FITREQUEST']._serialized_end=2383
+  _globals['_FITRESPONSE']._serialized_start=2385
+  _globals['_FITRESPONSE']._serialized_end=2418
+  _globals['_SERVER']._serialized_start=2421
+  _globals['_SERVER']._serialized_end=2778
+  _globals['_ANALYST']._serialized_start=2781
+  _globals['_ANALYST']._serialized_end=3212
 # @@protoc_insertion_point(module_scope)

@@ -164,6 +164,75 @@ class StatusResponse(_message.Message):
     release_seconds: float
     def __init__(self, job_id: _Optional[str] = ..., closed: _Optional[bool] = ..., released: _Optional[bool] = ..., clients_held: _Optional[int] = ..., batches: _Optional[int] = ..., bytes_received: _Optional[int] = ..., bytes_sent: _Optional[int] = ..., store_seconds: _Optional[float] = ..., release_seconds: _Optional[float] = ...) -> None: ...
 
+class SubmitRequest(_message.Message):
+    __slots__ = ("spec_json", "fit_json", "deadline_s", "randomness")
+    SPEC_JSON_FIELD_NUMBER: _ClassVar[int]
+    FIT_JSON_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_S_FIELD_NUMBER: _ClassVar[int]
+    RANDOMNESS_FIELD_NUMBER: _ClassVar[int]
+    spec_json: bytes
+    fit_json: str
+    deadline_s: float
+    randomness: str
+    def __init__(self, spec_json: _Optional[bytes] = ..., fit_json: _Optional[str] = ..., deadline_s: _Optional[float] = ..., randomness: _Optional[str] = ...) -> None: ...
+
+class JobInfo(_message.Message):
+    __slots__ = ("job_id", "job_digest", "state", "phase", "error", "submitted_at", "close_at", "release_sha256", "progress_json")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    PHASE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    SUBMITTED_AT_FIELD_NUMBER: _ClassVar[int]
+    CLOSE_AT_FIELD_NUMBER: _ClassVar[int]
+    RELEASE_SHA256_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_JSON_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    job_digest: str
+    state: str
+    phase: str
+    error: str
+    submitted_at: float
+    close_at: float
+    release_sha256: str
+    progress_json: str
+    def __init__(self, job_id: _Optional[str] = ..., job_digest: _Optional[str] = ..., state: _Optional[str] = ..., phase: _Optional[str] = ..., error: _Optional[str] = ..., submitted_at: _Optional[float] = ..., close_at: _Optional[float] = ..., release_sha256: _Optional[str] = ..., progress_json: _Optional[str] = ...) -> None: ...
+
+class GetStatusRequest(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+
+class GetStatusResponse(_message.Message):
+    __slots__ = ("jobs",)
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    jobs: _containers.RepeatedCompositeFieldContainer[JobInfo]
+    def __init__(self, jobs: _Optional[_Iterable[_Union[JobInfo, _Mapping]]] = ...) -> None: ...
+
+class GetResultRequest(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+
+class GetResultResponse(_message.Message):
+    __slots__ = ("job_id", "release_sha256", "files")
+    class FilesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    RELEASE_SHA256_FIELD_NUMBER: _ClassVar[int]
+    FILES_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    release_sha256: str
+    files: _containers.ScalarMap[str, str]
+    def __init__(self, job_id: _Optional[str] = ..., release_sha256: _Optional[str] = ..., files: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
 class SubmitJobRequest(_message.Message):
     __slots__ = ("spec_json",)
     SPEC_JSON_FIELD_NUMBER: _ClassVar[int]

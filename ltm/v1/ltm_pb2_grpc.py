@@ -356,6 +356,21 @@ class AnalystStub:
                 request_serializer=ltm_dot_v1_dot_ltm__pb2.FitRequest.SerializeToString,
                 response_deserializer=ltm_dot_v1_dot_ltm__pb2.FitResponse.FromString,
                 _registered_method=True)
+        self.Submit = channel.unary_unary(
+                '/ltm.v1.Analyst/Submit',
+                request_serializer=ltm_dot_v1_dot_ltm__pb2.SubmitRequest.SerializeToString,
+                response_deserializer=ltm_dot_v1_dot_ltm__pb2.JobInfo.FromString,
+                _registered_method=True)
+        self.GetStatus = channel.unary_unary(
+                '/ltm.v1.Analyst/GetStatus',
+                request_serializer=ltm_dot_v1_dot_ltm__pb2.GetStatusRequest.SerializeToString,
+                response_deserializer=ltm_dot_v1_dot_ltm__pb2.GetStatusResponse.FromString,
+                _registered_method=True)
+        self.GetResult = channel.unary_unary(
+                '/ltm.v1.Analyst/GetResult',
+                request_serializer=ltm_dot_v1_dot_ltm__pb2.GetResultRequest.SerializeToString,
+                response_deserializer=ltm_dot_v1_dot_ltm__pb2.GetResultResponse.FromString,
+                _registered_method=True)
 
 
 class AnalystServicer:
@@ -392,6 +407,29 @@ class AnalystServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Submit(self, request, context):
+        """Operator submits a job (from a job file): its spec, what to fit and how long intake stays
+        open. The analyst persists it, publishes it to every server and runs it in the background
+        (wait, close, intersect, release, reconstruct, fit). Idempotent for the same spec.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetStatus(self, request, context):
+        """State of one job (or, with an empty job_id, of every job). No data: counts and phases only.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetResult(self, request, context):
+        """A finished job's output files (release, privacy report, model, report).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AnalystServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -414,6 +452,21 @@ def add_AnalystServicer_to_server(servicer, server):
                     servicer.Fit,
                     request_deserializer=ltm_dot_v1_dot_ltm__pb2.FitRequest.FromString,
                     response_serializer=ltm_dot_v1_dot_ltm__pb2.FitResponse.SerializeToString,
+            ),
+            'Submit': grpc.unary_unary_rpc_method_handler(
+                    servicer.Submit,
+                    request_deserializer=ltm_dot_v1_dot_ltm__pb2.SubmitRequest.FromString,
+                    response_serializer=ltm_dot_v1_dot_ltm__pb2.JobInfo.SerializeToString,
+            ),
+            'GetStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetStatus,
+                    request_deserializer=ltm_dot_v1_dot_ltm__pb2.GetStatusRequest.FromString,
+                    response_serializer=ltm_dot_v1_dot_ltm__pb2.GetStatusResponse.SerializeToString,
+            ),
+            'GetResult': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetResult,
+                    request_deserializer=ltm_dot_v1_dot_ltm__pb2.GetResultRequest.FromString,
+                    response_serializer=ltm_dot_v1_dot_ltm__pb2.GetResultResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -526,6 +579,87 @@ class Analyst:
             '/ltm.v1.Analyst/Fit',
             ltm_dot_v1_dot_ltm__pb2.FitRequest.SerializeToString,
             ltm_dot_v1_dot_ltm__pb2.FitResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Submit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ltm.v1.Analyst/Submit',
+            ltm_dot_v1_dot_ltm__pb2.SubmitRequest.SerializeToString,
+            ltm_dot_v1_dot_ltm__pb2.JobInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ltm.v1.Analyst/GetStatus',
+            ltm_dot_v1_dot_ltm__pb2.GetStatusRequest.SerializeToString,
+            ltm_dot_v1_dot_ltm__pb2.GetStatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetResult(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ltm.v1.Analyst/GetResult',
+            ltm_dot_v1_dot_ltm__pb2.GetResultRequest.SerializeToString,
+            ltm_dot_v1_dot_ltm__pb2.GetResultResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,109 @@
+"""Fitting on a ``gram`` release: the noisy sufficient statistics ZᵀZ = [[XᵀX, Xᵀy], [yᵀX, yᵀy]].
+
+A ``gram`` release (:mod:`ltm.lifts`) is the noisy sum over clients of the upper triangle of
+z zᵀ, z = [features, (intercept), label] clipped to ‖z‖ ≤ C.  After :attr:`ReleasedSketch.gram`
+undoes the √2 scaling, the noise ``E = Ĝ − ZᵀZ`` is symmetric with independent entries,
+``Var E_ii = v`` and ``Var E_ij = v/2`` (v = ``release.noise_variance_per_column``), zero mean —
+so, unlike a sketch, there is no noise Gram ``E[NᵀN]`` to subtract and no cross term
+``(SX)ᵀG`` whose size grows with √n: the error of XᵀX is O(√v) per entry whatever n is, while
+the signal grows like n.
+
+Estimators (all post-processing of the release):
+
+* OLS: ``Ĝxx⁻¹ ĝxy`` (eigenvalues of Ĝxx below the noise floor are raised to it);
+* ridge with an AdaSSP-style λ (Wang 2018): ``λ = max(0, τ − λ_min(Ĝxx))``.  AdaSSP spends a
+  third of its budget on a private λ_min; here λ_min is read off the released Ĝxx
+  (post-processing, no budget).  τ is a bound on the noise's spectral norm ‖E_xx‖₂: by default
+  the semicircle edge ``τ = √(2pv)`` (E_xx is a Wigner matrix with off-diagonal variance v/2, whose
+  spectrum ends at 2·√(v/2)·√p), or (``bound="adassp"``) AdaSSP's own high-probability bound
+  ``√v·√(p·log(2p²/ρ))``, ρ = 0.05, about twice as large for p ≈ 10.  Measured on the three real
+  datasets of docs/experiments.md (ε = 1, 6 seeds), the edge gave R² 0.5422 / 0.3798 / 0.6298
+  (power / bike / housing) against 0.5363 / 0.3772 / 0.6275 with AdaSSP's bound;
+* low rank: the top eigenvectors of Ĝ (the noisy second moment; MOD-SULQ's estimator).
+
+The functions take plain arrays so the planner's predictions and the tests can use them too.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+__all__ = ["gram_blocks", "noise_edge", "noise_spectral_bound", "adassp_lambda", "solve_gram", "top_eigenvectors"]
+
+#: Failure probability of the λ rule's spectral bound (AdaSSP's ρ).
+RHO = 0.05
+
+
+def gram_blocks(G: np.ndarray, label: int | None) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """``(Gxx, gxy, regressors)`` of a D × D Gram matrix: regressors = every index but the label."""
+    D = G.shape[0]
+    if label is None:
+        raise ValueError("the release has no label column; a regression needs one")
+    reg = [j for j in range(D) if j != label]
+    return G[np.ix_(reg, reg)], G[reg, label], reg
+
+
+def noise_spectral_bound(p: int, noise_variance: float, rho: float = RHO) -> float:
+    """τ = √v·√(p·log(2p²/ρ)): AdaSSP's high-probability bound on ‖E‖₂ for a p × p symmetric noise
+    matrix with diagonal variance v (off-diagonal v/2), as in Wang (2018) Algorithm 2."""
+    if p < 1 or noise_variance < 0 or not 0 < rho < 1:
+        raise ValueError(f"need p ≥ 1, v ≥ 0 and 0 < ρ < 1 (got p={p}, v={noise_variance}, ρ={rho})")
+    return math.sqrt(noise_variance) * math.sqrt(p * math.log(max(2.0 * p * p / rho, math.e)))
+
+
+def noise_edge(p: int, noise_variance: float) -> float:
+    """√(2pv): the edge of the noise's spectrum (a p × p Wigner matrix, off-diagonal variance v/2)."""
+    if p < 1 or noise_variance < 0:
+        raise ValueError(f"need p ≥ 1 and v ≥ 0 (got p={p}, v={noise_variance})")
+    return math.sqrt(2.0 * p * noise_variance)
+
+
+def adassp_lambda(Gxx: np.ndarray, noise_variance: float, *, bound: str = "edge", rho: float = RHO) -> float:
+    """AdaSSP-style ridge λ on a released Gxx: ``max(0, τ − λ_min(Ĝxx))`` with τ the noise edge
+    (``bound="edge"``, default) or AdaSSP's bound (``bound="adassp"``); see the module docstring."""
+    Gxx = np.asarray(Gxx, dtype=np.float64)
+    p = Gxx.shape[0]
+    if bound == "edge":
+        tau = noise_edge(p, noise_variance)
+    elif bound == "adassp":
+        tau = noise_spectral_bound(p, noise_variance, rho)
+    else:
+        raise ValueError(f"unknown bound {bound!r}; choose 'edge' or 'adassp'")
+    lam_min = float(np.linalg.eigvalsh((Gxx + Gxx.T) / 2.0)[0])
+    return max(0.0, tau - lam_min)
+
+
+def solve_gram(Gxx: np.ndarray, gxy: np.ndarray, lam: float, floor: float = 0.0) -> tuple[np.ndarray, str]:
+    """``(Ĝxx + λI)⁻¹ ĝxy`` with the eigenvalues of Ĝxx first raised to ``floor`` (≥ 0).
+
+    A positive definite ``Ĝxx + λI`` with ``floor = 0`` is solved as is.  Otherwise eigenvalues
+    below max(floor, tiny) are raised to it, so noise cannot make the solve explode.
+    Returns ``(w, solver)``.
+    """
+    if not (np.isfinite(lam) and lam >= 0 and np.isfinite(floor) and floor >= 0):
+        raise ValueError(f"lam and floor must be finite and >= 0 (got {lam!r}, {floor!r})")
+    H = (np.asarray(Gxx, dtype=np.float64) + np.asarray(Gxx, dtype=np.float64).T) / 2.0
+    g = np.asarray(gxy, dtype=np.float64).reshape(-1)
+    evals, evecs = np.linalg.eigh(H)
+    scale = max(float(np.abs(evals).max()), 1.0)
+    low = max(floor, 1e-12 * scale)
+    clamped = bool((evals + lam < low).any()) or floor > 0 and bool((evals < floor).any())
+    shifted = np.maximum(evals, floor) + lam
+    shifted = np.maximum(shifted, low)
+    w = evecs @ ((evecs.T @ g) / shifted)
+    return w, "eigh-clamped" if clamped else "eigh"
+
+
+def top_eigenvectors(G: np.ndarray, rank: int) -> tuple[np.ndarray, np.ndarray]:
+    """Top-``rank`` eigenvectors (D, rank) of a symmetric G (largest-|·| entry positive) and their
+    eigenvalues, descending."""
+    G = np.asarray(G, dtype=np.float64)
+    if not 1 <= rank <= G.shape[0]:
+        raise ValueError(f"rank must be in [1, {G.shape[0]}], got {rank}")
+    evals, V = np.linalg.eigh((G + G.T) / 2.0)
+    top, vals = V[:, ::-1][:, :rank], evals[::-1][:rank]
+    pivot = np.argmax(np.abs(top), axis=0)
+    signs = np.sign(top[pivot, np.arange(rank)])
+    signs[signs == 0] = 1.0
+    return top * signs, vals

@@ -1,0 +1,243 @@
+"""The analyst's job runner: many jobs at once, each persisted, each resumable after a crash.
+
+A job is submitted with its public spec, what to fit (:class:`ltm.jobfile.FitSpec`) and how long
+intake stays open.  The runner commits it to the :class:`~analyst.store.AnalystStore` (with the
+*absolute* closing time), then, in a background task per job, runs the one coordinator
+(:func:`analyst.coordinator.coordinate`: publish → wait → close → intersect → release →
+reconstruct), fits the model and commits the result shares, participant set and output files
+before reporting the job done.  On start, every job the store has as ``running`` is resumed; the
+servers' idempotence makes the resumed job release the same bytes.
+
+The analyst never sees data: only the job spec, per-server counts of clients held, and the
+result shares of the released sketch.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from analyst.coordinator import JobRun, Retries, ServerLink, coordinate, publish_links
+from analyst.estimators import LowRank, make_estimator, release_lambda
+from analyst.reconstruct import reconstruct_release
+from analyst.release import ReleasedSketch
+from analyst.store import AnalystStore, JobRecord
+from ltm.jobfile import FitSpec
+from ltm.jobspec import JobSpec, validate_job
+
+log = logging.getLogger("ltm.analyst")
+#: What the operator is told about the parties' randomness when nobody declared it.
+UNDECLARED_RANDOMNESS = "declared by each party (not visible to the analyst)"
+OUTPUT_FILES = ("release.json", "privacy_report.json", "model.json", "report.json")
+
+
+def fit_model(release: ReleasedSketch, model: str, *, lam: float = 0.0, rank: int = 5,
+              debias: bool = True) -> dict[str, Any]:
+    """Fit ``model`` on a release; returns a JSON-ready description."""
+    if model == "lowrank":
+        est = LowRank(rank).fit(release)
+        return {"model": "lowrank", "rank": rank, "components": est.components_.tolist(),
+                "columns": list(release.columns)}
+    lam = lam or release_lambda(release)[0]
+    est = make_estimator(model, lam=lam, rank=rank, debias=debias).fit(release)
+    features = [c for i, c in enumerate(release.columns) if i != release.label and i != release.intercept]
+    return {"model": model, "lambda": lam, "debias": bool(getattr(est, "debias", False)),
+            "coef": dict(zip(features, map(float, est.coef_))), "intercept": float(est.intercept_),
+            "target": release.columns[release.label] if release.label is not None else None}
+
+
+def release_to_json(release: ReleasedSketch) -> dict[str, Any]:
+    return {"columns": list(release.columns), "matrix": release.matrix.tolist(), "n": release.n,
+            "centers": release.centers.tolist(), "scales": release.scales.tolist(), "label": release.label,
+            "intercept": release.intercept, "noise_variance_per_column": release.noise_variance_per_column,
+            "sha256": release.sha256, "kind": release.kind}
+
+
+def release_of(record: JobRecord) -> ReleasedSketch:
+    """The released sketch of a finished job, re-derived bit for bit from its stored result shares."""
+    if record.state != "done" or record.shares is None or record.participants is None:
+        raise KeyError(f"job {record.job_id!r} has no release yet (state {record.state})")
+    spec = record.spec
+    return reconstruct_release(spec, record.shares, record.participants, spec.noise_plan(),
+                               randomness=record.randomness)
+
+
+LinksFor = Callable[[JobSpec, Retries], list[ServerLink]]
+
+
+class JobRunner:
+    """Runs and persists jobs (see module docstring).
+
+    ``links_for(spec, retries)``: the links to the job's servers (gRPC in the analyst process).
+    ``out_dir``: where each finished job's files are also written, under ``<out_dir>/<job_id>/``.
+    """
+
+    def __init__(self, store: AnalystStore, links_for: LinksFor, out_dir: Path | None = None,
+                 poll_s: float = 0.2) -> None:
+        self.store = store
+        self.links_for = links_for
+        self.out_dir = out_dir
+        self.poll_s = poll_s
+        self.tasks: dict[str, asyncio.Task] = {}
+        self.live: dict[str, dict] = {}  # job id → what the running coordinator last said (not persisted)
+
+    # ------------------------------------------------------------------ submit and start
+    async def submit(self, spec: JobSpec, fit: FitSpec | None, *, deadline_s: float,
+                     randomness: str = UNDECLARED_RANDOMNESS, start: bool = True) -> JobRecord:
+        """Validate, persist, publish to every server and (``start``) run in the background.
+
+        Idempotent for the same spec (returns the stored job; a failed one is retried).  Raises
+        JobSpecError (invalid), KeyError (the id is taken by another spec), or the publishing
+        error (NotPublished: a server is unreachable; the job stays stored, failed).
+        """
+        await asyncio.to_thread(validate_job, spec)
+        fit_d = (fit or FitSpec(model="ridge" if spec.label_index is not None else "lowrank")).to_dict()
+        target = "running" if start else "published"
+        record = await asyncio.to_thread(self.store.add, spec, fit_d, randomness, time.time() + deadline_s, target)
+        if record.state == "failed" or (start and record.state == "published"):
+            await asyncio.to_thread(self.store.update, spec.job_id, state=target, error="",
+                                    close_at=time.time() + deadline_s, fit_json=json.dumps(fit_d))
+        if start:
+            if record.state != "done":
+                self.start(spec.job_id)
+        elif record.state != "done":
+            try:
+                await publish_links(self.links_for(spec, {}), spec)
+                await asyncio.to_thread(self.store.update, spec.job_id, published=1)
+            except Exception as exc:
+                await asyncio.to_thread(self.store.update, spec.job_id, state="failed", error=str(exc))
+                raise
+        return await asyncio.to_thread(self.store.get, spec.job_id)  # type: ignore[return-value]
+
+    async def run_now(self, job_id: str, *, deadline_s: float, fit: FitSpec | None = None,
+                      randomness: str | None = None) -> JobRecord:
+        """Start a ``published`` job with a fresh deadline (and fit) and wait for it; a running job is
+        awaited, a finished one returned."""
+        record = self.store.get(job_id)
+        if record is None:
+            raise KeyError(f"job {job_id!r} was not submitted to this analyst")
+        if record.state in ("published", "failed"):
+            fields: dict[str, Any] = {"state": "running", "error": "", "close_at": time.time() + deadline_s}
+            if fit is not None:
+                fields["fit_json"] = json.dumps(fit.to_dict())
+            if randomness:
+                fields["randomness"] = randomness
+            await asyncio.to_thread(self.store.update, job_id, **fields)
+        if record.state != "done":
+            await self.start(job_id)
+        return self.store.get(job_id)  # type: ignore[return-value]
+
+    def start(self, job_id: str) -> asyncio.Task:
+        """The job's background task (started if it is not running)."""
+        task = self.tasks.get(job_id)
+        if task is None or task.done():
+            task = asyncio.get_running_loop().create_task(self._run(job_id), name=f"job {job_id}")
+            self.tasks[job_id] = task
+        return task
+
+    async def resume(self) -> list[str]:
+        """Restart every job the store has as ``running`` (after a crash or restart)."""
+        ids = await asyncio.to_thread(self.store.job_ids, "running")
+        for job_id in ids:
+            log.info("resuming job", extra={"job_id": job_id})
+            self.start(job_id)
+        return ids
+
+    async def stop(self) -> None:
+        for task in self.tasks.values():
+            task.cancel()
+        await asyncio.gather(*self.tasks.values(), return_exceptions=True)
+
+    # ------------------------------------------------------------------ the job
+    async def _run(self, job_id: str) -> None:
+        record = await asyncio.to_thread(self.store.get, job_id)
+        if record is None or record.state != "running":
+            return
+        spec = record.spec
+        retries: Retries = {}
+        self.live[job_id] = {"phase": "starting"}
+
+        def progress(phase: str, info: dict) -> None:
+            if self.live.get(job_id, {}).get("phase") != phase:
+                # visible after a restart too; once waiting, every server has acknowledged the job
+                self.store.update(job_id, phase=phase, **({"published": 1} if phase == "waiting" else {}))
+            self.live[job_id] = {"phase": phase, **info}
+
+        try:
+            run = await coordinate(self.links_for(spec, retries), spec,
+                                   deadline_s=max(record.close_at - time.time(), 0.0),
+                                   randomness_label=record.randomness, publish_first=not record.published, poll_s=self.poll_s,
+                                   retries=retries, progress=progress)
+            outputs = await asyncio.to_thread(self._outputs, record, run)
+            await asyncio.to_thread(self.store.finish, job_id, release_sha256=run.release.sha256,
+                                    participants=run.participants, shares=run.result_shares, outputs=outputs)
+            self._write_files(job_id, outputs)
+            log.info("job released", extra={"job_id": job_id, "sha256": run.release.sha256})
+        except asyncio.CancelledError:
+            raise  # shutdown: the job stays 'running' and is resumed by the next start
+        except Exception as exc:  # a refusal or an unreachable server: the job fails, with the reason
+            reason = describe_failure(exc)
+            log.error("job failed", extra={"job_id": job_id, "reason": reason,
+                                           "coverage": getattr(exc, "coverage", None)})
+            await asyncio.to_thread(self.store.update, job_id, state="failed", phase="", error=reason)
+        finally:
+            self.live.pop(job_id, None)
+
+    def _outputs(self, record: JobRecord, run: JobRun) -> dict[str, str]:
+        spec, fit = record.spec, FitSpec.from_dict(record.fit)
+        t = time.monotonic()
+        model = fit_model(run.release, fit.model, lam=fit.lam, rank=fit.rank, debias=fit.debias)
+        run.timing_s["fit"] = time.monotonic() - t
+        report = {"job_id": spec.job_id, "job_digest": spec.digest, "release_sha256": run.release.sha256,
+                  "participants": int(run.participants.sum()), "held_per_server": run.held_per_server,
+                  "release_bytes_per_server": run.release_bytes_per_server, "privacy": run.release.privacy,
+                  "prejobs": [{"kind": p.kind, "job_id": p.job_id, "digest": p.digest, "epsilon": p.epsilon,
+                               "delta": p.delta} for p in spec.prejobs],
+                  "fit": fit.to_dict(), "model": model, "timing_s": run.timing_s, "coverage": run.coverage,
+                  "server_retries": run.retries}
+        return {"release.json": json.dumps(release_to_json(run.release)),
+                "privacy_report.json": json.dumps(run.release.privacy, indent=2),
+                "model.json": json.dumps(model, indent=2),
+                "report.json": json.dumps(report, indent=2, default=_json_default)}
+
+    def _write_files(self, job_id: str, outputs: dict[str, str]) -> None:
+        if self.out_dir is None:
+            return
+        d = self.out_dir / job_id
+        d.mkdir(parents=True, exist_ok=True)
+        for name, text in outputs.items():
+            (d / name).write_text(text)
+
+    def status(self, job_id: str) -> dict[str, Any]:
+        """What the operator may see: state, phase, error, times, the live progress (no data)."""
+        record = self.store.get(job_id)
+        if record is None:
+            raise KeyError(f"job {job_id!r} was not submitted to this analyst")
+        return {"job_id": record.job_id, "job_digest": record.digest, "state": record.state,
+                "phase": self.live.get(job_id, {}).get("phase", record.phase), "error": record.error,
+                "submitted_at": record.submitted_at, "close_at": record.close_at,
+                "release_sha256": record.release_sha256,
+                "progress": {k: v for k, v in self.live.get(job_id, {}).items() if k != "phase"}}
+
+
+def describe_failure(exc: BaseException) -> str:
+    """One line saying why a job failed (a gRPC refusal reads "a server refused: CODE: details")."""
+    import grpc
+
+    if isinstance(exc, grpc.aio.AioRpcError):
+        return f"a server refused: {exc.code().name}: {exc.details()}"
+    return str(exc)
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")

@@ -1,0 +1,232 @@
+"""``ltm job``: the operator's commands, from a job file to the fitted model.
+
+* ``ltm job check FILE`` — parse and validate a job file (no network); print its digest and the
+  resolved public choices, or every problem, one line each.
+* ``ltm job submit FILE --analyst HOST:PORT`` — send the job to the analyst, which persists it,
+  publishes it to every server and runs it (parties join with ``ltm party --job ID``).
+* ``ltm job status [ID] --analyst HOST:PORT`` — state and phase of one job or all jobs.
+* ``ltm job result ID --analyst HOST:PORT --out DIR`` — write a finished job's files.
+
+No command here takes a data file: the analyst's side of a job is public information only.  The
+network modules (grpc, stubs) are imported only by the commands that talk to the analyst.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from ltm.jobfile import JobFile, JobFileError, parse_job_file, spec_summary
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("job", help="check, submit and follow jobs written as job files (public information only)",
+                       description="The operator's side of a real job: a job file (TOML) written from public "
+                                   "information only, checked locally, run by the analyst.")
+    jsub = p.add_subparsers(dest="job_command", required=True)
+
+    c = jsub.add_parser("check", help="validate a job file and print its digest and resolved choices")
+    c.add_argument("file", help="job file (TOML)")
+    c.add_argument("--json", action="store_true", help="print the resolved job as JSON")
+    c.set_defaults(func=run_check)
+
+    s = jsub.add_parser("submit", help="submit a job file to the analyst, which publishes and runs it")
+    s.add_argument("file", help="job file (TOML)")
+    _connection(s)
+    s.add_argument("--randomness", help="how the parties draw randomness, for the report (e.g. 'seeded 7')")
+    s.add_argument("--wait", action="store_true", help="wait until the job is done or failed")
+    s.add_argument("--timeout", type=float, help="with --wait: give up after this many seconds "
+                                                 "(default: the job's deadline + 300)")
+    s.set_defaults(func=run_submit)
+
+    st = jsub.add_parser("status", help="state and phase of a job (or of every job)")
+    st.add_argument("job_id", nargs="?", default="", help="job id (default: every job)")
+    _connection(st)
+    st.add_argument("--json", action="store_true")
+    st.set_defaults(func=run_status)
+
+    r = jsub.add_parser("result", help="write a finished job's files (release, privacy report, model, report)")
+    r.add_argument("job_id")
+    _connection(r)
+    r.add_argument("--out", required=True, help="directory to write the files into (created)")
+    r.set_defaults(func=run_result)
+
+
+def _connection(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--analyst", default=os.environ.get("LTM_ANALYST"),
+                   help="analyst endpoint host:port (default: $LTM_ANALYST)")
+    p.add_argument("--certs", default=os.environ.get("LTM_CERTS"),
+                   help="certificate directory holding operator.pem/.key and ca.pem (default: $LTM_CERTS)")
+    p.add_argument("--insecure", action="store_true", help="plaintext transport (testing only)")
+
+
+def read_job_file(path: str) -> JobFile:
+    """Parse a job file from disk (the only I/O: the file the analyst wrote)."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise JobFileError([f"cannot read it: {exc.strerror}"], str(p)) from None
+    return parse_job_file(text, source=str(p))
+
+
+def run_check(args: argparse.Namespace) -> int:
+    jf = read_job_file(args.file)
+    summary = spec_summary(jf)
+    plan = jf.spec.noise_plan()
+    summary["noise"] = {"mechanism": plan.mechanism, "sigma_client": plan.sigma_client,
+                        "sigma_release": plan.sigma_release, "laplace_scale": plan.laplace_scale}
+    if args.json:
+        print(json.dumps(summary, indent=2))
+        return 0
+    s = jf.spec
+    print(f"{args.file}: OK — job {s.job_id!r}, digest {s.digest}")
+    print(f"  {s.partition} partition, n={s.n}, {len(s.parties)} parties, {s.k} servers "
+          f"({', '.join(f'{v.server_id}={v.endpoint}' for v in s.servers)})")
+    print(f"  release: {s.sketch.kind} sketch m={s.sketch.m} s={s.sketch.s}; fit: {jf.fit.model}")
+    pr = s.privacy
+    print(f"  privacy: ({pr.epsilon:g}, {pr.delta:g})-DP {pr.mechanism} ({pr.calibration}), promised honest load "
+          f"L={pr.min_honest_load}, t′={pr.t_prime}, corrupt parties={pr.corrupt_parties}, "
+          f"σ_client={plan.sigma_client:.4g}, σ_release={plan.sigma_release:.4g}")
+    for c in s.columns:
+        print(f"  column {c.name!r:28s} {c.role:9s} x' = (x − {c.center:.6g}) / {c.scale:.6g}")
+    for x in s.prejobs:
+        print(f"  transforms from DP pre-job {x.job_id!r} ({x.kind}, ε={x.epsilon:g}, δ={x.delta:g}, "
+              f"digest {x.digest[:12]}…)")
+    return 0
+
+
+# ---------------------------------------------------------------------------- talking to the analyst
+def _need_analyst(args: argparse.Namespace) -> None:
+    if not args.analyst:
+        raise SystemExit("ltm job: give the analyst's endpoint with --analyst HOST:PORT (or set LTM_ANALYST)")
+    if not args.insecure and not args.certs:
+        raise SystemExit("ltm job: give --certs DIR (the operator's certificate) or --insecure for a plaintext test")
+
+
+async def _with_analyst(args: argparse.Namespace, fn):
+    """Run ``fn(stub)`` on an Analyst stub over a channel authenticated as ``operator``."""
+    import grpc
+
+    from ltm.v1 import ltm_pb2_grpc
+    from transport.tls import make_channel
+
+    _need_analyst(args)
+    options = None if args.insecure else [("grpc.ssl_target_name_override", "analyst")]
+    channel = make_channel(args.analyst, Path(args.certs) if args.certs else None, "operator",
+                           insecure=bool(args.insecure), options=options)
+    try:
+        return await fn(ltm_pb2_grpc.AnalystStub(channel))
+    except grpc.aio.AioRpcError as exc:
+        raise SystemExit(f"ltm job: the analyst at {args.analyst} answered {exc.code().name}: {exc.details()}") \
+            from None
+    finally:
+        await channel.close()
+
+
+def info_dict(info) -> dict[str, Any]:
+    return {"job_id": info.job_id, "job_digest": info.job_digest, "state": info.state, "phase": info.phase,
+            "error": info.error, "submitted_at": info.submitted_at, "close_at": info.close_at,
+            "release_sha256": info.release_sha256, "progress": json.loads(info.progress_json or "{}")}
+
+
+async def submit_job(stub, jf: JobFile, randomness: str = "") -> dict[str, Any]:
+    from ltm.v1 import ltm_pb2
+
+    info = await stub.Submit(ltm_pb2.SubmitRequest(spec_json=jf.spec.canonical_json(),
+                                                   fit_json=json.dumps(jf.fit.to_dict()),
+                                                   deadline_s=jf.deadline_s, randomness=randomness), timeout=120.0)
+    return info_dict(info)
+
+
+async def job_status(stub, job_id: str = "") -> list[dict[str, Any]]:
+    from ltm.v1 import ltm_pb2
+
+    reply = await stub.GetStatus(ltm_pb2.GetStatusRequest(job_id=job_id), timeout=30.0)
+    return [info_dict(i) for i in reply.jobs]
+
+
+async def wait_done(stub, job_id: str, timeout: float, poll_s: float = 0.5) -> dict[str, Any]:
+    """Poll until the job is done or failed (or ``timeout`` passes); returns its last status.  An
+    analyst that is briefly down (restarting) is waited for."""
+    import grpc
+
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            st = (await job_status(stub, job_id))[0]
+            if st["state"] in ("done", "failed"):
+                return st
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                raise
+            st = {"job_id": job_id, "state": "unreachable", "error": exc.details()}
+        if time.monotonic() > end:
+            return st
+        await asyncio.sleep(poll_s)
+
+
+async def job_result(stub, job_id: str) -> tuple[str, dict[str, str]]:
+    from ltm.v1 import ltm_pb2
+
+    reply = await stub.GetResult(ltm_pb2.GetResultRequest(job_id=job_id), timeout=60.0)
+    return reply.release_sha256, dict(reply.files)
+
+
+def run_submit(args: argparse.Namespace) -> int:
+    jf = read_job_file(args.file)
+
+    async def go(stub):
+        st = await submit_job(stub, jf, args.randomness or "")
+        if args.wait:
+            st = await wait_done(stub, jf.spec.job_id, args.timeout or jf.deadline_s + 300.0)
+        return st
+
+    st = asyncio.run(_with_analyst(args, go))
+    print(f"job {st['job_id']!r} (digest {st.get('job_digest', '')[:16]}…): {st['state']}"
+          + (f", {st['phase']}" if st.get("phase") else "")
+          + (f" — {st['error']}" if st.get("error") else "")
+          + (f"; release sha256 {st['release_sha256']}" if st.get("release_sha256") else ""))
+    if not args.wait:
+        print(f"  parties join with: ltm party --job {jf.spec.job_id} --id PARTY --data THEIR_FILE "
+              f"--servers {','.join(v.endpoint for v in jf.spec.servers)} "
+              f"--server-ids {','.join(v.server_id for v in jf.spec.servers)} --certs DIR")
+    return 1 if st["state"] == "failed" else 0
+
+
+def run_status(args: argparse.Namespace) -> int:
+    rows = asyncio.run(_with_analyst(args, lambda stub: job_status(stub, args.job_id)))
+    if args.json:
+        print(json.dumps(rows if not args.job_id else rows[0], indent=2))
+        return 0
+    for st in rows:
+        left = st["close_at"] - time.time()
+        extra = (f", closes in ≤ {left:.0f} s" if st["state"] == "running" and left > 0 else "")
+        held = st["progress"].get("held_per_server")
+        print(f"{st['job_id']}: {st['state']}" + (f" ({st['phase']})" if st["phase"] else "") + extra
+              + (f"; clients held per server {held}" if held else "")
+              + (f"; release sha256 {st['release_sha256']}" if st["release_sha256"] else "")
+              + (f" — {st['error']}" if st["error"] else ""))
+    return 0
+
+
+def run_result(args: argparse.Namespace) -> int:
+    sha, files = asyncio.run(_with_analyst(args, lambda stub: job_result(stub, args.job_id)))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        if "/" in name or name.startswith("."):
+            raise SystemExit(f"ltm job result: refusing the file name {name!r} from the analyst")
+        (out / name).write_text(text)
+    model = json.loads(files.get("model.json", "{}"))
+    print(f"job {args.job_id!r}: release sha256 {sha}; wrote {', '.join(sorted(files))} to {out}")
+    if "coef" in model:
+        coef = ", ".join(f"{k} {v:.4g}" for k, v in model["coef"].items())
+        print(f"  {model['model']}: {model['target']} ≈ {model['intercept']:.4g} + {coef}")
+    elif model:
+        print(f"  {model['model']} (rank {model.get('rank')}) on columns {model.get('columns')}")
+    return 0

@@ -1,0 +1,175 @@
+"""The analyst's durable job table: SQLite (WAL, ``synchronous=FULL``), one file ``analyst.db``.
+
+Everything the analyst must not forget across a crash is committed here before it is relied on
+(DESIGN §5, "the analyst persists its jobs and their state like the servers do"):
+
+* a submitted job — its canonical spec, what to fit, the randomness label, and the *absolute*
+  time at which intake closes — before it is published to any server;
+* whether every server acknowledged the job, and its phase as it advances (``published`` → ``running`` → ``done`` | ``failed``);
+* the finished release: the servers' result shares and the participant set (so the reconstructed
+  sketch, its SHA-256 and every model fitted on it are re-derivable bit for bit) and the output
+  files, before the job is reported done.
+
+A job found ``running`` when the analyst starts is resumed from the beginning of its coordination:
+every step is idempotent on the servers (create, close; a release repeated with the same
+participant set returns the server's persisted once-only record), so the resumed job releases the
+same bytes.  All methods block (fsync); asyncio code calls them through ``asyncio.to_thread``.
+"""
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ltm.jobspec import JobSpec
+from transport.files import private_dir
+
+DB_NAME = "analyst.db"
+STATES = ("published", "running", "done", "failed")
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    job_id        TEXT PRIMARY KEY,
+    digest        TEXT NOT NULL,
+    spec_json     TEXT NOT NULL,
+    fit_json      TEXT NOT NULL,
+    randomness    TEXT NOT NULL,
+    submitted_at  REAL NOT NULL,
+    close_at      REAL NOT NULL,
+    state         TEXT NOT NULL,
+    published     INTEGER NOT NULL DEFAULT 0,
+    phase         TEXT NOT NULL DEFAULT '',
+    error         TEXT NOT NULL DEFAULT '',
+    release_sha256 TEXT NOT NULL DEFAULT '',
+    participants  BLOB,
+    shares        BLOB,
+    outputs_json  TEXT NOT NULL DEFAULT '{}',
+    updated_at    REAL NOT NULL
+);
+"""
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """One row of the job table."""
+
+    job_id: str
+    digest: str
+    spec: JobSpec
+    fit: dict
+    randomness: str
+    submitted_at: float
+    close_at: float
+    state: str
+    published: bool = False
+    phase: str = ""
+    error: str = ""
+    release_sha256: str = ""
+    participants: np.ndarray | None = None
+    shares: list[np.ndarray] | None = None
+    outputs: dict[str, str] | None = None
+
+
+class AnalystStore:
+    """The analyst's jobs in ``<directory>/analyst.db`` (see module docstring)."""
+
+    def __init__(self, directory: str | Path) -> None:
+        self.directory = private_dir(directory)  # 0700, like every actor's state
+        self._db = sqlite3.connect(self.directory / DB_NAME, check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.executescript(_SCHEMA)
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def _write(self, sql: str, args: tuple) -> None:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.execute(sql, args)
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def add(self, spec: JobSpec, fit: dict, randomness: str, close_at: float, state: str) -> JobRecord:
+        """Insert a new job; returns the existing record if the same spec is already here.
+
+        Raises ``KeyError`` (message: what to do) for the same job id with a different spec.
+        """
+        existing = self.get(spec.job_id)
+        if existing is not None:
+            if existing.digest != spec.digest:
+                raise KeyError(f"job {spec.job_id!r} already exists on this analyst with a different spec "
+                               f"(digest {existing.digest[:12]}…); choose a new job id")
+            return existing
+        now = time.time()
+        self._write("INSERT INTO jobs (job_id, digest, spec_json, fit_json, randomness, submitted_at, close_at, state, "
+                    "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (spec.job_id, spec.digest, spec.canonical_json().decode(), json.dumps(fit), randomness, now,
+                     close_at, state, now))
+        return self.get(spec.job_id)  # type: ignore[return-value]
+
+    def update(self, job_id: str, **fields) -> None:
+        """Set columns of one job (state, phase, error, fit, close_at, randomness)."""
+        allowed = {"state", "phase", "error", "close_at", "randomness", "fit_json", "published"}
+        bad = set(fields) - allowed
+        if bad:
+            raise ValueError(f"cannot update {sorted(bad)}")
+        if "state" in fields and fields["state"] not in STATES:
+            raise ValueError(f"unknown state {fields['state']!r}")
+        cols = ", ".join(f"{k} = ?" for k in fields)
+        self._write(f"UPDATE jobs SET {cols}, updated_at = ? WHERE job_id = ?",
+                    (*fields.values(), time.time(), job_id))
+
+    def finish(self, job_id: str, *, release_sha256: str, participants: np.ndarray, shares: list[np.ndarray],
+               outputs: dict[str, str]) -> None:
+        """Commit a finished job: its result shares, participant set and output files, state ``done``."""
+        k = len(shares)
+        m, d = shares[0].shape
+        blob = np.ascontiguousarray(np.stack(shares), dtype="<u8").tobytes()
+        header = json.dumps({"k": k, "m": m, "d": d, "n": int(participants.size)})
+        self._write("UPDATE jobs SET state = 'done', phase = '', error = '', release_sha256 = ?, participants = ?, "
+                    "shares = ?, outputs_json = ?, updated_at = ? WHERE job_id = ?",
+                    (release_sha256, np.packbits(participants.astype(bool)).tobytes(),
+                     header.encode() + b"\n" + blob, json.dumps(outputs), time.time(), job_id))
+
+    def get(self, job_id: str) -> JobRecord | None:
+        with self._lock:
+            row = self._db.execute("SELECT job_id, digest, spec_json, fit_json, randomness, submitted_at, close_at, "
+                                   "state, published, phase, error, release_sha256, participants, shares, outputs_json "
+                                   "FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
+        return None if row is None else _record(row)
+
+    def job_ids(self, state: str | None = None) -> list[str]:
+        with self._lock:
+            if state is None:
+                rows = self._db.execute("SELECT job_id FROM jobs ORDER BY submitted_at").fetchall()
+            else:
+                rows = self._db.execute("SELECT job_id FROM jobs WHERE state = ? ORDER BY submitted_at",
+                                        (state,)).fetchall()
+        return [r[0] for r in rows]
+
+
+def _record(row: tuple) -> JobRecord:
+    (job_id, digest, spec_json, fit_json, randomness, submitted_at, close_at, state, published, phase, error, sha,
+     participants, shares, outputs_json) = row
+    spec = JobSpec.from_json(spec_json)
+    mask = None if participants is None else np.unpackbits(np.frombuffer(participants, np.uint8),
+                                                          count=spec.n).astype(bool)
+    share_list = None
+    if shares is not None:
+        head, blob = bytes(shares).split(b"\n", 1)
+        h = json.loads(head)
+        arr = np.frombuffer(blob, dtype="<u8").astype(np.uint64).reshape(h["k"], h["m"], h["d"])
+        share_list = [arr[i].copy() for i in range(h["k"])]
+    return JobRecord(job_id, digest, spec, json.loads(fit_json), randomness, submitted_at, close_at, state,
+                     bool(published), phase,
+                     error, sha, mask, share_list, json.loads(outputs_json))

@@ -1,0 +1,487 @@
+"""Job files: a job written by the analyst from public information only, as TOML.
+
+A job file states everything a job needs and nothing that comes from a party's data: the job id
+(the user's choice), the partition, the parties and their client counts (``rows``) or the aligned
+row count and column blocks (``columns``), each column's name, role and *public* transform, the
+release (sketch kind and parameters), the privacy and corruption parameters, the servers, and the
+model the analyst fits.  :func:`parse_job_file` turns it into a resolved, validated
+:class:`~ltm.jobspec.JobSpec` plus the analyst's :class:`FitSpec`, or raises
+:class:`JobFileError` listing every problem, one actionable line each.
+
+A column's transform ``x' = (x − center) / scale`` takes one of three public forms:
+
+* ``range = [lo, hi]``: values are known to lie in ``[lo, hi]`` (units, physical limits).  The
+  centre is the midpoint and the scale is chosen so that a value at either end uses exactly the
+  column's share of the clip budget (no row is ever clipped if the range holds).
+* ``center`` and ``spread``: a typical value and a typical deviation (for instance a standard
+  deviation known from domain knowledge, or estimated by the DP bounds pre-job).  The scale puts
+  one ``spread`` at the column's share of the clip budget (like a range of ``center ± spread``).
+* ``center`` and ``scale``: the transform exactly as written.
+
+The clip budget ``C²`` is split between columns as :func:`budget_shares` says (the label gets a
+larger share than a regressor).  ``[[transforms]]`` tables (the fields of
+:class:`ltm.transforms.TransformSpec`, e.g. random Fourier features) are passed to the spec as
+written; the budget split counts the raw columns.  This module is pure: it parses text; reading the file is the
+caller's business.
+"""
+from __future__ import annotations
+
+import difflib
+import hashlib
+import math
+import tomllib
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from ltm.jobspec import (CALIBRATIONS, INTERCEPT_NAME, MECHANISMS, PARTITIONS, ROLES, ColumnSpec, JobSpec,
+                         JobSpecError, PartySpec, PrejobSpec, PrivacySpec, ServerSpec, SketchSpec,
+                         resolve_defaults, validate_job)
+from ltm.jobspec import _typed as typed_record
+from ltm.sharing import SHARE_MODES
+from ltm.sketch import SKETCH_KINDS
+from ltm.transforms import TransformSpec
+
+#: The models the analyst can fit on a release (``analyst.estimators`` implements each).
+MODELS: tuple[str, ...] = ("ols", "ridge", "lowrank", "rmgm_ols", "dgm_ols")
+#: Domain separation for a sketch seed derived from the job id when the file gives none.
+SEED_DOMAIN = b"ltm/jobfile/sketch-seed/v1\x00"
+DEFAULT_DEADLINE_S = 600.0
+
+_SECTIONS = {
+    "job": {"id", "partition", "rows", "clip_bound", "share_mode", "frac_bits", "deadline_s"},
+    "release": {"kind", "m", "s", "seed"},
+    "privacy": {"epsilon", "delta", "mechanism", "calibration", "interpolate_p", "t_prime", "corrupt_parties",
+                "min_honest_load", "min_participants", "prejob"},
+    "fit": {"model", "lambda", "rank", "debias"},
+}
+_ARRAYS = {
+    "transforms": {f.name for f in fields(TransformSpec)},
+    "parties": {"id", "clients", "columns", "clip_bound"},
+    "columns": {"name", "role", "range", "center", "spread", "scale"},
+    "servers": {"id", "endpoint"},
+}
+_PREJOB_KEYS = {"kind", "job_id", "digest", "epsilon", "delta"}
+
+
+class JobFileError(ValueError):
+    """A job file that cannot run; ``problems`` has one actionable line per problem."""
+
+    def __init__(self, problems: list[str], source: str = "job file") -> None:
+        self.problems = list(problems)
+        self.source = source
+        super().__init__(f"{source}: " + "; ".join(self.problems) if len(self.problems) == 1 else
+                         f"{source}: {len(self.problems)} problems:\n  - " + "\n  - ".join(self.problems))
+
+
+@dataclass(frozen=True)
+class FitSpec:
+    """What the analyst fits on the release (post-processing: it costs no privacy)."""
+
+    model: str = "ridge"
+    lam: float = 0.0  # 0 = the default rule (analyst.estimators.default_ridge_lambda)
+    rank: int = 5
+    debias: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model": self.model, "lambda": self.lam, "rank": self.rank, "debias": self.debias}
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> "FitSpec":
+        return FitSpec(model=str(d.get("model", "ridge")), lam=float(d.get("lambda", 0.0)),
+                       rank=int(d.get("rank", 5)), debias=bool(d.get("debias", True)))
+
+
+@dataclass(frozen=True)
+class JobFile:
+    """A parsed job file: the resolved, validated spec, the fit, and how long intake stays open."""
+
+    spec: JobSpec
+    fit: FitSpec = field(default_factory=FitSpec)
+    deadline_s: float = DEFAULT_DEADLINE_S
+
+
+def budget_shares(regressors: int, labelled: bool) -> tuple[float, float]:
+    """``(p, q)``: the share of the squared clip budget C² of each regressor and of the label.
+
+    With isotropic release noise the de-biased regression's excess loss is ∝ 1/q + R²/p subject
+    to ``regressors·p + q = 1``; at R² ≈ 1 the minimum is ``q = 1/(1 + √regressors)``.  Without a
+    label (low rank) the budget is split evenly: ``q = 0``.
+    """
+    if labelled:
+        q = 1.0 / (1.0 + math.sqrt(max(regressors, 1)))
+        return (1.0 - q) / max(regressors, 1), q
+    return 1.0 / max(regressors, 1), 0.0
+
+
+def derived_seed(job_id: str) -> str:
+    """The public sketch seed used when a job file gives none: SHA-256 of the job id (hex)."""
+    return hashlib.sha256(SEED_DOMAIN + job_id.encode()).hexdigest()
+
+
+# ---------------------------------------------------------------------------- parsing helpers
+class _Problems:
+    def __init__(self) -> None:
+        self.items: list[str] = []
+
+    def add(self, msg: str) -> None:
+        self.items.append(msg)
+
+    def unknown(self, where: str, table: dict, known: set[str]) -> None:
+        for key in sorted(set(table) - known):
+            near = difflib.get_close_matches(key, sorted(known), n=1)
+            hint = f" (did you mean {near[0]!r}?)" if near else f"; known keys: {', '.join(sorted(known))}"
+            self.add(f"{where}: unknown key {key!r}{hint}")
+
+    def get(self, table: dict, key: str, kind: type | tuple, where: str, default: Any = None,
+            required: bool = False) -> Any:
+        if key not in table:
+            if required:
+                self.add(f"{where}: missing required key {key!r}")
+            return default
+        value = table[key]
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        if isinstance(value, bool) and bool not in kinds:
+            ok = False
+        else:
+            ok = isinstance(value, kinds)
+        if not ok:
+            names = " or ".join("number" if k is float else k.__name__ for k in kinds if k is not int or float not in kinds)
+            self.add(f"{where}.{key} must be a {names}, got {value!r}")
+            return default
+        return float(value) if float in kinds and not isinstance(value, bool) and isinstance(value, int) else value
+
+
+def _number(p: _Problems, table: dict, key: str, where: str, default: Any = None, required: bool = False) -> Any:
+    return p.get(table, key, (int, float), where, default, required)
+
+
+def _integer(p: _Problems, table: dict, key: str, where: str, default: Any = None, required: bool = False) -> Any:
+    return p.get(table, key, int, where, default, required)
+
+
+# ---------------------------------------------------------------------------- the parser
+def parse_job_file(text: str, *, source: str = "job file", resolve: bool = True) -> JobFile:
+    """Parse and validate a job file's text.
+
+    ``resolve``: fill the defaults (L, min_participants, frac_bits) and run the full job
+    validation (row loads, calibration, ring headroom).  Raises :class:`JobFileError`.
+    """
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise JobFileError([f"not valid TOML: {exc}"], source) from None
+    p = _Problems()
+    p.unknown("the file", doc, set(_SECTIONS) | set(_ARRAYS))
+    tables: dict[str, dict] = {}
+    for name in _SECTIONS:
+        value = doc.get(name, {})
+        if not isinstance(value, dict):
+            p.add(f"[{name}] must be a table, e.g. a line '[{name}]' followed by keys")
+            value = {}
+        p.unknown(f"[{name}]", value, _SECTIONS[name] if name != "privacy" else _SECTIONS[name])
+        tables[name] = value
+    arrays: dict[str, list[dict]] = {}
+    for name in _ARRAYS:
+        value = doc.get(name, [])
+        if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+            p.add(f"{name} must be an array of tables: write each entry under a '[[{name}]]' line")
+            value = []
+        for i, entry in enumerate(value):
+            p.unknown(f"[[{name}]] #{i + 1}", entry, _ARRAYS[name])
+        arrays[name] = value
+
+    job, release, privacy, fit_t = tables["job"], tables["release"], tables["privacy"], tables["fit"]
+    job_id = p.get(job, "id", str, "[job]", "", required=True)
+    if job_id is not None and job_id != job_id.strip():
+        p.add("[job].id must not start or end with spaces")
+    if job_id and any(c in job_id for c in "/\\\x00") or job_id in (".", ".."):
+        p.add(f"[job].id {job_id!r} must not contain '/', '\\' or be '.'/'..' (it names the analyst's output directory)")
+    partition = p.get(job, "partition", str, "[job]", "rows")
+    if partition not in PARTITIONS:
+        p.add(f"[job].partition must be one of {', '.join(PARTITIONS)}, got {partition!r}")
+    clip_bound = _number(p, job, "clip_bound", "[job]", 1.0)
+    share_mode = p.get(job, "share_mode", str, "[job]", "seed")
+    if share_mode not in SHARE_MODES:
+        p.add(f"[job].share_mode must be one of {', '.join(SHARE_MODES)}, got {share_mode!r}")
+    frac_bits = _integer(p, job, "frac_bits", "[job]", 0)
+    deadline_s = _number(p, job, "deadline_s", "[job]", DEFAULT_DEADLINE_S)
+    if not (isinstance(deadline_s, float) and deadline_s > 0 and math.isfinite(deadline_s)):
+        p.add(f"[job].deadline_s must be a positive number of seconds, got {deadline_s!r}")
+
+    # ---- privacy
+    mechanism = p.get(privacy, "mechanism", str, "[privacy]", "gaussian")
+    if mechanism not in MECHANISMS:
+        p.add(f"[privacy].mechanism must be one of {', '.join(MECHANISMS)}, got {mechanism!r}")
+    epsilon = _number(p, privacy, "epsilon", "[privacy]", None, required=True)
+    delta = _number(p, privacy, "delta", "[privacy]", 0.0 if mechanism == "laplace" else None,
+                    required=mechanism != "laplace")
+    calibration = p.get(privacy, "calibration", str, "[privacy]", "tight")
+    if calibration not in CALIBRATIONS:
+        p.add(f"[privacy].calibration must be one of {', '.join(CALIBRATIONS)}, got {calibration!r}")
+    interpolate_p = _number(p, privacy, "interpolate_p", "[privacy]", None)
+    if calibration == "interpolate" and interpolate_p is None:
+        p.add("[privacy].calibration 'interpolate' needs interpolate_p (0 = local model, 1 = distributed)")
+    prejobs = _prejobs(p, privacy.get("prejob", []))
+
+    # ---- columns
+    columns = arrays["columns"]
+    if not columns:
+        p.add("the job has no columns: add one '[[columns]]' table per column (name, role, and a range or center)")
+    names: list[str] = []
+    roles: list[str] = []
+    for i, c in enumerate(columns):
+        where = f"[[columns]] #{i + 1}"
+        name = p.get(c, "name", str, where, "", required=True) or ""
+        role = p.get(c, "role", str, where, "feature")
+        if role not in ROLES:
+            p.add(f"{where} ({name!r}): role must be one of {', '.join(ROLES)}, got {role!r}")
+        if role == "intercept" and not name:
+            name = INTERCEPT_NAME
+        names.append(name)
+        roles.append(role)
+    if len(set(names)) != len(names):
+        dup = sorted({n for n in names if names.count(n) > 1})
+        p.add(f"column names must be distinct; repeated: {dup}")
+    labelled = "label" in roles
+    regressors = sum(r in ("feature", "intercept") for r in roles)
+    share_p, share_q = budget_shares(regressors, labelled)
+    col_specs: list[ColumnSpec] = []
+    for i, c in enumerate(columns):
+        col = _column(p, c, f"[[columns]] #{i + 1} ({names[i]!r})", names[i], roles[i],
+                      share_q if roles[i] == "label" else share_p, clip_bound)
+        if col is not None:
+            col_specs.append(col)
+
+    # ---- parties
+    parties = arrays["parties"]
+    if not parties:
+        p.add("the job has no parties: add one '[[parties]]' table per party (id, and clients or columns)")
+    rows = _integer(p, job, "rows", "[job]", None, required=partition == "columns")
+    party_specs: list[PartySpec] = []
+    start = 0
+    if partition == "rows" and rows is not None:
+        p.add("[job].rows is for the columns partition; in the rows partition n is the sum of the parties' clients")
+    for i, q in enumerate(parties):
+        where = f"[[parties]] #{i + 1}"
+        pid = p.get(q, "id", str, where, "", required=True) or ""
+        where = f"{where} ({pid!r})" if pid else where
+        if partition == "rows":
+            clients = _integer(p, q, "clients", where, None, required=True)
+            if "columns" in q or "clip_bound" in q:
+                p.add(f"{where}: in the rows partition a party holds every column of its clients; "
+                      f"remove its 'columns'/'clip_bound'")
+            if clients is not None:
+                if clients < 1:
+                    p.add(f"{where}: clients must be ≥ 1, got {clients}")
+                else:
+                    party_specs.append(PartySpec(pid, start, start + clients, (), clip_bound or 1.0))
+                    start += clients
+        elif partition == "columns":
+            block = p.get(q, "columns", list, where, [], required=True)
+            if "clients" in q:
+                p.add(f"{where}: in the columns partition every party holds all [job].rows rows; remove 'clients'")
+            if not all(isinstance(b, str) for b in block):
+                p.add(f"{where}.columns must be a list of column names")
+                block = []
+            party_clip = _number(p, q, "clip_bound", where, None)
+            if party_clip is None and col_specs and clip_bound:
+                # Split C² in proportion to the block's share of the columns' budget.
+                shares = {n: (share_q if r == "label" else share_p) for n, r in zip(names, roles)}
+                party_clip = clip_bound * math.sqrt(sum(shares.get(b, 0.0) for b in block)) * (1 - 1e-12)
+            party_specs.append(PartySpec(pid, 0, rows or 0, tuple(block), party_clip or 0.0))
+    n = start if partition == "rows" else (rows or 0)
+
+    # ---- release
+    kind = p.get(release, "kind", str, "[release]", "sparse")
+    if kind not in SKETCH_KINDS:
+        p.add(f"[release].kind must be one of {', '.join(SKETCH_KINDS)}, got {kind!r}")
+    m = _integer(p, release, "m", "[release]", None, required=True)
+    s = _integer(p, release, "s", "[release]", 1)
+    if kind == "dense":
+        if "s" in release and s != m:
+            p.add("[release].s applies to sparse sketches only (a dense sketch has m pieces); remove it")
+        s = m or 1
+    seed = p.get(release, "seed", str, "[release]", None)
+    if seed is None and job_id:
+        seed = derived_seed(job_id)
+
+    # ---- servers
+    servers = arrays["servers"]
+    server_specs = []
+    for i, sv in enumerate(servers):
+        where = f"[[servers]] #{i + 1}"
+        sid = p.get(sv, "id", str, where, "", required=True) or ""
+        endpoint = p.get(sv, "endpoint", str, where, "", required=True) or ""
+        if endpoint and (":" not in endpoint or not endpoint.rsplit(":", 1)[1].isdigit()):
+            p.add(f"{where} ({sid!r}): endpoint must be host:port, got {endpoint!r}")
+        server_specs.append(ServerSpec(sid, endpoint))
+    if len(servers) < 2:
+        p.add(f"at least 2 servers are needed for additive sharing; the file names {len(servers)} "
+              f"(add '[[servers]]' tables with id and endpoint)")
+
+    # ---- fit
+    model = p.get(fit_t, "model", str, "[fit]", "ridge" if labelled else "lowrank")
+    if model not in MODELS:
+        p.add(f"[fit].model must be one of {', '.join(MODELS)}, got {model!r}")
+    elif model != "lowrank" and not labelled:
+        p.add(f"[fit].model {model!r} is a regression: give one column role = \"label\", or use model = \"lowrank\"")
+    lam = _number(p, fit_t, "lambda", "[fit]", 0.0)
+    rank = _integer(p, fit_t, "rank", "[fit]", 5)
+    if isinstance(rank, int) and model == "lowrank" and not 1 <= rank <= max(len(names), 1):
+        p.add(f"[fit].rank must be in [1, {len(names)}] (the number of columns), got {rank}")
+    if isinstance(lam, float) and lam < 0:
+        p.add(f"[fit].lambda must be ≥ 0 (0 = the default rule), got {lam}")
+    debias = p.get(fit_t, "debias", bool, "[fit]", True)
+
+    transforms = []
+    for i, entry in enumerate(arrays["transforms"]):
+        try:  # the fields of ltm.transforms.TransformSpec, checked with the spec (transform_problems)
+            transforms.append(typed_record(TransformSpec, entry, f"[[transforms]] #{i + 1}"))
+        except JobSpecError as exc:
+            p.items += exc.problems
+
+    if p.items:
+        raise JobFileError(p.items, source)
+    spec = JobSpec(
+        job_id=job_id, partition=partition, n=n, columns=tuple(col_specs), parties=tuple(party_specs),
+        clip_bound=clip_bound, frac_bits=frac_bits,
+        sketch=SketchSpec(kind=kind, m=m, s=s, seed=seed),
+        privacy=PrivacySpec(epsilon=epsilon, delta=delta, mechanism=mechanism, calibration=calibration,
+                            interpolate_p=interpolate_p, t_prime=_integer(p, privacy, "t_prime", "[privacy]", 0),
+                            corrupt_parties=_integer(p, privacy, "corrupt_parties", "[privacy]", 0),
+                            min_honest_load=_integer(p, privacy, "min_honest_load", "[privacy]", 0),
+                            min_participants=_integer(p, privacy, "min_participants", "[privacy]", 0)),
+        servers=tuple(server_specs), clip_norm="l1" if mechanism == "laplace" else "l2", share_mode=share_mode,
+        prejobs=prejobs, transforms=tuple(transforms),
+    )
+    if p.items:
+        raise JobFileError(p.items, source)
+    if resolve:
+        try:
+            spec = resolve_defaults(spec)
+            validate_job(spec)
+        except JobSpecError as exc:
+            raise JobFileError(exc.problems, source) from None
+    return JobFile(spec, FitSpec(model, lam, rank, debias), deadline_s)
+
+
+def _column(p: _Problems, c: dict, where: str, name: str, role: str, share: float,
+            clip_bound: Any) -> ColumnSpec | None:
+    """The column's public transform from exactly one of: range, center+spread, center+scale."""
+    if role == "intercept":
+        if any(k in c for k in ("range", "center", "spread", "scale")):
+            p.add(f"{where}: an intercept column takes no transform (its raw value is 1); remove range/center/scale")
+            return None
+        budget = math.sqrt(share) * (clip_bound or 1.0)
+        return ColumnSpec(name, role, 0.0, 1.0 / budget)
+    forms = [k for k in ("range", "spread", "scale") if k in c]
+    if len(forms) != 1 or ("range" in c) == ("center" in c):
+        p.add(f"{where}: give exactly one public transform: range = [lo, hi], or center and spread, or "
+              f"center and scale")
+        return None
+    if not isinstance(clip_bound, float) or clip_bound <= 0:
+        return None
+    budget = math.sqrt(share) * clip_bound  # the largest |x'| the column may use
+    if "range" in c:
+        r = c["range"]
+        if (not isinstance(r, list) or len(r) != 2 or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                               for v in r)):
+            p.add(f"{where}: range must be two numbers [lo, hi], got {r!r}")
+            return None
+        lo, hi = float(r[0]), float(r[1])
+        if not (math.isfinite(lo) and math.isfinite(hi) and hi > lo):
+            p.add(f"{where}: range [lo, hi] needs finite lo < hi, got [{lo:g}, {hi:g}]")
+            return None
+        return ColumnSpec(name, role, (lo + hi) / 2.0, (hi - lo) / 2.0 / budget)
+    center = _number(p, c, "center", where)
+    if "spread" in c:
+        spread = _number(p, c, "spread", where)
+        if spread is None or not (spread > 0 and math.isfinite(spread)):
+            p.add(f"{where}: spread must be a positive number, got {c['spread']!r}")
+            return None
+        scale = spread / budget
+    else:
+        scale = _number(p, c, "scale", where)
+        if scale is None or not (scale > 0 and math.isfinite(scale)):
+            p.add(f"{where}: scale must be a positive number, got {c['scale']!r}")
+            return None
+    if center is None or not math.isfinite(center):
+        p.add(f"{where}: center must be a finite number")
+        return None
+    return ColumnSpec(name, role, center, scale)
+
+
+def _prejobs(p: _Problems, value: Any) -> tuple:
+    """``[[privacy.prejob]]`` entries: the DP pre-jobs whose releases chose this job's transforms."""
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        p.add("[[privacy.prejob]] must be an array of tables (kind, job_id, digest, epsilon, delta)")
+        return ()
+    out = []
+    for i, entry in enumerate(value):
+        where = f"[[privacy.prejob]] #{i + 1}"
+        p.unknown(where, entry, _PREJOB_KEYS)
+        digest = p.get(entry, "digest", str, where, "", required=True) or ""
+        if digest and (len(digest) != 64 or any(ch not in "0123456789abcdef" for ch in digest)):
+            p.add(f"{where}: digest must be the pre-job's 64-hex-digit SHA-256")
+        out.append(PrejobSpec(kind=p.get(entry, "kind", str, where, "bounds"),
+                              job_id=p.get(entry, "job_id", str, where, "", required=True) or "",
+                              digest=digest, epsilon=_number(p, entry, "epsilon", where, 0.0, required=True) or 0.0,
+                              delta=_number(p, entry, "delta", where, 0.0) or 0.0))
+    return tuple(out)
+
+
+# ---------------------------------------------------------------------------- writing job files
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v) if isinstance(v, int) or math.isfinite(v) else "nan"
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    raise TypeError(f"cannot write {type(v).__name__} to TOML")
+
+
+def render_job_file(doc: dict[str, Any], header: str = "") -> str:
+    """TOML text for a job-file document (tables of scalars/lists, and arrays of such tables)."""
+    lines = [f"# {h}" for h in header.splitlines()] if header else []
+    for name in ("job", "release", "privacy", "fit"):
+        table = doc.get(name)
+        if not table:
+            continue
+        lines += ["", f"[{name}]"]
+        nested = []
+        for k, v in table.items():
+            if isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
+                nested.append((k, v))
+            elif v is not None:
+                lines.append(f"{k} = {_toml_value(v)}")
+        for k, entries in nested:
+            for e in entries:
+                lines += ["", f"[[{name}.{k}]]"] + [f"{kk} = {_toml_value(vv)}" for kk, vv in e.items()]
+    for name in ("servers", "parties", "columns", "transforms"):
+        for entry in doc.get(name, []):
+            lines += ["", f"[[{name}]]"] + [f"{k} = {_toml_value(v)}" for k, v in entry.items() if v is not None]
+    return "\n".join(lines).lstrip("\n") + "\n"
+
+
+def spec_summary(jf: JobFile) -> dict[str, Any]:
+    """What ``ltm job check`` prints: the digest and the public choices, resolved."""
+    s = jf.spec
+    return {
+        "job_id": s.job_id, "job_digest": s.digest, "partition": s.partition, "n": s.n, "k": s.k,
+        "parties": [{"id": q.party_id, "clients": [q.start, q.stop], **({"columns": list(q.columns)}
+                                                                          if q.columns else {})} for q in s.parties],
+        "columns": [{"name": c.name, "role": c.role, "center": c.center, "scale": c.scale} for c in s.columns],
+        "release": {"kind": s.sketch.kind, "m": s.sketch.m, "s": s.sketch.s, "seed": s.sketch.seed},
+        "privacy": {"epsilon": s.privacy.epsilon, "delta": s.privacy.delta, "mechanism": s.privacy.mechanism,
+                    "calibration": s.privacy.calibration, "t_prime": s.privacy.t_prime,
+                    "corrupt_parties": s.privacy.corrupt_parties, "min_honest_load": s.privacy.min_honest_load,
+                    "min_participants": s.privacy.min_participants,
+                    "prejobs": [{"kind": x.kind, "job_id": x.job_id, "digest": x.digest, "epsilon": x.epsilon,
+                                 "delta": x.delta} for x in s.prejobs]},
+        "frac_bits": s.frac_bits, "clip_bound": s.clip_bound, "clip_norm": s.clip_norm,
+        "servers": [{"id": v.server_id, "endpoint": v.endpoint} for v in s.servers],
+        "fit": jf.fit.to_dict(), "deadline_s": jf.deadline_s,
+    }

@@ -1,0 +1,354 @@
+"""The release-kind planner: choose the kind and its parameters from PUBLIC quantities only.
+
+Given n, the client-vector width D, (ε, δ), the mechanism, the partition, the corruption tolerance
+and the clip bound — and optionally a PUBLIC second moment of the transformed client vectors —
+:func:`plan_release` predicts, for each candidate release kind with its parameters, the excess
+error of the model the analyst fits, chooses the smallest, and says why.  It never sees data.
+
+What is predicted (regression).  The excess risk of the fitted coefficients over the clipped data's
+least-squares fit, per client and relative to the label's second moment, i.e. the predicted loss
+of R² in the transformed space (the quantity the planner grid in docs/experiments.md measures):
+
+    excess = E[(ŵ − w)ᵀ Σ (ŵ − w)] / E[y²],     Σ = E[x xᵀ] (regressors), w = Σ⁻¹ E[x y].
+
+First-order formulas (derivations in docs/planner.md):
+
+* ``gram`` (rows only): Ĝ = ZᵀZ + E, E symmetric, Var E_ii = v, Var E_ij = v/2 with v the
+  released per-entry noise variance (``n·σ_c²``, σ_c for Δ₂ = √2·C²).  In the eigenbasis (μ_k, w_k)
+  of Σ, with ridge λ (the AdaSSP-style rule, ≈ max(0, τ − n·μ_min), τ = √(2pv)):
+  ``excess·E[y²] = Σ_k μ_k (c + λ² w_k²) / (n μ_k + λ)²``,  c = (v/2)(1 + ‖w‖²).
+  It falls like 1/n².
+* ``sparse``/``dense`` (sketch, m rows, de-biased ridge): Ã = SZ + N with per-entry noise
+  variance v_e (≈ σ₁²/0.95·(expected load / L), σ₁ for Δ₂ = 2C), so
+  ``excess·E[y²] ≈ p/(m − p − 1)·r                       (sketch-and-solve distortion)
+                 + v_e (1 + ‖w‖²)·p / n                     (cross term (SX)ᵀN: input perturbation)
+                 + v_e·r·tr(Σ⁻¹) / n                        (N_xᵀ S r)
+                 + v_e² m (1 + ‖w‖²)·tr(Σ⁻¹) / n²           (NᵀN − E[NᵀN])``
+  with r = E[y²] − wᵀΣw the residual second moment.  The cross term falls like 1/n, whatever m:
+  the reason a sketch cannot reach the central SSP/AdaSSP error in the rows partition.  m is
+  chosen by minimising the sum over the feasible range (≥ max(4D, 16), ≤ n/64, every row's honest
+  load ≥ 1).
+
+What is assumed without a public second moment: the job's public column transforms give every
+client vector norm ≈ C (``sim.data.public_columns``: E‖z‖² ≈ C², the label's share
+q = 1/(1 + √p), each regressor p-th of the rest), regressors uncorrelated (Σ = (1 − q)C²/p · I),
+and an assumed R² (default 0.5).  Real data are correlated (Σ has small eigenvalues) and that
+moves absolute predictions, but not the ranking of the kinds in the rows partition: the gram
+kind's error is smaller by a factor ≈ n/(tr(Σ⁻¹)·…) that grows with n.  Lifting is also limited
+by traffic: a client uploads D(D+1)/2 values for ``gram`` against s·D for a sparse sketch; kinds
+whose upload exceeds ``max_upload_values`` are not candidates (random features make D large).
+
+Columns partition: no party holds a whole client vector, so nothing can be lifted; the planner
+tunes the sparse sketch's m by the formula above.
+
+Low rank (no label): predicted is the spectral-norm error of the second-moment estimate relative
+to its top eigenvalue (gram: ‖E‖ ≈ √(2Dv); sketch: cross term ≈ √(2 v_e n λ₁) + NᵀN fluctuation
+v_e(√m + √D)² + sketching ≈ λ₁·n·√(D/m)).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ltm.calibration import plan_noise
+from ltm.lifts import gram_width
+
+__all__ = ["PlanInputs", "Candidate", "Plan", "plan_release", "KINDS", "DEFAULT_ASSUMED_R2",
+           "DEFAULT_MAX_UPLOAD_VALUES"]
+
+KINDS = ("gram", "sparse", "dense")
+DEFAULT_ASSUMED_R2 = 0.5
+#: Largest number of values one client may upload per job (gram: D(D+1)/2; sketch: pieces·D).
+DEFAULT_MAX_UPLOAD_VALUES = 4096
+#: The load fraction resolve_defaults keeps (ltm.jobspec.DEFAULT_LOAD_FRACTION; repeated to keep
+#: the planner importable without the job spec module).
+LOAD_FRACTION = 0.95
+#: Dense sketches cost m pieces per client: only small m are candidates.
+DENSE_MAX_M = 64
+
+
+@dataclass(frozen=True)
+class PlanInputs:
+    """The public quantities the planner may use.
+
+    Attributes:
+        n: clients (rows).
+        width: D, entries of the client vector (regressors incl. an intercept column, and the label).
+        epsilon, delta: the privacy parameters (delta 0 for the Laplace mechanism).
+        partition: ``rows`` or ``columns``.
+        task: ``regression`` (the last entry is the label) or ``lowrank``.
+        mechanism: ``gaussian`` or ``laplace``.
+        clip_bound: C.
+        party_sizes: clients per party (rows partition; for the corrupt-party deduction).
+        corrupt_parties, t_prime: the corruption tolerance.
+        second_moment: optional PUBLIC D × D second moment E[z zᵀ] of the transformed client
+            vectors (label last), e.g. from public or synthetic data; never from the private data.
+        assumed_r2: R² assumed when no second moment is given.
+        max_upload_values: traffic cap per client.
+        kinds: the candidate kinds (default gram and sparse; a dense sketch has the same error as a
+            sparse one of the same m at m times the upload, so it is a candidate only on request).
+    """
+
+    n: int
+    width: int
+    epsilon: float
+    delta: float
+    partition: str = "rows"
+    task: str = "regression"
+    mechanism: str = "gaussian"
+    clip_bound: float = 1.0
+    party_sizes: tuple[int, ...] = ()
+    corrupt_parties: int = 0
+    t_prime: int = 0
+    second_moment: Any = None
+    assumed_r2: float = DEFAULT_ASSUMED_R2
+    max_upload_values: int = DEFAULT_MAX_UPLOAD_VALUES
+    kinds: tuple[str, ...] = ("gram", "sparse")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One release kind with its parameters and the predicted excess error."""
+
+    kind: str
+    m: int
+    s: int
+    predicted_excess: float
+    terms: dict[str, float] = field(default_factory=dict)
+    estimator: str = ""
+    upload_values: int = 0
+    feasible: bool = True
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The planner's choice, every candidate, the reason and the assumptions."""
+
+    kind: str
+    m: int
+    s: int
+    estimator: str
+    predicted_excess: float
+    candidates: tuple[Candidate, ...]
+    reason: str
+    assumptions: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# -------------------------------------------------------------------- the model's moments
+@dataclass(frozen=True)
+class _Moments:
+    mu: np.ndarray  # eigenvalues of Σ (regressors), per client
+    w2: np.ndarray  # squared coefficients in Σ's eigenbasis
+    y2: float       # E[y²]
+    resid: float    # E[y²] − wᵀΣw
+    top: float      # largest eigenvalue of the full second moment (low rank)
+    source: str
+
+
+def _moments(inp: PlanInputs) -> _Moments:
+    C2 = inp.clip_bound**2
+    D = inp.width
+    if inp.second_moment is not None:
+        M = np.asarray(inp.second_moment, dtype=np.float64)
+        if M.shape != (D, D) or not np.all(np.isfinite(M)):
+            raise ValueError(f"the public second moment must be a finite {D} × {D} matrix, got shape {M.shape}")
+        M = (M + M.T) / 2.0
+        top = float(np.linalg.eigvalsh(M)[-1])
+        if inp.task == "lowrank":
+            return _Moments(np.linalg.eigvalsh(M), np.zeros(D), 0.0, 0.0, top, "public second moment")
+        Sxx, sxy, yy = M[:-1, :-1], M[:-1, -1], float(M[-1, -1])
+        mu, U = np.linalg.eigh(Sxx)
+        mu = np.maximum(mu, 1e-12 * max(mu.max(), 1e-300))
+        w = U.T @ np.linalg.lstsq(Sxx, sxy, rcond=None)[0]
+        resid = max(yy - float(np.sum(mu * w * w)), 1e-12 * yy)
+        return _Moments(mu, w * w, yy, resid, top, "public second moment")
+    if inp.task == "lowrank":
+        mu = np.full(D, C2 / D)
+        return _Moments(mu, np.zeros(D), 0.0, 0.0, C2 / D, f"isotropic, E‖z‖² = C² (no public second moment)")
+    p = D - 1
+    q = 1.0 / (1.0 + math.sqrt(p))
+    sx = (1.0 - q) * C2 / p
+    y2 = q * C2
+    r2 = inp.assumed_r2
+    w2 = np.full(p, r2 * y2 / (sx * p))
+    return _Moments(np.full(p, sx), w2, y2, (1.0 - r2) * y2, max(sx, y2),
+                    f"isotropic regressors, label share q = 1/(1+√p), assumed R² = {r2:g} (no public second moment)")
+
+
+# -------------------------------------------------------------------- noise of each kind
+def _deduction(inp: PlanInputs, share: float) -> float:
+    """Expected corrupt load in one row when a row receives ``share`` of each party's clients."""
+    sizes = sorted(inp.party_sizes or (inp.n,), reverse=True)
+    c = inp.corrupt_parties if inp.partition == "rows" else 0
+    return inp.t_prime * (1 if inp.partition == "rows" else 0) + share * sum(sizes[:c])
+
+
+def _release_variance(inp: PlanInputs, *, sensitivity_scale: float, load: float, deduction: float,
+                      pieces: int) -> float | None:
+    """Variance of one released (scaled) entry: load honest-or-not draws of σ_c² = σ_Y²/L, /pieces."""
+    L = math.floor(LOAD_FRACTION * (load - deduction))
+    if L < 1:
+        return None
+    C = inp.clip_bound
+    if sensitivity_scale > 0:  # lifted: Δ given
+        sens = sensitivity_scale
+        plan = plan_noise(mechanism=inp.mechanism, calibration="tight", epsilon=inp.epsilon,
+                          delta=inp.delta if inp.mechanism == "gaussian" else 0.0, clip_norm=C, s=1,
+                          min_honest_load=L, sensitivity=sens, sketch_kind="sum")
+    else:
+        plan = plan_noise(mechanism=inp.mechanism, calibration="tight", epsilon=inp.epsilon,
+                          delta=inp.delta if inp.mechanism == "gaussian" else 0.0, clip_norm=C, s=pieces,
+                          min_honest_load=L)
+    return load * plan.sigma_client**2 / pieces
+
+
+def _gram_candidate(inp: PlanInputs, mom: _Moments) -> Candidate:
+    D, n = inp.width, inp.n
+    W = gram_width(D)
+    C2 = inp.clip_bound**2
+    sens = (math.sqrt(2.0) if inp.mechanism == "gaussian" else 2.0) * C2
+    if inp.partition != "rows":
+        return Candidate("gram", 1, 1, math.inf, upload_values=W, feasible=False,
+                         note="columns partition: no party holds a whole client vector to lift")
+    if W > inp.max_upload_values:
+        return Candidate("gram", 1, 1, math.inf, upload_values=W, feasible=False,
+                         note=f"upload D(D+1)/2 = {W} values per client exceeds the cap {inp.max_upload_values}")
+    v = _release_variance(inp, sensitivity_scale=sens, load=n, deduction=_deduction(inp, 1.0), pieces=1)
+    if v is None:
+        return Candidate("gram", 1, 1, math.inf, upload_values=W, feasible=False,
+                         note="no honest load left after the corruption deduction")
+    if inp.task == "lowrank":
+        err = math.sqrt(2.0 * D * v) / (n * mom.top)
+        return Candidate("gram", 1, 1, err, {"noise_spectral": err}, "top eigenvectors of the noisy ZᵀZ",
+                         W, note=f"released per-entry noise variance v = {v:.4g}")
+    p = D - 1
+    mu, w2 = mom.mu, mom.w2
+    c = 0.5 * v * (1.0 + float(w2.sum()))
+    tau = math.sqrt(2.0 * p * v)  # the noise's spectral edge (analyst.gram.noise_edge)
+    lam = max(0.0, tau - n * float(mu.min()))
+    var = float(np.sum(mu * c / (n * mu + lam) ** 2))
+    bias = float(np.sum(mu * lam**2 * w2 / (n * mu + lam) ** 2))
+    ex = min((var + bias) / mom.y2, float(np.sum(mu * w2)) / mom.y2)
+    return Candidate("gram", 1, 1, ex, {"noise": var / mom.y2, "ridge_bias": bias / mom.y2},
+                     f"ridge, AdaSSP-style λ = max(0, τ − λ_min(noisy XᵀX)), τ = √(2pv) ≈ {tau:.4g} "
+                     f"(predicted λ ≈ {lam:.4g})", W, note=f"released per-entry noise variance v = {v:.4g}")
+
+
+def _sketch_terms(inp: PlanInputs, mom: _Moments, kind: str, m: int, s: int) -> tuple[float, dict[str, float]] | None:
+    n, D = inp.n, inp.width
+    pieces = m if kind == "dense" else s
+    load = n * pieces / m
+    # a sparse row's load is binomial: keep 3 standard deviations below the mean for the minimum
+    min_load = load if kind == "dense" else load - 3.0 * math.sqrt(load)
+    v_e = _release_variance(inp, sensitivity_scale=0.0, load=min_load, deduction=_deduction(inp, pieces / m),
+                            pieces=pieces)
+    if v_e is None:
+        return None
+    v_e *= load / max(min_load, 1.0)  # the average row carries `load` draws of the min-row σ_c
+    if inp.task == "lowrank":
+        lam1 = mom.top
+        sketch = lam1 * math.sqrt(D / m)
+        cross = math.sqrt(2.0 * v_e * lam1 / n)
+        nn = v_e * (math.sqrt(m) + math.sqrt(D)) ** 2 / n
+        # NᵀN's mean v_e·m·I is not removed by the SVD: it adds to every direction equally
+        total = (sketch + cross + nn) / lam1
+        return total, {"sketching": sketch / lam1, "cross_term": cross / lam1, "noise_gram": nn / lam1}
+    p = D - 1
+    if m <= p + 1:
+        return None
+    mu, w2 = mom.mu, mom.w2
+    trinv = float(np.sum(1.0 / mu))
+    ww = 1.0 + float(w2.sum())
+    terms = {
+        "sketching": p / (m - p - 1) * mom.resid,
+        "cross_term": v_e * ww * p / n,
+        "residual_cross": v_e * mom.resid * trinv / n,
+        "noise_gram": v_e**2 * m * ww * trinv / n**2,
+    }
+    # First order overshoots once the noise dominates; the de-biased ridge then shrinks towards
+    # w = 0, whose excess is the explained share wᵀΣw/E[y²]: the prediction is capped there.
+    zero = float(np.sum(mu * w2)) / mom.y2
+    return min(sum(terms.values()) / mom.y2, zero), {k: t / mom.y2 for k, t in terms.items()}
+
+
+def _sketch_candidate(inp: PlanInputs, mom: _Moments, kind: str) -> Candidate:
+    n, D = inp.n, inp.width
+    lo = max(4 * D, 16)
+    hi = max(n // 64, 1) if kind == "sparse" else min(max(n // 64, 1), DENSE_MAX_M)
+    s = 1
+    best: tuple[float, int, dict] | None = None
+    if hi >= lo:
+        for m in np.unique(np.round(np.geomspace(lo, hi, 60)).astype(int)):
+            got = _sketch_terms(inp, mom, kind, int(m), s)
+            if got is not None and (best is None or got[0] < best[0]):
+                best = (got[0], int(m), got[1])
+    pieces_values = lambda m: (m if kind == "dense" else s) * D  # noqa: E731
+    if best is None:
+        return Candidate(kind, lo, s, math.inf, feasible=False, upload_values=pieces_values(lo),
+                         note=f"no feasible m in [{lo}, {hi}] (too few clients for this D and corruption tolerance)")
+    ex, m, terms = best
+    if pieces_values(m) > inp.max_upload_values:
+        return Candidate(kind, m, m if kind == "dense" else s, math.inf, terms, upload_values=pieces_values(m),
+                         feasible=False, note=f"upload {pieces_values(m)} values per client exceeds the cap")
+    est = "de-biased ridge, λ = v·√m" if inp.task == "regression" else "top right singular vectors of Ã"
+    return Candidate(kind, m, m if kind == "dense" else s, ex, terms, est, pieces_values(m),
+                     note=f"m minimises the predicted error over [{lo}, {hi}]")
+
+
+# -------------------------------------------------------------------- the planner
+def _check(inp: PlanInputs) -> None:
+    problems = []
+    if inp.n < 2 or inp.width < (2 if inp.task == "regression" else 1):
+        problems.append(f"need n ≥ 2 and a client vector wide enough for the task (n={inp.n}, D={inp.width})")
+    if not (inp.epsilon > 0 and math.isfinite(inp.epsilon)):
+        problems.append(f"epsilon must be > 0 (got {inp.epsilon})")
+    if inp.partition not in ("rows", "columns"):
+        problems.append(f"partition must be rows or columns (got {inp.partition!r})")
+    if inp.task not in ("regression", "lowrank"):
+        problems.append(f"task must be regression or lowrank (got {inp.task!r})")
+    unknown = [k for k in inp.kinds if k not in KINDS]
+    if unknown or not inp.kinds:
+        problems.append(f"candidate kinds must be a non-empty subset of {KINDS} (got {inp.kinds})")
+    if problems:
+        raise ValueError("planner: " + "; ".join(problems))
+
+
+def plan_release(inp: PlanInputs) -> Plan:
+    """Predict each candidate kind's excess error, choose the smallest, explain (module docstring)."""
+    _check(inp)
+    mom = _moments(inp)
+    cands: list[Candidate] = []
+    for kind in inp.kinds:
+        cands.append(_gram_candidate(inp, mom) if kind == "gram" else _sketch_candidate(inp, mom, kind))
+    feasible = [c for c in cands if c.feasible and math.isfinite(c.predicted_excess)]
+    if not feasible:
+        raise ValueError("planner: no release kind is feasible: " + "; ".join(f"{c.kind}: {c.note}" for c in cands))
+    # ties (within 1%) go to the cheaper upload
+    best = min(feasible, key=lambda c: (round(math.log(max(c.predicted_excess, 1e-300)) / math.log(1.01)),
+                                        c.upload_values))
+    what = "predicted R² loss" if inp.task == "regression" else "predicted relative spectral error"
+    others = ", ".join(f"{c.kind}(m={c.m}) {c.predicted_excess:.3g}" if c.feasible else f"{c.kind}: {c.note}"
+                       for c in cands if c is not best)
+    reason = (f"{best.kind} (m={best.m}, s={best.s}) has the smallest {what}, {best.predicted_excess:.3g}; "
+              f"{others or 'no other candidate'}.")
+    if best.kind == "gram":
+        reason += (" A gram release's error does not grow with n (noisy ZᵀZ), a sketch's cross term (SX)ᵀN "
+                   "grows like √n.")
+    elif inp.partition == "columns":
+        reason += " Columns partition: lifting needs whole client vectors, so the sketch is tuned."
+    assumptions = (
+        f"second moment: {mom.source}",
+        f"ε = {inp.epsilon:g}, δ = {inp.delta:g}, {inp.mechanism}, C = {inp.clip_bound:g}, "
+        f"corruption: {inp.corrupt_parties} parties, t′ = {inp.t_prime}; min honest load L = "
+        f"{LOAD_FRACTION:g}·(load − deduction) as resolve_defaults sets it",
+        "first-order error formulas (docs/planner.md); clipping bias and the label's clipping are ignored",
+        f"traffic cap {inp.max_upload_values} values per client",
+    )
+    return Plan(best.kind, best.m, best.s, best.estimator, best.predicted_excess, tuple(cands), reason, assumptions)

@@ -1,0 +1,274 @@
+"""Mutation testing for the modules where a silent bug costs privacy or correctness.
+
+Runs mutmut (a dev extra) on one module at a time, each against a targeted, fast selection of
+tests, in a scratch copy of the repository (``.mutation/<module>/``, git-ignored), so the
+worktree is never touched.  For every module it prints the score
+
+    killed / (mutants − equivalent mutants)
+
+and every surviving mutant that is not listed as equivalent in
+``scripts/mutation_equivalents.toml`` (one line of reason each).  Usage::
+
+    scripts/mutation.sh                      # every module, in the order below
+    scripts/mutation.sh ltm/ring.py          # one module
+    scripts/mutation.sh --json out.json ...  # also write the scores as JSON
+
+A mutant counts as killed when a test fails, errors or times out on it.  "No tests" (no selected
+test reaches the mutated function) counts as a survivor.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+SCRATCH = REPO / ".mutation"
+EQUIVALENTS = REPO / "scripts" / "mutation_equivalents.toml"
+PACKAGES = ["ltm", "party", "server", "analyst", "sim", "experiments", "transport"]
+
+#: module → the tests that exercise it (fast, in-process; no subprocesses, since a subprocess
+#: would import the unmutated code).  Ordered from the most stable module to the most changed.
+MODULES: dict[str, list[str]] = {
+    "ltm/ring.py": ["tests/test_ring_sharing.py", "tests/test_mutation_kills.py"],
+    "ltm/sharing.py": ["tests/test_ring_sharing.py", "tests/test_mutation_kills.py"],
+    "ltm/calibration.py": [
+        "tests/test_calibration.py",
+        "tests/test_noise_laplace.py",
+        "tests/test_mutation_kills.py",
+    ],
+    "server/release_gate.py": ["tests/test_release_gate.py", "tests/test_mutation_kills.py"],
+    "analyst/reconstruct.py": ["tests/test_pipeline_exact.py", "tests/test_mutation_kills.py"],
+    "ltm/sketch.py": ["tests/test_sketch_golden.py", "tests/test_mutation_kills.py"],
+    "party/randomizer.py": [
+        "tests/test_pipeline_exact.py",
+        "tests/test_release_noise.py",
+        "tests/test_mutation_kills.py",
+    ],
+    "server/core.py": ["tests/test_release_gate.py", "tests/test_bad_input.py", "tests/test_mutation_kills.py"],
+    "analyst/estimators.py": ["tests/test_estimators.py", "tests/test_mutation_kills.py"],
+    "analyst/baselines.py": ["tests/test_baselines.py", "tests/test_mutation_kills.py"],
+}
+
+STATUS_KILLED = {"killed", "timeout"}
+
+
+@dataclass
+class ModuleScore:
+    module: str
+    total: int = 0
+    killed: int = 0
+    equivalent: list[dict] = field(default_factory=list)
+    survivors: list[dict] = field(default_factory=list)
+    statuses: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def score(self) -> float:
+        denominator = self.total - len(self.equivalent)
+        return self.killed / denominator if denominator else 1.0
+
+
+def copy_repo(dest: Path) -> None:
+    """Copy the tracked and untracked-but-not-ignored files of the worktree to ``dest``."""
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    listed = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO, capture_output=True, check=True
+    ).stdout.split(b"\0")
+    for raw in listed:
+        if not raw:
+            continue
+        rel = Path(raw.decode())
+        src = REPO / rel
+        if not src.is_file():
+            continue
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, dest / rel)
+
+
+def write_config(dest: Path, module: str, tests: list[str]) -> None:
+    config = (
+        "\n[tool.mutmut]\n"
+        f"source_paths = {json.dumps(PACKAGES)}\n"
+        f"only_mutate = {json.dumps([module])}\n"
+        f"pytest_add_cli_args_test_selection = {json.dumps(tests)}\n"
+        'pytest_add_cli_args = ["-x", "-q"]\n'
+    )
+    with open(dest / "pyproject.toml", "a", encoding="utf-8") as fh:
+        fh.write(config)
+
+
+def load_equivalents() -> dict[str, list[dict]]:
+    """module → [{function, mutant, reason}] from the equivalents file."""
+    if not EQUIVALENTS.exists():
+        return {}
+    data = tomllib.loads(EQUIVALENTS.read_text(encoding="utf-8"))
+    out: dict[str, list[dict]] = {}
+    for entry in data.get("equivalent", []):
+        out.setdefault(entry["module"], []).append(entry)
+    return out
+
+
+def mutant_diff(cwd: Path, env: dict, name: str) -> tuple[str, str]:
+    """(the original line(s), the mutated line(s)) of one mutant, whitespace-normalised."""
+    shown = subprocess.run(["mutmut", "show", name], cwd=cwd, env=env, capture_output=True, text=True).stdout
+    minus = [ln[1:].strip() for ln in shown.splitlines() if ln.startswith("-") and not ln.startswith("---")]
+    plus = [ln[1:].strip() for ln in shown.splitlines() if ln.startswith("+") and not ln.startswith("+++")]
+    return " / ".join(minus), " / ".join(plus)
+
+
+def function_of(name: str) -> str:
+    """``ltm.ring.x_encode__mutmut_3`` → ``encode``; methods ``xǁClassǁm__mutmut_1`` → ``Class.m``."""
+    tail = name.rsplit("__mutmut_", 1)[0]
+    tail = tail.split(".")[-1]
+    if "ǁ" in tail:
+        parts = [p for p in tail.split("ǁ") if p]
+        return ".".join(parts[1:]) if parts and parts[0] == "x" else ".".join(parts)
+    return tail[2:] if tail.startswith("x_") else tail
+
+
+def is_equivalent(entries: list[dict], function: str, original: str, mutated: str) -> dict | None:
+    for entry in entries:
+        if entry["function"] != function:
+            continue
+        if entry["mutant"].strip() == mutated and entry.get("original", original).strip() == original:
+            return entry
+    return None
+
+
+def source_digest(module: str) -> str:
+    return hashlib.sha256((REPO / module).read_bytes()).hexdigest()
+
+
+def state_path(module: str) -> Path:
+    return SCRATCH / (module.replace("/", "_").removesuffix(".py") + ".json")
+
+
+def load_state(module: str) -> dict[str, str] | None:
+    """Statuses of the last run on this module, if its source has not changed since."""
+    path = state_path(module)
+    if not path.exists():
+        return None
+    state = json.loads(path.read_text())
+    return state["statuses"] if state.get("source_sha256") == source_digest(module) else None
+
+
+def run_module(module: str, tests: list[str], children: int, equivalents: list[dict],
+               survivors_only: bool = False) -> ModuleScore:
+    dest = SCRATCH / module.replace("/", "_").removesuffix(".py")
+    previous = load_state(module) if survivors_only else None
+    rerun = sorted(n for n, st in (previous or {}).items() if st not in STATUS_KILLED)
+    copy_repo(dest)
+    write_config(dest, module, tests)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    what = f"the {len(rerun)} survivors of the last run" if previous is not None else "every mutant"
+    print(f"== {module}: mutmut run ({what}) against {' '.join(tests)}", flush=True)
+    statuses: dict[str, str] = dict(previous or {})
+    if previous is None or rerun:
+        proc = subprocess.run(["mutmut", "run", "--max-children", str(children), *rerun], cwd=dest, env=env,
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:])
+            raise SystemExit(f"mutmut failed on {module} (exit {proc.returncode}); scratch copy left in {dest}")
+        listed = subprocess.run(["mutmut", "results", "--all", "true"], cwd=dest, env=env, capture_output=True,
+                                text=True, check=True).stdout
+        for line in listed.splitlines():
+            match = re.match(r"\s*(\S+__mutmut_\d+): (.+)$", line)
+            if match and (previous is None or match.group(1) in rerun):
+                statuses[match.group(1)] = match.group(2).strip()
+    state_path(module).write_text(json.dumps({"source_sha256": source_digest(module), "statuses": statuses}))
+    result = ModuleScore(module)
+    for name, status in sorted(statuses.items()):
+        result.total += 1
+        result.statuses[status] = result.statuses.get(status, 0) + 1
+        if status in STATUS_KILLED:
+            result.killed += 1
+            continue
+        function = function_of(name)
+        original, mutated = mutant_diff(dest, env, name)
+        row = {"name": name, "status": status, "function": function, "original": original, "mutant": mutated}
+        entry = is_equivalent(equivalents, function, original, mutated)
+        if entry is not None:
+            row["reason"] = entry["reason"]
+            result.equivalent.append(row)
+        else:
+            result.survivors.append(row)
+    return result
+
+
+def report(result: ModuleScore) -> None:
+    non_eq = result.total - len(result.equivalent)
+    print(
+        f"{result.module}: {result.killed}/{non_eq} killed of non-equivalent mutants "
+        f"({100 * result.score:.1f}%); {result.total} mutants, {len(result.equivalent)} equivalent; "
+        f"statuses {result.statuses}"
+    )
+    for row in result.survivors:
+        print(f"  SURVIVED {row['name']} [{row['status']}] in {row['function']}: {row['original']!r} -> {row['mutant']!r}")
+    for row in result.equivalent:
+        print(f"  equivalent {row['name']} in {row['function']}: {row['mutant']!r} ({row['reason']})")
+    sys.stdout.flush()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("modules", nargs="*", help="modules to mutate (default: all, in order)")
+    parser.add_argument("--children", type=int, default=1, help="parallel mutant workers (default 1)")
+    parser.add_argument("--json", type=Path, help="also write the per-module scores here")
+    parser.add_argument("--keep", action="store_true", help="keep the scratch copies")
+    parser.add_argument("--survivors-only", action="store_true",
+                        help="re-run only the mutants that survived the last run (if the module is unchanged)")
+    args = parser.parse_args(argv)
+    modules = args.modules or list(MODULES)
+    unknown = [m for m in modules if m not in MODULES]
+    if unknown:
+        parser.error(f"no test selection for {unknown}; known: {', '.join(MODULES)}")
+    equivalents = load_equivalents()
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--", *modules, "tests"], cwd=REPO, capture_output=True,
+                           text=True).stdout.strip()
+    print(f"commit {commit}{' (with uncommitted changes)' if dirty else ''}", flush=True)
+    results = []
+    for module in modules:
+        result = run_module(module, MODULES[module], args.children, equivalents.get(module, []),
+                            survivors_only=args.survivors_only)
+        report(result)
+        results.append(result)
+        if not args.keep:
+            shutil.rmtree(SCRATCH / module.replace("/", "_").removesuffix(".py"), ignore_errors=True)
+    if args.json:
+        args.json.write_text(
+            json.dumps(
+                {
+                    "commit": commit,
+                    "dirty": bool(dirty),
+                    "modules": [
+                        {
+                            "module": r.module,
+                            "mutants": r.total,
+                            "killed": r.killed,
+                            "equivalent": r.equivalent,
+                            "survivors": r.survivors,
+                            "score": r.score,
+                        }
+                        for r in results
+                    ],
+                },
+                indent=1,
+                ensure_ascii=False,
+            )
+        )
+    return 0 if all(r.score >= 0.9 for r in results) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
