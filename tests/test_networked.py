@@ -106,7 +106,7 @@ def test_gram_release_is_identical_over_grpc_and_equals_the_clear_sum(deployment
                 p_ch, party = _stubs(deployment, p.party_id)
                 try:
                     await run_upload(party, spec, p.party_id, tables[p.party_id],
-                                     randomness.child("party", p.party_id), batch_clients=300, progress=False)
+                                     party_randomness(randomness, spec, p.party_id), batch_clients=300, progress=False)
                 finally:
                     await _close(p_ch)
             return await run_job(analyst, spec, deadline_s=10, randomness_label=randomness.label)
