@@ -124,6 +124,9 @@ def make_spec(columns: tuple[ColumnSpec, ...], n: int, mech: Mechanism, *, job_i
                             interpolate_p=mech.interpolate_p, t_prime=mech.t_prime),
         servers=tuple(ServerSpec(f"server-{i}", (endpoints or [""] * k)[i]) for i in range(k)),
         clip_norm=mech.clip_norm, share_mode="seed",
+        # Paper reproductions on seeded randomness: the paper's threat model (t′ corrupt clients, no
+        # corrupt party deducted) is kept, and the servers accept the seeded batches.
+        reproduction=True,
     )
     if loads is not None:
         feasible = int(loads.min()) - mech.t_prime

@@ -150,9 +150,10 @@ def _print_simulate_summary(r: dict[str, Any]) -> None:
     if r.get("synthetic") or str(r.get("data", "")).startswith("synthetic"):
         note += "; synthetic data are drawn afresh each run, so every row varies" if not seeded else ""
     print("  " + note)
+    from party.ledger import describe_admission  # lazily: ltm/cli.py imports actors per subcommand
+
     for party, entry in sorted(r.get("ledgers", {}).items()):
-        print(f"  ledger {party}: spent ε {entry['before']['epsilon']:.4g} → {entry['after']['epsilon']:.4g} "
-              f"of budget {entry['budget']['epsilon']:g} (δ {entry['budget']['delta']:g})")
+        print(f"  ledger {party}: {describe_admission(entry)}")
     print(f"  release sha256 {r['release_sha256']}")
     print(f"  time {r['timing_s']['total']:.2f} s")
 

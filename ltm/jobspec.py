@@ -155,6 +155,7 @@ class JobSpec:
     #: A reproduction job (experiments, ``--seed`` runs): servers accept batches drawn with seeded
     #: (reproducible, NOT private) randomness only for such jobs, parties accept such jobs only when
     #: told to, and their releases are labelled not private.  Never set it for a real release.
+    #: Omitted from the canonical JSON when false.
     reproduction: bool = False
     version: str = JOB_SPEC_VERSION
     #: Public transforms applied by parties before clipping (ltm.transforms); omitted from the
@@ -269,8 +270,8 @@ class JobSpec:
     # ---------------------------------------------------------------- serialisation
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        for optional in ("transforms", "prejobs"):  # absent when empty: older specs keep their digests
-            if not d[optional]:
+        for optional in ("transforms", "prejobs", "reproduction"):  # absent when empty/false: older specs
+            if not d[optional]:                                      # keep their digests
                 del d[optional]
         return d
 

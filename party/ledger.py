@@ -98,10 +98,15 @@ class Budget:
     delta: float = DEFAULT_BUDGET_DELTA
 
     def __post_init__(self) -> None:
-        if not (self.epsilon > 0 and math.isfinite(self.epsilon)):
+        if not self.epsilon > 0:  # inf: no limit (paper reproductions re-running hypothetical jobs)
             raise ValueError(f"budget ε must be a positive number (got {self.epsilon})")
         if not 0 < self.delta < 1:
             raise ValueError(f"budget δ must be in (0, 1) (got {self.delta})")
+
+
+#: No limit: every job is still charged and its spend reported, none is refused for the budget.  For
+#: experiment sweeps only, where each simulated run is a world of its own (experiments/transport.py).
+UNLIMITED = Budget(math.inf, DEFAULT_BUDGET_DELTA)
 
 
 @dataclass(frozen=True)
@@ -232,9 +237,20 @@ class Admission:
     path: str
 
     def to_json(self) -> dict[str, Any]:
+        budget = {"epsilon": self.budget.epsilon if math.isfinite(self.budget.epsilon) else None,
+                  "delta": self.budget.delta}
         return {"job_id": self.job_id, "charged": self.charged, "before": self.before.to_json(),
-                "after": self.after.to_json(), "budget": asdict(self.budget), "accountant": ACCOUNTANT,
+                "after": self.after.to_json(), "budget": budget, "accountant": ACCOUNTANT,
                 "ledger": self.path or "(in memory)"}
+
+
+def describe_admission(entry: Mapping[str, Any]) -> str:
+    """One line for an :meth:`Admission.to_json` entry (party summaries, simulate and demo output)."""
+    eps = lambda v: "∞" if v is None else f"{v:.4g}"  # noqa: E731
+    budget = entry["budget"]
+    return (f"spent ε {eps(entry['before']['epsilon'])} → {eps(entry['after']['epsilon'])} of budget "
+            f"ε {eps(budget['epsilon'])} at δ {budget['delta']:g}"
+            + ("" if entry.get("charged", True) else " (job already charged)"))
 
 
 class PrivacyLedger:

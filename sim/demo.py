@@ -31,6 +31,7 @@ from analyst.release import ReleasedSketch
 from ltm.errors import CommandError
 from ltm.jobspec import JobSpec
 from ltm.randomness import Randomness
+from party.ledger import describe_admission
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
 from sim.chaos import Chaos
 from sim.launcher import ProcessGroup
@@ -268,8 +269,7 @@ def print_summary(r: dict[str, Any]) -> None:
     for line in privacy_lines(pr):
         print(line)
     for party, entry in sorted(r["ledgers"].items()):
-        print(f"  ledger {party}: spent ε {entry['before']['epsilon']:.4g} → {entry['after']['epsilon']:.4g} of "
-              f"budget {entry['budget']['epsilon']:g} (δ {entry['budget']['delta']:g})")
+        print(f"  ledger {party}: {describe_admission(entry)}")
     print(f"  column centres and scales: {r['scales_from']}")
     for line in model_table("LTM (private)", m, b):
         print(line)

@@ -278,7 +278,7 @@ def write_certs(directory, actors: Sequence[str], hosts: Sequence[str] | None = 
 
     out = Path(directory)
     key_dir = Path(ca_dir) if ca_dir is not None else None
-    if key_dir is not None and key_dir.resolve() == out.resolve():
+    if key_dir is not None and (key_dir.resolve() == out.resolve() or out.resolve() in key_dir.resolve().parents):
         raise ValueError(f"the CA key directory must not be the actors' certificate directory {str(out)!r}: "
                          f"the CA key never goes to an actor")
     out.mkdir(parents=True, exist_ok=True)
