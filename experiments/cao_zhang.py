@@ -327,7 +327,8 @@ def _ltm_rows(A: np.ndarray, y: np.ndarray, B: np.ndarray, yB: np.ndarray, ref: 
         release = transport.release(spec, party_tables(spec, table), subseed(seed, "release", series))
         coef = coef_fn(OLS().fit(release), spec)
         rows.append(_row(series, coef, ref, n_A_used=n, n_B=int(B.shape[0]), eps_total=eps, is_dp=True,
-                         dp_verified=bool(release.privacy.get("dp_verified", False))))
+                         dp_verified=bool(release.privacy.get("dp_verified", False)),
+                         calibration_verified=bool(release.privacy.get("calibration_verified", False))))
 
     mapped = lambda est, spec: raw_linear_predictor(est.coef_scaled_, spec).coef_  # noqa: E731
     paper = PublicSecondMoment.from_public_data(B, yB)

@@ -196,7 +196,7 @@ def fast_release(spec: JobSpec, V: np.ndarray, seed: int,
         centers=np.array([c.center for c in spec.columns]), scales=np.array([c.scale for c in spec.columns]),
         label=spec.label_index, intercept=spec.intercept_index, n=spec.n,
         noise_variance_per_column=spec.n * plan.sigma_client ** 2,
-        privacy=privacy_report(spec, plan, participants, randomness="fast path (numpy; simulation only)",
+        privacy=privacy_report(spec, plan, participants, randomness="seeded fast path (numpy; simulation only, NOT private)",
                                sketch=sketch),
         sha256="")
 

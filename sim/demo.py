@@ -268,7 +268,7 @@ def print_summary(r: dict[str, Any]) -> None:
           f"{r.get('n_test', 0)} held-out rows for testing")
     for line in privacy_lines(pr):
         print(line)
-    for party, entry in sorted(r["ledgers"].items()):
+    for party, entry in sorted(r.get("ledgers", {}).items()):
         print(f"  ledger {party}: {describe_admission(entry)}")
     print(f"  column centres and scales: {r['scales_from']}")
     for line in model_table("LTM (private)", m, b):

@@ -5,9 +5,9 @@ certificate names the actor twice: subject ``CN=<actor>`` and a SAN URI ``ltm://
 (the SAN is what :func:`transport.tls.peer_identity` prefers).  What else it carries depends on
 the role, so that a certificate is good only for what its actor does:
 
-* ``server-<n>``: EKU serverAuth; DNS SAN ``server-<n>`` (clients pin the server's identity with
-  ``grpc.ssl_target_name_override``) and a DNS/IP SAN per host it listens on (``hosts``, default
-  ``localhost`` and ``127.0.0.1``).  Servers never call anyone: no clientAuth.
+* ``server-<n>``: EKU serverAuth (and clientAuth, for ``ltm health --as server-<n>`` probes); DNS
+  SAN ``server-<n>`` (clients pin the server's identity with ``grpc.ssl_target_name_override``)
+  and a DNS/IP SAN per host it listens on (``hosts``, default ``localhost`` and ``127.0.0.1``).
 * ``analyst``: EKU clientAuth (it calls the servers) and serverAuth for its own service only:
   DNS SAN ``analyst`` plus the analyst's own hosts (``analyst_hosts``, default none) — never the
   servers' hosts, so its certificate is not valid where a server serves.
@@ -167,8 +167,8 @@ def issue_leaf(ca_key, ca_cert: x509.Certificate, actor: str, hosts: Sequence[st
     Subject ``CN=<actor>``, SAN URI ``ltm://actor/<actor>``.  Serving roles (server, analyst) also
     get DNS ``<actor>`` (so a client can require that identity with
     ``grpc.ssl_target_name_override``) and a DNS or IP SAN per entry of ``hosts`` (default for a
-    server: ``localhost``, ``127.0.0.1``; for the analyst: none) and EKU serverAuth; the analyst
-    and the non-serving roles (party, operator) get clientAuth.  ``hosts`` is ignored for
+    server: ``localhost``, ``127.0.0.1``; for the analyst: none) and EKU serverAuth; every role gets
+    clientAuth.  ``hosts`` is ignored for
     non-serving roles: their certificates name no host at all.
     """
     validate_actor(actor)
@@ -185,8 +185,7 @@ def issue_leaf(ca_key, ca_cert: x509.Certificate, actor: str, hosts: Sequence[st
             san = _host_san(host)
             if san not in sans:
                 sans.append(san)
-    if role != "server":
-        usages.append(ExtendedKeyUsageOID.CLIENT_AUTH)
+    usages.append(ExtendedKeyUsageOID.CLIENT_AUTH)  # a server too: it probes its own health as itself
     ca_ski = ca_cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
     cert = (
         x509.CertificateBuilder()
