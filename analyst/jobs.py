@@ -18,6 +18,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +40,9 @@ OUTPUT_FILES = ("release.json", "privacy_report.json", "model.json", "report.jso
 
 def fit_model(release: ReleasedSketch, model: str, *, lam: float = 0.0, rank: int = 5,
               debias: bool = True) -> dict[str, Any]:
-    """Fit ``model`` on a release; returns a JSON-ready description."""
+    """Fit ``model`` on a release; returns a JSON-ready description ("none": nothing to fit)."""
+    if model == "none":
+        return {"model": "none"}
     if model == "lowrank":
         est = LowRank(rank).fit(release)
         return {"model": "lowrank", "rank": rank, "components": est.components_.tolist(),
@@ -64,8 +67,10 @@ def release_of(record: JobRecord) -> ReleasedSketch:
     if record.state != "done" or record.shares is None or record.participants is None:
         raise KeyError(f"job {record.job_id!r} has no release yet (state {record.state})")
     spec = record.spec
-    return reconstruct_release(spec, record.shares, record.participants, spec.noise_plan(),
-                               randomness=record.randomness)
+    release = reconstruct_release(spec, record.shares, record.participants, spec.noise_plan(),
+                                  randomness=record.randomness)
+    stored = (record.outputs or {}).get("privacy_report.json")  # as reported when the job finished
+    return replace(release, privacy=json.loads(stored)) if stored else release
 
 
 LinksFor = Callable[[JobSpec, Retries], list[ServerLink]]

@@ -6,6 +6,8 @@
   publishes it to every server and runs it (parties join with ``ltm party --job ID``).
 * ``ltm job status [ID] --analyst HOST:PORT`` — state and phase of one job or all jobs.
 * ``ltm job result ID --analyst HOST:PORT --out DIR`` — write a finished job's files.
+* ``ltm job bounds DRAFT --analyst HOST:PORT --epsilon E --out FILE`` — the DP pre-job that
+  estimates the column centres and spreads nobody knows (:mod:`analyst.bounds`).
 
 No command here takes a data file: the analyst's side of a job is public information only.  The
 network modules (grpc, stubs) are imported only by the commands that talk to the analyst.
@@ -55,6 +57,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--out", required=True, help="directory to write the files into (created)")
     r.set_defaults(func=run_result)
 
+    from analyst.bounds import add_bounds_parser  # the DP pre-job (no network imports at load time)
+
+    add_bounds_parser(jsub, _connection)
+
 
 def _connection(p: argparse.ArgumentParser) -> None:
     p.add_argument("--analyst", default=os.environ.get("LTM_ANALYST"),
@@ -78,6 +84,7 @@ def run_check(args: argparse.Namespace) -> int:
     jf = read_job_file(args.file)
     summary = spec_summary(jf)
     plan = jf.spec.noise_plan()
+    summary["plan_reason"] = jf.plan_reason
     summary["noise"] = {"mechanism": plan.mechanism, "sigma_client": plan.sigma_client,
                         "sigma_release": plan.sigma_release, "laplace_scale": plan.laplace_scale}
     if args.json:
@@ -87,7 +94,9 @@ def run_check(args: argparse.Namespace) -> int:
     print(f"{args.file}: OK — job {s.job_id!r}, digest {s.digest}")
     print(f"  {s.partition} partition, n={s.n}, {len(s.parties)} parties, {s.k} servers "
           f"({', '.join(f'{v.server_id}={v.endpoint}' for v in s.servers)})")
-    print(f"  release: {s.sketch.kind} sketch m={s.sketch.m} s={s.sketch.s}; fit: {jf.fit.model}")
+    print(f"  release: {s.sketch.kind} m={s.sketch.m} s={s.sketch.s}; fit: {jf.fit.model}")
+    if jf.plan_reason:
+        print(f"  release kind 'auto' — the planner chose {s.sketch.kind}: {jf.plan_reason}")
     pr = s.privacy
     print(f"  privacy: ({pr.epsilon:g}, {pr.delta:g})-DP {pr.mechanism} ({pr.calibration}), promised honest load "
           f"L={pr.min_honest_load}, t′={pr.t_prime}, corrupt parties={pr.corrupt_parties}, "

@@ -39,7 +39,7 @@ edges of that promise on the real cores.
       :func:`ltm.calibration.gaussian_delta` at the claimed ε, ``eps_actual`` at the claimed δ.
     * ``part = "utility"`` — the price of a larger t′_assumed: synthetic ridge data (Burkhardt
       §6.3) released through the real pipeline at t′_assumed, ridge fitted on the release (the
-      simulator's default de-biased analyst), R² and φ beside the non-private and central (SSP)
+      simulator's default de-biased analyst), R² and φ beside the non-private (OLS) and central (the better of AdaSSP and SSP, each with its own λ)
       baselines.
 """
 from __future__ import annotations
@@ -71,7 +71,7 @@ STYLES = {
     "k=5 servers": {"color": "tab:red", "marker": "v"},
     "LTM ridge": {"color": "tab:green", "marker": "s"},
     "non-private": {"color": "black", "linestyle": "--", "marker": "."},
-    "central (SSP)": {"color": "tab:orange", "marker": "^"},
+    "central (best of AdaSSP, SSP; own λ)": {"color": "tab:orange", "marker": "^"},
     "uniform views (null, 99% quantile)": {"color": "grey", "linestyle": ":", "marker": ""},
 }
 #: The privacy curves: one line per t′_assumed (dense x grid, so no markers).
@@ -356,7 +356,7 @@ def clients_cell(params: dict, seed: int) -> list[dict]:
     report = report_for_release(cfg, spec, run.release, V, test, rng)
     out = []
     for series, metrics in (("LTM ridge", report["metrics"]), ("non-private", report["baselines"]["nonprivate"]),
-                            ("central (SSP)", report["baselines"]["central"])):
+                            ("central (best of AdaSSP, SSP; own λ)", report["baselines"]["central"])):
         out.append({**base, "series": series, "r2": metrics["r2"], "phi": metrics["phi"],
                     "log10_phi_minus_1": math.log10(max(metrics["phi"] - 1.0, 1e-12)),
                     "lambda": report["lambda"], "dp_verified": bool(run.release.privacy["dp_verified"]),

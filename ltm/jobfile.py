@@ -30,19 +30,20 @@ import difflib
 import hashlib
 import math
 import tomllib
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from ltm.jobspec import (CALIBRATIONS, INTERCEPT_NAME, MECHANISMS, PARTITIONS, ROLES, ColumnSpec, JobSpec,
-                         JobSpecError, PartySpec, PrejobSpec, PrivacySpec, ServerSpec, SketchSpec,
+from ltm.jobspec import (CALIBRATIONS, INTERCEPT_NAME, MECHANISMS, PARTITIONS, RELEASE_KINDS, ROLES, ColumnSpec,
+                         JobSpec, JobSpecError, PartySpec, PrejobSpec, PrivacySpec, ServerSpec, SketchSpec,
                          resolve_defaults, validate_job)
+from ltm.lifts import get_lift
 from ltm.jobspec import _typed as typed_record
 from ltm.sharing import SHARE_MODES
-from ltm.sketch import SKETCH_KINDS
 from ltm.transforms import TransformSpec
 
-#: The models the analyst can fit on a release (``analyst.estimators`` implements each).
-MODELS: tuple[str, ...] = ("ols", "ridge", "lowrank", "rmgm_ols", "dgm_ols")
+#: The models the analyst can fit on a release (``analyst.estimators`` implements each); "none"
+#: keeps the release only (e.g. the histograms of the bounds pre-job).
+MODELS: tuple[str, ...] = ("ols", "ridge", "lowrank", "rmgm_ols", "dgm_ols", "none")
 #: Domain separation for a sketch seed derived from the job id when the file gives none.
 SEED_DOMAIN = b"ltm/jobfile/sketch-seed/v1\x00"
 DEFAULT_DEADLINE_S = 600.0
@@ -98,6 +99,8 @@ class JobFile:
     spec: JobSpec
     fit: FitSpec = field(default_factory=FitSpec)
     deadline_s: float = DEFAULT_DEADLINE_S
+    #: with ``[release] kind = "auto"``: why the planner chose the spec's kind and parameters
+    plan_reason: str = ""
 
 
 def budget_shares(regressors: int, labelled: bool) -> tuple[float, float]:
@@ -294,10 +297,11 @@ def parse_job_file(text: str, *, source: str = "job file", resolve: bool = True)
     n = start if partition == "rows" else (rows or 0)
 
     # ---- release
-    kind = p.get(release, "kind", str, "[release]", "sparse")
-    if kind not in SKETCH_KINDS:
-        p.add(f"[release].kind must be one of {', '.join(SKETCH_KINDS)}, got {kind!r}")
-    m = _integer(p, release, "m", "[release]", None, required=True)
+    kind = p.get(release, "kind", str, "[release]", "auto")
+    if kind not in RELEASE_KINDS + ("auto",):
+        p.add(f"[release].kind must be auto or one of {', '.join(RELEASE_KINDS)}, got {kind!r}")
+    lifted = get_lift(kind) is not None  # a sum over clients: m = s = 1
+    m = _integer(p, release, "m", "[release]", 1 if lifted else None, required=kind not in ("auto",) and not lifted)
     s = _integer(p, release, "s", "[release]", 1)
     if kind == "dense":
         if "s" in release and s != m:
@@ -325,7 +329,7 @@ def parse_job_file(text: str, *, source: str = "job file", resolve: bool = True)
     model = p.get(fit_t, "model", str, "[fit]", "ridge" if labelled else "lowrank")
     if model not in MODELS:
         p.add(f"[fit].model must be one of {', '.join(MODELS)}, got {model!r}")
-    elif model != "lowrank" and not labelled:
+    elif model not in ("lowrank", "none") and not labelled:
         p.add(f"[fit].model {model!r} is a regression: give one column role = \"label\", or use model = \"lowrank\"")
     lam = _number(p, fit_t, "lambda", "[fit]", 0.0)
     rank = _integer(p, fit_t, "rank", "[fit]", 5)
@@ -347,7 +351,7 @@ def parse_job_file(text: str, *, source: str = "job file", resolve: bool = True)
     spec = JobSpec(
         job_id=job_id, partition=partition, n=n, columns=tuple(col_specs), parties=tuple(party_specs),
         clip_bound=clip_bound, frac_bits=frac_bits,
-        sketch=SketchSpec(kind=kind, m=m, s=s, seed=seed),
+        sketch=SketchSpec(kind=kind, m=m or 1, s=s, seed=seed),  # kind 'auto': the planner decides below
         privacy=PrivacySpec(epsilon=epsilon, delta=delta, mechanism=mechanism, calibration=calibration,
                             interpolate_p=interpolate_p, t_prime=_integer(p, privacy, "t_prime", "[privacy]", 0),
                             corrupt_parties=_integer(p, privacy, "corrupt_parties", "[privacy]", 0),
@@ -358,13 +362,35 @@ def parse_job_file(text: str, *, source: str = "job file", resolve: bool = True)
     )
     if p.items:
         raise JobFileError(p.items, source)
+    plan_reason = ""
+    if kind == "auto":
+        spec, plan_reason = _planned(spec, m, labelled)
     if resolve:
         try:
             spec = resolve_defaults(spec)
             validate_job(spec)
         except JobSpecError as exc:
             raise JobFileError(exc.problems, source) from None
-    return JobFile(spec, FitSpec(model, lam, rank, debias), deadline_s)
+    return JobFile(spec, FitSpec(model, lam, rank, debias), deadline_s, plan_reason)
+
+
+def _planned(spec: JobSpec, m: int | None, labelled: bool) -> tuple[JobSpec, str]:
+    """``[release] kind = "auto"``: the planner's kind and parameters (ltm.planner, public inputs only)."""
+    from ltm.planner import PlanInputs, plan_release  # noqa: PLC0415 - only for kind "auto"
+
+    p = spec.privacy
+    probe = replace(spec, sketch=replace(spec.sketch, kind="sparse", m=1, s=1))
+    try:
+        plan = plan_release(PlanInputs(
+            n=spec.n, width=probe.width, epsilon=p.epsilon, delta=p.delta, partition=spec.partition,
+            task="regression" if labelled else "lowrank", mechanism=p.mechanism, clip_bound=spec.clip_bound,
+            party_sizes=tuple(q.size for q in spec.parties) if spec.partition == "rows" else (),
+            corrupt_parties=p.corrupt_parties, t_prime=p.t_prime,
+            kinds=("gram", "sparse") if p.calibration != "paper" and spec.partition == "rows" else ("sparse",)))
+    except ValueError as exc:
+        raise JobFileError([f"[release].kind 'auto': the planner could not choose: {exc}"]) from None
+    chosen_m = m if m is not None and plan.kind != "gram" else plan.m
+    return replace(spec, sketch=replace(spec.sketch, kind=plan.kind, m=chosen_m, s=plan.s)), plan.reason
 
 
 def _column(p: _Problems, c: dict, where: str, name: str, role: str, share: float,
@@ -466,6 +492,49 @@ def render_job_file(doc: dict[str, Any], header: str = "") -> str:
         for entry in doc.get(name, []):
             lines += ["", f"[[{name}]]"] + [f"{k} = {_toml_value(v)}" for k, v in entry.items() if v is not None]
     return "\n".join(lines).lstrip("\n") + "\n"
+
+
+def job_file_doc(spec: JobSpec, fit: FitSpec | None = None, deadline_s: float | None = None) -> dict[str, Any]:
+    """The job-file document that :func:`parse_job_file` turns back into ``spec`` (same digest):
+    every column's transform as ``center``/``scale`` exactly, the sketch seed, the resolved
+    privacy parameters.  For a spec built elsewhere (the demo builds one from its dataset) that
+    must be run through ``ltm job submit``; render it with :func:`render_job_file`."""
+    p = spec.privacy
+    job: dict[str, Any] = {"id": spec.job_id, "partition": spec.partition, "clip_bound": spec.clip_bound,
+                           "share_mode": spec.share_mode, "frac_bits": spec.frac_bits}
+    if spec.partition == "columns":
+        job["rows"] = spec.n
+    if deadline_s is not None:
+        job["deadline_s"] = float(deadline_s)
+    privacy: dict[str, Any] = {"epsilon": p.epsilon, "delta": p.delta, "mechanism": p.mechanism,
+                               "calibration": p.calibration, "interpolate_p": p.interpolate_p,
+                               "t_prime": p.t_prime, "corrupt_parties": p.corrupt_parties,
+                               "min_honest_load": p.min_honest_load, "min_participants": p.min_participants}
+    if spec.prejobs:
+        privacy["prejob"] = [{"kind": x.kind, "job_id": x.job_id, "digest": x.digest, "epsilon": x.epsilon,
+                              "delta": x.delta} for x in spec.prejobs]
+    if spec.partition == "rows":
+        parties = [{"id": q.party_id, "clients": q.size} for q in spec.parties]
+    else:
+        parties = [{"id": q.party_id, "columns": list(q.columns), "clip_bound": q.clip_bound} for q in spec.parties]
+    fit = fit or FitSpec(model="ridge" if spec.label_index is not None else "lowrank")
+    return {
+        "job": job,
+        "release": {"kind": spec.sketch.kind, "m": spec.sketch.m,
+                    **({} if spec.sketch.kind == "dense" else {"s": spec.sketch.s}), "seed": spec.sketch.seed},
+        "privacy": privacy,
+        "fit": fit.to_dict(),
+        "servers": [{"id": v.server_id, "endpoint": v.endpoint} for v in spec.servers],
+        "parties": parties,
+        "columns": [{"name": c.name, "role": c.role, "center": c.center, "scale": c.scale} for c in spec.columns],
+        "transforms": [{k: v for k, v in asdict_shallow(t).items() if v not in (None, (), "")}
+                       for t in spec.transforms],
+    }
+
+
+def asdict_shallow(record: Any) -> dict[str, Any]:
+    """A dataclass's fields as a dict (tuples as lists), for writing TOML."""
+    return {f.name: list(v) if isinstance(v := getattr(record, f.name), tuple) else v for f in fields(record)}
 
 
 def spec_summary(jf: JobFile) -> dict[str, Any]:

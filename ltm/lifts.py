@@ -56,6 +56,8 @@ from typing import Any
 
 import numpy as np
 
+from ltm import histograms as h
+
 __all__ = ["Lift", "LIFTS", "LIFTED_KINDS", "get_lift", "gram_width", "gram_indices", "gram_from_vector"]
 
 _SQRT2 = math.sqrt(2.0)
@@ -140,8 +142,24 @@ GRAM = Lift(
     unlift=lambda spec, total: gram_from_vector(total, spec.width),
 )
 
+def _histogram_lift(kind: str) -> Lift:
+    """A per-column histogram on a public grid (:mod:`ltm.histograms`, the bounds pre-job)."""
+    return Lift(
+        name=kind,
+        width=lambda spec: spec.width * h.bins_of(kind),
+        apply=lambda spec, z: h.one_hot(kind, z),
+        sensitivity=h.sensitivity,
+        max_abs_entry=lambda spec: 1.0,
+        names=lambda spec: h.bin_names(kind, tuple(spec.vector_names)),
+        unlift=lambda spec, total: h.counts_matrix(kind, total, spec.width),
+    )
+
+
+HIST_LOG = _histogram_lift("hist_log")
+HIST_LIN = _histogram_lift("hist_lin")
+
 #: Every lifted release kind by name (immutable).  To add one: define a :class:`Lift` and list it.
-LIFTS: Mapping[str, Lift] = MappingProxyType({GRAM.name: GRAM})
+LIFTS: Mapping[str, Lift] = MappingProxyType({GRAM.name: GRAM, HIST_LOG.name: HIST_LOG, HIST_LIN.name: HIST_LIN})
 LIFTED_KINDS: tuple[str, ...] = tuple(LIFTS)
 
 

@@ -39,7 +39,8 @@ async def serve(args: argparse.Namespace) -> None:
     server = make_server(interceptors=[meter])
     ltm_pb2_grpc.add_ServerServicer_to_server(service, server)
     await serve_until_signal(server, service_name=SERVICE_NAME, listen=args.listen, cert_dir=args.certs,
-                             actor=args.id, insecure=bool(args.insecure), port_file=args.port_file)
+                             actor=args.id, insecure=bool(args.insecure), port_file=args.port_file,
+                             health_listen=args.health_listen)
 
 
 def run(args: argparse.Namespace) -> int:

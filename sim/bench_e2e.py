@@ -33,6 +33,8 @@ def add_parser(bench_sub: argparse._SubParsersAction) -> None:
     p.add_argument("--m", type=int, default=100)
     p.add_argument("--s", type=int, default=1)
     p.add_argument("--k", type=int, default=3)
+    p.add_argument("--release", "--kind", dest="kind", choices=["sparse", "dense", "gram", "auto"], default="sparse",
+                   help="release kind (gram: clients upload D(D+1)/2 lifted values, the map is the sum; m, s unused)")
     p.add_argument("--parties", type=int, default=4)
     p.add_argument("--seed", type=int, default=1, help="seeded mode (benchmarks need no privacy)")
     p.add_argument("--workdir")
@@ -87,7 +89,7 @@ def run_e2e(args: argparse.Namespace) -> dict[str, Any]:
         phases["start_services"] = time.monotonic() - t
         t = time.monotonic()
         spec, _ = build_job(table, job_id="e2e", randomness=randomness, parties=args.parties, k=args.k, m=args.m,
-                            s=args.s, endpoints=[s.endpoint for s in servers])
+                            s=args.s, kind=getattr(args, "kind", "sparse"), endpoints=[s.endpoint for s in servers])
         data = workdir / "party-data"
         data.mkdir(parents=True, exist_ok=True)
         for pid, cols in party_tables(spec, table).items():
@@ -119,7 +121,9 @@ def run_e2e(args: argparse.Namespace) -> dict[str, Any]:
         if not args.workdir:
             shutil.rmtree(workdir, ignore_errors=True)
     return {
-        "benchmark": "e2e", "n": args.n, "d": args.d, "m": args.m, "s": args.s, "k": args.k,
+        "benchmark": "e2e", "n": args.n, "d": args.d, "kind": spec.sketch.kind, "m": spec.sketch.m,
+        "s": spec.make_sketch().pieces, "k": args.k, "client_vector_width": spec.width,
+        "upload_values_per_client": spec.make_sketch().pieces * spec.upload_width,
         "parties": args.parties, "tls": True, "release_sha256": release.sha256,
         "participants": report["participants"], "wall_s": time.monotonic() - t_start,
         "phases_s": phases, "analyst_phases_s": report["timing_s"],

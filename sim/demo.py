@@ -81,17 +81,21 @@ def write_party_csv(path: Path, table: dict[str, np.ndarray]) -> None:
             fh.write(",".join(map(repr, row)) + "\n")
 
 
-def prepare_job(cfg: SimulateConfig, train, randomness: Randomness, endpoints: list[str], data_dir: Path):
-    """Build the job spec exactly as ``ltm simulate`` does and write each party's CSV to ``data_dir``."""
+def prepare_job(cfg: SimulateConfig, train, randomness: Randomness, endpoints: list[str], data_dir: Path,
+                per_party_dirs: bool = False):
+    """Build the job spec exactly as ``ltm simulate`` does and write each party's CSV to
+    ``data_dir/<party>.csv`` (``per_party_dirs``: ``data_dir/<party>/<party>.csv``, one directory —
+    one volume — per party)."""
     spec, choices = build_job(train, job_id=DEMO_JOB_ID, randomness=randomness, partition=cfg.partition,
                               parties=cfg.parties, k=cfg.k, kind=cfg.sketch, m=cfg.m, s=cfg.s,
                               epsilon=cfg.epsilon, delta=cfg.delta, clip_bound=cfg.clip,
                               share_mode=cfg.share_mode, endpoints=endpoints)
-    data_dir.mkdir(parents=True, exist_ok=True)
     for pid, table in party_tables(spec, train).items():
-        tmp = data_dir / f".{pid}.csv.tmp"
+        where = data_dir / pid if per_party_dirs else data_dir
+        where.mkdir(parents=True, exist_ok=True)
+        tmp = where / f".{pid}.csv.tmp"
         write_party_csv(tmp, table)
-        tmp.replace(data_dir / f"{pid}.csv")  # parties poll for the file: make it appear whole
+        tmp.replace(where / f"{pid}.csv")  # parties poll for the file: make it appear whole
     return spec, choices
 
 
@@ -270,7 +274,8 @@ def print_summary(r: dict[str, Any]) -> None:
         print(line)
     for party, entry in sorted(r.get("ledgers", {}).items()):
         print(f"  ledger {party}: {describe_admission(entry)}")
-    print(f"  column centres and scales: {r['scales_from']}")
+    if r.get("scales_from"):
+        print(f"  column centres and scales: {r['scales_from']}")
     for line in model_table("LTM (private)", m, b):
         print(line)
     kind = (r.get("release") or {}).get("kind") if isinstance(r.get("release"), dict) else None
@@ -298,10 +303,14 @@ def add_operate_parser(sub: argparse._SubParsersAction) -> None:
                                    "public information, parties keeping their own data). For the compose testbed: "
                                    "build the job spec on the data, write each party's CSV, submit the job to the "
                                    "analyst, wait for the release and report model quality beside the baselines.")
-    p.add_argument("--analyst", required=True, help="analyst endpoint host:port")
+    p.add_argument("--analyst", help="analyst endpoint host:port (not with --write-job)")
     p.add_argument("--servers", required=True,
                    help="server-0=host:port,server-1=host:port,… (endpoints as the analyst reaches them)")
     p.add_argument("--party-data", required=True, help="directory to write party-<i>.csv into")
+    p.add_argument("--per-party-dirs", action="store_true",
+                   help="write party-<i>/party-<i>.csv instead (one directory, e.g. one volume, per party)")
+    p.add_argument("--write-job", metavar="FILE",
+                   help="write the job as a job file here (for `ltm job submit`) with the party files, and stop")
     p.add_argument("--certs", help="certificate directory (the operator authenticates as 'operator')")
     p.add_argument("--insecure", action="store_true")
     p.add_argument("--parties", type=int, default=4)
@@ -332,11 +341,16 @@ def run_operate(args: argparse.Namespace) -> int:
     cfg = SimulateConfig(data=args.data, label=args.label, partition=args.partition, parties=args.parties,
                          k=len(servers), sketch=args.sketch, m=args.m, s=args.s, epsilon=args.epsilon,
                          delta=args.delta, share_mode=args.share_mode, seed=args.seed, model="ridge")
+    if args.write_job:
+        return write_demo_job(args, cfg, randomness, [x[1] for x in servers])
+    if not args.analyst:
+        raise CommandError("--analyst is required (or --write-job FILE to only write the job and party files)")
     certs = None if args.insecure else Path(args.certs or "")
     if certs is not None:
         check_certificates(certs, "operator")  # before any party file is written
     train, test = load_table(cfg, randomness)
-    spec, _ = prepare_job(cfg, train, randomness, [x[1] for x in servers], Path(args.party_data))
+    spec, _ = prepare_job(cfg, train, randomness, [x[1] for x in servers], Path(args.party_data),
+                          per_party_dirs=args.per_party_dirs)
     try:
         report, release, phases = asyncio.run(_operate(args.analyst, certs, args.insecure, spec, lambda: None,
                                                        randomness.label, args.deadline))
@@ -352,6 +366,26 @@ def run_operate(args: argparse.Namespace) -> int:
     print(json.dumps(out, indent=2) if args.json else
           f"released {out['release_sha256']} over {out['participants']} clients; R² {out['metrics']['r2']:.4f} "
           f"(non-private {out['baselines']['nonprivate']['r2']:.4f}); {out['privacy']['guarantee']}")
+    return 0
+
+
+def write_demo_job(args: argparse.Namespace, cfg: SimulateConfig, randomness: Randomness, endpoints: list[str]) -> int:
+    """The demo's job (the spec ``ltm demo`` builds with the same parameters) as a job file, and
+    the party files — for the compose testbed's data-owner stand-in; then the real path runs it
+    (``ltm job submit``; parties with ``ltm party``)."""
+    from ltm.jobfile import job_file_doc, render_job_file
+
+    train, _ = load_table(cfg, randomness)
+    spec, _ = prepare_job(cfg, train, randomness, endpoints, Path(args.party_data), per_party_dirs=args.per_party_dirs)
+    out = Path(args.write_job)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp")
+    tmp.write_text(render_job_file(job_file_doc(spec, deadline_s=args.deadline), header=(
+        f"The demo's job on {train.source} (written by `ltm operate --write-job`).\n{SCALES_FROM}" +
+        (f"\nSEEDED MODE (--seed {args.seed}): reproducible and NOT private" if args.seed is not None else ""))))
+    tmp.replace(out)
+    print(f"wrote {out} (job {spec.job_id!r}, digest {spec.digest}) and {len(spec.parties)} party files under "
+          f"{args.party_data}")
     return 0
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -51,7 +52,7 @@ def ltm_argv(service: dict) -> list[list[str]]:
     out = []
     cmd = service.get("command")
     if service.get("entrypoint", ["ltm"])[0] == "sh":
-        for part in re.split(r"&&|;", cmd[0]):
+        for part in re.split(r"&&|\|\||;", cmd[0]):
             words = shlex.split(part)
             if words and words[0] == "ltm":
                 out.append(words[1:])
@@ -78,7 +79,9 @@ def mounts(service: dict) -> dict[str, tuple[str, bool]]:
     return out
 
 
-ACTORS = sorted(n for n in SERVICES if n != "certs-init")
+#: the services that run as an LTM actor (certs-init issues certificates; demo-data stands in for the
+#: data owners, writing the demo's job file and each party's CSV, and holds no key)
+ACTORS = sorted(n for n in SERVICES if n not in ("certs-init", "demo-data"))
 
 
 def test_compose_structure():
@@ -94,6 +97,8 @@ def test_compose_structure():
         assert SERVICES[s]["depends_on"]["certs-init"]["condition"] == "service_completed_successfully"
         assert SERVICES["analyst"]["depends_on"][s]["condition"] == "service_healthy"
     assert SERVICES["operator"]["depends_on"]["analyst"]["condition"] == "service_healthy"
+    assert SERVICES["operator"]["depends_on"]["demo-data"]["condition"] == "service_completed_successfully"
+    assert SERVICES["operator"]["command"][:2] == ["job", "submit"], "the operator runs the real path: a job file"
     # `up operator` starts only what the operator depends on: every party must be among it
     for party in (n for n in SERVICES if n.startswith("party-")):
         assert party in SERVICES["operator"]["depends_on"], f"`up operator` would never start {party}"
@@ -135,7 +140,8 @@ def test_every_command_is_a_valid_ltm_invocation(service, overlay):
         args = build_parser(argv[0]).parse_args([interpolate(w) for w in argv])  # SystemExit on a bad flag
         assert callable(args.func)
     if overlay and service in SEEDED["services"]:
-        assert flag(argvs[0], "--seed") == "${LTM_SEED:-7}"
+        seeded = flag(argvs[0], "--randomness") if service == "operator" else flag(argvs[0], "--seed")
+        assert seeded is not None and "${LTM_SEED:-7}" in seeded
 
 
 def actor_of(name: str, argv: list[str]) -> str:
@@ -152,10 +158,12 @@ def test_every_actor_runs_with_its_own_certificates(service):
     volume, read_only = m["/certs"]
     assert volume == f"certs-{service}" and read_only, f"{service} must mount its own bundle read-only"
     for argv in ltm_argv(svc):
+        if argv[0] == "health":  # the plaintext health-only port, on the container's loopback
+            host_port = flag(svc["command"], "--health-listen")
+            assert host_port and host_port.startswith("127.0.0.1:") and flag(argv, "--target") == host_port
+            continue
         assert flag(argv, "--certs") == "/certs", f"{service}: `ltm {' '.join(argv)}` runs without --certs /certs"
         assert "--insecure" not in argv
-        if argv[0] == "health":
-            assert flag(argv, "--as") == service, "a probe presents the identity its container holds"
     assert actor_of(service, ltm_argv(svc)[0]) == service
     # certs-init writes this service's bundle into exactly that volume
     assert mounts(SERVICES["certs-init"])[f"/issue/{service}"] == (volume, False)
@@ -174,6 +182,20 @@ def test_only_certs_init_holds_the_ca_key():
     assert flag(argv, "--bundles") == "/issue" and "--if-missing" in argv
     assert f"rm -rf {ca_dir}" in init["command"][0]
     assert set(init_mounts) == {f"/issue/{a}" for a in ACTORS}
+    assert all("certs-" not in v for v, _ in mounts(SERVICES["demo-data"]).values())
+
+
+def test_each_party_alone_reads_its_data():
+    for party in (n for n in SERVICES if n.startswith("party-")):
+        argv = SERVICES[party]["command"]
+        data = flag(argv, "--data")
+        (dest, (volume, read_only)), = [(d, v) for d, v in mounts(SERVICES[party]).items() if data.startswith(d + "/")]
+        assert read_only and volume == f"{party}-data"
+        holders = {n for n, s in SERVICES.items() if volume in {v for v, _ in mounts(s).values()}}
+        assert holders == {party, "demo-data"}, f"{volume} is mounted by {holders}"
+    for name, svc in SERVICES.items():
+        if name not in ("demo-data",) and not name.startswith("party-"):
+            assert not any(v.endswith("-data") and v.startswith("party-") for v, _ in mounts(svc).values())
 
 
 # ---------------------------------------------------------------------------- run it on loopback
@@ -183,6 +205,7 @@ class LoopbackTestbed:
     def __init__(self, root: Path):
         self.root = root
         self.endpoints: dict[str, str] = {}   # "server-0:50051" → "127.0.0.1:<port>"
+        self.health_ports: dict[str, str] = {}
         self.procs: list[subprocess.Popen] = []
 
     def volume(self, name: str) -> Path:
@@ -201,12 +224,23 @@ class LoopbackTestbed:
                 link.symlink_to(self.volume(vol), target_is_directory=True)
         return root
 
+    def health_port(self, service: str) -> str:
+        """Each container has its own loopback: on one host, each service's health port gets its own."""
+        if service not in self.health_ports:
+            with socket.socket() as sock:
+                sock.bind(("127.0.0.1", 0))
+                self.health_ports[service] = f"127.0.0.1:{sock.getsockname()[1]}"
+        return self.health_ports[service]
+
     def local(self, service: str, argv: list[str], port_file: Path | None = None) -> list[str]:
         root = self.rootfs(service)
         out = []
+        health = flag(SERVICES[service].get("command", []), "--health-listen")
         for i, word in enumerate(argv):
             if i and argv[i - 1] == "--listen":
                 word = "127.0.0.1:0"
+            elif health and word == health:
+                word = self.health_port(service)
             elif word.startswith("/"):
                 word = str(root) + word
             for name, ep in self.endpoints.items():
@@ -237,7 +271,6 @@ class LoopbackTestbed:
         port = flag(argv, "--listen").rsplit(":", 1)[1]
         self.endpoints[f"{service}:{port}"] = f"127.0.0.1:{port_file.read_text().strip()}"
         health = SERVICES[service]["healthcheck"]["test"][2:]
-        health = [w.replace(f"localhost:{port}", f"{service}:{port}") for w in health]
         while True:
             r = subprocess.run([sys.executable, "-m", "ltm.cli", *self.local(service, health)],
                                capture_output=True, text=True, timeout=60)
@@ -291,14 +324,37 @@ def test_the_compose_commands_run_a_job_on_loopback(tmp_path):
         for service in sorted(n for n in SERVICES if n.startswith("server-")):
             tb.serve(service)
         tb.serve("analyst")
+        (argv,) = ltm_argv(SERVICES["demo-data"])  # after the servers: their endpoints go into the job file
+        r = subprocess.run([sys.executable, "-m", "ltm.cli", *tb.local("demo-data", argv)],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
         parties = {name: tb.start(name, SERVICES[name]["command"], tmp_path / "logs" / f"{name}.log")
                    for name in sorted(SERVICES) if name.startswith("party-")}
         operator = subprocess.run([sys.executable, "-m", "ltm.cli",
                                    *tb.local("operator", SERVICES["operator"]["command"])],
                                   capture_output=True, text=True, timeout=300)
         assert operator.returncode == 0, operator.stderr[-2000:]
-        assert "released" in operator.stdout
+        assert "done" in operator.stdout and "release sha256" in operator.stdout, operator.stdout
         for name, p in parties.items():
             assert p.wait(timeout=120) == 0, (tmp_path / "logs" / f"{name}.log").read_text()[-2000:]
     finally:
         tb.stop()
+
+
+@pytest.mark.parametrize("release", ["sparse"])
+def test_the_demo_job_file_is_the_demo_job(tmp_path, release):
+    """`ltm operate --write-job` writes the very spec `ltm demo` runs (same digest), so the compose
+    testbed can release the demo's bytes through `ltm job submit`."""
+    from ltm.jobfile import job_file_doc, parse_job_file, render_job_file
+    from ltm.randomness import Randomness
+    from sim.demo import prepare_job
+    from sim.simulate import SimulateConfig, load_table
+
+    randomness = Randomness.seeded_insecure(7)
+    cfg = SimulateConfig(parties=4, k=3, seed=7, model="ridge", sketch=release, m=8 if release == "dense" else None)
+    train, _ = load_table(cfg, randomness)
+    spec, _ = prepare_job(cfg, train, randomness, [f"server-{i}:50051" for i in range(3)], tmp_path,
+                          per_party_dirs=True)
+    again = parse_job_file(render_job_file(job_file_doc(spec, deadline_s=300.0))).spec
+    assert again == spec and again.digest == spec.digest
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"party-{i}" for i in range(4)]

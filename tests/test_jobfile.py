@@ -62,7 +62,7 @@ def test_every_problem_gets_its_own_line():
     assert "[privacy]: missing required key 'epsilon'" in problems
     assert any("range [lo, hi] needs finite lo < hi" in p for p in problems)
     assert any("('b'): give exactly one public transform" in p for p in problems)
-    assert any(p.startswith("[release].kind must be one of") for p in problems)
+    assert any(p.startswith("[release].kind must be auto or one of") for p in problems)
     assert any(p.startswith("at least 2 servers") for p in problems)
     assert all("\n" not in p for p in problems)
 
@@ -110,3 +110,11 @@ def test_a_public_transform_from_the_job_file():
     assert jf.spec.transforms[0].n_features == 4 and jf.spec.width == 5  # 4 random features and the label
     with pytest.raises(JobFileError, match="transforms"):
         parse_job_file(render_job_file(doc(transforms=[{"kind": "rff", "columns": "a"}])))
+
+
+def test_release_kind_auto_asks_the_planner():
+    d = doc(release={}, parties=[{"id": "party-0", "clients": 20000}, {"id": "party-1", "clients": 20000}])
+    jf = parse_job_file(render_job_file(d))
+    assert jf.plan_reason and jf.spec.sketch.kind in ("gram", "sparse")
+    hist = parse_job_file(render_job_file(doc(release={"kind": "hist_log"}, fit={"model": "none"})))
+    assert (hist.spec.sketch.kind, hist.spec.sketch.m, hist.spec.sketch.s) == ("hist_log", 1, 1)

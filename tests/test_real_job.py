@@ -247,3 +247,42 @@ def test_a_bad_job_file_gets_one_line_per_problem(dep):
     out = checked.stderr
     assert "unknown key 'epsilom' (did you mean 'epsilon'?)" in out
     assert "range [lo, hi] needs finite lo < hi" in out
+
+
+def test_the_bounds_prejob_over_networked_actors(dep):
+    """A draft with no column transforms: `ltm job bounds` runs two histogram pre-jobs over the same
+    parties and servers, writes the main job (recording both pre-jobs), which then releases and fits."""
+    doc = job_doc(dep, "bounded")
+    for c in doc["columns"]:
+        del c["range"]
+    draft, main_path = write_job(dep, doc), dep["work"] / "jobs" / "bounded-main.toml"
+    group = dep["group"]
+    bounds = group.start_task("operator", "operator-bounds", ["job", "bounds", str(draft), "--analyst",
+                                                               dep["analyst"].endpoint, "--epsilon", "2",
+                                                               "--out", str(main_path), "--json"], site="operator")
+    try:
+        finish_parties(start_parties(dep, "bounded-bounds-1", "rows.csv"))
+        finish_parties(start_parties(dep, "bounded-bounds-2", "rows.csv"))
+        assert bounds.proc.wait(timeout=120) == 0, bounds.log_path.read_text()
+    finally:
+        group.stop(bounds)
+    info = json.loads(bounds.log_path.read_text())
+    main = parse_job_file(main_path.read_text())
+    assert [(p.job_id, p.digest) for p in main.spec.prejobs] == [(x["job_id"], x["digest"]) for x in info["prejobs"]]
+    assert sum(p.epsilon for p in main.spec.prejobs) == 2.0
+    data = _data()
+    for c in main.spec.columns:  # the DP estimates are near the columns' means and standard deviations
+        v = data[c.name]
+        chosen = info["chosen"][c.name]
+        assert abs(chosen["center"] - v.mean()) < 0.5 * v.std() + 1e-9, (c.name, chosen, v.mean(), v.std())
+        assert 0 < chosen["spread"] < 3 * v.std(), (c.name, chosen, v.std())
+        # at least half a robust spread (half the 16-84 % range): with 3000 clients the rare large values of
+        # a mostly-zero column fall in bins under the noise floor, so its spread is robust, not its std
+        # (see docs/bounds.md)
+        assert chosen["spread"] >= 0.25 * (np.quantile(v, 0.84) - np.quantile(v, 0.16)), (c.name, chosen)
+    operator(dep, "submit", str(main_path), "--analyst", dep["analyst"].endpoint)
+    finish_parties(start_parties(dep, "bounded", "rows.csv"))
+    st = wait_done(dep, "bounded")
+    assert st["release_sha256"] == reference_sha(dep, main_path, "rows.csv")
+    res = result(dep, "bounded")
+    assert res["report.json"]["prejobs"] == info["prejobs"] and "coef" in res["model.json"]

@@ -1,0 +1,219 @@
+"""Model quality on the bundled data with column transforms from three sources (prints JSON).
+
+``python -m sim.bounds_eval [--seeds 5]`` fits the same private ridge job (the demo's: bundled UCI
+household power data, the demo's train/test split, 4 parties, 3 servers, ε = 1, δ = 1e-6, the
+``sim/jobs.default_m`` sketch size) with each column's centre and scale taken from:
+
+* ``data``: the training data's means and standard deviations (what ``ltm demo`` does — not
+  private: these statistics end up in the public spec);
+* ``bounds``: the DP bounds pre-job (``ltm job bounds``: two histogram rounds, total ε = 1,
+  δ = 1e-7, run through the in-process transport) — the means and standard deviations of the
+  released histograms;
+* ``ranges``: the documented public ranges of ``examples/jobs/power-ridge.toml``.
+
+and reports the held-out R² (mean and standard deviation over seeds) beside the non-private OLS.
+``--networked DIR`` instead runs the bounds pre-job and the main job end to end over separate
+processes (servers, analyst, operator, four parties each with its own file; production
+randomness).  A benchmark for docs/bounds.md, not a test.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from analyst.bounds import Draft, next_grid, noise_sd, round_estimates
+from analyst.estimators import make_estimator, release_lambda
+from analyst.metrics import r2
+from ltm.jobfile import parse_job_file, render_job_file
+from ltm.randomness import Randomness
+from sim.inprocess import run_inprocess
+from sim.jobs import default_m
+from sim.simulate import SimulateConfig, load_table
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "jobs" / "power-ridge.toml"
+PARTIES, K = 4, 3
+
+
+def _doc(train, label: str, columns: list[dict], m: int, kind: str = "sparse") -> dict[str, Any]:
+    n = train.n
+    sizes = [n // PARTIES + (1 if i < n % PARTIES else 0) for i in range(PARTIES)]
+    return {"job": {"id": "eval", "partition": "rows"},
+            "release": {"kind": "sparse", "m": m} if kind == "sparse" else {"kind": kind},
+            "privacy": {"epsilon": 1.0, "delta": 1e-6}, "fit": {"model": "ridge"},
+            "servers": [{"id": f"server-{i}", "endpoint": f"h{i}:1"} for i in range(K)],
+            "parties": [{"id": f"party-{i}", "clients": s} for i, s in enumerate(sizes)],
+            "columns": columns}
+
+
+def _tables(spec, table) -> dict[str, dict[str, np.ndarray]]:
+    return {p.party_id: {c: v[p.start:p.stop] for c, v in table.columns.items()} for p in spec.parties}
+
+
+def bounds_columns(train, label: str, seed: int, epsilon: float = 1.0, delta: float = 1e-7,
+                   ) -> tuple[list[dict], dict]:
+    """The main job's columns from the two-round bounds pre-job, run in process."""
+    names = list(train.columns)
+    draft = Draft.parse(render_job_file(_doc(train, label, [{"name": c, **({"role": "label"} if c == label else {})}
+                                                            for c in names], 64)))
+    transforms = {c: (0.0, 1.0) for c in draft.unknown}
+    est: dict = {}
+    for r, kind in ((1, "hist_log"), (2, "hist_lin")):
+        if r == 2:
+            transforms = {c: next_grid(est[c]) for c in draft.unknown}
+        jf = parse_job_file(render_job_file(draft.prejob_doc(r, kind, transforms, epsilon / 2, delta / 2)))
+        run = run_inprocess(jf.spec, _tables(jf.spec, train), Randomness.seeded_insecure(seed).child("bounds", r))
+        est = round_estimates(kind, run.release.matrix[0], draft.unknown, transforms, noise_sd(run.release.privacy))
+    cols = [{"name": c, "center": est[c]["mean"], "spread": est[c]["std"],
+             **({"role": "label"} if c == label else {})} for c in names]
+    return cols, est
+
+
+def evaluate(seeds: int = 5, kind: str = "sparse") -> dict[str, Any]:
+    cfg = SimulateConfig(model="ridge")
+    train, test = load_table(cfg, Randomness.seeded_insecure(0))
+    label = train.label
+    features = [c for c in train.columns if c != label]
+    X_test, y_test = test.matrix(features), test.columns[label]
+    X, y = train.matrix(features), train.columns[label]
+    A = np.column_stack([X, np.ones(train.n)])
+    w = np.linalg.lstsq(A, y, rcond=None)[0]
+    out: dict[str, Any] = {"data": train.source, "n_train": train.n, "n_test": test.n, "seeds": seeds,
+                           "nonprivate_ols_r2": r2(y_test, np.column_stack([X_test, np.ones(test.n)]) @ w)}
+    ranges = tomllib.loads(EXAMPLE.read_text())["columns"]
+    sources = {
+        "data": [{"name": c, "center": float(train.columns[c].mean()), "spread": float(train.columns[c].std()),
+                  **({"role": "label"} if c == label else {})} for c in train.columns],
+        "ranges": ranges,
+    }
+    results: dict[str, Any] = {}
+    for seed in range(seeds):
+        cols, est = bounds_columns(train, label, seed)
+        per_seed = {**sources, "bounds": cols}
+        for name, columns in per_seed.items():
+            width = len(columns)
+            m = default_m(train.n, width, epsilon=1.0, delta=1e-6, clip_bound=1.0)
+            spec = parse_job_file(render_job_file(_doc(train, label, columns, m, kind))).spec
+            run = run_inprocess(spec, _tables(spec, train), Randomness.seeded_insecure(1000 + seed))
+            est_model = make_estimator("ridge", lam=release_lambda(run.release)[0], debias=True).fit(run.release)
+            entry = results.setdefault(name, {"r2": [], "kind": spec.sketch.kind, "m": spec.sketch.m})
+            entry["r2"].append(r2(y_test, est_model.predict(X_test)))
+            if seed == 0:
+                entry["columns"] = [{"name": c.name, "role": c.role, "center": c.center, "scale": c.scale}
+                                    for c in spec.columns]
+                if name == "bounds":
+                    entry["prejob_estimates_seed0"] = est
+    for name, entry in results.items():
+        entry["r2_mean"] = float(np.mean(entry["r2"]))
+        entry["r2_sd"] = float(np.std(entry["r2"]))
+    out["transforms"] = results
+    out["release"] = kind
+    out["bounds_prejob"] = {"rounds": 2, "epsilon_total": 1.0, "delta_total": 1e-7}
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--seeds", type=int, default=5)
+    p.add_argument("--release", default="sparse", help="the main job's release kind: sparse (m by the demo's "
+                                                        "rule, default) or auto (the planner) or gram")
+    p.add_argument("--networked", metavar="WORKDIR",
+                   help="instead: run the bounds pre-job and the main job over separate processes here")
+    args = p.parse_args()
+    result = networked(Path(args.networked)) if args.networked else evaluate(args.seeds, args.release)
+    print(json.dumps(result, indent=2))
+
+
+# ---------------------------------------------------------------------------- over networked actors
+def networked(workdir: Path, *, epsilon: float = 1.0, delta: float = 1e-7, timeout: float = 900.0) -> dict[str, Any]:
+    """The bounds pre-job and the main job over separate processes on loopback, on the demo's
+    training split (4 parties, each with its own CSV), production randomness; returns the
+    pre-job's centres/scales and the main job's held-out R²."""
+    import subprocess
+    import time
+
+    from sim.demo import write_party_csv
+    from sim.launcher import ProcessGroup
+    from transport.certs import write_certs
+
+    cfg = SimulateConfig(model="ridge")
+    train, test = load_table(cfg, Randomness.seeded_insecure(0))
+    label = train.label
+    names = list(train.columns)
+    parties = [f"party-{i}" for i in range(PARTIES)]
+    certs = workdir / "certs"
+    write_certs(certs, [f"server-{i}" for i in range(K)] + parties + ["analyst", "operator"], force=True)
+    group = ProcessGroup(workdir, certs)
+    t0 = time.monotonic()
+    try:
+        servers = group.start_servers(K)
+        analyst = group.start_service("analyst", "analyst", ["analyst", "--out", str(workdir / "analyst-out")])
+        doc = _doc(train, label, [{"name": c, **({"role": "label"} if c == label else {})} for c in names],
+                   default_m(train.n, len(names), epsilon=1.0, delta=1e-6, clip_bound=1.0))
+        doc["job"]["id"] = "power-bounded"
+        doc["job"]["deadline_s"] = timeout
+        doc["servers"] = [{"id": s.actor, "endpoint": s.endpoint} for s in servers]
+        start = 0
+        files = {}
+        for q in doc["parties"]:
+            d = workdir / "data" / q["id"]
+            d.mkdir(parents=True, exist_ok=True)
+            files[q["id"]] = d / "rows.csv"
+            write_party_csv(files[q["id"]], {c: v[start:start + q["clients"]] for c, v in train.columns.items()})
+            start += q["clients"]
+        draft, main_path = workdir / "draft.toml", workdir / "main.toml"
+        draft.write_text(render_job_file(doc))
+
+        def run_parties(job_id: str) -> None:
+            procs = [group.start_task("party", f"{p}-{job_id}", [
+                "party", "--id", p, "--job", job_id, "--data", str(files[p]), "--max-epsilon", "1",
+                "--servers", ",".join(s.endpoint for s in servers), "--server-ids", ",".join(s.actor for s in servers),
+                "--no-progress", "--wait", "120", "--state-dir", str(files[p].parent / f".state-{job_id}")])
+                for p in parties]
+            for ap in procs:
+                if ap.proc.wait(timeout=timeout) != 0:
+                    raise RuntimeError(f"{ap.actor} failed:\n{ap.log_tail()}")
+
+        def operator(*argv: str, background: bool = False):
+            ap = group.start_task("operator", f"operator-{len(group.processes)}",
+                                  ["job", *argv, "--analyst", analyst.endpoint])
+            if background:
+                return ap
+            if ap.proc.wait(timeout=timeout) != 0:
+                raise RuntimeError(f"ltm job {argv[0]} failed:\n{ap.log_tail()}")
+            return ap
+
+        bounds = operator("bounds", str(draft), "--epsilon", str(epsilon), "--delta", str(delta),
+                          "--out", str(main_path), "--json", background=True)
+        run_parties("power-bounded-bounds-1")
+        run_parties("power-bounded-bounds-2")
+        if bounds.proc.wait(timeout=timeout) != 0:
+            raise RuntimeError(f"ltm job bounds failed:\n{bounds.log_tail()}")
+        info = json.loads(bounds.log_path.read_text())
+        main = parse_job_file(main_path.read_text())
+        operator("submit", str(main_path))
+        run_parties("power-bounded")
+        operator("submit", str(main_path), "--wait")  # idempotent: waits until the job is done
+        out = workdir / "result"
+        operator("result", "power-bounded", "--out", str(out))
+        model = json.loads((out / "model.json").read_text())
+        report = json.loads((out / "report.json").read_text())
+    finally:
+        group.stop_all()
+    features = [c for c in names if c != label]
+    pred = test.matrix(features) @ np.array([model["coef"][c] for c in features]) + model["intercept"]
+    return {"data": train.source, "n_train": train.n, "n_test": test.n, "seconds": time.monotonic() - t0,
+            "prejobs": info["prejobs"], "chosen": info["chosen"],
+            "columns": [{"name": c.name, "role": c.role, "center": c.center, "scale": c.scale}
+                        for c in main.spec.columns],
+            "main_job": {"job_digest": main.spec.digest, "release_sha256": report["release_sha256"],
+                         "sketch": {"kind": main.spec.sketch.kind, "m": main.spec.sketch.m},
+                         "privacy": report["privacy"]["guarantee"], "r2": r2(test.columns[label], pred)}}
+
+
+if __name__ == "__main__":
+    main()
