@@ -219,7 +219,9 @@ def test_party_killed_mid_upload_resumes(dep, mode):
     that have it return the same receipt), finished batches are skipped, every client is counted
     once, and the release is the undisturbed one (seeded) or consistent noise around S·X (system)."""
     seed = 31 if mode == "seeded" else None
-    spec, tables, randomness, data_dir = _job(dep, f"party-crash-{mode}", seed=31, n=6000)
+    # the data and sketch come from seed 31 either way; only a seeded party needs a reproduction job
+    spec, tables, randomness, data_dir = _job(dep, f"party-crash-{mode}", seed=31, n=6000,
+                                              reproduction=mode == "seeded")
     group, servers = dep["group"], dep["servers"]
     jpath = journal_path(data_dir / ".ltm-party-state", spec.job_id, "party-0")
 
