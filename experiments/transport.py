@@ -139,7 +139,9 @@ class NetworkedTransport(Transport):
                         "--job", spec.job_id, "--data", str(job_dir / f"{p.party_id}.csv"),
                         "--max-epsilon", repr(spec.privacy.epsilon),
                         "--max-delta", repr(max(spec.privacy.delta, 1e-300)),
+                        # a reproduction keeps the paper's threat model (no corrupt party deducted)
                         "--allow-paper-calibration", "--seed", str(seed), "--budget-epsilon", "inf",
+                        "--min-corrupt-parties", "0",
                         "--no-progress",
                         "--log-level", "warning"]
                 parties.append(self.group.start_task("party", p.party_id, argv))
