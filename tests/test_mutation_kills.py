@@ -274,8 +274,9 @@ def _gate_spec(**privacy):
     from sim.jobs import build_job
 
     randomness = Randomness.seeded_insecure("gate-kills")
+    # a private job (the seed only draws the data and the sketch): its reports are not reproduction ones
     spec, _ = build_job(synthetic_ridge(400, 3, randomness), job_id="gate-kills", randomness=randomness,
-                        parties=2, k=2, m=8, s=2)
+                        parties=2, k=2, m=8, s=2, reproduction=False)
     return _replace(spec, privacy=_replace(spec.privacy, **privacy)) if privacy else spec
 
 
@@ -436,7 +437,7 @@ def _job(**kw):
 
     randomness = Randomness.seeded_insecure("report-kills")
     spec, _ = build_job(synthetic_ridge(400, 3, randomness), job_id="report-kills", randomness=randomness,
-                        parties=2, k=2, m=8, **kw)
+                        parties=2, k=2, m=8, **{"reproduction": False, **kw})  # a private job
     return spec
 
 
