@@ -85,7 +85,9 @@ class Draft:
             delta = 0.0
         return {
             "job": {"id": f"{self.job_id}-bounds-{round_}", "partition": "rows", "clip_bound": HIST_CLIP_BOUND,
-                    "deadline_s": float(job.get("deadline_s", DEFAULT_DEADLINE_S))},
+                    "deadline_s": float(job.get("deadline_s", DEFAULT_DEADLINE_S)),
+                    # a pre-job of a reproduction draft is one too (its parties may be seeded)
+                    **({"reproduction": True} if job.get("reproduction") else {})},
             "release": {"kind": kind},
             "privacy": {"epsilon": epsilon, "delta": delta, **keep},
             "fit": {"model": "none"},

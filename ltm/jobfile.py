@@ -506,6 +506,8 @@ def job_file_doc(spec: JobSpec, fit: FitSpec | None = None, deadline_s: float | 
         job["rows"] = spec.n
     if deadline_s is not None:
         job["deadline_s"] = float(deadline_s)
+    if spec.reproduction:
+        job["reproduction"] = True
     privacy: dict[str, Any] = {"epsilon": p.epsilon, "delta": p.delta, "mechanism": p.mechanism,
                                "calibration": p.calibration, "interpolate_p": p.interpolate_p,
                                "t_prime": p.t_prime, "corrupt_parties": p.corrupt_parties,
