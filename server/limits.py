@@ -121,10 +121,12 @@ class ServerLimits:
         for name, value, limit_name in checks:
             if value > getattr(self, limit_name):
                 raise bad(name, value, limit_name)
-        memory = n * max(width, 1) + 8 * s * n + 8 * m * max(width, 1)
+        upload = max(spec.upload_width, width, 1)  # a lifted release (gram) uploads more values per client
+        memory = n * upload + 8 * s * n + 8 * m * upload
         if memory > self.max_job_memory_bytes:
-            raise ProtocolError("RESOURCE_EXHAUSTED", f"the job would make this server hold ~{memory} bytes (n·D "
-                                                      f"coverage + 8·s·n slots + 8·m·D result), over its limit of "
+            raise ProtocolError("RESOURCE_EXHAUSTED", f"the job would make this server hold ~{memory} bytes (n·W "
+                                                      f"coverage + 8·s·n slots + 8·m·W result, W = values uploaded "
+                                                      f"per client), over its limit of "
                                                       f"{self.max_job_memory_bytes} (max_job_memory_bytes)")
 
 

@@ -35,6 +35,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "see server/limits.py and docs")
     p.add_argument("--check", action="store_true", default=None,
                    help="verify --data-dir offline (every blob and release record against its digest) and exit")
+    p.add_argument("--repair", action="store_true", default=None,
+                   help="make a --data-dir the server refuses startable, deleting nothing: unknown blobs move "
+                        "to quarantine/, jobs named by orphaned release markers are retired for good; then exit")
     add_actor_arguments(p, serves=True)
     p.set_defaults(func=run)
 
@@ -65,10 +68,25 @@ def check(data_dir: str) -> int:
     return 3 if problems else 0
 
 
+def repair(data_dir: str) -> int:
+    """``ltm server --repair``: print what was moved or retired; 0 = startable now, 3 = not repairable."""
+    from server.sqlite_store import StoreError, repair_directory
+
+    try:
+        done = repair_directory(data_dir)
+    except StoreError as exc:
+        print(f"ltm server --repair: {exc}", file=sys.stderr)
+        return 3
+    for line in done:
+        print(line)
+    print(f"ltm server --repair {data_dir}: {len(done)} change(s); nothing was deleted")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
-    if args.check:
+    if args.check or args.repair:
         args = merge(args, load_config(args.config), required=("data_dir",))
-        return check(args.data_dir)
+        return check(args.data_dir) if args.check else repair(args.data_dir)
     args = merge(args, load_config(args.config), required=("id", "listen", "data_dir"))
     if not args.insecure and not args.certs:
         raise SystemExit("ltm server: --certs is required (or --insecure for a plaintext test run)")
