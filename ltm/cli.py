@@ -14,18 +14,10 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _json_default(obj: Any) -> Any:
-    import numpy as np
-
-    if isinstance(obj, np.generic):
-        return obj.item()
-    if isinstance(obj, np.ndarray):
-        return obj.tolist()
-    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
-
-
 def _print_json(obj: Any) -> None:
-    print(json.dumps(obj, indent=2, default=_json_default, allow_nan=False))
+    from ltm.jsonio import json_default
+
+    print(json.dumps(obj, indent=2, default=json_default, allow_nan=False))
 
 
 # ---------------------------------------------------------------------------- simulate
