@@ -29,8 +29,10 @@ limit                             default         why
 ``max_batch_bytes``               512 MiB         one batch's share payload (a party splits)
 ``max_streams_per_party``         4               concurrent uploads of one party (its uploader
                                                   runs a few in parallel, not more)
-``max_streams``                   64              concurrent uploads in total
-``max_inflight_bytes``            1 GiB           upload bytes buffered across all streams; a
+``max_streams``                   64              concurrent uploads in total (UNAVAILABLE:
+                                                  busy, parties retry)
+``max_inflight_bytes``            1 GiB           upload bytes buffered across all streams
+                                                  (UNAVAILABLE, retried); a
                                                   stream's buffer grows with bytes *received*,
                                                   never with what its header declares
 ``stream_idle_seconds``           60 s            longest silence inside an upload stream

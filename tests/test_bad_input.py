@@ -1102,8 +1102,8 @@ def _rss_bytes(pid: int) -> int:
 
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads RSS from /proc")
 def test_slow_streams_declaring_122_mib_do_not_grow_memory_and_hit_the_idle_deadline(tmp_path, certs):
-    """8 upload streams (4 per party, the default per-party cap) each declare a 122 MiB batch and
-    then trickle a byte every 5 s: the server's RSS stays within 100 MB of idle (memory follows the
+    """8 upload streams (4 per party, the default per-party cap; a 5th is refused) each declare a
+    122 MiB batch and then trickle a byte every 5 s: the server's RSS stays within 100 MB of idle (memory follows the
     bytes received, not the header), and every stream is closed by the idle deadline (3 s here,
     via --limit).  Timing-based by nature: the margins are wide (5 s gaps vs a 3 s deadline)."""
     import json
@@ -1143,6 +1143,12 @@ def test_slow_streams_declaring_122_mib_do_not_grow_memory_and_hit_the_idle_dead
         start = time.monotonic()
         for t in threads:
             t.start()
+        time.sleep(1.0)  # all 8 open (4 per party, the default cap): a 5th of party-0 is refused at once
+        header = ltm_pb2.BatchHeader(job_id=spec.job_id, job_digest=spec.digest, party_id="party-0")
+        fifth = target.upload([ltm_pb2.UploadChunk(header=header)], actor="party-0")[:2]
+        CASES["processes"] += 1
+        assert fifth[0] == "RESOURCE_EXHAUSTED" and "max_streams_per_party" in fifth[1], fifth
+        SEEN[("RESOURCE_EXHAUSTED", "max_streams_per_party")] += 1
         peak = idle
         while any(t.is_alive() for t in threads) and time.monotonic() - start < 60:
             peak = max(peak, _rss_bytes(server.pid))
