@@ -36,6 +36,7 @@ import numpy as np
 
 from ltm.histograms import (HIST_CLIP_BOUND, LIN_BINS, counts_matrix, denoise, mean_and_std, quantiles,
                             robust_centre_spread)
+from ltm.errors import CommandError
 from ltm.jobfile import DEFAULT_DEADLINE_S, JobFile, JobFileError, parse_job_file, render_job_file
 from ltm.jobspec import INTERCEPT_NAME
 
@@ -85,7 +86,9 @@ class Draft:
             delta = 0.0
         return {
             "job": {"id": f"{self.job_id}-bounds-{round_}", "partition": "rows", "clip_bound": HIST_CLIP_BOUND,
-                    "deadline_s": float(job.get("deadline_s", DEFAULT_DEADLINE_S))},
+                    "deadline_s": float(job.get("deadline_s", DEFAULT_DEADLINE_S)),
+                    # a reproduction draft (seeded parties) has reproduction pre-jobs
+                    **({"reproduction": job["reproduction"]} if "reproduction" in job else {})},
             "release": {"kind": kind},
             "privacy": {"epsilon": epsilon, "delta": delta, **keep},
             "fit": {"model": "none"},
@@ -115,10 +118,11 @@ class Draft:
 
 
 def noise_sd(privacy: dict[str, Any]) -> float:
-    """The standard deviation of the noise on one released count, from a release's privacy report."""
-    if privacy.get("mechanism") == "laplace":
-        return math.sqrt(2.0) * float(privacy["laplace_scale"])
-    return float(privacy["sigma_release"])
+    """The standard deviation of the noise on one released count, from a release's privacy report:
+    every participant adds one draw of std ``sigma_client`` (Gaussian, or Laplace's Gamma
+    difference) to every count, so √participants · σ_c — not ``sigma_release`` (√L · σ_c, the
+    least noise the gate guarantees, which is smaller when L < participants)."""
+    return math.sqrt(float(privacy["participants"])) * float(privacy["sigma_client"])
 
 
 def round_estimates(kind: str, release_row: np.ndarray, names: tuple[str, ...],
@@ -177,7 +181,7 @@ async def run_bounds(stub, draft: Draft, *, epsilon: float, delta: float, rounds
             f"δ={spec.privacy.delta:g}) {st['state']}; parties join with: ltm party --job {spec.job_id} …")
         st = await wait_done(stub, spec.job_id, timeout or jf.deadline_s + 300.0)
         if st["state"] != "done":
-            raise RuntimeError(f"bounds pre-job {spec.job_id!r} did not finish: {st['state']} {st.get('error', '')}")
+            raise CommandError(f"bounds pre-job {spec.job_id!r} did not finish: {st['state']} {st.get('error', '')}")
         sha, files = await job_result(stub, spec.job_id)
         release = json.loads(files["release.json"])
         estimates = round_estimates(kind, np.asarray(release["matrix"][0]), draft.unknown, transforms,
@@ -221,7 +225,7 @@ def run_bounds_command(args: argparse.Namespace) -> int:
         raise JobFileError([f"cannot read it: {exc.strerror}"], str(path)) from None
     draft = Draft.parse(text, str(path))
     if not args.epsilon > 0:
-        raise SystemExit("ltm job bounds: --epsilon must be > 0")
+        raise CommandError("--epsilon must be > 0")
     quiet = (lambda *a, **k: None) if args.json else print
     main, info = asyncio.run(_with_analyst(args, lambda stub: run_bounds(
         stub, draft, epsilon=args.epsilon, delta=args.delta, rounds=args.rounds, randomness=args.randomness or "",

@@ -18,10 +18,9 @@ import json
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from analyst.coordinator import JobRun, Retries, ServerLink, coordinate, publish_links
 from analyst.estimators import LowRank, make_estimator, release_lambda
@@ -29,6 +28,7 @@ from analyst.reconstruct import reconstruct_release
 from analyst.release import ReleasedSketch
 from analyst.store import AnalystStore, JobRecord
 from ltm.jobfile import FitSpec
+from ltm.jsonio import json_default
 from ltm.jobspec import JobSpec, validate_job
 
 log = logging.getLogger("ltm.analyst")
@@ -66,8 +66,10 @@ def release_of(record: JobRecord) -> ReleasedSketch:
     if record.state != "done" or record.shares is None or record.participants is None:
         raise KeyError(f"job {record.job_id!r} has no release yet (state {record.state})")
     spec = record.spec
-    return reconstruct_release(spec, record.shares, record.participants, spec.noise_plan(),
-                               randomness=record.randomness)
+    release = reconstruct_release(spec, record.shares, record.participants, spec.noise_plan(),
+                                  randomness=record.randomness)
+    stored = (record.outputs or {}).get("privacy_report.json")  # as reported when the job finished
+    return replace(release, privacy=json.loads(stored)) if stored else release
 
 
 LinksFor = Callable[[JobSpec, Retries], list[ServerLink]]
@@ -174,8 +176,8 @@ class JobRunner:
         try:
             run = await coordinate(self.links_for(spec, retries), spec,
                                    deadline_s=max(record.close_at - time.time(), 0.0),
-                                   randomness_label=record.randomness, publish_first=not record.published, poll_s=self.poll_s,
-                                   retries=retries, progress=progress)
+                                   randomness_label=record.randomness, publish_first=not record.published,
+                                   poll_s=self.poll_s, retries=retries, progress=progress)
             outputs = await asyncio.to_thread(self._outputs, record, run)
             await asyncio.to_thread(self.store.finish, job_id, release_sha256=run.release.sha256,
                                     participants=run.participants, shares=run.result_shares, outputs=outputs)
@@ -206,7 +208,7 @@ class JobRunner:
         return {"release.json": json.dumps(release_to_json(run.release)),
                 "privacy_report.json": json.dumps(run.release.privacy, indent=2),
                 "model.json": json.dumps(model, indent=2),
-                "report.json": json.dumps(report, indent=2, default=_json_default)}
+                "report.json": json.dumps(report, indent=2, default=json_default)}
 
     def _write_files(self, job_id: str, outputs: dict[str, str]) -> None:
         if self.out_dir is None:
@@ -236,10 +238,3 @@ def describe_failure(exc: BaseException) -> str:
         return f"a server refused: {exc.code().name}: {exc.details()}"
     return str(exc)
 
-
-def _json_default(obj: Any) -> Any:
-    if isinstance(obj, np.generic):
-        return obj.item()
-    if isinstance(obj, np.ndarray):
-        return obj.tolist()
-    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")

@@ -47,7 +47,8 @@ async def serve(args: argparse.Namespace) -> None:
     if resumed:
         log.info("resumed jobs", extra={"jobs": resumed})
     await serve_until_signal(server, service_name=SERVICE_NAME, listen=args.listen, cert_dir=args.certs,
-                             actor="analyst", insecure=insecure, port_file=args.port_file)
+                             actor="analyst", insecure=insecure, port_file=args.port_file,
+                             health_listen=args.health_listen)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ltm.errors import CommandError
 from ltm.jobfile import JobFile, JobFileError, parse_job_file, spec_summary
 
 
@@ -112,9 +113,9 @@ def run_check(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------- talking to the analyst
 def _need_analyst(args: argparse.Namespace) -> None:
     if not args.analyst:
-        raise SystemExit("ltm job: give the analyst's endpoint with --analyst HOST:PORT (or set LTM_ANALYST)")
+        raise CommandError("give the analyst's endpoint with --analyst HOST:PORT (or set LTM_ANALYST)")
     if not args.insecure and not args.certs:
-        raise SystemExit("ltm job: give --certs DIR (the operator's certificate) or --insecure for a plaintext test")
+        raise CommandError("give --certs DIR (the operator's certificate) or --insecure for a plaintext test")
 
 
 async def _with_analyst(args: argparse.Namespace, fn):
@@ -131,7 +132,7 @@ async def _with_analyst(args: argparse.Namespace, fn):
     try:
         return await fn(ltm_pb2_grpc.AnalystStub(channel))
     except grpc.aio.AioRpcError as exc:
-        raise SystemExit(f"ltm job: the analyst at {args.analyst} answered {exc.code().name}: {exc.details()}") \
+        raise CommandError(f"the analyst at {args.analyst} answered {exc.code().name}: {exc.details()}") \
             from None
     finally:
         await channel.close()
@@ -229,7 +230,7 @@ def run_result(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     for name, text in files.items():
         if "/" in name or name.startswith("."):
-            raise SystemExit(f"ltm job result: refusing the file name {name!r} from the analyst")
+            raise CommandError(f"refusing the file name {name!r} from the analyst")
         (out / name).write_text(text)
     model = json.loads(files.get("model.json", "{}"))
     print(f"job {args.job_id!r}: release sha256 {sha}; wrote {', '.join(sorted(files))} to {out}")

@@ -5,7 +5,8 @@ Everything the analyst must not forget across a crash is committed here before i
 
 * a submitted job — its canonical spec, what to fit, the randomness label, and the *absolute*
   time at which intake closes — before it is published to any server;
-* whether every server acknowledged the job, and its phase as it advances (``published`` → ``running`` → ``done`` | ``failed``);
+* whether every server acknowledged the job, and its phase as it advances (``published`` →
+  ``running`` → ``done`` | ``failed``);
 * the finished release: the servers' result shares and the participant set (so the reconstructed
   sketch, its SHA-256 and every model fitted on it are re-derivable bit for bit) and the output
   files, before the job is reported done.
@@ -17,6 +18,7 @@ same bytes.  All methods block (fsync); asyncio code calls them through ``asynci
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import sqlite3
 import threading
@@ -26,10 +28,12 @@ from pathlib import Path
 
 import numpy as np
 
+from ltm.errors import CommandError
 from ltm.jobspec import JobSpec
-from transport.files import private_dir
+from transport.files import private_dir, touch_private
 
 DB_NAME = "analyst.db"
+LOCK_NAME = "analyst.lock"
 STATES = ("published", "running", "done", "failed")
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -74,11 +78,25 @@ class JobRecord:
     outputs: dict[str, str] | None = None
 
 
+class AnalystStoreInUse(CommandError):
+    """Another analyst process (or an unclosed store) holds the directory."""
+
+
 class AnalystStore:
-    """The analyst's jobs in ``<directory>/analyst.db`` (see module docstring)."""
+    """The analyst's jobs in ``<directory>/analyst.db`` (see module docstring).  One process per
+    directory (an exclusive flock on ``analyst.lock``): two analysts resuming the same jobs would
+    race each other."""
 
     def __init__(self, directory: str | Path) -> None:
         self.directory = private_dir(directory)  # 0700, like every actor's state
+        self._lock_file = open(touch_private(self.directory / LOCK_NAME), "a+b")
+        try:
+            fcntl.flock(self._lock_file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._lock_file.close()
+            raise AnalystStoreInUse(f"analyst state directory {str(self.directory)!r} is in use by another "
+                                    f"analyst process; give each analyst its own --state-dir") from None
+        touch_private(self.directory / DB_NAME)  # 0600; SQLite gives -wal/-shm the same mode
         self._db = sqlite3.connect(self.directory / DB_NAME, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
@@ -88,6 +106,7 @@ class AnalystStore:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+        self._lock_file.close()  # releases the flock
 
     def _write(self, sql: str, args: tuple) -> None:
         with self._lock:

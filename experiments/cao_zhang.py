@@ -300,10 +300,12 @@ def _ltm_rows(A: np.ndarray, y: np.ndarray, B: np.ndarray, yB: np.ndarray, ref: 
     """Three LTM gram jobs on the same private rows (whitened with the paper's radius; centred and
     whitened with radius √(d+1); standardised with the public means/stds, the project's default
     transform) and the central DP-PMTOLSE at the same (ε, δ), each through the real party → servers
-    → analyst cores of the current transport.  Errors in raw units against ``ref``."""
+    → analyst cores of the current transport.  Errors in raw units against ``ref``: ``err`` of the
+    paper's plain solve (OLS on the noisy Gram), ``err_ridge`` of the ridge with the project's
+    AdaSSP-style λ for a gram release (``analyst.estimators.release_lambda``), same release."""
     import dataclasses
 
-    from analyst.estimators import OLS
+    from analyst.estimators import OLS, Ridge, release_lambda
     from analyst.mapback import raw_linear_predictor
     from experiments.transport import current
     from ltm.jobspec import validate_job
@@ -326,8 +328,11 @@ def _ltm_rows(A: np.ndarray, y: np.ndarray, B: np.ndarray, yB: np.ndarray, ref: 
     def emit(series: str, spec, coef_fn) -> None:
         release = transport.release(spec, party_tables(spec, table), subseed(seed, "release", series))
         coef = coef_fn(OLS().fit(release), spec)
-        rows.append(_row(series, coef, ref, n_A_used=n, n_B=int(B.shape[0]), eps_total=eps, is_dp=True,
-                         dp_verified=bool(release.privacy.get("dp_verified", False))))
+        lam, _ = release_lambda(release)  # the project's rule for a gram release (AdaSSP-style λ)
+        coef_ridge = coef_fn(Ridge(lam).fit(release), spec)
+        err_ridge = float(np.linalg.norm(coef_ridge - ref)) if np.all(np.isfinite(coef_ridge)) else math.nan
+        rows.append(_row(series, coef, ref, err_ridge=err_ridge, lam_ridge=lam, n_A_used=n, n_B=int(B.shape[0]),
+                         eps_total=eps, is_dp=True, dp_verified=bool(release.privacy.get("dp_verified", False))))
 
     mapped = lambda est, spec: raw_linear_predictor(est.coef_scaled_, spec).coef_  # noqa: E731
     paper = PublicSecondMoment.from_public_data(B, yB)
@@ -368,8 +373,9 @@ def medians(results_csv: str | Path, keys: list[str], metric: str = "err") -> li
     groups: dict[tuple, list[float]] = {}
     with open(results_csv, newline="") as fh:
         for r in csv.DictReader(fh):
-            v = float(r[metric]) if r.get(metric) not in (None, "") else math.nan
-            groups.setdefault(tuple(r.get(k, "") for k in keys), []).append(v)
+            if r.get(metric) in (None, ""):  # a series that does not report this metric
+                continue
+            groups.setdefault(tuple(r.get(k, "") for k in keys), []).append(float(r[metric]))
     out = []
     for key, vals in groups.items():
         arr = np.array(vals)

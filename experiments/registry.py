@@ -47,6 +47,7 @@ SCENARIO_MODULES: tuple[str, ...] = (
     "experiments.wu",
     "experiments.thresholds",
     "experiments.cao_zhang",
+    "experiments.liao",
 )
 
 

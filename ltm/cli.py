@@ -14,18 +14,10 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _json_default(obj: Any) -> Any:
-    import numpy as np
-
-    if isinstance(obj, np.generic):
-        return obj.item()
-    if isinstance(obj, np.ndarray):
-        return obj.tolist()
-    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
-
-
 def _print_json(obj: Any) -> None:
-    print(json.dumps(obj, indent=2, default=_json_default, allow_nan=False))
+    from ltm.jsonio import json_default
+
+    print(json.dumps(obj, indent=2, default=json_default, allow_nan=False))
 
 
 # ---------------------------------------------------------------------------- simulate
@@ -72,7 +64,9 @@ def _add_simulate(sub: argparse._SubParsersAction) -> None:
     mdl.add_argument("--intercept", action="store_true",
                      help="add an explicit intercept column (the public centering already makes the model affine)")
     rf = p.add_argument_group("random features (--model rf_ridge)")
-    rf.add_argument("--features-n", type=_positive_int, default=100, help="random frequencies N (default 100)")
+    rf.add_argument("--features-n", type=_positive_int,
+                    help="random frequencies N (default 16: a sketch's noise grows with the vector width, "
+                         "so keep N ≪ n; see docs/experiments.md, seed 002)")
     rf.add_argument("--bandwidth", type=float, help="kernel bandwidth in standardised input units (default √d)")
     rf.add_argument("--feature-map", choices=["cos", "sincos"], default="cos",
                     help="cos: √(2/N)cos(ωx+b), N entries; sincos: [cos ωx, sin ωx]/√N, 2N entries, norm 1")
@@ -108,10 +102,10 @@ def _run_simulate(args: argparse.Namespace) -> int:
         mechanism=args.mechanism, calibration=calibration, interpolate_p=p, t_prime=args.t_prime,
         corrupt_parties=args.corrupt_parties, model=args.model, lam=args.lam, debias=args.debias, rank=args.rank,
         clip=args.clip if args.clip is not None else DEFAULT_CLIP_BOUND, intercept=args.intercept,
-        share_mode=args.share_mode, seed=args.seed, features_n=args.features_n, bandwidth=args.bandwidth,
+        share_mode=args.share_mode, seed=args.seed, features_n=args.features_n or 16, bandwidth=args.bandwidth,
         feature_map=args.feature_map, kernel=args.kernel,
     )
-    if args.model != "rf_ridge" and (args.bandwidth is not None or args.features_n != 100):
+    if args.model != "rf_ridge" and (args.bandwidth is not None or args.features_n is not None):
         raise SystemExit("ltm: error: --features-n/--bandwidth need --model rf_ridge")
     if args.mechanism == "laplace" and args.delta == 1e-6:
         cfg.delta = 0.0

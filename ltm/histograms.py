@@ -80,6 +80,18 @@ def counts_matrix(kind: str, total: np.ndarray, d: int) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------- from counts to bounds
+def _mass_and_bins(kind: str, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Counts with negative noise clipped to 0, and each bin's (lo, hi) in z units; the open
+    overflow bins get the width of their neighbour so every estimate stays finite."""
+    c = np.maximum(np.asarray(counts, dtype=np.float64), 0.0)
+    if c.sum() <= 0:
+        raise ValueError("the histogram has no positive count: too few clients for its noise")
+    e = edges_of(kind)
+    lo = np.concatenate([[e[0] - (e[1] - e[0])], e])
+    hi = np.concatenate([e, [e[-1] + (e[-1] - e[-2])]])
+    return c, lo, hi
+
+
 def quantiles(kind: str, counts: np.ndarray, probs: np.ndarray, center: float = 0.0, scale: float = 1.0,
               ) -> np.ndarray:
     """Quantiles of one column, in raw units, from its noisy bin counts.
@@ -88,12 +100,7 @@ def quantiles(kind: str, counts: np.ndarray, probs: np.ndarray, center: float = 
     linearly in z.  The open overflow bins are given the width of their neighbour, so an estimate
     stays finite.  Raises ValueError when the counts carry no mass.
     """
-    c = np.maximum(np.asarray(counts, dtype=np.float64), 0.0)
-    if c.sum() <= 0:
-        raise ValueError("the histogram has no positive count: too few clients for its noise")
-    e = edges_of(kind)
-    lo = np.concatenate([[e[0] - (e[1] - e[0])], e])
-    hi = np.concatenate([e, [e[-1] + (e[-1] - e[-2])]])
+    c, lo, hi = _mass_and_bins(kind, counts)
     cdf = np.concatenate([[0.0], np.cumsum(c)]) / c.sum()
     out = []
     for p in np.atleast_1d(probs):
@@ -124,12 +131,7 @@ def mean_and_std(kind: str, counts: np.ndarray, center: float = 0.0, scale: floa
     gets the width of its neighbour).  With a fine grid over the column's range (``hist_lin``)
     this is close to the column's mean and standard deviation.
     """
-    c = np.maximum(np.asarray(counts, dtype=np.float64), 0.0)
-    if c.sum() <= 0:
-        raise ValueError("the histogram has no positive count: too few clients for its noise")
-    e = edges_of(kind)
-    lo = np.concatenate([[e[0] - (e[1] - e[0])], e])
-    hi = np.concatenate([e, [e[-1] + (e[-1] - e[-2])]])
+    c, lo, hi = _mass_and_bins(kind, counts)
     mid = center + scale * (lo + hi) / 2.0
     mean = float((c * mid).sum() / c.sum())
     var = float((c * (mid - mean) ** 2).sum() / c.sum())

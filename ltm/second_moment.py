@@ -96,7 +96,7 @@ def epsilon_to_zcdp(epsilon: float, delta: float) -> float:
     return (math.sqrt(a + epsilon) - math.sqrt(a)) ** 2
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # ndarray fields: compare by identity, not elementwise
 class PublicSecondMoment:
     """A public second moment of the features and the public RMS of the label.
 

@@ -38,20 +38,17 @@ PACKAGES = ["ltm", "party", "server", "analyst", "sim", "experiments", "transpor
 #: module → the tests that exercise it (fast, in-process; no subprocesses, since a subprocess
 #: would import the unmutated code).  Ordered from the most stable module to the most changed.
 MODULES: dict[str, list[str]] = {
-    "ltm/ring.py": ["tests/test_ring_sharing.py", "tests/test_mutation_kills.py"],
-    "ltm/sharing.py": ["tests/test_ring_sharing.py", "tests/test_mutation_kills.py"],
-    "ltm/calibration.py": ["tests/test_calibration.py", "tests/test_mutation_kills.py"],
-    "server/release_gate.py": ["tests/test_release_gate.py", "tests/test_mutation_kills.py"],
-    "analyst/reconstruct.py": ["tests/test_pipeline_exact.py", "tests/test_mutation_kills.py"],
-    "ltm/sketch.py": ["tests/test_sketch_golden.py", "tests/test_mutation_kills.py"],
-    "party/randomizer.py": [
-        "tests/test_pipeline_exact.py",
-        "tests/test_release_noise.py",
-        "tests/test_mutation_kills.py",
-    ],
-    "server/core.py": ["tests/test_release_gate.py", "tests/test_mutation_kills.py"],
-    "analyst/estimators.py": ["tests/test_estimators.py", "tests/test_mutation_kills.py"],
-    "analyst/baselines.py": ["tests/test_baselines.py", "tests/test_mutation_kills.py"],
+    "ltm/ring.py": ["tests/test_ring_sharing.py", "tests/test_kills_ring.py"],
+    "ltm/sharing.py": ["tests/test_ring_sharing.py", "tests/test_kills_sharing.py"],
+    "ltm/calibration.py": ["tests/test_calibration.py", "tests/test_kills_calibration.py"],
+    "server/release_gate.py": ["tests/test_release_gate.py", "tests/test_kills_release_gate.py"],
+    "analyst/reconstruct.py": ["tests/test_pipeline_exact.py", "tests/test_kills_reconstruct.py"],
+    "ltm/sketch.py": ["tests/test_sketch_golden.py", "tests/test_kills_sketch.py"],
+    "party/randomizer.py": ["tests/test_pipeline_exact.py", "tests/test_release_noise.py",
+                            "tests/test_kills_randomizer.py"],
+    "server/core.py": ["tests/test_release_gate.py", "tests/test_kills_core.py"],
+    "analyst/estimators.py": ["tests/test_estimators.py", "tests/test_kills_estimators.py"],
+    "analyst/baselines.py": ["tests/test_baselines.py", "tests/test_kills_baselines.py"],
 }
 
 STATUS_KILLED = {"killed", "timeout", "segfault", "caught by type check"}
@@ -72,23 +69,13 @@ class ModuleScore:
         return self.killed / denominator if denominator else 1.0
 
 
-def copy_repo(dest: Path) -> None:
-    """Copy the tracked and untracked-but-not-ignored files of the worktree to ``dest``."""
+def copy_repo(dest: Path, commit: str) -> None:
+    """Extract the committed tree of ``commit`` to ``dest`` (uncommitted edits are not measured)."""
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
-    listed = subprocess.run(
-        ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO, capture_output=True, check=True
-    ).stdout.split(b"\0")
-    for raw in listed:
-        if not raw:
-            continue
-        rel = Path(raw.decode())
-        src = REPO / rel
-        if not src.is_file():
-            continue
-        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(src, dest / rel)
+    archive = subprocess.run(["git", "archive", commit], cwd=REPO, capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
 
 
 def write_config(dest: Path, module: str, tests: list[str]) -> None:
@@ -157,40 +144,42 @@ def is_equivalent(entries: list[dict], function: str, original: str, mutated: st
     return None
 
 
-def source_digest(module: str) -> str:
-    return hashlib.sha256((REPO / module).read_bytes()).hexdigest()
+def source_digest(module: str, commit: str = "HEAD") -> str:
+    """SHA-256 of the module as committed at ``commit``."""
+    blob = subprocess.run(["git", "show", f"{commit}:{module}"], cwd=REPO, capture_output=True, check=True).stdout
+    return hashlib.sha256(blob).hexdigest()
 
 
 def state_path(module: str) -> Path:
     return SCRATCH / (module.replace("/", "_").removesuffix(".py") + ".json")
 
 
-def load_state(module: str) -> dict[str, str] | None:
-    """Statuses of the last run on this module, if its source has not changed since."""
+def load_state(module: str, commit: str = "HEAD") -> dict[str, str] | None:
+    """Statuses of the last run on this module, if its source at ``commit`` is the one measured."""
     path = state_path(module)
     if not path.exists():
         return None
     state = json.loads(path.read_text())
-    return state["statuses"] if state.get("source_sha256") == source_digest(module) else None
+    return state["statuses"] if state.get("source_sha256") == source_digest(module, commit) else None
 
 
 def run_module(module: str, tests: list[str], children: int, equivalents: list[dict],
-               survivors_only: bool = False) -> ModuleScore:
+               survivors_only: bool = False, commit: str = "HEAD") -> ModuleScore:
     dest = SCRATCH / module.replace("/", "_").removesuffix(".py")
-    previous = load_state(module) if survivors_only else None
+    previous = load_state(module, commit) if survivors_only else None
     rerun = sorted(n for n, st in (previous or {}).items() if st not in STATUS_KILLED)
-    copy_repo(dest)
+    copy_repo(dest, commit)
     write_config(dest, module, tests)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     what = f"the {len(rerun)} survivors of the last run" if previous is not None else "every mutant"
-    print(f"== {module}: mutmut run ({what}) against {' '.join(tests)}", flush=True)
+    print(f"== {module} at {commit}: mutmut run ({what}) against {' '.join(tests)}", flush=True)
     statuses: dict[str, str] = dict(previous or {})
     if previous is None or rerun:
         proc = subprocess.run(["mutmut", "run", "--max-children", str(children), *rerun], cwd=dest, env=env,
                               capture_output=True, text=True)
         if proc.returncode != 0:
-            sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:])
-            raise SystemExit(f"mutmut failed on {module} (exit {proc.returncode}); scratch copy left in {dest}")
+            sys.stderr.write(proc.stdout[-3000:] + proc.stderr[-3000:])
+            raise RuntimeError(f"mutmut failed on {module} (exit {proc.returncode}); scratch copy left in {dest}")
         listed = subprocess.run(["mutmut", "results", "--all", "true"], cwd=dest, env=env, capture_output=True,
                                 text=True, check=True).stdout
         for line in listed.splitlines():
@@ -214,9 +203,8 @@ def run_module(module: str, tests: list[str], children: int, equivalents: list[d
             result.equivalent.append(row)
         else:
             result.survivors.append(row)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
     state_path(module).write_text(json.dumps({
-        "source_sha256": source_digest(module), "statuses": statuses, "commit": commit, "tests": tests,
+        "source_sha256": source_digest(module, commit), "statuses": statuses, "commit": commit, "tests": tests,
         "killed": result.killed, "total": result.total, "equivalent": result.equivalent, "survivors": result.survivors,
     }, ensure_ascii=False, indent=1))
     return result
@@ -285,11 +273,21 @@ def main(argv: list[str] | None = None) -> int:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
     dirty = subprocess.run(["git", "status", "--porcelain", "--", *modules, "tests"], cwd=REPO, capture_output=True,
                            text=True).stdout.strip()
-    print(f"commit {commit}{' (with uncommitted changes)' if dirty else ''}", flush=True)
+    print(f"HEAD is {commit}{' (uncommitted changes are not measured)' if dirty else ''}", flush=True)
     results = []
+    failed = []
     for module in modules:
-        result = run_module(module, MODULES[module], args.children, equivalents.get(module, []),
-                            survivors_only=args.survivors_only)
+        # Each module measures the commit checked out when its turn comes (tests committed while
+        # an earlier module ran are included).
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
+                                text=True).stdout.strip()
+        try:
+            result = run_module(module, MODULES[module], args.children, equivalents.get(module, []),
+                                survivors_only=args.survivors_only, commit=commit)
+        except RuntimeError as exc:
+            print(f"{module}: NOT MEASURED: {exc}", flush=True)
+            failed.append(module)
+            continue
         report(result)
         results.append(result)
         if not args.keep:
@@ -299,7 +297,6 @@ def main(argv: list[str] | None = None) -> int:
             json.dumps(
                 {
                     "commit": commit,
-                    "dirty": bool(dirty),
                     "modules": [
                         {
                             "module": r.module,
@@ -316,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
                 ensure_ascii=False,
             )
         )
-    return 0 if all(r.score >= 0.9 for r in results) else 1
+    return 0 if not failed and all(r.score >= 0.9 for r in results) else 1
 
 
 if __name__ == "__main__":

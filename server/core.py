@@ -173,7 +173,11 @@ class ServerCore:
         pdigest = participants_digest(participants) if participants.shape == (spec.n,) else ""
         if record is not None and caller_role == ANALYST_ROLE and job_digest == spec.digest \
                 and record.participants_digest == pdigest:
-            return record.result.copy()  # callers may sum in place; the stored record must not change
+            if record.result is not None:
+                return record.result.copy()  # callers may sum in place; the stored record must not change
+            # Only the durable release marker survived (a crash between marker and record): the same
+            # participant set may complete this release (the store checks the result's SHA-256).
+            record = None
         if not self.store.is_closed(job_id) and caller_role == ANALYST_ROLE:
             raise ProtocolError("FAILED_PRECONDITION", f"job {job_id!r} must be closed before it is released")
         check_release(spec, caller_role=caller_role, job_digest=job_digest, participants=participants,

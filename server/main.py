@@ -1,15 +1,20 @@
-"""``ltm server``: a long-running LTM server process (grpc.aio, mTLS, health, graceful SIGTERM)."""
+"""``ltm server``: a long-running LTM server process (grpc.aio, mTLS, health, graceful SIGTERM).
+
+``ltm server --check --data-dir DIR`` verifies a (stopped) server's data directory offline and
+exits 0 if it is intact, 3 if it found damage.
+"""
 from __future__ import annotations
 
 import argparse
 import asyncio
 import logging
+import sys
 from pathlib import Path
 
-from ltm.v1 import ltm_pb2_grpc
 from server.core import ServerCore
-from server.service import MAX_BATCH_BYTES, ServerService
-from transport.config import add_actor_arguments, load_config, merge
+from server.limits import ServerLimits
+from server.service import MAX_BATCH_BYTES, ServerService, add_to_server
+from transport.config import ConfigError, add_actor_arguments, load_config, merge
 from transport.logs import setup_logging
 from transport.metering import ByteMeter
 from transport.serve import serve_until_signal
@@ -23,31 +28,80 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("server", help="run an LTM server (stores shares, enforces the release gate)")
     p.add_argument("--id", help="this server's identity, e.g. server-0 (must match its certificate)")
     p.add_argument("--listen", help="address to bind, e.g. 127.0.0.1:50051 (port 0 = any free port)")
-    p.add_argument("--data-dir", help="directory for the durable store (SQLite WAL + share blobs)")
+    p.add_argument("--data-dir", help="directory for the durable store (SQLite WAL + share blobs), kept 0700")
     p.add_argument("--max-batch-bytes", type=int, help=f"largest accepted batch (default {MAX_BATCH_BYTES})")
+    p.add_argument("--limit", action="append", metavar="NAME=VALUE",
+                   help="a resource limit, repeatable (e.g. stream_idle_seconds=30); names and defaults: "
+                        "see server/limits.py and docs")
+    p.add_argument("--check", action="store_true", default=None,
+                   help="verify --data-dir offline (every blob and release record against its digest) and exit")
+    p.add_argument("--repair", action="store_true", default=None,
+                   help="make a --data-dir the server refuses startable, deleting nothing: unknown blobs move "
+                        "to quarantine/, jobs named by orphaned release markers are retired for good; then exit")
     add_actor_arguments(p, serves=True)
     p.set_defaults(func=run)
 
 
-async def serve(args: argparse.Namespace) -> None:
+async def serve(args: argparse.Namespace, limits: ServerLimits) -> None:
     from server.sqlite_store import SqliteStore
 
     core = ServerCore(args.id, SqliteStore(Path(args.data_dir)))
     meter = ByteMeter()
-    service = ServerService(core, insecure=bool(args.insecure),
-                            max_batch_bytes=args.max_batch_bytes or MAX_BATCH_BYTES, meter=meter)
+    service = ServerService(core, insecure=bool(args.insecure), limits=limits, meter=meter)
     server = make_server(interceptors=[meter])
-    ltm_pb2_grpc.add_ServerServicer_to_server(service, server)
+    add_to_server(service, server)
     await serve_until_signal(server, service_name=SERVICE_NAME, listen=args.listen, cert_dir=args.certs,
-                             actor=args.id, insecure=bool(args.insecure), port_file=args.port_file)
+                             actor=args.id, insecure=bool(args.insecure), port_file=args.port_file,
+                             health_listen=args.health_listen)
+
+
+def check(data_dir: str) -> int:
+    """``ltm server --check``: print what was verified and every problem; 0 = intact, 3 = damaged."""
+    from server.sqlite_store import check_directory
+
+    problems, counts = check_directory(data_dir)
+    summary = ", ".join(f"{v} {k}" for k, v in counts.items())
+    for p in problems:
+        print(f"PROBLEM: {p}")
+    print(f"ltm server --check {data_dir}: {'OK' if not problems else f'{len(problems)} problem(s)'}"
+          f"{f' ({summary} verified)' if summary else ''}")
+    return 3 if problems else 0
+
+
+def repair(data_dir: str) -> int:
+    """``ltm server --repair``: print what was moved or retired; 0 = startable now, 3 = not repairable."""
+    from server.sqlite_store import StoreError, repair_directory
+
+    try:
+        done = repair_directory(data_dir)
+    except StoreError as exc:
+        print(f"ltm server --repair: {exc}", file=sys.stderr)
+        return 3
+    for line in done:
+        print(line)
+    print(f"ltm server --repair {data_dir}: {len(done)} change(s); nothing was deleted")
+    return 0
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.check or args.repair:
+        args = merge(args, load_config(args.config), required=("data_dir",))
+        return check(args.data_dir) if args.check else repair(args.data_dir)
     args = merge(args, load_config(args.config), required=("id", "listen", "data_dir"))
     if not args.insecure and not args.certs:
         raise SystemExit("ltm server: --certs is required (or --insecure for a plaintext test run)")
+    try:
+        limits = ServerLimits.parse(args.limit, max_batch_bytes=args.max_batch_bytes)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     if not args.insecure:
         check_certificates(args.certs, args.id)  # before the data directory is created
     setup_logging(args.id, args.log_level or "info")
-    asyncio.run(serve(args))
+    from server.sqlite_store import StoreError
+    try:
+        asyncio.run(serve(args, limits))
+    except StoreError as exc:
+        log.error("cannot open the data directory", extra={"reason": str(exc)})
+        print(f"ltm server: {exc}", file=sys.stderr)
+        return 3
     return 0

@@ -2,16 +2,24 @@
 
 Every RPC authenticates the caller from its mTLS certificate (``transport.tls``), hands the
 request to the pure core in a worker thread (numpy work must not block the event loop), and maps
-:class:`ltm.errors.ProtocolError` to the gRPC status it names.  Uploads are validated from their
-header before any data is read, bounded in size, checksummed, and acknowledged only after the
-store has made the batch durable.
+:class:`ltm.errors.ProtocolError` to the gRPC status it names (damaged storage → ``DATA_LOSS``;
+anything unexpected → ``INTERNAL``, logged; messages cut to a bounded length).  Requests that do
+not decode as protobuf are refused with ``INVALID_ARGUMENT`` (:func:`add_to_server` installs
+decoders that never raise).  Job specs are size-checked before they are parsed and parsed in a
+worker thread, so one caller's spec cannot stall the others.  Uploads are validated from their
+header before any data is read; their buffer grows with the bytes received, never with what the
+header declares; each stream has an idle and a total deadline; concurrent streams are capped per
+party and in total (:class:`server.limits.ServerLimits`).  A batch is acknowledged only after the
+store has made it durable.
 """
 from __future__ import annotations
 
 import asyncio
+import collections
 import hashlib
 import logging
 import math
+import shutil
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -20,11 +28,12 @@ import grpc
 import numpy as np
 
 from ltm.batch import ShareBatch
-from ltm.errors import ProtocolError
-from ltm.jobspec import JobSpec, JobSpecError
+from ltm.errors import DataLossError, ProtocolError, bounded
+from ltm.jobspec import JobSpecError
 from ltm.sharing import SEED_BYTES, Share
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
 from server.core import ServerCore
+from server.limits import ServerLimits, parse_spec
 from transport.metering import ByteMeter
 from transport.tls import authenticate
 
@@ -32,28 +41,91 @@ log = logging.getLogger("ltm.server")
 
 #: Largest share payload accepted in one batch (a batch of 65 536 clients × 11 columns × 50
 #: pieces is 288 MiB; bigger batches must be split by the party).
-MAX_BATCH_BYTES = 512 * 1024 * 1024
+MAX_BATCH_BYTES = ServerLimits.max_batch_bytes
 RELEASE_CHUNK_BYTES = 1 << 20
 #: Batch indices are stored as SQLite INTEGER (signed 64-bit).
 MAX_BATCH_INDEX = (1 << 63) - 1
 
 
-async def _abort(context: grpc.aio.ServicerContext, exc: Exception) -> None:
+async def _abort(context: grpc.aio.ServicerContext, exc: BaseException) -> None:
+    """End the call with the status ``exc`` names (its message bounded in length)."""
+    if isinstance(exc, (asyncio.CancelledError, grpc.aio.AbortError)):
+        raise exc
     if isinstance(exc, ProtocolError):
-        await context.abort(getattr(grpc.StatusCode, exc.code), exc.message)
+        await context.abort(getattr(grpc.StatusCode, exc.code), bounded(exc.message))
     if isinstance(exc, JobSpecError):
-        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-    raise exc
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, bounded(str(exc)))
+    if isinstance(exc, DataLossError):
+        log.error("stored state damaged", extra={"reason": str(exc)})
+        await context.abort(grpc.StatusCode.DATA_LOSS, bounded(str(exc)))
+    log.exception("internal error", exc_info=exc)
+    await context.abort(grpc.StatusCode.INTERNAL, bounded(f"internal server error ({type(exc).__name__}); "
+                                                          f"the server logged the details"))
+
+
+class BadRequest:
+    """A request message that did not decode (see :func:`add_to_server`)."""
+
+    def __init__(self, what: str, exc: Exception) -> None:
+        self.message = bounded(f"undecodable {what} message: {exc}; send a valid ltm.v1 protobuf")
+
+
+def _decoder(cls):
+    def decode(data: bytes):
+        try:
+            return cls.FromString(data)
+        except Exception as exc:  # DecodeError, invalid UTF-8 in a string field, …
+            return BadRequest(cls.__name__, exc)
+    return decode
+
+
+def add_to_server(service: "ServerService", server) -> None:
+    """Register ``service`` as ``ltm.v1.Server`` with request decoders that never raise: a message
+    that does not decode reaches the handler as :class:`BadRequest` and is refused with
+    INVALID_ARGUMENT (gRPC's own decoding failure would answer an imprecise status)."""
+    pb = ltm_pb2
+    handlers = {
+        "CreateJob": grpc.unary_unary_rpc_method_handler(
+            service.CreateJob, request_deserializer=_decoder(pb.CreateJobRequest),
+            response_serializer=pb.CreateJobResponse.SerializeToString),
+        "GetJob": grpc.unary_unary_rpc_method_handler(
+            service.GetJob, request_deserializer=_decoder(pb.GetJobRequest),
+            response_serializer=pb.GetJobResponse.SerializeToString),
+        "Upload": grpc.stream_unary_rpc_method_handler(
+            service.Upload, request_deserializer=_decoder(pb.UploadChunk),
+            response_serializer=pb.UploadReceipt.SerializeToString),
+        "Close": grpc.unary_unary_rpc_method_handler(
+            service.Close, request_deserializer=_decoder(pb.CloseRequest),
+            response_serializer=pb.CloseResponse.SerializeToString),
+        "Release": grpc.unary_stream_rpc_method_handler(
+            service.Release, request_deserializer=_decoder(pb.ReleaseRequest),
+            response_serializer=pb.ReleaseChunk.SerializeToString),
+        "Status": grpc.unary_unary_rpc_method_handler(
+            service.Status, request_deserializer=_decoder(pb.StatusRequest),
+            response_serializer=pb.StatusResponse.SerializeToString),
+    }
+    missing = set(ltm_pb2.DESCRIPTOR.services_by_name["Server"].methods_by_name) - set(handlers)
+    if missing:  # a new RPC in the .proto must be added here too
+        raise RuntimeError(f"add_to_server does not register {sorted(missing)}")
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("ltm.v1.Server", handlers),))
+
+
+async def _check_decoded(context, request) -> None:
+    if isinstance(request, BadRequest):
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.message)
 
 
 class ServerService(ltm_pb2_grpc.ServerServicer):
     """The ``ltm.v1.Server`` service of one LTM server."""
 
-    def __init__(self, core: ServerCore, *, insecure: bool = False, max_batch_bytes: int = MAX_BATCH_BYTES,
-                 meter: ByteMeter | None = None) -> None:
+    def __init__(self, core: ServerCore, *, insecure: bool = False, max_batch_bytes: int | None = None,
+                 meter: ByteMeter | None = None, limits: ServerLimits | None = None) -> None:
         self.core = core
         self.insecure = insecure
-        self.max_batch_bytes = max_batch_bytes
+        self.limits = limits or ServerLimits()
+        self.max_batch_bytes = max_batch_bytes if max_batch_bytes is not None else self.limits.max_batch_bytes
+        self._streams: collections.Counter = collections.Counter()  # party → open upload streams
+        self._inflight = 0  # upload bytes buffered across all streams
         self.meter = meter  # gRPC-layer byte counts, reported by Status
         self.seconds: dict[tuple[str, str], float] = {}  # (job, "store" | "release") → seconds, for Status
         # One writer at a time: accept/close/release read-check-write the store.
@@ -73,34 +145,42 @@ class ServerService(ltm_pb2_grpc.ServerServicer):
     # ------------------------------------------------------------------ jobs
     async def CreateJob(self, request, context):
         who = await authenticate(context, {"analyst"}, insecure=self.insecure)
+        await _check_decoded(context, request)
         try:
-            spec = JobSpec.from_json(request.spec_json)
+            self.limits.check_spec_size(len(request.spec_json))  # before reading it
+            spec = await asyncio.to_thread(parse_spec, request.spec_json, self.limits)  # off the event loop
+            if self.core.store.get_job(spec.job_id) is None and self.core.store.job_count() >= self.limits.max_jobs:
+                raise ProtocolError("RESOURCE_EXHAUSTED", f"this server stores {self.limits.max_jobs} jobs, its "
+                                                          f"limit (max_jobs)")
             digest = await self._call(self.core.create_job, spec, caller_role=who.role)
-        except (ProtocolError, JobSpecError) as exc:
+        except Exception as exc:
             await _abort(context, exc)
         log.info("job created", extra={"job_id": spec.job_id, "digest": digest, "caller": who.actor})
         return ltm_pb2.CreateJobResponse(job_id=spec.job_id, job_digest=digest)
 
     async def GetJob(self, request, context):
         await authenticate(context, insecure=self.insecure)
+        await _check_decoded(context, request)
         try:
             spec = self.core.spec(request.job_id)
-        except ProtocolError as exc:
+        except Exception as exc:
             await _abort(context, exc)
         return ltm_pb2.GetJobResponse(spec_json=spec.canonical_json(), job_digest=spec.digest,
                                       closed=self.core.store.is_closed(spec.job_id))
 
     async def Status(self, request, context):
         await authenticate(context, insecure=self.insecure)
+        await _check_decoded(context, request)
         try:
             spec = self.core.spec(request.job_id)
-        except ProtocolError as exc:
+            released = self.core.store.get_release(spec.job_id) is not None
+            batches = self.core.store.batch_count(spec.job_id)
+        except Exception as exc:
             await _abort(context, exc)
         held = int(self.core.held(spec.job_id).sum())
         return ltm_pb2.StatusResponse(
             job_id=spec.job_id, closed=self.core.store.is_closed(spec.job_id),
-            released=self.core.store.get_release(spec.job_id) is not None, clients_held=held,
-            batches=self.core.store.batch_count(spec.job_id),
+            released=released, clients_held=held, batches=batches,
             bytes_received=self.meter.total_received if self.meter else 0,
             bytes_sent=self.meter.total_sent if self.meter else 0,
             store_seconds=self.seconds.get((spec.job_id, "store"), 0.0),
@@ -109,32 +189,79 @@ class ServerService(ltm_pb2_grpc.ServerServicer):
     # ------------------------------------------------------------------ upload
     async def Upload(self, request_iterator: AsyncIterator[ltm_pb2.UploadChunk], context):
         who = await authenticate(context, {"party"}, insecure=self.insecure)
-        first = await anext(aiter(request_iterator), None)
+        lim = self.limits
+        if self._streams[who.actor] >= lim.max_streams_per_party:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                f"{who.actor} already has {self._streams[who.actor]} upload streams open, this "
+                                f"server's limit per party (max_streams_per_party); retry when one has finished")
+        if sum(self._streams.values()) >= lim.max_streams:
+            # UNAVAILABLE, not RESOURCE_EXHAUSTED: the server is busy with other parties, a party's
+            # uploader retries with backoff (it gives up on RESOURCE_EXHAUSTED)
+            await context.abort(grpc.StatusCode.UNAVAILABLE,
+                                f"this server has {lim.max_streams} upload streams open, its limit (max_streams); "
+                                f"retry later")
+        self._streams[who.actor] += 1
+        buf = bytearray()  # grows with the bytes received, never with what the header declares
+        try:
+            return await self._upload(aiter(request_iterator), context, who, buf)
+        finally:
+            self._streams[who.actor] -= 1
+            if not self._streams[who.actor]:
+                del self._streams[who.actor]
+            self._inflight -= len(buf)
+
+    async def _next_chunk(self, it, context, started: float):
+        """The next message of an upload stream, within the idle and total deadlines."""
+        lim = self.limits
+        loop = asyncio.get_running_loop()
+        remaining = lim.stream_total_seconds - (loop.time() - started)
+        timeout = min(lim.stream_idle_seconds, remaining)
+        try:
+            if timeout <= 0:
+                raise asyncio.TimeoutError
+            msg = await asyncio.wait_for(anext(it, None), timeout)
+        except asyncio.TimeoutError:
+            if timeout == lim.stream_idle_seconds:
+                why = f"no data for {lim.stream_idle_seconds:g} s (this server's stream_idle_seconds)"
+            else:
+                why = f"the stream took longer than {lim.stream_total_seconds:g} s (stream_total_seconds)"
+            await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, f"upload closed: {why}; retry the batch")
+        await _check_decoded(context, msg)
+        return msg
+
+    async def _upload(self, it, context, who, buf: bytearray):
+        started = asyncio.get_running_loop().time()
+        first = await self._next_chunk(it, context, started)
         if first is None or not first.HasField("header"):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "an upload starts with a BatchHeader message")
         h = first.header
         try:
             batch_shape, expected = self._check_header(h, who.actor)
-        except ProtocolError as exc:
+        except Exception as exc:
             await _abort(context, exc)
-        received = 0
-        buf = bytearray(expected)
-        async for chunk in request_iterator:
+        hasher = hashlib.sha256()
+        while (chunk := await self._next_chunk(it, context, started)) is not None:
             if chunk.HasField("header"):
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "only the first message may carry a header")
             data = chunk.data
-            if received + len(data) > expected:
+            if len(buf) + len(data) > expected:
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                     f"oversize upload: more than the {expected} bytes the header's shape declares")
-            buf[received:received + len(data)] = data
-            received += len(data)
+            if self._inflight + len(data) > self.limits.max_inflight_bytes:
+                await context.abort(grpc.StatusCode.UNAVAILABLE,  # busy with other uploads: retryable
+                                    f"this server is buffering {self._inflight} bytes of uploads, its limit "
+                                    f"(max_inflight_bytes); retry the batch later")
+            buf += data
+            self._inflight += len(data)
+            hasher.update(data)
+        received = len(buf)
         if h.seed:
             share = Share(h.server_index, batch_shape, seed=bytes(h.seed))
         else:
             if received != expected:
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                     f"truncated upload: {received} of {expected} bytes; retry the batch")
-            if hashlib.sha256(buf).digest() != bytes(h.data_sha256):
+            if hasher.digest() != bytes(h.data_sha256):
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                     "payload SHA-256 does not match the header (corrupted in transit?); retry the batch")
             data = np.frombuffer(buf, dtype="<u8").astype(np.uint64, copy=False).reshape(batch_shape)
@@ -144,9 +271,10 @@ class ServerService(ltm_pb2_grpc.ServerServicer):
         try:
             receipt = await self._call(self.core.accept, batch, h.job_id, phase=(h.job_id, "store"),
                                        caller_role=who.role, caller_id=who.actor)
-        except ProtocolError as exc:
-            log.warning("upload refused", extra={"job_id": h.job_id, "party": who.actor, "code": exc.code,
-                                                 "reason": exc.message})
+        except Exception as exc:
+            if isinstance(exc, ProtocolError):
+                log.warning("upload refused", extra={"job_id": h.job_id, "party": who.actor, "code": exc.code,
+                                                     "reason": bounded(exc.message)})
             await _abort(context, exc)
         return ltm_pb2.UploadReceipt(job_id=receipt.job_id, party_id=receipt.party_id,
                                      batch_index=receipt.batch_index, content_digest=receipt.content_digest,
@@ -173,6 +301,13 @@ class ServerService(ltm_pb2_grpc.ServerServicer):
             raise ProtocolError("INVALID_ARGUMENT", f"a helper-share seed is {SEED_BYTES} bytes, got {len(h.seed)}")
         if not h.seed and len(h.data_sha256) != 32:
             raise ProtocolError("INVALID_ARGUMENT", "a data upload needs the payload's 32-byte SHA-256 in the header")
+        directory = getattr(self.core.store, "directory", None)
+        if directory is not None and not h.seed:
+            free = shutil.disk_usage(directory).free
+            if free - expected < self.limits.min_free_disk_bytes:
+                raise ProtocolError("RESOURCE_EXHAUSTED", f"storing {expected} bytes would leave less than "
+                                                          f"{self.limits.min_free_disk_bytes} bytes free under the "
+                                                          f"server's data directory (min_free_disk_bytes)")
         # Range, columns, addressee and shape against the job — before reading up to 512 MiB of data.
         self.core.check_upload(spec, caller_id=actor, party_id=h.party_id, batch_index=int(h.batch_index),
                                start=int(h.start), stop=int(h.stop), columns=tuple(int(c) for c in h.columns),
@@ -187,18 +322,20 @@ class ServerService(ltm_pb2_grpc.ServerServicer):
     # ------------------------------------------------------------------ close and release
     async def Close(self, request, context):
         who = await authenticate(context, {"analyst"}, insecure=self.insecure)
+        await _check_decoded(context, request)
         try:
             spec = self.core.spec(request.job_id)
             if request.job_digest != spec.digest:
                 raise ProtocolError("FAILED_PRECONDITION", "the request names a different job digest")
             held = await self._call(self.core.close, request.job_id, caller_role=who.role)
-        except ProtocolError as exc:
+        except Exception as exc:
             await _abort(context, exc)
         log.info("job closed", extra={"job_id": request.job_id, "held": int(held.sum())})
         return ltm_pb2.CloseResponse(n=spec.n, held_bits=np.packbits(held).tobytes(), held=int(held.sum()))
 
     async def Release(self, request, context):
         who = await authenticate(context, {"analyst"}, insecure=self.insecure)
+        await _check_decoded(context, request)
         try:
             spec = self.core.spec(request.job_id)
             bits = np.frombuffer(request.participant_bits, dtype=np.uint8)
@@ -209,8 +346,10 @@ class ServerService(ltm_pb2_grpc.ServerServicer):
             result = await self._call(self.core.release, request.job_id, participants,
                                       phase=(request.job_id, "release"), caller_role=who.role,
                                       job_digest=request.job_digest)
-        except ProtocolError as exc:
-            log.warning("release refused", extra={"job_id": request.job_id, "code": exc.code, "reason": exc.message})
+        except Exception as exc:
+            if isinstance(exc, ProtocolError):
+                log.warning("release refused", extra={"job_id": request.job_id, "code": exc.code,
+                                                      "reason": bounded(exc.message)})
             await _abort(context, exc)
         payload = np.ascontiguousarray(result, dtype="<u8").tobytes()
         log.info("released", extra={"job_id": request.job_id, "participants": int(participants.sum())})

@@ -5,20 +5,40 @@ Layout of a store directory::
     <dir>/LOCK                                   exclusive flock: one process per directory
     <dir>/server.db                              jobs, batch metadata, release records
     <dir>/blobs/<job>/<party>/<batch_index>.u64  explicit uint64 shares, raw little-endian
+    <dir>/releases/<job>.release                 the once-only release marker (JSON, fsync'd)
 
 (``<job>`` and ``<party>`` are the ids escaped into safe, injective file names; see
 :func:`path_component`.)  Helper shares that are 32-byte seeds live inline in their row.
 
+Everything is private by file mode (directories 0700, files 0600: the blobs and the database hold
+shares and helper-share seeds).
+
 Durability (DESIGN §5): every mutating method returns only after its effect is committed to disk,
 so a process killed at any point (``kill -9``, power loss) and reopened has every acknowledged item.
 
-* ``put_batch`` writes the share data to a uniquely named temp file next to its final path and
-  fsyncs it; then, under the store lock, renames it to ``<batch_index>.u64``, fsyncs the directory,
-  inserts the row and commits.  The blob is durable before the row that names it, so a committed
-  row always has its complete blob; a crash before the commit leaves at most an orphan blob or temp
-  file, which the next open deletes.  In-memory coverage is updated only after the commit.
-* The job spec (canonical JSON), the closed flag and the release record (participants digest plus
-  the exact result bytes) are single committed transactions.
+* ``put_batch`` writes the share data to a uniquely named temp file next to its final path
+  (``<batch_index>.u64.<hex>.tmp``) and fsyncs it; then, under the store lock, inserts the row,
+  commits, renames the temp file to ``<batch_index>.u64`` and fsyncs the directory.  A crash before
+  the commit leaves a temp file no row names (never acknowledged: the next open removes it); a
+  crash between commit and rename leaves a temp file a committed row names (the next open finishes
+  the rename).  A *final* blob that no row names therefore never comes from a crash: it means the
+  database lost state, and the store refuses to open (see below).
+* The job spec (canonical JSON) and the closed flag are single committed transactions.
+* The release record: first a marker file ``releases/<job>.release`` (job id and digest,
+  participants digest, result shape and SHA-256) is created exclusively and fsync'd, then the row
+  with the exact result bytes is committed.  The marker is the once-only record that losing the
+  database cannot erase; a marker whose row is missing (a crash between the two) lets only the
+  same participant set complete the release, and only with a result of the recorded SHA-256.
+
+Integrity (never a wrong answer, never a deletion on a guess):
+
+* every blob read is checked against its row's content digest, every release record against its
+  marker; a mismatch raises :class:`StoreCorruptError` (gRPC ``DATA_LOSS``) naming the object;
+* on open, a database that is missing or empty while ``blobs/`` or ``releases/`` hold files, a
+  blob no row names, a release marker of a job the database does not know, or a committed blob
+  that is missing or of the wrong size makes the store refuse to open (:class:`StoreCorruptError`,
+  listing what it found); nothing is deleted.  :func:`check_directory` verifies a directory
+  offline (``ltm server --check``).
 * If a COMMIT itself fails the store cannot know whether the transaction reached the disk; it then
   refuses every further write (:class:`StoreError`) until it is reopened, which re-derives the state
   from what is actually on disk.
@@ -51,11 +71,11 @@ from pathlib import Path
 import numpy as np
 
 from ltm.batch import ShareBatch
-from ltm.errors import ProtocolError
+from ltm.errors import DataLossError, ProtocolError
 from ltm.jobspec import JobSpec
 from ltm.sharing import SEED_BYTES, Share
 from server.store import ReleaseRecord, StoredBatch, mark_coverage
-from transport.files import fsync_dir
+from transport.files import PRIVATE_FILE_MODE, create_private, fsync_dir, private_dir, touch_private
 
 try:  # POSIX advisory locks; without fcntl the single-process rule is not enforced
     import fcntl
@@ -65,6 +85,9 @@ except ImportError:  # pragma: no cover - non-POSIX
 SCHEMA_VERSION = 1
 DB_NAME = "server.db"
 BLOB_DIR = "blobs"
+RELEASE_DIR = "releases"
+RELEASE_SUFFIX = ".release"
+MARKER_VERSION = 1
 LOCK_NAME = "LOCK"
 BLOB_SUFFIX = ".u64"
 TMP_SUFFIX = ".tmp"
@@ -102,6 +125,10 @@ CREATE TABLE releases (
 );
 """
 
+#: Jobs whose release marker survived a lost database, recorded by ``ltm server --repair``: their
+#: ids stay retired (a job id is released at most once, whatever happened to the database).
+_RETIRED = """CREATE TABLE IF NOT EXISTS retired_jobs (job_id TEXT PRIMARY KEY, marker TEXT NOT NULL)"""
+
 _BATCH_COLUMNS = "party_id, batch_index, start, stop, columns, server, shape, content_digest, seed, blob_path"
 
 
@@ -109,8 +136,9 @@ class StoreError(RuntimeError):
     """The store cannot be used: bad directory, in use elsewhere, wrong schema, failed or closed."""
 
 
-class StoreCorruptError(StoreError):
-    """Stored state is inconsistent (a committed batch's blob is missing or damaged)."""
+class StoreCorruptError(StoreError, DataLossError):
+    """Stored state is damaged or inconsistent (a blob or release record does not match its digest,
+    a committed blob is missing, files the database does not know): refused, never served."""
 
 
 _SAFE = re.compile(r"[A-Za-z0-9_-]")
@@ -140,13 +168,17 @@ class SqliteStore:
     within one process) — a second open raises :class:`StoreError` until the first is closed.
     """
 
-    def __init__(self, directory: str | os.PathLike[str]) -> None:
+    def __init__(self, directory: str | os.PathLike[str], *, recover: bool = True) -> None:
+        """Open (or create) the store in ``directory``.  ``recover=False`` (offline checks) leaves
+        crash leftovers (temp files) as they are instead of finishing or removing them."""
         self.directory = Path(directory)
+        self._recover = recover
         self._lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
         self._lock_file = None
         self._failed: BaseException | None = None
         self._jobs: dict[str, JobSpec] = {}
+        self._retired: set[str] = set()
         self._closed_jobs: set[str] = set()
         self._coverage: dict[str, np.ndarray] = {}
         self._durable_dirs: set[Path] = set()
@@ -163,27 +195,15 @@ class SqliteStore:
         d = self.directory
         if d.exists() and not d.is_dir():
             raise StoreError(f"store path {str(d)!r} exists but is not a directory")
-        if not d.exists():
-            missing = []
-            p = d.absolute()
-            while not p.exists():
-                missing.append(p)
-                p = p.parent
-            for p in reversed(missing):
-                try:
-                    p.mkdir()
-                except FileExistsError:
-                    pass
-                except OSError as exc:
-                    raise StoreError(f"cannot create store directory {str(p)!r}: {exc.strerror or exc}") from exc
-                fsync_dir(p.parent)
-            if not d.is_dir():
-                raise StoreError(f"store path {str(d)!r} exists but is not a directory")
+        try:
+            private_dir(d)
+        except OSError as exc:
+            raise StoreError(f"cannot create store directory {str(d)!r} (0700): {exc.strerror or exc}") from exc
         if not os.access(d, os.R_OK | os.W_OK | os.X_OK):
             raise StoreError(f"store directory {str(d)!r} is not readable and writable by this process "
                              f"(uid {os.getuid() if hasattr(os, 'getuid') else '?'})")
         try:
-            self._lock_file = open(d / LOCK_NAME, "a+b")
+            self._lock_file = open(touch_private(d / LOCK_NAME), "a+b")
         except OSError as exc:
             raise StoreError(f"cannot open lock file in store directory {str(d)!r}: {exc.strerror or exc}") from exc
         if fcntl is not None:
@@ -192,18 +212,20 @@ class SqliteStore:
             except BlockingIOError:
                 raise StoreError(f"store directory {str(d)!r} is in use by another SqliteStore (another server "
                                  f"process, or a store in this process not yet closed)") from None
-        blobs = d / BLOB_DIR
-        try:
-            if not blobs.is_dir():
-                blobs.mkdir(exist_ok=True)
-                fsync_dir(d)
-        except OSError as exc:
-            raise StoreError(f"cannot create blob directory {str(blobs)!r}: {exc.strerror or exc}") from exc
-        self._durable_dirs.add(blobs)
+        lost = _database_lost(d)
+        if lost:
+            raise StoreCorruptError(lost)
+        for sub in (BLOB_DIR, RELEASE_DIR):
+            try:
+                private_dir(d / sub)
+            except OSError as exc:
+                raise StoreError(f"cannot create directory {str(d / sub)!r}: {exc.strerror or exc}") from exc
+            self._durable_dirs.add(d / sub)
 
     def _open_database(self) -> None:
         path = self.directory / DB_NAME
         try:
+            touch_private(path)  # SQLite gives its -wal and -shm files the database file's mode
             conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30.0)
             self._conn = conn
             mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
@@ -234,6 +256,7 @@ class SqliteStore:
                 if [tuple(r) for r in rows] != [(SCHEMA_VERSION,)]:
                     raise StoreError(f"{str(path)!r} has schema version {[r[0] for r in rows]}, this server "
                                      f"understands version {SCHEMA_VERSION}")
+            conn.execute(_RETIRED)
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"cannot open store database {str(path)!r}: {exc}") from exc
 
@@ -251,34 +274,24 @@ class SqliteStore:
             self._coverage[job_id] = np.zeros((spec.n, spec.upload_width), dtype=bool)
             if closed:
                 self._closed_jobs.add(job_id)
-        referenced: set[str] = set()
+        referenced: dict[str, int] = {}
         for job_id, start, stop, columns, shape, blob_path in conn.execute(
                 "SELECT job_id, start, stop, columns, shape, blob_path FROM batches"):
             self._coverage[job_id][start:stop, json.loads(columns)] = True
             if blob_path is not None:
-                referenced.add(blob_path)
-                expected = int(np.prod(json.loads(shape), dtype=np.int64)) * 8
-                try:
-                    size = (self.directory / blob_path).stat().st_size
-                except FileNotFoundError:
-                    raise StoreCorruptError(f"committed batch blob {blob_path!r} of job {job_id!r} is missing from "
-                                            f"{str(self.directory)!r}") from None
-                if size != expected:
-                    raise StoreCorruptError(f"committed batch blob {blob_path!r} of job {job_id!r} has {size} bytes, "
-                                            f"expected {expected}")
-        self._remove_orphans(referenced)
-
-    def _remove_orphans(self, referenced: set[str]) -> None:
-        """Delete blobs and temp files no committed row names (left by a crash before a commit)."""
-        root = self.directory / BLOB_DIR
-        for dirpath, dirnames, filenames in os.walk(root, topdown=False):
-            here = Path(dirpath)
-            for name in filenames:
-                rel = (here / name).relative_to(self.directory).as_posix()
-                if rel not in referenced:
-                    os.unlink(here / name)
-            if here != root and not any(here.iterdir()):
-                here.rmdir()
+                referenced[blob_path] = int(np.prod(json.loads(shape), dtype=np.int64)) * 8
+        released = {r[0] for r in conn.execute("SELECT job_id FROM releases")}
+        self._retired = {r[0] for r in conn.execute("SELECT job_id FROM retired_jobs")}
+        pending, stale, problems = _scan(self.directory, referenced, set(self._jobs) | self._retired, released)
+        if problems:
+            raise StoreCorruptError(_refusal(self.directory, problems))
+        if not self._recover:
+            return
+        for tmp, final in pending:  # committed, not yet renamed when the process stopped
+            os.replace(tmp, final)
+            fsync_dir(final.parent)
+        for tmp in stale:  # never committed, so never acknowledged
+            tmp.unlink(missing_ok=True)
 
     # ------------------------------------------------------------------ plumbing
     def _check_usable(self) -> sqlite3.Connection:
@@ -320,9 +333,10 @@ class SqliteStore:
             return
         self._ensure_dir(path.parent)
         try:
-            path.mkdir()
+            path.mkdir(mode=0o700)
         except FileExistsError:
             pass
+        os.chmod(path, 0o700)
         fsync_dir(path.parent)
         self._durable_dirs.add(path)
 
@@ -335,6 +349,10 @@ class SqliteStore:
             raise ValueError(f"job spec {spec.job_id!r} does not survive a JSON round trip; cannot store it")
         with self._lock:
             conn = self._check_usable()
+            if spec.job_id in self._retired:
+                raise ProtocolError("FAILED_PRECONDITION", f"job id {spec.job_id!r} was released on this server "
+                                                           f"before its database was lost (release marker kept); "
+                                                           f"a job id is released once: choose a new job id")
             existing = self._jobs.get(spec.job_id)
             if existing is not None:
                 if existing.digest == spec.digest:
@@ -354,6 +372,9 @@ class SqliteStore:
 
     def get_job(self, job_id: str) -> JobSpec | None:
         return self._jobs.get(job_id)
+
+    def job_count(self) -> int:
+        return len(self._jobs)
 
     def set_closed(self, job_id: str) -> None:
         with self._lock:
@@ -409,8 +430,9 @@ class SqliteStore:
         self._ensure_dir(final.parent)
         tmp = final.with_name(f"{final.name}.{secrets.token_hex(8)}{TMP_SUFFIX}")
         arr = np.ascontiguousarray(data, dtype=_LE_U64)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE_MODE)
         try:
+            os.fchmod(fd, PRIVATE_FILE_MODE)
             with os.fdopen(fd, "wb", closefd=True) as f:
                 if arr.size:
                     f.write(memoryview(arr.reshape(-1)).cast("B"))
@@ -449,7 +471,6 @@ class SqliteStore:
                    f"{int(batch.batch_index)}{BLOB_SUFFIX}")
             final = self.directory / rel
             tmp = self._write_temp_blob(final, batch.share.data)  # the slow part, outside the lock
-        renamed = False
         try:
             with self._lock:
                 conn = self._check_usable()
@@ -471,9 +492,9 @@ class SqliteStore:
                 if rel is not None:
                     if conn.execute("SELECT 1 FROM batches WHERE blob_path = ?", (rel,)).fetchone():
                         raise StoreCorruptError(f"blob path {rel!r} is already used by another batch")
-                    os.replace(tmp, final)
-                    renamed = True
-                    fsync_dir(final.parent)
+                    if final.exists():
+                        raise StoreCorruptError(f"blob {rel!r} exists but no stored batch names it; "
+                                                f"run `ltm server --check` on {str(self.directory)!r}")
                 conn.execute("BEGIN IMMEDIATE")
                 try:
                     conn.execute(f"INSERT INTO batches(job_id, {_BATCH_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
@@ -486,19 +507,36 @@ class SqliteStore:
                 try:
                     self._commit(conn)
                 except BaseException:
-                    renamed = False  # the row may be on disk after all: keep its blob (a reopen decides)
-                    tmp = None
+                    tmp = None  # the row may be on disk after all: keep its temp blob (a reopen decides)
                     raise
+                if rel is not None:
+                    try:
+                        os.replace(tmp, final)
+                        fsync_dir(final.parent)
+                    except BaseException as exc:
+                        self._failed = exc  # committed but not in place: a reopen finishes the rename
+                        tmp = None
+                        raise
                 mark_coverage(coverage, batch)  # memory only after the commit
                 tmp = None
         finally:
             if tmp is not None:
                 try:
-                    os.unlink(final if renamed else tmp)
+                    os.unlink(tmp)
                 except OSError:
                     pass
 
-    def _load_batch(self, job_digest: str, row: tuple) -> ShareBatch:
+    def _load_batch(self, job_id: str, job_digest: str, row: tuple) -> ShareBatch:
+        """One stored batch, checked against its content digest (DATA_LOSS on any mismatch)."""
+        batch = self._read_batch(job_digest, row)
+        if batch.content_digest() != row[7]:
+            what = f"blob {row[9]!r}" if row[9] is not None else "helper-share seed row"
+            raise StoreCorruptError(f"batch {row[1]} of party {row[0]!r} in job {job_id!r} ({what}) does not match "
+                                    f"its stored content digest {row[7][:16]}…: the stored share is damaged; "
+                                    f"refusing to use it (run `ltm server --check`)")
+        return batch
+
+    def _read_batch(self, job_digest: str, row: tuple) -> ShareBatch:
         party_id, batch_index, start, stop, columns, server, shape, _digest, seed, blob_path = row
         shape = tuple(json.loads(shape))
         if seed is not None:
@@ -531,7 +569,7 @@ class SqliteStore:
             rows = conn.execute(f"SELECT {_BATCH_COLUMNS} FROM batches WHERE job_id = ? "
                                 f"ORDER BY party_id, batch_index", (job_id,)).fetchall()
         for row in rows:
-            yield StoredBatch(self._load_batch(spec.digest, row), row[7])
+            yield StoredBatch(self._load_batch(job_id, spec.digest, row), row[7])
 
     def verify(self, job_id: str | None = None) -> int:
         """Recompute every stored batch's content digest (all jobs by default); returns the count checked."""
@@ -551,25 +589,67 @@ class SqliteStore:
         return view
 
     # ------------------------------------------------------------------ release
+    def _marker_path(self, job_id: str) -> Path:
+        return self.directory / RELEASE_DIR / f"{path_component(job_id)}{RELEASE_SUFFIX}"
+
+    def _read_marker(self, job_id: str) -> dict | None:
+        path = self._marker_path(job_id)
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        marker = _parse_marker(raw)
+        if marker is None or marker["job_id"] != job_id:
+            raise StoreCorruptError(f"release marker {path.relative_to(self.directory).as_posix()!r} of job "
+                                    f"{job_id!r} is damaged; refusing to release or serve the job")
+        return marker
+
+    def _marker_for(self, job_id: str, record_digest: str, shape: list[int], payload: bytes) -> dict:
+        return {"version": MARKER_VERSION, "job_id": job_id, "job_digest": self._job(job_id).digest,
+                "participants_digest": record_digest, "shape": shape,
+                "result_sha256": sha256(payload).hexdigest()}
+
     def get_release(self, job_id: str) -> ReleaseRecord | None:
+        """The release record, checked against its marker (:class:`StoreCorruptError` on any
+        mismatch).  A marker without its row (a crash between the two) gives a record whose
+        ``result`` is None: only the same participant set may complete that release."""
         with self._lock:
             conn = self._reader()
             row = conn.execute("SELECT participants_digest, shape, result FROM releases WHERE job_id = ?",
                                (job_id,)).fetchone()
+            spec = self._jobs.get(job_id)
+        marker = self._read_marker(job_id)
         if row is None:
-            return None
+            return None if marker is None else ReleaseRecord(marker["participants_digest"], None)
         pdigest, shape, result = row
+        result = bytes(result)
+        where = f"release record of job {job_id!r} in {DB_NAME}"
+        if marker is None:
+            raise StoreCorruptError(f"{where} has no release marker "
+                                    f"{self._marker_path(job_id).relative_to(self.directory).as_posix()!r}; "
+                                    f"refusing to serve it (run `ltm server --check`)")
+        expected = {**marker, "participants_digest": pdigest, "shape": json.loads(shape),
+                    "result_sha256": sha256(result).hexdigest(),
+                    "job_digest": spec.digest if spec is not None else None}
+        if marker != expected:
+            bad = sorted(k for k in marker if marker[k] != expected[k])
+            raise StoreCorruptError(f"{where} does not match its release marker ({', '.join(bad)} differ): the "
+                                    f"stored release was altered; refusing to serve it")
         array = np.frombuffer(result, dtype=_LE_U64).astype(np.uint64).reshape(tuple(json.loads(shape)))
         return ReleaseRecord(pdigest, array)
 
     def put_release(self, job_id: str, record: ReleaseRecord) -> None:
-        """Commit the once-only release record.  Re-putting the identical record is a no-op; a
-        different one raises ProtocolError FAILED_PRECONDITION (a release is never replaced)."""
+        """Record the once-only release: the fsync'd marker first, then the row with the result bytes.
+
+        Re-putting the identical record is a no-op; a different one raises ProtocolError
+        FAILED_PRECONDITION (a release is never replaced).  Completing a marker left without its
+        row requires the marker's participant set and result SHA-256 (else DATA_LOSS)."""
         result = np.asarray(record.result)
         if result.dtype != np.uint64 or result.ndim != 2:
             raise ValueError(f"a release result is a 2-D uint64 array, got {result.dtype} {result.shape}")
         payload = np.ascontiguousarray(result, dtype=_LE_U64).tobytes()
-        shape = json.dumps([int(s) for s in result.shape])
+        shape_list = [int(s) for s in result.shape]
+        shape = json.dumps(shape_list)
         with self._lock:
             conn = self._check_usable()
             self._job(job_id)
@@ -580,6 +660,16 @@ class SqliteStore:
                     return
                 raise ProtocolError("FAILED_PRECONDITION", f"job {job_id!r} has already been released once; "
                                                            f"its release record cannot be replaced")
+            marker = self._marker_for(job_id, record.participants_digest, shape_list, payload)
+            existing = self._read_marker(job_id)
+            if existing is None:
+                create_private(self._marker_path(job_id), json.dumps(marker, sort_keys=True))
+            elif existing["participants_digest"] != record.participants_digest:
+                raise ProtocolError("FAILED_PRECONDITION", f"job {job_id!r} has already been released once "
+                                                           f"(release marker); its release cannot be replaced")
+            elif existing != marker:
+                raise StoreCorruptError(f"the release of job {job_id!r} recomputed from the stored shares does not "
+                                        f"match its release marker: stored state changed; refusing to release")
             conn.execute("BEGIN IMMEDIATE")
             try:
                 conn.execute("INSERT INTO releases(job_id, participants_digest, shape, result) VALUES (?, ?, ?, ?)",
@@ -588,6 +678,29 @@ class SqliteStore:
                 conn.execute("ROLLBACK")
                 raise
             self._commit(conn)
+
+    def check(self) -> tuple[list[str], dict[str, int]]:
+        """Read and verify everything (every blob against its digest, every release record against
+        its marker); returns (problems, counts).  Used by ``ltm server --check``."""
+        problems: list[str] = []
+        counts = {"jobs": len(self._jobs), "batches": 0, "releases": 0}
+        for job_id in sorted(self._jobs):
+            with self._lock:
+                spec = self._job(job_id)
+                rows = self._reader().execute(f"SELECT {_BATCH_COLUMNS} FROM batches WHERE job_id = ? "
+                                              f"ORDER BY party_id, batch_index", (job_id,)).fetchall()
+            for row in rows:
+                counts["batches"] += 1
+                try:
+                    self._load_batch(job_id, spec.digest, row)
+                except StoreCorruptError as exc:
+                    problems.append(str(exc))
+            try:
+                if self.get_release(job_id) is not None:
+                    counts["releases"] += 1
+            except StoreCorruptError as exc:
+                problems.append(str(exc))
+        return problems, counts
 
     # ------------------------------------------------------------------ lifecycle
     def _close_handles(self) -> None:
@@ -617,3 +730,184 @@ class SqliteStore:
 
     def __repr__(self) -> str:
         return f"SqliteStore({str(self.directory)!r})"
+
+
+# ---------------------------------------------------------------------- open-time checks
+def _files_under(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*") if not p.is_dir()) if root.is_dir() else []
+
+
+def _database_lost(d: Path) -> str | None:
+    """Why the directory must not be opened with a fresh database (None: it may)."""
+    db, wal = d / DB_NAME, d / f"{DB_NAME}-wal"
+    has = (lambda p: p.is_file() and p.stat().st_size > 0)
+    if has(db) or has(wal):
+        return None
+    blobs, markers = _files_under(d / BLOB_DIR), _files_under(d / RELEASE_DIR)
+    if not blobs and not markers:
+        return None
+    state = "empty" if db.exists() else "missing"
+    return (f"store directory {str(d)!r} holds {len(blobs)} blob file(s) and {len(markers)} release marker(s) but "
+            f"its database {DB_NAME} is {state}: refusing to start, because a fresh database would forget "
+            f"acknowledged shares and the once-only release record. Restore {DB_NAME} (with its -wal file) or "
+            f"move the directory aside; nothing was deleted")
+
+
+def _parse_marker(raw: bytes) -> dict | None:
+    try:
+        marker = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    keys = {"version", "job_id", "job_digest", "participants_digest", "shape", "result_sha256"}
+    if not isinstance(marker, dict) or set(marker) != keys or not isinstance(marker["job_id"], str):
+        return None
+    return marker
+
+
+def _temp_target(name: str) -> str | None:
+    """``7.u64.<hex>.tmp`` → ``7.u64`` (None if ``name`` is not a store temp file)."""
+    if not name.endswith(TMP_SUFFIX):
+        return None
+    stem = name[:-len(TMP_SUFFIX)]
+    base, dot, token = stem.rpartition(".")
+    return base if dot and base.endswith(BLOB_SUFFIX) and re.fullmatch(r"[0-9a-f]+", token) else None
+
+
+def _scan(d: Path, referenced: dict[str, int], jobs: set[str], released: set[str]):
+    """Compare the files under ``d`` with what the database names.
+
+    Returns (pending renames [(tmp, final)], stale temp files, problems).  Problems (unknown blobs,
+    missing or wrong-size committed blobs, markers of unknown jobs, damaged markers) refuse the open."""
+    pending: list[tuple[Path, Path]] = []
+    stale: list[Path] = []
+    problems: list[str] = []
+    present: set[str] = set()
+    temps: list[tuple[Path, str]] = []
+    for p in _files_under(d / BLOB_DIR):
+        rel = p.relative_to(d).as_posix()
+        target = _temp_target(p.name)
+        if target is not None:
+            temps.append((p, p.with_name(target).relative_to(d).as_posix()))
+        elif rel in referenced:
+            present.add(rel)
+            size = p.stat().st_size
+            if size != referenced[rel]:
+                problems.append(f"committed batch blob {rel!r} has {size} bytes, expected {referenced[rel]}")
+        else:
+            problems.append(f"blob {rel!r} is not named by any stored batch")
+    for p, rel in temps:
+        if rel in referenced and rel not in present and p.stat().st_size == referenced[rel]:
+            pending.append((p, d / rel))
+            present.add(rel)
+        else:
+            stale.append(p)
+    for rel in sorted(set(referenced) - present):
+        problems.append(f"committed batch blob {rel!r} is missing from {str(d)!r}")
+    marker_problems: list[str] = []  # listed first: they name the once-only records
+    for p in _files_under(d / RELEASE_DIR):
+        rel = p.relative_to(d).as_posix()
+        if p.name.startswith(".") and p.name.endswith(TMP_SUFFIX):
+            stale.append(p)  # create_private's temp file: the marker never appeared
+            continue
+        marker = _parse_marker(p.read_bytes()) if p.name.endswith(RELEASE_SUFFIX) else None
+        if marker is None:
+            marker_problems.append(f"release marker {rel!r} is damaged or not a release marker")
+        elif marker["job_id"] not in jobs:
+            marker_problems.append(f"release marker {rel!r} records a release of job {marker['job_id']!r}, which the "
+                            f"database does not know")
+        elif p.name != f"{path_component(marker['job_id'])}{RELEASE_SUFFIX}":
+            marker_problems.append(f"release marker {rel!r} names job {marker['job_id']!r}, whose marker has another name")
+    return pending, stale, marker_problems + problems
+
+
+def _refusal(d: Path, problems: list[str]) -> str:
+    shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
+    return (f"store directory {str(d)!r} does not match its database ({len(problems)} problem(s)): {shown}. "
+            f"Refusing to start; nothing was deleted (see `ltm server --check --data-dir {d}`)")
+
+
+def check_directory(directory: str | os.PathLike[str]) -> tuple[list[str], dict[str, int]]:
+    """Verify a server data directory offline: the open-time checks plus every blob's content
+    digest and every release record against its marker.  Returns (problems, counts).  The server
+    must be stopped (the directory lock is taken)."""
+    d = Path(directory)
+    if not d.is_dir():
+        return [f"{str(d)!r} is not a directory"], {}
+    from transport.files import mode_problems
+    modes = [f"readable by others: {m}" for m in mode_problems(d)]
+    lost = _database_lost(d)
+    if lost:
+        return [lost, *modes], {}
+    try:
+        store = SqliteStore(d, recover=False)
+    except StoreError as exc:
+        return [str(exc), *modes], {}
+    try:
+        problems, counts = store.check()
+    finally:
+        store.close()
+    return problems + modes, counts
+
+
+def repair_directory(directory: str | os.PathLike[str]) -> list[str]:
+    """``ltm server --repair``: make a directory the server refuses startable again, deleting nothing.
+
+    Blobs no batch row names and stale temp files move to ``quarantine/<UTC time>/`` (same relative
+    paths); release markers stay where they are and the jobs they name are recorded as retired in
+    the database (creating an empty database if it is missing or empty), so their ids can never
+    be released again.  Committed blobs that are missing or damaged cannot be repaired: the
+    directory is left as it is and the problem is reported.  Returns what was done."""
+    import datetime as _dt
+
+    d = Path(directory)
+    if not (d / BLOB_DIR).is_dir() and not (d / RELEASE_DIR).is_dir():
+        raise StoreError(f"{str(d)!r} is not a server data directory")
+    db = d / DB_NAME
+    if _database_lost(d):
+        for name in (DB_NAME, f"{DB_NAME}-wal", f"{DB_NAME}-shm"):
+            p = d / name
+            if p.exists():
+                target = d / "quarantine" / f"{name}.{_dt.datetime.now(_dt.timezone.utc):%Y%m%dT%H%M%S}"
+                private_dir(target.parent)
+                os.replace(p, target)
+                os.chmod(target, PRIVATE_FILE_MODE)
+    touch_private(db)
+    conn = sqlite3.connect(db)
+    try:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if "schema_version" not in tables:
+            if tables:
+                raise StoreError(f"{str(db)!r} is not a server database")
+            conn.executescript(_SCHEMA + ";\n" + _RETIRED + ";")
+            conn.execute("INSERT INTO schema_version(version) VALUES (?)", (SCHEMA_VERSION,))
+        conn.execute(_RETIRED)
+        jobs = {r[0] for r in conn.execute("SELECT job_id FROM jobs")} | \
+            {r[0] for r in conn.execute("SELECT job_id FROM retired_jobs")}
+        referenced = {r[0]: int(np.prod(json.loads(r[1]), dtype=np.int64)) * 8 for r in conn.execute(
+            "SELECT blob_path, shape FROM batches WHERE blob_path IS NOT NULL")}
+        released = {r[0] for r in conn.execute("SELECT job_id FROM releases")}
+        done: list[str] = []
+        for p in _files_under(d / RELEASE_DIR):
+            marker = _parse_marker(p.read_bytes()) if p.name.endswith(RELEASE_SUFFIX) else None
+            if marker is not None and marker["job_id"] not in jobs:
+                conn.execute("INSERT INTO retired_jobs(job_id, marker) VALUES (?, ?)",
+                             (marker["job_id"], json.dumps(marker, sort_keys=True)))
+                jobs.add(marker["job_id"])
+                done.append(f"retired job id {marker['job_id']!r} (its release marker stays)")
+        conn.commit()
+        pending, stale, problems = _scan(d, referenced, jobs, released)
+        unknown = [d / p.split("'")[1] for p in problems if p.endswith("is not named by any stored batch")]
+        stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
+        for p in unknown + stale:
+            target = d / "quarantine" / stamp / p.relative_to(d)
+            private_dir(target.parent)
+            os.replace(p, target)
+            os.chmod(target, PRIVATE_FILE_MODE)
+            done.append(f"moved {p.relative_to(d).as_posix()} to {target.relative_to(d).as_posix()}")
+        left = [p for p in problems if not p.endswith("is not named by any stored batch")]
+        if left:
+            raise StoreCorruptError(_refusal(d, left).replace("Refusing to start", "Cannot repair these"))
+    finally:
+        conn.close()
+    os.chmod(db, PRIVATE_FILE_MODE)
+    return done

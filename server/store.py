@@ -27,12 +27,15 @@ class ReleaseRecord:
     """The once-only release: which participant set it was for and the exact bytes returned."""
 
     participants_digest: str
-    result: np.ndarray  # uint64 (m, D)
+    #: uint64 (m, D); None when only the durable release marker survives (a crash between the
+    #: marker and the record): then only the same participant set may complete the release
+    result: np.ndarray | None
 
 
 class ServerStore(Protocol):
     def put_job(self, spec: JobSpec) -> None: ...
     def get_job(self, job_id: str) -> JobSpec | None: ...
+    def job_count(self) -> int: ...
     def get_batch_digest(self, job_id: str, party_id: str, batch_index: int) -> str | None: ...
     def batch_count(self, job_id: str) -> int: ...
     def put_batch(self, job_id: str, stored: StoredBatch) -> None: ...
@@ -66,6 +69,9 @@ class MemoryStore:
 
     def get_job(self, job_id: str) -> JobSpec | None:
         return self._jobs.get(job_id)
+
+    def job_count(self) -> int:
+        return len(self._jobs)
 
     def get_batch_digest(self, job_id: str, party_id: str, batch_index: int) -> str | None:
         stored = self._batches[job_id].get((party_id, batch_index))

@@ -12,7 +12,9 @@ household power data, the demo's train/test split, 4 parties, 3 servers, ε = 1,
 * ``ranges``: the documented public ranges of ``examples/jobs/power-ridge.toml``.
 
 and reports the held-out R² (mean and standard deviation over seeds) beside the non-private OLS.
-A benchmark for docs/bounds.md, not a test.
+``--networked DIR`` instead runs the bounds pre-job and the main job end to end over separate
+processes (servers, analyst, operator, four parties each with its own file; production
+randomness).  A benchmark for docs/bounds.md, not a test.
 """
 from __future__ import annotations
 
@@ -37,10 +39,11 @@ EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "jobs" / "power-
 PARTIES, K = 4, 3
 
 
-def _doc(train, label: str, columns: list[dict], m: int) -> dict[str, Any]:
+def _doc(train, label: str, columns: list[dict], m: int, kind: str = "sparse") -> dict[str, Any]:
     n = train.n
     sizes = [n // PARTIES + (1 if i < n % PARTIES else 0) for i in range(PARTIES)]
-    return {"job": {"id": "eval", "partition": "rows"}, "release": {"kind": "sparse", "m": m},
+    return {"job": {"id": "eval", "partition": "rows"},
+            "release": {"kind": "sparse", "m": m} if kind == "sparse" else {"kind": kind},
             "privacy": {"epsilon": 1.0, "delta": 1e-6}, "fit": {"model": "ridge"},
             "servers": [{"id": f"server-{i}", "endpoint": f"h{i}:1"} for i in range(K)],
             "parties": [{"id": f"party-{i}", "clients": s} for i, s in enumerate(sizes)],
@@ -70,7 +73,7 @@ def bounds_columns(train, label: str, seed: int, epsilon: float = 1.0, delta: fl
     return cols, est
 
 
-def evaluate(seeds: int = 5) -> dict[str, Any]:
+def evaluate(seeds: int = 5, kind: str = "sparse") -> dict[str, Any]:
     cfg = SimulateConfig(model="ridge")
     train, test = load_table(cfg, Randomness.seeded_insecure(0))
     label = train.label
@@ -94,10 +97,10 @@ def evaluate(seeds: int = 5) -> dict[str, Any]:
         for name, columns in per_seed.items():
             width = len(columns)
             m = default_m(train.n, width, epsilon=1.0, delta=1e-6, clip_bound=1.0)
-            spec = parse_job_file(render_job_file(_doc(train, label, columns, m))).spec
+            spec = parse_job_file(render_job_file(_doc(train, label, columns, m, kind))).spec
             run = run_inprocess(spec, _tables(spec, train), Randomness.seeded_insecure(1000 + seed))
             est_model = make_estimator("ridge", lam=release_lambda(run.release)[0], debias=True).fit(run.release)
-            entry = results.setdefault(name, {"r2": [], "m": m})
+            entry = results.setdefault(name, {"r2": [], "kind": spec.sketch.kind, "m": spec.sketch.m})
             entry["r2"].append(r2(y_test, est_model.predict(X_test)))
             if seed == 0:
                 entry["columns"] = [{"name": c.name, "role": c.role, "center": c.center, "scale": c.scale}
@@ -108,6 +111,7 @@ def evaluate(seeds: int = 5) -> dict[str, Any]:
         entry["r2_mean"] = float(np.mean(entry["r2"]))
         entry["r2_sd"] = float(np.std(entry["r2"]))
     out["transforms"] = results
+    out["release"] = kind
     out["bounds_prejob"] = {"rounds": 2, "epsilon_total": 1.0, "delta_total": 1e-7}
     return out
 
@@ -115,7 +119,100 @@ def evaluate(seeds: int = 5) -> dict[str, Any]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seeds", type=int, default=5)
-    print(json.dumps(evaluate(p.parse_args().seeds), indent=2))
+    p.add_argument("--release", default="sparse", help="the main job's release kind: sparse (m by the demo's "
+                                                        "rule, default) or auto (the planner) or gram")
+    p.add_argument("--networked", metavar="WORKDIR",
+                   help="instead: run the bounds pre-job and the main job over separate processes here")
+    args = p.parse_args()
+    result = networked(Path(args.networked)) if args.networked else evaluate(args.seeds, args.release)
+    print(json.dumps(result, indent=2))
+
+
+# ---------------------------------------------------------------------------- over networked actors
+def networked(workdir: Path, *, epsilon: float = 1.0, delta: float = 1e-7, timeout: float = 900.0) -> dict[str, Any]:
+    """The bounds pre-job and the main job over separate processes on loopback, on the demo's
+    training split (4 parties, each with its own CSV), production randomness; returns the
+    pre-job's centres/scales and the main job's held-out R²."""
+    import subprocess
+    import time
+
+    from sim.demo import write_party_csv
+    from sim.launcher import ProcessGroup
+    from transport.certs import write_certs
+
+    cfg = SimulateConfig(model="ridge")
+    train, test = load_table(cfg, Randomness.seeded_insecure(0))
+    label = train.label
+    names = list(train.columns)
+    parties = [f"party-{i}" for i in range(PARTIES)]
+    certs = workdir / "certs"
+    write_certs(certs, [f"server-{i}" for i in range(K)] + parties + ["analyst", "operator"], force=True)
+    group = ProcessGroup(workdir, certs)
+    t0 = time.monotonic()
+    try:
+        servers = group.start_servers(K)
+        analyst = group.start_service("analyst", "analyst", ["analyst", "--out", str(workdir / "analyst-out")])
+        doc = _doc(train, label, [{"name": c, **({"role": "label"} if c == label else {})} for c in names],
+                   default_m(train.n, len(names), epsilon=1.0, delta=1e-6, clip_bound=1.0))
+        doc["job"]["id"] = "power-bounded"
+        doc["job"]["deadline_s"] = timeout
+        doc["servers"] = [{"id": s.actor, "endpoint": s.endpoint} for s in servers]
+        start = 0
+        files = {}
+        for q in doc["parties"]:
+            d = workdir / "data" / q["id"]
+            d.mkdir(parents=True, exist_ok=True)
+            files[q["id"]] = d / "rows.csv"
+            write_party_csv(files[q["id"]], {c: v[start:start + q["clients"]] for c, v in train.columns.items()})
+            start += q["clients"]
+        draft, main_path = workdir / "draft.toml", workdir / "main.toml"
+        draft.write_text(render_job_file(doc))
+
+        def run_parties(job_id: str) -> None:
+            procs = [group.start_task("party", f"{p}-{job_id}", [
+                "party", "--id", p, "--job", job_id, "--data", str(files[p]), "--max-epsilon", "1",
+                "--servers", ",".join(s.endpoint for s in servers), "--server-ids", ",".join(s.actor for s in servers),
+                "--no-progress", "--wait", "120", "--state-dir", str(files[p].parent / f".state-{job_id}")])
+                for p in parties]
+            for ap in procs:
+                if ap.proc.wait(timeout=timeout) != 0:
+                    raise RuntimeError(f"{ap.actor} failed:\n{ap.log_tail()}")
+
+        def operator(*argv: str, background: bool = False):
+            ap = group.start_task("operator", f"operator-{len(group.processes)}",
+                                  ["job", *argv, "--analyst", analyst.endpoint])
+            if background:
+                return ap
+            if ap.proc.wait(timeout=timeout) != 0:
+                raise RuntimeError(f"ltm job {argv[0]} failed:\n{ap.log_tail()}")
+            return ap
+
+        bounds = operator("bounds", str(draft), "--epsilon", str(epsilon), "--delta", str(delta),
+                          "--out", str(main_path), "--json", background=True)
+        run_parties("power-bounded-bounds-1")
+        run_parties("power-bounded-bounds-2")
+        if bounds.proc.wait(timeout=timeout) != 0:
+            raise RuntimeError(f"ltm job bounds failed:\n{bounds.log_tail()}")
+        info = json.loads(bounds.log_path.read_text())
+        main = parse_job_file(main_path.read_text())
+        operator("submit", str(main_path))
+        run_parties("power-bounded")
+        operator("submit", str(main_path), "--wait")  # idempotent: waits until the job is done
+        out = workdir / "result"
+        operator("result", "power-bounded", "--out", str(out))
+        model = json.loads((out / "model.json").read_text())
+        report = json.loads((out / "report.json").read_text())
+    finally:
+        group.stop_all()
+    features = [c for c in names if c != label]
+    pred = test.matrix(features) @ np.array([model["coef"][c] for c in features]) + model["intercept"]
+    return {"data": train.source, "n_train": train.n, "n_test": test.n, "seconds": time.monotonic() - t0,
+            "prejobs": info["prejobs"], "chosen": info["chosen"],
+            "columns": [{"name": c.name, "role": c.role, "center": c.center, "scale": c.scale}
+                        for c in main.spec.columns],
+            "main_job": {"job_digest": main.spec.digest, "release_sha256": report["release_sha256"],
+                         "sketch": {"kind": main.spec.sketch.kind, "m": main.spec.sketch.m},
+                         "privacy": report["privacy"]["guarantee"], "r2": r2(test.columns[label], pred)}}
 
 
 if __name__ == "__main__":

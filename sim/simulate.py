@@ -63,7 +63,7 @@ class SimulateConfig:
     intercept: bool = False
     share_mode: str = "seed"
     # rf_ridge: public random features applied by the parties (ltm.transforms)
-    features_n: int = 100
+    features_n: int = 16
     bandwidth: float | None = None
     feature_map: str = "cos"
     kernel: str = "gaussian"

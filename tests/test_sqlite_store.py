@@ -289,7 +289,7 @@ def test_schema_version_mismatch_is_refused(tmp_path):
         SqliteStore(tmp_path)
 
 
-def test_orphans_are_cleaned_and_damage_is_detected(tmp_path):
+def test_crash_leftovers_are_finished_unknown_blobs_refuse_and_damage_is_detected(tmp_path):
     spec, tables, randomness = small_job(share_mode="full")
     batches = job_batches(spec, tables, randomness)[0]
     with SqliteStore(tmp_path) as store:
@@ -299,14 +299,25 @@ def test_orphans_are_cleaned_and_damage_is_detected(tmp_path):
     kept = blob_files(tmp_path)
     assert len(kept) == 2
     party_dir = (tmp_path / kept[0]).parent
-    (party_dir / "7.u64").write_bytes(b"\0" * 24)                  # blob renamed, row never committed
-    (party_dir / "8.u64.0123abcd.tmp").write_bytes(b"\0" * 5)      # crash while writing
+    # a crash between commit and rename: the committed row's blob is still a temp file
+    committed = tmp_path / kept[1]
+    moved = committed.with_name(committed.name + ".00ff00ff.tmp")
+    committed.rename(moved)
+    (party_dir / "8.u64.0123abcd.tmp").write_bytes(b"\0" * 5)      # crash before the commit
+    with SqliteStore(tmp_path) as store:
+        assert blob_files(tmp_path) == kept                           # renamed into place, stale temp gone
+        assert store.verify() == 2
+    # a final blob no row names is not a crash leftover: the database lost state; refuse, delete nothing
+    (party_dir / "7.u64").write_bytes(b"\0" * 24)
     (tmp_path / BLOB_DIR / "stray" / "p").mkdir(parents=True)
     (tmp_path / BLOB_DIR / "stray" / "p" / "0.u64").write_bytes(b"\0" * 8)
-    with SqliteStore(tmp_path) as store:
-        assert blob_files(tmp_path) == kept
-        assert not (tmp_path / BLOB_DIR / "stray").exists()
-        assert store.verify() == 2
+    before = sorted(blob_files(tmp_path))
+    with pytest.raises(StoreCorruptError, match="not named by any stored batch") as err:
+        SqliteStore(tmp_path)
+    assert "7.u64" in str(err.value) and "stray" in str(err.value)
+    assert sorted(blob_files(tmp_path)) == before
+    (party_dir / "7.u64").unlink()
+    (tmp_path / BLOB_DIR / "stray" / "p" / "0.u64").unlink()
     # a damaged acknowledged blob is reported, not silently served
     victim = tmp_path / kept[1]
     victim.write_bytes(victim.read_bytes()[:-8])

@@ -22,7 +22,7 @@ from ltm.transforms import FeaturePipeline, TransformError, Whitening, rff_spec,
 from party.randomizer import client_vectors
 from sim.data import Table
 from sim.inprocess import run_inprocess
-from sim.jobs import build_job, party_tables
+from sim.jobs import build_job, party_tables, whiten_columns
 
 
 def _data(n: int, seed: int, d: int = 4):
@@ -82,11 +82,14 @@ def test_non_symmetric_whitening_map_back_uses_the_transpose():
     assert np.allclose(back, np.linalg.lstsq(X, Z[:, 4], rcond=None)[0], rtol=1e-10)
 
 
-def test_pipeline_release_maps_back_to_the_sketched_raw_ols():
-    """The whitened job through the real party → 2 servers → analyst cores (sparse sketch): at a
-    huge ε the mapped-back OLS equals OLS of the same sketch applied to the raw rows, up to noise."""
+@pytest.mark.parametrize("kind,m", [("sparse", 400), ("dense", 40)])
+def test_pipeline_release_maps_back_to_the_sketched_raw_ols(kind, m):
+    """The whitened job through the real party → 2 servers → analyst cores (sparse and dense
+    sketches): at a huge ε the mapped-back OLS equals OLS of the same sketch applied to the raw
+    rows, up to noise."""
     table, X, y, public = _data(6000, 4)
-    spec = _job(table, public, epsilon=1e6, delta=1e-6, m=400)
+    spec = _job(table, public, epsilon=1e6, delta=1e-6, m=m, kind=kind)
+    assert spec.sketch.kind == kind
     release = run_inprocess(spec, party_tables(spec, table), Randomness.seeded_insecure(5)).release
     model = raw_linear_predictor(OLS().fit(release).coef_scaled_, spec)
     S = spec.make_sketch().to_dense().astype(np.float64)
@@ -156,3 +159,26 @@ def test_centred_whitening_round_trip_has_the_intercept():
     assert np.allclose(model.coef_, wc, rtol=1e-10)
     assert model.intercept_ == pytest.approx(public.label_mean - public.feature_mean @ wc, rel=1e-10)
     assert np.linalg.norm(model.coef_ - full[:4]) < 0.2 * np.linalg.norm(full[:4])
+
+
+def test_a_job_file_carries_the_public_second_moment():
+    """A job file names the whitening as a [[transforms]] table (kind "whiten", the public W row-major):
+    it parses to the same transform the simulator builds, the spec validates, and a singular matrix
+    is refused with a line that says so."""
+    from ltm.jobfile import JobFileError, parse_job_file, render_job_file
+
+    table, _, _, public = _data(800, 10, d=2)
+    cols, (t,) = whiten_columns(table, public)
+    doc = {"job": {"id": "w1", "partition": "rows"}, "release": {"kind": "gram"},
+           "privacy": {"epsilon": 1.0, "delta": 1e-6}, "fit": {"model": "ols"},
+           "servers": [{"id": "server-0", "endpoint": "h0:1"}, {"id": "server-1", "endpoint": "h1:1"}],
+           "parties": [{"id": "party-0", "clients": 400}, {"id": "party-1", "clients": 400}],
+           "columns": [{"name": c.name, "role": c.role, "center": c.center, "scale": c.scale} for c in cols],
+           "transforms": [{"kind": "whiten", "columns": list(t.columns), "name": t.name, "matrix": list(t.matrix),
+                           "output_scale": t.output_scale}]}
+    spec = parse_job_file(render_job_file(doc)).spec
+    assert spec.transforms == (t,) and spec.width == 3 and spec.vector_names == ("w_0", "w_1", "y")
+    validate_job(spec)
+    doc["transforms"][0]["matrix"] = [1.0, 0.0, 0.0, 0.0]
+    with pytest.raises(JobFileError, match="singular"):
+        parse_job_file(render_job_file(doc))

@@ -21,6 +21,9 @@ def add_actor_arguments(p: argparse.ArgumentParser, *, serves: bool) -> None:
     p.add_argument("--log-level", help="debug, info (default), warning")
     if serves:
         p.add_argument("--port-file", help="write the bound port here once serving (for launchers)")
+        p.add_argument("--health-listen", help="also serve the gRPC health service alone, in plaintext, at this "
+                                               "address (e.g. 127.0.0.1:50061) for probes without a client "
+                                               "certificate; it reveals only SERVING/NOT_SERVING")
 
 
 def load_config(path: str | None) -> dict[str, Any]:

@@ -15,12 +15,25 @@ log = logging.getLogger("ltm.serve")
 
 
 async def serve_until_signal(server: grpc.aio.Server, *, service_name: str, listen: str, cert_dir, actor: str,
-                             insecure: bool, port_file: str | None = None, grace_s: float = 5.0) -> None:
+                             insecure: bool, port_file: str | None = None, grace_s: float = 5.0,
+                             health_listen: str | None = None) -> None:
     """Add the standard health service, bind, start, report SERVING, and on SIGTERM/SIGINT
-    report NOT_SERVING and stop gracefully (in-flight calls get ``grace_s`` to finish)."""
+    report NOT_SERVING and stop gracefully (in-flight calls get ``grace_s`` to finish).
+
+    ``health_listen``: also serve the health service alone, in plaintext, at this address — for
+    probes that hold no client certificate (a container's own health check, the kubelet's gRPC
+    probe).  It answers SERVING/NOT_SERVING and nothing else; bind it to loopback unless a probe
+    must reach it from outside the container."""
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     port = add_secure_port(server, listen, cert_dir, actor, insecure=insecure)
+    probe_server = None
+    if health_listen:
+        probe_server = grpc.aio.server()
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, probe_server)
+        if probe_server.add_insecure_port(health_listen) == 0:
+            raise OSError(f"cannot bind the health port {health_listen}")
+        await probe_server.start()
     await server.start()
     for name in (service_name, ""):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
@@ -37,4 +50,6 @@ async def serve_until_signal(server: grpc.aio.Server, *, service_name: str, list
     log.info("stopping (signal): finishing in-flight calls")
     await health_servicer.enter_graceful_shutdown()
     await server.stop(grace=grace_s)
+    if probe_server is not None:
+        await probe_server.stop(grace=None)
     log.info("stopped")

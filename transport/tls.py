@@ -212,6 +212,31 @@ def _decode_all(values: Iterable[Any]) -> list[str]:
     return [v.decode("utf-8", "replace") if isinstance(v, (bytes, bytearray)) else str(v) for v in values]
 
 
+def _check_chain_as_issued(auth: Mapping[str, Sequence[bytes]]) -> None:
+    """Refuse a peer whose certificate is a CA, or whose presented chain holds an intermediate CA.
+
+    ``ltm certs`` issues every leaf directly from a CA with path length 0, so a verified peer
+    never needs an intermediate; the TLS library (BoringSSL in gRPC) accepts a leaf under a sub-CA
+    signed by the CA key anyway, which would let whoever made such a sub-CA mint any role."""
+    blobs = [bytes(v) for key in ("x509_pem_cert", "x509_pem_cert_chain") for v in auth.get(key, ())]
+    for blob in blobs:
+        try:
+            certs = x509.load_pem_x509_certificates(blob)
+        except ValueError as exc:
+            raise AuthenticationError(f"unreadable peer certificate chain: {exc}") from None
+        for cert in certs:
+            try:
+                ca = cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+            except x509.ExtensionNotFound:
+                ca = False
+            if ca and cert.issuer != cert.subject:
+                raise AuthenticationError(f"peer certificate chain holds an intermediate CA "
+                                          f"({cert.subject.rfc4514_string()}); LTM leaves are issued "
+                                          f"directly by the CA (path length 0)")
+            if ca and cert is certs[0] and blob is blobs[0]:
+                raise AuthenticationError("the peer presented a CA certificate as its own identity")
+
+
 def identity_from_auth_context(auth: Mapping[str, Sequence[bytes]]) -> Identity:
     """The caller's :class:`Identity` from a gRPC auth context (a verified TLS peer).
 
@@ -225,6 +250,7 @@ def identity_from_auth_context(auth: Mapping[str, Sequence[bytes]]) -> Identity:
         raise AuthenticationError(
             "no TLS peer identity (connection is not mutual TLS; is this server running --insecure?)"
         )
+    _check_chain_as_issued(auth)
     uris: list[str] = []
     cn: str | None = None
     pems = auth.get("x509_pem_cert") or ()

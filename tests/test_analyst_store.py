@@ -1,0 +1,31 @@
+"""The analyst's durable job table (analyst/store.py): what a restarted analyst finds again."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from analyst.store import AnalystStore, AnalystStoreInUse
+from ltm.jobfile import parse_job_file, render_job_file
+from tests.test_jobfile import doc
+
+
+def test_jobs_survive_a_reopen_bit_for_bit(tmp_path):
+    spec = parse_job_file(render_job_file(doc())).spec
+    store = AnalystStore(tmp_path)
+    rec = store.add(spec, {"model": "ridge"}, "system", 123.0, "running")
+    assert (rec.state, rec.published, rec.close_at) == ("running", False, 123.0)
+    assert store.add(spec, {"model": "ols"}, "x", 1.0, "published").fit == {"model": "ridge"}  # idempotent
+    other = parse_job_file(render_job_file(doc(privacy={"epsilon": 0.5, "delta": 1e-6}))).spec
+    with pytest.raises(KeyError, match="choose a new job id"):
+        store.add(other, {}, "system", 1.0, "running")
+    with pytest.raises(AnalystStoreInUse):
+        AnalystStore(tmp_path)  # one analyst per state directory
+    store.update(spec.job_id, published=1, phase="waiting")
+    shares = [np.arange(24, dtype=np.uint64).reshape(8, 3) * (i + 1) + np.uint64(2**63) for i in range(2)]
+    mask = np.arange(spec.n) % 3 != 0
+    store.finish(spec.job_id, release_sha256="ab" * 32, participants=mask, shares=shares, outputs={"a.json": "{}"})
+    store.close()
+    again = AnalystStore(tmp_path).get(spec.job_id)
+    assert again.state == "done" and again.published and again.spec.digest == spec.digest
+    assert (again.participants == mask).all() and all((a == b).all() for a, b in zip(again.shares, shares))
+    assert again.outputs == {"a.json": "{}"} and again.release_sha256 == "ab" * 32

@@ -1,0 +1,188 @@
+"""Mutation-kill tests for ``analyst/baselines.py`` (scripts/mutation.sh, docs/testing.md).
+
+Each test checks behaviour against a value computed independently (a closed form written out
+again, numpy/scipy in the clear, a second route through the code), never a recorded output.
+"""
+from __future__ import annotations
+
+import math  # noqa: F401
+import warnings  # noqa: F401
+from dataclasses import replace as _replace  # noqa: F401
+
+import numpy as np
+import pytest
+
+from kill_helpers import exact as _exact, gate_spec as _gate_spec  # noqa: F401
+from ltm import sharing  # noqa: F401
+from ltm.randomness import Randomness  # noqa: F401
+
+# --- analyst/baselines.py: each baseline re-derived from its documented algorithm ------------------
+
+from analyst import baselines as bl  # noqa: E402
+from ltm.calibration import analytic_gaussian_sigma  # noqa: E402
+
+
+def _clip(W: np.ndarray, C: float) -> np.ndarray:
+    norms = np.linalg.norm(W, axis=1)
+    return W * np.minimum(1.0, C / np.maximum(norms, 1e-300))[:, None]
+
+
+def _sym(d: int, sigma: float, rng: np.random.Generator) -> np.ndarray:
+    Z = sigma * rng.standard_normal((d, d))
+    return np.triu(Z) + np.triu(Z, 1).T
+
+
+def _regression_data(n=300, d=3, seed=0):
+    rng = np.random.default_rng(seed)
+    A = rng.normal(size=(n, d))
+    b = A @ np.array([0.5, -1.0, 2.0][:d]) + 0.1 * rng.normal(size=n)
+    return A * 0.3, b * 0.3  # most rows inside the clip ball, some outside
+
+
+def test_gram_sensitivity_and_symmetric_noise():
+    assert bl.gram_sensitivity(1.5) == 2 * 1.5**2
+    assert bl.gram_sensitivity(1.5, tight=True) == pytest.approx(math.sqrt(2) * 1.5**2)
+    with pytest.raises(ValueError, match=_exact("clip_norm must be finite and > 0, got 0.0")):
+        bl.gram_sensitivity(0.0)
+    E = bl.symmetric_gaussian(4, 2.0, np.random.default_rng(7))
+    assert np.array_equal(E, _sym(4, 2.0, np.random.default_rng(7)))
+    with pytest.raises(TypeError, match="numpy.random.Generator"):
+        bl.ssp_ridge(np.zeros((3, 1)), np.zeros(3), 1.0, 1.0, 1e-6, 1.0, rng=7)
+
+
+@pytest.mark.parametrize("tight", [False, True])
+def test_ssp_ridge_matches_its_definition(tight):
+    A, b = _regression_data()
+    eps, delta, C, lam = 2.0, 1e-5, 1.0, 3.0
+    W = _clip(np.column_stack([A, b]), C)
+    Ac, bc = W[:, :-1], W[:, -1]
+    sigma = analytic_gaussian_sigma(eps, delta, (math.sqrt(2) if tight else 2.0) * C**2)
+    E = _sym(4, sigma, np.random.default_rng(11))
+    G, g = Ac.T @ Ac + E[:3, :3], Ac.T @ bc + E[:3, 3]
+    fit = bl.ssp_ridge(A, b, lam, eps, delta, C, np.random.default_rng(11), tight=tight)
+    assert np.allclose(fit.noisy_gram, G) and np.allclose(fit.noisy_moment, g)
+    assert fit.sigmas == {"gram": pytest.approx(sigma)} and fit.lam == lam and fit.projected is False
+    assert np.allclose(fit.coef, np.linalg.solve(G + lam * np.eye(3), g))
+    with pytest.raises(ValueError, match=_exact("lam must be finite and >= 0, got -1.0")):
+        bl.ssp_ridge(A, b, -1.0, eps, delta, C, np.random.default_rng(1))
+    with pytest.raises(ValueError, match=_exact("shapes do not match: A (300, 3), b (299,)")):
+        bl.ssp_ridge(A, b[:-1], lam, eps, delta, C, np.random.default_rng(1))
+
+
+def test_solve_projected_clamps_or_drops_non_positive_directions():
+    M = np.diag([4.0, -3.0, 1.0])
+    g = np.array([2.0, 6.0, 3.0])
+    x, projected = bl._solve_projected(M, g, 0.5)  # eigenvalues of M + λI: 4.5, −2.5 → clamped to λ, 1.5
+    assert projected is True and np.allclose(x, [2 / 4.5, 6 / 0.5, 3 / 1.5])
+    x, projected = bl._solve_projected(M, g, 0.0)  # λ = 0: the negative direction is dropped
+    assert projected is True and np.allclose(x, [0.5, 0.0, 3.0])
+    x, projected = bl._solve_projected(np.diag([0.0, 2.0]), np.array([1.0, 1.0]), 0.0)
+    assert projected is True and np.allclose(x, [0.0, 0.5])  # a zero eigenvalue counts as non-positive
+    x, projected = bl._solve_projected(np.array([[2.0, 1.0], [0.0, 2.0]]), np.array([1.0, 1.0]), 1.0)
+    assert projected is False and np.allclose(x, np.linalg.solve([[3.0, 0.5], [0.5, 3.0]], [1.0, 1.0]))
+
+
+@pytest.mark.parametrize("tight, rho", [(False, 0.05), (True, 0.2)])
+def test_adassp_matches_wang_algorithm_2(tight, rho):
+    A, b = _regression_data(seed=3)
+    eps, delta, C = 1.5, 1e-5, 1.0
+    W = _clip(np.column_stack([A, b]), C)
+    Ac, bc = W[:, :-1], W[:, -1]
+    d = 3
+    s_min = analytic_gaussian_sigma(eps / 3, delta / 3, C**2)
+    s_gram = analytic_gaussian_sigma(eps / 3, delta / 3, (math.sqrt(2) if tight else 2.0) * C**2)
+    rng = np.random.default_rng(5)
+    G = Ac.T @ Ac
+    lam_min_priv = max(np.linalg.eigvalsh(G)[0] + s_min * rng.standard_normal()
+                       - s_min * math.sqrt(math.log(6 / delta)), 0.0)
+    lam = max(0.0, s_gram * math.sqrt(d * math.log(2 * d * d / rho)) - lam_min_priv)
+    noisy_G = G + _sym(d, s_gram, rng)
+    noisy_g = Ac.T @ bc + s_min * rng.standard_normal(d)
+    fit = bl.adassp(A, b, eps, delta, C, np.random.default_rng(5), rho=rho, tight=tight)
+    assert fit.lam == pytest.approx(lam) and fit.details == {"lambda_min_private": pytest.approx(lam_min_priv)}
+    assert fit.sigmas == {"lambda_min": pytest.approx(s_min), "gram": pytest.approx(s_gram),
+                          "moment": pytest.approx(s_min)}
+    assert np.allclose(fit.noisy_gram, noisy_G) and np.allclose(fit.noisy_moment, noisy_g)
+    w, V = np.linalg.eigh(noisy_G + lam * np.eye(d))
+    assert np.allclose(fit.coef, V @ ((V.T @ noisy_g) / np.maximum(w, lam) if w[0] <= 0 else (V.T @ noisy_g) / w))
+    with pytest.raises(ValueError, match=_exact("rho must be in (0, 1), got 1.0")):
+        bl.adassp(A, b, eps, delta, C, np.random.default_rng(5), rho=1.0)
+
+
+def test_cv_ridge_lambda_picks_the_grid_point_with_the_least_validation_error():
+    A, b = _regression_data(n=60, seed=9)
+    grid = np.array([0.0, 1.0, 30.0, 1000.0])
+    chosen = bl.cv_ridge_lambda(A, b, np.random.default_rng(2), folds=4, grid=grid)
+    fold = np.random.default_rng(2).permutation(60) % 4
+    errors = []
+    for lam in grid:
+        err = 0.0
+        for f in range(4):
+            tr, va = fold != f, fold == f
+            x = np.linalg.lstsq(A[tr].T @ A[tr] + lam * np.eye(3), A[tr].T @ b[tr], rcond=None)[0]
+            err += float(np.sum((A[va] @ x - b[va]) ** 2))
+        errors.append(err)
+    assert chosen == grid[int(np.argmin(errors))]
+    # the default grid is {0} ∪ t·10^k, k = −8 … 1 in half decades, t = tr(AᵀA)/d
+    t = float(np.sum(A * A)) / 3
+    default = bl.cv_ridge_lambda(A, b, np.random.default_rng(2), folds=4)
+    assert default == 0.0 or any(math.isclose(default, t * 10.0**k) for k in np.arange(-8.0, 1.01, 0.5))
+    with pytest.raises(ValueError, match=_exact("need ≥ 5 ≥ 2 rows with matching A (3, 3) and b (3,)")):
+        bl.cv_ridge_lambda(A[:3], b[:3], np.random.default_rng(2))
+
+
+def test_mod_sulq_matches_its_definition():
+    rng = np.random.default_rng(8)
+    A = rng.normal(size=(200, 4)) * np.array([3.0, 1.0, 0.5, 0.1])
+    n, D = A.shape
+    beta = analytic_gaussian_sigma(1.0, 1e-5, 2.0 / n)
+    assert bl.mod_sulq_noise_scale(n, D, 1.0, 1e-5) == pytest.approx(beta)
+    assert bl.mod_sulq_noise_scale(n, D, 1.0, 1e-5, tight=True) == \
+        pytest.approx(analytic_gaussian_sigma(1.0, 1e-5, math.sqrt(2) / n))
+    paper = (D + 1) / (n * 1.0) * math.sqrt(2 * math.log((D * D + D) / (1e-5 * 2 * math.sqrt(2 * math.pi)))) \
+        + 1 / (n * math.sqrt(1.0))
+    assert bl.mod_sulq_noise_scale(n, D, 1.0, 1e-5, calibration="paper") == pytest.approx(paper)
+    for kwargs, message in ((dict(n=0, d=2), "n and d must be >= 1, got n=0, d=2"),
+                            (dict(n=2, d=0), "n and d must be >= 1, got n=2, d=0")):
+        with pytest.raises(ValueError, match=_exact(message)):
+            bl.mod_sulq_noise_scale(epsilon=1.0, delta=1e-5, **kwargs)
+    with pytest.raises(ValueError, match=_exact("delta must be in (0, 1), got 1.5")):
+        bl.mod_sulq_noise_scale(10, 2, 1.0, 1.5, calibration="paper")
+    with pytest.raises(ValueError, match=_exact("MOD-SULQ 'paper' noise needs (d²+d)/(2√(2π)δ) > 1; lower delta")):
+        bl.mod_sulq_noise_scale(10, 1, 1.0, 0.9, calibration="paper")
+    with pytest.raises(ValueError, match=_exact("unknown calibration 'x'; valid: 'analytic', 'paper'")):
+        bl.mod_sulq_noise_scale(10, 2, 1.0, 1e-5, calibration="x")
+    C = 2.0
+    Ap = _clip(A, C) / C
+    cov = Ap.T @ Ap / n
+    noisy = cov + _sym(D, beta, np.random.default_rng(4))
+    got, got_beta = bl.mod_sulq_covariance(A, 1.0, 1e-5, np.random.default_rng(4), clip_norm=C)
+    assert got_beta == pytest.approx(beta) and np.allclose(got, noisy)
+    evals, V = np.linalg.eigh(noisy)
+    top = V[:, np.argsort(evals)[::-1][:2]]
+    top = top * np.sign(top[np.abs(top).argmax(axis=0), [0, 1]])
+    assert np.allclose(bl.mod_sulq(A, 2, 1.0, 1e-5, np.random.default_rng(4), clip_norm=C), top)
+    with pytest.raises(ValueError, match=_exact("rank must be an integer in [1, 4], got 5")):
+        bl.mod_sulq(A, 5, 1.0, 1e-5, np.random.default_rng(4))
+
+
+def test_local_release_matches_its_definition():
+    from analyst.release import ReleasedSketch
+
+    rng = np.random.default_rng(6)
+    V = rng.normal(size=(50, 3))
+    C = 1.2
+    sigma = analytic_gaussian_sigma(0.8, 1e-6, 2 * C)
+    want = _clip(V, C) + sigma * np.random.default_rng(3).standard_normal(V.shape)
+    rows, got_sigma = bl.local_noisy_rows(V, 0.8, 1e-6, C, np.random.default_rng(3))
+    assert got_sigma == pytest.approx(sigma) and np.allclose(rows, want)
+    template = ReleasedSketch(matrix=np.zeros((4, 3)), columns=("a", "b", "y"), centers=np.zeros(3),
+                              scales=np.ones(3), label=2, intercept=None, n=10, noise_variance_per_column=0.0,
+                              privacy={}, sha256="x")
+    rel = bl.local_release(template, V, 0.8, 1e-6, C, np.random.default_rng(3))
+    assert np.allclose(rel.matrix, want) and rel.n == 50 and rel.sha256 == "" and rel.kind == "local"
+    assert rel.noise_variance_per_column == pytest.approx(50 * sigma**2)
+    assert rel.privacy["sigma_client"] == pytest.approx(sigma) and rel.privacy["sensitivity"] == 2 * C
+    assert (rel.privacy["epsilon"], rel.privacy["delta"], rel.privacy["baseline"]) == (0.8, 1e-6, "local")
+    with pytest.raises(ValueError, match=_exact("V must have shape (n, 3), got (50, 2)")):
+        bl.local_release(template, V[:, :2], 0.8, 1e-6, C, np.random.default_rng(3))
