@@ -1243,3 +1243,14 @@ def test_a_leaf_under_an_intermediate_ca_is_refused(processes, tmp_path):
             expect_rpc(("UNAUTHENTICATED", "intermediate CA"), target.stub(actor, evil).GetJob,
                        ltm_pb2.GetJobRequest(job_id="fuzz"))
             assert target.snapshot() == before
+
+
+def test_server_limits_parse_and_refuse_unknown_names():
+    from server.limits import ServerLimits
+
+    lim = ServerLimits.parse(["stream_idle_seconds=2.5", "max-jobs=7", "max_spec_bytes=0x100000"], max_batch_bytes=99)
+    assert (lim.stream_idle_seconds, lim.max_jobs, lim.max_spec_bytes, lim.max_batch_bytes) == (2.5, 7, 1 << 20, 99)
+    assert ServerLimits.parse(None) == ServerLimits()
+    for bad in (["nope=1"], ["max_jobs"], ["max_jobs=many"], ["max_jobs=-1"]):
+        with pytest.raises(ValueError):
+            ServerLimits.parse(bad)
