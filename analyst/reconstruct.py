@@ -59,8 +59,6 @@ def privacy_report(spec: JobSpec, plan: NoisePlan, participants: np.ndarray, *, 
                      f"δ = {achieved_delta:.3g} at ε = {p.epsilon:g}")
     if p.calibration == "paper":
         guarantee += " [calibration 'paper': Burkhardt et al. Cor 4.7/4.10 as printed, reproduction mode]"
-    if spec.reproduction:
-        guarantee += " [reproduction job: its servers accept seeded, NOT private randomness]"
     if randomness.startswith("seeded") and not seeded:
         guarantee += " — seeded randomness: NOT private, for experiments only"
     return {
