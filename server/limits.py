@@ -29,8 +29,10 @@ limit                             default         why
 ``max_batch_bytes``               512 MiB         one batch's share payload (a party splits)
 ``max_streams_per_party``         4               concurrent uploads of one party (its uploader
                                                   runs a few in parallel, not more)
-``max_streams``                   64              concurrent uploads in total (UNAVAILABLE:
-                                                  busy, parties retry)
+``max_streams``                   1 024           concurrent uploads in total (UNAVAILABLE:
+                                                  busy, parties retry); a job with hundreds
+                                                  of parties uploads at once, and an open
+                                                  stream holds only what it has received
 ``max_inflight_bytes``            1 GiB           upload bytes buffered across all streams
                                                   (UNAVAILABLE, retried); a
                                                   stream's buffer grows with bytes *received*,
@@ -72,7 +74,7 @@ class ServerLimits:
     min_free_disk_bytes: int = 512 * MiB
     max_batch_bytes: int = 512 * MiB
     max_streams_per_party: int = 4
-    max_streams: int = 64
+    max_streams: int = 1024
     max_inflight_bytes: int = 1 * GiB
     stream_idle_seconds: float = 60.0
     stream_total_seconds: float = 900.0

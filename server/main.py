@@ -22,6 +22,8 @@ from transport.tls import check_certificates, make_server
 
 log = logging.getLogger("ltm.server")
 SERVICE_NAME = "ltm.v1.Server"
+#: Largest message a server receives (raised to max_spec_bytes + 1 MiB if that is larger).
+MAX_RECEIVE_MESSAGE_BYTES = 8 << 20
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -48,7 +50,11 @@ async def serve(args: argparse.Namespace, limits: ServerLimits) -> None:
     core = ServerCore(args.id, SqliteStore(Path(args.data_dir)))
     meter = ByteMeter()
     service = ServerService(core, insecure=bool(args.insecure), limits=limits, meter=meter)
-    server = make_server(interceptors=[meter])
+    # gRPC's own bound on one received message, well under the channel default of 64 MiB: a 60 MB
+    # spec is then refused by the C core from its length prefix (RESOURCE_EXHAUSTED), before the
+    # event loop spends time on it. Parties upload in 1 MiB chunks.
+    receive = max(MAX_RECEIVE_MESSAGE_BYTES, limits.max_spec_bytes + (1 << 20))
+    server = make_server(interceptors=[meter], options=[("grpc.max_receive_message_length", receive)])
     add_to_server(service, server)
     await serve_until_signal(server, service_name=SERVICE_NAME, listen=args.listen, cert_dir=args.certs,
                              actor=args.id, insecure=bool(args.insecure), port_file=args.port_file,

@@ -31,6 +31,13 @@ def test_no_merge_debris_or_links_outside_the_repository(doc: Path) -> None:
     assert not broken, f"{_doc_id(doc)}: paragraphs that start mid-sentence at lines {broken}"
 
 
+def test_readme_cites_only_what_the_repository_holds() -> None:
+    # The design notes and paper digests live outside the repository: the README points to docs/.
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    outside = sorted(set(re.findall(r"DESIGN(?:\.md)? ?§\s*\d+|\bspec §\s*[\d.]+", text)))
+    assert not outside, f"README.md cites documents that are not in the repository: {outside}"
+
+
 def _shell_commands(text: str) -> list[str]:
     """Every `ltm …` command of the ```bash blocks (continuation lines joined, comments dropped)."""
     out: list[str] = []
