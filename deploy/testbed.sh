@@ -33,7 +33,7 @@ while [ $# -gt 0 ]; do
 done
 PROJECT="${LTM_TESTBED_PROJECT:-ltm-testbed}"
 # the parameters demo-data's `ltm operate --write-job` gets in docker-compose.yml (defaults otherwise)
-DEMO_PARAMS="--parties 4 --release sparse"
+DEMO_PARAMS=""
 WORK="${LTM_TESTBED_DIR:-/var/tmp/ltm-testbed}"
 mkdir -p "$WORK"
 PYTHON="${PYTHON:-python3}"
@@ -116,7 +116,7 @@ mkdir -p deploy/wheelhouse
 rm -f deploy/wheelhouse/ltm-*.whl
 # the image gets the dependency versions this Python runs, so both sides compute the same bytes
 "$PYTHON" -m pip freeze --exclude-editable 2>/dev/null | grep -v '^ltm[= @]' >"$WORK/constraints.txt" || true
-"$PYTHON" -m pip wheel --quiet --wheel-dir deploy/wheelhouse -c "$WORK/constraints.txt" . 2>&1 \
+"$PYTHON" -m pip wheel --quiet --wheel-dir deploy/wheelhouse -c "$WORK/constraints.txt" ".[deploy]" 2>&1 \
   | grep -v '^WARNING: Location' || true
 ls deploy/wheelhouse/ltm-*.whl >/dev/null
 $COMPOSE build --quiet certs-init >/dev/null 2>"$WORK/build.log" || { cat "$WORK/build.log" >&2; exit 4; }
@@ -203,11 +203,11 @@ fi
 PHASE[teardown]=$(since "$t")
 
 say "compose  release_sha256 $COMPOSE_SHA"
-say "ltm demo release_sha256 $DEMO_SHA  (ltm demo --seed $SEED $DEMO_PARAMS)"
+say "ltm demo release_sha256 $DEMO_SHA  (ltm demo --seed $SEED${DEMO_PARAMS:+ $DEMO_PARAMS})"
 TIMES=""
 for k in engine base_image wheels_and_image compose_up_job key_check ltm_demo teardown; do TIMES+="$k ${PHASE[$k]}s, "; done
 say "time: ${TIMES}total $(since "$T0")s"
 if [ -z "$COMPOSE_SHA" ] || [ "$COMPOSE_SHA" != "$DEMO_SHA" ]; then
   echo "testbed.sh: FAIL: the compose release differs from ltm demo's" >&2; exit 8
 fi
-say "OK: the compose testbed released the same bytes as ltm demo --seed $SEED $DEMO_PARAMS"
+say "OK: the compose testbed released the same bytes as ltm demo --seed $SEED${DEMO_PARAMS:+ $DEMO_PARAMS}"
