@@ -253,3 +253,24 @@ def test_effective_batch_clients_is_an_integer_count():
     per_client = spec.make_sketch().pieces * len(spec.upload_columns(party))
     got = effective_batch_clients(spec, party, 10**9)
     assert type(got) is int and got == MAX_BATCH_ELEMENTS // per_client
+
+
+def test_party_randomness_binds_the_computation_and_the_party():
+    """Seeded mode: the documented derivation child("job", computation_digest, "party", id); two
+    parties or two computations never share a stream, a renamed job (same computation) does."""
+    import dataclasses
+    from ltm.randomness import Randomness
+    from party.randomizer import party_randomness
+
+    spec, _ = _world()
+    base = Randomness.seeded_insecure("party-randomness")
+    draw = lambda r: r.stream().uint64(8).tolist()  # noqa: E731
+    a, b = (p.party_id for p in spec.parties[:2])
+    got = draw(party_randomness(base, spec, a))
+    assert got == draw(base.child("job", spec.computation_digest, "party", a))
+    assert got != draw(party_randomness(base, spec, b))
+    renamed = dataclasses.replace(spec, job_id="another-name")
+    assert renamed.computation_digest == spec.computation_digest and got == draw(party_randomness(base, renamed, a))
+    other, _ = _world(epsilon=0.5)
+    assert other.computation_digest != spec.computation_digest
+    assert got != draw(party_randomness(base, other, a))
