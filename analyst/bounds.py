@@ -118,10 +118,11 @@ class Draft:
 
 
 def noise_sd(privacy: dict[str, Any]) -> float:
-    """The standard deviation of the noise on one released count, from a release's privacy report."""
-    if privacy.get("mechanism") == "laplace":
-        return math.sqrt(2.0) * float(privacy["laplace_scale"])
-    return float(privacy["sigma_release"])
+    """The standard deviation of the noise on one released count, from a release's privacy report:
+    every participant adds one draw of std ``sigma_client`` (Gaussian, or Laplace's Gamma
+    difference) to every count, so √participants · σ_c — not ``sigma_release`` (√L · σ_c, the
+    least noise the gate guarantees, which is smaller when L < participants)."""
+    return math.sqrt(float(privacy["participants"])) * float(privacy["sigma_client"])
 
 
 def round_estimates(kind: str, release_row: np.ndarray, names: tuple[str, ...],

@@ -29,7 +29,7 @@ from analyst.release import ReleasedSketch
 from analyst.store import AnalystStore, JobRecord
 from ltm.jobfile import FitSpec
 from ltm.jsonio import json_default
-from ltm.jobspec import JobSpec, validate_job
+from ltm.jobspec import JobSpec, JobSpecError, validate_job
 
 log = logging.getLogger("ltm.analyst")
 #: What the operator is told about the parties' randomness when nobody declared it.
@@ -75,6 +75,14 @@ def release_of(record: JobRecord) -> ReleasedSketch:
 LinksFor = Callable[[JobSpec, Retries], list[ServerLink]]
 
 
+def check_job_id(job_id: str) -> None:
+    """Refuse a job id that is not one directory name: the analyst writes a finished job's files to
+    ``<out>/<job_id>/`` (the job file parser refuses these too, but a spec may arrive over gRPC)."""
+    if not job_id or job_id in (".", "..") or any(c in job_id for c in "/\\\x00"):
+        raise JobSpecError([f"job id {job_id!r} must not be empty, '.' or '..', or contain '/', '\\' or NUL "
+                            f"(it names the analyst's output directory)"])
+
+
 class JobRunner:
     """Runs and persists jobs (see module docstring).
 
@@ -100,6 +108,7 @@ class JobRunner:
         JobSpecError (invalid), KeyError (the id is taken by another spec), or the publishing
         error (NotPublished: a server is unreachable; the job stays stored, failed).
         """
+        check_job_id(spec.job_id)
         await asyncio.to_thread(validate_job, spec)
         fit_d = (fit or FitSpec(model="ridge" if spec.label_index is not None else "lowrank")).to_dict()
         target = "running" if start else "published"

@@ -30,7 +30,7 @@ import numpy as np
 
 from ltm.errors import CommandError
 from ltm.jobspec import JobSpec
-from transport.files import private_dir
+from transport.files import private_dir, touch_private
 
 DB_NAME = "analyst.db"
 LOCK_NAME = "analyst.lock"
@@ -89,13 +89,14 @@ class AnalystStore:
 
     def __init__(self, directory: str | Path) -> None:
         self.directory = private_dir(directory)  # 0700, like every actor's state
-        self._lock_file = open(self.directory / LOCK_NAME, "a+b")
+        self._lock_file = open(touch_private(self.directory / LOCK_NAME), "a+b")
         try:
             fcntl.flock(self._lock_file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             self._lock_file.close()
             raise AnalystStoreInUse(f"analyst state directory {str(self.directory)!r} is in use by another "
                                     f"analyst process; give each analyst its own --state-dir") from None
+        touch_private(self.directory / DB_NAME)  # 0600; SQLite gives -wal/-shm the same mode
         self._db = sqlite3.connect(self.directory / DB_NAME, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")

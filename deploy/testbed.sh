@@ -33,7 +33,7 @@ while [ $# -gt 0 ]; do
 done
 PROJECT="${LTM_TESTBED_PROJECT:-ltm-testbed}"
 # the parameters demo-data's `ltm operate --write-job` gets in docker-compose.yml (defaults otherwise)
-DEMO_PARAMS="--parties 4 --release sparse"
+DEMO_PARAMS=""
 WORK="${LTM_TESTBED_DIR:-/var/tmp/ltm-testbed}"
 mkdir -p "$WORK"
 PYTHON="${PYTHON:-python3}"
@@ -203,11 +203,11 @@ fi
 PHASE[teardown]=$(since "$t")
 
 say "compose  release_sha256 $COMPOSE_SHA"
-say "ltm demo release_sha256 $DEMO_SHA  (ltm demo --seed $SEED $DEMO_PARAMS)"
+say "ltm demo release_sha256 $DEMO_SHA  (ltm demo --seed $SEED${DEMO_PARAMS:+ $DEMO_PARAMS})"
 TIMES=""
 for k in engine base_image wheels_and_image compose_up_job key_check ltm_demo teardown; do TIMES+="$k ${PHASE[$k]}s, "; done
 say "time: ${TIMES}total $(since "$T0")s"
 if [ -z "$COMPOSE_SHA" ] || [ "$COMPOSE_SHA" != "$DEMO_SHA" ]; then
   echo "testbed.sh: FAIL: the compose release differs from ltm demo's" >&2; exit 8
 fi
-say "OK: the compose testbed released the same bytes as ltm demo --seed $SEED $DEMO_PARAMS"
+say "OK: the compose testbed released the same bytes as ltm demo --seed $SEED${DEMO_PARAMS:+ $DEMO_PARAMS}"

@@ -124,6 +124,8 @@ def _print_simulate_summary(r: dict[str, Any]) -> None:
     print(f"LTM simulate — {r['data']}")
     print(f"  {r['n_train']} training rows, {r['parties']} parties ({r['partition']}), {r['servers']} servers, "
           f"{r['sketch']['kind']} sketch m={r['sketch']['m']} s={r['sketch']['s']}")
+    if r.get("plan"):
+        print(f"  release kind chosen by the planner: {r['plan']['reason']}")
     for line in privacy_lines(pr):
         print(line)
     print(f"  randomness: {r['randomness']}")

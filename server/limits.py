@@ -29,8 +29,12 @@ limit                             default         why
 ``max_batch_bytes``               512 MiB         one batch's share payload (a party splits)
 ``max_streams_per_party``         4               concurrent uploads of one party (its uploader
                                                   runs a few in parallel, not more)
-``max_streams``                   64              concurrent uploads in total
-``max_inflight_bytes``            1 GiB           upload bytes buffered across all streams; a
+``max_streams``                   1 024           concurrent uploads in total (UNAVAILABLE:
+                                                  busy, parties retry); a job with hundreds
+                                                  of parties uploads at once, and an open
+                                                  stream holds only what it has received
+``max_inflight_bytes``            1 GiB           upload bytes buffered across all streams
+                                                  (UNAVAILABLE, retried); a
                                                   stream's buffer grows with bytes *received*,
                                                   never with what its header declares
 ``stream_idle_seconds``           60 s            longest silence inside an upload stream
@@ -70,7 +74,7 @@ class ServerLimits:
     min_free_disk_bytes: int = 512 * MiB
     max_batch_bytes: int = 512 * MiB
     max_streams_per_party: int = 4
-    max_streams: int = 64
+    max_streams: int = 1024
     max_inflight_bytes: int = 1 * GiB
     stream_idle_seconds: float = 60.0
     stream_total_seconds: float = 900.0
@@ -121,10 +125,12 @@ class ServerLimits:
         for name, value, limit_name in checks:
             if value > getattr(self, limit_name):
                 raise bad(name, value, limit_name)
-        memory = n * max(width, 1) + 8 * s * n + 8 * m * max(width, 1)
+        upload = max(spec.upload_width, width, 1)  # a lifted release (gram) uploads more values per client
+        memory = n * upload + 8 * s * n + 8 * m * upload
         if memory > self.max_job_memory_bytes:
-            raise ProtocolError("RESOURCE_EXHAUSTED", f"the job would make this server hold ~{memory} bytes (n·D "
-                                                      f"coverage + 8·s·n slots + 8·m·D result), over its limit of "
+            raise ProtocolError("RESOURCE_EXHAUSTED", f"the job would make this server hold ~{memory} bytes (n·W "
+                                                      f"coverage + 8·s·n slots + 8·m·W result, W = values uploaded "
+                                                      f"per client), over its limit of "
                                                       f"{self.max_job_memory_bytes} (max_job_memory_bytes)")
 
 

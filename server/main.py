@@ -22,6 +22,8 @@ from transport.tls import check_certificates, make_server
 
 log = logging.getLogger("ltm.server")
 SERVICE_NAME = "ltm.v1.Server"
+#: Largest message a server receives (raised to max_spec_bytes + 1 MiB if that is larger).
+MAX_RECEIVE_MESSAGE_BYTES = 8 << 20
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -35,6 +37,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "see server/limits.py and docs")
     p.add_argument("--check", action="store_true", default=None,
                    help="verify --data-dir offline (every blob and release record against its digest) and exit")
+    p.add_argument("--repair", action="store_true", default=None,
+                   help="make a --data-dir the server refuses startable, deleting nothing: unknown blobs move "
+                        "to quarantine/, jobs named by orphaned release markers are retired for good; then exit")
     add_actor_arguments(p, serves=True)
     p.set_defaults(func=run)
 
@@ -45,7 +50,11 @@ async def serve(args: argparse.Namespace, limits: ServerLimits) -> None:
     core = ServerCore(args.id, SqliteStore(Path(args.data_dir)))
     meter = ByteMeter()
     service = ServerService(core, insecure=bool(args.insecure), limits=limits, meter=meter)
-    server = make_server(interceptors=[meter])
+    # gRPC's own bound on one received message, well under the channel default of 64 MiB: a 60 MB
+    # spec is then refused by the C core from its length prefix (RESOURCE_EXHAUSTED), before the
+    # event loop spends time on it. Parties upload in 1 MiB chunks.
+    receive = max(MAX_RECEIVE_MESSAGE_BYTES, limits.max_spec_bytes + (1 << 20))
+    server = make_server(interceptors=[meter], options=[("grpc.max_receive_message_length", receive)])
     add_to_server(service, server)
     await serve_until_signal(server, service_name=SERVICE_NAME, listen=args.listen, cert_dir=args.certs,
                              actor=args.id, insecure=bool(args.insecure), port_file=args.port_file,
@@ -65,10 +74,25 @@ def check(data_dir: str) -> int:
     return 3 if problems else 0
 
 
+def repair(data_dir: str) -> int:
+    """``ltm server --repair``: print what was moved or retired; 0 = startable now, 3 = not repairable."""
+    from server.sqlite_store import StoreError, repair_directory
+
+    try:
+        done = repair_directory(data_dir)
+    except StoreError as exc:
+        print(f"ltm server --repair: {exc}", file=sys.stderr)
+        return 3
+    for line in done:
+        print(line)
+    print(f"ltm server --repair {data_dir}: {len(done)} change(s); nothing was deleted")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
-    if args.check:
+    if args.check or args.repair:
         args = merge(args, load_config(args.config), required=("data_dir",))
-        return check(args.data_dir)
+        return check(args.data_dir) if args.check else repair(args.data_dir)
     args = merge(args, load_config(args.config), required=("id", "listen", "data_dir"))
     if not args.insecure and not args.certs:
         raise SystemExit("ltm server: --certs is required (or --insecure for a plaintext test run)")

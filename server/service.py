@@ -195,7 +195,9 @@ class ServerService(ltm_pb2_grpc.ServerServicer):
                                 f"{who.actor} already has {self._streams[who.actor]} upload streams open, this "
                                 f"server's limit per party (max_streams_per_party); retry when one has finished")
         if sum(self._streams.values()) >= lim.max_streams:
-            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+            # UNAVAILABLE, not RESOURCE_EXHAUSTED: the server is busy with other parties, a party's
+            # uploader retries with backoff (it gives up on RESOURCE_EXHAUSTED)
+            await context.abort(grpc.StatusCode.UNAVAILABLE,
                                 f"this server has {lim.max_streams} upload streams open, its limit (max_streams); "
                                 f"retry later")
         self._streams[who.actor] += 1
@@ -246,7 +248,7 @@ class ServerService(ltm_pb2_grpc.ServerServicer):
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                     f"oversize upload: more than the {expected} bytes the header's shape declares")
             if self._inflight + len(data) > self.limits.max_inflight_bytes:
-                await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                await context.abort(grpc.StatusCode.UNAVAILABLE,  # busy with other uploads: retryable
                                     f"this server is buffering {self._inflight} bytes of uploads, its limit "
                                     f"(max_inflight_bytes); retry the batch later")
             buf += data

@@ -125,6 +125,10 @@ CREATE TABLE releases (
 );
 """
 
+#: Jobs whose release marker survived a lost database, recorded by ``ltm server --repair``: their
+#: ids stay retired (a job id is released at most once, whatever happened to the database).
+_RETIRED = """CREATE TABLE IF NOT EXISTS retired_jobs (job_id TEXT PRIMARY KEY, marker TEXT NOT NULL)"""
+
 _BATCH_COLUMNS = "party_id, batch_index, start, stop, columns, server, shape, content_digest, seed, blob_path"
 
 
@@ -174,6 +178,7 @@ class SqliteStore:
         self._lock_file = None
         self._failed: BaseException | None = None
         self._jobs: dict[str, JobSpec] = {}
+        self._retired: set[str] = set()
         self._closed_jobs: set[str] = set()
         self._coverage: dict[str, np.ndarray] = {}
         self._durable_dirs: set[Path] = set()
@@ -251,6 +256,7 @@ class SqliteStore:
                 if [tuple(r) for r in rows] != [(SCHEMA_VERSION,)]:
                     raise StoreError(f"{str(path)!r} has schema version {[r[0] for r in rows]}, this server "
                                      f"understands version {SCHEMA_VERSION}")
+            conn.execute(_RETIRED)
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"cannot open store database {str(path)!r}: {exc}") from exc
 
@@ -275,7 +281,8 @@ class SqliteStore:
             if blob_path is not None:
                 referenced[blob_path] = int(np.prod(json.loads(shape), dtype=np.int64)) * 8
         released = {r[0] for r in conn.execute("SELECT job_id FROM releases")}
-        pending, stale, problems = _scan(self.directory, referenced, set(self._jobs), released)
+        self._retired = {r[0] for r in conn.execute("SELECT job_id FROM retired_jobs")}
+        pending, stale, problems = _scan(self.directory, referenced, set(self._jobs) | self._retired, released)
         if problems:
             raise StoreCorruptError(_refusal(self.directory, problems))
         if not self._recover:
@@ -342,6 +349,10 @@ class SqliteStore:
             raise ValueError(f"job spec {spec.job_id!r} does not survive a JSON round trip; cannot store it")
         with self._lock:
             conn = self._check_usable()
+            if spec.job_id in self._retired:
+                raise ProtocolError("FAILED_PRECONDITION", f"job id {spec.job_id!r} was released on this server "
+                                                           f"before its database was lost (release marker kept); "
+                                                           f"a job id is released once: choose a new job id")
             existing = self._jobs.get(spec.job_id)
             if existing is not None:
                 if existing.digest == spec.digest:
@@ -836,3 +847,67 @@ def check_directory(directory: str | os.PathLike[str]) -> tuple[list[str], dict[
     finally:
         store.close()
     return problems + modes, counts
+
+
+def repair_directory(directory: str | os.PathLike[str]) -> list[str]:
+    """``ltm server --repair``: make a directory the server refuses startable again, deleting nothing.
+
+    Blobs no batch row names and stale temp files move to ``quarantine/<UTC time>/`` (same relative
+    paths); release markers stay where they are and the jobs they name are recorded as retired in
+    the database (creating an empty database if it is missing or empty), so their ids can never
+    be released again.  Committed blobs that are missing or damaged cannot be repaired: the
+    directory is left as it is and the problem is reported.  Returns what was done."""
+    import datetime as _dt
+
+    d = Path(directory)
+    if not (d / BLOB_DIR).is_dir() and not (d / RELEASE_DIR).is_dir():
+        raise StoreError(f"{str(d)!r} is not a server data directory")
+    db = d / DB_NAME
+    if _database_lost(d):
+        for name in (DB_NAME, f"{DB_NAME}-wal", f"{DB_NAME}-shm"):
+            p = d / name
+            if p.exists():
+                target = d / "quarantine" / f"{name}.{_dt.datetime.now(_dt.timezone.utc):%Y%m%dT%H%M%S}"
+                private_dir(target.parent)
+                os.replace(p, target)
+                os.chmod(target, PRIVATE_FILE_MODE)
+    touch_private(db)
+    conn = sqlite3.connect(db)
+    try:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if "schema_version" not in tables:
+            if tables:
+                raise StoreError(f"{str(db)!r} is not a server database")
+            conn.executescript(_SCHEMA + ";\n" + _RETIRED + ";")
+            conn.execute("INSERT INTO schema_version(version) VALUES (?)", (SCHEMA_VERSION,))
+        conn.execute(_RETIRED)
+        jobs = {r[0] for r in conn.execute("SELECT job_id FROM jobs")} | \
+            {r[0] for r in conn.execute("SELECT job_id FROM retired_jobs")}
+        referenced = {r[0]: int(np.prod(json.loads(r[1]), dtype=np.int64)) * 8 for r in conn.execute(
+            "SELECT blob_path, shape FROM batches WHERE blob_path IS NOT NULL")}
+        released = {r[0] for r in conn.execute("SELECT job_id FROM releases")}
+        done: list[str] = []
+        for p in _files_under(d / RELEASE_DIR):
+            marker = _parse_marker(p.read_bytes()) if p.name.endswith(RELEASE_SUFFIX) else None
+            if marker is not None and marker["job_id"] not in jobs:
+                conn.execute("INSERT INTO retired_jobs(job_id, marker) VALUES (?, ?)",
+                             (marker["job_id"], json.dumps(marker, sort_keys=True)))
+                jobs.add(marker["job_id"])
+                done.append(f"retired job id {marker['job_id']!r} (its release marker stays)")
+        conn.commit()
+        pending, stale, problems = _scan(d, referenced, jobs, released)
+        unknown = [d / p.split("'")[1] for p in problems if p.endswith("is not named by any stored batch")]
+        stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
+        for p in unknown + stale:
+            target = d / "quarantine" / stamp / p.relative_to(d)
+            private_dir(target.parent)
+            os.replace(p, target)
+            os.chmod(target, PRIVATE_FILE_MODE)
+            done.append(f"moved {p.relative_to(d).as_posix()} to {target.relative_to(d).as_posix()}")
+        left = [p for p in problems if not p.endswith("is not named by any stored batch")]
+        if left:
+            raise StoreCorruptError(_refusal(d, left).replace("Refusing to start", "Cannot repair these"))
+    finally:
+        conn.close()
+    os.chmod(db, PRIVATE_FILE_MODE)
+    return done

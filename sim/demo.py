@@ -233,6 +233,8 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
         "partition": spec.partition,
         "sketch": {"kind": spec.sketch.kind, "m": spec.sketch.m, "s": spec.make_sketch().pieces,
                    "m_rule": choices.m_rule},
+        "release_kind": spec.sketch.kind,
+        "plan": choices.plan,
         "job_digest": spec.digest,
         "scales_from": SCALES_FROM,
         "release_sha256": report["release_sha256"],
@@ -267,6 +269,8 @@ def print_summary(r: dict[str, Any]) -> None:
     print(f"  job: {r['n_train']} training rows, {r['partition']} partition, {r['sketch']['kind']} sketch "
           f"m={r['sketch']['m']} s={r['sketch']['s']}, {r['participants']} participants; "
           f"{r.get('n_test', 0)} held-out rows for testing")
+    if r.get("plan"):
+        print(f"  release kind chosen by the planner: {r['plan']['reason']}")
     for line in privacy_lines(pr):
         print(line)
     if r.get("scales_from"):

@@ -29,3 +29,22 @@ def test_jobs_survive_a_reopen_bit_for_bit(tmp_path):
     assert again.state == "done" and again.published and again.spec.digest == spec.digest
     assert (again.participants == mask).all() and all((a == b).all() for a, b in zip(again.shares, shares))
     assert again.outputs == {"a.json": "{}"} and again.release_sha256 == "ab" * 32
+
+
+@pytest.mark.parametrize("bad_id", ["../escape", "a/b", "..", "c\\d"])
+def test_the_runner_refuses_a_job_id_that_is_not_one_directory_name(tmp_path, bad_id):
+    # The analyst writes a finished job's files to <out>/<job_id>/; a spec sent over gRPC (SubmitJob,
+    # RunJob) skips the job file's id check, so the runner must refuse it before storing anything.
+    import asyncio
+    from dataclasses import replace
+
+    from analyst.jobs import JobRunner
+    from ltm.jobspec import JobSpecError
+
+    spec = replace(parse_job_file(render_job_file(doc())).spec, job_id=bad_id)
+    store = AnalystStore(tmp_path / "state")
+    runner = JobRunner(store, lambda spec, retries: [], tmp_path / "out")
+    with pytest.raises(JobSpecError, match="job id"):
+        asyncio.run(runner.submit(spec, None, deadline_s=1.0, start=False))
+    assert store.get(bad_id) is None
+    store.close()

@@ -1046,51 +1046,74 @@ def test_malformed_bytes_and_hostile_specs_get_precise_statuses(processes):
 
 
 def test_huge_specs_are_refused_fast_while_getjob_keeps_answering(processes):
-    """A D = 10⁶ spec (17 MB of JSON) and an n = 2⁴⁰ spec are refused within a second with a
-    precise status, while another client's GetJob keeps answering (its latency is printed; the
-    100 ms bound is asserted generously because the CI machine's CPU is shared)."""
+    """A D = 10⁶ spec (61 MB of JSON, or 17 MB compact: refused by the server's gRPC message bound
+    from its length prefix; a 5 MB one is refused by max_spec_bytes unparsed) and an n = 2⁴⁰ spec are refused within a second with a
+    precise status, while another client — a separate process, so it shares no GIL with the
+    sender — keeps calling GetJob.  The latencies are printed; the asserted bounds are generous
+    because the CI machine's CPU is shared (on a 2-core machine at load ~16 the worst GetJob
+    was 38–173 ms, against 31 ms with no spec being sent)."""
     import json
+    import subprocess
+    import sys
     import time
     world = processes["world"]
     target = processes["targets"][0]
     d = _spec_dict(world.spec)
-    wide = dict(d, job_id="wide", columns=[{"name": f"c{i}"} for i in range(10**6)])
-    wide_json = json.dumps(wide, separators=(",", ":")).encode()  # ~17 MB
+    columns = [{"name": f"c{i}", "role": "feature", "center": 0.0, "scale": 1.0} for i in range(10**6)]
+    wide = json.dumps(dict(d, job_id="wide", columns=columns), separators=(",", ":")).encode()  # ~61 MB
+    compact = json.dumps(dict(d, job_id="wide", columns=[{"name": c["name"]} for c in columns]),
+                         separators=(",", ":")).encode()  # ~17 MB
+    five_mb = json.dumps(dict(d, job_id="wide", columns=[{"name": c["name"]} for c in columns[:300_000]]),
+                         separators=(",", ":")).encode()  # D = 3·10⁵, ~5 MB: over max_spec_bytes, under gRPC's bound
+    del columns
     big_n = _spec_bytes(dict(d, job_id="big-n", n=2**40))
     before = target.snapshot()
-    latencies: list[float] = []
-    stop = threading.Event()
-
-    def poll():
-        party = target.stub("party-1")
-        while not stop.is_set():
-            t = time.perf_counter()
-            party.GetJob(ltm_pb2.GetJobRequest(job_id="fuzz"), timeout=TIMEOUT)
-            latencies.append(time.perf_counter() - t)
-            time.sleep(0.01)
-
-    poller = threading.Thread(target=poll)
-    poller.start()
-    took = {}
+    poller = subprocess.Popen([sys.executable, "-c", POLLER, target.endpoint, str(processes["certs"]), "8"],
+                              stdout=subprocess.PIPE, text=True)
     try:
-        time.sleep(0.3)
+        assert poller.stdout.readline().strip() == "go"
+        time.sleep(0.5)
+        took = {}
         analyst = target.stub("analyst")
-        for name, payload, expected in (("D=10^6", wide_json, ("RESOURCE_EXHAUSTED", "max_spec_bytes")),
+        for name, payload, expected in (("D=10^6 (61 MB)", wide, ("RESOURCE_EXHAUSTED", "larger than max")),
+                                        ("D=10^6 (17 MB)", compact, ("RESOURCE_EXHAUSTED", "larger than max")),
+                                        ("D=3*10^5 (5 MB)", five_mb, ("RESOURCE_EXHAUSTED", "max_spec_bytes")),
                                         ("n=2^40", big_n, ("RESOURCE_EXHAUSTED", "exceeds this server's limit"))):
             t = time.perf_counter()
             expect_rpc(expected, analyst.CreateJob, ltm_pb2.CreateJobRequest(spec_json=payload))
-            took[name] = time.perf_counter() - t
+            took[name] = round(time.perf_counter() - t, 3)
             CASES[target.kind] += 1
-        time.sleep(0.3)
+        median, worst, count = (float(x) for x in poller.stdout.readline().split())
     finally:
-        stop.set()
-        poller.join()
-    worst = max(latencies)
-    print(f"\nhuge specs: refused in {took}; GetJob during: n={len(latencies)} max={worst * 1e3:.1f} ms "
-          f"median={sorted(latencies)[len(latencies) // 2] * 1e3:.1f} ms")
-    assert all(v < 1.0 for v in took.values()) or all(v < 5.0 for v in took.values()), took  # see docstring
-    assert worst < 1.0, worst
+        poller.wait(30)
+        poller.stdout.close()
+    print(f"\nhuge specs: refused in {took} s; GetJob from another process meanwhile: {count:.0f} calls, "
+          f"median {median * 1e3:.1f} ms, max {worst * 1e3:.1f} ms")
+    assert max(took.values()) < 5.0, took  # < 1 s on a quiet machine; generous for a shared CI CPU
+    assert worst < 1.0, worst              # < 100 ms here at load ~17; generous for CI
     assert target.snapshot() == before
+
+
+POLLER = """
+import sys, time
+from pathlib import Path
+from ltm.v1 import ltm_pb2, ltm_pb2_grpc
+from transport.tls import make_sync_channel
+endpoint, certs, seconds = sys.argv[1], Path(sys.argv[2]), float(sys.argv[3])
+stub = ltm_pb2_grpc.ServerStub(make_sync_channel(endpoint, certs, "party-1",
+                                                 options=[("grpc.ssl_target_name_override", "server-0")]))
+stub.GetJob(ltm_pb2.GetJobRequest(job_id="fuzz"), timeout=30)
+print("go", flush=True)
+lat = []
+end = time.time() + seconds
+while time.time() < end:
+    t = time.perf_counter()
+    stub.GetJob(ltm_pb2.GetJobRequest(job_id="fuzz"), timeout=30)
+    lat.append(time.perf_counter() - t)
+    time.sleep(0.01)
+lat.sort()
+print(lat[len(lat) // 2], lat[-1], len(lat), flush=True)
+"""
 
 
 def _rss_bytes(pid: int) -> int:
@@ -1102,8 +1125,8 @@ def _rss_bytes(pid: int) -> int:
 
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads RSS from /proc")
 def test_slow_streams_declaring_122_mib_do_not_grow_memory_and_hit_the_idle_deadline(tmp_path, certs):
-    """8 upload streams (4 per party, the default per-party cap) each declare a 122 MiB batch and
-    then trickle a byte every 5 s: the server's RSS stays within 100 MB of idle (memory follows the
+    """8 upload streams (4 per party, the default per-party cap; a 5th is refused) each declare a
+    122 MiB batch and then trickle a byte every 5 s: the server's RSS stays within 100 MB of idle (memory follows the
     bytes received, not the header), and every stream is closed by the idle deadline (3 s here,
     via --limit).  Timing-based by nature: the margins are wide (5 s gaps vs a 3 s deadline)."""
     import json
@@ -1143,6 +1166,12 @@ def test_slow_streams_declaring_122_mib_do_not_grow_memory_and_hit_the_idle_dead
         start = time.monotonic()
         for t in threads:
             t.start()
+        time.sleep(1.0)  # all 8 open (4 per party, the default cap): a 5th of party-0 is refused at once
+        header = ltm_pb2.BatchHeader(job_id=spec.job_id, job_digest=spec.digest, party_id="party-0")
+        fifth = target.upload([ltm_pb2.UploadChunk(header=header)], actor="party-0")[:2]
+        CASES["processes"] += 1
+        assert fifth[0] == "RESOURCE_EXHAUSTED" and "max_streams_per_party" in fifth[1], fifth
+        SEEN[("RESOURCE_EXHAUSTED", "max_streams_per_party")] += 1
         peak = idle
         while any(t.is_alive() for t in threads) and time.monotonic() - start < 60:
             peak = max(peak, _rss_bytes(server.pid))
@@ -1214,3 +1243,14 @@ def test_a_leaf_under_an_intermediate_ca_is_refused(processes, tmp_path):
             expect_rpc(("UNAUTHENTICATED", "intermediate CA"), target.stub(actor, evil).GetJob,
                        ltm_pb2.GetJobRequest(job_id="fuzz"))
             assert target.snapshot() == before
+
+
+def test_server_limits_parse_and_refuse_unknown_names():
+    from server.limits import ServerLimits
+
+    lim = ServerLimits.parse(["stream_idle_seconds=2.5", "max-jobs=7", "max_spec_bytes=0x100000"], max_batch_bytes=99)
+    assert (lim.stream_idle_seconds, lim.max_jobs, lim.max_spec_bytes, lim.max_batch_bytes) == (2.5, 7, 1 << 20, 99)
+    assert ServerLimits.parse(None) == ServerLimits()
+    for bad in (["nope=1"], ["max_jobs"], ["max_jobs=many"], ["max_jobs=-1"]):
+        with pytest.raises(ValueError):
+            ServerLimits.parse(bad)

@@ -66,3 +66,19 @@ def test_a_draft_needs_something_to_estimate_and_the_rows_partition():
     doc["columns"] = [{"name": "a", "range": [0.0, 1.0]}, {"name": "y", "role": "label", "range": [0.0, 1.0]}]
     with pytest.raises(JobFileError, match="nothing for the bounds"):
         Draft.parse(render_job_file(doc))
+
+
+@pytest.mark.parametrize("mechanism", ["gaussian", "laplace"])
+def test_noise_sd_is_the_released_counts_noise_not_the_minimum_honest_noise(mechanism):
+    # Every participant adds noise to every count, so a count's noise has variance participants·σ_c²
+    # (the release's noise_variance_per_column) — more than σ_Y² = L·σ_c² when L < participants.
+    from analyst.reconstruct import privacy_report
+
+    doc = draft_doc()
+    doc["privacy"] = {"epsilon": 1.0, "mechanism": mechanism, **({"delta": 1e-6} if mechanism == "gaussian" else {})}
+    spec = parse_job_file(render_job_file(Draft.parse(render_job_file(doc)).prejob_doc(
+        1, "hist_log", {"a": (0.0, 1.0), "y": (0.0, 1.0)}, 1.0, 1e-7))).spec
+    plan = spec.noise_plan()
+    assert spec.privacy.min_honest_load < spec.n  # otherwise the two agree
+    report = privacy_report(spec, plan, np.ones(spec.n, dtype=bool), randomness="system")
+    assert noise_sd(report) == pytest.approx(math.sqrt(spec.n) * plan.sigma_client, rel=1e-12)

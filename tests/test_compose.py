@@ -341,7 +341,7 @@ def test_the_compose_commands_run_a_job_on_loopback(tmp_path):
         tb.stop()
 
 
-@pytest.mark.parametrize("release", ["sparse"])
+@pytest.mark.parametrize("release", ["auto", "sparse"])
 def test_the_demo_job_file_is_the_demo_job(tmp_path, release):
     """`ltm operate --write-job` writes the very spec `ltm demo` runs (same digest), so the compose
     testbed can release the demo's bytes through `ltm job submit`."""

@@ -245,3 +245,18 @@ def test_blobs_without_their_database_refuse_to_start_and_nothing_is_deleted(rel
         assert disk_state(d) == before
         assert ltm("server", "--check", "--data-dir", str(d)).returncode == 3
         assert disk_state(d) == before
+        # the explicit repair deletes nothing: unknown blobs move to quarantine/, the release
+        # marker stays and retires the job id, so the job can never be released again
+        r = ltm("server", "--repair", "--data-dir", str(d))
+        assert r.returncode == 0 and "retired job id 'fuzz'" in r.stdout, r.stdout + r.stderr
+        after_files, _ = disk_state(d)
+        assert not collections.Counter(before[0].values()) - collections.Counter(after_files.values()), \
+            "a file was lost"
+        assert {k for k in before[0] if k.startswith("releases/")} <= set(after_files)
+        assert mode_problems(d) == []
+        with running(released, i) as t:
+            with pytest.raises(grpc.RpcError) as err:
+                t.stub("analyst").CreateJob(ltm_pb2.CreateJobRequest(
+                    spec_json=released["world"].spec.canonical_json()), timeout=TIMEOUT)
+            assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION, err.value.details()
+            assert "before its database was lost" in err.value.details()

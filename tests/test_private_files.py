@@ -50,3 +50,20 @@ def test_private_dir_tightens_an_existing_directory_and_mode_problems_reports(tm
     private_dir(d)
     assert _mode(d) == 0o700
     assert [p for p in mode_problems(d) if "0644" in p]
+
+
+def test_actor_state_is_private_server_store_analyst_store_party_journal(tmp_path, loose_umask):
+    """Each actor's durable state, created under umask 022, holds nothing group/other-readable."""
+    from analyst.store import AnalystStore
+    from server.sqlite_store import SqliteStore
+
+    store = SqliteStore(tmp_path / "server")
+    store.close()
+    analyst = AnalystStore(tmp_path / "analyst")
+    analyst.close()
+    for d in ("server", "analyst"):
+        assert mode_problems(tmp_path / d) == [], mode_problems(tmp_path / d)
+    loose = tmp_path / "loose-server"
+    loose.mkdir(mode=0o755)
+    SqliteStore(loose).close()  # an existing loose directory is tightened
+    assert mode_problems(loose) == []

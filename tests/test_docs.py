@@ -1,0 +1,79 @@
+"""The README and the docs say what the code does: no merge debris, no links outside the
+repository, and every `ltm …` command line in a shell block names a real subcommand and real flags."""
+from __future__ import annotations
+
+import argparse
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from ltm.cli import COMMANDS, build_parser
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = [ROOT / "README.md", ROOT / "deploy" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def _doc_id(p: Path) -> str:
+    return str(p.relative_to(ROOT))
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=_doc_id)
+def test_no_merge_debris_or_links_outside_the_repository(doc: Path) -> None:
+    text = doc.read_text(encoding="utf-8")
+    markers = [i + 1 for i, line in enumerate(text.splitlines()) if re.match(r"^(<{7}|>{7}|={7})( |$)", line)]
+    assert not markers, f"{_doc_id(doc)}: merge conflict markers at lines {markers}"
+    assert "../shared" not in text, f"{_doc_id(doc)} links outside the repository (../shared)"
+    # A paragraph that starts with a comma or a full stop lost its beginning in an edit.
+    broken = [i + 2 for i, (a, b) in enumerate(zip(text.splitlines(), text.splitlines()[1:]))
+              if not a.strip() and re.match(r"^[,.;] ", b)]
+    assert not broken, f"{_doc_id(doc)}: paragraphs that start mid-sentence at lines {broken}"
+
+
+def test_readme_cites_only_what_the_repository_holds() -> None:
+    # The design notes and paper digests live outside the repository: the README points to docs/.
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    outside = sorted(set(re.findall(r"DESIGN(?:\.md)? ?§\s*\d+|\bspec §\s*[\d.]+", text)))
+    assert not outside, f"README.md cites documents that are not in the repository: {outside}"
+
+
+def _shell_commands(text: str) -> list[str]:
+    """Every `ltm …` command of the ```bash blocks (continuation lines joined, comments dropped)."""
+    out: list[str] = []
+    for block in re.findall(r"```(?:bash|sh|console)\n(.*?)```", text, flags=re.S):
+        joined = re.sub(r"\\\n\s*", " ", block)
+        for line in joined.splitlines():
+            line = line.split(" #", 1)[0].strip()
+            if line.startswith("ltm "):
+                out.append(line)
+    return out
+
+
+def _options(parser: argparse.ArgumentParser, words: list[str]) -> tuple[str, set[str]]:
+    """(the subcommand path, the option strings it accepts), following nested subparsers."""
+    path = []
+    opts: set[str] = set()
+    for word in words:
+        opts |= {o for a in parser._actions for o in a.option_strings}
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if not subs or word not in subs[0].choices:
+            break
+        parser = subs[0].choices[word]
+        path.append(word)
+    opts |= {o for a in parser._actions for o in a.option_strings}
+    return " ".join(path), opts
+
+
+def _cases() -> list[tuple[str, str]]:
+    return [(_doc_id(doc), cmd) for doc in DOCS for cmd in _shell_commands(doc.read_text(encoding="utf-8"))]
+
+
+@pytest.mark.parametrize("doc,command", _cases())
+def test_documented_commands_name_real_subcommands_and_flags(doc: str, command: str) -> None:
+    words = shlex.split(command)[1:]
+    assert words and words[0] in COMMANDS, f"{doc}: `{command}`: no subcommand {words[:1]} in ltm.cli.COMMANDS"
+    path, known = _options(build_parser(words[0]), words)
+    flags = {w.split("=", 1)[0] for w in words if w.startswith("--")}
+    unknown = sorted(flags - known)
+    assert not unknown, f"{doc}: `{command}`: `ltm {path}` has no option(s) {unknown}"
