@@ -283,6 +283,8 @@ class ServerLink(Protocol):
     """
 
     server_id: str
+    #: after ``close``: the parties this server holds seeded (reproducible, NOT private) batches of
+    seeded_parties: list[str]
 
     async def create(self, spec: JobSpec) -> str: ...
     async def held_count(self, spec: JobSpec) -> int | None: ...
@@ -300,6 +302,7 @@ class GrpcServerLink:
     endpoint: str = ""
     policy: RetryPolicy = DEFAULT_RETRY
     retries: Retries | None = None
+    seeded_parties: list[str] = field(default_factory=list)
 
     async def create(self, spec: JobSpec) -> str:
         reply = await call_with_retry(
@@ -321,6 +324,7 @@ class GrpcServerLink:
         request = ltm_pb2.CloseRequest(job_id=spec.job_id, job_digest=spec.digest)
         reply = await call_with_retry(lambda: self.stub.Close(request, timeout=30.0), server_id=self.server_id,
                                       endpoint=self.endpoint, what="Close", policy=self.policy, retries=self.retries)
+        self.seeded_parties = list(reply.seeded_parties)
         return _mask(spec, self.index, reply)
 
     async def release(self, spec: JobSpec, participants: np.ndarray) -> tuple[np.ndarray, int]:
@@ -410,8 +414,10 @@ async def coordinate(links: list[ServerLink], spec: JobSpec, *, deadline_s: floa
     timing["release"] = time.monotonic() - t
     t = time.monotonic()
     report("reconstructing", {})
+    # every party any server saw upload seeded (NOT private) batches: named in the report, never DP
+    seeded = sorted({p for link in links for p in getattr(link, "seeded_parties", ())})
     release = reconstruct_release(spec, [r[0] for r in shares], participants, spec.noise_plan(),
-                                  randomness=randomness_label)
+                                  randomness=randomness_label, seeded_parties=seeded)
     timing["reconstruct"] = time.monotonic() - t
     return JobRun(release, participants, [int(m.sum()) for m in masks], timing, [r[1] for r in shares],
                   coverage, retries, [r[0] for r in shares])

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -20,8 +21,14 @@ def release_sha256(total: np.ndarray) -> str:
 
 
 def privacy_report(spec: JobSpec, plan: NoisePlan, participants: np.ndarray, *, randomness: str,
-                   sketch: Sketch | None = None) -> dict[str, Any]:
-    """The privacy report of a release over ``participants`` (bool mask (n,))."""
+                   sketch: Sketch | None = None, seeded_parties: Sequence[str] = ()) -> dict[str, Any]:
+    """The privacy report of a release over ``participants`` (bool mask (n,)).
+
+    ``calibration_verified``: the weakest row's honest noise buys the stated (ε, δ).
+    ``dp_verified``: that, and no party drew seeded (reproducible, NOT private) randomness — the
+    servers report every party that uploaded seeded batches (``seeded_parties``; possible only in a
+    job marked as a reproduction), and a release with any is never reported as DP.
+    """
     loads, deduction = honest_row_loads(spec, participants, sketch)
     honest = int((loads - deduction).min())
     p = spec.privacy
@@ -36,15 +43,23 @@ def privacy_report(spec: JobSpec, plan: NoisePlan, participants: np.ndarray, *, 
         verified = honest >= round(1.0 / plan.gamma_shape) and plan.sensitivity / plan.laplace_scale <= p.epsilon * (1 + 1e-9)
     who = (f"up to {p.t_prime} corrupt clients and {p.corrupt_parties} corrupt parties" if spec.partition == "rows"
            else f"up to {p.corrupt_parties} corrupt parties (covering the honest parties' columns)")
+    seeded = sorted(set(seeded_parties))
+    calibration_verified = bool(verified)
+    verified = calibration_verified and not seeded and not randomness.startswith("seeded")
     if verified:
         guarantee = (f"({p.epsilon:g}, {achieved_delta:.3g})-DP per client (replace-one), against any {spec.k - 1} of "
                      f"{spec.k} servers together with {who}")
+    elif calibration_verified:
+        guarantee = (f"NOT private: the noise of parties {seeded} was drawn from seeded (reproducible) randomness, "
+                     f"so anyone who knows the seed can remove it" if seeded else
+                     f"NOT private: seeded randomness (reproduction run); calibrated for ({p.epsilon:g}, "
+                     f"{achieved_delta:.3g})-DP had the noise been private")
     else:
         guarantee = (f"NOT ({p.epsilon:g}, {p.delta:g})-DP: the weakest release entry's honest noise only gives "
                      f"δ = {achieved_delta:.3g} at ε = {p.epsilon:g}")
     if p.calibration == "paper":
         guarantee += " [calibration 'paper': Burkhardt et al. Cor 4.7/4.10 as printed, reproduction mode]"
-    if randomness.startswith("seeded"):
+    if randomness.startswith("seeded") and not seeded:
         guarantee += " — seeded randomness: NOT private, for experiments only"
     return {
         "mechanism": plan.mechanism,
@@ -65,17 +80,22 @@ def privacy_report(spec: JobSpec, plan: NoisePlan, participants: np.ndarray, *, 
         "servers": spec.k,
         "participants": int(np.count_nonzero(participants)),
         "achieved_delta": achieved_delta,
+        "calibration_verified": calibration_verified,
         "dp_verified": bool(verified),
+        "reproduction": spec.reproduction,
+        "seeded_parties": seeded,
         "randomness": randomness,
         "guarantee": guarantee,
     }
 
 
 def reconstruct_release(spec: JobSpec, result_shares: list[np.ndarray], participants: np.ndarray,
-                        plan: NoisePlan, *, randomness: str, sketch: Sketch | None = None) -> ReleasedSketch:
+                        plan: NoisePlan, *, randomness: str, sketch: Sketch | None = None,
+                        seeded_parties: Sequence[str] = ()) -> ReleasedSketch:
     """Sum k result shares (uint64 (m, W) each) into the scaled DP sketch Ã = (1/√pieces)·decode(Σ).
 
-    For a lifted kind (m = 1, one piece) this is the noisy sum of the clients' lifted vectors."""
+    For a lifted kind (m = 1, one piece) this is the noisy sum of the clients' lifted vectors.
+    ``seeded_parties``: the parties the servers saw upload seeded batches (see :func:`privacy_report`)."""
     if len(result_shares) != spec.k:
         raise ValueError(f"need all {spec.k} result shares, got {len(result_shares)}")
     sketch = sketch or spec.make_sketch()
@@ -91,7 +111,8 @@ def reconstruct_release(spec: JobSpec, result_shares: list[np.ndarray], particip
         intercept=spec.intercept_index,
         n=count,
         noise_variance_per_column=count * plan.sigma_client**2,
-        privacy=privacy_report(spec, plan, participants, randomness=randomness, sketch=sketch),
+        privacy=privacy_report(spec, plan, participants, randomness=randomness, sketch=sketch,
+                               seeded_parties=seeded_parties),
         sha256=release_sha256(total),
         kind=spec.sketch.kind,
     )

@@ -116,7 +116,7 @@ mkdir -p deploy/wheelhouse
 rm -f deploy/wheelhouse/ltm-*.whl
 # the image gets the dependency versions this Python runs, so both sides compute the same bytes
 "$PYTHON" -m pip freeze --exclude-editable 2>/dev/null | grep -v '^ltm[= @]' >"$WORK/constraints.txt" || true
-"$PYTHON" -m pip wheel --quiet --wheel-dir deploy/wheelhouse -c "$WORK/constraints.txt" . 2>&1 \
+"$PYTHON" -m pip wheel --quiet --wheel-dir deploy/wheelhouse -c "$WORK/constraints.txt" ".[deploy]" 2>&1 \
   | grep -v '^WARNING: Location' || true
 ls deploy/wheelhouse/ltm-*.whl >/dev/null
 $COMPOSE build --quiet certs-init >/dev/null 2>"$WORK/build.log" || { cat "$WORK/build.log" >&2; exit 4; }

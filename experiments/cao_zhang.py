@@ -332,7 +332,8 @@ def _ltm_rows(A: np.ndarray, y: np.ndarray, B: np.ndarray, yB: np.ndarray, ref: 
         coef_ridge = coef_fn(Ridge(lam).fit(release), spec)
         err_ridge = float(np.linalg.norm(coef_ridge - ref)) if np.all(np.isfinite(coef_ridge)) else math.nan
         rows.append(_row(series, coef, ref, err_ridge=err_ridge, lam_ridge=lam, n_A_used=n, n_B=int(B.shape[0]),
-                         eps_total=eps, is_dp=True, dp_verified=bool(release.privacy.get("dp_verified", False))))
+                         eps_total=eps, is_dp=True, dp_verified=bool(release.privacy.get("dp_verified", False)),
+                         calibration_verified=bool(release.privacy.get("calibration_verified", False))))
 
     mapped = lambda est, spec: raw_linear_predictor(est.coef_scaled_, spec).coef_  # noqa: E731
     paper = PublicSecondMoment.from_public_data(B, yB)

@@ -124,6 +124,9 @@ def make_spec(columns: tuple[ColumnSpec, ...], n: int, mech: Mechanism, *, job_i
                             interpolate_p=mech.interpolate_p, t_prime=mech.t_prime),
         servers=tuple(ServerSpec(f"server-{i}", (endpoints or [""] * k)[i]) for i in range(k)),
         clip_norm=mech.clip_norm, share_mode="seed",
+        # Paper reproductions on seeded randomness: the paper's threat model (t′ corrupt clients, no
+        # corrupt party deducted) is kept, and the servers accept the seeded batches.
+        reproduction=True,
     )
     if loads is not None:
         feasible = int(loads.min()) - mech.t_prime
@@ -193,7 +196,7 @@ def fast_release(spec: JobSpec, V: np.ndarray, seed: int,
         centers=np.array([c.center for c in spec.columns]), scales=np.array([c.scale for c in spec.columns]),
         label=spec.label_index, intercept=spec.intercept_index, n=spec.n,
         noise_variance_per_column=spec.n * plan.sigma_client ** 2,
-        privacy=privacy_report(spec, plan, participants, randomness="fast path (numpy; simulation only)",
+        privacy=privacy_report(spec, plan, participants, randomness="seeded fast path (numpy; simulation only, NOT private)",
                                sketch=sketch),
         sha256="")
 

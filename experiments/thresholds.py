@@ -167,9 +167,11 @@ def run_with_views(spec: JobSpec, table: Table, randomness: Randomness) -> Serve
 
 def _servers_job(table: Table, *, k: int, m: int, s: int, epsilon: float, delta: float, parties: int,
                  share_mode: str, seed: int) -> JobSpec:
+    # The experiment's threat model is t′ corrupt clients only (no corrupt party deducted): a
+    # reproduction job may keep it.
     spec, _ = build_job(table, job_id=f"thr-{seed:x}", randomness=Randomness.seeded_insecure(seed),
                         partition="rows", parties=parties, k=k, kind="sparse", m=m, s=s, epsilon=epsilon,
-                        delta=delta, share_mode=share_mode)
+                        delta=delta, share_mode=share_mode, corrupt_parties=0)
     return spec
 
 
@@ -293,7 +295,8 @@ def calibrated_for(spec: JobSpec, t_assumed: int, min_load: int) -> JobSpec:
 def _clients_job(cfg: SimulateConfig, randomness: Randomness) -> tuple[JobSpec, Table, Table]:
     train, test = load_table(cfg, randomness)
     spec, _ = build_job(train, job_id=cfg.job_id, randomness=randomness, partition="rows", parties=cfg.parties,
-                        k=cfg.k, kind=cfg.sketch, m=cfg.m, s=cfg.s, epsilon=cfg.epsilon, delta=cfg.delta)
+                        k=cfg.k, kind=cfg.sketch, m=cfg.m, s=cfg.s, epsilon=cfg.epsilon, delta=cfg.delta,
+                        corrupt_parties=0)  # t′ only, as above
     return spec, train, test
 
 
@@ -357,6 +360,7 @@ def clients_cell(params: dict, seed: int) -> list[dict]:
         out.append({**base, "series": series, "r2": metrics["r2"], "phi": metrics["phi"],
                     "log10_phi_minus_1": math.log10(max(metrics["phi"] - 1.0, 1e-12)),
                     "lambda": report["lambda"], "dp_verified": bool(run.release.privacy["dp_verified"]),
+                    "calibration_verified": bool(run.release.privacy["calibration_verified"]),
                     "release_noise_std": math.sqrt(run.release.noise_variance_per_column / spec.sketch.m),
                     "noise_vs_t0": math.sqrt(min_load / (min_load - t_assumed))})
     return out

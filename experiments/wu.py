@@ -445,7 +445,9 @@ def synthetic_cell(params: dict, seed: int) -> list[dict]:
             emit(_label(SERIES_LTM_PIPE, mult), est.coef_, **rule, path=f"real ({current().name})",
                  min_abs_eig=abs(est.min_eigenvalue_),
                  noise_std=math.sqrt(release.noise_variance_per_column / m),
-                 dp_verified=bool(release.privacy.get("dp_verified", False)), time_s=time.perf_counter() - t)
+                 dp_verified=bool(release.privacy.get("dp_verified", False)),
+                 calibration_verified=bool(release.privacy.get("calibration_verified", False)),
+                 time_s=time.perf_counter() - t)
     return rows
 
 
@@ -546,7 +548,8 @@ def table1_cell(params: dict, seed: int) -> list[dict]:
             est = RMGMOLS(lam).fit(release)
             emit(SERIES_LTM_PIPE, est.coef_, k=k, path=f"real ({current().name})",
                  noise_std=math.sqrt(release.noise_variance_per_column / k),
-                 dp_verified=bool(release.privacy.get("dp_verified", False)))
+                 dp_verified=bool(release.privacy.get("dp_verified", False)),
+                 calibration_verified=bool(release.privacy.get("calibration_verified", False)))
     return rows
 
 

@@ -6,6 +6,11 @@ from dataclasses import dataclass
 
 from ltm.sharing import Share
 
+#: The randomness modes an upload declares (``BatchHeader.randomness_mode``).
+CSPRNG_MODE = "csprng"
+SEEDED_MODE = "seeded"
+RANDOMNESS_MODES = (CSPRNG_MODE, SEEDED_MODE)
+
 
 @dataclass(frozen=True)
 class ShareBatch:
@@ -19,6 +24,8 @@ class ShareBatch:
         columns: indices into the job's client vector of the entries this batch carries (all columns
             in the rows partition; the party's block in the columns partition).
         share: this server's share, shape (pieces, stop − start, len(columns)).
+        seeded: the batch was drawn with seeded (reproducible, NOT private) randomness; servers
+            accept such batches only for jobs marked as reproductions.
     """
 
     job_digest: str
@@ -28,6 +35,7 @@ class ShareBatch:
     stop: int
     columns: tuple[int, ...]
     share: Share
+    seeded: bool = False
 
     @property
     def server(self) -> int:
@@ -42,6 +50,8 @@ class ShareBatch:
         h = hashlib.sha256()
         h.update(f"{self.job_digest}|{self.party_id}|{self.batch_index}|{self.start}|{self.stop}|"
                  f"{','.join(map(str, self.columns))}|{self.share.shape}|".encode())
+        if self.seeded:
+            h.update(b"randomness:seeded|")
         if self.share.seed is not None:
             h.update(b"seed:" + self.share.seed)
         else:

@@ -51,7 +51,13 @@ def _add_simulate(sub: argparse._SubParsersAction) -> None:
     priv.add_argument("--calibration", default="tight",
                       help="tight (default), paper (Cor 4.7/4.10 as printed), or interpolate(p)")
     priv.add_argument("--t-prime", type=int, default=0, help="corrupt clients tolerated")
-    priv.add_argument("--corrupt-parties", type=int, default=0, help="corrupt parties tolerated")
+    priv.add_argument("--corrupt-parties", type=int, default=None,
+                      help="corrupt parties tolerated (default: 1 when parties hold several clients each; "
+                           "a private job never tolerates fewer, only a --seed reproduction may)")
+    priv.add_argument("--budget-epsilon", type=float, default=None,
+                      help="each simulated party's privacy budget ε (default: the party's, 4)")
+    priv.add_argument("--budget-delta", type=float, default=None,
+                      help="the δ of that budget (default: the party's, 1e-6)")
     priv.add_argument("--clip", type=float, default=None, help="ℓ2 clip bound C on the transformed rows (default 1.0)")
     mdl = p.add_argument_group("model")
     mdl.add_argument("--model", choices=["ols", "ridge", "lowrank", "rmgm_ols", "dgm_ols", "rf_ridge"],
@@ -103,7 +109,8 @@ def _run_simulate(args: argparse.Namespace) -> int:
         corrupt_parties=args.corrupt_parties, model=args.model, lam=args.lam, debias=args.debias, rank=args.rank,
         clip=args.clip if args.clip is not None else DEFAULT_CLIP_BOUND, intercept=args.intercept,
         share_mode=args.share_mode, seed=args.seed, features_n=args.features_n or 16, bandwidth=args.bandwidth,
-        feature_map=args.feature_map, kernel=args.kernel,
+        feature_map=args.feature_map, kernel=args.kernel, budget_epsilon=args.budget_epsilon,
+        budget_delta=args.budget_delta,
     )
     if args.model != "rf_ridge" and (args.bandwidth is not None or args.features_n is not None):
         raise SystemExit("ltm: error: --features-n/--bandwidth need --model rf_ridge")
@@ -139,6 +146,10 @@ def _print_simulate_summary(r: dict[str, Any]) -> None:
     if r.get("synthetic") or str(r.get("data", "")).startswith("synthetic"):
         note += "; synthetic data are drawn afresh each run, so every row varies" if not seeded else ""
     print("  " + note)
+    from party.ledger import describe_admission  # lazily: ltm/cli.py imports actors per subcommand
+
+    for party, entry in sorted(r.get("ledgers", {}).items()):
+        print(f"  ledger {party}: {describe_admission(entry)}")
     print(f"  release sha256 {r['release_sha256']}")
     print(f"  time {r['timing_s']['total']:.2f} s")
 

@@ -49,7 +49,7 @@ SEED_DOMAIN = b"ltm/jobfile/sketch-seed/v1\x00"
 DEFAULT_DEADLINE_S = 600.0
 
 _SECTIONS = {
-    "job": {"id", "partition", "rows", "clip_bound", "share_mode", "frac_bits", "deadline_s"},
+    "job": {"id", "partition", "rows", "clip_bound", "share_mode", "frac_bits", "deadline_s", "reproduction"},
     "release": {"kind", "m", "s", "seed"},
     "privacy": {"epsilon", "delta", "mechanism", "calibration", "interpolate_p", "t_prime", "corrupt_parties",
                 "min_honest_load", "min_participants", "prejob"},
@@ -208,6 +208,8 @@ def parse_job_file(text: str, *, source: str = "job file", resolve: bool = True)
         p.add(f"[job].share_mode must be one of {', '.join(SHARE_MODES)}, got {share_mode!r}")
     frac_bits = _integer(p, job, "frac_bits", "[job]", 0)
     deadline_s = _number(p, job, "deadline_s", "[job]", DEFAULT_DEADLINE_S)
+    # A reproduction job (JobSpec.reproduction): its servers accept seeded, NOT private batches.
+    reproduction = p.get(job, "reproduction", bool, "[job]", False)
     if not (isinstance(deadline_s, float) and deadline_s > 0 and math.isfinite(deadline_s)):
         p.add(f"[job].deadline_s must be a positive number of seconds, got {deadline_s!r}")
 
@@ -356,7 +358,7 @@ def parse_job_file(text: str, *, source: str = "job file", resolve: bool = True)
                             min_honest_load=_integer(p, privacy, "min_honest_load", "[privacy]", 0),
                             min_participants=_integer(p, privacy, "min_participants", "[privacy]", 0)),
         servers=tuple(server_specs), clip_norm="l1" if mechanism == "laplace" else "l2", share_mode=share_mode,
-        prejobs=prejobs, transforms=tuple(transforms),
+        prejobs=prejobs, transforms=tuple(transforms), reproduction=bool(reproduction),
     )
     if p.items:
         raise JobFileError(p.items, source)
@@ -504,6 +506,8 @@ def job_file_doc(spec: JobSpec, fit: FitSpec | None = None, deadline_s: float | 
         job["rows"] = spec.n
     if deadline_s is not None:
         job["deadline_s"] = float(deadline_s)
+    if spec.reproduction:
+        job["reproduction"] = True
     privacy: dict[str, Any] = {"epsilon": p.epsilon, "delta": p.delta, "mechanism": p.mechanism,
                                "calibration": p.calibration, "interpolate_p": p.interpolate_p,
                                "t_prime": p.t_prime, "corrupt_parties": p.corrupt_parties,

@@ -152,6 +152,11 @@ class JobSpec:
     servers: tuple[ServerSpec, ...]
     clip_norm: str = "l2"
     share_mode: str = "seed"
+    #: A reproduction job (experiments, ``--seed`` runs): servers accept batches drawn with seeded
+    #: (reproducible, NOT private) randomness only for such jobs, parties accept such jobs only when
+    #: told to, and their releases are labelled not private.  Never set it for a real release.
+    #: Omitted from the canonical JSON when false.
+    reproduction: bool = False
     version: str = JOB_SPEC_VERSION
     #: Public transforms applied by parties before clipping (ltm.transforms); omitted from the
     #: canonical JSON when empty, so specs without transforms keep their digests.
@@ -265,8 +270,8 @@ class JobSpec:
     # ---------------------------------------------------------------- serialisation
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        for optional in ("transforms", "prejobs"):  # absent when empty: older specs keep their digests
-            if not d[optional]:
+        for optional in ("transforms", "prejobs", "reproduction"):  # absent when empty/false: older specs
+            if not d[optional]:                                      # keep their digests
                 del d[optional]
         return d
 
@@ -284,6 +289,21 @@ class JobSpec:
     def digest(self) -> str:
         """Hex SHA-256 of the canonical JSON."""
         return hashlib.sha256(self.canonical_json()).hexdigest()
+
+    @functools.cached_property
+    def computation_digest(self) -> str:
+        """Hex SHA-256 of the canonical spec without its name and its servers' network endpoints:
+        every field that decides what the job computes (data layout, sketch, noise, servers' ids).
+
+        Seeded (reproduction) randomness is derived from it, so one seed gives different jobs
+        independent noise, while the same job run in process and over the network (different
+        endpoints) or re-created under another id draws the very same noise — and so releases the
+        very same bytes, which tells nothing new (averaging identical releases removes no noise).
+        """
+        d = self.to_dict()
+        d["job_id"] = ""
+        d["servers"] = [{**srv, "endpoint": ""} for srv in d["servers"]]
+        return hashlib.sha256(json.dumps(d, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()).hexdigest()
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> "JobSpec":
@@ -311,6 +331,10 @@ def _typed_value(value: Any, hint: Any, where: str) -> Any:
     if hint is int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise JobSpecError([f"{where} must be an integer, got {value!r}"])
+        return value
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise JobSpecError([f"{where} must be true or false, got {value!r}"])
         return value
     if hint is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -639,14 +663,44 @@ def validate_job(spec: JobSpec, sketch: Sketch | None = None) -> JobAnalysis:
     )
 
 
+def default_corrupt_parties(spec: JobSpec) -> int:
+    """The fewest corrupt parties a job must tolerate under the realistic threat (DESIGN §4).
+
+    In the rows partition a party generates, and so knows, its own clients' noise: a curious party
+    that subtracts it leaves the *other* parties' clients under less noise than calibrated (the
+    default 4-party demo's (1, 1e-6) became ε ≈ 1.15).  So a rows job with at least two parties, any
+    of which holds more than one client, tolerates at least one corrupt party: the gate then
+    subtracts, row by row, the largest load one party holds (:func:`honest_row_loads`).  Otherwise
+    0: single-client parties are covered by t′, a lone party holds every client itself, and in the
+    columns partition each party's noise protects its own columns.
+    """
+    return corrupt_parties_default(spec.partition, [p.size for p in spec.parties])
+
+
+def corrupt_parties_default(partition: str, party_sizes: list[int] | tuple[int, ...]) -> int:
+    """:func:`default_corrupt_parties` from the partition and the parties' client counts alone
+    (for builders that need it before the spec exists, e.g. to plan the release)."""
+    if partition != "rows" or len(party_sizes) < 2:
+        return 0
+    return 1 if max(party_sizes) > 1 else 0
+
+
 def resolve_defaults(spec: JobSpec, load_fraction: float = DEFAULT_LOAD_FRACTION) -> JobSpec:
-    """Fill the fields left at 0: min_honest_load L (``load_fraction`` of the feasible honest load),
-    min_participants (half the clients), and frac_bits (the largest ≤ 32 the headroom allows)."""
+    """Fill the defaults: corrupt_parties is raised to at least :func:`default_corrupt_parties`
+    (except in a reproduction job, which keeps the paper's threat model as given), then the fields
+    left at 0: min_honest_load L (``load_fraction`` of the feasible honest load), min_participants
+    (half the clients), and frac_bits (the largest ≤ 32 the headroom allows).
+
+    Every way of building a job (``sim.jobs.build_job``, job files) goes through here, so a
+    deployment job gets the corruption default without asking for it."""
     problems = _check_structure(replace(spec, frac_bits=spec.frac_bits or MAX_FRAC_BITS))
     if problems:
         raise JobSpecError(problems)
     sketch = spec.make_sketch()
     p = spec.privacy
+    if not spec.reproduction and p.corrupt_parties < default_corrupt_parties(spec):
+        p = replace(p, corrupt_parties=default_corrupt_parties(spec))
+        spec = replace(spec, privacy=p)
     if p.min_honest_load == 0:
         loads, deduction = honest_row_loads(spec, None, sketch)
         feasible = int((loads - deduction).min())

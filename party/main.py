@@ -17,7 +17,9 @@ from ltm.randomness import Randomness
 from ltm.v1 import ltm_pb2_grpc
 from party.data_source import DataSourceError, load_columns
 from party.journal import JournalError, UploadJournal
-from party.randomizer import DEFAULT_BATCH_CLIENTS, PartyDataError
+from party.ledger import (DEFAULT_BUDGET_DELTA, DEFAULT_BUDGET_EPSILON, AccountantUnavailable, Budget,
+                          BudgetExceeded, LedgerError, PrivacyLedger, source_fingerprint)
+from party.randomizer import DEFAULT_BATCH_CLIENTS, PartyDataError, party_randomness
 from party.uploader import PartyPolicy, PolicyViolation, UploadIncomplete, fetch_job, run_upload
 from transport.config import add_actor_arguments, load_config, merge
 from transport.logs import setup_logging
@@ -32,14 +34,28 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("party", help="run a party: fetch and vet a job, upload shares to every server")
     p.add_argument("--id", help="this party's identity, e.g. party-3 (must match its certificate)")
     p.add_argument("--servers", help="server endpoints host:port, comma-separated, in the job's server order")
-    p.add_argument("--server-ids", help="expected server identities, comma-separated (verified by TLS and policy)")
+    p.add_argument("--server-ids", help="expected server identities, comma-separated (default: the identities the "
+                                        "job spec names, pinned in the TLS handshake either way)")
     p.add_argument("--job", help="job id to join")
     p.add_argument("--data", help="CSV with this party's rows (rows partition) or columns (columns partition)")
     p.add_argument("--max-epsilon", type=float, help="largest ε this party accepts (default 1)")
     p.add_argument("--max-delta", type=float, help="largest δ this party accepts (default 1e-5)")
-    p.add_argument("--min-load", type=int, help="smallest promised honest load L accepted (default 1)")
+    p.add_argument("--min-corrupt-parties", type=int,
+                   help="fewest corrupt parties a rows job with multi-client parties must tolerate (default 1)")
+    p.add_argument("--min-t-prime", type=int, help="fewest corrupt clients t′ a rows job must tolerate (default 0)")
+    p.add_argument("--min-participants", type=int,
+                   help="smallest participant set the job may be released over that this party accepts (default 0)")
+    p.add_argument("--budget-epsilon", type=float,
+                   help=f"lifetime privacy budget ε of this data source, composed over every job accepted "
+                        f"(default {DEFAULT_BUDGET_EPSILON:g})")
+    p.add_argument("--budget-delta", type=float,
+                   help=f"the δ at which the budget is stated (default {DEFAULT_BUDGET_DELTA:g})")
+    p.add_argument("--ledger-dir", help="directory of this party's privacy ledgers (default: <state dir>/ledger); "
+                                        "keep it on persistent storage: deleting it forgets what was spent")
     p.add_argument("--allow-paper-calibration", action="store_true", default=None,
                    help="accept the reproduction-only 'paper' calibration")
+    p.add_argument("--allow-reproduction", action="store_true", default=None,
+                   help="accept jobs marked as reproductions (they may take seeded, NOT private randomness)")
     p.add_argument("--batch-clients", type=int, help=f"clients per upload batch (default {DEFAULT_BATCH_CLIENTS})")
     p.add_argument("--wait", type=float, help="seconds to wait for the job to be published (default 30)")
     p.add_argument("--wait-for-data", action="store_true", default=None,
@@ -79,42 +95,86 @@ def default_state_dir(data: str) -> Path:
     return fallback
 
 
+def _pinned_options(server_id: str) -> list[tuple[str, str]]:
+    """Channel options that make the TLS handshake accept only ``server_id``'s certificate."""
+    return [("grpc.ssl_target_name_override", server_id)]
+
+
+async def _fetch_with_wait(stubs, job_id: str, deadline: float, pinned: list[str] | None,
+                           endpoints: list[str], wait_s: float):
+    """``fetch_job``, waiting through :data:`RETRY_FETCH` until ``deadline`` (monotonic).  With
+    ``pinned`` identities, a server that stays unreachable may be an endpoint presenting another
+    actor's certificate: refused as a :class:`PolicyViolation`."""
+    while True:
+        try:
+            return await fetch_job(stubs, job_id)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() not in RETRY_FETCH:
+                raise
+            if time.monotonic() <= deadline:
+                await asyncio.sleep(0.2)
+                continue
+            if exc.code() == grpc.StatusCode.NOT_FOUND:
+                raise CommandError(f"job {job_id!r} was not published on the servers within --wait "
+                                   f"{wait_s:g} s; check --job and that the operator has submitted it",
+                                   status=5) from None
+            if pinned:
+                raise PolicyViolation(
+                    f"refusing to upload: the servers at {endpoints} did not all prove to be the servers "
+                    f"{pinned} the job names (a TLS certificate of another actor, or a server down): "
+                    f"{exc.details()}") from None
+            raise CommandError(f"cannot reach the server(s) {', '.join(endpoints)} within --wait {wait_s:g} s "
+                               f"({exc.details()}); check that they are running and the addresses in "
+                               f"--servers", status=5) from None
+
+
 async def participate(args: argparse.Namespace) -> dict:
     endpoints = [e.strip() for e in args.servers.split(",") if e.strip()]
     server_ids = [s.strip() for s in (args.server_ids or "").split(",") if s.strip()]
     if server_ids and len(server_ids) != len(endpoints):
         raise SystemExit("ltm party: --server-ids must name one identity per --servers endpoint")
-    channels = []
-    for i, endpoint in enumerate(endpoints):
-        # With --server-ids the TLS handshake checks that endpoint i presents server i's certificate.
-        options = [("grpc.ssl_target_name_override", server_ids[i])] if server_ids and not args.insecure else None
-        channels.append(make_channel(endpoint, args.certs, args.id, insecure=bool(args.insecure), options=options))
-    stubs = [ltm_pb2_grpc.ServerStub(c) for c in channels]
+    insecure = bool(args.insecure)
+    seeded = args.seed is not None
+
+    def connect(ids: list[str]):
+        # With ids, the TLS handshake checks that endpoint i presents server i's certificate.
+        return [make_channel(e, args.certs, args.id, insecure=insecure,
+                             options=_pinned_options(ids[i]) if ids and not insecure else None)
+                for i, e in enumerate(endpoints)]
+
+    channels = connect(server_ids)
     policy = PartyPolicy(max_epsilon=args.max_epsilon if args.max_epsilon is not None else 1.0,
                          max_delta=args.max_delta if args.max_delta is not None else 1e-5,
-                         min_honest_load=args.min_load or 1, expected_servers=tuple(server_ids),
-                         allow_reproduction_calibration=bool(args.allow_paper_calibration))
+                         min_corrupt_parties=1 if args.min_corrupt_parties is None else args.min_corrupt_parties,
+                         min_t_prime=args.min_t_prime or 0, min_participants=args.min_participants or 0,
+                         expected_servers=tuple(server_ids),
+                         allow_reproduction_calibration=bool(args.allow_paper_calibration),
+                         allow_reproduction=bool(args.allow_reproduction))
+    budget = Budget(args.budget_epsilon if args.budget_epsilon is not None else DEFAULT_BUDGET_EPSILON,
+                    args.budget_delta if args.budget_delta is not None else DEFAULT_BUDGET_DELTA)
     wait_s = args.wait if args.wait is not None else 30.0
     deadline = time.monotonic() + wait_s
     try:
-        while True:
-            try:
-                spec = await fetch_job(stubs, args.job)
-                break
-            except grpc.aio.AioRpcError as exc:
-                if exc.code() not in RETRY_FETCH:
-                    raise
-                if time.monotonic() <= deadline:
-                    await asyncio.sleep(0.2)
-                    continue
-                if exc.code() == grpc.StatusCode.NOT_FOUND:
-                    raise CommandError(f"job {args.job!r} was not published on the servers within --wait "
-                                       f"{wait_s:g} s; check --job and that the operator has submitted it",
-                                       status=5) from None
-                raise CommandError(f"cannot reach the server(s) {', '.join(endpoints)} within --wait {wait_s:g} s "
-                                   f"({exc.details()}); check that they are running and the addresses in "
-                                   f"--servers", status=5) from None
-        policy.check(spec)
+        spec = await _fetch_with_wait([ltm_pb2_grpc.ServerStub(c) for c in channels], args.job, deadline,
+                                      server_ids or None, endpoints, wait_s)
+        policy.check(spec, seeded=seeded)
+        if len(spec.servers) != len(endpoints):
+            raise PolicyViolation(f"the job names {spec.k} servers, --servers gives {len(endpoints)} endpoints")
+        if not server_ids and not insecure:
+            # Pin the identities the job names: the spec is public (fetched once from whoever answers),
+            # but not one share leaves this process except over channels whose TLS handshake proved
+            # endpoint i holds server i's certificate; the spec is fetched again over them.
+            for c in channels:
+                await c.close()
+            pinned = [s.server_id for s in spec.servers]
+            channels = connect(pinned)
+            again = await _fetch_with_wait([ltm_pb2_grpc.ServerStub(c) for c in channels], args.job,
+                                           max(deadline, time.monotonic() + 5.0), pinned, endpoints, wait_s)
+            if again.digest != spec.digest:
+                raise PolicyViolation("the pinned servers serve a different job spec than was first fetched")
+        elif insecure:
+            log.warning("--insecure: server identities are not verified")
+        stubs = [ltm_pb2_grpc.ServerStub(c) for c in channels]
         while not Path(args.data).exists():  # --wait-for-data: the operator may still be writing it
             if time.monotonic() > deadline:
                 raise PartyDataError(f"data file {args.data} did not appear within --wait")
@@ -125,20 +185,26 @@ async def participate(args: argparse.Namespace) -> dict:
             raise PolicyViolation(f"{args.id} is not a party of job {spec.job_id!r}") from None
         needed = spec.party_raw_columns(party_spec)
         table = read_party_table(args.data, needed)
-        randomness = (Randomness.seeded_insecure(args.seed).child("party", args.id) if args.seed is not None
-                      else Randomness.system())
+        state_dir = Path(args.state_dir) if args.state_dir else default_state_dir(args.data)
+        # The ledger is charged durably before anything is sent (refusal: BudgetExceeded).
+        ledger = PrivacyLedger.open(args.ledger_dir or state_dir / "ledger", args.id, source_fingerprint(table),
+                                    budget)
+        admission = ledger.admit(spec, seeded=seeded)
+        base = Randomness.seeded_insecure(args.seed) if seeded else Randomness.system()
+        randomness = party_randomness(base, spec, args.id)
         log.info("job accepted", extra={"job_id": spec.job_id, "digest": spec.digest, "epsilon": spec.privacy.epsilon,
-                                        "randomness": randomness.label})
+                                        "randomness": randomness.label, "ledger_before": admission.before.to_json(),
+                                        "ledger_after": admission.after.to_json()})
         batch_clients = args.batch_clients or DEFAULT_BATCH_CLIENTS
-        journal = UploadJournal.open(args.state_dir or default_state_dir(args.data), spec, args.id,
-                                     batch_clients=batch_clients, seeded=args.seed is not None)
+        journal = UploadJournal.open(state_dir, spec, args.id, batch_clients=batch_clients, seeded=seeded)
         summary = await run_upload(stubs, spec, args.id, table, randomness, batch_clients=batch_clients,
                                    progress=not args.no_progress, journal=journal, endpoints=endpoints)
     finally:
         for c in channels:
             await c.close()
     log.info("upload complete", extra=asdict(summary))
-    return {**asdict(summary), "job_id": spec.job_id, "job_digest": spec.digest}
+    return {**asdict(summary), "job_id": spec.job_id, "job_digest": spec.digest, "randomness": randomness.label,
+            "ledger": admission.to_json()}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -154,7 +220,7 @@ def run(args: argparse.Namespace) -> int:
     setup_logging(args.id, args.log_level or "info")
     try:
         result = asyncio.run(participate(args))
-    except PolicyViolation as exc:
+    except (PolicyViolation, BudgetExceeded, AccountantUnavailable, LedgerError) as exc:
         log.error(str(exc))
         return 3
     except PartyDataError as exc:

@@ -91,6 +91,18 @@ def noisy_copies(vectors: np.ndarray, pieces: int, plan: NoisePlan, randomness: 
     return noise
 
 
+def party_randomness(base: Randomness, spec: JobSpec, party_id: str) -> Randomness:
+    """The randomness a party draws its noise and shares from for one job.
+
+    Production (``system``) randomness is fresh OS entropy whatever the labels.  In seeded mode the
+    key derivation binds the job (:attr:`JobSpec.computation_digest`: the job digest without the
+    job's name and the servers' endpoints) and the party, so one ``--seed`` never gives two
+    different jobs (or two parties) the same noise.  Both transports call this, so a seeded run
+    releases the same bytes in process and over gRPC.
+    """
+    return base.child("job", spec.computation_digest, "party", party_id)
+
+
 @dataclass(frozen=True)
 class BatchPlan:
     """How a party cuts its clients into batches: ``(batch_index, start, stop)`` triples."""
@@ -159,4 +171,4 @@ def make_batches(spec: JobSpec, party_id: str, table: Mapping[str, np.ndarray], 
         if timings is not None:
             timings["noise"] = timings.get("noise", 0.0) + (t1 - t0)
             timings["sharing"] = timings.get("sharing", 0.0) + (time.perf_counter() - t1)
-        yield [ShareBatch(digest, party_id, batch_index, a, b, uploaded, sh) for sh in shares]
+        yield [ShareBatch(digest, party_id, batch_index, a, b, uploaded, sh, seeded=rand.reproducible) for sh in shares]

@@ -19,12 +19,13 @@ from dataclasses import dataclass, field
 import grpc
 import numpy as np
 
-from ltm.batch import ShareBatch
-from ltm.jobspec import JobSpec
+from ltm.batch import CSPRNG_MODE, SEEDED_MODE, ShareBatch
+from ltm.jobspec import JobSpec, default_corrupt_parties
 from ltm.randomness import Randomness
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
 from party.journal import UploadJournal
 from party.randomizer import DEFAULT_BATCH_CLIENTS, effective_batch_clients, make_batches, plan_batches
+from transport.certs import role_of
 
 log = logging.getLogger("ltm.party")
 UPLOAD_CHUNK_BYTES = 1 << 20
@@ -38,31 +39,65 @@ class PolicyViolation(Exception):
 
 @dataclass(frozen=True)
 class PartyPolicy:
-    """What a party accepts before sending anything."""
+    """What a party accepts before sending anything (its privacy budget is in its ledger,
+    ``party/ledger.py``).
+
+    ``min_corrupt_parties`` applies to rows jobs in which a party knows several clients' noise
+    (:func:`ltm.jobspec.default_corrupt_parties` > 0): the job must tolerate at least that many
+    corrupt parties.  ``min_t_prime`` (rows partition) and ``min_participants`` are lower bounds on
+    the job's t′ and on the smallest participant set its servers may release.  A job marked as a
+    reproduction (it may accept seeded, NOT private randomness) is refused unless
+    ``allow_reproduction``; a seeded party (``seeded=True``) joins only reproduction jobs.
+    """
 
     max_epsilon: float = 1.0
     max_delta: float = 1e-5
-    min_honest_load: int = 1
+    min_corrupt_parties: int = 1
+    min_t_prime: int = 0
+    min_participants: int = 0
     expected_servers: tuple[str, ...] = ()
     allow_reproduction_calibration: bool = False
+    allow_reproduction: bool = False
 
-    def check(self, spec: JobSpec) -> None:
+    def check(self, spec: JobSpec, *, seeded: bool = False) -> None:
         p = spec.privacy
         problems = []
         if p.epsilon > self.max_epsilon:
             problems.append(f"ε = {p.epsilon:g} exceeds this party's limit {self.max_epsilon:g}")
         if p.delta > self.max_delta:
             problems.append(f"δ = {p.delta:g} exceeds this party's limit {self.max_delta:g}")
-        if p.min_honest_load < self.min_honest_load:
-            problems.append(f"promised honest load L = {p.min_honest_load} is below this party's minimum "
-                            f"{self.min_honest_load}")
+        if default_corrupt_parties(spec) and p.corrupt_parties < self.min_corrupt_parties:
+            problems.append(f"the job tolerates {p.corrupt_parties} corrupt parties, this party requires at least "
+                            f"{self.min_corrupt_parties} (every party knows its own clients' noise)")
+        if spec.partition == "rows" and p.t_prime < self.min_t_prime:
+            problems.append(f"the job tolerates t′ = {p.t_prime} corrupt clients, this party requires at least "
+                            f"{self.min_t_prime}")
+        if p.min_participants < self.min_participants:
+            problems.append(f"the job may be released over as few as {p.min_participants} participants, this "
+                            f"party requires at least {self.min_participants}")
         if p.calibration == "paper" and not self.allow_reproduction_calibration:
             problems.append("calibration 'paper' is a reproduction mode; this party does not accept it")
+        if seeded and not spec.reproduction:
+            problems.append("this party draws seeded (reproducible, NOT private) randomness and the job is not "
+                            "marked as a reproduction; the servers would refuse its batches (drop --seed)")
+        elif spec.reproduction and not (seeded or self.allow_reproduction):
+            problems.append("the job is marked as a reproduction: its servers accept seeded (NOT private) "
+                            "randomness from parties, so it is not private; this party does not accept it")
         ids = tuple(s.server_id for s in spec.servers)
+        not_servers = [i for i in ids if not _is_server_actor(i)]
+        if not_servers:
+            problems.append(f"the job names {not_servers} as servers; server identities are server-<n>")
         if self.expected_servers and ids != self.expected_servers:
             problems.append(f"the job's servers {list(ids)} are not the expected {list(self.expected_servers)}")
         if problems:
             raise PolicyViolation("refusing the job: " + "; ".join(problems))
+
+
+def _is_server_actor(actor: str) -> bool:
+    try:
+        return role_of(actor) == "server"
+    except ValueError:
+        return False
 
 
 @dataclass
@@ -110,7 +145,8 @@ def batch_header(batch: ShareBatch, job_id: str) -> tuple[ltm_pb2.BatchHeader, b
         job_id=job_id, job_digest=batch.job_digest, party_id=batch.party_id, batch_index=batch.batch_index,
         start=batch.start, stop=batch.stop, columns=list(batch.columns), shape=list(share.shape),
         server_index=share.server, seed=share.seed or b"",
-        data_sha256=hashlib.sha256(payload).digest() if payload else b"")
+        data_sha256=hashlib.sha256(payload).digest() if payload else b"",
+        randomness_mode=SEEDED_MODE if batch.seeded else CSPRNG_MODE)
     return header, payload
 
 

@@ -117,6 +117,17 @@ class ServerCore:
             raise ProtocolError("INVALID_ARGUMENT", f"share shape {tuple(shape)} != expected {expected_shape} "
                                                     f"(pieces, clients, columns)")
 
+    def check_randomness(self, spec: JobSpec, seeded: bool) -> None:
+        """Seeded (reproducible, NOT private) batches only for jobs marked as reproductions."""
+        if seeded and not spec.reproduction:
+            raise ProtocolError("FAILED_PRECONDITION",
+                                f"job {spec.job_id!r} is not a reproduction: this server refuses batches drawn with "
+                                f"seeded (reproducible, NOT private) randomness; run the party without --seed")
+
+    def seeded_parties(self, job_id: str) -> list[str]:
+        """Parties that uploaded seeded batches to this job (only a reproduction job can have any)."""
+        return self.store.seeded_parties(job_id)
+
     def accept(self, batch: ShareBatch, job_id: str, *, caller_role: str, caller_id: str) -> Receipt:
         """Validate and durably store one batch; idempotent per (job, party, batch_index)."""
         spec = self.spec(job_id)
@@ -125,6 +136,7 @@ class ServerCore:
         if batch.job_digest != spec.digest:
             raise ProtocolError("FAILED_PRECONDITION", "the batch names a different job digest than this server's spec "
                                                        "of the job; fetch the job spec again")
+        self.check_randomness(spec, batch.seeded)
         self.check_upload(spec, caller_id=caller_id, party_id=batch.party_id, batch_index=batch.batch_index,
                           start=batch.start, stop=batch.stop, columns=batch.columns, server=batch.server,
                           shape=tuple(batch.share.shape))

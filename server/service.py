@@ -27,7 +27,7 @@ from collections.abc import AsyncIterator
 import grpc
 import numpy as np
 
-from ltm.batch import ShareBatch
+from ltm.batch import RANDOMNESS_MODES, SEEDED_MODE, ShareBatch
 from ltm.errors import DataLossError, ProtocolError, bounded
 from ltm.jobspec import JobSpecError
 from ltm.sharing import SEED_BYTES, Share
@@ -267,7 +267,7 @@ class ServerService(ltm_pb2_grpc.ServerServicer):
             data = np.frombuffer(buf, dtype="<u8").astype(np.uint64, copy=False).reshape(batch_shape)
             share = Share(h.server_index, batch_shape, data=data)
         batch = ShareBatch(h.job_digest, h.party_id, int(h.batch_index), int(h.start), int(h.stop),
-                           tuple(int(c) for c in h.columns), share)
+                           tuple(int(c) for c in h.columns), share, seeded=h.randomness_mode == SEEDED_MODE)
         try:
             receipt = await self._call(self.core.accept, batch, h.job_id, phase=(h.job_id, "store"),
                                        caller_role=who.role, caller_id=who.actor)
@@ -287,6 +287,10 @@ class ServerService(ltm_pb2_grpc.ServerServicer):
             raise ProtocolError("PERMISSION_DENIED", f"{actor} may not upload as {h.party_id!r}")
         if h.job_digest != spec.digest:
             raise ProtocolError("FAILED_PRECONDITION", "the batch names a different job digest; fetch the job spec again")
+        if h.randomness_mode not in RANDOMNESS_MODES:
+            raise ProtocolError("INVALID_ARGUMENT", f"the upload header must declare its randomness_mode, one of "
+                                                    f"{list(RANDOMNESS_MODES)} (got {h.randomness_mode!r})")
+        self.core.check_randomness(spec, h.randomness_mode == SEEDED_MODE)
         if h.batch_index > MAX_BATCH_INDEX:
             raise ProtocolError("INVALID_ARGUMENT", f"batch_index {h.batch_index} is too large (at most "
                                                     f"{MAX_BATCH_INDEX}); number a party's batches 0, 1, 2, …")
@@ -331,7 +335,8 @@ class ServerService(ltm_pb2_grpc.ServerServicer):
         except Exception as exc:
             await _abort(context, exc)
         log.info("job closed", extra={"job_id": request.job_id, "held": int(held.sum())})
-        return ltm_pb2.CloseResponse(n=spec.n, held_bits=np.packbits(held).tobytes(), held=int(held.sum()))
+        return ltm_pb2.CloseResponse(n=spec.n, held_bits=np.packbits(held).tobytes(), held=int(held.sum()),
+                                     seeded_parties=self.core.seeded_parties(request.job_id))
 
     async def Release(self, request, context):
         who = await authenticate(context, {"analyst"}, insecure=self.insecure)

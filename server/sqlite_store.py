@@ -113,6 +113,7 @@ CREATE TABLE batches (
     content_digest TEXT NOT NULL,
     seed           BLOB NULL,
     blob_path      TEXT NULL,
+    seeded         INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (job_id, party_id, batch_index),
     CHECK ((seed IS NULL) <> (blob_path IS NULL))
 );
@@ -129,7 +130,8 @@ CREATE TABLE releases (
 #: ids stay retired (a job id is released at most once, whatever happened to the database).
 _RETIRED = """CREATE TABLE IF NOT EXISTS retired_jobs (job_id TEXT PRIMARY KEY, marker TEXT NOT NULL)"""
 
-_BATCH_COLUMNS = "party_id, batch_index, start, stop, columns, server, shape, content_digest, seed, blob_path"
+_BATCH_COLUMNS = ("party_id, batch_index, start, stop, columns, server, shape, content_digest, seed, blob_path, "
+                  "seeded")
 
 
 class StoreError(RuntimeError):
@@ -256,6 +258,9 @@ class SqliteStore:
                 if [tuple(r) for r in rows] != [(SCHEMA_VERSION,)]:
                     raise StoreError(f"{str(path)!r} has schema version {[r[0] for r in rows]}, this server "
                                      f"understands version {SCHEMA_VERSION}")
+                batch_columns = {r[1] for r in conn.execute("PRAGMA table_info(batches)")}
+                if "seeded" not in batch_columns:  # a store made before uploads declared their randomness
+                    conn.execute("ALTER TABLE batches ADD COLUMN seeded INTEGER NOT NULL DEFAULT 0")
             conn.execute(_RETIRED)
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"cannot open store database {str(path)!r}: {exc}") from exc
@@ -403,6 +408,15 @@ class SqliteStore:
                                "batch_index = ?", (job_id, party_id, int(batch_index))).fetchone()
         return row[0] if row else None
 
+    def seeded_parties(self, job_id: str) -> list[str]:
+        """Parties with seeded (NOT private) batches in the job, sorted."""
+        with self._lock:
+            conn = self._reader()
+            self._job(job_id)
+            rows = conn.execute("SELECT DISTINCT party_id FROM batches WHERE job_id = ? AND seeded = 1 "
+                                "ORDER BY party_id", (job_id,)).fetchall()
+        return [r[0] for r in rows]
+
     def batch_count(self, job_id: str) -> int:
         """Number of stored batches of a job (no share data is read)."""
         with self._lock:
@@ -497,10 +511,10 @@ class SqliteStore:
                                                 f"run `ltm server --check` on {str(self.directory)!r}")
                 conn.execute("BEGIN IMMEDIATE")
                 try:
-                    conn.execute(f"INSERT INTO batches(job_id, {_BATCH_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                    conn.execute(f"INSERT INTO batches(job_id, {_BATCH_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                                  (job_id, batch.party_id, int(batch.batch_index), int(batch.start), int(batch.stop),
                                   json.dumps(list(columns)), int(batch.server), json.dumps(list(shape)),
-                                  stored.content_digest, seed, rel))
+                                  stored.content_digest, seed, rel, int(batch.seeded)))
                 except BaseException:
                     conn.execute("ROLLBACK")
                     raise
@@ -537,7 +551,7 @@ class SqliteStore:
         return batch
 
     def _read_batch(self, job_digest: str, row: tuple) -> ShareBatch:
-        party_id, batch_index, start, stop, columns, server, shape, _digest, seed, blob_path = row
+        party_id, batch_index, start, stop, columns, server, shape, _digest, seed, blob_path, seeded = row
         shape = tuple(json.loads(shape))
         if seed is not None:
             share = Share(server, shape, seed=bytes(seed))
@@ -554,7 +568,8 @@ class SqliteStore:
             if sys.byteorder != "little":  # pragma: no cover
                 data = data.astype(np.uint64)
             share = Share(server, shape, data=data.view(np.uint64).reshape(shape))
-        return ShareBatch(job_digest, party_id, batch_index, start, stop, tuple(json.loads(columns)), share)
+        return ShareBatch(job_digest, party_id, batch_index, start, stop, tuple(json.loads(columns)), share,
+                          seeded=bool(seeded))
 
     def batches(self, job_id: str) -> Iterator[ShareBatch]:
         """The job's batches ordered by (party_id, batch_index); blobs are read one at a time."""

@@ -45,6 +45,7 @@ class ServerStore(Protocol):
     def is_closed(self, job_id: str) -> bool: ...
     def get_release(self, job_id: str) -> ReleaseRecord | None: ...
     def put_release(self, job_id: str, record: ReleaseRecord) -> None: ...
+    def seeded_parties(self, job_id: str) -> list[str]: ...
 
 
 def mark_coverage(coverage: np.ndarray, batch: ShareBatch) -> None:
@@ -102,3 +103,6 @@ class MemoryStore:
 
     def put_release(self, job_id: str, record: ReleaseRecord) -> None:
         self._releases[job_id] = record
+
+    def seeded_parties(self, job_id: str) -> list[str]:
+        return sorted({s.batch.party_id for s in self._batches[job_id].values() if s.batch.seeded})

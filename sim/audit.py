@@ -61,7 +61,7 @@ from ltm.jobspec import (ColumnSpec, JobSpec, PartySpec, PrivacySpec, ServerSpec
 from ltm.randomness import Randomness
 from ltm.ring import decode
 from ltm.sharing import reconstruct
-from party.randomizer import make_batches
+from party.randomizer import make_batches, party_randomness
 from server.core import ServerCore
 from server.release_gate import ANALYST_ROLE
 
@@ -133,7 +133,10 @@ def build_audit_job(cfg: AuditConfig) -> AuditJob:
                       for i, (a, b) in enumerate(zip(edges[:-1], edges[1:]))),
         clip_bound=cfg.clip, frac_bits=0, sketch=SketchSpec("sparse", cfg.m, cfg.s, "a0" * 32),
         privacy=PrivacySpec(epsilon=cfg.epsilon, delta=cfg.delta, min_participants=cfg.n),
-        servers=tuple(ServerSpec(f"server-{i}") for i in range(cfg.k)), share_mode=cfg.share_mode)
+        servers=tuple(ServerSpec(f"server-{i}") for i in range(cfg.k)), share_mode=cfg.share_mode,
+        # An audit is an experiment on synthetic data: it measures the calibration with every client
+        # honest (no corruption deducted) and may draw seeded randomness, so it is a reproduction job.
+        reproduction=True)
     sketch = draft.make_sketch()
     loads = sketch.row_loads()
     tightest = int(loads.min())  # L = the smallest full-participation row load (t′ = 0)
@@ -168,7 +171,7 @@ def release_once(job: AuditJob, tables: dict[str, dict[str, np.ndarray]], random
         server.create_job(spec, caller_role=ANALYST_ROLE)
     for party in spec.parties:
         for per_server in make_batches(spec, party.party_id, tables[party.party_id],
-                                       randomness.child("party", party.party_id), plan=job.plan):
+                                       party_randomness(randomness, spec, party.party_id), plan=job.plan):
             for server, batch in zip(servers, per_server):
                 server.accept(batch, spec.job_id, caller_role="party", caller_id=party.party_id)
     participants = np.logical_and.reduce([s.close(spec.job_id, caller_role=ANALYST_ROLE) for s in servers])

@@ -31,6 +31,7 @@ from analyst.release import ReleasedSketch
 from ltm.errors import CommandError
 from ltm.jobspec import JobSpec
 from ltm.randomness import Randomness
+from party.ledger import describe_admission
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
 from sim.chaos import Chaos
 from sim.launcher import ProcessGroup
@@ -180,12 +181,12 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
         phases["job_spec_and_party_data"] = time.monotonic() - t
 
         server_endpoints = ",".join(s.endpoint for s in servers)
-        server_ids = ",".join(s.actor for s in servers)
         parties = []
 
         def start_some(chosen) -> None:
             for p in chosen:
-                argv = ["party", "--id", p.party_id, "--servers", server_endpoints, "--server-ids", server_ids,
+                # No --server-ids: a party pins the server identities the job spec names by default.
+                argv = ["party", "--id", p.party_id, "--servers", server_endpoints,
                         "--job", spec.job_id, "--data", str(data_dir / f"{p.party_id}.csv"),
                         "--max-epsilon", str(cfg.epsilon), "--max-delta", str(max(cfg.delta, 1e-12)),
                         "--summary-file", str(data_dir / f"{p.party_id}.summary.json"), "--no-progress"]
@@ -243,6 +244,8 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
         "coverage": report.get("coverage"),
         "privacy": report["privacy"],
         "randomness": randomness.label,
+        "reproduction": spec.reproduction,
+        "ledgers": {s["party_id"]: s["ledger"] for s in summaries},
         "analyst_model": report["model"],
         **model_report,
         "bytes": {"party_to_server": upload_bytes, "party_to_server_total": int(sum(upload_bytes)),
@@ -273,6 +276,8 @@ def print_summary(r: dict[str, Any]) -> None:
         print(f"  release kind chosen by the planner: {r['plan']['reason']}")
     for line in privacy_lines(pr):
         print(line)
+    for party, entry in sorted(r.get("ledgers", {}).items()):
+        print(f"  ledger {party}: {describe_admission(entry)}")
     if r.get("scales_from"):
         print(f"  column centres and scales: {r['scales_from']}")
     for line in model_table("LTM (private)", m, b):

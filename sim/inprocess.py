@@ -17,7 +17,8 @@ from analyst.coordinator import coordinate
 from analyst.release import ReleasedSketch
 from ltm.jobspec import JobSpec, validate_job
 from ltm.randomness import Randomness
-from party.randomizer import DEFAULT_BATCH_CLIENTS, make_batches
+from party.ledger import Budget, PrivacyLedger
+from party.randomizer import DEFAULT_BATCH_CLIENTS, make_batches, party_randomness
 from party.uploader import PartyPolicy, PolicyViolation
 from server.core import ServerCore
 from server.release_gate import ANALYST_ROLE
@@ -25,7 +26,11 @@ from server.release_gate import ANALYST_ROLE
 
 @dataclass
 class InProcessRun:
-    """A finished in-process job: the release, the participant set and what it cost."""
+    """A finished in-process job: the release, the participant set and what it cost.
+
+    ``ledgers``: per party, its privacy ledger's admission of the job (spend before and after,
+    budget, accountant) — the same ledger a ``ltm party`` process keeps (``party/ledger.py``).
+    """
 
     release: ReleasedSketch
     participants: np.ndarray
@@ -34,6 +39,9 @@ class InProcessRun:
     result_shares: list[np.ndarray] = field(default_factory=list)
     #: party id → why its policy refused the job (it sent nothing)
     refused: dict[str, str] = field(default_factory=dict)
+    #: party id → its privacy ledger's admission of the job (spend before and after, budget,
+    #: accountant): the same ledger a ``ltm party`` process keeps (``party/ledger.py``)
+    ledgers: dict[str, dict] = field(default_factory=dict)
 
 
 @dataclass
@@ -42,6 +50,7 @@ class InProcessServerLink:
     calls as direct method calls, with the analyst's role)."""
 
     core: ServerCore
+    seeded_parties: list[str] = field(default_factory=list)
 
     @property
     def server_id(self) -> str:
@@ -54,7 +63,9 @@ class InProcessServerLink:
         return int(self.core.held(spec.job_id).sum())
 
     async def close(self, spec: JobSpec) -> np.ndarray:
-        return self.core.close(spec.job_id, caller_role=ANALYST_ROLE)
+        held = self.core.close(spec.job_id, caller_role=ANALYST_ROLE)
+        self.seeded_parties = self.core.seeded_parties(spec.job_id)
+        return held
 
     async def release(self, spec: JobSpec, participants: np.ndarray) -> tuple[np.ndarray, int]:
         share = self.core.release(spec.job_id, participants, caller_role=ANALYST_ROLE, job_digest=spec.digest)
@@ -64,16 +75,23 @@ class InProcessServerLink:
 def run_inprocess(spec: JobSpec, party_data: Mapping[str, Mapping[str, np.ndarray]], randomness: Randomness,
                   *, batch_clients: int = DEFAULT_BATCH_CLIENTS,
                   servers: list[ServerCore] | None = None,
-                  policies: Mapping[str, PartyPolicy] | None = None) -> InProcessRun:
+                  policies: Mapping[str, PartyPolicy] | None = None,
+                  ledgers: Mapping[str, PrivacyLedger] | None = None, budget: Budget | None = None) -> InProcessRun:
     """Run one job end to end.
 
     Args:
         party_data: party id → its table (column name → values for the rows it holds).
-        randomness: the run's randomness; party p uses ``randomness.child("party", p)``.
+        randomness: the run's randomness; party p draws from
+            :func:`party.randomizer.party_randomness` of it (seeded: bound to the job digest).
         servers: server cores to use (fresh in-memory ones by default).
         policies: party id → the party's policy, checked against the spec before the party sends
             anything (as ``ltm party`` does); a refusing party sends nothing and is listed in
             ``refused``.  Parties without an entry accept the job.
+        ledgers: party id → its privacy ledger (e.g. persistent ones, to charge a sequence of runs);
+            a party without one gets a fresh in-memory ledger with ``budget`` (default
+            :class:`party.ledger.Budget`).  Every accepting party's ledger admits the job before it
+            sends anything, as ``ltm party`` does; a party whose ledger cannot afford the job raises
+            :class:`party.ledger.BudgetExceeded` (before any party has sent anything).
     """
     timing: dict[str, float] = {}
     t0 = time.perf_counter()
@@ -83,22 +101,33 @@ def run_inprocess(spec: JobSpec, party_data: Mapping[str, Mapping[str, np.ndarra
         server.create_job(spec, caller_role=ANALYST_ROLE)
     timing["create"] = time.perf_counter() - t0
 
-    sent = [0] * spec.k
-    t_party = t_upload = 0.0
+    # Every party vets the job (its policy) and, if it accepts, charges its ledger, before any party
+    # sends anything.
     refused: dict[str, str] = {}
+    admissions: dict[str, dict] = {}
+    accepting = []
     for party in spec.parties:
         if party.party_id not in party_data:
             continue  # a party that never shows up: its clients are simply not in the participant set
         policy = (policies or {}).get(party.party_id)
         if policy is not None:
             try:
-                policy.check(spec)
+                policy.check(spec, seeded=randomness.reproducible)
             except PolicyViolation as exc:
                 refused[party.party_id] = str(exc)
                 continue
+        ledger = (ledgers or {}).get(party.party_id) or PrivacyLedger.in_memory(
+            party.party_id, party_data[party.party_id], budget)
+        admissions[party.party_id] = ledger.admit(spec, seeded=randomness.reproducible).to_json()
+        accepting.append(party)
+    timing["ledger"] = time.perf_counter() - t0 - timing["create"]
+
+    sent = [0] * spec.k
+    t_party = t_upload = 0.0
+    for party in accepting:
         t = time.perf_counter()
         batches = make_batches(spec, party.party_id, party_data[party.party_id],
-                               randomness.child("party", party.party_id), plan=analysis.noise_plan,
+                               party_randomness(randomness, spec, party.party_id), plan=analysis.noise_plan,
                                batch_clients=batch_clients)
         for per_server in batches:
             t_party += time.perf_counter() - t
@@ -116,4 +145,4 @@ def run_inprocess(spec: JobSpec, party_data: Mapping[str, Mapping[str, np.ndarra
                                  randomness_label=randomness.label))
     timing["release"] = run.timing_s["close"] + run.timing_s["release"]
     timing["reconstruct"] = run.timing_s["reconstruct"]
-    return InProcessRun(run.release, run.participants, timing, sent, run.result_shares, refused)
+    return InProcessRun(run.release, run.participants, timing, sent, run.result_shares, refused, admissions)

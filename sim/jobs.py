@@ -8,7 +8,7 @@ import numpy as np
 
 from ltm.calibration import analytic_gaussian_sigma
 from ltm.jobspec import (INTERCEPT_NAME, ColumnSpec, JobSpec, PartySpec, PrivacySpec, ServerSpec, SketchSpec,
-                         resolve_defaults)
+                         corrupt_parties_default, resolve_defaults)
 from ltm.lifts import get_lift
 from ltm.planner import PlanInputs, plan_release
 from ltm.randomness import Randomness
@@ -81,12 +81,18 @@ def split_parties(n: int, parties: int) -> list[tuple[int, int]]:
 def build_job(table: Table, *, job_id: str, randomness: Randomness, partition: str = "rows", parties: int = 4,
               k: int = 3, kind: str = "sparse", m: int | None = None, s: int = 1, epsilon: float = 1.0,
               delta: float = 1e-6, mechanism: str = "gaussian", calibration: str = "tight",
-              interpolate_p: float | None = None, t_prime: int = 0, corrupt_parties: int = 0,
+              interpolate_p: float | None = None, t_prime: int = 0, corrupt_parties: int | None = None,
               intercept: bool = False, clip_bound: float = DEFAULT_CLIP_BOUND, share_mode: str = "seed",
               frac_bits: int = 0, min_honest_load: int = 0, endpoints: list[str] | None = None,
               rff: RFFOptions | None = None, whiten: PublicSecondMoment | None = None,
-              whiten_eta: float = 0.05, whiten_radius: float | None = None) -> tuple[JobSpec, JobChoices]:
+              whiten_eta: float = 0.05, whiten_radius: float | None = None,
+              reproduction: bool | None = None) -> tuple[JobSpec, JobChoices]:
     """A resolved, validated job spec for a table, and the choices made.
+
+    ``corrupt_parties`` None: the default (:func:`ltm.jobspec.default_corrupt_parties`: one when
+    parties hold several clients each; a private job is raised to it whatever is given, only a
+    reproduction keeps a smaller value).  ``reproduction`` None: the job is a reproduction exactly
+    when ``randomness`` is seeded (then its servers accept seeded, NOT private batches).
 
     ``rff``: parties map their (standardised) features with public random features before
     clipping; in the columns partition each party maps its own block (an additive kernel).
@@ -94,6 +100,11 @@ def build_job(table: Table, *, job_id: str, randomness: Randomness, partition: s
     raw features with ``Σ̂_B^{-1/2}`` and divide the label by ``σ̂_B`` before clipping.
     """
     n = table.n
+    if reproduction is None:
+        reproduction = randomness.reproducible
+    if corrupt_parties is None:
+        corrupt_parties = corrupt_parties_default(
+            partition, [b - a for a, b in split_parties(n, parties)] if partition == "rows" else [])
     transforms: tuple[TransformSpec, ...] = ()
     party_budget: dict[int, float] = {}
     if whiten is not None:
@@ -153,6 +164,7 @@ def build_job(table: Table, *, job_id: str, randomness: Randomness, partition: s
                             min_honest_load=min_honest_load),
         servers=tuple(ServerSpec(f"server-{i}", (endpoints or [""] * k)[i]) for i in range(k)),
         clip_norm="l1" if mechanism == "laplace" else "l2", share_mode=share_mode, transforms=transforms,
+        reproduction=reproduction,
     )
     return resolve_defaults(spec), JobChoices(m, rule, plan.to_dict() if plan is not None else None)
 

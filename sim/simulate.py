@@ -22,6 +22,7 @@ from ltm.clipping import clip_rows
 from ltm.jobspec import JobSpec
 from ltm.randomness import Randomness
 from ltm.transforms import FeaturePipeline
+from party.ledger import Budget
 from sim.data import DataError, Table, load_bundled, load_csv, synthetic_lowrank, synthetic_nonlinear, synthetic_ridge
 from sim.inprocess import run_inprocess
 from sim.jobs import DEFAULT_CLIP_BOUND, RFFOptions, build_job, party_tables
@@ -54,7 +55,7 @@ class SimulateConfig:
     calibration: str = "tight"
     interpolate_p: float | None = None
     t_prime: int = 0
-    corrupt_parties: int = 0
+    corrupt_parties: int | None = None  # None: the default (1 when parties hold several clients each)
     model: str | None = None
     lam: float | None = None
     debias: bool = True
@@ -70,6 +71,9 @@ class SimulateConfig:
     label_share: float | None = None
     seed: int | None = None
     job_id: str = "simulate"
+    #: each simulated party's privacy budget (None: the party's default, ``party.ledger.Budget``)
+    budget_epsilon: float | None = None
+    budget_delta: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -102,6 +106,13 @@ def load_table(cfg: SimulateConfig, randomness: Randomness) -> tuple[Table, Tabl
     train_idx, test_idx = np.sort(order[:cut]), np.sort(order[cut:])
     pick = lambda idx: Table({c: v[idx] for c, v in table.columns.items()}, table.label, table.source)  # noqa: E731
     return pick(train_idx), pick(test_idx)
+
+
+def budget_of(cfg: SimulateConfig) -> Budget:
+    """The simulated parties' privacy budget: the configured one, else the party's default."""
+    default = Budget()
+    return Budget(cfg.budget_epsilon if cfg.budget_epsilon is not None else default.epsilon,
+                  cfg.budget_delta if cfg.budget_delta is not None else default.delta)
 
 
 def training_matrix(spec: JobSpec, table: Table) -> np.ndarray:
@@ -138,7 +149,7 @@ def simulate(cfg: SimulateConfig) -> dict[str, Any]:
         rff=(RFFOptions(cfg.features_n, cfg.bandwidth, cfg.feature_map, cfg.kernel, cfg.label_share)
              if cfg.model == "rf_ridge" else None))
     t_spec = time.perf_counter() - t
-    run = run_inprocess(spec, party_tables(spec, train), randomness)
+    run = run_inprocess(spec, party_tables(spec, train), randomness, budget=budget_of(cfg))
     release = run.release
     V = training_matrix(spec, train)
     report: dict[str, Any] = {
@@ -161,6 +172,8 @@ def simulate(cfg: SimulateConfig) -> dict[str, Any]:
         "baseline_delta": baseline_delta(cfg),
         "release_sha256": release.sha256,
         "job_digest": spec.digest,
+        "reproduction": spec.reproduction,
+        "ledgers": run.ledgers,
     }
     t = time.perf_counter()
     rng = np.random.default_rng(np.frombuffer(randomness.child("baselines").bytes(16), dtype=np.uint64))

@@ -40,7 +40,7 @@ from hypothesis import strategies as st
 
 from ltm.randomness import Randomness
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
-from party.randomizer import PartyDataError, client_vectors, make_batches
+from party.randomizer import PartyDataError, client_vectors, make_batches, party_randomness
 from party.uploader import batch_header
 from server.core import ServerCore
 from server.service import MAX_BATCH_BYTES, ServerService
@@ -152,7 +152,7 @@ def _job(job_id: str, partition: str, endpoints=None):
     tables = party_tables(spec, table)
     batches = {}
     for p in spec.parties:
-        for per_server in make_batches(spec, p.party_id, tables[p.party_id], randomness.child("party", p.party_id),
+        for per_server in make_batches(spec, p.party_id, tables[p.party_id], party_randomness(randomness, spec, p.party_id),
                                        batch_clients=BATCH):
             batches[(p.party_id, per_server[0].batch_index)] = per_server
     return spec, tables, batches
@@ -304,10 +304,15 @@ def publish_and_upload(target: Target, world: World) -> None:
             assert receipt.content_digest == per_server[target.index].content_digest()
 
 
+def _ca_key_dir(certs: Path) -> Path:
+    """Where the fixture keeps the CA key: beside the actors' directory, never in it."""
+    return certs.parent / f"{certs.name}-ca"
+
+
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory):
     d = tmp_path_factory.mktemp("certs")
-    write_certs(d, ACTORS)
+    write_certs(d, ACTORS, ca_dir=_ca_key_dir(d))  # the CA key is kept apart (the intermediate-CA attack uses it)
     foreign = tmp_path_factory.mktemp("foreign")
     write_certs(foreign, ["party-0", "analyst"])  # the same names under another CA
     return d, foreign
@@ -908,7 +913,7 @@ def _write_csv(path: Path, table: dict, variant: str) -> None:
 def bad_csv_runs(processes):
     """`ltm party` once per bad CSV, all at once, against the real servers, for a fresh job."""
     world, targets = processes["world"], processes["targets"]
-    spec = replace(world.spec, job_id="csv")
+    spec = replace(world.spec, job_id="csv", reproduction=False)  # the party draws private randomness
     for t in targets:
         t.stub("analyst").CreateJob(ltm_pb2.CreateJobRequest(spec_json=spec.canonical_json()), timeout=TIMEOUT)
     before = [t.snapshot(("csv",)) for t in targets]
@@ -1152,7 +1157,8 @@ def test_slow_streams_declaring_122_mib_do_not_grow_memory_and_hit_the_idle_dead
             p = spec.party(party)
             header = ltm_pb2.BatchHeader(job_id=spec.job_id, job_digest=spec.digest, party_id=party, batch_index=0,
                                          start=p.start, stop=p.start + clients, columns=list(range(width)),
-                                         shape=[pieces, clients, width], server_index=0, data_sha256=b"\0" * 32)
+                                         shape=[pieces, clients, width], server_index=0, data_sha256=b"\0" * 32,
+                                         randomness_mode="csprng")
             assert 8 * pieces * clients * width > 121 << 20
 
             def messages():
@@ -1167,7 +1173,8 @@ def test_slow_streams_declaring_122_mib_do_not_grow_memory_and_hit_the_idle_dead
         for t in threads:
             t.start()
         time.sleep(1.0)  # all 8 open (4 per party, the default cap): a 5th of party-0 is refused at once
-        header = ltm_pb2.BatchHeader(job_id=spec.job_id, job_digest=spec.digest, party_id="party-0")
+        header = ltm_pb2.BatchHeader(job_id=spec.job_id, job_digest=spec.digest, party_id="party-0",
+                                     randomness_mode="csprng")
         fifth = target.upload([ltm_pb2.UploadChunk(header=header)], actor="party-0")[:2]
         CASES["processes"] += 1
         assert fifth[0] == "RESOURCE_EXHAUSTED" and "max_streams_per_party" in fifth[1], fifth
@@ -1207,7 +1214,7 @@ def _intermediate_cert_dir(certs: Path, out: Path, actor: str) -> None:
 
     from transport.certs import _new_key, issue_leaf
 
-    ca_key = serialization.load_pem_private_key((certs / "ca.key").read_bytes(), None)
+    ca_key = serialization.load_pem_private_key((_ca_key_dir(certs) / "ca.key").read_bytes(), None)
     ca_cert = x509.load_pem_x509_certificate((certs / "ca.pem").read_bytes())
     sub_key = _new_key()
     now = dt.datetime.now(dt.timezone.utc)

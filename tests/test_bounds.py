@@ -16,7 +16,8 @@ N = 4000
 
 
 def draft_doc() -> dict:
-    return {"job": {"id": "b"}, "release": {"kind": "sparse", "m": 16}, "privacy": {"epsilon": 1.0, "delta": 1e-6},
+    # a reproduction draft: the in-process rounds below run on seeded (reproducible) randomness
+    return {"job": {"id": "b", "reproduction": True}, "release": {"kind": "sparse", "m": 16}, "privacy": {"epsilon": 1.0, "delta": 1e-6},
             "servers": [{"id": "server-0", "endpoint": "h:1"}, {"id": "server-1", "endpoint": "h:2"}],
             "parties": [{"id": "party-0", "clients": N // 2}, {"id": "party-1", "clients": N // 2}],
             "columns": [{"name": "a"}, {"name": "b", "range": [0.0, 1.0]}, {"name": "y", "role": "label"}]}

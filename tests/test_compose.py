@@ -175,12 +175,12 @@ def test_every_actor_runs_with_its_own_certificates(service):
 def test_only_certs_init_holds_the_ca_key():
     init = SERVICES["certs-init"]
     (argv,) = ltm_argv(init)
-    ca_dir = flag(argv, "--out")
+    out, key_dir = flag(argv, "--out"), flag(argv, "--ca-dir") or flag(argv, "--out").rstrip("/") + "-ca"
     init_mounts = mounts(init)
-    assert not any(ca_dir == d or ca_dir.startswith(d.rstrip("/") + "/") for d in init_mounts), \
-        "the CA key must not be written to a volume"
+    for d in (out, key_dir):  # the CA key (--ca-dir) and the issued leaves (--out): no volume, deleted
+        assert not any(d == m or d.startswith(m.rstrip("/") + "/") for m in init_mounts), f"{d} is on a volume"
+        assert re.search(rf"rm -rf [^&;]*{re.escape(d)}( |$)", init["command"][0]), f"certs-init leaves {d} behind"
     assert flag(argv, "--bundles") == "/issue" and "--if-missing" in argv
-    assert f"rm -rf {ca_dir}" in init["command"][0]
     assert set(init_mounts) == {f"/issue/{a}" for a in ACTORS}
     assert all("certs-" not in v for v, _ in mounts(SERVICES["demo-data"]).values())
 

@@ -29,7 +29,7 @@ from ltm.cli import main
 from ltm.randomness import DERIVED_MODE, Randomness
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
 from party.journal import JournalError, UploadJournal, journal_path
-from party.randomizer import clip_rows, client_vectors, make_batches, plan_batches
+from party.randomizer import clip_rows, client_vectors, make_batches, plan_batches, party_randomness
 from party.uploader import run_upload, upload_batch
 from sim.data import synthetic_ridge
 from sim.demo import write_party_csv
@@ -219,7 +219,9 @@ def test_party_killed_mid_upload_resumes(dep, mode):
     that have it return the same receipt), finished batches are skipped, every client is counted
     once, and the release is the undisturbed one (seeded) or consistent noise around S·X (system)."""
     seed = 31 if mode == "seeded" else None
-    spec, tables, randomness, data_dir = _job(dep, f"party-crash-{mode}", seed=31, n=6000)
+    # the data and sketch come from seed 31 either way; only a seeded party needs a reproduction job
+    spec, tables, randomness, data_dir = _job(dep, f"party-crash-{mode}", seed=31, n=6000,
+                                              reproduction=mode == "seeded")
     group, servers = dep["group"], dep["servers"]
     jpath = journal_path(data_dir / ".ltm-party-state", spec.job_id, "party-0")
 
@@ -367,7 +369,7 @@ def test_a_server_down_for_the_whole_job_means_no_release(dep):
         operator = ltm_pb2_grpc.AnalystStub(o_ch)
         try:
             await operator.SubmitJob(ltm_pb2.SubmitJobRequest(spec_json=spec.canonical_json()), timeout=30)
-            await run_upload(party0, spec, "party-0", tables["party-0"], randomness.child("party", "party-0"),
+            await run_upload(party0, spec, "party-0", tables["party-0"], party_randomness(randomness, spec, "party-0"),
                              batch_clients=BATCH, progress=False)
             group.kill(servers[2])  # and it never comes back during the job
             late.append(_start_party(dep, spec, "party-1", data_dir, seed=41))
@@ -422,7 +424,7 @@ def test_release_over_the_intersection_when_the_gate_allows_it(dep):
             for p in spec.parties:
                 ch, stubs = _channels(dep, p.party_id)
                 try:
-                    r = randomness.child("party", p.party_id)
+                    r = party_randomness(randomness, spec, p.party_id)
                     if p.party_id != "party-2":
                         await run_upload(stubs, spec, p.party_id, tables[p.party_id], r, batch_clients=BATCH,
                                          progress=False)

@@ -77,3 +77,13 @@ def test_documented_commands_name_real_subcommands_and_flags(doc: str, command: 
     flags = {w.split("=", 1)[0] for w in words if w.startswith("--")}
     unknown = sorted(flags - known)
     assert not unknown, f"{doc}: `{command}`: `ltm {path}` has no option(s) {unknown}"
+
+
+def test_what_the_readme_calls_a_runtime_dependency_is_one() -> None:
+    import tomllib
+
+    core = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["dependencies"]
+    names = {re.split(r"[<>=!~\[; ]", d, maxsplit=1)[0].lower() for d in core}
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    claimed = {m.lower() for m in re.findall(r"`([A-Za-z0-9_.-]+)` is a runtime dependency", text)}
+    assert claimed <= names, f"README calls {sorted(claimed - names)} runtime dependencies; pyproject: {sorted(names)}"

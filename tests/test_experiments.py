@@ -285,7 +285,8 @@ def test_fast_release_reports_the_same_noise_accounting_as_the_pipeline():
     real = run_inprocess(spec, party_tables(spec, table), Randomness.seeded_insecure(1)).release
     fast = ltmjobs.fast_release(spec, ltmjobs.transformed(spec, table), 1)
     assert fast.noise_variance_per_column == real.noise_variance_per_column
-    for k in ("sigma_client", "sigma_release", "min_honest_load", "achieved_delta", "dp_verified"):
+    for k in ("sigma_client", "sigma_release", "min_honest_load", "achieved_delta", "calibration_verified",
+              "dp_verified"):
         assert fast.privacy[k] == real.privacy[k]
 
 

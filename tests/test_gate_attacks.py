@@ -17,6 +17,7 @@ the Status RPC.  The test process plays the analyst and the parties with real ce
 from __future__ import annotations
 
 import hashlib
+from dataclasses import replace
 import sqlite3
 from pathlib import Path
 
@@ -26,7 +27,8 @@ import pytest
 
 from ltm.randomness import Randomness
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
-from party.randomizer import make_batches
+from party.randomizer import make_batches, party_randomness
+from party.uploader import batch_header
 from server.release_gate import check_release
 from sim.data import synthetic_ridge
 from sim.jobs import build_job, party_tables
@@ -73,11 +75,16 @@ def deployment(tmp_path_factory):
         group.stop_all()
 
 
-def make_job(dep, job_id: str, **kw):
+def make_job(dep, job_id: str, privacy: dict | None = None, **kw):
+    """A job on the deployment.  Seeded randomness makes it a reproduction job (the tests upload
+    seeded batches themselves) unless ``reproduction=False``; ``privacy`` overrides privacy fields
+    after the defaults were resolved."""
     randomness = Randomness.seeded_insecure(f"gate-{job_id}")
     table = synthetic_ridge(N, 4, randomness)
     spec, _ = build_job(table, job_id=job_id, randomness=randomness, parties=2, k=K, m=8,
                         endpoints=[s.endpoint for s in dep["servers"]], **kw)
+    if privacy:
+        spec = replace(spec, privacy=replace(spec.privacy, **privacy))
     return spec, party_tables(spec, table), randomness
 
 
@@ -88,13 +95,8 @@ def publish(dep, spec):
 
 
 def _chunks(batch, job_id):
-    share = batch.share
-    payload = b"" if share.seed is not None else np.ascontiguousarray(share.data, dtype="<u8").tobytes()
-    yield ltm_pb2.UploadChunk(header=ltm_pb2.BatchHeader(
-        job_id=job_id, job_digest=batch.job_digest, party_id=batch.party_id, batch_index=batch.batch_index,
-        start=batch.start, stop=batch.stop, columns=list(batch.columns), shape=list(share.shape),
-        server_index=share.server, seed=share.seed or b"",
-        data_sha256=hashlib.sha256(payload).digest() if payload else b""))
+    header, payload = batch_header(batch, job_id)  # the party's own header (randomness mode included)
+    yield ltm_pb2.UploadChunk(header=header)
     if payload:
         yield ltm_pb2.UploadChunk(data=payload)
 
@@ -103,7 +105,7 @@ def upload_all(dep, spec, tables, randomness, skip=lambda server, party_id, inde
     """Every party's batches to every server, except those ``skip`` names."""
     for p in spec.parties:
         stubs = dep["party"][p.party_id]
-        for per_server in make_batches(spec, p.party_id, tables[p.party_id], randomness.child("party", p.party_id),
+        for per_server in make_batches(spec, p.party_id, tables[p.party_id], party_randomness(randomness, spec, p.party_id),
                                        batch_clients=BATCH):
             for i, b in enumerate(per_server):
                 if not skip(i, p.party_id, b.batch_index):
@@ -215,8 +217,9 @@ def test_tiny_starved_and_repeated_releases_are_refused_by_every_server(deployme
 def test_clients_a_server_does_not_hold_are_refused_by_that_server(deployment):
     dep = deployment
     # L a little below the default (95% of the full load), so that the honest intersection — 3 × 25
-    # clients short — still passes the gate, as it would with more clients
-    spec, tables, randomness = make_job(dep, "held", min_honest_load=100)
+    # clients short — still passes the gate, as it would with more clients (no corrupt party deducted:
+    # this test is about the held sets; a reproduction job may ask for that)
+    spec, tables, randomness = make_job(dep, "held", min_honest_load=100, corrupt_parties=0)
     assert spec.privacy.min_honest_load == 100
     publish(dep, spec)
     # server i never received one batch, a different one for each server
@@ -257,8 +260,16 @@ POLICY_CASES = {
     "eps2": ({"epsilon": 2.0}, [], "ε = 2 exceeds this party's limit 1"),
     "eps-strict": ({}, ["--max-epsilon", "0.5"], "ε = 1 exceeds this party's limit 0.5"),
     "delta": ({"delta": 1e-3}, [], "δ = 0.001 exceeds this party's limit 1e-05"),
-    "load": ({}, ["--min-load", "100000"], "is below this party's minimum 100000"),
     "paper": ({"calibration": "paper"}, [], "calibration 'paper' is a reproduction mode"),
+    # two parties of 200 clients each: the default tolerates one corrupt party; a job that does not is
+    # refused by default, and a party may demand more than the job offers
+    "corrupt0": ({"privacy": {"corrupt_parties": 0}}, [],
+                 "the job tolerates 0 corrupt parties, this party requires at least 1"),
+    "corrupt2": ({}, ["--min-corrupt-parties", "2"], "the job tolerates 1 corrupt parties, this party requires at least 2"),
+    "tprime": ({}, ["--min-t-prime", "3"], "t′ = 0 corrupt clients, this party requires at least 3"),
+    "participants": ({}, ["--min-participants", "100000"], "this party requires at least 100000"),
+    "reproduction": ({"reproduction": True}, [], "the job is marked as a reproduction"),
+    "seeded": ({}, ["--seed", "7"], "the job is not marked as a reproduction"),
 }
 
 
@@ -269,7 +280,7 @@ def policy_runs(deployment):
     runs = {}
     specs = {}
     for job_id, (overrides, flags, _) in [*POLICY_CASES.items(), ("accept", ({}, [], ""))]:
-        spec, tables, _ = make_job(dep, job_id, **overrides)
+        spec, tables, _ = make_job(dep, job_id, **{"reproduction": False, **overrides})
         publish(dep, spec)
         specs[job_id] = spec
         work = dep["work"] / f"party-{job_id}"

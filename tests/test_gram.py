@@ -25,7 +25,7 @@ from ltm.jobspec import JobSpecError, honest_row_loads, validate_job
 from ltm.lifts import LIFTS, gram_from_vector, gram_width
 from ltm.randomness import Randomness
 from ltm.ring import decode, encode
-from party.randomizer import clip_rows, client_vectors, noisy_copies, plan_batches
+from party.randomizer import clip_rows, client_vectors, noisy_copies, plan_batches, party_randomness
 from server.core import ServerCore
 from server.release_gate import ANALYST_ROLE
 from sim.data import Table, synthetic_ridge
@@ -86,7 +86,7 @@ def clear_gram_release(spec, tables, randomness, batch=BATCH):
     for party in spec.parties:
         vectors = clip_rows(client_vectors(spec, party, tables[party.party_id]), party.clip_bound, spec.clip_norm)
         lifted = GRAM.apply(spec, vectors)
-        prand = randomness.child("party", party.party_id)
+        prand = party_randomness(randomness, spec, party.party_id)
         for batch_index, a, b in plan_batches(party, batch).ranges:
             noisy = noisy_copies(lifted[a - party.start:b - party.start], 1, plan,
                                  prand.child("batch", batch_index).child("noise"))
@@ -124,7 +124,7 @@ def test_gram_sum_covers_exactly_the_agreed_participants():
     for server in servers:
         server.create_job(spec, caller_role=ANALYST_ROLE)
     for party in spec.parties[:-1]:
-        prand = randomness.child("party", party.party_id)
+        prand = party_randomness(randomness, spec, party.party_id)
         for per_server in make_batches(spec, party.party_id, tables[party.party_id], prand, batch_clients=BATCH):
             stray = party is spec.parties[0] and per_server[0].batch_index == 1
             for server, batch in zip(servers, per_server):
@@ -143,7 +143,7 @@ def test_gram_sum_covers_exactly_the_agreed_participants():
     expected = np.zeros(spec.upload_width, dtype=np.uint64)
     for party in spec.parties[:-1]:
         lifted = GRAM.apply(spec, clip_rows(client_vectors(spec, party, tables[party.party_id]), spec.clip_bound))
-        prand = randomness.child("party", party.party_id)
+        prand = party_randomness(randomness, spec, party.party_id)
         for bi, a, b in plan_batches(party, BATCH).ranges:
             noisy = noisy_copies(lifted[a - party.start:b - party.start], 1, plan, prand.child("batch", bi).child("noise"))
             keep = participants[a:b]

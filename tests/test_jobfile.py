@@ -88,15 +88,19 @@ def test_columns_partition_and_laplace_and_lowrank():
 
 
 def test_party_policies_apply_in_process():
-    # L and the minimum participant set leave room for one party to stay away
-    jf = parse_job_file(render_job_file(doc(privacy={"epsilon": 1.0, "delta": 1e-6, "min_honest_load": 20,
-                                                     "min_participants": 300})))
+    # L and the minimum participant set leave room for one party of three to stay away (the job
+    # tolerates one corrupt party by default, so two must come: one of them may be that party)
+    three = [{"id": f"party-{i}", "clients": 400} for i in range(3)]
+    jf = parse_job_file(render_job_file(doc(parties=three, privacy={"epsilon": 1.0, "delta": 1e-6,
+                                                                    "min_honest_load": 20, "min_participants": 600})))
+    assert jf.spec.privacy.corrupt_parties == 1
     rng = np.random.default_rng(0)
     tables = {p.party_id: {c: rng.normal(size=p.size) for c in ("a", "b", "y")} for p in jf.spec.parties}
     policies = {"party-1": PartyPolicy(max_epsilon=0.5)}
-    run = run_inprocess(jf.spec, tables, Randomness.seeded_insecure(1), policies=policies)
+    # a job file's job is private (not a reproduction): its servers take CSPRNG batches only
+    run = run_inprocess(jf.spec, tables, Randomness.system(), policies=policies)
     assert set(run.refused) == {"party-1"} and "ε = 1 exceeds" in run.refused["party-1"]
-    assert run.participants[:400].all() and not run.participants[400:].any()
+    assert run.participants[:400].all() and not run.participants[400:800].any() and run.participants[800:].all()
 
 
 def test_a_public_transform_from_the_job_file():

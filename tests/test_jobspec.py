@@ -321,9 +321,15 @@ def test_resolve_defaults_picks_a_frac_bits_that_passes(clip):
             validate_job(replace(resolved, frac_bits=f + 1))
     if clip == 2.0**35:
         assert f < jobspec.MAX_FRAC_BITS  # the case really exercises the headroom path
-    # L and min_participants defaults
-    loads = resolved.make_sketch().row_loads()
-    assert resolved.privacy.min_honest_load == math.floor(jobspec.DEFAULT_LOAD_FRACTION * loads.min())
+    # L and min_participants defaults: the parties hold many clients each, so one corrupt party is
+    # tolerated by default and L is a fraction of the load left once the largest party's is removed
+    sketch = resolved.make_sketch()
+    loads = sketch.row_loads()
+    rows = sketch.slots() >> 1
+    per_party = np.array([np.bincount(rows[:, p.start:p.stop].ravel(), minlength=sketch.m) for p in resolved.parties])
+    assert resolved.privacy.corrupt_parties == 1
+    honest = loads - per_party.max(axis=0)
+    assert resolved.privacy.min_honest_load == math.floor(jobspec.DEFAULT_LOAD_FRACTION * honest.min())
     assert resolved.privacy.min_participants == math.ceil(resolved.n / 2)
 
 

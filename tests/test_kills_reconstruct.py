@@ -118,8 +118,9 @@ def _job(**kw):
     from sim.jobs import build_job
 
     randomness = Randomness.seeded_insecure("report-kills")
+    # the report's arithmetic with the flat t′ deduction: no corrupt party (a reproduction job may ask)
     spec, _ = build_job(synthetic_ridge(400, 3, randomness), job_id="report-kills", randomness=randomness,
-                        parties=2, k=2, m=8, **kw)
+                        parties=2, k=2, m=8, **{"corrupt_parties": 0, **kw})
     return spec
 
 

@@ -13,7 +13,7 @@ import pytest
 from analyst.coordinator import close_all, fetch_result_share, publish, run_job
 from ltm.randomness import Randomness
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
-from party.randomizer import make_batches
+from party.randomizer import make_batches, party_randomness
 from party.uploader import fetch_job, run_upload, upload_batch
 from sim.data import synthetic_ridge
 from sim.inprocess import run_inprocess
@@ -73,7 +73,7 @@ def test_both_transports_release_identical_bytes(deployment):
                     fetched = await fetch_job(party, spec.job_id)
                     assert fetched.digest == spec.digest
                     await run_upload(party, fetched, p.party_id, tables[p.party_id],
-                                     randomness.child("party", p.party_id), batch_clients=700, progress=False)
+                                     party_randomness(randomness, spec, p.party_id), batch_clients=700, progress=False)
                 finally:
                     await _close(p_ch)
             return await run_job(analyst, spec, deadline_s=10, randomness_label=randomness.label)
@@ -106,7 +106,7 @@ def test_gram_release_is_identical_over_grpc_and_equals_the_clear_sum(deployment
                 p_ch, party = _stubs(deployment, p.party_id)
                 try:
                     await run_upload(party, spec, p.party_id, tables[p.party_id],
-                                     randomness.child("party", p.party_id), batch_clients=300, progress=False)
+                                     party_randomness(randomness, spec, p.party_id), batch_clients=300, progress=False)
                 finally:
                     await _close(p_ch)
             return await run_job(analyst, spec, deadline_s=10, randomness_label=randomness.label)
@@ -152,7 +152,7 @@ def test_refusals_carry_the_right_status(deployment):
             for p in spec.parties:
                 ch, stubs = _stubs(deployment, p.party_id)
                 try:
-                    await run_upload(stubs, spec, p.party_id, tables[p.party_id], randomness.child("party", p.party_id),
+                    await run_upload(stubs, spec, p.party_id, tables[p.party_id], party_randomness(randomness, spec, p.party_id),
                                      progress=False)
                 finally:
                     await _close(ch)
@@ -197,7 +197,7 @@ def test_status_reports_batches_and_bytes(deployment):
             for p in spec.parties:
                 ch, stubs = _stubs(deployment, p.party_id)
                 try:
-                    await run_upload(stubs, spec, p.party_id, tables[p.party_id], randomness.child("party", p.party_id),
+                    await run_upload(stubs, spec, p.party_id, tables[p.party_id], party_randomness(randomness, spec, p.party_id),
                                      batch_clients=500, progress=False)
                 finally:
                     await _close(ch)

@@ -4,7 +4,7 @@ import pytest
 
 from ltm.randomness import Randomness
 from ltm.ring import encode
-from party.randomizer import clip_rows, client_vectors, noisy_copies, plan_batches
+from party.randomizer import clip_rows, client_vectors, noisy_copies, party_randomness, plan_batches
 from sim.data import synthetic_ridge
 from sim.inprocess import run_inprocess
 from sim.jobs import build_job, party_tables
@@ -22,7 +22,7 @@ def clear_release(spec, tables, randomness):
     for party in spec.parties:
         cols = spec.party_column_indices(party)
         vectors = clip_rows(client_vectors(spec, party, tables[party.party_id]), party.clip_bound, spec.clip_norm)
-        prand = randomness.child("party", party.party_id)
+        prand = party_randomness(randomness, spec, party.party_id)
         for batch_index, a, b in plan_batches(party, BATCH).ranges:
             rand = prand.child("batch", batch_index)
             noisy = noisy_copies(vectors[a - party.start:b - party.start], pieces, plan, rand.child("noise"))
@@ -70,7 +70,7 @@ def test_clear_release_matches_the_float_sketch():
     acc = np.zeros((sketch.m, spec.width))
     for party in spec.parties:
         vectors = clip_rows(client_vectors(spec, party, tables[party.party_id]), party.clip_bound)
-        prand = randomness.child("party", party.party_id)
+        prand = party_randomness(randomness, spec, party.party_id)
         for bi, a, b in plan_batches(party, BATCH).ranges:
             noisy = noisy_copies(vectors[a - party.start:b - party.start], sketch.pieces, plan,
                                  prand.child("batch", bi).child("noise"))

@@ -17,7 +17,7 @@ from ltm.errors import ProtocolError
 from ltm.jobspec import honest_row_loads
 from ltm.randomness import Randomness
 from ltm.sharing import Share
-from party.randomizer import make_batches
+from party.randomizer import make_batches, party_randomness
 from server.core import ServerCore
 from server.release_gate import ANALYST_ROLE, GateRefusal, check_release
 from sim.data import synthetic_ridge
@@ -39,7 +39,7 @@ def all_batches(spec, tables, randomness):
     out = {}
     for party in spec.parties:
         for per_server in make_batches(spec, party.party_id, tables[party.party_id],
-                                       randomness.child("party", party.party_id), batch_clients=BATCH):
+                                       party_randomness(randomness, spec, party.party_id), batch_clients=BATCH):
             out[(party.party_id, per_server[0].batch_index)] = per_server
     return out
 
@@ -108,6 +108,15 @@ def spec():
     return make_job()[0]
 
 
+@pytest.fixture(scope="module")
+def flat_spec():
+    """No corrupt party deducted (explicit 0; a reproduction job may ask for it): the gate's
+    deduction is the flat t′, so row loads can be steered exactly."""
+    spec = make_job(corrupt_parties=0)[0]
+    assert spec.privacy.corrupt_parties == 0 and spec.reproduction
+    return spec
+
+
 def gate(spec, participants, *, role=ANALYST_ROLE, digest=None, held=None, released=False):
     return check_release(spec, caller_role=role, job_digest=spec.digest if digest is None else digest,
                          participants=participants, held=np.ones(spec.n, dtype=bool) if held is None else held,
@@ -123,7 +132,8 @@ def test_gate_allows_full_participation(spec):
     assert decision.min_row_load == int(loads.min())
 
 
-def test_gate_refuses_a_row_below_L(spec):
+def test_gate_refuses_a_row_below_L(flat_spec):
+    spec = flat_spec
     mask = low_load_set(spec, spec.privacy.min_participants)
     err = expect("FAILED_PRECONDITION", gate, spec, mask, match="sketch row 0")
     assert isinstance(err, GateRefusal) and "L=" in err.message
@@ -150,14 +160,26 @@ def test_gate_refuses_a_tiny_participant_set(spec):
 
 def test_gate_deducts_t_prime_and_corrupt_parties(spec):
     everyone = np.ones(spec.n, dtype=bool)
-    loads, _ = honest_row_loads(spec, everyone)
-    slack = int(loads.min()) - spec.privacy.min_honest_load
-    ok = replace(spec, privacy=replace(spec.privacy, t_prime=slack))
-    gate(ok, everyone)
-    bad = replace(spec, privacy=replace(spec.privacy, t_prime=slack + 1))
-    expect("FAILED_PRECONDITION", gate, bad, everyone, match="honest load")
-    # one corrupt party (of two, each holding half the clients) takes about half of every row
-    expect("FAILED_PRECONDITION", gate, replace(spec, privacy=replace(spec.privacy, corrupt_parties=1)), everyone)
+    # the default for two parties of 200 clients each: one corrupt party tolerated
+    assert spec.privacy.corrupt_parties == 1
+    loads, deduction = honest_row_loads(spec, everyone)
+    L = spec.privacy.min_honest_load
+    # without the party deduction the gate subtracts t′ alone
+    no_party = replace(spec, privacy=replace(spec.privacy, corrupt_parties=0))
+    slack = int(loads.min()) - L
+    gate(replace(no_party, privacy=replace(no_party.privacy, t_prime=slack)), everyone)
+    expect("FAILED_PRECONDITION", gate, replace(no_party, privacy=replace(no_party.privacy, t_prime=slack + 1)),
+           everyone, match="honest load")
+    # with it, the larger party's load is subtracted row by row first: t′ has only what is left
+    rows = spec.make_sketch().slots() >> 1
+    per_party = np.array([np.bincount(rows[:, p.start:p.stop].ravel(), minlength=spec.sketch.m)
+                          for p in spec.parties])
+    np.testing.assert_array_equal(deduction, per_party.max(axis=0))
+    slack_c = int((loads - per_party.max(axis=0)).min()) - L
+    assert 0 <= slack_c < slack
+    gate(replace(spec, privacy=replace(spec.privacy, t_prime=slack_c)), everyone)
+    expect("FAILED_PRECONDITION", gate, replace(spec, privacy=replace(spec.privacy, t_prime=slack_c + 1)),
+           everyone, match="honest load")
 
 
 def test_gate_role_digest_release_and_held_checks(spec):
@@ -214,7 +236,7 @@ def test_refused_release_leaves_no_record_and_a_valid_release_still_works():
 
 def test_release_of_clients_the_server_does_not_hold():
     skipped = ("party-1", 1)  # party-1's second batch never reached the servers
-    job = Job(skip=(skipped,))
+    job = Job(skip=(skipped,), corrupt_parties=0)
     held = job.held[0]
     assert not held.all() and held.sum() == N - BATCH
     everyone = np.ones(job.spec.n, dtype=bool)

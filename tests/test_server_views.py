@@ -51,7 +51,7 @@ from ltm.jobspec import ColumnSpec, JobSpec, PartySpec, PrivacySpec, ServerSpec,
 from ltm.randomness import Randomness
 from ltm.ring import encode
 from ltm.sharing import SEED_BYTES, Share, share
-from party.randomizer import clip_rows, make_batches, noisy_copies, plan_batches
+from party.randomizer import clip_rows, make_batches, noisy_copies, plan_batches, party_randomness
 
 N_CLIENTS, WIDTH, PIECES, M, PARTIES, BATCH = 8192, 8, 2, 16, 4, 512
 #: 2^17 words per view: 2^20 bytes (4096 per byte value), 2^21 nibble pairs (8192 per cell),
@@ -97,7 +97,7 @@ def collect(spec: JobSpec, data: str, randomness: Randomness, *, plan: NoisePlan
     batches = []
     for party in spec.parties:
         for per_server in make_batches(spec, party.party_id, tables(spec, data)[party.party_id],
-                                       randomness.child("party", party.party_id), plan=plan,
+                                       party_randomness(randomness, spec, party.party_id), plan=plan,
                                        batch_clients=batch_clients):
             assert [b.server for b in per_server] == list(range(spec.k))
             batches.append(per_server)
@@ -209,7 +209,7 @@ def test_all_k_shares_reconstruct_the_noisy_encoding_bit_for_bit(share_mode, k):
     plan = spec.noise_plan()
     for party in spec.parties:
         vectors = clip_rows(np.full((party.size, WIDTH), ROW_VALUE), 1.0)
-        prand = randomness.child("party", party.party_id)
+        prand = party_randomness(randomness, spec, party.party_id)
         mine = [per for per in batches if per[0].party_id == party.party_id]
         ranges = plan_batches(party, 300).ranges
         assert len(mine) == len(ranges)

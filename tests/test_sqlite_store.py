@@ -19,7 +19,7 @@ from ltm.batch import ShareBatch
 from ltm.errors import ProtocolError
 from ltm.randomness import Randomness
 from ltm.sharing import Share
-from party.randomizer import make_batches
+from party.randomizer import make_batches, party_randomness
 from server.core import ServerCore, participants_digest
 from server.release_gate import ANALYST_ROLE
 from server.sqlite_store import (BLOB_DIR, DB_NAME, SqliteStore, StoreCorruptError, StoreError, path_component)
@@ -46,7 +46,7 @@ def job_batches(spec, tables, randomness, batch_clients=32):
     out = {i: [] for i in range(spec.k)}
     for party in spec.parties:
         for per_server in make_batches(spec, party.party_id, tables[party.party_id],
-                                       randomness.child("party", party.party_id), batch_clients=batch_clients):
+                                       party_randomness(randomness, spec, party.party_id), batch_clients=batch_clients):
             for b in per_server:
                 out[b.server].append(b)
     return out

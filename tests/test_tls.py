@@ -113,9 +113,26 @@ def test_mutual_tls_identity(certs, host):
 def test_peer_identity_sync_function_in_aio_handler(certs):
     async def main():
         async with aio_server(certs, mode="peer_identity") as (port, _):
-            return await _call(make_channel(f"127.0.0.1:{port}", certs, "server-0"))
+            return await _call(make_channel(f"127.0.0.1:{port}", certs, "party-3"))
 
-    assert _run(main()) == b"server-0|server|1"
+    assert _run(main()) == b"party-3|party|1"
+
+
+def test_certificates_work_only_for_what_their_actor_does(certs):
+    """A party's certificate has no serverAuth and no host name: the TLS handshake itself refuses
+    a party serving, whatever name the client asks for."""
+    async def main():
+        async with aio_server(certs, actor="party-3") as (port, _):
+            for target in (f"127.0.0.1:{port}", f"localhost:{port}"):
+                with pytest.raises(grpc.aio.AioRpcError) as as_server:
+                    await _call(make_channel(target, certs, "analyst"))
+                assert as_server.value.code() == grpc.StatusCode.UNAVAILABLE
+            # not even when the client asks for that very identity
+            with pytest.raises(grpc.aio.AioRpcError):
+                await _call(make_channel(f"127.0.0.1:{port}", certs, "analyst",
+                                         options=[("grpc.ssl_target_name_override", "party-3")]))
+
+    _run(main())
 
 
 def test_role_check_permission_denied(certs):
@@ -353,41 +370,62 @@ def test_role_of():
 
 
 # ---------------------------------------------------------------------------- files
+def _names(cert):
+    san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    return (san.get_values_for_type(x509.UniformResourceIdentifier), san.get_values_for_type(x509.DNSName),
+            [str(ip) for ip in san.get_values_for_type(x509.IPAddress)],
+            set(cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value))
+
+
 def test_write_certs_files_modes_and_contents(tmp_path):
     d = tmp_path / "c"
-    paths = write_certs(d, ["server-0", "party-17", "analyst"], hosts=["localhost", "10.1.2.3", "ltm.example"])
-    assert set(paths) == {"ca", "server-0", "party-17", "analyst"}
+    paths = write_certs(d, ["server-0", "party-17", "analyst", "operator"],
+                        hosts=["localhost", "10.1.2.3", "ltm.example"], analyst_hosts=["analyst.example"],
+                        ca_dir=tmp_path / "ca-key")
+    assert set(paths) == {"ca", "server-0", "party-17", "analyst", "operator"}
     for name, (cert, key) in paths.items():
         assert cert.exists() and key.exists()
         assert stat.S_IMODE(key.stat().st_mode) == 0o600, key
         assert key.read_bytes().startswith(b"-----BEGIN PRIVATE KEY-----")
     assert paths["ca"].cert == d / "ca.pem" and paths["party-17"].key == d / "party-17.key"
+    # the CA key is never where the actors' files are
+    assert paths["ca"].key == tmp_path / "ca-key" / "ca.key" and not (d / "ca.key").exists()
+    assert stat.S_IMODE((tmp_path / "ca-key").stat().st_mode) == 0o700
     assert not list(d.glob(".*tmp"))
 
-    leaf = x509.load_pem_x509_certificate(paths["party-17"].cert.read_bytes())
+    load = lambda actor: x509.load_pem_x509_certificate(paths[actor].cert.read_bytes())  # noqa: E731
     ca = x509.load_pem_x509_certificate(paths["ca"].cert.read_bytes())
+    leaf = load("party-17")
     leaf.verify_directly_issued_by(ca)
     assert leaf.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == "party-17"
-    san = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    assert san.get_values_for_type(x509.UniformResourceIdentifier) == ["ltm://actor/party-17"]
-    assert san.get_values_for_type(x509.DNSName) == ["party-17", "localhost", "ltm.example"]  # actor name first
-    assert [str(ip) for ip in san.get_values_for_type(x509.IPAddress)] == ["10.1.2.3"]
-    eku = leaf.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
-    assert set(eku) == {ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH}
     assert leaf.public_key().curve.name == "secp256r1"
+    SA, CA_ = ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH
+    # only a server certificate names the servers' hosts
+    assert _names(load("server-0")) == (["ltm://actor/server-0"], ["server-0", "localhost", "ltm.example"],
+                                        ["10.1.2.3"], {SA, CA_})
+    # the analyst's certificate is valid only where the analyst serves
+    assert _names(load("analyst")) == (["ltm://actor/analyst"], ["analyst", "analyst.example"], [], {SA, CA_})
+    # parties and the operator never serve: no host names, no serverAuth
+    assert _names(leaf) == (["ltm://actor/party-17"], [], [], {CA_})
+    assert _names(load("operator")) == (["ltm://actor/operator"], [], [], {CA_})
     server_credentials(d, "server-0")  # gRPC accepts the PEM files
+    with pytest.raises(ValueError, match="never goes to an actor"):
+        write_certs(d, ["server-0"], ca_dir=d, force=True)
 
 
 def test_write_certs_refuses_to_replace_ca(tmp_path):
     first = write_certs(tmp_path, ["server-0"])
+    assert first["ca"].key is None  # without ca_dir the CA key is discarded
     ca_before = first["ca"].cert.read_bytes()
     with pytest.raises(FileExistsError, match="force"):
         write_certs(tmp_path, ["server-0", "party-1"])
     assert first["ca"].cert.read_bytes() == ca_before
     assert not (tmp_path / "party-1.pem").exists()
-    second = write_certs(tmp_path, ["server-0"], force=True)
+    (tmp_path / "ca.key").write_bytes(b"a CA key an older layout left beside the actors' files")
+    second = write_certs(tmp_path, ["server-0"], force=True, ca_dir=tmp_path.parent / "keys")
     assert second["ca"].cert.read_bytes() != ca_before
     assert stat.S_IMODE(second["ca"].key.stat().st_mode) == 0o600
+    assert not (tmp_path / "ca.key").exists()
     with pytest.raises(ValueError, match="duplicate"):
         write_certs(tmp_path / "x", ["party-1", "party-1"])
     with pytest.raises(ValueError, match="bad actor"):
@@ -411,9 +449,12 @@ def test_certs_cli(tmp_path, capsys):
     assert rc == 0
     names = {p.name for p in out.iterdir()}
     expected = {"server-0", "server-1", "party-0", "party-1", "party-2", "party-x", "analyst", "operator"}
-    assert names == {"ca.pem", "ca.key"} | {f"{a}.pem" for a in expected} | {f"{a}.key" for a in expected}
+    # what the actors get: no CA key among it; that goes to <out>-ca, and the output says where it must stay
+    assert names == {"ca.pem"} | {f"{a}.pem" for a in expected} | {f"{a}.key" for a in expected}
+    assert {p.name for p in (tmp_path / "certs-ca").iterdir()} == {"ca.key"}
     printed = capsys.readouterr().out
     assert "ca.pem" in printed and "party-x" in printed
+    assert f"{tmp_path / 'certs-ca' / 'ca.key'}" in printed and "NEVER copy it to a server, party or analyst host" in printed
     with pytest.raises(SystemExit) as exit_:
         certs_main(["--out", str(out), "--servers", "1"])
     assert exit_.value.code == 2

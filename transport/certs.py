@@ -1,17 +1,36 @@
 """A private certificate authority and per-actor leaf certificates for mutual TLS.
 
-Every actor gets one EC P-256 key and one certificate signed by the job's CA.  The certificate
-names the actor twice: subject ``CN=<actor>`` and a SAN URI ``ltm://actor/<actor>`` (the SAN is
-what :func:`transport.tls.peer_identity` prefers).  It also carries DNS/IP SANs for the hosts the
-actor listens on (default ``localhost`` and ``127.0.0.1``), so clients verify servers by their
-ordinary address without ``grpc.ssl_target_name_override``.  Every leaf is good for both TLS
-server and client authentication, since a server is also a client of its peers.
+Every actor gets one EC P-256 key and one certificate signed by the deployment's CA.  The
+certificate names the actor twice: subject ``CN=<actor>`` and a SAN URI ``ltm://actor/<actor>``
+(the SAN is what :func:`transport.tls.peer_identity` prefers).  What else it carries depends on
+the role, so that a certificate is good only for what its actor does:
 
-Actor names: ``analyst``, ``server-<int>``, ``party-<id>`` (id: letters, digits, ``_ . -``).
+* ``server-<n>``: EKU serverAuth (and clientAuth, for ``ltm health --as server-<n>`` probes); DNS
+  SAN ``server-<n>`` (clients pin the server's identity with ``grpc.ssl_target_name_override``)
+  and a DNS/IP SAN per host it listens on (``hosts``, default ``localhost`` and ``127.0.0.1``).
+* ``analyst``: EKU clientAuth (it calls the servers) and serverAuth for its own service only:
+  DNS SAN ``analyst`` plus the analyst's own hosts (``analyst_hosts``, default none) — never the
+  servers' hosts, so its certificate is not valid where a server serves.
+* ``party-<id>``, ``operator``: EKU clientAuth only, no DNS or IP names: they never serve.
+
+Parties and the analyst pin the server identity the job spec names for each endpoint, so a
+certificate of another actor of the same CA (the analyst's, a party's) at a server's address
+fails the handshake.
+
+**The CA key never goes to an actor.**  The actors' directory (``--out``) receives ``ca.pem`` and
+the leaves only.  ``ltm certs`` writes the CA key to a separate directory (``--ca-dir``, default
+``<out>-ca``, mode 0700/0600): keep it on the operator's machine (offline), never copy it to a
+server, party or analyst host — whoever holds it can mint a server identity.  The library call
+:func:`write_certs` discards the key unless given ``ca_dir`` (no further leaves can be issued:
+make a new CA and re-issue every leaf instead).
+
+Actor names: ``analyst``, ``operator``, ``server-<int>``, ``party-<id>`` (id: letters, digits,
+``_ . -``).
 
 Command line (wired into ``ltm`` by :func:`add_certs_parser`)::
 
-    ltm certs --out certs/ --servers 3 --parties 4 --analyst [--hosts h1,10.0.0.5] [--force]
+    ltm certs --out certs/ --servers 3 --parties 4 --analyst [--hosts h1,10.0.0.5] [--analyst-hosts a1]
+              [--ca-dir ca/] [--force]
     ltm certs --out certs/ --actors server-0,server-1,analyst
 """
 from __future__ import annotations
@@ -30,6 +49,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from transport.files import private_dir, write_private
+
 __all__ = [
     "ACTOR_RE",
     "ACTOR_URI_PREFIX",
@@ -41,6 +62,7 @@ __all__ = [
     "issue_leaf",
     "role_of",
     "validate_actor",
+    "bundles_complete",
     "write_bundles",
     "write_certs",
 ]
@@ -56,7 +78,7 @@ _BACKDATE = _dt.timedelta(minutes=5)  # tolerate small clock skew between machin
 
 class CertPaths(NamedTuple):
     cert: Path
-    key: Path
+    key: Path | None
 
 
 # ---------------------------------------------------------------------------- names
@@ -134,29 +156,42 @@ def _host_san(host: str) -> x509.GeneralName:
         return x509.DNSName(host)
 
 
+#: Roles whose certificates may serve TLS (carry serverAuth and host names).
+SERVING_ROLES = ("server", "analyst")
+
+
 def issue_leaf(ca_key, ca_cert: x509.Certificate, actor: str, hosts: Sequence[str] | None = None,
                days: int = 365):
     """A leaf for ``actor`` signed by the CA: ``(private_key, certificate)``.
 
-    Subject ``CN=<actor>``; SANs: URI ``ltm://actor/<actor>``, DNS ``<actor>`` (so a client can
-    require a specific server identity with ``grpc.ssl_target_name_override``) plus a DNS or IP
-    entry per host (default ``localhost``, ``127.0.0.1``); EKU serverAuth + clientAuth.
+    Subject ``CN=<actor>``, SAN URI ``ltm://actor/<actor>``.  Serving roles (server, analyst) also
+    get DNS ``<actor>`` (so a client can require that identity with
+    ``grpc.ssl_target_name_override``) and a DNS or IP SAN per entry of ``hosts`` (default for a
+    server: ``localhost``, ``127.0.0.1``; for the analyst: none) and EKU serverAuth; every role gets
+    clientAuth.  ``hosts`` is ignored for
+    non-serving roles: their certificates name no host at all.
     """
     validate_actor(actor)
-    hosts = list(DEFAULT_HOSTS) if hosts is None else list(hosts)
+    role = role_of(actor)
     key = _new_key()
     not_before, not_after = _validity(days)
-    sans: list[x509.GeneralName] = [x509.UniformResourceIdentifier(ACTOR_URI_PREFIX + actor), x509.DNSName(actor)]
-    for host in hosts:
-        san = _host_san(host)
-        if san not in sans:
-            sans.append(san)
+    sans: list[x509.GeneralName] = [x509.UniformResourceIdentifier(ACTOR_URI_PREFIX + actor)]
+    usages = []
+    if role in SERVING_ROLES:
+        usages.append(ExtendedKeyUsageOID.SERVER_AUTH)
+        sans.append(x509.DNSName(actor))
+        default_hosts = DEFAULT_HOSTS if role == "server" else ()
+        for host in (default_hosts if hosts is None else hosts):
+            san = _host_san(host)
+            if san not in sans:
+                sans.append(san)
+    usages.append(ExtendedKeyUsageOID.CLIENT_AUTH)  # a server too: it probes its own health as itself
     ca_ski = ca_cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
     cert = (
         x509.CertificateBuilder()
         .subject_name(x509.Name([
             x509.NameAttribute(NameOID.ORGANIZATION_NAME, "LTM"),
-            x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, role_of(actor)),
+            x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, role),
             x509.NameAttribute(NameOID.COMMON_NAME, actor),
         ]))
         .issuer_name(ca_cert.subject)
@@ -173,10 +208,7 @@ def issue_leaf(ca_key, ca_cert: x509.Certificate, actor: str, hosts: Sequence[st
             ),
             critical=True,
         )
-        .add_extension(
-            x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
-            critical=False,
-        )
+        .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
         .add_extension(x509.SubjectAlternativeName(sans), critical=False)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski), critical=False)
@@ -217,13 +249,18 @@ def _write_atomic(path: Path, data: bytes, mode: int) -> None:
 
 
 def write_certs(directory, actors: Sequence[str], hosts: Sequence[str] | None = None, *,
-                force: bool = False, days: int = 365) -> dict[str, CertPaths]:
-    """Create a fresh CA in ``directory`` and a leaf per actor; return the paths written.
+                analyst_hosts: Sequence[str] = (), ca_dir=None, force: bool = False,
+                days: int = 365) -> dict[str, CertPaths]:
+    """Create a fresh CA and a leaf per actor in ``directory``; return the paths written.
 
-    Files: ``ca.pem``, ``ca.key`` (0600), ``<actor>.pem``, ``<actor>.key`` (0600), all PEM.
-    Refuses (``FileExistsError``) if ``ca.pem`` or ``ca.key`` already exists unless ``force``:
-    a new CA silently invalidates every certificate already handed out.
-    The result maps ``"ca"`` and each actor name to ``CertPaths(cert, key)``.
+    ``directory`` (what the actors get): ``ca.pem``, ``<actor>.pem``, ``<actor>.key`` (0600).
+    ``hosts``: the servers' host names/IPs; ``analyst_hosts``: the analyst's own (see
+    :func:`issue_leaf`).  The CA key is written to ``ca_dir/ca.key`` (directory 0700, key 0600) if
+    ``ca_dir`` is given — it must not be ``directory`` — and discarded otherwise; it is never put
+    where the actors' files are (a stale ``ca.key`` there from an older layout is removed).
+    Refuses (``FileExistsError``) if ``ca.pem`` (or ``ca_dir/ca.key``) already exists unless
+    ``force``: a new CA silently invalidates every certificate already handed out.
+    The result maps ``"ca"`` (key: None when discarded) and each actor to ``CertPaths(cert, key)``.
     """
     actors = list(actors)
     for actor in actors:
@@ -234,13 +271,18 @@ def write_certs(directory, actors: Sequence[str], hosts: Sequence[str] | None = 
     if not actors:
         raise ValueError("no actors to issue certificates for")
     hosts = list(DEFAULT_HOSTS) if hosts is None else list(hosts)
-    for host in hosts:
+    analyst_hosts = list(analyst_hosts)
+    for host in hosts + analyst_hosts:
         _host_san(host)  # validate before touching the disk
 
     out = Path(directory)
+    key_dir = Path(ca_dir) if ca_dir is not None else None
+    if key_dir is not None and (key_dir.resolve() == out.resolve() or out.resolve() in key_dir.resolve().parents):
+        raise ValueError(f"the CA key directory must not be the actors' certificate directory {str(out)!r}: "
+                         f"the CA key never goes to an actor")
     out.mkdir(parents=True, exist_ok=True)
-    ca_paths = CertPaths(out / CA_CERT_FILE, out / CA_KEY_FILE)
-    existing = [p for p in ca_paths if p.exists()]
+    ca_paths = CertPaths(out / CA_CERT_FILE, key_dir / CA_KEY_FILE if key_dir is not None else None)
+    existing = [p for p in ca_paths if p is not None and p.exists()]
     if existing and not force:
         raise FileExistsError(
             f"{', '.join(str(p) for p in existing)} already exists; refusing to replace the CA "
@@ -249,8 +291,12 @@ def write_certs(directory, actors: Sequence[str], hosts: Sequence[str] | None = 
 
     ca_key, ca_cert = create_ca(days=days)
     result: dict[str, CertPaths] = {"ca": ca_paths}
-    leaves = {actor: issue_leaf(ca_key, ca_cert, actor, hosts, days=days) for actor in actors}
-    _write_atomic(ca_paths.key, _key_pem(ca_key), 0o600)
+    leaves = {actor: issue_leaf(ca_key, ca_cert, actor, analyst_hosts if actor == "analyst" else hosts, days=days)
+              for actor in actors}
+    (out / CA_KEY_FILE).unlink(missing_ok=True)  # never beside the actors' files
+    if ca_paths.key is not None:
+        private_dir(ca_paths.key.parent)
+        write_private(ca_paths.key, _key_pem(ca_key))
     _write_atomic(ca_paths.cert, _cert_pem(ca_cert), 0o644)
     for actor, (key, cert) in leaves.items():
         paths = CertPaths(out / f"{actor}.pem", out / f"{actor}.key")
@@ -311,18 +357,25 @@ def _csv(text: str) -> list[str]:
 
 
 def _configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    p.add_argument("--out", required=True, help="directory to write ca.pem/ca.key and <actor>.pem/.key into")
+    p.add_argument("--out", required=True, help="directory to write ca.pem and <actor>.pem/.key into (never the CA key)")
     p.add_argument("--servers", type=_nonneg_int, default=0, help="issue server-0 … server-(K-1)")
     p.add_argument("--parties", type=_nonneg_int, default=0, help="issue party-0 … party-(P-1)")
     p.add_argument("--analyst", action="store_true", help="issue the analyst and operator certificates")
     p.add_argument("--actors", type=_csv, default=[],
                    help="explicit comma-separated actor names (in addition to the above)")
     p.add_argument("--hosts", type=_csv, default=None,
-                   help="comma-separated DNS names / IPs for the SANs (default: localhost,127.0.0.1)")
+                   help="comma-separated DNS names / IPs the servers listen on, for their certificates' SANs "
+                        "(default: localhost,127.0.0.1)")
+    p.add_argument("--analyst-hosts", type=_csv, default=[],
+                   help="DNS names / IPs the analyst's own service listens on (default: none; clients reach it "
+                        "by its identity 'analyst'); never the servers' hosts")
+    p.add_argument("--ca-dir", default=None,
+                   help="where the CA private key goes (default: <out>-ca); keep it on the operator's machine, "
+                        "never on an actor's host")
     p.add_argument("--days", type=int, default=365, help="validity in days (default 365)")
     p.add_argument("--force", action="store_true", help="replace an existing CA in --out")
     p.add_argument("--bundles", help="also write one directory per actor here (<actor>/ca.pem, <actor>.pem, "
-                                     "<actor>.key): what that actor's host gets; the CA key stays in --out")
+                                     "<actor>.key): what that actor's host gets; the CA key is in none of them (see --ca-dir)")
     p.add_argument("--if-missing", action="store_true",
                    help="with --bundles: do nothing when every bundle is already there from one CA "
                         "(an init container run again keeps the certificates running actors use)")
@@ -349,19 +402,26 @@ def _run_certs(args: argparse.Namespace) -> int:
     if args.if_missing and bundles_complete(args.bundles, actors):
         print(f"every bundle in {args.bundles} is present and from one CA: nothing issued")
         return 0
+    ca_dir = Path(args.ca_dir) if args.ca_dir else Path(str(Path(args.out)).rstrip("/") + "-ca")
     try:
-        paths = write_certs(args.out, actors, args.hosts, force=args.force, days=args.days)
+        paths = write_certs(args.out, actors, args.hosts, analyst_hosts=args.analyst_hosts, ca_dir=ca_dir,
+                            force=args.force, days=args.days)
     except FileExistsError as exc:
         raise ValueError(str(exc)) from None  # `ltm` reports ValueError as a one-line error
     hosts = ",".join(args.hosts if args.hosts is not None else DEFAULT_HOSTS)
-    print(f"CA       {paths['ca'].cert}  (key {paths['ca'].key}, mode 0600)")
+    print(f"CA       {paths['ca'].cert}  (public: give it to every actor)")
     for actor in actors:
         p = paths[actor]
-        print(f"{actor:<8} {p.cert}  (key {p.key}, mode 0600; SAN {ACTOR_URI_PREFIX}{actor}, hosts {hosts})")
+        role = role_of(actor)
+        where = (f"hosts {hosts}" if role == "server" else
+                 f"hosts {','.join(args.analyst_hosts) or '(none)'}" if role == "analyst" else "client only")
+        print(f"{actor:<8} {p.cert}  (key {p.key}, mode 0600; SAN {ACTOR_URI_PREFIX}{actor}, {where})")
     if args.bundles:
         for actor, bundle in write_bundles(args.out, args.bundles, actors).items():
             print(f"bundle   {bundle}/  (ca.pem, {actor}.pem, {actor}.key: give this directory to {actor} only)")
-        print(f"the CA key {paths['ca'].key} goes to no actor: keep it offline with whoever issues certificates")
+    print(f"CA KEY   {paths['ca'].key}  (mode 0600) — keep it on this (operator's) machine, offline if you can; "
+          f"NEVER copy it to a server, party or analyst host: whoever holds it can mint a server identity. "
+          f"{args.out} holds only what the actors need (ca.pem and each actor's own .pem/.key).")
     return 0
 
 

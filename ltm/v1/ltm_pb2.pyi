@@ -37,7 +37,7 @@ class GetJobResponse(_message.Message):
     def __init__(self, spec_json: _Optional[bytes] = ..., job_digest: _Optional[str] = ..., closed: _Optional[bool] = ...) -> None: ...
 
 class BatchHeader(_message.Message):
-    __slots__ = ("job_id", "job_digest", "party_id", "batch_index", "start", "stop", "columns", "shape", "server_index", "seed", "data_sha256")
+    __slots__ = ("job_id", "job_digest", "party_id", "batch_index", "start", "stop", "columns", "shape", "server_index", "seed", "data_sha256", "randomness_mode")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_DIGEST_FIELD_NUMBER: _ClassVar[int]
     PARTY_ID_FIELD_NUMBER: _ClassVar[int]
@@ -49,6 +49,7 @@ class BatchHeader(_message.Message):
     SERVER_INDEX_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
     DATA_SHA256_FIELD_NUMBER: _ClassVar[int]
+    RANDOMNESS_MODE_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     job_digest: str
     party_id: str
@@ -60,7 +61,8 @@ class BatchHeader(_message.Message):
     server_index: int
     seed: bytes
     data_sha256: bytes
-    def __init__(self, job_id: _Optional[str] = ..., job_digest: _Optional[str] = ..., party_id: _Optional[str] = ..., batch_index: _Optional[int] = ..., start: _Optional[int] = ..., stop: _Optional[int] = ..., columns: _Optional[_Iterable[int]] = ..., shape: _Optional[_Iterable[int]] = ..., server_index: _Optional[int] = ..., seed: _Optional[bytes] = ..., data_sha256: _Optional[bytes] = ...) -> None: ...
+    randomness_mode: str
+    def __init__(self, job_id: _Optional[str] = ..., job_digest: _Optional[str] = ..., party_id: _Optional[str] = ..., batch_index: _Optional[int] = ..., start: _Optional[int] = ..., stop: _Optional[int] = ..., columns: _Optional[_Iterable[int]] = ..., shape: _Optional[_Iterable[int]] = ..., server_index: _Optional[int] = ..., seed: _Optional[bytes] = ..., data_sha256: _Optional[bytes] = ..., randomness_mode: _Optional[str] = ...) -> None: ...
 
 class UploadChunk(_message.Message):
     __slots__ = ("header", "data")
@@ -95,14 +97,16 @@ class CloseRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., job_digest: _Optional[str] = ...) -> None: ...
 
 class CloseResponse(_message.Message):
-    __slots__ = ("n", "held_bits", "held")
+    __slots__ = ("n", "held_bits", "held", "seeded_parties")
     N_FIELD_NUMBER: _ClassVar[int]
     HELD_BITS_FIELD_NUMBER: _ClassVar[int]
     HELD_FIELD_NUMBER: _ClassVar[int]
+    SEEDED_PARTIES_FIELD_NUMBER: _ClassVar[int]
     n: int
     held_bits: bytes
     held: int
-    def __init__(self, n: _Optional[int] = ..., held_bits: _Optional[bytes] = ..., held: _Optional[int] = ...) -> None: ...
+    seeded_parties: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, n: _Optional[int] = ..., held_bits: _Optional[bytes] = ..., held: _Optional[int] = ..., seeded_parties: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ReleaseRequest(_message.Message):
     __slots__ = ("job_id", "job_digest", "participant_bits")

@@ -1,0 +1,165 @@
+"""The party's privacy ledger (party/ledger.py): composition checked against independent computations,
+persistence, idempotence, refusal before anything is sent, and no accountant → no upload."""
+from __future__ import annotations
+
+import math
+import os
+import stat
+import sys
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from scipy.optimize import brentq
+from scipy.stats import norm
+
+import party.ledger as ledger_mod
+from ltm.jobspec import ColumnSpec, JobSpec, PartySpec, PrivacySpec, ServerSpec, SketchSpec, resolve_defaults
+from ltm.randomness import Randomness
+from party.ledger import Budget, BudgetExceeded, JobLoss, PrivacyLedger, source_fingerprint
+from sim.data import synthetic_ridge
+from sim.inprocess import run_inprocess
+from sim.jobs import build_job, party_tables
+
+N = 2000
+
+
+def job(job_id: str, epsilon: float = 1.0, delta: float = 1e-6, *, mechanism: str = "gaussian", s: int = 1,
+        parties: int = 4, kind: str = "sparse", **privacy) -> JobSpec:
+    edges = np.linspace(0, N, parties + 1).astype(int)
+    spec = JobSpec(
+        job_id=job_id, partition="rows", n=N, columns=tuple(ColumnSpec(f"x{j}") for j in range(3)),
+        parties=tuple(PartySpec(f"party-{i}", int(a), int(b), (), 1.0) for i, (a, b) in enumerate(zip(edges, edges[1:]))),
+        clip_bound=1.0, frac_bits=0, sketch=SketchSpec(kind, 20, s if kind == "sparse" else 20, "5a" * 32),
+        privacy=PrivacySpec(epsilon=epsilon, delta=delta, mechanism=mechanism, **privacy),
+        servers=(ServerSpec("server-0"), ServerSpec("server-1")), clip_norm="l1" if mechanism == "laplace" else "l2")
+    return resolve_defaults(spec)
+
+
+# ------------------------------------------------------------------ independent computations
+def gaussian_delta(mu: float, eps: float) -> float:
+    """δ(ε) of the Gaussian mechanism with Δ/σ = μ (Balle & Wang 2018, Thm 8), with scipy only."""
+    return norm.cdf(mu / 2 - eps / mu) - math.exp(eps) * norm.cdf(-mu / 2 - eps / mu)
+
+
+def exact_epsilon(mu: float, delta: float) -> float:
+    """The exact ε at δ of a Gaussian mechanism with Δ/σ = μ: the tightest correct bound."""
+    return brentq(lambda e: gaussian_delta(mu, e) - delta, 0.0, 200.0, xtol=1e-12)
+
+
+def independent_sigma(epsilon: float, delta: float, sensitivity: float) -> float:
+    """The analytic-Gaussian σ for (ε, δ) and Δ, by bisection on scipy's δ(ε)."""
+    return sensitivity / brentq(lambda mu: gaussian_delta(mu, epsilon) - delta, 1e-6, 50.0, xtol=1e-14)
+
+
+def test_one_gaussian_job_costs_its_calibration():
+    spec = job("one")
+    loss = JobLoss.of(spec)
+    # the tight calibration: σ_Y = σ_c √L is the analytic σ for (ε, δ) and Δ₂ = 2C√s
+    sigma = independent_sigma(1.0, 1e-6, 2.0)
+    assert loss.noise_multiplier == pytest.approx(sigma / 2.0, rel=1e-6)
+    ledger = PrivacyLedger("party-0", "x" * 64, Budget(4.0, 1e-6))
+    admission = ledger.admit(spec)
+    assert admission.charged and admission.before.epsilon == 0.0
+    # at the job's own δ the spend is the job's ε (the PLD bound is pessimistic by < 1e-3)
+    assert 1.0 - 1e-9 <= admission.after.epsilon <= 1.0 + 1e-3
+
+
+def test_composed_epsilon_matches_the_accountant_and_is_never_below_the_exact_bound():
+    import dp_accounting
+    from dp_accounting.pld import PLDAccountant
+
+    jobs = [job("a", 1.0), job("b", 0.5), job("c", 1.0, 1e-7), job("d", 0.3, s=2), job("e", 1.0)]
+    delta = 1e-6
+    ledger = PrivacyLedger("party-0", "y" * 64, Budget(100.0, delta))
+    multipliers = []
+    for spec in jobs:
+        admission = ledger.admit(spec)
+        p = spec.privacy
+        sens = 2.0 * math.sqrt(spec.make_sketch().pieces)  # Δ₂ = 2C√s, C = 1
+        multipliers.append(independent_sigma(p.epsilon, p.delta, sens) / sens)
+        # the same accountant, driven independently
+        acc = PLDAccountant(dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
+        for z in multipliers:
+            acc.compose(dp_accounting.GaussianDpEvent(z))
+        assert admission.after.epsilon == pytest.approx(acc.get_epsilon(delta), abs=1e-6)
+        # the exact composition of Gaussians is a Gaussian with μ² = Σ (Δ/σ)²: the tightest bound
+        exact = exact_epsilon(math.sqrt(sum(1 / z**2 for z in multipliers)), delta)
+        assert exact - 1e-9 <= admission.after.epsilon <= exact + 5e-3
+    assert ledger.spend().jobs == 5
+    # two identical default jobs: the audit's averaging attack figure (ε ≈ 1.455 at δ = 1e-6)
+    pair = PrivacyLedger("party-0", "z" * 64, Budget(100.0, 1e-6))
+    pair.admit(job("p1"))
+    assert pair.admit(job("p2")).after.epsilon == pytest.approx(1.4547, abs=2e-3)
+
+
+def test_laplace_jobs_compose_by_adding_epsilon_and_a_non_laplace_is_refused():
+    lap = job("lap", 0.5, 0.0, mechanism="laplace")
+    assert JobLoss.of(lap).pure_epsilon == pytest.approx(0.5, rel=1e-12)
+    ledger = PrivacyLedger("party-0", "l" * 64, Budget(10.0, 1e-6))
+    ledger.admit(lap)
+    g = job("g", 1.0)
+    after = ledger.admit(g).after.epsilon
+    assert after == pytest.approx(0.5 + ledger_mod.gaussian_epsilon([JobLoss.of(g).noise_multiplier], 1e-6), abs=1e-12)
+    # the paper's Laplace split (n/m − t′ Gamma pieces per pair) with a gate promising fewer honest
+    # pairs than that: the noise is not a Laplace, there is no finite ε, and the ledger refuses
+    paper = job("paper", 0.5, 0.0, mechanism="laplace", kind="dense", calibration="paper")
+    paper = replace(paper, privacy=replace(paper.privacy, min_honest_load=5))
+    assert paper.noise_plan().gamma_shape * paper.privacy.min_honest_load < 1
+    with pytest.raises(BudgetExceeded, match="no finite ε"):
+        ledger.admit(paper)
+    assert ledger.spend().jobs == 2
+
+
+def test_refusal_names_the_spend_and_changes_nothing(tmp_path):
+    d = tmp_path / "ledger"
+    ledger = PrivacyLedger.open(d, "party-0", "f" * 64, Budget(1.2, 1e-6))
+    first = ledger.admit(job("first"))
+    assert first.charged
+    before = ledger.path.read_bytes()
+    again = job("first")  # the same job again (a restarted party): no second charge
+    assert not ledger.admit(again).charged and ledger.spend().jobs == 1
+    with pytest.raises(BudgetExceeded) as err:
+        ledger.admit(replace(job("first"), job_id="first-again"))  # re-created under a new id
+    msg = str(err.value)
+    assert "has spent ε = 1" in msg and "would reach ε = 1.45" in msg and "budget ε = 1.2" in msg
+    assert "nothing was sent" in msg
+    assert ledger.path.read_bytes() == before
+    # persistent: a new process (a new object) sees the same spend; private file modes
+    reopened = PrivacyLedger.open(d, "party-0", "f" * 64, Budget(1.2, 1e-6))
+    assert reopened.spend() == ledger.spend()
+    assert stat.S_IMODE(os.stat(d).st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(ledger.path).st_mode) == 0o600
+    # another data source (or another party id) has its own ledger
+    other = PrivacyLedger.open(d, "party-0", "e" * 64, Budget(1.2, 1e-6))
+    assert other.path != ledger.path and other.spend().jobs == 0
+
+
+def test_source_fingerprint_is_the_data():
+    a = {"x": np.arange(5.0), "y": np.ones(5)}
+    assert source_fingerprint(a) == source_fingerprint({"y": np.ones(5), "x": np.arange(5.0)})
+    assert source_fingerprint(a) != source_fingerprint({"x": np.arange(5.0), "y": np.array([1, 1, 1, 1, 2.0])})
+    assert source_fingerprint(a) != source_fingerprint({"x": np.arange(5.0), "z": np.ones(5)})
+
+
+def test_without_an_accountant_the_party_refuses(monkeypatch):
+    monkeypatch.setitem(sys.modules, "dp_accounting", None)  # `import dp_accounting` now fails
+    ledger_mod._gaussian_epsilon.cache_clear()
+    ledger = PrivacyLedger("party-0", "n" * 64)
+    with pytest.raises(ledger_mod.AccountantUnavailable, match="refuses every job"):
+        ledger.admit(job("no-accountant"))
+    assert ledger.losses() == []
+
+
+def test_the_in_process_transport_charges_the_same_ledger(tmp_path):
+    randomness = Randomness.seeded_insecure("ledger-inprocess")
+    table = synthetic_ridge(2000, 3, randomness)
+    spec, _ = build_job(table, job_id="in-1", randomness=randomness, parties=2, k=2, m=16)
+    tables = party_tables(spec, table)
+    budget = Budget(1.2, 1e-6)
+    ledgers = {p: PrivacyLedger.open(tmp_path, p, source_fingerprint(tables[p]), budget) for p in tables}
+    run = run_inprocess(spec, tables, randomness, ledgers=ledgers)
+    assert {p: e["after"]["jobs"] for p, e in run.ledgers.items()} == {"party-0": 1, "party-1": 1}
+    assert run.ledgers["party-0"]["after"]["epsilon"] == pytest.approx(1.0, abs=1e-3)
+    with pytest.raises(BudgetExceeded, match="has spent ε = 1"):
+        run_inprocess(replace(spec, job_id="in-2"), tables, randomness, ledgers=ledgers)
