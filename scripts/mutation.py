@@ -224,6 +224,16 @@ def markdown_summary() -> str:
         if "total" not in st:
             lines.append(f"| `{module}` | (re-run to record) | | | | | |")
             continue
+        # Re-match the recorded survivors against the current list of equivalent mutants.
+        entries = load_equivalents().get(module, [])
+        still = []
+        for row in st["survivors"]:
+            entry = is_equivalent(entries, row["function"], row["original"], row["mutant"])
+            if entry is not None:
+                st["equivalent"].append({**row, "reason": entry["reason"]})
+            else:
+                still.append(row)
+        st["survivors"] = still
         fresh = st["source_sha256"] == source_digest(module)
         non_eq = st["total"] - len(st["equivalent"])
         score = st["killed"] / non_eq if non_eq else 1.0
@@ -259,6 +269,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the scratch copies")
     parser.add_argument("--survivors-only", action="store_true",
                         help="re-run only the mutants that survived the last run (if the module is unchanged)")
+    parser.add_argument("--tests", nargs="+", help="override the module's test selection for this run "
+                                                     "(e.g. only its kill tests, to re-check survivors quickly)")
     parser.add_argument("--summary", action="store_true",
                         help="print the scores of the last runs as Markdown (runs nothing)")
     args = parser.parse_args(argv)
@@ -282,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
                                 text=True).stdout.strip()
         try:
-            result = run_module(module, MODULES[module], args.children, equivalents.get(module, []),
+            result = run_module(module, args.tests or MODULES[module], args.children, equivalents.get(module, []),
                                 survivors_only=args.survivors_only, commit=commit)
         except RuntimeError as exc:
             print(f"{module}: NOT MEASURED: {exc}", flush=True)

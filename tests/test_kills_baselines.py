@@ -186,3 +186,140 @@ def test_local_release_matches_its_definition():
     assert (rel.privacy["epsilon"], rel.privacy["delta"], rel.privacy["baseline"]) == (0.8, 1e-6, "local")
     with pytest.raises(ValueError, match=_exact("V must have shape (n, 3), got (50, 2)")):
         bl.local_release(template, V[:, :2], 0.8, 1e-6, C, np.random.default_rng(3))
+
+
+def _cv_choice(A, b, grid, seed, folds):
+    """K-fold CV of ridge, written out directly: min-norm solutions, summed squared errors."""
+    fold = np.random.default_rng(seed).permutation(len(b)) % folds
+    errors = []
+    for lam in grid:
+        err = 0.0
+        for f in range(folds):
+            tr, va = fold != f, fold == f
+            x = np.linalg.lstsq(A[tr].T @ A[tr] + lam * np.eye(A.shape[1]), A[tr].T @ b[tr], rcond=None)[0]
+            err += float(np.sum((A[va] @ x - b[va]) ** 2))
+        errors.append(err)
+    return float(grid[int(np.argmin(errors))])
+
+
+def test_cv_ridge_lambda_agrees_with_a_direct_cross_validation_on_many_problems():
+    agree, nonzero = 0, 0
+    for seed in range(30):
+        rng = np.random.default_rng(100 + seed)
+        n, d = 24 + seed % 7, 1 + seed % 3
+        A = rng.normal(size=(n, d))
+        b = A @ rng.normal(size=d) * rng.uniform(0, 1) + rng.normal(size=n) * rng.uniform(0.1, 3)
+        grid = np.array([0.0, rng.uniform(0.1, 5), rng.uniform(5, 80)])
+        folds = 2 + seed % 4
+        chosen = bl.cv_ridge_lambda(A, b, np.random.default_rng(seed), folds=folds, grid=grid)
+        assert chosen == _cv_choice(A, b, grid, seed, folds), seed
+        nonzero += chosen != 0.0
+        # the default grid: {0} ∪ t·10^k, k = −8, −7.5, …, 1, t = tr(AᵀA)/d
+        t = float(np.sum(A * A)) / d
+        default = np.concatenate([[0.0], t * 10.0 ** np.arange(-8.0, 1.01, 0.5)])
+        got = bl.cv_ridge_lambda(A, b, np.random.default_rng(seed), folds=folds)
+        assert got == pytest.approx(_cv_choice(A, b, default, seed, folds), rel=1e-12), seed
+        agree += got != 0.0
+    assert nonzero >= 5 and agree >= 5  # the data make λ matter, so the checks above can fail
+    # a rank-deficient design at λ = 0 (duplicated column): the minimum-norm solution
+    rng = np.random.default_rng(7)
+    a = rng.normal(size=(20, 1))
+    A = np.hstack([a, a])
+    b = 2 * a[:, 0] + rng.normal(size=20)
+    grid = np.array([0.0, 3.0])
+    assert bl.cv_ridge_lambda(A, b, np.random.default_rng(1), folds=4, grid=grid) == _cv_choice(A, b, grid, 1, 4)
+    # the smallest legal sizes: n = folds rows, 2 folds
+    assert bl.cv_ridge_lambda(A[:5], b[:5], np.random.default_rng(1), folds=5, grid=grid) in grid
+    assert bl.cv_ridge_lambda(A[:6], b[:6], np.random.default_rng(1), folds=2, grid=grid) in grid
+    with pytest.raises(ValueError, match=_exact("need ≥ 1 ≥ 2 rows with matching A (6, 2) and b (6,)")):
+        bl.cv_ridge_lambda(A[:6], b[:6], np.random.default_rng(1), folds=1, grid=grid)
+    # a one-feature design uses t = tr(AᵀA)/1
+    A1 = rng.normal(size=(30, 1))
+    b1 = A1[:, 0] + 3 * rng.normal(size=30)
+    t1 = float(np.sum(A1 * A1))
+    grid1 = np.concatenate([[0.0], t1 * 10.0 ** np.arange(-8.0, 1.01, 0.5)])
+    assert bl.cv_ridge_lambda(A1, b1, np.random.default_rng(3), folds=3) == pytest.approx(
+        _cv_choice(A1, b1, grid1, 3, 3), rel=1e-12)
+
+
+def test_local_release_accepts_integer_rows():
+    from analyst.release import ReleasedSketch
+
+    V = np.array([[1, 0, 0], [0, 2, 0], [3, 0, 1]])
+    template = ReleasedSketch(matrix=np.zeros((3, 3)), columns=("a", "b", "y"), centers=np.zeros(3),
+                              scales=np.ones(3), label=2, intercept=None, n=3, noise_variance_per_column=0.0,
+                              privacy={}, sha256="x")
+    as_int = bl.local_release(template, V, 1.0, 1e-6, 1.0, np.random.default_rng(2))
+    as_float = bl.local_release(template, V.astype(float), 1.0, 1e-6, 1.0, np.random.default_rng(2))
+    assert as_int.matrix.dtype == np.float64 and np.array_equal(as_int.matrix, as_float.matrix)
+
+
+def test_adassp_with_a_well_conditioned_design_uses_the_private_lambda_min():
+    rng = np.random.default_rng(12)
+    A = rng.normal(size=(4000, 2)) * 0.4
+    b = A @ np.array([1.0, -0.5]) * 0.5 + 0.05 * rng.normal(size=4000)
+    eps, delta, C, rho = 60.0, 1e-5, 1.0, 0.05
+    W = _clip(np.column_stack([A, b]), C)
+    Ac = W[:, :-1]
+    s_min = analytic_gaussian_sigma(eps / 3, delta / 3, C**2)
+    z = np.random.default_rng(8).standard_normal()
+    lam_min = np.linalg.eigvalsh(Ac.T @ Ac)[0]
+    expected = lam_min + s_min * z - s_min * math.sqrt(math.log(6 / delta))
+    assert expected > 0  # the private λ_min is not clipped to 0 here, so its formula is visible
+    fit = bl.adassp(A, b, eps, delta, C, np.random.default_rng(8), rho=rho)
+    assert fit.details["lambda_min_private"] == pytest.approx(expected, rel=1e-9)
+    with pytest.raises(ValueError, match=_exact("rho must be in (0, 1), got 0.0")):
+        bl.adassp(A, b, eps, delta, C, np.random.default_rng(8), rho=0.0)
+
+
+def test_mod_sulq_edges_and_pass_through():
+    assert bl.mod_sulq_noise_scale(1, 2, 1.0, 1e-5) == pytest.approx(analytic_gaussian_sigma(1.0, 1e-5, 2.0))
+    paper = (3 + 1) / (50 * 0.5) * math.sqrt(2 * math.log((9 + 3) / (1e-4 * 2 * math.sqrt(2 * math.pi)))) \
+        + 1 / (50 * math.sqrt(0.5))
+    assert bl.mod_sulq_noise_scale(50, 3, 0.5, 1e-4, calibration="paper") == pytest.approx(paper)
+    arg = 2 / (0.3 * 2 * math.sqrt(2 * math.pi))  # d = 1, δ = 0.3: 1 < arg < 2
+    assert bl.mod_sulq_noise_scale(10, 1, 1.0, 0.3, calibration="paper") == pytest.approx(
+        2 / 10 * math.sqrt(2 * math.log(arg)) + 1 / 10)
+    for delta in (0.0, 1.0):
+        with pytest.raises(ValueError, match=_exact(f"delta must be in (0, 1), got {delta!r}")):
+            bl.mod_sulq_noise_scale(10, 2, 1.0, delta, calibration="paper")
+    with pytest.raises(ValueError, match=_exact("epsilon must be finite and > 0, got 0.0")):
+        bl.mod_sulq_noise_scale(10, 2, 0.0, 1e-5, calibration="paper")
+    rng = np.random.default_rng(3)
+    A = rng.normal(size=(80, 3)) * 2.0  # rows well outside the unit ball
+    default, beta = bl.mod_sulq_covariance(A, 1.0, 1e-5, np.random.default_rng(1))
+    unit, _ = bl.mod_sulq_covariance(A, 1.0, 1e-5, np.random.default_rng(1), clip_norm=1.0)
+    assert np.array_equal(default, unit)
+    _, tight_beta = bl.mod_sulq_covariance(A, 1.0, 1e-5, np.random.default_rng(1), tight=True)
+    assert tight_beta == pytest.approx(bl.mod_sulq_noise_scale(80, 3, 1.0, 1e-5, tight=True)) and tight_beta < beta
+    _, paper_beta = bl.mod_sulq_covariance(A, 1.0, 1e-5, np.random.default_rng(1), calibration="paper")
+    assert paper_beta == pytest.approx(bl.mod_sulq_noise_scale(80, 3, 1.0, 1e-5, calibration="paper"))
+    for kwargs in (dict(tight=True), dict(calibration="paper")):
+        noisy, _ = bl.mod_sulq_covariance(A, 1.0, 1e-5, np.random.default_rng(4), **kwargs)
+        evals, V = np.linalg.eigh(noisy)
+        top = V[:, np.argsort(evals)[::-1][:2]]
+        top = top * np.sign(top[np.abs(top).argmax(axis=0), [0, 1]])
+        assert np.allclose(bl.mod_sulq(A, 2, 1.0, 1e-5, np.random.default_rng(4), **kwargs), top)
+    for seed in range(8):  # the sign convention: each column's largest-|·| entry is positive
+        comps = bl.mod_sulq(rng.normal(size=(30, 4)), 3, 1.0, 1e-5, np.random.default_rng(seed))
+        assert np.all(comps[np.abs(comps).argmax(axis=0), [0, 1, 2]] > 0)
+    assert bl.mod_sulq(A, 1, 1.0, 1e-5, np.random.default_rng(1)).shape == (3, 1)
+    assert bl.mod_sulq(A, 3, 1.0, 1e-5, np.random.default_rng(1)).shape == (3, 3)
+    with pytest.raises(ValueError, match=_exact("rank must be an integer in [1, 3], got True")):
+        bl.mod_sulq(A, True, 1.0, 1e-5, np.random.default_rng(1))
+    with pytest.raises(ValueError, match=_exact("A must be 2-D, got shape (3,)")):
+        bl.mod_sulq(np.ones(3), 1, 1.0, 1e-5, np.random.default_rng(1))
+
+
+def test_local_release_privacy_record():
+    from analyst.release import ReleasedSketch
+
+    V = np.eye(3)
+    template = ReleasedSketch(matrix=np.zeros((3, 3)), columns=("a", "b", "y"), centers=np.zeros(3),
+                              scales=np.ones(3), label=2, intercept=None, n=3, noise_variance_per_column=0.0,
+                              privacy={}, sha256="x")
+    rel = bl.local_release(template, V, 1.0, 1e-6, 1.0, np.random.default_rng(2))
+    sigma = analytic_gaussian_sigma(1.0, 1e-6, 2.0)
+    assert rel.privacy == {"baseline": "local", "epsilon": 1.0, "delta": 1e-6, "sensitivity": 2.0,
+                           "sigma_client": pytest.approx(sigma),
+                           "note": "simulation baseline (seeded numpy RNG), not a production release"}

@@ -109,3 +109,67 @@ def test_paper_sparse_sigma_refusals_and_their_numbers():
 def test_paper_dense_laplace_scale_at_the_smallest_sizes():
     assert cal.paper_dense_laplace_scale(0.5, 1.5, 1, 1) == pytest.approx(2 * 1.5 * 1 * 1 / 0.5)
     assert cal.paper_dense_laplace_scale(0.5, 1.5, 3, 2) == pytest.approx(2 * 1.5 * 9 * 2 / 0.5)
+
+
+def test_explicit_sensitivity_is_used_and_refused_for_paper():
+    base = dict(epsilon=1.0, clip_norm=1.0, s=2, min_honest_load=4)
+    g = cal.plan_noise(mechanism="gaussian", calibration="tight", delta=1e-6, sensitivity=3.5, **base)
+    assert g.sensitivity == 3.5
+    assert g.sigma_release == pytest.approx(cal.analytic_gaussian_sigma(1.0, 1e-6, 3.5))
+    lap = cal.plan_noise(mechanism="laplace", calibration="tight", delta=0.0, sensitivity=3.5, **base)
+    assert lap.sensitivity == 3.5 and lap.laplace_scale == pytest.approx(3.5)
+    with pytest.raises(cal.CalibrationError, match=_exact(
+            "calibration='paper' reproduces Burkhardt et al.'s sketch formulas and takes no explicit "
+            "sensitivity; use calibration='tight' for a lifted release kind")):
+        cal.plan_noise(mechanism="gaussian", calibration="paper", delta=1e-3, sensitivity=2.0, n=10**5, m=10,
+                       d=3, **base)
+
+
+@pytest.mark.parametrize("missing", ["n", "m", "d"])
+def test_paper_calibration_names_the_missing_argument(missing):
+    sizes = dict(n=100_000, m=10, d=3)
+    del sizes[missing]
+    base = dict(epsilon=1.0, clip_norm=1.0, min_honest_load=4)
+    with pytest.raises(cal.CalibrationError, match=_exact(
+            f"calibration='paper' (Corollary 4.7) needs the argument {missing}; pass {missing}=...")):
+        cal.plan_noise(mechanism="gaussian", calibration="paper", delta=1e-3, s=1, **base, **sizes)
+    dense = dict(n=1000, m=10, d=3)
+    del dense[missing]
+    with pytest.raises(cal.CalibrationError, match=_exact(
+            f"calibration='paper' with mechanism='laplace' (Corollary 4.10) needs the argument {missing}; "
+            f"pass {missing}=...")):
+        cal.plan_noise(mechanism="laplace", calibration="paper", delta=0.0, s=10, sketch_kind="dense",
+                       **base, **dense)
+
+
+def test_plan_fields_for_each_mechanism():
+    g = cal.plan_noise(mechanism="gaussian", calibration="tight", epsilon=0.7, delta=1e-6, clip_norm=1.5, s=2,
+                       min_honest_load=9)
+    assert (g.mechanism, g.calibration, g.epsilon, g.delta, g.min_honest_load) == ("gaussian", "tight", 0.7, 1e-6, 9)
+    sigma_y = cal.analytic_gaussian_sigma(0.7, 1e-6, 2 * 1.5 * math.sqrt(2))
+    assert g.sigma_release == pytest.approx(sigma_y) and g.sigma_client == pytest.approx(sigma_y / 3)
+    assert (g.laplace_scale, g.gamma_shape, g.interpolate_p) == (0.0, 0.0, None)
+    i = cal.plan_noise(mechanism="gaussian", calibration="interpolate", interpolate_p=0.5, epsilon=0.7, delta=1e-6,
+                       clip_norm=1.5, s=2, min_honest_load=9)
+    assert i.sigma_client == pytest.approx(sigma_y / 9**0.25) and i.sigma_release == pytest.approx(
+        sigma_y / 9**0.25 * 3) and i.interpolate_p == 0.5 and i.calibration == "interpolate"
+    lap = cal.plan_noise(mechanism="laplace", calibration="tight", epsilon=0.5, delta=1e-9, clip_norm=1.5, s=2,
+                         min_honest_load=4)
+    b = 2 * 2 * 1.5 / 0.5
+    assert (lap.mechanism, lap.calibration, lap.epsilon, lap.delta, lap.min_honest_load) == ("laplace", "tight", 0.5,
+                                                                                         0.0, 4)
+    assert lap.laplace_scale == pytest.approx(b) and lap.gamma_shape == 0.25
+    assert lap.sigma_client == pytest.approx(b * math.sqrt(2 * 0.25)) and lap.sigma_release == pytest.approx(
+        b * math.sqrt(2))
+    # paper Laplace (Cor 4.10): the split count n/m − t′ may be exactly 1
+    one = cal.plan_noise(mechanism="laplace", calibration="paper", epsilon=1.0, delta=0.0, clip_norm=1.0, s=10,
+                         min_honest_load=1, n=10, m=10, d=2, sketch_kind="dense")
+    assert one.gamma_shape == 1.0 and one.laplace_scale == pytest.approx(2 * 1.0 * 100 * 2 / 1.0)
+
+
+def test_gaussian_delta_of_a_huge_sigma_is_zero_and_n_of_one_is_legal():
+    for sigma in (1e9, 1e12):
+        assert cal.gaussian_delta(sigma, 1.0, 1.0) == 0.0
+    assert cal.analytic_gaussian_sigma(1.0, 1e-300, 1.0) > 0
+    with pytest.raises(cal.CalibrationError, match="^Corollary 4.7 needs n - s - t_prime > 0, got n=1, s=1"):
+        cal.paper_sparse_gaussian_sigma(1.0, 1e-3, 1.0, 1, 1, 1, 1, 0)

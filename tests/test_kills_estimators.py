@@ -209,3 +209,118 @@ def test_estimator_factory_and_argument_checks():
         low.transform(Z[:, :3])
     with pytest.raises(RuntimeError, match=_exact("LowRank is not fitted; call fit() first")):
         est.LowRank(1).transform(Z)
+
+
+def _gram_release(seed=4, n=300, v=0.0):
+    rng = np.random.default_rng(seed)
+    Z = rng.normal(size=(n, 4)) * np.array([2.0, 1.0, 0.5, 1.5])
+    Z[:, 3] = Z[:, 0] - Z[:, 1] + 0.3 * rng.normal(size=n)
+    G = Z.T @ Z
+    i, j = np.triu_indices(4)
+    vector = G[i, j] * np.where(i == j, 1.0, math.sqrt(2.0))  # the lift's √2 on off-diagonal entries
+    rel = ReleasedSketch(matrix=vector[None, :], columns=("a", "b", "one", "y"), centers=np.zeros(4),
+                         scales=np.ones(4), label=3, intercept=2, n=n, noise_variance_per_column=v,
+                         privacy={}, sha256="", kind="gram")
+    return rel, Z, G
+
+
+def test_estimators_on_a_gram_release_solve_the_released_normal_equations():
+    rel, Z, G = _gram_release()
+    Gxx, gxy = G[:3, :3], G[:3, 3]
+    assert np.allclose(est.OLS().fit(rel).coef_scaled_, np.linalg.solve(Gxx, gxy))
+    assert np.allclose(est.Ridge(2.0).fit(rel).coef_scaled_, np.linalg.solve(Gxx + 2.0 * np.eye(3), gxy))
+    n = rel.n
+    assert np.allclose(est.RMGMOLS(0.01).fit(rel).coef_scaled_, np.linalg.solve(Gxx + 0.01 * n * np.eye(3), gxy))
+    assert np.allclose(est.DGMOLS(0.01).fit(rel).coef_scaled_, np.linalg.solve(Gxx + 0.01 * n * np.eye(3), gxy))
+    low = est.LowRank(2).fit(rel)
+    _, s, vt = np.linalg.svd(Z, full_matrices=False)  # ZᵀZ's eigenvectors are Z's right singular vectors
+    assert np.allclose(low.singular_values_, s[:2])
+    assert np.allclose(np.abs(low.components_.T @ vt[:2].T), np.eye(2), atol=1e-8)
+    pivots = np.abs(low.components_).argmax(axis=0)
+    assert np.all(low.components_[pivots, [0, 1]] > 0)
+
+
+def test_release_lambda_rules():
+    from analyst.gram import adassp_lambda
+
+    rel, _, G = _gram_release(v=5.0)
+    lam, rule = est.release_lambda(rel)
+    assert lam == pytest.approx(adassp_lambda(G[:3, :3], 5.0))
+    assert rule == ("adassp_lambda: max(0, √(2pv) − λ_min(noisy XᵀX)), √(2pv) the noise's spectral edge "
+                    "(analyst/gram.py)")
+    sk = _release(np.random.default_rng(0).normal(size=(16, 4)), v=32.0)
+    lam, rule = est.release_lambda(sk)
+    assert lam == pytest.approx(32.0 / 16 * math.sqrt(16))
+    assert rule == "default_ridge_lambda: v·√m (v: noise variance per scaled entry)"
+
+
+def test_lowrank_and_factory_edges():
+    for bad in (2.5, True, "2"):
+        with pytest.raises(ValueError, match="^rank must be an integer >= 1"):
+            est.LowRank(bad)
+    M = np.random.default_rng(5).normal(size=(10, 4))
+    assert est.LowRank(4).fit_matrix(M).components_.shape == (4, 4)  # rank = min(m, D) is allowed
+    assert est.make_estimator("ridge", lam=1.0).debias is False
+    with pytest.raises(ValueError, match="^unknown model None; valid models are: "):
+        est.make_estimator(None)
+
+
+def test_plain_fits_solver_names_and_defaults():
+    rng = np.random.default_rng(6)
+    X = rng.normal(size=(30, 3))
+    y = X @ np.array([1.0, 2.0, -1.0]) + rng.normal(size=30)
+    ols = est.OLS().fit_matrix(X, y)
+    assert ols.solver_ == "lstsq" and ols.intercept_ == 0.0 and ols.feature_names_in_ == ("x0", "x1", "x2")
+    assert est.Ridge(0.0).fit_matrix(X, y).solver_ == "lstsq"
+    r = est.Ridge(1.0).fit_matrix(X, y)
+    assert r.solver_ == "cholesky" and r.indefinite_ is False
+    # de-biasing with the default noise_variance (0): the plain ridge solution
+    d0 = est.Ridge(1.0, debias=True).fit_matrix(X, y)
+    assert np.allclose(d0.coef_, np.linalg.solve(X.T @ X + np.eye(3), X.T @ y)) and d0.eigen_floor_ == 0.0
+    rm = est.RMGMOLS(0.1).fit_matrix(X, y)  # n defaults to the number of rows
+    assert rm.solver_ == "cholesky"
+    assert np.allclose(rm.coef_, np.linalg.solve(X.T @ X / 30 + 0.1 * np.eye(3), X.T @ y / 30))
+    assert np.allclose(est.RMGMOLS(0.1).fit_matrix(X, y, n=1).coef_,
+                       np.linalg.solve(X.T @ X + 0.1 * np.eye(3), X.T @ y))  # n = 1 is legal
+    for bad in (-1.0, float("inf")):
+        with pytest.raises(ValueError, match=_exact(f"noise variance must be finite and >= 0, got {bad}")):
+            est.DGMOLS().fit_matrix(X, y, noise_variance=bad)
+
+
+def test_indefinite_flags_at_an_exactly_zero_eigenvalue():
+    X = np.diag([2.0, 1.0])  # XᵀX = diag(4, 1)
+    y = np.array([1.0, 1.0])
+    ridge = est.Ridge(0.5, debias=True).fit_matrix(X, y, noise_variance=1.0)  # XᵀX − I = diag(3, 0)
+    assert ridge.indefinite_ is True and ridge.min_eigenvalue_ == 0.0
+    one_row = est.Ridge(0.5, debias=True).fit_matrix(np.array([[3.0, 4.0]]), np.array([1.0]), noise_variance=2.0)
+    assert one_row.eigen_floor_ == pytest.approx(2.0 / 1 * (2 * math.sqrt(2) + 2))  # m = 1 row
+    dgm = est.DGMOLS(0.0).fit_matrix(X, y, n=2, noise_variance=1.0)  # H = diag(3, 0) / 2
+    assert dgm.indefinite_ is True and dgm.min_eigenvalue_ == 0.0 and dgm.solver_ == "lstsq (singular)"
+    ok = est.DGMOLS(0.0).fit_matrix(np.diag([3.0, 2.0]), y, n=2, noise_variance=1.0)  # diag(8, 3) / 2
+    assert ok.indefinite_ is False and ok.solver_ == "lu"
+
+
+def test_ridge_on_gram_releases_flags_a_singular_design():
+    rel, _, _ = _gram_release()
+    assert est.Ridge(1.0).fit(rel).indefinite_ is False
+    small, _, G = _gram_release(seed=5, n=3)  # 3 rows: XᵀX (3 × 3) is PD but its smallest eigenvalue < 1
+    assert 0 < np.linalg.eigvalsh(G[:3, :3])[0] < 1
+    assert est.Ridge(1.0).fit(small).indefinite_ is False
+    # noise can make the released XᵀX indefinite: one negative eigenvalue, the others positive
+    G = np.array([[5.0, 0.0, 0.0, 1.0], [0.0, -1.0, 0.0, 1.0], [0.0, 0.0, 3.0, 1.0], [1.0, 1.0, 1.0, 10.0]])
+    i, j = np.triu_indices(4)
+    vector = G[i, j] * np.where(i == j, 1.0, math.sqrt(2.0))
+    singular = ReleasedSketch(matrix=vector[None, :], columns=("a", "b", "one", "y"), centers=np.zeros(4),
+                              scales=np.ones(4), label=3, intercept=2, n=40, noise_variance_per_column=0.0,
+                              privacy={}, sha256="", kind="gram")
+    ev = np.linalg.eigvalsh(singular.gram[:3, :3])
+    assert ev[0] <= 0.0 < ev[1]
+    assert est.Ridge(1.0).fit(singular).indefinite_ is True
+
+
+def test_lowrank_on_a_small_gram_release_keeps_small_singular_values():
+    rel, Z, _ = _gram_release(seed=2, n=50)
+    tiny = _replace(rel, matrix=rel.matrix * 1e-4)  # ZᵀZ · 1e-4: every eigenvalue below 1
+    low = est.LowRank(2).fit(tiny)
+    s = np.linalg.svd(Z, compute_uv=False)
+    assert np.allclose(low.singular_values_, s[:2] * 1e-2)

@@ -219,3 +219,19 @@ def test_reconstructed_release_carries_the_public_column_metadata():
     assert np.array_equal(rel.scales, [e.scale for e in spec.layout])
     assert rel.intercept == spec.intercept_index is not None
     assert rel.kind == spec.sketch.kind == "sparse"
+
+
+def test_reconstructed_release_names_a_dense_kind():
+    from ltm.ring import encode
+
+    from sim.data import synthetic_ridge
+    from sim.jobs import build_job
+
+    randomness = Randomness.seeded_insecure("dense-kills")
+    spec, _ = build_job(synthetic_ridge(400, 3, randomness), job_id="dense-kills", randomness=randomness,
+                        parties=2, k=2, m=4, kind="dense")
+    plan = spec.noise_plan()
+    total = encode(np.ones((spec.sketch.m, spec.width)), spec.frac_bits)
+    rel = reconstruct_release(spec, [total] + [np.zeros_like(total)] * (spec.k - 1), np.ones(spec.n, bool), plan,
+                              randomness="x")
+    assert rel.kind == "dense" and np.allclose(rel.matrix, 0.5)  # 1/√m with m = 4 pieces
