@@ -193,8 +193,12 @@ def gaussian_epsilon(noise_multipliers: Sequence[float], delta: float) -> float:
 def _gaussian_epsilon(noise_multipliers: tuple[float, ...], delta: float) -> float:
     # Cached: a sweep of in-process runs charges the same jobs to fresh ledgers again and again.
     dp_accounting, PLDAccountant = _dp_accounting()
+    # The loss grid spans about 1/z² (z = σ/Δ), so a near-noiseless job (ε = 10⁴) would need ~10⁸
+    # points and gigabytes; widening the interval as 1/z_min² keeps ~the same number of points.  The
+    # discretisation is pessimistic, so a coarser grid only ever overstates ε, never understates it.
+    interval = PLD_DISCRETIZATION * max(1.0, 1.0 / min(noise_multipliers) ** 2)
     accountant = PLDAccountant(dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
-                               value_discretization_interval=PLD_DISCRETIZATION)
+                               value_discretization_interval=interval)
     counts: dict[float, int] = {}
     for z in noise_multipliers:
         counts[z] = counts.get(z, 0) + 1

@@ -163,3 +163,20 @@ def test_the_in_process_transport_charges_the_same_ledger(tmp_path):
     assert run.ledgers["party-0"]["after"]["epsilon"] == pytest.approx(1.0, abs=1e-3)
     with pytest.raises(BudgetExceeded, match="has spent ε = 1"):
         run_inprocess(replace(spec, job_id="in-2"), tables, randomness, ledgers=ledgers)
+
+
+def test_a_near_noiseless_job_is_accounted_in_bounded_memory_and_never_understated():
+    # ε = 10⁴-scale jobs (z = σ/Δ ≈ 5e-4) once made the PLD grid allocate gigabytes.
+    import resource
+    from party.ledger import gaussian_epsilon
+    from scipy.stats import norm
+
+    z = 5e-4
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    eps = gaussian_epsilon([z], 1e-6)
+    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert grown_mb < 500
+    # exact δ(ε) of one Gaussian mechanism at ε: the pessimistic estimate must not undercut it
+    delta_at = lambda e: (np.exp(norm.logcdf(1 / (2 * z) - e * z))
+                          - np.exp(e + norm.logcdf(-1 / (2 * z) - e * z)))  # log space: e^ε overflows
+    assert delta_at(eps) <= 1e-6 * (1 + 1e-6)
