@@ -163,7 +163,8 @@ def test_rf_ridge_on_an_ltm_release_predicts_raw_inputs():
     table = synthetic_nonlinear(3000, 3, r)
     spec, _ = build_job(table, job_id="rf", randomness=r, parties=2, k=2, m=60,
                         rff=RFFOptions(n_features=20), epsilon=1e4)
-    run = run_inprocess(spec, party_tables(spec, table), r)
+    from party.ledger import UNLIMITED  # a near-noiseless test job, far past any real budget
+    run = run_inprocess(spec, party_tables(spec, table), r, budget=UNLIMITED)
     model = RFRidge(spec, lam=1.0).fit(run.release)
     X = np.column_stack([table.columns[f"x{j}"] for j in range(3)])[:50]
     lab = spec.layout[spec.label_index]
