@@ -5,6 +5,8 @@ All randomness is seeded, so every assertion is deterministic (no flake budget n
 """
 from __future__ import annotations
 
+from party.ledger import UNLIMITED  # near-noiseless test jobs, far past any real budget
+
 import math
 
 import numpy as np
@@ -49,7 +51,7 @@ def test_pipeline_release_is_b_v_over_sqrt_m_plus_calibrated_noise():
     spec = wu.ltm_columns_job(D, epsilon=1.0, delta=1e-5, m=m, parties=6, servers=2, job_seed=5)
     assert spec.partition == "columns" and spec.sketch.kind == "dense" and spec.sketch.m == m
     assert [len(p.columns) for p in spec.parties] == [2, 2, 2, 2, 2, 1] and spec.parties[-1].columns == ("y",)
-    release = run_inprocess(spec, party_tables(spec, wu._table_of(D)), Randomness.seeded_insecure(9)).release
+    release = run_inprocess(spec, party_tables(spec, wu._table_of(D)), Randomness.seeded_insecure(9), budget=UNLIMITED).release
     assert release.privacy["calibration_verified"] and not release.privacy["dp_verified"]  # seeded
     signal = wu.dense_sketch_product(spec.make_sketch(), D) / math.sqrt(m)
     resid = release.matrix - signal
@@ -73,7 +75,7 @@ def test_rmgm_consistent_on_noiseless_data():
     n2, m2 = 3000, 300
     X2, y2, w2, D2 = _synthetic(n2, seed=4)
     spec = wu.ltm_columns_job(D2, epsilon=1e5, delta=1e-5, m=m2, parties=6, servers=2, job_seed=6)
-    release = run_inprocess(spec, party_tables(spec, wu._table_of(D2)), Randomness.seeded_insecure(2)).release
+    release = run_inprocess(spec, party_tables(spec, wu._table_of(D2)), Randomness.seeded_insecure(2), budget=UNLIMITED).release
     coef = RMGMOLS(1e-6).fit(release).coef_
     assert np.linalg.norm(coef - w2) < 0.06
     signal = wu.dense_sketch_product(spec.make_sketch(), D2) / math.sqrt(m2)

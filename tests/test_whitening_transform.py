@@ -6,6 +6,8 @@ real pipeline (parties → shares → servers → analyst, a sparse sketch) the 
 sketched raw OLS up to the (tiny) noise.  Seeded: deterministic."""
 from __future__ import annotations
 
+from party.ledger import UNLIMITED  # near-noiseless test jobs, far past any real budget
+
 import dataclasses
 import math
 
@@ -90,7 +92,7 @@ def test_pipeline_release_maps_back_to_the_sketched_raw_ols(kind, m):
     table, X, y, public = _data(6000, 4)
     spec = _job(table, public, epsilon=1e6, delta=1e-6, m=m, kind=kind)
     assert spec.sketch.kind == kind
-    release = run_inprocess(spec, party_tables(spec, table), Randomness.seeded_insecure(5)).release
+    release = run_inprocess(spec, party_tables(spec, table), Randomness.seeded_insecure(5), budget=UNLIMITED).release
     model = raw_linear_predictor(OLS().fit(release).coef_scaled_, spec)
     S = spec.make_sketch().to_dense().astype(np.float64)
     ols_sketch = np.linalg.lstsq(S @ X, S @ y, rcond=None)[0]
@@ -129,7 +131,7 @@ def test_whitening_composes_with_the_gram_release_kind():
     table, X, y, public = _data(5000, 6)
     spec = _job(table, public, kind="gram", epsilon=1e4, delta=1e-6)
     assert spec.sketch.kind == "gram" and spec.transforms[0].kind == "whiten"
-    release = run_inprocess(spec, party_tables(spec, table), Randomness.seeded_insecure(7)).release
+    release = run_inprocess(spec, party_tables(spec, table), Randomness.seeded_insecure(7), budget=UNLIMITED).release
     model = raw_linear_predictor(OLS().fit(release).coef_scaled_, spec)
     ols = np.linalg.lstsq(X, y, rcond=None)[0]
     assert np.linalg.norm(model.coef_ - ols) < 1e-3 * np.linalg.norm(ols)
