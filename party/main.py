@@ -86,7 +86,8 @@ def data_exists(path: str) -> bool:
 
 
 def process_usage() -> dict[str, float | int]:
-    """This process's peak resident set size (bytes; ``VmHWM``) and CPU seconds (user + system)."""
+    """This process's peak resident set size (bytes; ``VmHWM``) and CPU seconds (user + system), for
+    the summary (``upload_cpu_s``: the CPU seconds of :func:`run_upload` alone)."""
     import resource
 
     ru = resource.getrusage(resource.RUSAGE_SELF)
@@ -207,8 +208,10 @@ async def participate(args: argparse.Namespace) -> dict:
                                         "ledger_after": admission.after.to_json()})
         batch_clients = args.batch_clients or DEFAULT_BATCH_CLIENTS
         journal = UploadJournal.open(state_dir, spec, args.id, batch_clients=batch_clients, seeded=seeded)
+        cpu_before = process_usage()["cpu_s"]
         summary = await run_upload(stubs, spec, args.id, source, randomness, batch_clients=batch_clients,
                                    progress=not args.no_progress, journal=journal, endpoints=endpoints)
+        upload_cpu_s = process_usage()["cpu_s"] - cpu_before
     finally:
         for c in channels:
             await c.close()
@@ -216,7 +219,7 @@ async def participate(args: argparse.Namespace) -> dict:
             source.close()
     log.info("upload complete", extra=asdict(summary))
     return {**asdict(summary), "job_id": spec.job_id, "job_digest": spec.digest, "randomness": randomness.label,
-            "ledger": admission.to_json(), **process_usage()}
+            "ledger": admission.to_json(), **process_usage(), "upload_cpu_s": upload_cpu_s}
 
 
 def run(args: argparse.Namespace) -> int:
