@@ -8,6 +8,7 @@ against :meth:`Sketch.apply` (its own placement of each batch's range).
 """
 from __future__ import annotations
 
+import sys
 import tracemalloc
 from dataclasses import replace
 
@@ -163,3 +164,49 @@ def test_coverage_ranges_answer_like_the_cell_table():
         for key, members in cov.column_sets().items():  # canonical: adjacent uploads merged
             assert members == ClientSet.from_mask(table[:, list(key)].all(axis=1))
     assert Coverage(n, width).held() == ClientSet.empty(n)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
+def test_servers_pin_the_mmap_threshold_so_freed_batches_leave_the_rss():
+    """After a large free has raised glibc's dynamic threshold, a 2 MiB block would come from the
+    heap (and stay resident when freed); with the threshold pinned it is mmapped (mallinfo2)."""
+    import subprocess
+
+    probe = """
+import ctypes, sys
+from transport.memory import return_large_blocks_to_the_os
+libc = ctypes.CDLL("libc.so.6")
+class Info(ctypes.Structure):
+    _fields_ = [(f, ctypes.c_size_t) for f in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                "fsmblks", "uordblks", "fordblks", "keepcost")]
+libc.mallinfo2.restype = Info
+libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = [ctypes.c_void_p]
+libc.free(libc.malloc(16 << 20))  # raises the dynamic threshold to 16 MiB
+if sys.argv[1] == "pinned":
+    assert return_large_blocks_to_the_os()
+before = libc.mallinfo2().hblkhd
+block = libc.malloc(2 << 20)
+print(libc.mallinfo2().hblkhd - before)
+"""
+    run = lambda mode: int(subprocess.run([sys.executable, "-c", probe, mode], capture_output=True, text=True,
+                                          check=True).stdout)  # noqa: E731
+    assert run("default") == 0  # the premise: from the heap
+    assert run("pinned") >= 2 << 20
+
+
+def test_packed_participant_bits_decode_in_chunks_to_the_same_set(monkeypatch):
+    """The old packed-bit encoding (until every analyst sends participant_ranges) decodes chunk by
+    chunk to exactly the set of its bits, across chunk boundaries, and back."""
+    from server import service
+
+    rng = np.random.default_rng(2)
+    for n in (1, 8, 9, 64, 65, 1000):
+        for mask in (np.zeros(n, bool), np.ones(n, bool), rng.random(n) < 0.5,
+                     np.repeat(rng.random(n // 10 + 1) < 0.5, 10)[:n]):
+            bits = np.packbits(mask)
+            for chunk in (8, 16, 1 << 23):
+                monkeypatch.setattr(service, "_BITS_CHUNK", chunk)
+                members = service._set_from_bits(n, bits)
+                assert members == ClientSet.from_mask(mask)
+                assert service._packed_bits(members) == bits.tobytes()
