@@ -146,7 +146,7 @@ def test_coverage_ranges_answer_like_the_cell_table():
     uploads in both partitions: overlap checks, held clients, and merging of adjacent ranges."""
     rng = np.random.default_rng(11)
     n, width = 200, 5
-    for blocks in ([(0, 1, 2, 3, 4)], [(0, 1), (2,), (3, 4)]):
+    for blocks in ([(0, 1, 2, 3, 4)], [(0, 1), (2,), (3, 4)], [(0, 1, 2, 3, 4), (0, 1), (1, 2), (4,), (3,)]):
         cov, table = Coverage(n, width), np.zeros((n, width), dtype=bool)
         for _ in range(60):
             cols = blocks[rng.integers(len(blocks))]
@@ -161,9 +161,14 @@ def test_coverage_ranges_answer_like_the_cell_table():
             np.testing.assert_array_equal(cov.to_array(), table)
             assert cov.held() == ClientSet.from_mask(table.all(axis=1))
             assert cov.any() == table.any()
-        for key, members in cov.column_sets().items():  # canonical: adjacent uploads merged
-            assert members == ClientSet.from_mask(table[:, list(key)].all(axis=1))
+        if sum(map(len, blocks)) == width:  # a partition of the columns: each set alone explains its cells
+            for key, members in cov.column_sets().items():  # canonical: adjacent uploads merged
+                assert members == ClientSet.from_mask(table[:, list(key)].all(axis=1))
     assert Coverage(n, width).held() == ClientSet.empty(n)
+    cov = Coverage(n, width)
+    cov.add(0, 10, (4,))
+    assert cov.overlaps(5, 6, (0, 1, 2, 3, 4)) and cov.overlaps(9, 12, (3, 4)) and not cov.overlaps(10, 12, (4,))
+    assert not cov.overlaps(5, 6, (0, 1)) and not cov.held()
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
