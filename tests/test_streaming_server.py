@@ -199,19 +199,3 @@ print(libc.mallinfo2().hblkhd - before)
     assert run("default") == 0  # the premise: from the heap
     assert run("pinned") >= 2 << 20
 
-
-def test_packed_participant_bits_decode_in_chunks_to_the_same_set(monkeypatch):
-    """The old packed-bit encoding (until every analyst sends participant_ranges) decodes chunk by
-    chunk to exactly the set of its bits, across chunk boundaries, and back."""
-    from server import service
-
-    rng = np.random.default_rng(2)
-    for n in (1, 8, 9, 64, 65, 1000):
-        for mask in (np.zeros(n, bool), np.ones(n, bool), rng.random(n) < 0.5,
-                     np.repeat(rng.random(n // 10 + 1) < 0.5, 10)[:n]):
-            bits = np.packbits(mask)
-            for chunk in (8, 16, 1 << 23):
-                monkeypatch.setattr(service, "_BITS_CHUNK", chunk)
-                members = service._set_from_bits(n, bits)
-                assert members == ClientSet.from_mask(mask)
-                assert service._packed_bits(members) == bits.tobytes()
