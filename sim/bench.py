@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from ltm.batch import ShareBatch
+from ltm.client_set import ClientSet
 from ltm.jobspec import ColumnSpec, JobSpec, PartySpec, PrivacySpec, ServerSpec, SketchSpec, honest_row_loads
 from ltm.randomness import Randomness
 from ltm.sharing import SEED_BYTES, Share
@@ -89,9 +90,9 @@ def bench_sketch(cfg: SketchBenchConfig) -> dict[str, Any]:
     t = time.perf_counter()
     slots = sketch.slots()
     derive_s = time.perf_counter() - t
-    participants = np.ones(spec.n, dtype=bool)
+    participants = np.ones(spec.n, dtype=bool)  # result_share's argument (the server's, srv)
     t = time.perf_counter()
-    honest_row_loads(spec, participants, sketch, slots)
+    honest_row_loads(spec, ClientSet.full(spec.n), sketch, slots)
     gate_s = time.perf_counter() - t
     per_server = []
     for server in range(spec.k if spec.share_mode == "seed" else 1):
