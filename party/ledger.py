@@ -55,6 +55,7 @@ from typing import Any
 import numpy as np
 
 from ltm.jobspec import JobSpec
+from party.data_source import FINGERPRINT_TAG, PartySource
 from transport.files import private_dir, write_private
 
 try:  # POSIX advisory locks; without fcntl two processes on one ledger are not serialised
@@ -218,9 +219,17 @@ def compose(losses: Sequence[JobLoss], delta: float) -> Spend:
     return Spend(epsilon, delta, len(losses), sum(1 for l in losses if l.seeded))
 
 
-def source_fingerprint(table: Mapping[str, np.ndarray]) -> str:
-    """SHA-256 of a party's data (its columns by name, as float64): the key of its ledger."""
-    h = hashlib.sha256(b"ltm.source.v1")
+def source_fingerprint(table: Mapping[str, np.ndarray] | PartySource) -> str:
+    """SHA-256 of a party's data (its columns by name, as float64): the key of its ledger.
+
+    A streamed :class:`~party.data_source.PartySource` is hashed chunk by chunk
+    (:meth:`PartySource.scan`: the same value for the same columns, in O(chunk) memory), except a
+    generated synthetic source, whose fingerprint is the hash of its descriptor (the data are a
+    function of it; docs: party/data_source.py).
+    """
+    if isinstance(table, PartySource):
+        return table.fingerprint()
+    h = hashlib.sha256(FINGERPRINT_TAG)
     for name in sorted(table):
         values = np.ascontiguousarray(np.asarray(table[name], dtype=np.float64), dtype="<f8")
         h.update(len(name.encode()).to_bytes(8, "little") + name.encode())

@@ -15,11 +15,11 @@ import grpc
 from ltm.errors import CommandError
 from ltm.randomness import Randomness
 from ltm.v1 import ltm_pb2_grpc
-from party.data_source import DataSourceError, load_columns
+from party.data_source import DataSourceError, PartySource, is_synthetic, open_source
 from party.journal import JournalError, UploadJournal
 from party.ledger import (DEFAULT_BUDGET_DELTA, DEFAULT_BUDGET_EPSILON, AccountantUnavailable, Budget,
                           BudgetExceeded, LedgerError, PrivacyLedger, source_fingerprint)
-from party.randomizer import DEFAULT_BATCH_CLIENTS, PartyDataError, party_randomness
+from party.randomizer import DEFAULT_BATCH_CLIENTS, PartyDataError, check_source, party_randomness
 from party.uploader import PartyPolicy, PolicyViolation, UploadIncomplete, fetch_job, run_upload
 from transport.config import add_actor_arguments, load_config, merge
 from transport.logs import setup_logging
@@ -37,7 +37,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--server-ids", help="expected server identities, comma-separated (default: the identities the "
                                         "job spec names, pinned in the TLS handshake either way)")
     p.add_argument("--job", help="job id to join")
-    p.add_argument("--data", help="CSV with this party's rows (rows partition) or columns (columns partition)")
+    p.add_argument("--data", help="this party's rows (rows partition) or columns (columns partition): a CSV, an .npz "
+                                  "or a directory of <column>.npy (read a batch at a time), or a generated "
+                                  "benchmark source (synthetic:ridge?d=10&n=1000000&seed=1, or a *.synth.json)")
     p.add_argument("--max-epsilon", type=float, help="largest ε this party accepts (default 1)")
     p.add_argument("--max-delta", type=float, help="largest δ this party accepts (default 1e-5)")
     p.add_argument("--min-corrupt-parties", type=int,
@@ -70,17 +72,26 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def read_party_table(path: str, needed: list[str] | None = None) -> dict:
-    """The party's columns from its data file; a needed column that is present but not numeric
-    is named as such (rather than reported missing)."""
+def read_party_source(path: str) -> PartySource:
+    """The party's data as a streamed source (``party/data_source.py``: only a CSV is read whole)."""
     try:
-        columns, non_numeric = load_columns(path)
+        return open_source(path)
     except DataSourceError as exc:
         raise PartyDataError(str(exc)) from None
-    bad = [c for c in (needed or []) if c in non_numeric]
-    if bad:
-        raise PartyDataError(non_numeric[bad[0]].describe(path))
-    return columns
+
+
+def data_exists(path: str) -> bool:
+    """Whether ``--data`` names something to read (a file, a column directory, a synthetic source)."""
+    return is_synthetic(path) or Path(path).exists()
+
+
+def process_usage() -> dict[str, float | int]:
+    """This process's peak resident set size (bytes; ``VmHWM``) and CPU seconds (user + system), for
+    the summary (``upload_cpu_s``: the CPU seconds of :func:`run_upload` alone)."""
+    import resource
+
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return {"peak_rss_bytes": int(ru.ru_maxrss) * 1024, "cpu_s": ru.ru_utime + ru.ru_stime}
 
 
 def default_state_dir(data: str) -> Path:
@@ -143,6 +154,7 @@ async def participate(args: argparse.Namespace) -> dict:
                 for i, e in enumerate(endpoints)]
 
     channels = connect(server_ids)
+    source: PartySource | None = None
     policy = PartyPolicy(max_epsilon=args.max_epsilon if args.max_epsilon is not None else 1.0,
                          max_delta=args.max_delta if args.max_delta is not None else 1e-5,
                          min_corrupt_parties=1 if args.min_corrupt_parties is None else args.min_corrupt_parties,
@@ -175,19 +187,18 @@ async def participate(args: argparse.Namespace) -> dict:
         elif insecure:
             log.warning("--insecure: server identities are not verified")
         stubs = [ltm_pb2_grpc.ServerStub(c) for c in channels]
-        while not Path(args.data).exists():  # --wait-for-data: the operator may still be writing it
+        while not data_exists(args.data):  # --wait-for-data: the operator may still be writing it
             if time.monotonic() > deadline:
                 raise PartyDataError(f"data file {args.data} did not appear within --wait")
             await asyncio.sleep(0.2)
-        try:
-            party_spec = spec.party(args.id)
-        except KeyError:
-            raise PolicyViolation(f"{args.id} is not a party of job {spec.job_id!r}") from None
-        needed = spec.party_raw_columns(party_spec)
-        table = read_party_table(args.data, needed)
+        if args.id not in {p.party_id for p in spec.parties}:
+            raise PolicyViolation(f"{args.id} is not a party of job {spec.job_id!r}")
+        source = read_party_source(args.data)
+        # One streamed pass finds bad values (nothing is sent) and fingerprints the source for the ledger.
+        check_source(spec, args.id, source)
         state_dir = Path(args.state_dir) if args.state_dir else default_state_dir(args.data)
         # The ledger is charged durably before anything is sent (refusal: BudgetExceeded).
-        ledger = PrivacyLedger.open(args.ledger_dir or state_dir / "ledger", args.id, source_fingerprint(table),
+        ledger = PrivacyLedger.open(args.ledger_dir or state_dir / "ledger", args.id, source_fingerprint(source),
                                     budget)
         admission = ledger.admit(spec, seeded=seeded)
         base = Randomness.seeded_insecure(args.seed) if seeded else Randomness.system()
@@ -197,14 +208,18 @@ async def participate(args: argparse.Namespace) -> dict:
                                         "ledger_after": admission.after.to_json()})
         batch_clients = args.batch_clients or DEFAULT_BATCH_CLIENTS
         journal = UploadJournal.open(state_dir, spec, args.id, batch_clients=batch_clients, seeded=seeded)
-        summary = await run_upload(stubs, spec, args.id, table, randomness, batch_clients=batch_clients,
+        cpu_before = process_usage()["cpu_s"]
+        summary = await run_upload(stubs, spec, args.id, source, randomness, batch_clients=batch_clients,
                                    progress=not args.no_progress, journal=journal, endpoints=endpoints)
+        upload_cpu_s = process_usage()["cpu_s"] - cpu_before
     finally:
         for c in channels:
             await c.close()
+        if source is not None:
+            source.close()
     log.info("upload complete", extra=asdict(summary))
     return {**asdict(summary), "job_id": spec.job_id, "job_digest": spec.digest, "randomness": randomness.label,
-            "ledger": admission.to_json()}
+            "ledger": admission.to_json(), **process_usage(), "upload_cpu_s": upload_cpu_s}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -214,7 +229,7 @@ def run(args: argparse.Namespace) -> int:
     # Checked before any server is contacted:
     if not args.insecure:
         check_certificates(args.certs, args.id)
-    if not args.wait_for_data and not Path(args.data).is_file():
+    if not args.wait_for_data and not data_exists(args.data):
         raise CommandError(f"data file {args.data} does not exist; nothing was sent (give the right --data, or "
                            f"--wait-for-data if another process is still writing it)", status=4)
     setup_logging(args.id, args.log_level or "info")

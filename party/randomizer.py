@@ -21,6 +21,7 @@ from ltm.randomness import Randomness
 from ltm.ring import encode
 from ltm.sharing import share
 from ltm.transforms import FeaturePipeline
+from party.data_source import PartySource, TableSource
 
 #: Clients per upload batch: 65 536 × 11 columns × 8 B ≈ 5.8 MB per piece, well under gRPC limits
 #: once chunked, and small enough to keep a party's memory flat.
@@ -35,36 +36,81 @@ class PartyDataError(ValueError):
     """The party's data does not fit the job spec (missing columns, NaN, wrong length, …)."""
 
 
+def _needed_raw_columns(spec: JobSpec, indices: list[int]) -> list[str]:
+    """The raw data columns the party's entries are built from (the intercept needs none), in spec order."""
+    need = {s for i in indices for s in spec.layout[i].sources}
+    return [col.name for col in spec.columns if col.name in need and col.role != "intercept"]
+
+
+def _checked_column(name: str, column: object, rows: int, party_id: str, row_offset: int = 0) -> np.ndarray:
+    """One raw column as float64 (rows,), checked with a precise error; ``row_offset``: the party
+    row of ``column[0]`` (a chunk of a streamed source), so the error names the party's row."""
+    if np.iscomplexobj(column):  # a cast to float64 would silently drop the imaginary part
+        raise PartyDataError(f"column {name!r} holds complex numbers; the job needs real values")
+    try:
+        values = np.asarray(column, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise PartyDataError(f"column {name!r} is not numeric: {exc}") from exc
+    if values.ndim != 1:
+        raise PartyDataError(f"column {name!r} must be one value per row (a 1-D array), "
+                             f"got an array of shape {values.shape}")
+    if values.shape != (rows,):
+        raise PartyDataError(f"column {name!r} has {values.shape[0]} values but "
+                             f"party {party_id!r} holds {rows} rows")
+    bad = ~np.isfinite(values)
+    if bad.any():
+        raise PartyDataError(f"column {name!r} has {int(bad.sum())} NaN/infinite values "
+                             f"(first at row {row_offset + int(np.argmax(bad))}); clean or impute them first")
+    return values
+
+
+def _missing_column(spec: JobSpec, party: PartySpec, name: str, have: object) -> PartyDataError:
+    return PartyDataError(f"party {party.party_id!r}: column {name!r} required by the job is "
+                          f"missing from the data (have: {sorted(have)})")
+
+
 def _checked_raw_columns(spec: JobSpec, party: PartySpec, table: Mapping[str, np.ndarray],
                          indices: list[int]) -> dict[str, np.ndarray]:
     """The raw columns the party's entries need, as float64 (rows,), each checked with a precise error."""
-    expected_rows = party.size
-    need = {s for i in indices for s in spec.layout[i].sources}
     raw: dict[str, np.ndarray] = {}
-    for col in spec.columns:
-        if col.name not in need or col.role == "intercept":
-            continue
-        if col.name not in table:
-            raise PartyDataError(f"party {party.party_id!r}: column {col.name!r} required by the job is "
-                                 f"missing from the data (have: {sorted(table)})")
-        if np.iscomplexobj(table[col.name]):  # a cast to float64 would silently drop the imaginary part
-            raise PartyDataError(f"column {col.name!r} holds complex numbers; the job needs real values")
-        try:
-            values = np.asarray(table[col.name], dtype=np.float64)
-        except (TypeError, ValueError) as exc:
-            raise PartyDataError(f"column {col.name!r} is not numeric: {exc}") from exc
-        if values.ndim != 1:
-            raise PartyDataError(f"column {col.name!r} must be one value per row (a 1-D array), "
-                                 f"got an array of shape {values.shape}")
-        if values.shape != (expected_rows,):
-            raise PartyDataError(f"column {col.name!r} has {values.shape[0]} values but "
-                                 f"party {party.party_id!r} holds {expected_rows} rows")
-        bad = ~np.isfinite(values)
-        if bad.any():
-            raise PartyDataError(f"column {col.name!r} has {int(bad.sum())} NaN/infinite values "
-                                 f"(first at row {int(np.argmax(bad))}); clean or impute them first")
-        raw[col.name] = values
+    for name in _needed_raw_columns(spec, indices):
+        if name not in table:
+            raise _missing_column(spec, party, name, table)
+        raw[name] = _checked_column(name, table[name], party.size, party.party_id)
     return raw
+
+
+def _checked_source(spec: JobSpec, party: PartySpec, source: PartySource, indices: list[int]) -> list[str]:
+    """The raw columns the party's entries need from a streamed ``source``, checked before any
+    chunk is read: present, numeric, one value per row, the party's row count.  (Values are
+    checked chunk by chunk as they are read; ``ltm party`` scans the file for NaN/∞ before
+    anything is sent, :meth:`PartySource.scan`.)"""
+    names = _needed_raw_columns(spec, indices)
+    for name in names:
+        if name in source.non_numeric:
+            raise PartyDataError(source.non_numeric[name].describe(source.description))
+        if name in source.unusable:
+            raise PartyDataError(source.unusable[name])
+        if name not in source.columns:
+            raise _missing_column(spec, party, name, source.columns)
+        if source.rows != party.size:
+            raise PartyDataError(f"column {name!r} has {source.rows} values but "
+                                 f"party {party.party_id!r} holds {party.size} rows")
+    return names
+
+
+def check_source(spec: JobSpec, party_id: str, source: PartySource) -> None:
+    """Refuse, before anything is sent, every problem :func:`make_batches` would meet in a streamed
+    ``source``: missing, non-numeric or ill-shaped columns, a wrong row count, and NaN/∞ values
+    (found by one streamed pass, :meth:`PartySource.scan`, which also gives the ledger's fingerprint)."""
+    party = spec.party(party_id)
+    names = _checked_source(spec, party, source, spec.party_column_indices(party))
+    nonfinite = source.scan().nonfinite
+    for name in names:
+        if name in nonfinite:
+            count, first = nonfinite[name]
+            raise PartyDataError(f"column {name!r} has {count} NaN/infinite values (first at row {first}); "
+                                 f"clean or impute them first")
 
 
 def client_vectors(spec: JobSpec, party: PartySpec, table: Mapping[str, np.ndarray],
@@ -126,7 +172,8 @@ def plan_batches(party: PartySpec, batch_clients: int = DEFAULT_BATCH_CLIENTS) -
     return BatchPlan(ranges)
 
 
-def make_batches(spec: JobSpec, party_id: str, table: Mapping[str, np.ndarray], randomness: Randomness,
+def make_batches(spec: JobSpec, party_id: str, table: Mapping[str, np.ndarray] | PartySource,
+                 randomness: Randomness,
                  *, plan: NoisePlan | None = None, batch_clients: int = DEFAULT_BATCH_CLIENTS,
                  batch_randomness: Callable[[int], Randomness] | None = None,
                  skip: Container[int] = (), timings: dict[str, float] | None = None,
@@ -141,14 +188,24 @@ def make_batches(spec: JobSpec, party_id: str, table: Mapping[str, np.ndarray], 
     batch, so that a restarted party re-derives bit-identical shares (``party/journal.py``).
     Batches whose index is in ``skip`` are not produced (already acknowledged by every server).
     ``timings``, if given, accumulates seconds spent in ``"noise"`` (clip + noisy copies) and
-    ``"sharing"`` (fixed-point encoding + secret sharing).
+    ``"sharing"`` (fixed-point encoding + secret sharing) and ``"read"`` (reading the source).
+
+    ``table`` is the party's columns in memory (checked whole before the first batch) or a
+    :class:`~party.data_source.PartySource`, read lazily one batch of rows at a time (checked chunk
+    by chunk), so a party's memory is O(batch) whatever its client count.  Both give bit-identical
+    batches for the same data.
     """
     party = spec.party(party_id)
     plan = plan or spec.noise_plan()
     pieces = spec.make_sketch().pieces
     batch_clients = effective_batch_clients(spec, party, batch_clients)
     columns = tuple(spec.party_column_indices(party))
-    raw = _checked_raw_columns(spec, party, table, list(columns))
+    if isinstance(table, PartySource):
+        source, streamed = table, True
+        needed = _checked_source(spec, party, source, list(columns))
+    else:
+        raw = _checked_raw_columns(spec, party, table, list(columns))
+        source, streamed, needed = TableSource(raw, rows=party.size), False, list(raw)
     pipeline = FeaturePipeline.for_spec(spec)
     uploaded = spec.upload_columns(party)
     digest = spec.digest
@@ -158,9 +215,13 @@ def make_batches(spec: JobSpec, party_id: str, table: Mapping[str, np.ndarray], 
             continue
         rand = batch_randomness(batch_index) if batch_randomness is not None else randomness.child("batch", batch_index)
         lo, hi = a - party.start, b - party.start
+        tr = time.perf_counter()
+        chunk = source.read(lo, hi, needed)
+        if streamed:
+            chunk = {k: _checked_column(k, v, hi - lo, party_id, lo) for k, v in chunk.items()}
         t0 = time.perf_counter()
         # Transform and clip per batch: random-feature vectors are wide, the raw columns are not.
-        vectors = pipeline.vectors({k: v[lo:hi] for k, v in raw.items()}, columns, rows=hi - lo)
+        vectors = pipeline.vectors(chunk, columns, rows=hi - lo)
         vectors = clip_rows(vectors, party.clip_bound, spec.clip_norm)
         if spec.lift is not None:  # a lifted release kind uploads lift(z) of the clipped z (ltm/lifts.py)
             vectors = spec.lift.apply(spec, vectors)
@@ -169,6 +230,7 @@ def make_batches(spec: JobSpec, party_id: str, table: Mapping[str, np.ndarray], 
         ring = encode(noisy, spec.frac_bits)
         shares = share(ring, spec.k, rand.child("shares"), mode=spec.share_mode, primary=(party_ordinal + batch_index) % spec.k)
         if timings is not None:
+            timings["read"] = timings.get("read", 0.0) + (t0 - tr)
             timings["noise"] = timings.get("noise", 0.0) + (t1 - t0)
             timings["sharing"] = timings.get("sharing", 0.0) + (time.perf_counter() - t1)
         yield [ShareBatch(digest, party_id, batch_index, a, b, uploaded, sh, seeded=rand.reproducible) for sh in shares]

@@ -23,6 +23,7 @@ from ltm.batch import CSPRNG_MODE, SEEDED_MODE, ShareBatch
 from ltm.jobspec import JobSpec, default_corrupt_parties
 from ltm.randomness import Randomness
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
+from party.data_source import PartySource
 from party.journal import UploadJournal
 from party.randomizer import DEFAULT_BATCH_CLIENTS, effective_batch_clients, make_batches, plan_batches
 from transport.certs import role_of
@@ -119,6 +120,11 @@ class UploadSummary:
     noise_s: float = 0.0
     sharing_s: float = 0.0
     upload_s: float = 0.0
+    #: seconds reading the data source (a chunk per batch; generating it, for a synthetic source)
+    read_s: float = 0.0
+    #: wall-clock (Unix) times the upload began and ended, to line parties up in a benchmark
+    started_unix: float = 0.0
+    finished_unix: float = 0.0
 
 
 class UploadIncomplete(Exception):
@@ -206,7 +212,7 @@ class Progress:
 
 
 async def run_upload(stubs: list[ltm_pb2_grpc.ServerStub], spec: JobSpec, party_id: str,
-                     table: Mapping[str, np.ndarray], randomness: Randomness, *,
+                     table: Mapping[str, np.ndarray] | PartySource, randomness: Randomness, *,
                      batch_clients: int = DEFAULT_BATCH_CLIENTS, progress: bool = True,
                      journal: UploadJournal | None = None, endpoints: list[str] | None = None) -> UploadSummary:
     """Randomize, share and upload all of this party's clients; returns what was sent.
@@ -215,8 +221,13 @@ async def run_upload(stubs: list[ltm_pb2_grpc.ServerStub], spec: JobSpec, party_
     batch's randomness key is journaled durably before any of its shares is sent, batches that
     every server acknowledged in an earlier run are skipped, and a batch an earlier run started is
     re-derived bit for bit from its key and re-sent (idempotent on the servers).
+
+    ``table``: the party's columns in memory, or a :class:`~party.data_source.PartySource` read
+    one batch of rows at a time (batch b + 1 is read and randomized while batch b uploads), so
+    the party holds at most two batches whatever its client count.
     """
     t0 = time.monotonic()
+    started = time.time()
     summary = UploadSummary(party_id, bytes_per_server=[0] * spec.k, journal=str(journal.path) if journal else "")
     party = spec.party(party_id)
     bar = Progress(party_id, party.size, progress)
@@ -273,4 +284,6 @@ async def run_upload(stubs: list[ltm_pb2_grpc.ServerStub], spec: JobSpec, party_
         bar.advance(per_server[0].count)
     summary.seconds = time.monotonic() - t0
     summary.noise_s, summary.sharing_s = timings.get("noise", 0.0), timings.get("sharing", 0.0)
+    summary.read_s = timings.get("read", 0.0)
+    summary.started_unix, summary.finished_unix = started, time.time()
     return summary

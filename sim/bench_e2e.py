@@ -1,17 +1,29 @@
 """``ltm bench e2e``: a networked run over real processes on loopback with mTLS, timed and metered.
 
 n synthetic clients (held by a few party processes) → k servers → the analyst, exactly as
-``ltm demo`` but on synthetic ridge data of any size, with party data handed over as ``.npz``.
-Reports wall time, time per phase and each process's peak RSS (``VmHWM`` from /proc, read just
-before the process is stopped).  Numbers, not asserts.
+``ltm demo`` but on synthetic ridge data of any size.  No process holds the n rows: each party
+*generates* its own rows chunk by chunk (``--data party-i.synth.json``, a
+:class:`party.data_source.SyntheticRidgeSource`; the same model as ``sim.data.synthetic_ridge``),
+the job's public column scales come from the generator's model, and the fit is checked against the
+model's true coefficients and a small held-out test set generated separately.
+
+Reports wall time, time per phase, each process's peak RSS (``VmHWM``: servers and analyst read
+from /proc just before they are stopped, parties report their own) and CPU seconds, each server's
+disk bytes after the upload, bytes on the wire and the upload throughput, and names the
+bottleneck.  Numbers, not asserts.  ``--n 1e6,1e7`` runs a series; ``--plot PNG`` draws wall time
+and peak RSS against n (matplotlib, optional; ``--from-json`` plots saved runs without running).
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
 import json
+import math
+import os
 import shutil
+import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -19,29 +31,64 @@ from typing import Any
 import numpy as np
 
 from ltm.randomness import Randomness
+from party.data_source import SyntheticRidge
 from sim.demo import _operate
-from sim.jobs import build_job, party_tables
+from sim.jobs import build_job
 from sim.launcher import ActorProcess, ProcessGroup
-from sim.data import synthetic_ridge
+from sim.data import ModelTable
 from transport.certs import write_certs
+
+#: Held-out rows generated (separately from the parties' rows) to report the fit's test R².
+TEST_ROWS = 100_000
+
+
+def parse_count(text: str) -> int:
+    """A client count: ``1000000``, ``1_000_000``, ``1e6`` or ``2.5e7`` (must be a whole number ≥ 1)."""
+    try:
+        value = float(text.replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of clients: {text!r} (e.g. 1000000 or 1e6)") from None
+    if not (math.isfinite(value) and value >= 1 and value == int(value)):
+        raise argparse.ArgumentTypeError(f"not a whole number of clients ≥ 1: {text!r}")
+    return int(value)
+
+
+def parse_counts(text: str) -> list[int]:
+    """``--n``: one count or a comma-separated series (``1e6,1e7,1e8``)."""
+    return [parse_count(t.strip()) for t in text.split(",") if t.strip()]
+
+
+def default_parties(n: int) -> int:
+    """Party processes for n clients: 4 up to 10⁷, then one per 6.25 M clients (16 at 10⁸), at most 64."""
+    return 4 if n <= 10_000_000 else min(64, max(4, round(n / 6_250_000)))
 
 
 def add_parser(bench_sub: argparse._SubParsersAction) -> None:
-    p = bench_sub.add_parser("e2e", help="networked end-to-end run on loopback: wall time, phases, peak RSS")
-    p.add_argument("--n", type=int, default=1_000_000)
+    p = bench_sub.add_parser("e2e", help="networked end-to-end run on loopback: wall time, phases, peak RSS, disk")
+    p.add_argument("--n", type=parse_counts, default=[1_000_000],
+                   help="clients: 1000000, 1e8, or a series 1e6,1e7,1e8 (default 1e6)")
     p.add_argument("--d", type=int, default=10)
     p.add_argument("--m", type=int, default=100)
     p.add_argument("--s", type=int, default=1)
     p.add_argument("--k", type=int, default=3)
     p.add_argument("--release", "--kind", dest="kind", choices=["sparse", "dense", "gram", "auto"], default="sparse",
                    help="release kind (gram: clients upload D(D+1)/2 lifted values, the map is the sum; m, s unused)")
-    p.add_argument("--parties", type=int, default=4)
-    p.add_argument("--seed", type=int, default=1, help="seeded mode (benchmarks need no privacy)")
-    p.add_argument("--workdir")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--parties", type=int,
+                   help="party processes (default: 4 up to 10^7 clients, then n / 6.25e6: 16 at 10^8)")
+    p.add_argument("--batch-clients", type=int, help="clients per upload batch (default: the party's)")
+    p.add_argument("--seed", type=int, default=1, help="seeded mode (benchmarks need no privacy); also the data seed")
+    p.add_argument("--deadline", type=float,
+                   help="seconds the analyst waits for the parties (default 600 + 20 µs per client)")
+    p.add_argument("--workdir", help="keep certificates, stores and logs here (default: a temp dir, removed)")
+    p.add_argument("--json", action="store_true", help="(the output is always one JSON object)")
+    p.add_argument("--plot", help="write a PNG of wall time and peak RSS against n (needs matplotlib)")
+    p.add_argument("--from-json", nargs="+", metavar="JSON",
+                   help="with --plot: plot these saved outputs (single runs or series) instead of running")
+    p.add_argument("--no-progress", action="store_true", help="no phase/progress lines on stderr")
     p.set_defaults(func=run)
 
 
+# ------------------------------------------------------------------ process metrics
 def peak_rss_bytes(ap: ActorProcess) -> int | None:
     """Peak resident set size of a live process (Linux /proc), in bytes."""
     try:
@@ -51,6 +98,28 @@ def peak_rss_bytes(ap: ActorProcess) -> int | None:
     except OSError:
         return None
     return None
+
+
+def cpu_seconds(ap: ActorProcess) -> float | None:
+    """User + system CPU seconds of a live process (``/proc/PID/stat`` utime + stime)."""
+    try:
+        fields = Path(f"/proc/{ap.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def disk_bytes(path: Path) -> int:
+    """Sum of the sizes of the regular files under ``path`` (``du --apparent-size -b``)."""
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for f in files:
+            try:
+                st = os.lstat(os.path.join(root, f))
+            except OSError:
+                continue
+            total += st.st_size
+    return total
 
 
 def server_wire_bytes(group: ProcessGroup, ap: ActorProcess, job_id: str) -> dict[str, int]:
@@ -68,67 +137,198 @@ def server_wire_bytes(group: ProcessGroup, ap: ActorProcess, job_id: str) -> dic
         channel.close()
 
 
-def run_e2e(args: argparse.Namespace) -> dict[str, Any]:
+# ------------------------------------------------------------------ progress on stderr
+class PhaseDisplay:
+    """Phase lines on stderr with the elapsed time; during the upload, a line every ``every`` s with
+    the parties still running and the bytes the servers have received (of about ``expected``)."""
+
+    def __init__(self, enabled: bool, n: int, every: float = 10.0) -> None:
+        self.enabled, self.n, self.every = enabled, n, every
+        self.t0 = time.monotonic()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def say(self, text: str) -> None:
+        if self.enabled:
+            print(f"[bench e2e n={self.n:.3g} {time.monotonic() - self.t0:7.1f} s] {text}", file=sys.stderr, flush=True)
+
+    def watch_upload(self, poll) -> None:
+        """Start printing ``poll()`` every ``every`` seconds until :meth:`stop`."""
+        if not self.enabled:
+            return
+
+        def loop() -> None:
+            while not self._stop.wait(self.every):
+                try:
+                    self.say(poll())
+                except Exception as exc:  # a progress line must never break the run
+                    self.say(f"upload: (progress unavailable: {type(exc).__name__})")
+
+        self._thread = threading.Thread(target=loop, name="bench-progress", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+
+# ------------------------------------------------------------------ one run
+def _fit_quality(release, model: SyntheticRidge) -> dict[str, Any]:
+    """The private ridge fit against the generator's truth: relative coefficient error and the R²
+    on :data:`TEST_ROWS` held-out rows generated separately (``split="test"``)."""
+    from analyst.jobs import fit_model
+    from analyst.metrics import r2
+
+    fit = fit_model(release, "ridge")
+    coef = np.array([fit["coef"][f"x{j}"] for j in range(model.d)])
+    test = model.rows(0, TEST_ROWS, split="test")
+    y_hat = test[:, :model.d] @ coef + fit["intercept"]
+    beta = model.coefficients
+    return {"test_r2": float(r2(test[:, model.d], y_hat)), "test_rows": TEST_ROWS,
+            "coef_rel_error": float(np.linalg.norm(coef - beta) / np.linalg.norm(beta)), "lambda": fit["lambda"]}
+
+
+def _bottleneck(cpu: dict[str, float], upload_s: float) -> dict[str, Any]:
+    """Which role's CPU dominates the upload phase (``cpu``: CPU seconds per role within it), and
+    whether the machine's cores were saturated over its ``upload_s`` seconds (parties' start to release)."""
+    cores = os.cpu_count() or 1
+    busy = sum(cpu.values())
+    util = busy / (cores * upload_s) if upload_s > 0 else 0.0
+    top = max(cpu, key=cpu.get) if cpu else None
+    verdict = (f"CPU-bound ({util:.0%} of {cores} cores over the run's upload phase); the largest share is the "
+               f"{top}' CPU ({cpu[top] / busy:.0%})" if util >= 0.8 and top else
+               f"not CPU-bound ({util:.0%} of {cores} cores): waiting on I/O (fsync), the network stack or "
+               f"between phases; the largest CPU share is the {top}'")
+    return {"cpu_s_by_role": {k: round(v, 2) for k, v in cpu.items()}, "cores": cores,
+            "cpu_utilisation_upload_phase": round(util, 3), "verdict": verdict}
+
+
+def run_e2e(args: argparse.Namespace, n: int | None = None) -> dict[str, Any]:
+    n = n if n is not None else (args.n[0] if isinstance(args.n, list) else args.n)
+    parties_n = args.parties or default_parties(n)
+    show = PhaseDisplay(not getattr(args, "no_progress", False), n)
     t_start = time.monotonic()
     phases: dict[str, float] = {}
     workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="ltm-e2e-"))
+    workdir.mkdir(parents=True, exist_ok=True)
     randomness = Randomness.seeded_insecure(args.seed)
+    model = SyntheticRidge(args.d, seed=args.seed)
+    table = ModelTable.synthetic_ridge(n, model)
+    show.say(f"certificates for {args.k} servers, {parties_n} parties")
     t = time.monotonic()
-    table = synthetic_ridge(args.n, args.d, randomness.child("data"))
-    table = type(table)(table.columns, table.label, table.source)
     certs = workdir / "certs"
-    write_certs(certs, [f"server-{i}" for i in range(args.k)] + [f"party-{i}" for i in range(args.parties)]
+    write_certs(certs, [f"server-{i}" for i in range(args.k)] + [f"party-{i}" for i in range(parties_n)]
                 + ["analyst", "operator"], force=True)
     phases["data_and_certs"] = time.monotonic() - t
     group = ProcessGroup(workdir, certs)
     rss: dict[str, int | None] = {}
+    cpu: dict[str, float | None] = {}
+    disk: dict[str, int] = {}
     try:
+        show.say("starting servers and the analyst")
         t = time.monotonic()
         servers = group.start_servers(args.k)
         analyst = group.start_service("analyst", "analyst", ["analyst", "--out", str(workdir / "out")])
         phases["start_services"] = time.monotonic() - t
         t = time.monotonic()
-        spec, _ = build_job(table, job_id="e2e", randomness=randomness, parties=args.parties, k=args.k, m=args.m,
+        spec, _ = build_job(table, job_id="e2e", randomness=randomness, parties=parties_n, k=args.k, m=args.m,
                             s=args.s, kind=getattr(args, "kind", "sparse"), endpoints=[s.endpoint for s in servers])
         data = workdir / "party-data"
         data.mkdir(parents=True, exist_ok=True)
-        for pid, cols in party_tables(spec, table).items():
-            np.savez(data / f"{pid}.npz", **cols)
+        for p in spec.parties:  # a descriptor per party: it generates rows [start, stop) itself
+            (data / f"{p.party_id}.synth.json").write_text(json.dumps(
+                {"generator": "ridge", "d": model.d, "seed": model.seed, "noise": model.noise,
+                 "offset": p.start, "n": p.size}))
         phases["job_spec_and_party_data"] = time.monotonic() - t
         parties: list[ActorProcess] = []
         endpoints = ",".join(s.endpoint for s in servers)
+        started_unix: list[float] = []
+        pieces = spec.make_sketch().pieces
+        expected = n * pieces * spec.upload_width * 8  # the primary shares; the other servers get 32-byte seeds
+
+        cpu_at_start: dict[str, float | None] = {}
 
         def start_parties() -> None:
+            started_unix.append(time.time())
+            cpu_at_start.update({ap.actor: cpu_seconds(ap) for ap in servers + [analyst]})
+            show.say(f"job published; {len(spec.parties)} parties generating and uploading {n:,} clients")
             for p in spec.parties:
-                parties.append(group.start_task("party", p.party_id, [
-                    "party", "--id", p.party_id, "--servers", endpoints, "--server-ids",
-                    ",".join(s.actor for s in servers), "--job", spec.job_id, "--data", str(data / f"{p.party_id}.npz"),
-                    "--seed", str(args.seed), "--no-progress",
-                    "--summary-file", str(data / f"{p.party_id}.summary.json")]))
+                argv = ["party", "--id", p.party_id, "--servers", endpoints, "--server-ids",
+                        ",".join(s.actor for s in servers), "--job", spec.job_id,
+                        "--data", str(data / f"{p.party_id}.synth.json"), "--seed", str(args.seed), "--no-progress",
+                        "--summary-file", str(data / f"{p.party_id}.summary.json")]
+                if getattr(args, "batch_clients", None):
+                    argv += ["--batch-clients", str(args.batch_clients)]
+                parties.append(group.start_task("party", p.party_id, argv))
 
-        report, release, op = asyncio.run(_operate(analyst.endpoint, certs, False, spec, start_parties,
-                                                   randomness.label, 600.0))
+            def poll() -> str:
+                received = sum(server_wire_bytes(group, s, spec.job_id)["received"] for s in servers)
+                running = sum(1 for p in parties if p.proc.poll() is None)
+                return (f"upload: {running}/{len(parties)} parties running; servers received "
+                        f"{received / 1e9:.2f} GB of ≈ {expected / 1e9:.2f} GB ({min(received / expected, 1):.0%})")
+            show.watch_upload(poll)
+
+        deadline = args.deadline if getattr(args, "deadline", None) else 600.0 + 2e-5 * n
+        try:
+            report, release, op = asyncio.run(_operate(analyst.endpoint, certs, False, spec, start_parties,
+                                                       randomness.label, deadline))
+        finally:
+            show.stop()
         phases.update(op)
+        show.say("released; collecting metrics")
         exits = [p.proc.wait(timeout=120) for p in parties]
         if any(exits):
             raise RuntimeError("a party failed:\n" + "\n".join(p.log_tail() for p in parties if p.proc.returncode))
+        # the servers' and analyst's CPU from the parties' start to now (upload, close, release)
+        upload_cpu = {ap.actor: (cpu_seconds(ap) or 0.0) - (cpu_at_start.get(ap.actor) or 0.0)
+                      for ap in servers + [analyst]}
+        cpu_window_s = time.time() - started_unix[0]
         for ap in servers + [analyst]:
             rss[ap.actor] = peak_rss_bytes(ap)
+            cpu[ap.actor] = cpu_seconds(ap)
+        for ap in servers:
+            disk[ap.actor] = disk_bytes(workdir / ap.actor)
         wire = [server_wire_bytes(group, ap, spec.job_id) for ap in servers]
         summaries = [json.loads((data / f"{p.party_id}.summary.json").read_text()) for p in spec.parties]
+        t = time.monotonic()
+        try:
+            quality = _fit_quality(release, model)
+        except Exception as exc:  # the numbers above stand on their own
+            quality = {"error": f"{type(exc).__name__}: {exc}"}
+        phases["fit_check"] = time.monotonic() - t
     finally:
+        show.say("stopping")
         group.stop_all()
         if not args.workdir:
             shutil.rmtree(workdir, ignore_errors=True)
-    return {
-        "benchmark": "e2e", "n": args.n, "d": args.d, "kind": spec.sketch.kind, "m": spec.sketch.m,
-        "s": spec.make_sketch().pieces, "k": args.k, "client_vector_width": spec.width,
-        "upload_values_per_client": spec.make_sketch().pieces * spec.upload_width,
-        "parties": args.parties, "tls": True, "release_sha256": release.sha256,
+    for s in summaries:
+        rss[s["party_id"]] = s.get("peak_rss_bytes")
+        cpu[s["party_id"]] = s.get("cpu_s")
+        upload_cpu[s["party_id"]] = s.get("upload_cpu_s")
+    upload_s = max(s["finished_unix"] for s in summaries) - min(s["started_unix"] for s in summaries)
+    parties_s = max(s["finished_unix"] for s in summaries) - started_unix[0]
+    received = sum(w["received"] for w in wire)
+
+    def by_role(prefix: str, values: dict[str, Any]) -> list:
+        return [v for k, v in values.items() if k.startswith(prefix) and v is not None]
+
+    cpu_roles = {"parties": sum(by_role("party-", upload_cpu)), "servers": sum(by_role("server-", upload_cpu)),
+                 "analyst": sum(by_role("analyst", upload_cpu))}
+    out = {
+        "benchmark": "e2e", "n": n, "d": args.d, "kind": spec.sketch.kind, "m": spec.sketch.m,
+        "s": pieces, "k": args.k, "client_vector_width": spec.width,
+        "upload_values_per_client": pieces * spec.upload_width,
+        "parties": parties_n, "tls": True, "data": table.source, "release_sha256": release.sha256,
         "participants": report["participants"], "wall_s": time.monotonic() - t_start,
         "phases_s": phases, "analyst_phases_s": report["timing_s"],
         "party_upload_s": [s["seconds"] for s in summaries],
+        "upload_phase_s": upload_s,
+        "upload_phase_note": "first party's upload start to last party's end (party summaries' started/finished_unix); "
+                             "parties_start_to_done_s adds the party processes' start-up",
+        "parties_start_to_done_s": parties_s,
         "phases_per_actor_s": {
+            "read (parties: generate the synthetic rows)": [round(s.get("read_s", 0.0), 4) for s in summaries],
             "noise (parties)": [round(s["noise_s"], 4) for s in summaries],
             "sharing (parties)": [round(s["sharing_s"], 4) for s in summaries],
             "upload (parties, streaming to k servers)": [round(s["upload_s"], 4) for s in summaries],
@@ -141,10 +341,79 @@ def run_e2e(args: argparse.Namespace) -> dict[str, Any]:
         "wire_bytes_per_server": wire,
         "wire_bytes_total": int(sum(w["received"] + w["sent"] for w in wire)),
         "wire_bytes_note": "gRPC payload bytes counted by each server's ByteMeter interceptor (all RPCs)",
+        "upload_throughput_bytes_per_s": received / upload_s if upload_s > 0 else None,
+        "upload_throughput_note": "bytes the servers received (gRPC payload) / upload_phase_s",
+        "disk_bytes_per_server": disk,
+        "disk_bytes_note": "sum of file sizes under each server's --data-dir after the release (du --apparent-size)",
         "peak_rss_bytes": rss,
+        "peak_rss_max_bytes": {"server": max(by_role("server-", rss), default=None),
+                               "analyst": rss.get("analyst"), "party": max(by_role("party-", rss), default=None)},
+        "cpu_s": {k: (round(v, 3) if v is not None else None) for k, v in cpu.items()},
+        "cpu_s_upload_phase": {k: (round(v, 3) if v is not None else None) for k, v in upload_cpu.items()},
+        "cpu_note": "cpu_s: each process's lifetime user+system CPU; cpu_s_upload_phase: parties during their "
+                    "upload (generate, randomize, share, send), servers and analyst from the parties' start to "
+                    "the release",
+        "bottleneck": _bottleneck(cpu_roles, cpu_window_s),
+        "fit": quality,
     }
+    show.say(f"done: wall {out['wall_s']:.1f} s")
+    return out
+
+
+# ------------------------------------------------------------------ series and plot
+def plot_series(runs: list[dict[str, Any]], path: str | Path) -> None:
+    """Wall time and peak RSS (max server, analyst, max party) against n, log–log, into ``path``."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise SystemExit("ltm bench e2e --plot needs matplotlib (pip install matplotlib); the JSON was printed") from None
+    runs = sorted(runs, key=lambda r: r["n"])
+    ns = [r["n"] for r in runs]
+    fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(10, 4))
+    ax_t.plot(ns, [r["wall_s"] for r in runs], "o-", label="wall time, everything")
+    if all("upload_phase_s" in r for r in runs):
+        ax_t.plot(ns, [r["upload_phase_s"] for r in runs], "s--", label="upload phase")
+    ax_t.set(xscale="log", yscale="log", xlabel="clients n", ylabel="seconds", title="time")
+    for role, marker in (("server", "o-"), ("analyst", "s-"), ("party", "^-")):
+        ys = [(r.get("peak_rss_max_bytes") or {}).get(role) for r in runs]
+        if role != "party" and not any(ys):  # older outputs: servers and analyst under peak_rss_bytes
+            ys = [max((v for k, v in r["peak_rss_bytes"].items() if k.startswith(role) and v), default=None)
+                  for r in runs]
+        pts = [(x, y / 2**20) for x, y in zip(ns, ys) if y]
+        if pts:
+            ax_m.plot(*zip(*pts), marker, label=f"{role} (max)")
+    ax_m.set(xscale="log", xlabel="clients n", ylabel="peak RSS (MiB)", title="peak memory (VmHWM)")
+    for ax in (ax_t, ax_m):
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+    fig.suptitle(f"ltm bench e2e (d={runs[0]['d']}, m={runs[0]['m']}, s={runs[0]['s']}, k={runs[0]['k']})")
+    fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _runs_of(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    return list(obj["runs"]) if obj.get("benchmark") == "e2e-series" else [obj]
 
 
 def run(args: argparse.Namespace) -> int:
-    print(json.dumps(run_e2e(args), indent=2))
+    if args.from_json:
+        if not args.plot:
+            raise SystemExit("ltm bench e2e: --from-json needs --plot")
+        runs = [r for f in args.from_json for r in _runs_of(json.loads(Path(f).read_text()))]
+        plot_series(runs, args.plot)
+        print(json.dumps({"benchmark": "e2e-series", "plot": args.plot, "runs": runs}, indent=2))
+        return 0
+    ns = args.n if isinstance(args.n, list) else [args.n]
+    if args.workdir and len(ns) > 1:
+        raise SystemExit("ltm bench e2e: --workdir with a series would reuse one directory; run one n at a time")
+    runs = [run_e2e(args, n) for n in ns]
+    out: dict[str, Any] = runs[0] if len(runs) == 1 else {"benchmark": "e2e-series", "runs": runs}
+    if args.plot:
+        plot_series(runs, args.plot)
+        out = {**out, "plot": args.plot}
+    print(json.dumps(out, indent=2))
     return 0

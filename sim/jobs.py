@@ -14,7 +14,7 @@ from ltm.planner import PlanInputs, plan_release
 from ltm.randomness import Randomness
 from ltm.second_moment import PublicSecondMoment, pmt_radius
 from ltm.transforms import TransformSpec, rff_spec, vector_layout, whiten_spec
-from sim.data import Table, public_columns
+from sim.data import ModelTable, Table, public_columns
 
 DEFAULT_CLIP_BOUND = 1.0
 
@@ -78,7 +78,7 @@ def split_parties(n: int, parties: int) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:])]
 
 
-def build_job(table: Table, *, job_id: str, randomness: Randomness, partition: str = "rows", parties: int = 4,
+def build_job(table: Table | ModelTable, *, job_id: str, randomness: Randomness, partition: str = "rows", parties: int = 4,
               k: int = 3, kind: str = "sparse", m: int | None = None, s: int = 1, epsilon: float = 1.0,
               delta: float = 1e-6, mechanism: str = "gaussian", calibration: str = "tight",
               interpolate_p: float | None = None, t_prime: int = 0, corrupt_parties: int | None = None,
@@ -100,6 +100,9 @@ def build_job(table: Table, *, job_id: str, randomness: Randomness, partition: s
     raw features with ``Σ̂_B^{-1/2}`` and divide the label by ``σ̂_B`` before clipping.
     """
     n = table.n
+    if isinstance(table, ModelTable) and (whiten is not None or rff is not None):
+        raise ValueError("whitening and random features need the data's statistics; a ModelTable has only "
+                         "its columns' moments")
     if reproduction is None:
         reproduction = randomness.reproducible
     if corrupt_parties is None:
