@@ -20,7 +20,6 @@ from typing import Any
 import numpy as np
 
 from ltm.calibration import CalibrationError, NoisePlan, plan_noise
-from ltm.client_set import ClientSet
 from ltm.lifts import LIFTED_KINDS, Lift, get_lift
 from ltm.noise import noise_tail_bound
 from ltm.ring import HEADROOM_LIMIT
@@ -403,21 +402,23 @@ def _canonical_floats(obj: Any) -> None:
 
 
 # -------------------------------------------------------------------- loads and corruption
-def participant_set(n: int, participants: ClientSet | np.ndarray | None) -> ClientSet:
-    """The participant set as a :class:`ClientSet`, from a ClientSet, a bool mask (n,), an index
-    array, or None (everyone)."""
-    if participants is None or isinstance(participants, ClientSet):
-        return ClientSet.coerce(n, participants)
+def participant_mask(n: int, participants: np.ndarray | None) -> np.ndarray:
+    """Bool mask of length n from a mask, an index array, or None (everyone)."""
+    if participants is None:
+        return np.ones(n, dtype=bool)
     arr = np.asarray(participants)
     if arr.dtype == bool:
-        return ClientSet.coerce(n, arr)
+        if arr.shape != (n,):
+            raise ValueError(f"participant mask must have length {n}")
+        return arr
+    mask = np.zeros(n, dtype=bool)
     if arr.size and (arr.min() < 0 or arr.max() >= n):
         raise ValueError(f"participant index outside [0, {n})")
-    idx = np.unique(arr.astype(np.int64))
-    return ClientSet.from_ranges(n, np.stack([idx, idx + 1], axis=1))
+    mask[arr.astype(np.int64)] = True
+    return mask
 
 
-def honest_row_loads(spec: JobSpec, participants: ClientSet | np.ndarray | None = None,
+def honest_row_loads(spec: JobSpec, participants: np.ndarray | None = None,
                      sketch: Sketch | None = None, slots: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Row loads of a participant set and the corruption deduction per row.
 
@@ -426,12 +427,10 @@ def honest_row_loads(spec: JobSpec, participants: ClientSet | np.ndarray | None 
     one non-zero per row) plus, per row, the largest load that ``corrupt_parties`` parties hold
     together.  Columns partition: every entry's noise comes from the one party owning its column;
     the guarantee covers the honest parties' columns, so there is nothing to deduct (t′ must be 0).
-    ``participants``: a :class:`ClientSet` (or anything :func:`participant_set` takes); only one
-    chunk's mask is ever built, so the memory does not grow with n.
     ``slots``: the sketch's precomputed :meth:`Sketch.slots`, to avoid re-deriving the placement.
     """
     sketch = sketch or spec.make_sketch()
-    members = participant_set(spec.n, participants)
+    mask = participant_mask(spec.n, participants)
     m = sketch.m
     loads = np.zeros(m, dtype=np.int64)
     c = spec.privacy.corrupt_parties if spec.partition == "rows" else 0
@@ -444,11 +443,11 @@ def honest_row_loads(spec: JobSpec, participants: ClientSet | np.ndarray | None 
     else:
         chunks = sketch.chunks(0, spec.n)
     for a, b, rows, _ in chunks:
-        keep = None if members.covers(a, b) else members.mask(a, b)  # full chunks need no copy
-        r = rows if keep is None else rows[:, keep]
+        keep = mask[a:b]
+        r = rows[:, keep]
         loads += np.bincount(r.ravel(), minlength=m)
         if party_loads is not None:
-            clients = np.arange(a, b) if keep is None else np.arange(a, b)[keep]
+            clients = np.arange(a, b)[keep]
             owner = np.searchsorted(starts, clients, side="right") - 1
             cells = (np.broadcast_to(owner, r.shape) * m + r).ravel()
             party_loads += np.bincount(cells, minlength=party_loads.size).reshape(party_loads.shape)
@@ -460,7 +459,7 @@ def honest_row_loads(spec: JobSpec, participants: ClientSet | np.ndarray | None 
         else:
             # Too many parties for an exact table: a party holds at most one non-zero per client
             # per row, so its load in any row is at most its number of participating clients.
-            sizes = members.counts_between(np.append(starts, spec.n)) if spec.parties else np.zeros(0)
+            sizes = np.add.reduceat(mask.astype(np.int64), starts) if spec.parties else np.zeros(0)
             deduction += int(np.sort(sizes)[-c:].sum())
     return loads, deduction
 
