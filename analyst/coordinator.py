@@ -180,7 +180,7 @@ def _held_set(spec: JobSpec, i: int, r: ltm_pb2.CloseResponse) -> ClientSet:
 
 
 #: Clients per step when packed bits are converted from or to ranges (a multiple of 8).
-_BITS_CHUNK = 1 << 23
+_BITS_CHUNK = 1 << 20
 
 
 def _from_packed_bits(n: int, data: bytes) -> ClientSet:
