@@ -90,9 +90,9 @@ def bench_sketch(cfg: SketchBenchConfig) -> dict[str, Any]:
     t = time.perf_counter()
     slots = sketch.slots()
     derive_s = time.perf_counter() - t
-    participants = np.ones(spec.n, dtype=bool)  # result_share's argument (the server's, srv)
+    participants = ClientSet.full(spec.n)
     t = time.perf_counter()
-    honest_row_loads(spec, ClientSet.full(spec.n), sketch, slots)
+    honest_row_loads(spec, participants, sketch, slots)
     gate_s = time.perf_counter() - t
     per_server = []
     for server in range(spec.k if spec.share_mode == "seed" else 1):

@@ -75,6 +75,9 @@ def add_parser(bench_sub: argparse._SubParsersAction) -> None:
                    help="release kind (gram: clients upload D(D+1)/2 lifted values, the map is the sum; m, s unused)")
     p.add_argument("--parties", type=int,
                    help="party processes (default: 4 up to 10^7 clients, then n / 6.25e6: 16 at 10^8)")
+    p.add_argument("--corrupt-parties", type=int,
+                   help="corrupt parties the job tolerates (default: the job default, 1; 0 allows --parties 1, "
+                        "e.g. to measure one party holding every client — the bench is a seeded reproduction)")
     p.add_argument("--batch-clients", type=int, help="clients per upload batch (default: the party's)")
     p.add_argument("--seed", type=int, default=1, help="seeded mode (benchmarks need no privacy); also the data seed")
     p.add_argument("--deadline", type=float,
@@ -233,7 +236,8 @@ def run_e2e(args: argparse.Namespace, n: int | None = None) -> dict[str, Any]:
         phases["start_services"] = time.monotonic() - t
         t = time.monotonic()
         spec, _ = build_job(table, job_id="e2e", randomness=randomness, parties=parties_n, k=args.k, m=args.m,
-                            s=args.s, kind=getattr(args, "kind", "sparse"), endpoints=[s.endpoint for s in servers])
+                            s=args.s, kind=getattr(args, "kind", "sparse"), endpoints=[s.endpoint for s in servers],
+                            corrupt_parties=getattr(args, "corrupt_parties", None))
         data = workdir / "party-data"
         data.mkdir(parents=True, exist_ok=True)
         for p in spec.parties:  # a descriptor per party: it generates rows [start, stop) itself

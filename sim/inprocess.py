@@ -61,17 +61,15 @@ class InProcessServerLink:
         return self.core.create_job(spec, caller_role=ANALYST_ROLE)
 
     async def held_count(self, spec: JobSpec) -> int | None:
-        return ClientSet.coerce(spec.n, self.core.held(spec.job_id)).count
+        return self.core.held(spec.job_id).count
 
     async def close(self, spec: JobSpec) -> ClientSet:
         held = self.core.close(spec.job_id, caller_role=ANALYST_ROLE)
         self.seeded_parties = self.core.seeded_parties(spec.job_id)
-        return ClientSet.coerce(spec.n, held)  # a mask from a core that predates ClientSet
+        return held
 
     async def release(self, spec: JobSpec, participants: ClientSet) -> tuple[np.ndarray, int]:
-        # TODO(#15, once srv lands): pass the ClientSet; a mask is what every ServerCore accepts today.
-        share = self.core.release(spec.job_id, participants.to_mask(), caller_role=ANALYST_ROLE,
-                                  job_digest=spec.digest)
+        share = self.core.release(spec.job_id, participants, caller_role=ANALYST_ROLE, job_digest=spec.digest)
         return share, share.nbytes
 
 
