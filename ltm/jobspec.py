@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from ltm.calibration import CalibrationError, NoisePlan, plan_noise
+from ltm.client_set import ClientSet
 from ltm.lifts import LIFTED_KINDS, Lift, get_lift
 from ltm.noise import noise_tail_bound
 from ltm.ring import HEADROOM_LIMIT
@@ -418,7 +419,15 @@ def participant_mask(n: int, participants: np.ndarray | None) -> np.ndarray:
     return mask
 
 
-def honest_row_loads(spec: JobSpec, participants: np.ndarray | None = None,
+def participant_set(n: int, participants: "ClientSet | np.ndarray | None") -> ClientSet:
+    """A :class:`~ltm.client_set.ClientSet` from a ClientSet, a bool mask (n,), an index array, or
+    None (everyone)."""
+    if participants is None or isinstance(participants, ClientSet):
+        return ClientSet.coerce(n, participants)
+    return ClientSet.from_mask(participant_mask(n, participants))
+
+
+def honest_row_loads(spec: JobSpec, participants: "ClientSet | np.ndarray | None" = None,
                      sketch: Sketch | None = None, slots: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Row loads of a participant set and the corruption deduction per row.
 
@@ -427,27 +436,27 @@ def honest_row_loads(spec: JobSpec, participants: np.ndarray | None = None,
     one non-zero per row) plus, per row, the largest load that ``corrupt_parties`` parties hold
     together.  Columns partition: every entry's noise comes from the one party owning its column;
     the guarantee covers the honest parties' columns, so there is nothing to deduct (t′ must be 0).
-    ``slots``: the sketch's precomputed :meth:`Sketch.slots`, to avoid re-deriving the placement.
+
+    ``participants``: a ClientSet, a bool mask (n,), an index array, or None (everyone).  The
+    placement is derived chunk by chunk (:data:`~ltm.sketch.CHUNK_CLIENTS` clients) over the chunks
+    that hold participants, so memory is O(m + one chunk) at any n; ``slots``, the sketch's
+    precomputed :meth:`Sketch.slots` (a server's cache for small jobs), saves re-deriving it.
     """
     sketch = sketch or spec.make_sketch()
-    mask = participant_mask(spec.n, participants)
+    members = participant_set(spec.n, participants)
     m = sketch.m
     loads = np.zeros(m, dtype=np.int64)
     c = spec.privacy.corrupt_parties if spec.partition == "rows" else 0
     exact = c > 0 and len(spec.parties) * m <= _EXACT_PARTY_LOAD_CELLS
     party_loads = np.zeros((len(spec.parties), m), dtype=np.int64) if exact else None
     starts = np.array([p.start for p in spec.parties], dtype=np.int64)
-    if slots is not None:
-        chunks = ((a, min(a + CHUNK_CLIENTS, spec.n), slots[:, a:a + CHUNK_CLIENTS] >> 1, None)
-                  for a in range(0, spec.n, CHUNK_CLIENTS))
-    else:
-        chunks = sketch.chunks(0, spec.n)
-    for a, b, rows, _ in chunks:
-        keep = mask[a:b]
-        r = rows[:, keep]
+    for a, b in member_chunks(members, CHUNK_CLIENTS):
+        rows = slots[:, a:b] >> 1 if slots is not None else sketch.placement(a, b)[0]
+        keep = None if members.covers(a, b) else members.mask(a, b)
+        r = rows if keep is None else rows[:, keep]
         loads += np.bincount(r.ravel(), minlength=m)
         if party_loads is not None:
-            clients = np.arange(a, b)[keep]
+            clients = np.arange(a, b) if keep is None else np.arange(a, b)[keep]
             owner = np.searchsorted(starts, clients, side="right") - 1
             cells = (np.broadcast_to(owner, r.shape) * m + r).ravel()
             party_loads += np.bincount(cells, minlength=party_loads.size).reshape(party_loads.shape)
@@ -459,9 +468,20 @@ def honest_row_loads(spec: JobSpec, participants: np.ndarray | None = None,
         else:
             # Too many parties for an exact table: a party holds at most one non-zero per client
             # per row, so its load in any row is at most its number of participating clients.
-            sizes = np.add.reduceat(mask.astype(np.int64), starts) if spec.parties else np.zeros(0)
+            stops = np.array([p.stop for p in spec.parties], dtype=np.int64)
+            sizes = members.rank(stops) - members.rank(starts)
             deduction += int(np.sort(sizes)[-c:].sum())
     return loads, deduction
+
+
+def member_chunks(members: ClientSet, size: int = CHUNK_CLIENTS):
+    """The aligned chunks ``[a, min(a + size, n))`` (a a multiple of ``size``) that hold at least
+    one member, in order: where a pass over a participant set derives the sketch placement."""
+    last = -1
+    for start, stop in members.ranges.tolist():
+        for i in range(max(start // size, last + 1), (stop - 1) // size + 1):
+            yield i * size, min((i + 1) * size, members.n)
+            last = i
 
 
 # -------------------------------------------------------------------- validation

@@ -176,6 +176,17 @@ class Sketch:
             out[:, a:b] = 2 * rows + negative
         return out
 
+    def slots_of(self, start: int, stop: int, cache: np.ndarray | None = None) -> np.ndarray:
+        """The :meth:`slots` of clients ``start..stop−1``: int64 (pieces, stop − start).
+
+        A view into ``cache`` (a precomputed :meth:`slots`) when given, else derived from the
+        placement of just that range (so a pass over n clients needs no n-sized array).
+        """
+        if cache is not None:
+            return cache[:, start:stop]
+        rows, negative = self.placement(start, stop)
+        return 2 * rows + negative
+
     def accumulator(self, width: int) -> np.ndarray:
         """A zeroed flat accumulator for :meth:`add_piece`: uint64 (2·m·width,)."""
         return np.zeros(2 * self.m * width, dtype=np.uint64)

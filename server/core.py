@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ltm.batch import ShareBatch
+from ltm.client_set import ClientSet
 from ltm.errors import ProtocolError
 from ltm.jobspec import JobSpec, JobSpecError, validate_job
 from ltm.sketch import Sketch
@@ -32,9 +33,25 @@ class Receipt:
     clients: int
 
 
+#: A job's sketch slots (8·pieces·n bytes) are cached when at most this large: a 10⁶-client job
+#: (8 MB at s = 1) releases without re-deriving its placement; larger jobs derive it chunk by chunk,
+#: so a server holds nothing n-sized.
+SLOT_CACHE_BYTES = 64 << 20
+
+
 def participants_digest(mask: np.ndarray) -> str:
-    """SHA-256 of a participant mask (packed bits): names a participant set compactly."""
+    """SHA-256 of a participant mask (packed bits): names a participant set compactly.
+    Equals :meth:`ClientSet.digest` of the same set (which is what the server records)."""
     return hashlib.sha256(np.packbits(np.asarray(mask, dtype=bool)).tobytes()).hexdigest()
+
+
+def _as_client_set(n: int, participants: ClientSet | np.ndarray) -> ClientSet | None:
+    """The participant set as a ClientSet; None when it is malformed (the gate then refuses it
+    with a precise message)."""
+    if isinstance(participants, ClientSet):
+        return participants if participants.n == n else None
+    mask = np.asarray(participants)
+    return ClientSet.from_mask(mask.astype(bool)) if mask.shape == (n,) else None
 
 
 class ServerCore:
@@ -44,7 +61,7 @@ class ServerCore:
         self.server_id = server_id
         self.store = store if store is not None else MemoryStore()
         self._sketches: dict[str, Sketch] = {}
-        self._slots: dict[str, np.ndarray] = {}
+        self._slots: dict[str, np.ndarray | None] = {}
 
     # ------------------------------------------------------------------ helpers
     def spec(self, job_id: str) -> JobSpec:
@@ -58,10 +75,13 @@ class ServerCore:
             self._sketches[spec.job_id] = spec.make_sketch()
         return self._sketches[spec.job_id]
 
-    def _slots_of(self, spec: JobSpec) -> np.ndarray:
-        """The job's sketch slots, derived once (they are public) and reused by every release."""
+    def _slots_of(self, spec: JobSpec) -> np.ndarray | None:
+        """The job's sketch slots if it is small enough to cache them (:data:`SLOT_CACHE_BYTES`),
+        derived once (they are public) and reused; None otherwise (derived per chunk)."""
         if spec.job_id not in self._slots:
-            self._slots[spec.job_id] = self._sketch(spec).slots()
+            sketch = self._sketch(spec)
+            small = 8 * sketch.pieces * spec.n <= SLOT_CACHE_BYTES
+            self._slots[spec.job_id] = sketch.slots() if small else None
         return self._slots[spec.job_id]
 
     def server_index(self, spec: JobSpec) -> int:
@@ -153,19 +173,18 @@ class ServerCore:
                                                   f"stored with different content; a batch cannot be replaced")
         if self.store.is_closed(job_id):
             raise ProtocolError("FAILED_PRECONDITION", f"job {job_id!r} is closed to uploads")
-        coverage = self.store.coverage(job_id)
-        if coverage[batch.start:batch.stop][:, list(expected_cols)].any():
+        if self.store.coverage(job_id).overlaps(batch.start, batch.stop, expected_cols):
             raise ProtocolError("ALREADY_EXISTS", f"clients [{batch.start}, {batch.stop}) of party {batch.party_id!r} "
                                                   f"were already uploaded in another batch; refusing to count them twice")
         self.store.put_batch(job_id, StoredBatch(batch, digest))
         return receipt
 
     # ------------------------------------------------------------------ close and release
-    def held(self, job_id: str) -> np.ndarray:
-        """Bool mask (n,) of clients whose complete vector (every column) this server holds."""
-        return self.store.coverage(job_id).all(axis=1)
+    def held(self, job_id: str) -> ClientSet:
+        """The clients whose complete vector (every column) this server holds."""
+        return self.store.coverage(job_id).held()
 
-    def close(self, job_id: str, *, caller_role: str) -> np.ndarray:
+    def close(self, job_id: str, *, caller_role: str) -> ClientSet:
         """Stop intake (persisted) and report the participant set this server holds."""
         if caller_role != ANALYST_ROLE:
             raise ProtocolError("PERMISSION_DENIED", f"only the analyst may close a job (caller role {caller_role!r})")
@@ -173,16 +192,18 @@ class ServerCore:
         self.store.set_closed(job_id)
         return self.held(job_id)
 
-    def release(self, job_id: str, participants: np.ndarray, *, caller_role: str, job_digest: str) -> np.ndarray:
+    def release(self, job_id: str, participants: ClientSet | np.ndarray, *, caller_role: str,
+                job_digest: str) -> np.ndarray:
         """The gated, once-only result share (uint64 (m, D)).
 
-        A retry with the identical participant set returns the identical stored bytes (a lost
-        response must not lose the release); any other set after a release is refused.
+        ``participants`` is a ClientSet (a bool mask (n,) is accepted too).  A retry with the
+        identical participant set returns the identical stored bytes (a lost response must not
+        lose the release); any other set after a release is refused.
         """
         spec = self.spec(job_id)
-        participants = np.asarray(participants, dtype=bool)
+        members = _as_client_set(spec.n, participants)
         record = self.store.get_release(job_id)
-        pdigest = participants_digest(participants) if participants.shape == (spec.n,) else ""
+        pdigest = members.digest() if members is not None else ""
         if record is not None and caller_role == ANALYST_ROLE and job_digest == spec.digest \
                 and record.participants_digest == pdigest:
             if record.result is not None:
@@ -192,10 +213,10 @@ class ServerCore:
             record = None
         if not self.store.is_closed(job_id) and caller_role == ANALYST_ROLE:
             raise ProtocolError("FAILED_PRECONDITION", f"job {job_id!r} must be closed before it is released")
-        check_release(spec, caller_role=caller_role, job_digest=job_digest, participants=participants,
+        check_release(spec, caller_role=caller_role, job_digest=job_digest,
+                      participants=participants if members is None else members,
                       held=self.held(job_id), already_released=record is not None, sketch=self._sketch(spec),
                       slots=self._slots_of(spec))
-        result = result_share(spec, self.store.batches(job_id), participants, self._sketch(spec),
-                              self._slots_of(spec))
+        result = result_share(spec, self.store.batches(job_id), members, self._sketch(spec), self._slots_of(spec))
         self.store.put_release(job_id, ReleaseRecord(pdigest, result.copy()))
         return result

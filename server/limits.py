@@ -19,10 +19,16 @@ limit                             default         why
 ``max_pieces``                    64              sketch pieces s per client
 ``max_parties``                   100 000         parties named in one spec
 ``max_servers``                   64              servers named in one spec
-``max_job_memory_bytes``          1 GiB           what one job makes the server hold: coverage
-                                                  (n × D bytes), sketch slots (8 · s · n), the
-                                                  result share (8 · m · D) — checked on the
-                                                  parsed numbers before any of it is allocated
+``max_job_memory_bytes``          1 GiB           what one job makes the server hold: the
+                                                  result share and its accumulator
+                                                  (24 · m · D) and the cached sketch slots
+                                                  (8 · s · n, only when ≤ 64 MiB) — checked on
+                                                  the parsed numbers before any of it is
+                                                  allocated; coverage is ranges (16 B each)
+``max_participant_ranges``        262 144         ranges in a Release's participant set (16 B
+                                                  each on the wire; the set is the clients that
+                                                  reached every server, about one range per
+                                                  uploaded batch at most)
 ``max_jobs``                      1 000           stored jobs (each holds memory and disk)
 ``min_free_disk_bytes``           512 MiB         an upload is refused if storing it would leave
                                                   less free space under the data directory
@@ -53,6 +59,7 @@ from dataclasses import dataclass
 
 from ltm.errors import ProtocolError, bounded
 from ltm.jobspec import JobSpec, JobSpecError
+from server.core import SLOT_CACHE_BYTES
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -70,6 +77,7 @@ class ServerLimits:
     max_parties: int = 100_000
     max_servers: int = 64
     max_job_memory_bytes: int = 1 * GiB
+    max_participant_ranges: int = 1 << 18
     max_jobs: int = 1_000
     min_free_disk_bytes: int = 512 * MiB
     max_batch_bytes: int = 512 * MiB
@@ -126,11 +134,14 @@ class ServerLimits:
             if value > getattr(self, limit_name):
                 raise bad(name, value, limit_name)
         upload = max(spec.upload_width, width, 1)  # a lifted release (gram) uploads more values per client
-        memory = n * upload + 8 * s * n + 8 * m * upload
+        pieces = m if spec.sketch.kind == "dense" else s
+        slots = 8 * pieces * n if 8 * pieces * n <= SLOT_CACHE_BYTES else 0  # cached only when small
+        memory = 24 * m * upload + slots
         if memory > self.max_job_memory_bytes:
-            raise ProtocolError("RESOURCE_EXHAUSTED", f"the job would make this server hold ~{memory} bytes (n·W "
-                                                      f"coverage + 8·s·n slots + 8·m·W result, W = values uploaded "
-                                                      f"per client), over its limit of "
+            raise ProtocolError("RESOURCE_EXHAUSTED", f"the job would make this server hold ~{memory} bytes "
+                                                      f"(24·m·W result and accumulator + the sketch slots it caches "
+                                                      f"when they fit in {SLOT_CACHE_BYTES} bytes, W = values "
+                                                      f"uploaded per client), over its limit of "
                                                       f"{self.max_job_memory_bytes} (max_job_memory_bytes)")
 
 

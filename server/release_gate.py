@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ltm.client_set import ClientSet
 from ltm.errors import ProtocolError
 from ltm.jobspec import JobSpec, honest_row_loads
 from ltm.sketch import Sketch
@@ -39,14 +40,28 @@ class GateDecision:
     min_row_load: int
 
 
-def check_release(spec: JobSpec, *, caller_role: str, job_digest: str, participants: np.ndarray,
-                  held: np.ndarray, already_released: bool, sketch: Sketch | None = None,
+def _client_set(spec: JobSpec, members: ClientSet | np.ndarray, what: str) -> ClientSet:
+    """A ClientSet over the job's n from a ClientSet or a 0/1 mask (n,) (tests pass masks)."""
+    if isinstance(members, ClientSet):
+        if members.n != spec.n:
+            raise GateRefusal("INVALID_ARGUMENT", f"{what} set is over n = {members.n} clients, expected {spec.n}")
+        return members
+    mask = np.asarray(members)
+    if mask.shape != (spec.n,):
+        raise GateRefusal("INVALID_ARGUMENT", f"{what} mask has shape {mask.shape}, expected ({spec.n},)")
+    return ClientSet.from_mask(mask.astype(bool))
+
+
+def check_release(spec: JobSpec, *, caller_role: str, job_digest: str, participants: ClientSet | np.ndarray,
+                  held: ClientSet | np.ndarray, already_released: bool, sketch: Sketch | None = None,
                   slots: np.ndarray | None = None) -> GateDecision:
     """Allow or refuse a release; raises :class:`GateRefusal` on refusal.
 
     Args:
-        participants: bool mask (n,) of the agreed participant set.
-        held: bool mask (n,) of the clients whose complete vectors this server holds.
+        participants: the agreed participant set (a ClientSet, or a bool mask (n,)).
+        held: the clients whose complete vectors this server holds (ClientSet or bool mask (n,)).
+        slots: the job's cached :meth:`Sketch.slots`, if the server keeps one (small jobs); the
+            row loads are otherwise derived chunk by chunk (:func:`honest_row_loads`).
     """
     if caller_role != ANALYST_ROLE:
         raise GateRefusal("PERMISSION_DENIED", f"only the analyst may request a release (caller role {caller_role!r})")
@@ -55,14 +70,13 @@ def check_release(spec: JobSpec, *, caller_role: str, job_digest: str, participa
     if already_released:
         raise GateRefusal("FAILED_PRECONDITION", f"job {spec.job_id!r} has already been released once; "
                                                  "a second release would let differencing cancel the noise")
-    participants = np.asarray(participants, dtype=bool)
-    if participants.shape != (spec.n,):
-        raise GateRefusal("INVALID_ARGUMENT", f"participant mask has shape {participants.shape}, expected ({spec.n},)")
-    extra = participants & ~held
-    if extra.any():
-        raise GateRefusal("FAILED_PRECONDITION", f"the participant set contains {int(extra.sum())} clients this server "
-                                                 f"does not hold (first: {int(np.argmax(extra))})")
-    count = int(participants.sum())
+    participants = _client_set(spec, participants, "participant")
+    held = _client_set(spec, held, "held")
+    extra = participants - held
+    if extra:
+        raise GateRefusal("FAILED_PRECONDITION", f"the participant set contains {extra.count} clients this server "
+                                                 f"does not hold (first: {extra.first()})")
+    count = participants.count
     if count < spec.privacy.min_participants:
         raise GateRefusal("FAILED_PRECONDITION", f"participant set of {count} clients is below the job's minimum of "
                                                  f"{spec.privacy.min_participants}")

@@ -28,6 +28,7 @@ import grpc
 import numpy as np
 
 from ltm.batch import RANDOMNESS_MODES, SEEDED_MODE, ShareBatch
+from ltm.client_set import ClientSet, ClientSetError
 from ltm.errors import DataLossError, ProtocolError, bounded
 from ltm.jobspec import JobSpecError
 from ltm.sharing import SEED_BYTES, Share
@@ -115,6 +116,28 @@ async def _check_decoded(context, request) -> None:
         await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.message)
 
 
+#: Clients per step when packed bits are unpacked or packed: a multiple of 8, so chunk a starts at
+#: byte a // 8 and packed chunks concatenate to the packed whole.
+_BITS_CHUNK = 1 << 23
+
+
+def _set_from_bits(n: int, bits: np.ndarray) -> ClientSet:
+    """The ClientSet of packed (n,) membership bits (ReleaseRequest.participant_bits), unpacked in
+    chunks so that no n-sized mask is built."""
+    chunk = _BITS_CHUNK
+    parts = [ClientSet.from_mask(np.unpackbits(bits[a // 8:(a + chunk) // 8], count=min(chunk, n - a)).view(bool))
+             .ranges + a for a in range(0, n, chunk)]
+    return ClientSet.from_ranges(n, np.concatenate(parts) if parts else np.zeros((0, 2), dtype=np.int64))
+
+
+def _packed_bits(members: ClientSet) -> bytes:
+    """numpy.packbits of the set's (n,) mask, built in chunks (CloseResponse.held_bits, for
+    analysts that predate held_ranges)."""
+    chunk = _BITS_CHUNK
+    return b"".join(np.packbits(members.mask(a, min(a + chunk, members.n))).tobytes()
+                    for a in range(0, members.n, chunk))
+
+
 class ServerService(ltm_pb2_grpc.ServerServicer):
     """The ``ltm.v1.Server`` service of one LTM server."""
 
@@ -177,7 +200,7 @@ class ServerService(ltm_pb2_grpc.ServerServicer):
             batches = self.core.store.batch_count(spec.job_id)
         except Exception as exc:
             await _abort(context, exc)
-        held = int(self.core.held(spec.job_id).sum())
+        held = self.core.held(spec.job_id).count
         return ltm_pb2.StatusResponse(
             job_id=spec.job_id, closed=self.core.store.is_closed(spec.job_id),
             released=released, clients_held=held, batches=batches,
@@ -324,6 +347,25 @@ class ServerService(ltm_pb2_grpc.ServerServicer):
         return shape, (0 if h.seed else expected)
 
     # ------------------------------------------------------------------ close and release
+    def _participants(self, spec, request: ltm_pb2.ReleaseRequest) -> ClientSet:
+        """The request's participant set: ``participant_ranges`` decoded strictly (hostile input
+        is INVALID_ARGUMENT; more ranges than ``max_participant_ranges`` RESOURCE_EXHAUSTED)."""
+        if request.participant_bits:  # the packed-bit mask of analysts that predate participant_ranges
+            bits = np.frombuffer(request.participant_bits, dtype=np.uint8)
+            if bits.size != (spec.n + 7) // 8:
+                raise ProtocolError("INVALID_ARGUMENT", f"participant_bits must hold {spec.n} bits "
+                                                        f"({(spec.n + 7) // 8} bytes), got {bits.size} bytes")
+            return _set_from_bits(spec.n, bits)
+        data = request.participant_ranges
+        limit = self.limits.max_participant_ranges
+        if len(data) % 16 == 0 and len(data) // 16 > limit:
+            raise ProtocolError("RESOURCE_EXHAUSTED", f"participant set of {len(data) // 16} ranges exceeds this "
+                                                      f"server's limit of {limit} (max_participant_ranges)")
+        try:
+            return ClientSet.from_bytes(spec.n, data, max_ranges=limit)
+        except ClientSetError as exc:
+            raise ProtocolError("INVALID_ARGUMENT", f"participant_ranges: {exc}") from None
+
     async def Close(self, request, context):
         who = await authenticate(context, {"analyst"}, insecure=self.insecure)
         await _check_decoded(context, request)
@@ -334,8 +376,9 @@ class ServerService(ltm_pb2_grpc.ServerServicer):
             held = await self._call(self.core.close, request.job_id, caller_role=who.role)
         except Exception as exc:
             await _abort(context, exc)
-        log.info("job closed", extra={"job_id": request.job_id, "held": int(held.sum())})
-        return ltm_pb2.CloseResponse(n=spec.n, held_bits=np.packbits(held).tobytes(), held=int(held.sum()),
+        log.info("job closed", extra={"job_id": request.job_id, "held": held.count})
+        return ltm_pb2.CloseResponse(n=spec.n, held_ranges=held.to_bytes(), held=held.count,
+                                     held_bits=_packed_bits(held),
                                      seeded_parties=self.core.seeded_parties(request.job_id))
 
     async def Release(self, request, context):
@@ -343,11 +386,7 @@ class ServerService(ltm_pb2_grpc.ServerServicer):
         await _check_decoded(context, request)
         try:
             spec = self.core.spec(request.job_id)
-            bits = np.frombuffer(request.participant_bits, dtype=np.uint8)
-            if bits.size != (spec.n + 7) // 8:
-                raise ProtocolError("INVALID_ARGUMENT", f"participant_bits must hold {spec.n} bits "
-                                                        f"({(spec.n + 7) // 8} bytes), got {bits.size} bytes")
-            participants = np.unpackbits(bits, count=spec.n).astype(bool)
+            participants = self._participants(spec, request)
             result = await self._call(self.core.release, request.job_id, participants,
                                       phase=(request.job_id, "release"), caller_role=who.role,
                                       job_digest=request.job_digest)
@@ -357,7 +396,7 @@ class ServerService(ltm_pb2_grpc.ServerServicer):
                                                       "reason": bounded(exc.message)})
             await _abort(context, exc)
         payload = np.ascontiguousarray(result, dtype="<u8").tobytes()
-        log.info("released", extra={"job_id": request.job_id, "participants": int(participants.sum())})
+        log.info("released", extra={"job_id": request.job_id, "participants": participants.count})
         yield ltm_pb2.ReleaseChunk(header=ltm_pb2.ReleaseHeader(rows=result.shape[0], cols=result.shape[1],
                                                                 result_sha256=hashlib.sha256(payload).digest()))
         for i in range(0, len(payload), RELEASE_CHUNK_BYTES):

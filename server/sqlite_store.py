@@ -74,7 +74,8 @@ from ltm.batch import ShareBatch
 from ltm.errors import DataLossError, ProtocolError
 from ltm.jobspec import JobSpec
 from ltm.sharing import SEED_BYTES, Share
-from server.store import ReleaseRecord, StoredBatch, mark_coverage
+from server.coverage import Coverage
+from server.store import ReleaseRecord, StoredBatch
 from transport.files import PRIVATE_FILE_MODE, create_private, fsync_dir, private_dir, touch_private
 
 try:  # POSIX advisory locks; without fcntl the single-process rule is not enforced
@@ -182,7 +183,7 @@ class SqliteStore:
         self._jobs: dict[str, JobSpec] = {}
         self._retired: set[str] = set()
         self._closed_jobs: set[str] = set()
-        self._coverage: dict[str, np.ndarray] = {}
+        self._coverage: dict[str, Coverage] = {}
         self._durable_dirs: set[Path] = set()
         try:
             self._open_directory()
@@ -276,13 +277,13 @@ class SqliteStore:
             if spec.digest != digest or spec.job_id != job_id:
                 raise StoreCorruptError(f"stored spec of job {job_id!r} does not match its digest {digest[:12]}…")
             self._jobs[job_id] = spec
-            self._coverage[job_id] = np.zeros((spec.n, spec.upload_width), dtype=bool)
+            self._coverage[job_id] = Coverage(spec.n, spec.upload_width)
             if closed:
                 self._closed_jobs.add(job_id)
         referenced: dict[str, int] = {}
         for job_id, start, stop, columns, shape, blob_path in conn.execute(
                 "SELECT job_id, start, stop, columns, shape, blob_path FROM batches"):
-            self._coverage[job_id][start:stop, json.loads(columns)] = True
+            self._coverage[job_id].add(start, stop, json.loads(columns))
             if blob_path is not None:
                 referenced[blob_path] = int(np.prod(json.loads(shape), dtype=np.int64)) * 8
         released = {r[0] for r in conn.execute("SELECT job_id FROM releases")}
@@ -373,7 +374,7 @@ class SqliteStore:
                 raise
             self._commit(conn)
             self._jobs[spec.job_id] = parsed
-            self._coverage[spec.job_id] = np.zeros((parsed.n, parsed.upload_width), dtype=bool)
+            self._coverage[spec.job_id] = Coverage(parsed.n, parsed.upload_width)
 
     def get_job(self, job_id: str) -> JobSpec | None:
         return self._jobs.get(job_id)
@@ -499,7 +500,7 @@ class SqliteStore:
                 if job_id in self._closed_jobs:
                     raise ProtocolError("FAILED_PRECONDITION", f"job {job_id!r} is closed to uploads")
                 coverage = self._coverage[job_id]
-                if coverage[batch.start:batch.stop][:, list(columns)].any():
+                if coverage.overlaps(batch.start, batch.stop, columns):
                     raise ProtocolError("ALREADY_EXISTS", f"clients [{batch.start}, {batch.stop}) of party "
                                                           f"{batch.party_id!r} were already uploaded in another "
                                                           f"batch; refusing to count them twice")
@@ -531,7 +532,7 @@ class SqliteStore:
                         self._failed = exc  # committed but not in place: a reopen finishes the rename
                         tmp = None
                         raise
-                mark_coverage(coverage, batch)  # memory only after the commit
+                coverage.add(batch.start, batch.stop, columns)  # memory only after the commit
                 tmp = None
         finally:
             if tmp is not None:
@@ -597,11 +598,10 @@ class SqliteStore:
                 checked += 1
         return checked
 
-    def coverage(self, job_id: str) -> np.ndarray:
-        """Bool (n, D) of held cells (a read-only view; rebuilt from the batches table on open)."""
-        view = self._coverage[job_id].view()
-        view.flags.writeable = False
-        return view
+    def coverage(self, job_id: str) -> Coverage:
+        """A snapshot of the job's held cells (rebuilt from the batches table on open)."""
+        with self._lock:
+            return self._coverage[job_id].copy()
 
     # ------------------------------------------------------------------ release
     def _marker_path(self, job_id: str) -> Path:

@@ -14,6 +14,7 @@ import numpy as np
 
 from ltm.batch import ShareBatch
 from ltm.jobspec import JobSpec
+from server.coverage import Coverage
 
 
 @dataclass(frozen=True)
@@ -40,17 +41,12 @@ class ServerStore(Protocol):
     def batch_count(self, job_id: str) -> int: ...
     def put_batch(self, job_id: str, stored: StoredBatch) -> None: ...
     def batches(self, job_id: str) -> Iterator[ShareBatch]: ...
-    def coverage(self, job_id: str) -> np.ndarray: ...
+    def coverage(self, job_id: str) -> Coverage: ...
     def set_closed(self, job_id: str) -> None: ...
     def is_closed(self, job_id: str) -> bool: ...
     def get_release(self, job_id: str) -> ReleaseRecord | None: ...
     def put_release(self, job_id: str, record: ReleaseRecord) -> None: ...
     def seeded_parties(self, job_id: str) -> list[str]: ...
-
-
-def mark_coverage(coverage: np.ndarray, batch: ShareBatch) -> None:
-    """Record that the batch's (clients × columns) cells are held."""
-    coverage[batch.start:batch.stop, list(batch.columns)] = True
 
 
 class MemoryStore:
@@ -59,14 +55,14 @@ class MemoryStore:
     def __init__(self) -> None:
         self._jobs: dict[str, JobSpec] = {}
         self._batches: dict[str, dict[tuple[str, int], StoredBatch]] = {}
-        self._coverage: dict[str, np.ndarray] = {}
+        self._coverage: dict[str, Coverage] = {}
         self._closed: set[str] = set()
         self._releases: dict[str, ReleaseRecord] = {}
 
     def put_job(self, spec: JobSpec) -> None:
         self._jobs[spec.job_id] = spec
         self._batches[spec.job_id] = {}
-        self._coverage[spec.job_id] = np.zeros((spec.n, spec.upload_width), dtype=bool)
+        self._coverage[spec.job_id] = Coverage(spec.n, spec.upload_width)
 
     def get_job(self, job_id: str) -> JobSpec | None:
         return self._jobs.get(job_id)
@@ -83,14 +79,16 @@ class MemoryStore:
 
     def put_batch(self, job_id: str, stored: StoredBatch) -> None:
         self._batches[job_id][(stored.batch.party_id, stored.batch.batch_index)] = stored
-        mark_coverage(self._coverage[job_id], stored.batch)
+        batch = stored.batch
+        self._coverage[job_id].add(batch.start, batch.stop, batch.columns)
 
     def batches(self, job_id: str) -> Iterator[ShareBatch]:
         for stored in self._batches[job_id].values():
             yield stored.batch
 
-    def coverage(self, job_id: str) -> np.ndarray:
-        return self._coverage[job_id]
+    def coverage(self, job_id: str) -> Coverage:
+        """A snapshot of the job's held cells (a copy: callers cannot change the store's)."""
+        return self._coverage[job_id].copy()
 
     def set_closed(self, job_id: str) -> None:
         self._closed.add(job_id)

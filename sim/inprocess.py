@@ -60,12 +60,12 @@ class InProcessServerLink:
         return self.core.create_job(spec, caller_role=ANALYST_ROLE)
 
     async def held_count(self, spec: JobSpec) -> int | None:
-        return int(self.core.held(spec.job_id).sum())
+        return self.core.held(spec.job_id).count
 
     async def close(self, spec: JobSpec) -> np.ndarray:
         held = self.core.close(spec.job_id, caller_role=ANALYST_ROLE)
         self.seeded_parties = self.core.seeded_parties(spec.job_id)
-        return held
+        return held.to_mask()  # the analyst side still takes masks until it switches to ClientSet (#15)
 
     async def release(self, spec: JobSpec, participants: np.ndarray) -> tuple[np.ndarray, int]:
         share = self.core.release(spec.job_id, participants, caller_role=ANALYST_ROLE, job_digest=spec.digest)

@@ -43,6 +43,7 @@ from ltm.v1 import ltm_pb2, ltm_pb2_grpc
 from party.randomizer import PartyDataError, client_vectors, make_batches, party_randomness
 from party.uploader import batch_header
 from server.core import ServerCore
+from server.limits import ServerLimits
 from server.service import MAX_BATCH_BYTES, ServerService
 from server.sqlite_store import SqliteStore
 from sim.data import synthetic_ridge
@@ -245,7 +246,7 @@ class Target:
     def snapshot(self, job_ids=("fuzz", "cols")):
         disk = db_snapshot(self.data_dir)
         if self.store is not None:  # the in-process store's memory must agree with its disk
-            memory = [(j, self.store.coverage(j).tobytes(), self.store.is_closed(j))
+            memory = [(j, self.store.coverage(j).to_array().tobytes(), self.store.is_closed(j))
                       for j in job_ids if self.store.get_job(j) is not None]
         else:
             memory = status_snapshot(self.stub("analyst"), [j for j, *_ in disk[0]])
@@ -758,6 +759,11 @@ def test_wrong_role_callers_are_refused(processes):
         assert target.stub("analyst").Status(ltm_pb2.StatusRequest(job_id=spec.job_id), timeout=5).closed is False
 
 
+def pairs(ranges) -> bytes:
+    """Client ranges as the wire's little-endian uint64 (start, stop) pairs, whatever they are."""
+    return np.array(ranges, dtype="<u8").tobytes()
+
+
 def test_bad_requests_to_the_other_rpcs(processes):
     world = processes["world"]
     spec = world.spec
@@ -793,6 +799,22 @@ def test_bad_requests_to_the_other_rpcs(processes):
             (("NOT_FOUND", "unknown job"), lambda r, timeout: list(analyst.Release(r, timeout=timeout)),
              ltm_pb2.ReleaseRequest(job_id="nope", job_digest=spec.digest, participant_bits=everyone)),
         ]
+        release = lambda r, timeout: list(analyst.Release(r, timeout=timeout))  # noqa: E731
+        for expected, ranges in (
+                (("INVALID_ARGUMENT", "participant_ranges: client ranges are 16-byte"), pairs([(0, spec.n)])[:-1]),
+                (("INVALID_ARGUMENT", "participant_ranges: client range ends past n"), pairs([(0, spec.n + 1)])),
+                (("INVALID_ARGUMENT", "participant_ranges: client range ends past n"), pairs([(2 ** 64 - 1, 3)])),
+                (("INVALID_ARGUMENT", "participant_ranges: every client range needs start < stop"), pairs([(5, 5)])),
+                (("INVALID_ARGUMENT", "participant_ranges: client ranges must be sorted and separated"),
+                 pairs([(0, 10), (10, 20)])),
+                (("INVALID_ARGUMENT", "participant_ranges: client ranges must be sorted and separated"),
+                 pairs([(20, 30), (0, 10)])),
+                (("RESOURCE_EXHAUSTED", "(max_participant_ranges)"),
+                 bytes(16 * (ServerLimits().max_participant_ranges + 1))),
+                (("FAILED_PRECONDITION", "must be closed before it is released"), pairs([(0, 10), (20, spec.n)])),
+                (("FAILED_PRECONDITION", "must be closed before it is released"), b"")):  # the empty set
+            table.append((expected, release, ltm_pb2.ReleaseRequest(job_id=spec.job_id, job_digest=spec.digest,
+                                                                    participant_ranges=ranges)))
         for expected, fn, request in table:
             CASES[target.kind] += 1
             expect_rpc(expected, fn, request)

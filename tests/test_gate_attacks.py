@@ -25,6 +25,7 @@ import grpc
 import numpy as np
 import pytest
 
+from ltm.client_set import ClientSet
 from ltm.randomness import Randomness
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
 from party.randomizer import make_batches, party_randomness
@@ -116,13 +117,15 @@ def close(dep, spec) -> list[np.ndarray]:
     masks = []
     for stub in dep["analyst"]:
         r = stub.Close(ltm_pb2.CloseRequest(job_id=spec.job_id, job_digest=spec.digest), timeout=TIMEOUT)
-        masks.append(np.unpackbits(np.frombuffer(r.held_bits, dtype=np.uint8), count=spec.n).astype(bool))
+        held = ClientSet.from_bytes(spec.n, r.held_ranges)
+        assert r.held == held.count
+        masks.append(held.to_mask())
     return masks
 
 
 def release(stub, spec, mask, digest=None) -> bytes:
     request = ltm_pb2.ReleaseRequest(job_id=spec.job_id, job_digest=spec.digest if digest is None else digest,
-                                     participant_bits=np.packbits(np.asarray(mask, dtype=bool)).tobytes())
+                                     participant_ranges=ClientSet.coerce(spec.n, mask).to_bytes())
     header, data = None, []
     for msg in stub.Release(request, timeout=TIMEOUT):
         if msg.HasField("header"):

@@ -131,7 +131,7 @@ def test_gram_sum_covers_exactly_the_agreed_participants():
                 if stray and server is servers[1]:
                     continue
                 server.accept(batch, spec.job_id, caller_role="party", caller_id=party.party_id)
-    held = [server.close(spec.job_id, caller_role=ANALYST_ROLE) for server in servers]
+    held = [server.close(spec.job_id, caller_role=ANALYST_ROLE).to_mask() for server in servers]
     participants = np.logical_and(*held)
     first = spec.parties[0]
     assert not participants[first.start + BATCH:first.start + 2 * BATCH].any() and held[0][first.start + BATCH]

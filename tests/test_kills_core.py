@@ -14,6 +14,7 @@ import pytest
 
 from kill_helpers import exact as _exact, gate_spec as _gate_spec  # noqa: F401
 from ltm import sharing  # noqa: F401
+from ltm.client_set import ClientSet
 from ltm.randomness import Randomness  # noqa: F401
 
 # --- server/core.py -------------------------------------------------------------------------------
@@ -132,7 +133,7 @@ def test_server_core_accept_close_release_cycle():
     missing = batches[("party-1", 1)][0]
     expected_held = np.ones(spec.n, bool)
     expected_held[missing.start:missing.stop] = False
-    assert all(np.array_equal(h, expected_held) for h in held)
+    assert all(isinstance(h, ClientSet) and h == ClientSet.from_mask(expected_held) for h in held)
     late = batches[("party-1", 1)]
     assert _protocol_error(lambda: cores[0].accept(late[0], spec.job_id, caller_role="party",
                                                    caller_id="party-1")) == (
@@ -179,7 +180,7 @@ def test_server_core_uses_the_given_store_and_any_0_1_mask():
         for core, batch in zip(cores, per_server):
             core.accept(batch, spec.job_id, caller_role="party", caller_id=batch.party_id)
     held = cores[0].close(spec.job_id, caller_role="analyst")
-    participants = held.copy()
+    participants = held.to_mask()
     participants[-1] = False  # the last client sits out
     as_ints = cores[0].release(spec.job_id, participants.astype(np.int64), caller_role="analyst",
                                job_digest=spec.digest)
@@ -211,4 +212,4 @@ def test_server_core_accepts_a_column_block_upload():
                                        randomness.child("party", party.party_id), batch_clients=60):
             receipt = core.accept(per_server[0], spec.job_id, caller_role="party", caller_id=party.party_id)
             assert receipt.clients == per_server[0].count
-    assert core.close(spec.job_id, caller_role="analyst").all()
+    assert core.close(spec.job_id, caller_role="analyst") == ClientSet.full(spec.n)

@@ -86,7 +86,7 @@ def test_same_results_as_memory_store(tmp_path, share_mode):
             store.put_job(spec)
         assert sql.get_job(spec.job_id).digest == mem.get_job(spec.job_id).digest == spec.digest
         assert sql.get_job(spec.job_id) == spec
-        np.testing.assert_array_equal(sql.coverage(spec.job_id), mem.coverage(spec.job_id))
+        np.testing.assert_array_equal(sql.coverage(spec.job_id).to_array(), mem.coverage(spec.job_id).to_array())
         assert not sql.coverage(spec.job_id).any()
         for b in batches:
             for store in (mem, sql):
@@ -94,12 +94,12 @@ def test_same_results_as_memory_store(tmp_path, share_mode):
                 store.put_batch(spec.job_id, StoredBatch(b, b.content_digest()))
             assert sql.get_batch_digest(spec.job_id, b.party_id, b.batch_index) == \
                 mem.get_batch_digest(spec.job_id, b.party_id, b.batch_index) == b.content_digest()
-            np.testing.assert_array_equal(sql.coverage(spec.job_id), mem.coverage(spec.job_id))
+            np.testing.assert_array_equal(sql.coverage(spec.job_id).to_array(), mem.coverage(spec.job_id).to_array())
         # idempotent re-put of an identical batch changes nothing
         first = batches[0]
         sql.put_batch(spec.job_id, StoredBatch(first, first.content_digest()))
         assert sql.get_batch_digest(spec.job_id, first.party_id, first.batch_index) == first.content_digest()
-        assert sql.coverage(spec.job_id).all() and mem.coverage(spec.job_id).all()
+        assert sql.coverage(spec.job_id).to_array().all() and mem.coverage(spec.job_id).to_array().all()
         assert sql.get_batch_digest(spec.job_id, "nobody", 0) is None
         # same batches (as a set), sqlite in deterministic (party_id, batch_index) order
         got = list(sql.batches(spec.job_id))
@@ -205,7 +205,7 @@ def test_everything_survives_reopen(tmp_path):
             for b in got:
                 assert_batch_equal(b, expected[spec.job_id][key(b)])
                 assert store.get_batch_digest(spec.job_id, b.party_id, b.batch_index) == b.content_digest()
-            np.testing.assert_array_equal(store.coverage(spec.job_id), coverage[spec.job_id])
+            assert store.coverage(spec.job_id) == coverage[spec.job_id]
         assert store.is_closed("job-a") and not store.is_closed("job/b ..")
         record = store.get_release("job-a")
         assert record.participants_digest == "pd" and record.result.tobytes() == result.tobytes()
@@ -228,10 +228,11 @@ def test_coverage_partial_columns_survives_reopen(tmp_path):
             mem.put_batch(spec.job_id, StoredBatch(b, b.content_digest()))
     with SqliteStore(tmp_path) as store:
         cov = store.coverage(spec.job_id)
-        np.testing.assert_array_equal(cov, mem.coverage(spec.job_id))
-        assert cov.any() and not cov.all()
-        with pytest.raises(ValueError):
-            cov[0, 0] = True  # callers cannot corrupt the store's coverage
+        assert cov == mem.coverage(spec.job_id)
+        np.testing.assert_array_equal(cov.to_array(), mem.coverage(spec.job_id).to_array())
+        assert cov.any() and not cov.to_array().all() and not cov.held()
+        cov.add(0, spec.n, range(spec.upload_width))  # callers cannot change the store's coverage
+        assert store.coverage(spec.job_id) == mem.coverage(spec.job_id) != cov
 
 
 def test_path_component_is_injective_and_safe():
@@ -364,7 +365,7 @@ def test_concurrent_puts_from_threads(tmp_path):
         for t in threads:
             t.join()
         assert not errors
-        assert store.coverage(spec.job_id).all()
+        assert store.coverage(spec.job_id).to_array().all()
         assert store.verify() == len(batches)
         # racing different contents for the same key: exactly one wins
         extra = dataclasses.replace(batches[0], batch_index=10_000)  # would also double-count
@@ -478,7 +479,7 @@ def test_acknowledged_batches_survive_kill_9(tmp_path):
             assert store.verify() == len(got)
             expected_cov = np.zeros((spec.n, spec.width), dtype=bool)
             expected_cov[:len(got) * CRASH_CLIENTS] = True
-            np.testing.assert_array_equal(store.coverage(CRASH_JOB), expected_cov)
+            np.testing.assert_array_equal(store.coverage(CRASH_JOB).to_array(), expected_cov)
             files = blob_files(directory)
             assert not any(f.endswith(".tmp") for f in files)
             assert len(files) == sum(b.share.seed is None for b in got)  # no orphan blobs
@@ -509,7 +510,7 @@ def test_server_core_on_sqlite_store_and_restart(tmp_path, share_mode):
         servers = [ServerCore(f"server-{i}", stores[i]) for i in range(spec.k)]
         for server in servers:
             assert server.create_job(spec, caller_role=ANALYST_ROLE) == spec.digest  # idempotent
-            np.testing.assert_array_equal(server.held(spec.job_id), participants)
+            np.testing.assert_array_equal(server.held(spec.job_id).to_mask(), participants)
             assert server.store.is_closed(spec.job_id)
         again = [s.release(spec.job_id, participants, caller_role=ANALYST_ROLE, job_digest=spec.digest)
                  for s in servers]
