@@ -136,6 +136,37 @@ class ResultsCsv:
             fh.flush()
             os.fsync(fh.fileno())
 
+    def canonicalize(self, order: dict[tuple[str, int], int]) -> bool:
+        """Rewrite the file in a fixed order that does not depend on which pair finished first.
+
+        Groups are sorted by ``order[(cell_id, rep)]`` (the runner's grid order; pairs not in it —
+        cells since removed from the grid — after them, by cell id and repetition), rows within a
+        group by ``row``.  Result columns (after the prefix and the grid axes) are put in
+        first-seen order over the sorted rows, a column counting as seen where it has a value;
+        columns that never have one go last, by name.  So a complete grid gives the same bytes
+        from one process, a process pool or a Dask cluster.  Atomic; returns whether anything
+        changed (a single-process run is usually in this order already).
+        """
+        last = len(order)
+
+        def rank(rec: dict[str, str]) -> tuple:
+            rep = int(rec["rep"])
+            return (order.get((rec["cell_id"], rep), last), rec["cell_id"], rep, int(rec["row"]))
+        records = sorted(self.records, key=rank)
+        fixed = PREFIX + [a for a in self.axes if a in self.header]
+        seen: dict[str, None] = {}
+        for rec in records:
+            for h in self.header:
+                if h not in seen and h not in fixed and rec.get(h, "") != "":
+                    seen[h] = None
+        never = sorted(h for h in self.header if h not in fixed and h not in seen)
+        header = [*dict.fromkeys(fixed + list(seen) + never)]
+        if header == self.header and records == self.records:
+            return False
+        self.header, self.records = header, records
+        self._rewrite()
+        return True
+
     def _rewrite(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".csv.tmp")

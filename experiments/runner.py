@@ -1,10 +1,12 @@
 """``ltm experiment run SPEC``: run an experiment spec's grid, resumably, and report it.
 
 For every (cell, repetition) of the spec's grid (repetition-major, so a partial run already
-covers the whole grid), the runner derives the seed, calls the scenario's cell function (in this
-process, or in ``--workers`` processes), and appends the rows to ``DIR/results.csv``, flushed and
-fsync'd per (cell, repetition).  Rerunning the same command skips every pair already in the CSV,
-so an interrupted run RESUMES where it stopped.  At the end it writes ``summary.md`` (mean ± std
+covers the whole grid), the runner derives the seed, has an executor (``experiments/executors.py``:
+this process, ``--workers`` processes, or a Dask cluster with ``--executor dask``) call the
+scenario's cell function, and appends the rows to ``DIR/results.csv``, flushed and fsync'd per
+(cell, repetition), as they come back.  Rerunning the same command skips every pair already in the
+CSV, so an interrupted run RESUMES where it stopped; once the grid is complete the file is rewritten
+in grid order, so it does not depend on the executor.  At the end it writes ``summary.md`` (mean ± std
 over repetitions, beside the paper's numbers), ``aggregate.csv`` (the same per grid point and
 series, machine-readable), the spec's PNG plots and ``run.json`` (the exact command, spec hashes,
 wall time, versions).
@@ -17,20 +19,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 import os
 import platform
 import shlex
 import subprocess
 import sys
 import time
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from contextlib import closing
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from experiments import transport as transport_mod
+from experiments.executors import EXECUTORS, make_executor
 from experiments.registry import Scenario, get_scenario
 from experiments.results import ResultsCsv
 from experiments.spec import SPEC_DIR, Cell, ExperimentSpec, SpecError, load_spec
@@ -111,10 +113,19 @@ class Task:
 
 
 def _run_cell(scenario_name: str, module: str | None, params: dict, seed: int) -> tuple[list[dict], float]:
-    """Worker entry point (top-level so process pools can pickle it)."""
-    scenario = get_scenario(scenario_name, module)
+    """Worker entry point (top-level so process pools and Dask can send it by reference).
+
+    The cell runs with ONE BLAS thread: a multi-threaded BLAS splits long reductions (AᵀA over
+    n ≳ 5·10⁴ rows) by its thread count, which moves the last bits (≈ 1e-13 relative) of the
+    results; pinned to one thread a seed gives the same bytes in this process, in a process pool
+    or on a Dask worker, on any number of cores.  Parallelism comes from running cells side by side.
+    """
+    from threadpoolctl import threadpool_limits
+
+    scenario = get_scenario(scenario_name, module)  # imports the scenario's module, so its BLAS is loaded
     t = time.perf_counter()
-    rows = scenario.func(dict(params), seed)
+    with threadpool_limits(limits=1):
+        rows = scenario.func(dict(params), seed)
     if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
         raise TypeError(f"scenario {scenario_name!r} must return a list of dicts, got {type(rows).__name__}")
     return rows, time.perf_counter() - t
@@ -154,11 +165,19 @@ def _weight(scenario: Scenario, params: dict) -> float:
 
 
 def run_experiment(spec_ref: str | Path, out: str | Path | None = None, *, reduced: bool = False,
-                   networked: bool = False, workers: int = 1, progress: bool = True, plots: bool = True,
-                   command: str | None = None, max_pairs: int | None = None) -> dict[str, Any]:
+                   networked: bool = False, workers: int | None = None, progress: bool = True, plots: bool = True,
+                   command: str | None = None, max_pairs: int | None = None, executor: str = "local",
+                   scheduler: str | None = None, connect_timeout: float | None = None) -> dict[str, Any]:
     """Run (or resume) a spec; returns the run record written to ``run.json``.
 
-    ``max_pairs`` stops after that many newly computed (cell, rep) pairs (testing resumption).
+    ``executor`` computes the pairs (:mod:`experiments.executors`): ``"local"`` — this process for
+    ``workers`` = 1 (the default), else a pool of ``workers`` processes — or ``"dask"`` — a
+    ``LocalCluster`` of ``workers`` processes (default: one per core), or the running cluster at
+    ``scheduler`` (reached within ``connect_timeout`` s, default 10).  Whatever computes them, this process
+    appends each finished pair to ``results.csv`` at once and, when the grid is complete, rewrites
+    the file in grid order (:meth:`ResultsCsv.canonicalize`): the same seeds give the same bytes
+    on every executor.  ``max_pairs`` stops after that many newly computed (cell, rep) pairs
+    (testing resumption).
     """
     t0 = time.monotonic()
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -167,18 +186,22 @@ def run_experiment(spec_ref: str | Path, out: str | Path | None = None, *, reduc
     if networked and not (spec.networked and scenario.networked):
         raise ValueError(f"spec {spec.name!r} does not support --networked "
                          f"(spec networked={spec.networked}, scenario networked={scenario.networked})")
-    if workers < 1:
+    if workers is not None and workers < 1:
         raise ValueError("--workers must be ≥ 1")
+    if executor not in EXECUTORS:
+        raise ValueError(f"unknown executor {executor!r}; choose one of {', '.join(EXECUTORS)}")
+    if networked and executor != "local":
+        raise ValueError(f"--networked runs cells one at a time in this process (one deployment of servers, "
+                         f"analyst and parties); it cannot use --executor {executor}")
     if networked and spec.params.get("path") == "fast":
         print(f"ltm experiment: note: spec {spec.name!r} releases by the exact fast path (path = \"fast\"); only "
               f"its real-path jobs would use the network — try --reduced, whose grid uses the real cores",
               file=sys.stderr)
-    if networked and workers > 1:
+    if networked and (workers or 1) > 1:
         print("ltm experiment: --networked runs cells one at a time (one deployment); ignoring --workers",
               file=sys.stderr)
         workers = 1
     out_dir = Path(out) if out else REPO_ROOT / "runs" / (spec.name + ("-reduced" if reduced else ""))
-    out_dir.mkdir(parents=True, exist_ok=True)
     run_json = out_dir / "run.json"
     history: list[dict] = []
     if run_json.exists():
@@ -192,82 +215,73 @@ def run_experiment(spec_ref: str | Path, out: str | Path | None = None, *, reduc
         history = previous.get("history", []) + [{k: previous.get(k) for k in
                                                   ("command", "started", "wall_time_s", "status", "pairs_run")}]
 
-    csv = ResultsCsv(out_dir / "results.csv", spec.axes).open()
-    done = csv.done()
-    cells = spec.cells()
-    tasks: list[Task] = []
-    total_weight = done_weight = 0.0
-    for rep in range(spec.repetitions):
-        for cell in cells:
-            w = _weight(scenario, cell.params)
-            total_weight += w
-            if (cell.cell_id, rep) in done:
-                done_weight += w
-            else:
-                tasks.append(Task(cell, rep, spec.seed(cell, rep), w))
-    pairs_total = len(cells) * spec.repetitions
-    resumed = pairs_total - len(tasks)
-    if max_pairs is not None:
-        tasks = tasks[:max_pairs]
-    bar = Progress(spec.name, pairs_total, resumed, total_weight, done_weight, enabled=progress)
-    transport_name = "networked" if networked else "inprocess"
-    previous_transport = None
-    net = None
-    if networked:
-        net = transport_mod.NetworkedTransport()
-        previous_transport = transport_mod.install(net)
-    status = "complete"
-    ran = 0
-    restore = _interrupt_on_sigterm()
-    try:
-        if workers == 1:
-            for task in tasks:
-                rows, _ = _run_cell(spec.scenario, spec.module, task.cell.params, task.seed)
-                csv.append(task.cell.cell_id, task.rep, task.seed, task.cell.axes, rows)
-                ran += 1
-                bar.update(task.weight)
-        else:
-            ctx = multiprocessing.get_context("spawn")
-            with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-                pending: dict = {}
-                queue = list(tasks)
-                try:
-                    while queue or pending:
-                        while queue and len(pending) < 2 * workers:
-                            task = queue.pop(0)
-                            fut = pool.submit(_run_cell, spec.scenario, spec.module, task.cell.params, task.seed)
-                            pending[fut] = task
-                        finished, _ = wait(list(pending), return_when=FIRST_COMPLETED)
-                        for fut in finished:
-                            task = pending.pop(fut)
-                            rows, _ = fut.result()
-                            csv.append(task.cell.cell_id, task.rep, task.seed, task.cell.axes, rows)
-                            ran += 1
-                            bar.update(task.weight)
-                except BaseException:
-                    for fut in pending:
-                        fut.cancel()
-                    raise
-    except KeyboardInterrupt:
-        status = "interrupted"
-        raise
-    except BaseException:
-        status = "failed"
-        raise
-    finally:
-        restore()
-        bar.close()
-        if net is not None:
-            net.close()
-            transport_mod.install(previous_transport)
-        if status != "complete" or (max_pairs is not None and len(csv.done()) < pairs_total):
-            status = status if status != "complete" else "partial"
-        record = _record(spec, out_dir, command, started, t0, status, pairs_total, len(csv.done()), ran, resumed,
-                         transport_name, workers, history, [])
-        run_json.write_text(json.dumps(record, indent=2) + "\n")
-        if status in ("interrupted", "failed"):
-            print(f"\nltm experiment: {status}; {len(csv.done())}/{pairs_total} pairs are in {out_dir / 'results.csv'}"
-                  f" — rerun the same command to resume", file=sys.stderr)
+    # Started before anything is written: a missing dask or an unreachable scheduler leaves no trace.
+    ex = make_executor(executor, workers, scheduler, connect_timeout)
+    with ex:  # closed on every way out (and earlier, below, once the pairs are done)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        csv = ResultsCsv(out_dir / "results.csv", spec.axes).open()
+        done = csv.done()
+        cells = spec.cells()
+        tasks: list[Task] = []
+        grid_order: dict[tuple[str, int], int] = {}
+        total_weight = done_weight = 0.0
+        for rep in range(spec.repetitions):  # repetition-major: a partial run already covers the grid
+            for cell in cells:
+                grid_order[(cell.cell_id, rep)] = len(grid_order)
+                w = _weight(scenario, cell.params)
+                total_weight += w
+                if (cell.cell_id, rep) in done:
+                    done_weight += w
+                else:
+                    tasks.append(Task(cell, rep, spec.seed(cell, rep), w))
+        pairs_total = len(cells) * spec.repetitions
+        resumed = pairs_total - len(tasks)
+        if max_pairs is not None:
+            tasks = tasks[:max_pairs]
+        bar = Progress(spec.name, pairs_total, resumed, total_weight, done_weight, enabled=progress)
+        transport_name = "networked" if networked else "inprocess"
+        previous_transport = None
+        net = None
+        if networked:
+            net = transport_mod.NetworkedTransport()
+            previous_transport = transport_mod.install(net)
+        status = "complete"
+        ran = 0
+        restore = _interrupt_on_sigterm()
+        try:
+            # THE cell loop, whatever the executor: each pair is appended (one write + fsync) as
+            # soon as it is back, in whatever order the pairs finish
+            finished = ex.imap_unordered(_run_cell, tasks, args=lambda t: (spec.scenario, spec.module, t.cell.params,
+                                                                           t.seed),
+                                         key=lambda t: f"{spec.name}-{t.cell.cell_id}-rep{t.rep}")
+            with closing(finished):
+                for task, (rows, _) in finished:
+                    csv.append(task.cell.cell_id, task.rep, task.seed, task.cell.axes, rows)
+                    ran += 1
+                    bar.update(task.weight)
+        except KeyboardInterrupt:
+            status = "interrupted"
+            raise
+        except BaseException:
+            status = "failed"
+            raise
+        finally:
+            restore()
+            bar.close()
+            ex.close()  # free the workers (a LocalCluster's processes) before the report
+            if net is not None:
+                net.close()
+                transport_mod.install(previous_transport)
+            if status != "complete" or (max_pairs is not None and len(csv.done()) < pairs_total):
+                status = status if status != "complete" else "partial"
+            if status == "complete":  # every pair is there: the file's order no longer depends on who ran them
+                csv.canonicalize(grid_order)
+            record = _record(spec, out_dir, command, started, t0, status, pairs_total, len(csv.done()), ran, resumed,
+                             transport_name, ex.describe(), history, [])
+            run_json.write_text(json.dumps(record, indent=2) + "\n")
+            if status in ("interrupted", "failed"):
+                print(f"\nltm experiment: {status}; {len(csv.done())}/{pairs_total} pairs are in "
+                      f"{out_dir / 'results.csv'} — rerun the same command to resume", file=sys.stderr)
 
     rows = csv.rows()
     plot_files: list[str] = []
@@ -280,7 +294,7 @@ def run_experiment(spec_ref: str | Path, out: str | Path | None = None, *, reduc
         except PlotsUnavailable as exc:
             plot_error = str(exc)
     record = _record(spec, out_dir, command, started, t0, status, pairs_total, len(csv.done()), ran, resumed,
-                     transport_name, workers, history, plot_files)
+                     transport_name, ex.describe(), history, plot_files)
     from experiments.report import write_aggregate, write_summary
 
     write_summary(spec, rows, out_dir, record)
@@ -311,8 +325,10 @@ def _interrupt_on_sigterm():
 
 
 def _record(spec: ExperimentSpec, out_dir: Path, command: str | None, started: str, t0: float, status: str,
-            pairs_total: int, pairs_done: int, ran: int, resumed: int, transport: str, workers: int,
+            pairs_total: int, pairs_done: int, ran: int, resumed: int, transport: str, executor: dict[str, Any],
             history: list, plots: list[str]) -> dict[str, Any]:
+    """The run record (``run.json``); ``executor`` is :meth:`Executor.describe` — ``executor``
+    (``local`` or ``dask``), ``workers`` and, for Dask, ``scheduler`` (``None``: a LocalCluster)."""
     spec_bytes = spec.path.read_bytes() if spec.path else b""
     import hashlib
 
@@ -335,7 +351,7 @@ def _record(spec: ExperimentSpec, out_dir: Path, command: str | None, started: s
         "pairs_run": ran,
         "pairs_resumed": resumed,
         "transport": transport,
-        "workers": workers,
+        **executor,
         "status": status,
         "started": started,
         "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -378,7 +394,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--reduced", action="store_true", help="the spec's reduced grid (CI-sized)")
     run.add_argument("--networked", action="store_true",
                      help="run LTM jobs through real gRPC server/analyst/party processes (mutual TLS)")
-    run.add_argument("--workers", type=int, default=1, help="cells computed in parallel processes (default 1)")
+    run.add_argument("--workers", type=int, default=None,
+                     help="cells computed in parallel processes (default 1; with --executor dask: the local "
+                          "cluster's worker processes, default one per core)")
+    run.add_argument("--executor", choices=EXECUTORS, default=None,
+                     help="where the cells are computed: local (this process, or --workers processes; the default) "
+                          "or dask (a dask.distributed cluster: pip install 'ltm[dask]')")
+    run.add_argument("--scheduler", metavar="ADDRESS",
+                     help="with --executor dask (implied): use the running Dask scheduler at ADDRESS "
+                          "(e.g. tcp://host:8786) and its workers instead of a local cluster")
     run.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     run.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     run.set_defaults(func=_cli_run)
@@ -391,14 +415,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _cli_run(args: argparse.Namespace) -> int:
+    executor = args.executor or ("dask" if args.scheduler else "local")
     flags = [f"--out {shlex.quote(args.out)}" if args.out else "", "--reduced" if args.reduced else "",
-             "--networked" if args.networked else "", f"--workers {args.workers}" if args.workers != 1 else "",
+             "--networked" if args.networked else "", f"--workers {args.workers}" if args.workers else "",
+             f"--executor {executor}" if executor != "local" else "",
+             f"--scheduler {shlex.quote(args.scheduler)}" if args.scheduler else "",
              "--no-progress" if args.no_progress else "", "--no-plots" if args.no_plots else ""]
     command = " ".join(["ltm experiment run", shlex.quote(args.spec), *[f for f in flags if f]])
     try:
         record = run_experiment(args.spec, args.out, reduced=args.reduced, networked=args.networked,
                                 workers=args.workers, progress=not args.no_progress, plots=not args.no_plots,
-                                command=command)
+                                command=command, executor=executor, scheduler=args.scheduler)
     except SpecError as exc:
         print(f"ltm: error: {exc}", file=sys.stderr)
         return 2

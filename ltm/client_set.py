@@ -82,7 +82,7 @@ class ClientSet:
     def from_mask(cls, mask: np.ndarray) -> "ClientSet":
         """The set of True entries of a bool mask (n,)."""
         m = np.asarray(mask, dtype=bool).ravel()
-        pad = np.zeros(1, dtype=np.int8)  # int8 throughout: a Python [0] would promote n values to int64
+        pad = np.zeros(1, dtype=np.int8)  # int8 throughout: n bytes of temporaries, not 8·n
         edges = np.flatnonzero(np.diff(np.concatenate((pad, m.view(np.int8), pad))))
         return cls(len(m), edges.astype(np.int64).reshape(-1, 2))
 

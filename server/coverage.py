@@ -61,32 +61,33 @@ class Coverage:
         self.n = int(n)
         self.width = int(width)
         self._sets: dict[tuple[int, ...], _Ranges] = {}
+        #: column → the column sets holding it (an upload checks only the sets sharing a column)
+        self._by_column: dict[int, list[tuple[int, ...]]] = {}
 
     def add(self, start: int, stop: int, columns) -> None:
         """Record that clients ``start..stop−1`` are held in ``columns``."""
         start, stop = max(int(start), 0), min(int(stop), self.n)
         if start >= stop:  # nothing to hold (callers validate ranges; this keeps the ranges canonical)
             return
-        key = tuple(sorted(int(c) for c in columns))
-        self._sets.setdefault(key, _Ranges()).add(start, stop)
+        key = tuple(sorted({int(c) for c in columns}))
+        if key not in self._sets:
+            self._sets[key] = _Ranges()
+            for c in key:
+                self._by_column.setdefault(c, []).append(key)
+        self._sets[key].add(start, stop)
 
     def overlaps(self, start: int, stop: int, columns) -> bool:
         """Whether any cell of clients ``start..stop−1`` × ``columns`` is already held (the
         double-count check at upload)."""
-        wanted = {int(c) for c in columns}
-        return any(not wanted.isdisjoint(key) and ranges.intersects(int(start), int(stop))
-                   for key, ranges in self._sets.items())
+        keys = {key for c in columns for key in self._by_column.get(int(c), ())}
+        return any(self._sets[key].intersects(int(start), int(stop)) for key in keys)
 
     def held(self) -> ClientSet:
         """The clients whose every column 0..W−1 is held."""
         # Columns held by the same column sets have the same holders: intersect one union per group.
         groups: dict[tuple[tuple[int, ...], ...], None] = {}
-        containing: dict[int, list[tuple[int, ...]]] = {c: [] for c in range(self.width)}
-        for key in self._sets:
-            for c in key:
-                if c in containing:
-                    containing[c].append(key)
-        for keys in containing.values():
+        for c in range(self.width):
+            keys = self._by_column.get(c)
             if not keys:
                 return ClientSet.empty(self.n)
             groups[tuple(keys)] = None
@@ -114,6 +115,7 @@ class Coverage:
     def copy(self) -> "Coverage":
         out = Coverage(self.n, self.width)
         out._sets = {key: r.copy() for key, r in self._sets.items()}
+        out._by_column = {c: list(keys) for c, keys in self._by_column.items()}
         return out
 
     def __eq__(self, other: object) -> bool:

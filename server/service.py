@@ -116,10 +116,24 @@ async def _check_decoded(context, request) -> None:
         await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.message)
 
 
+#: Clients per step when packed bits are unpacked or packed: a multiple of 8, so chunk a starts at
+#: byte a // 8 and packed chunks concatenate to the packed whole.
+_BITS_CHUNK = 1 << 23
+
+
+def _set_from_bits(n: int, bits: np.ndarray) -> ClientSet:
+    """The ClientSet of packed (n,) membership bits (ReleaseRequest.participant_bits), unpacked in
+    chunks so that no n-sized mask is built."""
+    chunk = _BITS_CHUNK
+    parts = [ClientSet.from_mask(np.unpackbits(bits[a // 8:(a + chunk) // 8], count=min(chunk, n - a)).view(bool))
+             .ranges + a for a in range(0, n, chunk)]
+    return ClientSet.from_ranges(n, np.concatenate(parts) if parts else np.zeros((0, 2), dtype=np.int64))
+
+
 def _packed_bits(members: ClientSet) -> bytes:
     """numpy.packbits of the set's (n,) mask, built in chunks (CloseResponse.held_bits, for
     analysts that predate held_ranges)."""
-    chunk = 1 << 23  # a multiple of 8, so packed chunks concatenate to the packed whole
+    chunk = _BITS_CHUNK
     return b"".join(np.packbits(members.mask(a, min(a + chunk, members.n))).tobytes()
                     for a in range(0, members.n, chunk))
 
@@ -341,7 +355,7 @@ class ServerService(ltm_pb2_grpc.ServerServicer):
             if bits.size != (spec.n + 7) // 8:
                 raise ProtocolError("INVALID_ARGUMENT", f"participant_bits must hold {spec.n} bits "
                                                         f"({(spec.n + 7) // 8} bytes), got {bits.size} bytes")
-            return ClientSet.from_mask(np.unpackbits(bits, count=spec.n).astype(bool))
+            return _set_from_bits(spec.n, bits)
         data = request.participant_ranges
         limit = self.limits.max_participant_ranges
         if len(data) % 16 == 0 and len(data) // 16 > limit:

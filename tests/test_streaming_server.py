@@ -8,6 +8,7 @@ against :meth:`Sketch.apply` (its own placement of each batch's range).
 """
 from __future__ import annotations
 
+import sys
 import tracemalloc
 from dataclasses import replace
 
@@ -145,7 +146,7 @@ def test_coverage_ranges_answer_like_the_cell_table():
     uploads in both partitions: overlap checks, held clients, and merging of adjacent ranges."""
     rng = np.random.default_rng(11)
     n, width = 200, 5
-    for blocks in ([(0, 1, 2, 3, 4)], [(0, 1), (2,), (3, 4)]):
+    for blocks in ([(0, 1, 2, 3, 4)], [(0, 1), (2,), (3, 4)], [(0, 1, 2, 3, 4), (0, 1), (1, 2), (4,), (3,)]):
         cov, table = Coverage(n, width), np.zeros((n, width), dtype=bool)
         for _ in range(60):
             cols = blocks[rng.integers(len(blocks))]
@@ -160,6 +161,57 @@ def test_coverage_ranges_answer_like_the_cell_table():
             np.testing.assert_array_equal(cov.to_array(), table)
             assert cov.held() == ClientSet.from_mask(table.all(axis=1))
             assert cov.any() == table.any()
-        for key, members in cov.column_sets().items():  # canonical: adjacent uploads merged
-            assert members == ClientSet.from_mask(table[:, list(key)].all(axis=1))
+        if sum(map(len, blocks)) == width:  # a partition of the columns: each set alone explains its cells
+            for key, members in cov.column_sets().items():  # canonical: adjacent uploads merged
+                assert members == ClientSet.from_mask(table[:, list(key)].all(axis=1))
     assert Coverage(n, width).held() == ClientSet.empty(n)
+    cov = Coverage(n, width)
+    cov.add(0, 10, (4,))
+    assert cov.overlaps(5, 6, (0, 1, 2, 3, 4)) and cov.overlaps(9, 12, (3, 4)) and not cov.overlaps(10, 12, (4,))
+    assert not cov.overlaps(5, 6, (0, 1)) and not cov.held()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
+def test_servers_pin_the_mmap_threshold_so_freed_batches_leave_the_rss():
+    """After a large free has raised glibc's dynamic threshold, a 2 MiB block would come from the
+    heap (and stay resident when freed); with the threshold pinned it is mmapped (mallinfo2)."""
+    import subprocess
+
+    probe = """
+import ctypes, sys
+from transport.memory import return_large_blocks_to_the_os
+libc = ctypes.CDLL("libc.so.6")
+class Info(ctypes.Structure):
+    _fields_ = [(f, ctypes.c_size_t) for f in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                "fsmblks", "uordblks", "fordblks", "keepcost")]
+libc.mallinfo2.restype = Info
+libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = [ctypes.c_void_p]
+libc.free(libc.malloc(16 << 20))  # raises the dynamic threshold to 16 MiB
+if sys.argv[1] == "pinned":
+    assert return_large_blocks_to_the_os()
+before = libc.mallinfo2().hblkhd
+block = libc.malloc(2 << 20)
+print(libc.mallinfo2().hblkhd - before)
+"""
+    run = lambda mode: int(subprocess.run([sys.executable, "-c", probe, mode], capture_output=True, text=True,
+                                          check=True).stdout)  # noqa: E731
+    assert run("default") == 0  # the premise: from the heap
+    assert run("pinned") >= 2 << 20
+
+
+def test_packed_participant_bits_decode_in_chunks_to_the_same_set(monkeypatch):
+    """The old packed-bit encoding (until every analyst sends participant_ranges) decodes chunk by
+    chunk to exactly the set of its bits, across chunk boundaries, and back."""
+    from server import service
+
+    rng = np.random.default_rng(2)
+    for n in (1, 8, 9, 64, 65, 1000):
+        for mask in (np.zeros(n, bool), np.ones(n, bool), rng.random(n) < 0.5,
+                     np.repeat(rng.random(n // 10 + 1) < 0.5, 10)[:n]):
+            bits = np.packbits(mask)
+            for chunk in (8, 16, 1 << 23):
+                monkeypatch.setattr(service, "_BITS_CHUNK", chunk)
+                members = service._set_from_bits(n, bits)
+                assert members == ClientSet.from_mask(mask)
+                assert service._packed_bits(members) == bits.tobytes()
