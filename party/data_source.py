@@ -182,7 +182,8 @@ class PartySource:
         The fingerprint is SHA-256 over the columns sorted by name, each as its name, its length
         and its values as little-endian float64 — the same value :func:`party.ledger.source_fingerprint`
         gives for the same columns held in memory — so it is computed column by column, a chunk at a
-        time (one pass per column; each column's reads are sequential).
+        time (one pass per column; each column's reads are sequential).  Columns that are not one
+        real number per row (:attr:`unusable`: an ``.npz``'s 2-D or text arrays) are left out of it.
         """
         if getattr(self, "_scan", None) is not None:
             return self._scan

@@ -247,3 +247,43 @@ def test_file_sources_read_any_range_in_any_order(tmp_path):
             source.read(0, 301)
         with pytest.raises(DataSourceError, match="no column"):
             source.read(0, 1, ["nope"])
+
+
+_PEAK_SCRIPT = r"""
+import sys
+from pathlib import Path
+from ltm.randomness import Randomness
+from party.data_source import SyntheticRidge, SyntheticRidgeSource
+from party.randomizer import make_batches, party_randomness
+from sim.data import ModelTable
+from sim.jobs import build_job
+
+n = int(sys.argv[1])
+model = SyntheticRidge(10, seed=3)
+r = Randomness.seeded_insecure(3)
+spec, _ = build_job(ModelTable.synthetic_ridge(n, model), job_id="peak", randomness=r, parties=2, k=3, m=100)
+p = spec.parties[0]
+source = SyntheticRidgeSource(model, p.size, p.start)
+Path("/proc/self/clear_refs").write_text("5")  # reset VmHWM: measure the upload's working set only
+for _ in make_batches(spec, p.party_id, source, party_randomness(r, spec, p.party_id)):
+    pass
+print(next(int(l.split()[1]) for l in Path("/proc/self/status").read_text().splitlines() if l.startswith("VmHWM:")))
+"""
+
+
+@pytest.mark.slow
+def test_a_partys_peak_memory_does_not_grow_with_its_clients():
+    """VmHWM of randomizing and sharing a generated party of 10^5 vs 2·10^6 clients (20× more)."""
+    import os
+    import subprocess
+    import sys
+
+    if not os.path.exists("/proc/self/clear_refs"):
+        pytest.skip("needs Linux /proc")
+    peaks = []
+    for n in (200_000, 4_000_000):
+        out = subprocess.run([sys.executable, "-c", _PEAK_SCRIPT, str(n)], capture_output=True, text=True,
+                             timeout=300, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+        assert out.returncode == 0, out.stderr[-2000:]
+        peaks.append(int(out.stdout.split()[-1]) * 1024)
+    assert peaks[1] - peaks[0] < 24 * 2**20, peaks  # a batch is 65 536 × 11 × 8 B ≈ 5.8 MB
