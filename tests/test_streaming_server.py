@@ -173,8 +173,9 @@ def test_coverage_ranges_answer_like_the_cell_table():
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
 def test_servers_pin_the_mmap_threshold_so_freed_batches_leave_the_rss():
-    """After a large free has raised glibc's dynamic threshold, a 2 MiB block would come from the
-    heap (and stay resident when freed); with the threshold pinned it is mmapped (mallinfo2)."""
+    """Once glibc's threshold is above a block's size (it raises it as large blocks are freed), a
+    2 MiB block comes from the heap (and stays resident when freed); with the threshold pinned it
+    is mmapped (mallinfo2)."""
     import subprocess
 
     probe = """
@@ -187,7 +188,7 @@ class Info(ctypes.Structure):
 libc.mallinfo2.restype = Info
 libc.malloc.restype = ctypes.c_void_p
 libc.free.argtypes = [ctypes.c_void_p]
-libc.free(libc.malloc(16 << 20))  # raises the dynamic threshold to 16 MiB
+assert libc.mallopt(-3, 16 << 20)  # a threshold as glibc raises it after freeing a 16 MiB block
 if sys.argv[1] == "pinned":
     assert return_large_blocks_to_the_os()
 before = libc.mallinfo2().hblkhd
