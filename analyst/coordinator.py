@@ -11,6 +11,9 @@ Servers may crash and restart at any point: every call is retried through transi
 server that stays unreachable makes the release impossible — with k-of-k additive sharing every
 server's result share is needed — and the error says so, with which clients reached which servers
 (:func:`coverage_report`).
+
+Participant sets are :class:`~ltm.client_set.ClientSet` ranges end to end (Close replies with
+``held_ranges``, Release sends ``participant_ranges``): the analyst's memory does not grow with n.
 """
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ import numpy as np
 
 from analyst.reconstruct import reconstruct_release
 from analyst.release import ReleasedSketch
+from ltm.client_set import ClientSet, ClientSetError
 from ltm.jobspec import JobSpec
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
 
@@ -123,7 +127,8 @@ class JobRun:
     """What happened to one job: per-server participation, the release, the time per phase."""
 
     release: ReleasedSketch
-    participants: np.ndarray
+    #: the clients every server held, released over
+    participants: ClientSet
     held_per_server: list[int]
     timing_s: dict[str, float] = field(default_factory=dict)
     release_bytes_per_server: list[int] = field(default_factory=list)
@@ -158,22 +163,56 @@ async def publish_links(links: list["ServerLink"], spec: JobSpec) -> str:
     return spec.digest
 
 
-def _mask(spec: JobSpec, i: int, r: ltm_pb2.CloseResponse) -> np.ndarray:
-    bits = np.frombuffer(r.held_bits, dtype=np.uint8)
-    if r.n != spec.n or bits.size != (spec.n + 7) // 8:
-        raise ReleaseFailed(f"server {spec.servers[i].server_id} reported a malformed participant set")
-    return np.unpackbits(bits, count=spec.n).astype(bool)
+def _held_set(spec: JobSpec, i: int, r: ltm_pb2.CloseResponse) -> ClientSet:
+    """The clients a server holds, from its Close reply; a malformed reply is a :class:`ReleaseFailed`.
+
+    Reads ``held_ranges``; a server that predates them sends only the packed ``held_bits``.
+    """
+    sid = spec.servers[i].server_id if i < len(spec.servers) else f"server {i}"
+    if r.n != spec.n:
+        raise ReleaseFailed(f"server {sid} reported a participant set over n = {r.n} clients; the job has {spec.n}")
+    try:
+        if r.held_ranges or not r.held_bits:
+            return ClientSet.from_bytes(spec.n, r.held_ranges)
+        return _from_packed_bits(spec.n, r.held_bits)
+    except ClientSetError as exc:
+        raise ReleaseFailed(f"server {sid} reported a malformed participant set: {exc}") from None
+
+
+#: Clients per step when packed bits are converted from or to ranges (a multiple of 8).
+_BITS_CHUNK = 1 << 20
+
+
+def _from_packed_bits(n: int, data: bytes) -> ClientSet:
+    """A ClientSet from ``numpy.packbits`` of an (n,) mask, one chunk at a time (the pre-ranges
+    Close reply; transitional)."""
+    bits = np.frombuffer(data, dtype=np.uint8)
+    if bits.size != (n + 7) // 8:
+        raise ClientSetError(f"held_bits must hold {n} bits, got {bits.size} bytes")
+    pieces = [np.zeros((0, 2), dtype=np.int64)]
+    for a in range(0, n, _BITS_CHUNK):
+        chunk = np.unpackbits(bits[a // 8:(a + _BITS_CHUNK) // 8], count=min(_BITS_CHUNK, n - a)).astype(bool)
+        pieces.append(ClientSet.from_mask(chunk).ranges + a)
+    return ClientSet.from_ranges(n, np.concatenate(pieces))
+
+
+def _packed_bits(participants: ClientSet) -> bytes:
+    """``numpy.packbits`` of the set's (n,) mask, built one chunk at a time (the pre-ranges
+    ReleaseRequest field; transitional)."""
+    n = participants.n
+    return b"".join(np.packbits(participants.mask(a, min(a + _BITS_CHUNK, n))).tobytes()
+                    for a in range(0, n, _BITS_CHUNK))
 
 
 async def close_each(stubs: list[ltm_pb2_grpc.ServerStub], spec: JobSpec, policy: RetryPolicy = DEFAULT_RETRY,
-                     retries: Retries | None = None) -> list[np.ndarray | ServerUnreachable]:
-    """Close intake on every server (retrying transient failures); per server its held mask, or the
+                     retries: Retries | None = None) -> list[ClientSet | ServerUnreachable]:
+    """Close intake on every server (retrying transient failures); per server its held set, or the
     :class:`ServerUnreachable` of a server that stayed down.  Refusals are raised."""
     return await _gather_reachable(link.close(spec) for link in grpc_links(stubs, spec, policy, retries))
 
 
 async def close_all(stubs: list[ltm_pb2_grpc.ServerStub], spec: JobSpec,
-                    policy: RetryPolicy = DEFAULT_RETRY) -> list[np.ndarray]:
+                    policy: RetryPolicy = DEFAULT_RETRY) -> list[ClientSet]:
     """Close every server; raises :class:`ReleaseFailed` if one stays unreachable."""
     results = await close_each(stubs, spec, policy)
     down = [r for r in results if isinstance(r, ServerUnreachable)]
@@ -183,34 +222,34 @@ async def close_all(stubs: list[ltm_pb2_grpc.ServerStub], spec: JobSpec,
     return results  # type: ignore[return-value]
 
 
-def coverage_report(spec: JobSpec, masks: list, last_seen: list[int | None] | None = None) -> dict:
+def coverage_report(spec: JobSpec, held: list, last_seen: list[int | None] | None = None) -> dict:
     """Which clients reached which servers.
 
-    ``masks``: per server the held mask from Close, or an exception for a server that could not be
-    reached.  Returns per-server held counts (``None`` = unreachable, with the count last seen by
-    Status), the clients held by every server (the participant set), by some but not all, and by
-    none.  With an unreachable server, "every"/"some but not all" refer to the reachable servers.
+    ``held``: per server the :class:`ClientSet` it holds (from Close), or an exception for a server
+    that could not be reached.  Returns per-server held counts (``None`` = unreachable, with the
+    count last seen by Status), the clients held by every server (the participant set), by some but
+    not all, and by none.  With an unreachable server, "every"/"some but not all" refer to the
+    reachable servers.  Counts only: no n-sized list.
     """
-    reachable = [m for m in masks if isinstance(m, np.ndarray)]
+    reachable = [h for h in held if isinstance(h, ClientSet)]
     servers = []
-    for i, m in enumerate(masks):
-        entry = {"server_id": spec.servers[i].server_id, "reachable": isinstance(m, np.ndarray),
-                 "held": int(m.sum()) if isinstance(m, np.ndarray) else None}
-        if not isinstance(m, np.ndarray):
-            entry["error"] = str(m)
+    for i, h in enumerate(held):
+        ok = isinstance(h, ClientSet)
+        entry = {"server_id": spec.servers[i].server_id, "reachable": ok, "held": h.count if ok else None}
+        if not ok:
+            entry["error"] = str(h)
             if last_seen is not None and last_seen[i] is not None:
                 entry["last_seen_held"] = int(last_seen[i])
         servers.append(entry)
     if reachable:
-        every = np.logical_and.reduce(reachable)
-        some = np.logical_or.reduce(reachable)
-        counts = {"reached_every_server": int(every.sum()), "reached_some_not_all": int((some & ~every).sum()),
-                  "reached_none": int((~some).sum())}
+        every = ClientSet.intersection(reachable).count
+        some = ClientSet.union(reachable).count
+        counts = {"reached_every_server": every, "reached_some_not_all": some - every, "reached_none": spec.n - some}
     else:
         counts = {"reached_every_server": None, "reached_some_not_all": None, "reached_none": None}
     return {"n": spec.n, "servers": servers,
             "held_per_server": {e["server_id"]: e["held"] for e in servers},
-            "all_servers_reachable": len(reachable) == len(masks), **counts}
+            "all_servers_reachable": len(reachable) == len(held), **counts}
 
 
 def describe_coverage(cov: dict) -> str:
@@ -241,17 +280,21 @@ def no_release_message(spec: JobSpec, down: list[ServerUnreachable], cov: dict, 
             f"{' '.join(str(d) + '.' for d in down)} Coverage: {describe_coverage(cov)}.{after}")
 
 
-async def fetch_result_share(stub: ltm_pb2_grpc.ServerStub, spec: JobSpec, participants: np.ndarray,
+async def fetch_result_share(stub: ltm_pb2_grpc.ServerStub, spec: JobSpec, participants: ClientSet | np.ndarray,
                              timeout: float = 300.0, *, server_index: int | None = None,
-                             policy: RetryPolicy | None = None,
-                             retries: Retries | None = None) -> tuple[np.ndarray, int]:
+                             policy: RetryPolicy | None = None, retries: Retries | None = None,
+                             with_bits: bool = True) -> tuple[np.ndarray, int]:
     """One server's result share (uint64 (m, D)) and the bytes it streamed.
 
-    With a ``policy`` (and the server's index in the job) transient failures are retried: a
-    retried Release with the same participant set returns the same bytes.
+    ``participants``: the agreed set (a bool mask (n,) is accepted), sent as ``participant_ranges``;
+    ``with_bits`` also sends the packed ``participant_bits`` a server from before the ranges reads
+    (n/8 bytes; transitional).  With a ``policy`` (and the server's index in the job) transient
+    failures are retried: a retried Release with the same participant set returns the same bytes.
     """
+    participants = ClientSet.coerce(spec.n, participants)
     request = ltm_pb2.ReleaseRequest(job_id=spec.job_id, job_digest=spec.digest,
-                                     participant_bits=np.packbits(participants).tobytes())
+                                     participant_ranges=participants.to_bytes(),
+                                     participant_bits=_packed_bits(participants) if with_bits else b"")
 
     async def once() -> tuple[np.ndarray, int]:
         header, chunks = None, []
@@ -288,8 +331,8 @@ class ServerLink(Protocol):
 
     async def create(self, spec: JobSpec) -> str: ...
     async def held_count(self, spec: JobSpec) -> int | None: ...
-    async def close(self, spec: JobSpec) -> np.ndarray: ...
-    async def release(self, spec: JobSpec, participants: np.ndarray) -> tuple[np.ndarray, int]: ...
+    async def close(self, spec: JobSpec) -> ClientSet: ...
+    async def release(self, spec: JobSpec, participants: ClientSet) -> tuple[np.ndarray, int]: ...
 
 
 @dataclass
@@ -303,6 +346,9 @@ class GrpcServerLink:
     policy: RetryPolicy = DEFAULT_RETRY
     retries: Retries | None = None
     seeded_parties: list[str] = field(default_factory=list)
+    #: after ``close``: whether the server replied with ``held_ranges`` (so it reads
+    #: ``participant_ranges`` and needs no packed bits; transitional)
+    speaks_ranges: bool = False
 
     async def create(self, spec: JobSpec) -> str:
         reply = await call_with_retry(
@@ -320,16 +366,17 @@ class GrpcServerLink:
             return None
         return int(reply.clients_held)
 
-    async def close(self, spec: JobSpec) -> np.ndarray:
+    async def close(self, spec: JobSpec) -> ClientSet:
         request = ltm_pb2.CloseRequest(job_id=spec.job_id, job_digest=spec.digest)
         reply = await call_with_retry(lambda: self.stub.Close(request, timeout=30.0), server_id=self.server_id,
                                       endpoint=self.endpoint, what="Close", policy=self.policy, retries=self.retries)
         self.seeded_parties = list(reply.seeded_parties)
-        return _mask(spec, self.index, reply)
+        self.speaks_ranges = bool(reply.held_ranges) or not reply.held_bits
+        return _held_set(spec, self.index, reply)
 
-    async def release(self, spec: JobSpec, participants: np.ndarray) -> tuple[np.ndarray, int]:
+    async def release(self, spec: JobSpec, participants: ClientSet) -> tuple[np.ndarray, int]:
         return await fetch_result_share(self.stub, spec, participants, server_index=self.index, policy=self.policy,
-                                        retries=self.retries)
+                                        retries=self.retries, with_bits=not self.speaks_ranges)
 
 
 def grpc_links(stubs: list[ltm_pb2_grpc.ServerStub], spec: JobSpec, policy: RetryPolicy = DEFAULT_RETRY,
@@ -390,15 +437,15 @@ async def coordinate(links: list[ServerLink], spec: JobSpec, *, deadline_s: floa
     down = [r for r in results if isinstance(r, ServerUnreachable)]
     if down:
         raise ReleaseFailed(no_release_message(spec, down, coverage), coverage)
-    masks: list[np.ndarray] = results
-    participants = np.logical_and.reduce(masks)
+    held: list[ClientSet] = results
+    participants = ClientSet.intersection(held)
     if coverage["reached_some_not_all"]:
         log.warning("clients dropped: their shares did not reach every server",
                     extra={"job_id": spec.job_id, "dropped": coverage["reached_some_not_all"],
                            "held_per_server": coverage["held_per_server"]})
     timing["close"] = time.monotonic() - t
     t = time.monotonic()
-    report("releasing", {"participants": int(participants.sum())})
+    report("releasing", {"participants": participants.count})
     shares = await asyncio.gather(*(link.release(spec, participants) for link in links), return_exceptions=True)
     down = [r for r in shares if isinstance(r, ServerUnreachable)]
     if down:
@@ -409,7 +456,7 @@ async def coordinate(links: list[ServerLink], spec: JobSpec, *, deadline_s: floa
         dropped = (f" ({coverage['reached_some_not_all']} clients that reached some but not all servers were "
                    f"dropped)" if coverage["reached_some_not_all"] else "")
         raise ReleaseFailed(f"release refused or failed ({detail}); the participant set was the "
-                            f"{int(participants.sum())} clients every server holds{dropped}. Coverage: "
+                            f"{participants.count} clients every server holds{dropped}. Coverage: "
                             f"{describe_coverage(coverage)}", coverage)
     timing["release"] = time.monotonic() - t
     t = time.monotonic()
@@ -419,7 +466,7 @@ async def coordinate(links: list[ServerLink], spec: JobSpec, *, deadline_s: floa
     release = reconstruct_release(spec, [r[0] for r in shares], participants, spec.noise_plan(),
                                   randomness=randomness_label, seeded_parties=seeded)
     timing["reconstruct"] = time.monotonic() - t
-    return JobRun(release, participants, [int(m.sum()) for m in masks], timing, [r[1] for r in shares],
+    return JobRun(release, participants, [h.count for h in held], timing, [r[1] for r in shares],
                   coverage, retries, [r[0] for r in shares])
 
 

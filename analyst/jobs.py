@@ -27,6 +27,7 @@ from analyst.estimators import LowRank, make_estimator, release_lambda
 from analyst.reconstruct import reconstruct_release
 from analyst.release import ReleasedSketch
 from analyst.store import AnalystStore, JobRecord
+from ltm.client_set import ClientSet
 from ltm.jobfile import FitSpec
 from ltm.jsonio import json_default
 from ltm.jobspec import JobSpec, JobSpecError, validate_job
@@ -70,6 +71,18 @@ def release_of(record: JobRecord) -> ReleasedSketch:
                                   randomness=record.randomness)
     stored = (record.outputs or {}).get("privacy_report.json")  # as reported when the job finished
     return replace(release, privacy=json.loads(stored)) if stored else release
+
+
+#: A report lists the participant ranges only up to this many (else just their number).
+REPORT_MAX_RANGES = 64
+
+
+def participant_ranges_json(participants: ClientSet) -> dict[str, Any]:
+    """``participant_range_count`` and, when there are at most :data:`REPORT_MAX_RANGES`, the
+    ``participant_ranges`` as ``[start, stop)`` pairs: a report never lists n of anything."""
+    r = participants.ranges
+    return {"participant_range_count": len(r),
+            **({"participant_ranges": r.tolist()} if len(r) <= REPORT_MAX_RANGES else {})}
 
 
 LinksFor = Callable[[JobSpec, Retries], list[ServerLink]]
@@ -208,7 +221,8 @@ class JobRunner:
         model = fit_model(run.release, fit.model, lam=fit.lam, rank=fit.rank, debias=fit.debias)
         run.timing_s["fit"] = time.monotonic() - t
         report = {"job_id": spec.job_id, "job_digest": spec.digest, "release_sha256": run.release.sha256,
-                  "participants": int(run.participants.sum()), "held_per_server": run.held_per_server,
+                  "participants": run.participants.count, **participant_ranges_json(run.participants),
+                  "held_per_server": run.held_per_server,
                   "release_bytes_per_server": run.release_bytes_per_server, "privacy": run.release.privacy,
                   "prejobs": [{"kind": p.kind, "job_id": p.job_id, "digest": p.digest, "epsilon": p.epsilon,
                                "delta": p.delta} for p in spec.prejobs],

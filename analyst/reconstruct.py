@@ -9,7 +9,8 @@ import numpy as np
 
 from analyst.release import ReleasedSketch
 from ltm.calibration import NoisePlan, gaussian_delta
-from ltm.jobspec import JobSpec, honest_row_loads
+from ltm.client_set import ClientSet
+from ltm.jobspec import JobSpec, honest_row_loads, participant_set
 from ltm.ring import decode
 from ltm.sharing import reconstruct
 from ltm.sketch import Sketch
@@ -20,15 +21,16 @@ def release_sha256(total: np.ndarray) -> str:
     return hashlib.sha256(np.ascontiguousarray(total, dtype="<u8").tobytes()).hexdigest()
 
 
-def privacy_report(spec: JobSpec, plan: NoisePlan, participants: np.ndarray, *, randomness: str,
+def privacy_report(spec: JobSpec, plan: NoisePlan, participants: ClientSet | np.ndarray, *, randomness: str,
                    sketch: Sketch | None = None, seeded_parties: Sequence[str] = ()) -> dict[str, Any]:
-    """The privacy report of a release over ``participants`` (bool mask (n,)).
+    """The privacy report of a release over ``participants`` (a ClientSet; a bool mask (n,) is accepted).
 
     ``calibration_verified``: the weakest row's honest noise buys the stated (ε, δ).
     ``dp_verified``: that, and no party drew seeded (reproducible, NOT private) randomness — the
     servers report every party that uploaded seeded batches (``seeded_parties``; possible only in a
     job marked as a reproduction), and a release with any is never reported as DP.
     """
+    participants = participant_set(spec.n, participants)
     loads, deduction = honest_row_loads(spec, participants, sketch)
     honest = int((loads - deduction).min())
     p = spec.privacy
@@ -78,7 +80,7 @@ def privacy_report(spec: JobSpec, plan: NoisePlan, participants: np.ndarray, *, 
         "t_prime": p.t_prime,
         "corrupt_parties": p.corrupt_parties,
         "servers": spec.k,
-        "participants": int(np.count_nonzero(participants)),
+        "participants": participants.count,
         "achieved_delta": achieved_delta,
         "calibration_verified": calibration_verified,
         "dp_verified": bool(verified),
@@ -89,19 +91,21 @@ def privacy_report(spec: JobSpec, plan: NoisePlan, participants: np.ndarray, *, 
     }
 
 
-def reconstruct_release(spec: JobSpec, result_shares: list[np.ndarray], participants: np.ndarray,
+def reconstruct_release(spec: JobSpec, result_shares: list[np.ndarray], participants: ClientSet | np.ndarray,
                         plan: NoisePlan, *, randomness: str, sketch: Sketch | None = None,
                         seeded_parties: Sequence[str] = ()) -> ReleasedSketch:
     """Sum k result shares (uint64 (m, W) each) into the scaled DP sketch Ã = (1/√pieces)·decode(Σ).
 
     For a lifted kind (m = 1, one piece) this is the noisy sum of the clients' lifted vectors.
+    ``participants``: the released-over set (a ClientSet; a bool mask (n,) is accepted).
     ``seeded_parties``: the parties the servers saw upload seeded batches (see :func:`privacy_report`)."""
     if len(result_shares) != spec.k:
         raise ValueError(f"need all {spec.k} result shares, got {len(result_shares)}")
     sketch = sketch or spec.make_sketch()
     total = reconstruct(list(result_shares))
     matrix = decode(total, spec.frac_bits) * sketch.scale
-    count = int(np.count_nonzero(participants))
+    participants = participant_set(spec.n, participants)
+    count = participants.count
     return ReleasedSketch(
         matrix=matrix,
         columns=spec.vector_names,

@@ -7,7 +7,8 @@ Everything the analyst must not forget across a crash is committed here before i
   time at which intake closes — before it is published to any server;
 * whether every server acknowledged the job, and its phase as it advances (``published`` →
   ``running`` → ``done`` | ``failed``);
-* the finished release: the servers' result shares and the participant set (so the reconstructed
+* the finished release: the servers' result shares and the participant set (its ClientSet ranges,
+  16 bytes per range whatever n is; so the reconstructed
   sketch, its SHA-256 and every model fitted on it are re-derivable bit for bit) and the output
   files, before the job is reported done.
 
@@ -28,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ltm.client_set import ClientSet
 from ltm.errors import CommandError
 from ltm.jobspec import JobSpec
 from transport.files import private_dir, touch_private
@@ -73,7 +75,7 @@ class JobRecord:
     phase: str = ""
     error: str = ""
     release_sha256: str = ""
-    participants: np.ndarray | None = None
+    participants: ClientSet | None = None
     shares: list[np.ndarray] | None = None
     outputs: dict[str, str] | None = None
 
@@ -148,16 +150,16 @@ class AnalystStore:
         self._write(f"UPDATE jobs SET {cols}, updated_at = ? WHERE job_id = ?",
                     (*fields.values(), time.time(), job_id))
 
-    def finish(self, job_id: str, *, release_sha256: str, participants: np.ndarray, shares: list[np.ndarray],
+    def finish(self, job_id: str, *, release_sha256: str, participants: ClientSet, shares: list[np.ndarray],
                outputs: dict[str, str]) -> None:
         """Commit a finished job: its result shares, participant set and output files, state ``done``."""
         k = len(shares)
         m, d = shares[0].shape
         blob = np.ascontiguousarray(np.stack(shares), dtype="<u8").tobytes()
-        header = json.dumps({"k": k, "m": m, "d": d, "n": int(participants.size)})
+        header = json.dumps({"k": k, "m": m, "d": d, "n": participants.n})
         self._write("UPDATE jobs SET state = 'done', phase = '', error = '', release_sha256 = ?, participants = ?, "
                     "shares = ?, outputs_json = ?, updated_at = ? WHERE job_id = ?",
-                    (release_sha256, np.packbits(participants.astype(bool)).tobytes(),
+                    (release_sha256, _RANGES_TAG + participants.to_bytes(),
                      header.encode() + b"\n" + blob, json.dumps(outputs), time.time(), job_id))
 
     def get(self, job_id: str) -> JobRecord | None:
@@ -177,12 +179,23 @@ class AnalystStore:
         return [r[0] for r in rows]
 
 
+#: Prefix of a stored participant set in ClientSet ranges.  A blob without it is the packed (n,)
+#: mask an analyst from before the ranges stored, still read for its finished jobs (a mask would
+#: have to spell this ASCII text bit by bit to be mistaken for ranges).
+_RANGES_TAG = b"ranges1\n"
+
+
+def _participants(n: int, blob: bytes) -> ClientSet:
+    if blob.startswith(_RANGES_TAG):
+        return ClientSet.from_bytes(n, blob[len(_RANGES_TAG):])
+    return ClientSet.from_mask(np.unpackbits(np.frombuffer(blob, np.uint8), count=n).astype(bool))
+
+
 def _record(row: tuple) -> JobRecord:
     (job_id, digest, spec_json, fit_json, randomness, submitted_at, close_at, state, published, phase, error, sha,
      participants, shares, outputs_json) = row
     spec = JobSpec.from_json(spec_json)
-    mask = None if participants is None else np.unpackbits(np.frombuffer(participants, np.uint8),
-                                                          count=spec.n).astype(bool)
+    members = None if participants is None else _participants(spec.n, bytes(participants))
     share_list = None
     if shares is not None:
         head, blob = bytes(shares).split(b"\n", 1)
@@ -191,4 +204,4 @@ def _record(row: tuple) -> JobRecord:
         share_list = [arr[i].copy() for i in range(h["k"])]
     return JobRecord(job_id, digest, spec, json.loads(fit_json), randomness, submitted_at, close_at, state,
                      bool(published), phase,
-                     error, sha, mask, share_list, json.loads(outputs_json))
+                     error, sha, members, share_list, json.loads(outputs_json))

@@ -32,6 +32,7 @@ import numpy as np
 from analyst.reconstruct import privacy_report
 from analyst.release import ReleasedSketch
 from ltm.calibration import CalibrationError
+from ltm.client_set import ClientSet
 from ltm.jobspec import MAX_FRAC_BITS, MIN_FRAC_BITS, ColumnSpec, JobSpec, JobSpecError, PartySpec, PrivacySpec, \
     ServerSpec, SketchSpec, resolve_defaults, worst_entry_magnitude
 from ltm.ring import HEADROOM_LIMIT
@@ -190,13 +191,12 @@ def fast_release(spec: JobSpec, V: np.ndarray, seed: int,
     else:
         a = (plan.gamma_shape * loads)[:, None] * np.ones(shape)
         noise = rng.gamma(a, plan.laplace_scale) - rng.gamma(a, plan.laplace_scale)
-    participants = np.ones(spec.n, dtype=bool)
     return ReleasedSketch(
         matrix=(clean + noise) * sketch.scale, columns=spec.column_names,
         centers=np.array([c.center for c in spec.columns]), scales=np.array([c.scale for c in spec.columns]),
         label=spec.label_index, intercept=spec.intercept_index, n=spec.n,
         noise_variance_per_column=spec.n * plan.sigma_client ** 2,
-        privacy=privacy_report(spec, plan, participants, randomness="seeded fast path (numpy; simulation only, NOT private)",
+        privacy=privacy_report(spec, plan, ClientSet.full(spec.n), randomness="seeded fast path (numpy; simulation only, NOT private)",
                                sketch=sketch),
         sha256="")
 

@@ -56,6 +56,7 @@ from typing import Any
 import numpy as np
 
 from ltm.calibration import NoisePlan, gaussian_delta
+from ltm.client_set import ClientSet
 from ltm.jobspec import (ColumnSpec, JobSpec, PartySpec, PrivacySpec, ServerSpec, SketchSpec, resolve_defaults,
                          validate_job)
 from ltm.randomness import Randomness
@@ -174,7 +175,7 @@ def release_once(job: AuditJob, tables: dict[str, dict[str, np.ndarray]], random
                                        party_randomness(randomness, spec, party.party_id), plan=job.plan):
             for server, batch in zip(servers, per_server):
                 server.accept(batch, spec.job_id, caller_role="party", caller_id=party.party_id)
-    participants = np.logical_and.reduce([s.close(spec.job_id, caller_role=ANALYST_ROLE).to_mask() for s in servers])
+    participants = ClientSet.intersection([s.close(spec.job_id, caller_role=ANALYST_ROLE) for s in servers])
     shares = [s.release(spec.job_id, participants, caller_role=ANALYST_ROLE, job_digest=spec.digest)
               for s in servers]
     return decode(reconstruct(shares), spec.frac_bits)

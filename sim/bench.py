@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from ltm.batch import ShareBatch
+from ltm.client_set import ClientSet
 from ltm.jobspec import ColumnSpec, JobSpec, PartySpec, PrivacySpec, ServerSpec, SketchSpec, honest_row_loads
 from ltm.randomness import Randomness
 from ltm.sharing import SEED_BYTES, Share
@@ -89,7 +90,7 @@ def bench_sketch(cfg: SketchBenchConfig) -> dict[str, Any]:
     t = time.perf_counter()
     slots = sketch.slots()
     derive_s = time.perf_counter() - t
-    participants = np.ones(spec.n, dtype=bool)
+    participants = ClientSet.full(spec.n)
     t = time.perf_counter()
     honest_row_loads(spec, participants, sketch, slots)
     gate_s = time.perf_counter() - t

@@ -15,6 +15,7 @@ import numpy as np
 
 from analyst.coordinator import coordinate
 from analyst.release import ReleasedSketch
+from ltm.client_set import ClientSet
 from ltm.jobspec import JobSpec, validate_job
 from ltm.randomness import Randomness
 from party.ledger import Budget, PrivacyLedger
@@ -33,7 +34,7 @@ class InProcessRun:
     """
 
     release: ReleasedSketch
-    participants: np.ndarray
+    participants: ClientSet
     timing_s: dict[str, float] = field(default_factory=dict)
     bytes_to_server: list[int] = field(default_factory=list)
     result_shares: list[np.ndarray] = field(default_factory=list)
@@ -62,12 +63,12 @@ class InProcessServerLink:
     async def held_count(self, spec: JobSpec) -> int | None:
         return self.core.held(spec.job_id).count
 
-    async def close(self, spec: JobSpec) -> np.ndarray:
+    async def close(self, spec: JobSpec) -> ClientSet:
         held = self.core.close(spec.job_id, caller_role=ANALYST_ROLE)
         self.seeded_parties = self.core.seeded_parties(spec.job_id)
-        return held.to_mask()  # the analyst side still takes masks until it switches to ClientSet (#15)
+        return held
 
-    async def release(self, spec: JobSpec, participants: np.ndarray) -> tuple[np.ndarray, int]:
+    async def release(self, spec: JobSpec, participants: ClientSet) -> tuple[np.ndarray, int]:
         share = self.core.release(spec.job_id, participants, caller_role=ANALYST_ROLE, job_digest=spec.digest)
         return share, share.nbytes
 

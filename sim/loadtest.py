@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from ltm.client_set import ClientSet
 from ltm.jobspec import (ColumnSpec, JobSpec, PartySpec, PrivacySpec, ServerSpec, SketchSpec, resolve_defaults,
                          validate_job)
 from ltm.randomness import Randomness
@@ -417,8 +418,7 @@ async def _run(cfg: LoadConfig, work: Path, report: dict[str, Any]) -> None:
         cpu3 = [_cpu_seconds(s.pid) for s in servers]
 
         t = time.perf_counter()
-        masks = await close_all(analyst, spec)
-        participants = np.logical_and.reduce(masks)
+        participants = ClientSet.intersection(await close_all(analyst, spec))
         timing["close"] = time.perf_counter() - t
         t = time.perf_counter()
         shares = [r[0] for r in await asyncio.gather(*(fetch_result_share(s, spec, participants) for s in analyst))]
@@ -426,7 +426,7 @@ async def _run(cfg: LoadConfig, work: Path, report: dict[str, Any]) -> None:
         release = reconstruct_release(spec, shares, participants, spec.noise_plan(), randomness=(
             Randomness.seeded_insecure(cfg.seed).label if cfg.seed is not None else Randomness.system().label))
         total = reconstruct(shares)
-        checks["participants"] = int(participants.sum())
+        checks["participants"] = participants.count
         checks["release_exact"] = bool(np.array_equal(total, expected))
         checks["dp_verified"] = bool(release.privacy["dp_verified"])  # never for a seeded run
         checks["calibration_verified"] = bool(release.privacy["calibration_verified"])

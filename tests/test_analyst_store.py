@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from analyst.store import AnalystStore, AnalystStoreInUse
+from ltm.client_set import ClientSet
 from ltm.jobfile import parse_job_file, render_job_file
 from tests.test_jobfile import doc
 
@@ -22,13 +23,36 @@ def test_jobs_survive_a_reopen_bit_for_bit(tmp_path):
         AnalystStore(tmp_path)  # one analyst per state directory
     store.update(spec.job_id, published=1, phase="waiting")
     shares = [np.arange(24, dtype=np.uint64).reshape(8, 3) * (i + 1) + np.uint64(2**63) for i in range(2)]
-    mask = np.arange(spec.n) % 3 != 0
-    store.finish(spec.job_id, release_sha256="ab" * 32, participants=mask, shares=shares, outputs={"a.json": "{}"})
+    members = ClientSet.from_mask(np.arange(spec.n) % 3 != 0)
+    store.finish(spec.job_id, release_sha256="ab" * 32, participants=members, shares=shares,
+                 outputs={"a.json": "{}"})
     store.close()
     again = AnalystStore(tmp_path).get(spec.job_id)
     assert again.state == "done" and again.published and again.spec.digest == spec.digest
-    assert (again.participants == mask).all() and all((a == b).all() for a, b in zip(again.shares, shares))
+    assert again.participants == members and all((a == b).all() for a, b in zip(again.shares, shares))
     assert again.outputs == {"a.json": "{}"} and again.release_sha256 == "ab" * 32
+
+
+def test_the_participant_set_is_stored_as_ranges_and_an_old_packed_mask_still_reads(tmp_path):
+    import sqlite3
+
+    spec = parse_job_file(render_job_file(doc())).spec
+    members = ClientSet.from_ranges(spec.n, [(0, 5), (9, spec.n)])
+    shares = [np.zeros((8, 3), dtype=np.uint64)] * 2
+    store = AnalystStore(tmp_path)
+    store.add(spec, {}, "system", 1.0, "running")
+    store.finish(spec.job_id, release_sha256="cd" * 32, participants=members, shares=shares, outputs={})
+    store.close()
+    db = sqlite3.connect(tmp_path / "analyst.db")
+    (blob,) = db.execute("SELECT participants FROM jobs").fetchone()
+    assert len(blob) == len(b"ranges1\n") + 16 * 2  # 16 bytes per range, whatever n is
+    # a finished job of an analyst from before the ranges: the packed (n,) mask
+    db.execute("UPDATE jobs SET participants = ?", (np.packbits(members.to_mask()).tobytes(),))
+    db.commit()
+    db.close()
+    store = AnalystStore(tmp_path)
+    assert store.get(spec.job_id).participants == members
+    store.close()
 
 
 @pytest.mark.parametrize("bad_id", ["../escape", "a/b", "..", "c\\d"])

@@ -26,6 +26,7 @@ from analyst.coordinator import (ReleaseFailed, RetryPolicy, close_all, fetch_re
                                  run_job)
 from analyst.reconstruct import reconstruct_release
 from ltm.cli import main
+from ltm.client_set import ClientSet
 from ltm.randomness import DERIVED_MODE, Randomness
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
 from party.journal import JournalError, UploadJournal, journal_path
@@ -147,9 +148,8 @@ def test_servers_killed_during_upload_and_release(dep):
 
             # kill during the release: freeze server-1 so its Release is in flight, SIGKILL it once
             # the two others have released, restart it; the analyst's retry gets the same bytes
-            masks = await close_all(analyst, spec, FAST)
-            participants = np.logical_and.reduce(masks)
-            assert participants.all()
+            participants = ClientSet.intersection(await close_all(analyst, spec, FAST))
+            assert participants == ClientSet.full(spec.n)
             _freeze(servers[1])
             retries = {}
             fetch = asyncio.gather(*(fetch_result_share(s, spec, participants, server_index=i, policy=FAST,
@@ -172,8 +172,7 @@ def test_servers_killed_during_upload_and_release(dep):
             await asyncio.to_thread(group.restart, servers[0])
             again, _ = await fetch_result_share(analyst[0], spec, participants, server_index=0, policy=FAST)
             np.testing.assert_array_equal(again, shares[0][0])
-            other = participants.copy()
-            other[0] = False
+            other = participants - ClientSet.span(spec.n, 0, 1)
             with pytest.raises(grpc.aio.AioRpcError) as err:
                 await fetch_result_share(analyst[0], spec, other, server_index=0, policy=FAST)
             assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
@@ -189,7 +188,7 @@ def test_servers_killed_during_upload_and_release(dep):
           f"incomplete) + 1 during release + 1 after release; kill points (clients held by each server at the "
           f"kill): {[k['held_at_kill'] for k in kill_points]}; {time.monotonic() - t0:.1f} s")
     assert len(during_upload) >= 2
-    assert run.participants.all()
+    assert run.participants.count == spec.n
     assert run.coverage["held_per_server"] == {f"server-{i}": spec.n for i in range(K)}
     assert run.release.sha256 == local.release.sha256 == direct.sha256
     np.testing.assert_array_equal(run.release.matrix, local.release.matrix)
@@ -288,7 +287,7 @@ def test_party_killed_mid_upload_resumes(dep, mode):
     assert all(e["done"] and "key" not in e for e in final["batches"].values())  # keys dropped once done
     assert stat.S_IMODE(os.stat(jpath).st_mode) == 0o600
     # every client counted exactly once, on every server
-    assert run.participants.all() and run.coverage["reached_some_not_all"] == 0
+    assert run.participants.count == spec.n and run.coverage["reached_some_not_all"] == 0
     assert run.coverage["held_per_server"] == {f"server-{i}": spec.n for i in range(K)}
     if seed is not None:
         local = run_inprocess(spec, tables, randomness, batch_clients=BATCH)
@@ -443,7 +442,7 @@ def test_release_over_the_intersection_when_the_gate_allows_it(dep):
     run = asyncio.run(scenario(spec, tables, randomness))
     assert run.coverage["reached_every_server"] == 2000 and run.coverage["reached_some_not_all"] == 1000
     assert run.coverage["held_per_server"] == {"server-0": 3000, "server-1": 3000, "server-2": 2000}
-    assert int(run.participants.sum()) == 2000 and not run.participants[2000:].any()
+    assert run.participants.ranges.tolist() == [[0, 2000]]
     local = run_inprocess(spec, {k: v for k, v in tables.items() if k != "party-2"}, randomness,
                           batch_clients=BATCH)
     assert run.release.sha256 == local.release.sha256
