@@ -23,6 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ltm.randomness import Randomness
+
 
 class DataSourceError(ValueError):
     """A data file a party cannot read; the message names the file and the problem."""
@@ -403,9 +405,7 @@ class SyntheticRidge:
     def names(self) -> tuple[str, ...]:
         return (*(f"x{j}" for j in range(self.d)), "y")
 
-    def _root(self):
-        from ltm.randomness import Randomness  # party/ imports ltm anyway; kept local to this model
-
+    def _root(self) -> Randomness:
         return Randomness.seeded_insecure(self.seed).child("synthetic-ridge-blocks", self.d)
 
     @functools.cached_property

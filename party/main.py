@@ -96,11 +96,14 @@ def process_usage() -> dict[str, float | int]:
 
 def default_state_dir(data: str) -> Path:
     """Where the upload journal lives without --state-dir: next to the data, or — if the data's
-    directory is read-only (a read-only volume) — under $XDG_STATE_HOME (~/.local/state)."""
+    directory is read-only (a read-only volume), or the data is generated (``synthetic:…``, no
+    directory) — under $XDG_STATE_HOME (~/.local/state)."""
+    fallback = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "ltm-party"
+    if is_synthetic(data):
+        return fallback
     beside = Path(data).absolute().parent / ".ltm-party-state"
     if beside.is_dir() or os.access(beside.parent, os.W_OK):
         return beside
-    fallback = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "ltm-party"
     log.warning("the data directory is read-only: keeping the upload journal elsewhere",
                 extra={"state_dir": str(fallback)})
     return fallback

@@ -6,7 +6,7 @@ All work is vectorised over the clients of a batch.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Iterator, Mapping
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping
 import time
 from dataclasses import dataclass
 
@@ -64,7 +64,7 @@ def _checked_column(name: str, column: object, rows: int, party_id: str, row_off
     return values
 
 
-def _missing_column(spec: JobSpec, party: PartySpec, name: str, have: object) -> PartyDataError:
+def _missing_column(party: PartySpec, name: str, have: Iterable[str]) -> PartyDataError:
     return PartyDataError(f"party {party.party_id!r}: column {name!r} required by the job is "
                           f"missing from the data (have: {sorted(have)})")
 
@@ -75,7 +75,7 @@ def _checked_raw_columns(spec: JobSpec, party: PartySpec, table: Mapping[str, np
     raw: dict[str, np.ndarray] = {}
     for name in _needed_raw_columns(spec, indices):
         if name not in table:
-            raise _missing_column(spec, party, name, table)
+            raise _missing_column(party, name, table)
         raw[name] = _checked_column(name, table[name], party.size, party.party_id)
     return raw
 
@@ -92,10 +92,10 @@ def _checked_source(spec: JobSpec, party: PartySpec, source: PartySource, indice
         if name in source.unusable:
             raise PartyDataError(source.unusable[name])
         if name not in source.columns:
-            raise _missing_column(spec, party, name, source.columns)
-        if source.rows != party.size:
-            raise PartyDataError(f"column {name!r} has {source.rows} values but "
-                                 f"party {party.party_id!r} holds {party.size} rows")
+            raise _missing_column(party, name, source.columns)
+    if names and source.rows != party.size:
+        raise PartyDataError(f"column {names[0]!r} has {source.rows} values but "
+                             f"party {party.party_id!r} holds {party.size} rows")
     return names
 
 

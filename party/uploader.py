@@ -9,6 +9,7 @@ stream is retried with exponential backoff (uploads are idempotent per (job, par
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import hashlib
 import logging
 import sys
@@ -242,12 +243,32 @@ async def run_upload(stubs: list[ltm_pb2_grpc.ServerStub], spec: JobSpec, party_
     batches = make_batches(spec, party_id, table, randomness, batch_clients=batch_clients, skip=skip,
                            batch_randomness=(lambda b: journal.randomness_for(b, randomness)) if journal else None,
                            timings=timings)
-    pending = asyncio.create_task(asyncio.to_thread(next, batches, None))
+    # One worker thread randomizes every batch: the large arrays are then all allocated in one
+    # malloc arena, so the party's resident memory stays at about two batches instead of creeping
+    # up as the default executor's threads each keep freed batches in arenas of their own.
+    randomizer = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="ltm-randomize")
+    loop = asyncio.get_running_loop()
+
+    def randomize_next() -> asyncio.Future:
+        return loop.run_in_executor(randomizer, next, batches, None)
+
+    try:
+        return await _stream_batches(stubs, spec, journal, endpoints, summary, bar, timings, randomize_next,
+                                     t0, started)
+    finally:
+        randomizer.shutdown(wait=False, cancel_futures=True)
+
+
+async def _stream_batches(stubs, spec: JobSpec, journal: UploadJournal | None, endpoints: list[str] | None,
+                          summary: UploadSummary, bar: Progress, timings: dict[str, float], randomize_next,
+                          t0: float, started: float) -> UploadSummary:
+    """The loop of :func:`run_upload`: upload batch b while batch b + 1 is randomized."""
+    pending = randomize_next()
     while True:
         per_server = await pending
         if per_server is None:
             break
-        pending = asyncio.create_task(asyncio.to_thread(next, batches, None))  # randomize the next batch meanwhile
+        pending = randomize_next()  # randomize the next batch meanwhile
         index = per_server[0].batch_index
         digests: list[str] | None = None
         if journal is not None:  # durable before the first share leaves this process

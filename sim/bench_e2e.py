@@ -389,6 +389,7 @@ def plot_series(runs: list[dict[str, Any]], path: str | Path) -> None:
         if pts:
             ax_m.plot(*zip(*pts), marker, label=f"{role} (max)")
     ax_m.set(xscale="log", xlabel="clients n", ylabel="peak RSS (MiB)", title="peak memory (VmHWM)")
+    ax_m.set_ylim(bottom=0)
     for ax in (ax_t, ax_m):
         ax.grid(True, which="both", alpha=0.3)
         ax.legend()

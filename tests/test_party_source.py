@@ -287,3 +287,16 @@ def test_a_partys_peak_memory_does_not_grow_with_its_clients():
         assert out.returncode == 0, out.stderr[-2000:]
         peaks.append(int(out.stdout.split()[-1]) * 1024)
     assert peaks[1] - peaks[0] < 24 * 2**20, peaks  # a batch is 65 536 × 11 × 8 B ≈ 5.8 MB
+
+
+def test_party_cli_helpers_know_generated_sources(tmp_path, monkeypatch):
+    from party.main import data_exists, default_state_dir, read_party_source
+
+    uri = "synthetic:ridge?d=2&n=10&seed=1"
+    assert data_exists(uri) and not data_exists(str(tmp_path / "missing.csv"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    assert default_state_dir(uri) == tmp_path / "state" / "ltm-party"  # no directory to put it beside
+    assert default_state_dir(str(tmp_path / "p.npz")) == tmp_path / ".ltm-party-state"
+    assert read_party_source(uri).rows == 10
+    with pytest.raises(PartyDataError, match="unknown generator"):
+        read_party_source("synthetic:nope?d=2&n=10")
