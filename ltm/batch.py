@@ -4,6 +4,8 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
+import numpy as np
+
 from ltm.sharing import Share
 
 #: The randomness modes an upload declares (``BatchHeader.randomness_mode``).
@@ -55,5 +57,6 @@ class ShareBatch:
         if self.share.seed is not None:
             h.update(b"seed:" + self.share.seed)
         else:
-            h.update(b"data:" + self.share.data.astype("<u8", copy=False).tobytes())
+            h.update(b"data:")  # then the little-endian words, hashed in place (no copy of the batch)
+            h.update(memoryview(np.ascontiguousarray(self.share.data, dtype="<u8")).cast("B"))
         return h.hexdigest()
