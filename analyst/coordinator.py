@@ -164,44 +164,15 @@ async def publish_links(links: list["ServerLink"], spec: JobSpec) -> str:
 
 
 def _held_set(spec: JobSpec, i: int, r: ltm_pb2.CloseResponse) -> ClientSet:
-    """The clients a server holds, from its Close reply; a malformed reply is a :class:`ReleaseFailed`.
-
-    Reads ``held_ranges``; a server that predates them sends only the packed ``held_bits``.
-    """
+    """The clients a server holds, from its Close reply (``held_ranges``); a malformed reply is a
+    :class:`ReleaseFailed`."""
     sid = spec.servers[i].server_id if i < len(spec.servers) else f"server {i}"
     if r.n != spec.n:
         raise ReleaseFailed(f"server {sid} reported a participant set over n = {r.n} clients; the job has {spec.n}")
     try:
-        if r.held_ranges or not r.held_bits:
-            return ClientSet.from_bytes(spec.n, r.held_ranges)
-        return _from_packed_bits(spec.n, r.held_bits)
+        return ClientSet.from_bytes(spec.n, r.held_ranges)
     except ClientSetError as exc:
         raise ReleaseFailed(f"server {sid} reported a malformed participant set: {exc}") from None
-
-
-#: Clients per step when packed bits are converted from or to ranges (a multiple of 8).
-_BITS_CHUNK = 1 << 20
-
-
-def _from_packed_bits(n: int, data: bytes) -> ClientSet:
-    """A ClientSet from ``numpy.packbits`` of an (n,) mask, one chunk at a time (the pre-ranges
-    Close reply; transitional)."""
-    bits = np.frombuffer(data, dtype=np.uint8)
-    if bits.size != (n + 7) // 8:
-        raise ClientSetError(f"held_bits must hold {n} bits, got {bits.size} bytes")
-    pieces = [np.zeros((0, 2), dtype=np.int64)]
-    for a in range(0, n, _BITS_CHUNK):
-        chunk = np.unpackbits(bits[a // 8:(a + _BITS_CHUNK) // 8], count=min(_BITS_CHUNK, n - a)).astype(bool)
-        pieces.append(ClientSet.from_mask(chunk).ranges + a)
-    return ClientSet.from_ranges(n, np.concatenate(pieces))
-
-
-def _packed_bits(participants: ClientSet) -> bytes:
-    """``numpy.packbits`` of the set's (n,) mask, built one chunk at a time (the pre-ranges
-    ReleaseRequest field; transitional)."""
-    n = participants.n
-    return b"".join(np.packbits(participants.mask(a, min(a + _BITS_CHUNK, n))).tobytes()
-                    for a in range(0, n, _BITS_CHUNK))
 
 
 async def close_each(stubs: list[ltm_pb2_grpc.ServerStub], spec: JobSpec, policy: RetryPolicy = DEFAULT_RETRY,
@@ -282,19 +253,17 @@ def no_release_message(spec: JobSpec, down: list[ServerUnreachable], cov: dict, 
 
 async def fetch_result_share(stub: ltm_pb2_grpc.ServerStub, spec: JobSpec, participants: ClientSet | np.ndarray,
                              timeout: float = 300.0, *, server_index: int | None = None,
-                             policy: RetryPolicy | None = None, retries: Retries | None = None,
-                             with_bits: bool = True) -> tuple[np.ndarray, int]:
+                             policy: RetryPolicy | None = None,
+                             retries: Retries | None = None) -> tuple[np.ndarray, int]:
     """One server's result share (uint64 (m, D)) and the bytes it streamed.
 
-    ``participants``: the agreed set (a bool mask (n,) is accepted), sent as ``participant_ranges``;
-    ``with_bits`` also sends the packed ``participant_bits`` a server from before the ranges reads
-    (n/8 bytes; transitional).  With a ``policy`` (and the server's index in the job) transient
+    ``participants``: the agreed set (a bool mask (n,) is accepted), sent as ``participant_ranges``.
+    With a ``policy`` (and the server's index in the job) transient
     failures are retried: a retried Release with the same participant set returns the same bytes.
     """
     participants = ClientSet.coerce(spec.n, participants)
     request = ltm_pb2.ReleaseRequest(job_id=spec.job_id, job_digest=spec.digest,
-                                     participant_ranges=participants.to_bytes(),
-                                     participant_bits=_packed_bits(participants) if with_bits else b"")
+                                     participant_ranges=participants.to_bytes())
 
     async def once() -> tuple[np.ndarray, int]:
         header, chunks = None, []
@@ -346,9 +315,6 @@ class GrpcServerLink:
     policy: RetryPolicy = DEFAULT_RETRY
     retries: Retries | None = None
     seeded_parties: list[str] = field(default_factory=list)
-    #: after ``close``: whether the server replied with ``held_ranges`` (so it reads
-    #: ``participant_ranges`` and needs no packed bits; transitional)
-    speaks_ranges: bool = False
 
     async def create(self, spec: JobSpec) -> str:
         reply = await call_with_retry(
@@ -371,12 +337,11 @@ class GrpcServerLink:
         reply = await call_with_retry(lambda: self.stub.Close(request, timeout=30.0), server_id=self.server_id,
                                       endpoint=self.endpoint, what="Close", policy=self.policy, retries=self.retries)
         self.seeded_parties = list(reply.seeded_parties)
-        self.speaks_ranges = bool(reply.held_ranges) or not reply.held_bits
         return _held_set(spec, self.index, reply)
 
     async def release(self, spec: JobSpec, participants: ClientSet) -> tuple[np.ndarray, int]:
         return await fetch_result_share(self.stub, spec, participants, server_index=self.index, policy=self.policy,
-                                        retries=self.retries, with_bits=not self.speaks_ranges)
+                                        retries=self.retries)
 
 
 def grpc_links(stubs: list[ltm_pb2_grpc.ServerStub], spec: JobSpec, policy: RetryPolicy = DEFAULT_RETRY,

@@ -116,28 +116,6 @@ async def _check_decoded(context, request) -> None:
         await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.message)
 
 
-#: Clients per step when packed bits are unpacked or packed: a multiple of 8, so chunk a starts at
-#: byte a // 8 and packed chunks concatenate to the packed whole.
-_BITS_CHUNK = 1 << 23
-
-
-def _set_from_bits(n: int, bits: np.ndarray) -> ClientSet:
-    """The ClientSet of packed (n,) membership bits (ReleaseRequest.participant_bits), unpacked in
-    chunks so that no n-sized mask is built."""
-    chunk = _BITS_CHUNK
-    parts = [ClientSet.from_mask(np.unpackbits(bits[a // 8:(a + chunk) // 8], count=min(chunk, n - a)).view(bool))
-             .ranges + a for a in range(0, n, chunk)]
-    return ClientSet.from_ranges(n, np.concatenate(parts) if parts else np.zeros((0, 2), dtype=np.int64))
-
-
-def _packed_bits(members: ClientSet) -> bytes:
-    """numpy.packbits of the set's (n,) mask, built in chunks (CloseResponse.held_bits, for
-    analysts that predate held_ranges)."""
-    chunk = _BITS_CHUNK
-    return b"".join(np.packbits(members.mask(a, min(a + chunk, members.n))).tobytes()
-                    for a in range(0, members.n, chunk))
-
-
 class ServerService(ltm_pb2_grpc.ServerServicer):
     """The ``ltm.v1.Server`` service of one LTM server."""
 
@@ -350,12 +328,6 @@ class ServerService(ltm_pb2_grpc.ServerServicer):
     def _participants(self, spec, request: ltm_pb2.ReleaseRequest) -> ClientSet:
         """The request's participant set: ``participant_ranges`` decoded strictly (hostile input
         is INVALID_ARGUMENT; more ranges than ``max_participant_ranges`` RESOURCE_EXHAUSTED)."""
-        if request.participant_bits:  # the packed-bit mask of analysts that predate participant_ranges
-            bits = np.frombuffer(request.participant_bits, dtype=np.uint8)
-            if bits.size != (spec.n + 7) // 8:
-                raise ProtocolError("INVALID_ARGUMENT", f"participant_bits must hold {spec.n} bits "
-                                                        f"({(spec.n + 7) // 8} bytes), got {bits.size} bytes")
-            return _set_from_bits(spec.n, bits)
         data = request.participant_ranges
         limit = self.limits.max_participant_ranges
         if len(data) % 16 == 0 and len(data) // 16 > limit:
@@ -378,7 +350,6 @@ class ServerService(ltm_pb2_grpc.ServerServicer):
             await _abort(context, exc)
         log.info("job closed", extra={"job_id": request.job_id, "held": held.count})
         return ltm_pb2.CloseResponse(n=spec.n, held_ranges=held.to_bytes(), held=held.count,
-                                     held_bits=_packed_bits(held),
                                      seeded_parties=self.core.seeded_parties(request.job_id))
 
     async def Release(self, request, context):

@@ -161,19 +161,6 @@ def test_held_ranges_are_read_and_the_participant_ranges_sent():
     for stub in stubs:
         (request,) = stub.requests
         assert ClientSet.from_bytes(1000, request.participant_ranges) == expected
-        assert request.participant_bits == b""  # a server that sends ranges reads ranges
-
-
-def test_a_server_that_sends_only_held_bits_is_still_understood():
-    # transitional: a server from before held_ranges sends the packed mask and reads participant_bits
-    spec = make_spec(1000, parties=2)
-    gap = ClientSet.from_ranges(1000, [(0, 300), (301, 1000)])
-    legacy = ltm_pb2.CloseResponse(n=1000, held=gap.count, held_bits=np.packbits(gap.to_mask()).tobytes())
-    run, stubs = grpc_run(spec, [reply_of(ClientSet.full(1000)), legacy, reply_of(ClientSet.full(1000))])
-    assert run.participants == gap
-    assert np.array_equal(np.unpackbits(np.frombuffer(stubs[1].requests[0].participant_bits, np.uint8),
-                                        count=1000).astype(bool), gap.to_mask())
-    assert ClientSet.from_bytes(1000, stubs[1].requests[0].participant_ranges) == gap
 
 
 def _pairs(*pairs: int) -> bytes:
@@ -187,7 +174,6 @@ def _pairs(*pairs: int) -> bytes:
     (dict(held_ranges=_pairs(0, 100, 100, 200)), "sorted and separated"),  # adjacent, not merged
     (dict(held_ranges=_pairs(7, 7)), "start < stop"),                      # empty range
     (dict(held_ranges=_pairs(2**64 - 1, 3)), "past n"),                    # wraps when read as signed
-    (dict(held_ranges=b"", held_bits=b"\xff" * 3), "held_bits must hold 1000 bits"),
     (dict(n=999), "over n = 999"),                                         # the wrong job size
 ])
 def test_a_malformed_held_set_is_a_clear_release_failure(bad, why):

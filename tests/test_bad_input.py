@@ -38,6 +38,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ltm.client_set import ClientSet
 from ltm.randomness import Randomness
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
 from party.randomizer import PartyDataError, client_vectors, make_batches, party_randomness
@@ -742,7 +743,7 @@ def test_unauthenticated_callers_fail_the_handshake(processes):
 def test_wrong_role_callers_are_refused(processes):
     world = processes["world"]
     spec = world.spec
-    everyone = np.packbits(np.ones(spec.n, dtype=bool)).tobytes()
+    everyone = ClientSet.full(spec.n).to_bytes()
     for target in processes["targets"]:
         before = target.snapshot()
         for actor in ("party-0", "party-9", "operator", f"server-{1 - target.index}"):
@@ -753,7 +754,7 @@ def test_wrong_role_callers_are_refused(processes):
             expect_rpc(ANALYST_ONLY, stub.Close, ltm_pb2.CloseRequest(job_id=spec.job_id, job_digest=spec.digest))
             err = expect_rpc(ANALYST_ONLY, lambda req, timeout: list(stub.Release(req, timeout=timeout)),
                              ltm_pb2.ReleaseRequest(job_id=spec.job_id, job_digest=spec.digest,
-                                                    participant_bits=everyone))
+                                                    participant_ranges=everyone))
             assert actor in err.details()
         assert target.snapshot() == before
         assert target.stub("analyst").Status(ltm_pb2.StatusRequest(job_id=spec.job_id), timeout=5).closed is False
@@ -767,7 +768,7 @@ def pairs(ranges) -> bytes:
 def test_bad_requests_to_the_other_rpcs(processes):
     world = processes["world"]
     spec = world.spec
-    everyone = np.packbits(np.ones(spec.n, dtype=bool)).tobytes()
+    everyone = ClientSet.full(spec.n).to_bytes()
     bad_spec = replace(spec, job_id="bad", privacy=replace(spec.privacy, epsilon=-1.0))
     other_servers = replace(spec, job_id="elsewhere",
                             servers=tuple(replace(s, server_id=f"server-{i + 7}") for i, s in enumerate(spec.servers)))
@@ -791,13 +792,11 @@ def test_bad_requests_to_the_other_rpcs(processes):
             (("NOT_FOUND", "unknown job"), analyst.Close, ltm_pb2.CloseRequest(job_id="nope", job_digest=spec.digest)),
             (("FAILED_PRECONDITION", "different job digest"), analyst.Close,
              ltm_pb2.CloseRequest(job_id=spec.job_id, job_digest="0" * 64)),
-            (("INVALID_ARGUMENT", "participant_bits must hold"), lambda r, timeout: list(analyst.Release(r, timeout=timeout)),
-             ltm_pb2.ReleaseRequest(job_id=spec.job_id, job_digest=spec.digest, participant_bits=everyone[:-1])),
             (("FAILED_PRECONDITION", "must be closed before it is released"),
              lambda r, timeout: list(analyst.Release(r, timeout=timeout)),
-             ltm_pb2.ReleaseRequest(job_id=spec.job_id, job_digest=spec.digest, participant_bits=everyone)),
+             ltm_pb2.ReleaseRequest(job_id=spec.job_id, job_digest=spec.digest, participant_ranges=everyone)),
             (("NOT_FOUND", "unknown job"), lambda r, timeout: list(analyst.Release(r, timeout=timeout)),
-             ltm_pb2.ReleaseRequest(job_id="nope", job_digest=spec.digest, participant_bits=everyone)),
+             ltm_pb2.ReleaseRequest(job_id="nope", job_digest=spec.digest, participant_ranges=everyone)),
         ]
         release = lambda r, timeout: list(analyst.Release(r, timeout=timeout))  # noqa: E731
         for expected, ranges in (

@@ -18,9 +18,9 @@ import sys
 from pathlib import Path
 
 import grpc
-import numpy as np
 import pytest
 
+from ltm.client_set import ClientSet
 from ltm.v1 import ltm_pb2
 from sim.launcher import ProcessGroup
 from transport.certs import write_certs
@@ -81,7 +81,7 @@ def released(tmp_path_factory):
         servers = group.start_servers(2)
         world = make_world([s.endpoint for s in servers])
         targets = [Target("processes", s.actor, s.endpoint, work / s.actor, certs) for s in servers]
-        everyone = np.packbits(np.ones(world.spec.n, dtype=bool)).tobytes()
+        everyone = ClientSet.full(world.spec.n).to_bytes()
         results = []
         for t in targets:
             analyst = t.stub("analyst")
@@ -100,9 +100,9 @@ def released(tmp_path_factory):
         group.stop_all()
 
 
-def release(target: Target, world, bits: bytes) -> bytes:
+def release(target: Target, world, ranges: bytes) -> bytes:
     chunks = list(target.stub("analyst").Release(ltm_pb2.ReleaseRequest(
-        job_id="fuzz", job_digest=world.spec.digest, participant_bits=bits), timeout=TIMEOUT))
+        job_id="fuzz", job_digest=world.spec.digest, participant_ranges=ranges), timeout=TIMEOUT))
     return b"".join(c.data for c in chunks[1:])
 
 

@@ -97,30 +97,26 @@ class CloseRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., job_digest: _Optional[str] = ...) -> None: ...
 
 class CloseResponse(_message.Message):
-    __slots__ = ("n", "held_bits", "held", "seeded_parties", "held_ranges")
+    __slots__ = ("n", "held", "seeded_parties", "held_ranges")
     N_FIELD_NUMBER: _ClassVar[int]
-    HELD_BITS_FIELD_NUMBER: _ClassVar[int]
     HELD_FIELD_NUMBER: _ClassVar[int]
     SEEDED_PARTIES_FIELD_NUMBER: _ClassVar[int]
     HELD_RANGES_FIELD_NUMBER: _ClassVar[int]
     n: int
-    held_bits: bytes
     held: int
     seeded_parties: _containers.RepeatedScalarFieldContainer[str]
     held_ranges: bytes
-    def __init__(self, n: _Optional[int] = ..., held_bits: _Optional[bytes] = ..., held: _Optional[int] = ..., seeded_parties: _Optional[_Iterable[str]] = ..., held_ranges: _Optional[bytes] = ...) -> None: ...
+    def __init__(self, n: _Optional[int] = ..., held: _Optional[int] = ..., seeded_parties: _Optional[_Iterable[str]] = ..., held_ranges: _Optional[bytes] = ...) -> None: ...
 
 class ReleaseRequest(_message.Message):
-    __slots__ = ("job_id", "job_digest", "participant_bits", "participant_ranges")
+    __slots__ = ("job_id", "job_digest", "participant_ranges")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_DIGEST_FIELD_NUMBER: _ClassVar[int]
-    PARTICIPANT_BITS_FIELD_NUMBER: _ClassVar[int]
     PARTICIPANT_RANGES_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     job_digest: str
-    participant_bits: bytes
     participant_ranges: bytes
-    def __init__(self, job_id: _Optional[str] = ..., job_digest: _Optional[str] = ..., participant_bits: _Optional[bytes] = ..., participant_ranges: _Optional[bytes] = ...) -> None: ...
+    def __init__(self, job_id: _Optional[str] = ..., job_digest: _Optional[str] = ..., participant_ranges: _Optional[bytes] = ...) -> None: ...
 
 class ReleaseHeader(_message.Message):
     __slots__ = ("rows", "cols", "result_sha256")
