@@ -424,7 +424,9 @@ class SyntheticRidge:
         stream = self._root().child(split, "block", j).stream()
         out = np.empty((self.block, self.d + 1))
         out[:, :self.d] = stream.normal((self.block, self.d))
-        np.matmul(out[:, :self.d], self.coefficients, out=out[:, self.d])
+        # y = x·β without BLAS: a threaded gemv on 2 cores spins its idle threads, and every party
+        # process would burn CPU the servers need (einsum without optimize never calls BLAS).
+        np.einsum("ij,j->i", out[:, :self.d], self.coefficients, out=out[:, self.d])
         if self.noise:
             out[:, self.d] += stream.normal(self.block, scale=self.noise)
         return out
