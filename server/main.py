@@ -16,7 +16,7 @@ from server.limits import ServerLimits
 from server.service import MAX_BATCH_BYTES, ServerService, add_to_server
 from transport.config import ConfigError, add_actor_arguments, load_config, merge
 from transport.logs import setup_logging
-from transport.memory import return_large_blocks_to_the_os
+from transport.memory import share_one_malloc_arena
 from transport.metering import ByteMeter
 from transport.serve import serve_until_signal
 from transport.tls import check_certificates, make_server
@@ -104,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.insecure:
         check_certificates(args.certs, args.id)  # before the data directory is created
     setup_logging(args.id, args.log_level or "info")
-    return_large_blocks_to_the_os()  # freed batches leave the RSS (transport/memory.py)
+    share_one_malloc_arena()  # before any worker thread allocates (transport/memory.py)
     from server.sqlite_store import StoreError
     try:
         asyncio.run(serve(args, limits))

@@ -172,34 +172,30 @@ def test_coverage_ranges_answer_like_the_cell_table():
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
-def test_servers_pin_the_mmap_threshold_so_freed_batches_leave_the_rss():
-    """Once glibc's threshold is above a block's size (it raises it as large blocks are freed), a
-    2 MiB block comes from the heap (and stays resident when freed); with the threshold pinned it
-    is mmapped (mallinfo2)."""
+def test_servers_share_one_malloc_arena_so_threads_reuse_freed_batches():
+    """By default a new thread's first allocation creates its own arena (an mmapped heap away from
+    the brk heap); with one arena it comes from the main heap, where every thread reuses what the
+    others freed."""
     import subprocess
 
     probe = """
-import ctypes, sys
-from transport.memory import return_large_blocks_to_the_os
+import ctypes, sys, threading
+from transport.memory import share_one_malloc_arena
 libc = ctypes.CDLL("libc.so.6")
-class Info(ctypes.Structure):
-    _fields_ = [(f, ctypes.c_size_t) for f in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
-                                                "fsmblks", "uordblks", "fordblks", "keepcost")]
-libc.mallinfo2.restype = Info
 libc.malloc.restype = ctypes.c_void_p
-libc.free.argtypes = [ctypes.c_void_p]
-assert libc.mallopt(-3, 16 << 20)  # a threshold as glibc raises it after freeing a 16 MiB block
-if sys.argv[1] == "pinned":
-    assert return_large_blocks_to_the_os()
-before = libc.mallinfo2().hblkhd
-block = libc.malloc(2 << 20)
-print(libc.mallinfo2().hblkhd - before)
+libc.sbrk.restype = ctypes.c_void_p
+if sys.argv[1] == "shared":
+    assert share_one_malloc_arena()
+got = []
+thread = threading.Thread(target=lambda: got.append(libc.malloc(1000)))
+thread.start()
+thread.join()
+print(int(got[0] <= libc.sbrk(0)))  # inside the main (brk) heap
 """
     run = lambda mode: int(subprocess.run([sys.executable, "-c", probe, mode], capture_output=True, text=True,
                                           check=True).stdout)  # noqa: E731
-    assert run("default") == 0  # the premise: from the heap
-    assert run("pinned") >= 2 << 20
-
+    assert run("default") == 0  # the premise: a thread arena
+    assert run("shared") == 1
 
 
 def test_content_digest_hashes_the_share_in_place_with_the_same_value():

@@ -1,15 +1,15 @@
 """Process memory settings for long-running actors (servers, and any actor that wants them).
 
-glibc's malloc raises its mmap threshold each time a large block is freed (up to 32 MiB), after
-which blocks of batch size (a few MiB: one upload's buffer, a blob read for the release) come
-from per-thread heap arenas that keep freed memory resident.  A server that stores and releases
-batches from a thread pool then sits at a multiple of its live data: at 10⁷ clients its peak RSS
-was 183–338 MB with at most 54 MB of live Python/numpy memory (tracemalloc), against 122–132 MB
-with the threshold pinned at 1 MiB (`ltm bench e2e --n 10000000 --parties 4`, #15).
-
-The price: every block of ≥ 1 MiB is a fresh mmap, page-faulted on first touch.  At 10⁷ clients
-the release took 2.7–3.3 s per server against 1.5–1.8 s unpinned (machine under load 9–12), about
-0.1 s at 10⁶; the 10⁶ end-to-end wall time stayed below the unpinned code's.
+glibc's malloc gives each thread that allocates its own arena (up to 8 per core), and an arena
+keeps freed blocks for reuse by that thread only.  A server stores and releases batches in a
+pool of worker threads, each of which allocates batch-sized blocks (a few MiB: an upload's array,
+a blob read, a chunk's index array) — so its RSS settled at a multiple of its live data: at 10⁷
+clients 179–195 MB peak with at most 54 MB of live Python/numpy memory (tracemalloc in the
+server).  With one arena, freed blocks are reused by whichever thread allocates next: 117–122 MB
+at 10⁷ and a release as fast as before (1.7–2.2 s per server; `ltm bench e2e --n 10000000
+--parties 4`, #15).  (Pinning the mmap threshold at 1 MiB gave 119–137 MB too, but every block
+became a fresh mmap and the release took 2.7–4.7 s.)  The worker threads run one request at a
+time (the service's lock), so they do not contend for the arena.
 """
 from __future__ import annotations
 
@@ -17,19 +17,18 @@ import ctypes
 import ctypes.util
 import sys
 
-#: mallopt parameter number of M_MMAP_THRESHOLD in glibc's malloc.h
-_M_MMAP_THRESHOLD = -3
-#: blocks of at least this size are mmapped and unmapped on free, so freed batches leave the RSS
-MMAP_THRESHOLD_BYTES = 1 << 20
+#: mallopt parameter number of M_ARENA_MAX in glibc's malloc.h
+_M_ARENA_MAX = -8
 
 
-def return_large_blocks_to_the_os(threshold: int = MMAP_THRESHOLD_BYTES) -> bool:
-    """Pin glibc's mmap threshold so that every block ≥ ``threshold`` bytes is returned to the OS
-    when freed (RSS then follows live memory).  Returns whether it was set (False off glibc)."""
+def share_one_malloc_arena(arenas: int = 1) -> bool:
+    """Limit glibc's malloc to ``arenas`` arenas, so that memory freed by one thread is reused by
+    the others instead of staying resident per thread.  Call it at process start, before threads
+    allocate.  Returns whether it was set (False off glibc)."""
     if not sys.platform.startswith("linux"):
         return False
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        return bool(libc.mallopt(_M_MMAP_THRESHOLD, int(threshold)))
+        return bool(libc.mallopt(_M_ARENA_MAX, int(arenas)))
     except (OSError, AttributeError):  # not glibc (musl has no mallopt)
         return False
