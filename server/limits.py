@@ -39,10 +39,14 @@ limit                             default         why
                                                   busy, parties retry); a job with hundreds
                                                   of parties uploads at once, and an open
                                                   stream holds only what it has received
-``max_inflight_bytes``            1 GiB           upload bytes buffered across all streams
-                                                  (UNAVAILABLE, retried); a
-                                                  stream's buffer grows with bytes *received*,
-                                                  never with what its header declares
+``max_inflight_bytes``            32 MiB          upload budget across all streams: a stream
+                                                  whose header passed every check reserves its
+                                                  batch's size before reading data, waiting
+                                                  (backpressure) up to stream_idle_seconds
+                                                  while the budget is taken (then UNAVAILABLE,
+                                                  retried); a batch above the budget is admitted
+                                                  alone; a stream's buffer grows with bytes
+                                                  *received*, never with what its header declares
 ``stream_idle_seconds``           60 s            longest silence inside an upload stream
 ``stream_total_seconds``          900 s           longest upload stream (512 MiB at ~0.6 MiB/s)
 ================================  ==============  ================================================
@@ -83,7 +87,7 @@ class ServerLimits:
     max_batch_bytes: int = 512 * MiB
     max_streams_per_party: int = 4
     max_streams: int = 1024
-    max_inflight_bytes: int = 1 * GiB
+    max_inflight_bytes: int = 32 * MiB
     stream_idle_seconds: float = 60.0
     stream_total_seconds: float = 900.0
 

@@ -8,8 +8,10 @@ not decode as protobuf are refused with ``INVALID_ARGUMENT`` (:func:`add_to_serv
 decoders that never raise).  Job specs are size-checked before they are parsed and parsed in a
 worker thread, so one caller's spec cannot stall the others.  Uploads are validated from their
 header before any data is read; their buffer grows with the bytes received, never with what the
-header declares; each stream has an idle and a total deadline; concurrent streams are capped per
-party and in total (:class:`server.limits.ServerLimits`).  A batch is acknowledged only after the
+header declares; a stream then waits until its batch fits the server's upload budget
+(``max_inflight_bytes``: backpressure, so memory does not grow with how many parties upload at
+once); each stream has an idle and a total deadline; concurrent streams are capped per party and
+in total (:class:`server.limits.ServerLimits`).  A batch is acknowledged only after the
 store has made it durable.
 """
 from __future__ import annotations
@@ -35,6 +37,7 @@ from ltm.sharing import SEED_BYTES, Share
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
 from server.core import ServerCore
 from server.limits import ServerLimits, parse_spec
+from transport.memory import return_free_memory
 from transport.metering import ByteMeter
 from transport.tls import authenticate
 
@@ -126,7 +129,8 @@ class ServerService(ltm_pb2_grpc.ServerServicer):
         self.limits = limits or ServerLimits()
         self.max_batch_bytes = max_batch_bytes if max_batch_bytes is not None else self.limits.max_batch_bytes
         self._streams: collections.Counter = collections.Counter()  # party → open upload streams
-        self._inflight = 0  # upload bytes buffered across all streams
+        self._inflight = 0  # upload bytes admitted (reserved) across all streams
+        self._budget_freed: asyncio.Condition | None = None  # created on the server's event loop
         self.meter = meter  # gRPC-layer byte counts, reported by Status
         self.seconds: dict[tuple[str, str], float] = {}  # (job, "store" | "release") → seconds, for Status
         # One writer at a time: accept/close/release read-check-write the store.
@@ -202,14 +206,55 @@ class ServerService(ltm_pb2_grpc.ServerServicer):
                                 f"this server has {lim.max_streams} upload streams open, its limit (max_streams); "
                                 f"retry later")
         self._streams[who.actor] += 1
-        buf = bytearray()  # grows with the bytes received, never with what the header declares
+        admitted = [0]  # bytes this stream reserved from max_inflight_bytes (set by _admit)
         try:
-            return await self._upload(aiter(request_iterator), context, who, buf)
+            return await self._upload(aiter(request_iterator), context, who, admitted)
         finally:
             self._streams[who.actor] -= 1
             if not self._streams[who.actor]:
                 del self._streams[who.actor]
-            self._inflight -= len(buf)
+            await self._release_budget(admitted)
+
+    async def _release_budget(self, admitted: list[int]) -> None:
+        """Return a stream's reservation to the upload budget and wake the streams waiting for it."""
+        if admitted[0]:
+            self._inflight -= admitted[0]
+            admitted[0] = 0
+            async with self._freed():
+                self._freed().notify_all()
+            # The batch's buffer is free now: hand its pages back (transport/memory.py)
+            await asyncio.to_thread(return_free_memory)
+
+    def _freed(self) -> asyncio.Condition:
+        if self._budget_freed is None:
+            self._budget_freed = asyncio.Condition()
+        return self._budget_freed
+
+    async def _admit(self, nbytes: int, context, admitted: list[int]) -> None:
+        """Reserve ``nbytes`` of the upload budget (``max_inflight_bytes``) before reading any data.
+
+        Backpressure, so a server's memory does not grow with how many parties upload at once: a
+        stream whose batch does not fit waits (its party's data stays unread, so gRPC flow control
+        holds the party back) until admitted streams finish, for at most ``stream_idle_seconds``,
+        then gets UNAVAILABLE, which parties retry.  A stream reserves only after its header has
+        passed every check against the job, so what it reserves is a batch the job allows; a batch
+        larger than the whole budget is admitted when nothing else is in flight.  Admitted streams
+        never wait for the budget again, so waiting cannot deadlock.
+        """
+        if not nbytes:  # a helper-share seed: 32 bytes, nothing to hold back
+            return
+        limit = self.limits.max_inflight_bytes
+        cond = self._freed()
+        async with cond:
+            try:
+                await asyncio.wait_for(cond.wait_for(lambda: not self._inflight or self._inflight + nbytes <= limit),
+                                       self.limits.stream_idle_seconds)
+            except asyncio.TimeoutError:
+                await context.abort(grpc.StatusCode.UNAVAILABLE,  # busy with other uploads: retryable
+                                    f"this server has {self._inflight} bytes of uploads in flight, its limit "
+                                    f"(max_inflight_bytes); retry the batch later")
+            self._inflight += nbytes
+            admitted[0] = nbytes
 
     async def _next_chunk(self, it, context, started: float):
         """The next message of an upload stream, within the idle and total deadlines."""
@@ -230,7 +275,7 @@ class ServerService(ltm_pb2_grpc.ServerServicer):
         await _check_decoded(context, msg)
         return msg
 
-    async def _upload(self, it, context, who, buf: bytearray):
+    async def _upload(self, it, context, who, admitted: list[int]):
         started = asyncio.get_running_loop().time()
         first = await self._next_chunk(it, context, started)
         if first is None or not first.HasField("header"):
@@ -240,22 +285,24 @@ class ServerService(ltm_pb2_grpc.ServerServicer):
             batch_shape, expected = self._check_header(h, who.actor)
         except Exception as exc:
             await _abort(context, exc)
+        await self._admit(0 if h.seed else expected, context, admitted)
+        # One buffer of the admitted (header-declared) size, filled in place: no reallocation as it
+        # grows, and np.empty leaves its pages untouched, so resident memory still follows the bytes
+        # actually received.  A seed upload carries no share data and gets no buffer.
+        buf = None if h.seed else np.empty(expected, dtype=np.uint8)
+        received = 0
         hasher = hashlib.sha256()
         while (chunk := await self._next_chunk(it, context, started)) is not None:
             if chunk.HasField("header"):
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "only the first message may carry a header")
             data = chunk.data
-            if len(buf) + len(data) > expected:
+            if received + len(data) > expected:
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                     f"oversize upload: more than the {expected} bytes the header's shape declares")
-            if self._inflight + len(data) > self.limits.max_inflight_bytes:
-                await context.abort(grpc.StatusCode.UNAVAILABLE,  # busy with other uploads: retryable
-                                    f"this server is buffering {self._inflight} bytes of uploads, its limit "
-                                    f"(max_inflight_bytes); retry the batch later")
-            buf += data
-            self._inflight += len(data)
+            if buf is not None:
+                buf[received:received + len(data)] = np.frombuffer(data, dtype=np.uint8)
+            received += len(data)
             hasher.update(data)
-        received = len(buf)
         if h.seed:
             share = Share(h.server_index, batch_shape, seed=bytes(h.seed))
         else:
@@ -265,7 +312,7 @@ class ServerService(ltm_pb2_grpc.ServerServicer):
             if hasher.digest() != bytes(h.data_sha256):
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                     "payload SHA-256 does not match the header (corrupted in transit?); retry the batch")
-            data = np.frombuffer(buf, dtype="<u8").astype(np.uint64, copy=False).reshape(batch_shape)
+            data = buf.view("<u8").astype(np.uint64, copy=False).reshape(batch_shape)
             share = Share(h.server_index, batch_shape, data=data)
         batch = ShareBatch(h.job_digest, h.party_id, int(h.batch_index), int(h.start), int(h.stop),
                            tuple(int(c) for c in h.columns), share, seeded=h.randomness_mode == SEEDED_MODE)
@@ -366,6 +413,8 @@ class ServerService(ltm_pb2_grpc.ServerServicer):
                 log.warning("release refused", extra={"job_id": request.job_id, "code": exc.code,
                                                       "reason": bounded(exc.message)})
             await _abort(context, exc)
+        finally:
+            await asyncio.to_thread(return_free_memory)  # the release pass's chunk-sized blocks
         payload = np.ascontiguousarray(result, dtype="<u8").tobytes()
         log.info("released", extra={"job_id": request.job_id, "participants": participants.count})
         yield ltm_pb2.ReleaseChunk(header=ltm_pb2.ReleaseHeader(rows=result.shape[0], cols=result.shape[1],

@@ -21,6 +21,10 @@ import sys
 _M_ARENA_MAX = -8
 
 
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+
+
 def share_one_malloc_arena(arenas: int = 1) -> bool:
     """Limit glibc's malloc to ``arenas`` arenas, so that memory freed by one thread is reused by
     the others instead of staying resident per thread.  Call it at process start, before threads
@@ -28,7 +32,22 @@ def share_one_malloc_arena(arenas: int = 1) -> bool:
     if not sys.platform.startswith("linux"):
         return False
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        return bool(libc.mallopt(_M_ARENA_MAX, int(arenas)))
+        return bool(_libc().mallopt(_M_ARENA_MAX, int(arenas)))
     except (OSError, AttributeError):  # not glibc (musl has no mallopt)
+        return False
+
+
+def return_free_memory() -> bool:
+    """Give the pages of freed heap blocks back to the OS (glibc ``malloc_trim(0)``).
+
+    Batch-sized blocks (a few MiB) end up inside the heap once glibc's dynamic mmap threshold has
+    risen past their size, and freed blocks between live ones stay resident until trimmed.  A
+    server calls this after each stored upload and each release, so its resident memory follows
+    its live data (#15: 10⁷ clients from 16 parties, 139–165 MB peak without it).  Costs about a
+    millisecond per call.  Returns whether anything was released (False off glibc)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        return bool(_libc().malloc_trim(0))
+    except (OSError, AttributeError):
         return False
