@@ -39,7 +39,7 @@ limit                             default         why
                                                   busy, parties retry); a job with hundreds
                                                   of parties uploads at once, and an open
                                                   stream holds only what it has received
-``max_inflight_bytes``            32 MiB          upload budget across all streams: a stream
+``max_inflight_bytes``            16 MiB          upload budget across all streams: a stream
                                                   whose header passed every check reserves its
                                                   batch's size before reading data, waiting
                                                   (backpressure) up to stream_idle_seconds
@@ -47,6 +47,9 @@ limit                             default         why
                                                   retried); a batch above the budget is admitted
                                                   alone; a stream's buffer grows with bytes
                                                   *received*, never with what its header declares
+``stream_window_bytes``           1 MiB           HTTP/2 receive window per stream (fixed: no
+                                                  bandwidth probing, which grows each window to
+                                                  ~4 MiB of unread data per upload stream)
 ``stream_idle_seconds``           60 s            longest silence inside an upload stream
 ``stream_total_seconds``          900 s           longest upload stream (512 MiB at ~0.6 MiB/s)
 ================================  ==============  ================================================
@@ -87,7 +90,8 @@ class ServerLimits:
     max_batch_bytes: int = 512 * MiB
     max_streams_per_party: int = 4
     max_streams: int = 1024
-    max_inflight_bytes: int = 32 * MiB
+    max_inflight_bytes: int = 16 * MiB
+    stream_window_bytes: int = 1 * MiB
     stream_idle_seconds: float = 60.0
     stream_total_seconds: float = 900.0
 

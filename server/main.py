@@ -55,7 +55,13 @@ async def serve(args: argparse.Namespace, limits: ServerLimits) -> None:
     # spec is then refused by the C core from its length prefix (RESOURCE_EXHAUSTED), before the
     # event loop spends time on it. Parties upload in 1 MiB chunks.
     receive = max(MAX_RECEIVE_MESSAGE_BYTES, limits.max_spec_bytes + (1 << 20))
-    server = make_server(interceptors=[meter], options=[("grpc.max_receive_message_length", receive)])
+    # A fixed per-stream receive window instead of gRPC's bandwidth-delay-product probing, which
+    # grows every stream's window to about 4 MiB: 16 parties uploading at once then held ~60 MB of
+    # unread data in the C core, beyond the upload budget (max_inflight_bytes). 1 MiB per stream
+    # still fills 20 MB/s per stream at a 50 ms round trip (limit stream_window_bytes).
+    server = make_server(interceptors=[meter], options=[("grpc.max_receive_message_length", receive),
+                                                        ("grpc.http2.bdp_probe", 0),
+                                                        ("grpc.http2.lookahead_bytes", limits.stream_window_bytes)])
     add_to_server(service, server)
     await serve_until_signal(server, service_name=SERVICE_NAME, listen=args.listen, cert_dir=args.certs,
                              actor=args.id, insecure=bool(args.insecure), port_file=args.port_file,

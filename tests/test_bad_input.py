@@ -1212,7 +1212,7 @@ def test_slow_streams_declaring_122_mib_do_not_grow_memory_and_hit_the_idle_dead
               f"{after / 2**20:.1f} MiB; 8 streams ended after {elapsed:.1f} s: {json.dumps(outcomes)[:300]}")
         CASES["processes"] += 8
         assert len(outcomes) == 8
-        # The first stream is admitted alone (its batch exceeds the 32 MiB upload budget); the others
+        # The first stream is admitted alone (its batch exceeds the 16 MiB upload budget); the others
         # wait for the budget and, within the same 3 s, get UNAVAILABLE — or are admitted when a
         # stream ends and then hit the idle deadline themselves.
         for code, details in outcomes:
