@@ -49,6 +49,8 @@ MODULES: dict[str, list[str]] = {
     "server/core.py": ["tests/test_release_gate.py", "tests/test_kills_core.py"],
     "analyst/estimators.py": ["tests/test_estimators.py", "tests/test_kills_estimators.py"],
     "analyst/baselines.py": ["tests/test_baselines.py", "tests/test_kills_baselines.py"],
+    "ltm/client_set.py": ["tests/test_client_set.py"],
+    "server/coverage.py": ["tests/test_streaming_server.py"],
 }
 
 STATUS_KILLED = {"killed", "timeout", "segfault", "caught by type check"}
