@@ -50,7 +50,7 @@ MODULES: dict[str, list[str]] = {
     "analyst/estimators.py": ["tests/test_estimators.py", "tests/test_kills_estimators.py"],
     "analyst/baselines.py": ["tests/test_baselines.py", "tests/test_kills_baselines.py"],
     "ltm/client_set.py": ["tests/test_client_set.py"],
-    "server/coverage.py": ["tests/test_streaming_server.py"],
+    "server/coverage.py": ["tests/test_streaming_server.py", "tests/test_kills_coverage.py"],
 }
 
 STATUS_KILLED = {"killed", "timeout", "segfault", "caught by type check"}

@@ -78,3 +78,17 @@ def test_gate_allows_exactly_the_minimum_and_any_0_1_mask():
     as_floats = check_release(spec, caller_role="analyst", job_digest=spec.digest, participants=mask.astype(float),
                               held=np.ones(spec.n, bool), already_released=False)
     assert as_floats == decision
+
+
+def test_gate_refuses_client_sets_over_another_n_naming_which_set():
+    """A ClientSet over a different number of clients is INVALID_ARGUMENT, and the message names
+    whether the participant or the held set was wrong (the gate takes ClientSets since #15)."""
+    from ltm.client_set import ClientSet
+    spec = _gate_spec()
+    n = spec.n
+    err = _refusal(spec, participants=ClientSet.full(n + 1))
+    assert (err.code, err.message) == ("INVALID_ARGUMENT", f"participant set is over n = {n + 1} clients, expected {n}")
+    err = _refusal(spec, held=ClientSet.full(n - 1))
+    assert (err.code, err.message) == ("INVALID_ARGUMENT", f"held set is over n = {n - 1} clients, expected {n}")
+    err = _refusal(spec, held=np.ones(n + 2, bool))
+    assert (err.code, err.message) == ("INVALID_ARGUMENT", f"held mask has shape ({n + 2},), expected ({n},)")
