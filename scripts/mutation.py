@@ -49,7 +49,7 @@ MODULES: dict[str, list[str]] = {
     "server/core.py": ["tests/test_release_gate.py", "tests/test_kills_core.py"],
     "analyst/estimators.py": ["tests/test_estimators.py", "tests/test_kills_estimators.py"],
     "analyst/baselines.py": ["tests/test_baselines.py", "tests/test_kills_baselines.py"],
-    "ltm/client_set.py": ["tests/test_client_set.py"],
+    "ltm/client_set.py": ["tests/test_client_set.py", "tests/test_kills_client_set.py"],
     "server/coverage.py": ["tests/test_streaming_server.py", "tests/test_kills_coverage.py"],
 }
 
