@@ -118,3 +118,8 @@ def test_digest_spans_several_mask_chunks():
     for a, b in cs.ranges.tolist():
         mask[a:b] = True
     assert cs.digest() == hashlib.sha256(np.packbits(mask).tobytes()).hexdigest()
+
+
+def test_repr_of_five_ranges_counts_the_fifth():
+    five = ClientSet.from_ranges(20, [(i, i + 1) for i in range(0, 10, 2)])
+    assert repr(five) == "ClientSet(n=20, count=5, ranges={[0, 1), [2, 3), [4, 5), [6, 7), … 1 more})"

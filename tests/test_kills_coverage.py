@@ -62,3 +62,8 @@ def test_repr_names_the_shape_and_the_ranges_per_column_set():
         many.add(c, c + 1, [c])
     assert repr(many) == ("Coverage(n=20, width=6, {[0]: 1 ranges, [1]: 1 ranges, [2]: 1 ranges, "
                           "[3]: 1 ranges})")
+
+
+def test_a_job_with_no_columns_holds_no_client():
+    held = Coverage(5, 0).held()
+    assert held == ClientSet.empty(5) and held.n == 5
