@@ -213,3 +213,82 @@ def test_server_core_accepts_a_column_block_upload():
             receipt = core.accept(per_server[0], spec.job_id, caller_role="party", caller_id=party.party_id)
             assert receipt.clients == per_server[0].count
     assert core.close(spec.job_id, caller_role="analyst") == ClientSet.full(spec.n)
+
+
+def _closed_core(store=None):
+    spec, batches = _core_world()
+    core = ServerCore("server-0", store)
+    core.create_job(spec, caller_role="analyst")
+    for per_server in batches.values():
+        core.accept(per_server[0], spec.job_id, caller_role="party", caller_id=per_server[0].party_id)
+    held = core.close(spec.job_id, caller_role="analyst")
+    return spec, batches, core, held
+
+
+def test_a_retry_returns_the_stored_bytes_without_reading_the_batches_again():
+    spec, _, core, held = _closed_core()
+    first = core.release(spec.job_id, held, caller_role="analyst", job_digest=spec.digest)
+
+    def gone(job_id):
+        raise AssertionError("a retry must not recompute the release")
+    core.store.batches = gone
+    again = core.release(spec.job_id, held, caller_role="analyst", job_digest=spec.digest)
+    assert np.array_equal(again, first)
+
+
+def test_a_surviving_release_marker_lets_only_the_same_set_complete():
+    from server.result_share import result_share
+    from server.store import MemoryStore, ReleaseRecord
+
+    spec, _, core, held = _closed_core(MemoryStore())
+    core.store.put_release(spec.job_id, ReleaseRecord(held.digest(), None))  # marker only, no result
+    fewer = held - ClientSet.span(spec.n, 0, 3)
+    code, message = _protocol_error(lambda: core.release(spec.job_id, fewer, caller_role="analyst",
+                                                         job_digest=spec.digest))
+    assert code == "FAILED_PRECONDITION" and "already been released once" in message
+    out = core.release(spec.job_id, held, caller_role="analyst", job_digest=spec.digest)
+    assert np.array_equal(out, result_share(spec, core.store.batches(spec.job_id), held, spec.make_sketch()))
+
+
+def test_seeded_batches_are_refused_unless_the_job_is_a_reproduction():
+    seeded_world, batches = _core_world()
+    assert seeded_world.reproduction  # built with seeded randomness
+    spec = _replace(seeded_world, job_id="core-kills-real", reproduction=False)
+    core = ServerCore("server-0")
+    core.create_job(spec, caller_role="analyst")
+    seeded = _replace(batches[("party-0", 0)][0], job_digest=spec.digest, seeded=True)
+    assert _protocol_error(lambda: core.accept(seeded, spec.job_id, caller_role="party", caller_id="party-0")) == (
+        "FAILED_PRECONDITION", "job 'core-kills-real' is not a reproduction: this server refuses batches drawn "
+                               "with seeded (reproducible, NOT private) randomness; run the party without --seed")
+    core.accept(_replace(seeded, seeded=False), spec.job_id, caller_role="party", caller_id="party-0")
+    assert core.seeded_parties(spec.job_id) == []
+    core.create_job(seeded_world, caller_role="analyst")
+    core.accept(_replace(seeded, job_digest=seeded_world.digest), seeded_world.job_id, caller_role="party",
+                caller_id="party-0")
+    core.accept(_replace(batches[("party-1", 0)][0], seeded=False), seeded_world.job_id, caller_role="party",
+                caller_id="party-1")
+    assert core.seeded_parties(seeded_world.job_id) == ["party-0"] and core.seeded_parties(spec.job_id) == []
+
+
+def test_the_slot_cache_is_kept_exactly_up_to_its_byte_limit(monkeypatch):
+    import server.core as core_module
+
+    spec, _ = _core_world()
+    need = 8 * spec.make_sketch().pieces * spec.n
+    monkeypatch.setattr(core_module, "SLOT_CACHE_BYTES", need)
+    fits = ServerCore("server-0")
+    slots = fits._slots_of(spec)
+    assert isinstance(slots, np.ndarray) and np.array_equal(slots, spec.make_sketch().slots())
+    monkeypatch.setattr(core_module, "SLOT_CACHE_BYTES", need - 1)
+    assert ServerCore("server-0")._slots_of(spec) is None
+
+
+def test_a_malformed_participant_set_reaches_the_gate_as_given():
+    spec, _, core, held = _closed_core()
+    n = spec.n
+    assert _protocol_error(lambda: core.release(spec.job_id, held.to_mask()[:-1], caller_role="analyst",
+                                                job_digest=spec.digest)) == (
+        "INVALID_ARGUMENT", f"participant mask has shape ({n - 1},), expected ({n},)")
+    assert _protocol_error(lambda: core.release(spec.job_id, ClientSet.full(n + 1), caller_role="analyst",
+                                                job_digest=spec.digest)) == (
+        "INVALID_ARGUMENT", f"participant set is over n = {n + 1} clients, expected {n}")
