@@ -124,6 +124,11 @@ SCAN_CHUNK_ROWS = 1 << 20
 FINGERPRINT_TAG = b"ltm.source.v1"
 
 
+def fingerprint_column_header(name: str, rows: int) -> bytes:
+    """What the ledger fingerprint hashes before a column's float64 values: its name and length."""
+    return len(name.encode()).to_bytes(8, "little") + name.encode() + rows.to_bytes(8, "little")
+
+
 @dataclass(frozen=True)
 class SourceScan:
     """One streamed pass over a source: the ledger's fingerprint of its numeric columns and, per
@@ -160,10 +165,13 @@ class PartySource:
     def rows(self) -> int:
         raise NotImplementedError
 
+    #: the numeric 1-D columns, set by each source (see :attr:`columns`)
+    _columns: tuple[str, ...] = ()
+
     @property
     def columns(self) -> tuple[str, ...]:
         """The numeric 1-D columns, in the source's order."""
-        raise NotImplementedError
+        return self._columns
 
     def read(self, start: int, stop: int, names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
         """Rows ``[start, stop)`` of the columns ``names`` (default: all): name → array (stop − start,)."""
@@ -192,8 +200,7 @@ class PartySource:
         h = hashlib.sha256(FINGERPRINT_TAG)
         nonfinite: dict[str, tuple[int, int]] = {}
         for name in sorted(self.columns):
-            h.update(len(name.encode()).to_bytes(8, "little") + name.encode())
-            h.update(self.rows.to_bytes(8, "little"))
+            h.update(fingerprint_column_header(name, self.rows))
             count, first = 0, -1
             for a in range(0, self.rows, chunk_rows):
                 values = self.read(a, min(a + chunk_rows, self.rows), [name])[name]
@@ -235,10 +242,6 @@ class TableSource(PartySource):
         if self._rows < 0:
             raise DataSourceError(f"{self.description}: columns of different lengths")
         return self._rows
-
-    @property
-    def columns(self) -> tuple[str, ...]:
-        return self._columns
 
     def read(self, start: int, stop: int, names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
         names = self._check_range(start, stop, names)
@@ -310,10 +313,6 @@ class _ColumnFileSource(PartySource):
     @property
     def rows(self) -> int:
         return self._rows
-
-    @property
-    def columns(self) -> tuple[str, ...]:
-        return self._columns
 
     def read(self, start: int, stop: int, names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
         names = self._check_range(start, stop, names)

@@ -55,7 +55,7 @@ from typing import Any
 import numpy as np
 
 from ltm.jobspec import JobSpec
-from party.data_source import FINGERPRINT_TAG, PartySource
+from party.data_source import FINGERPRINT_TAG, PartySource, fingerprint_column_header
 from transport.files import private_dir, write_private
 
 try:  # POSIX advisory locks; without fcntl two processes on one ledger are not serialised
@@ -232,8 +232,7 @@ def source_fingerprint(table: Mapping[str, np.ndarray] | PartySource) -> str:
     h = hashlib.sha256(FINGERPRINT_TAG)
     for name in sorted(table):
         values = np.ascontiguousarray(np.asarray(table[name], dtype=np.float64), dtype="<f8")
-        h.update(len(name.encode()).to_bytes(8, "little") + name.encode())
-        h.update(values.size.to_bytes(8, "little") + values.tobytes())
+        h.update(fingerprint_column_header(name, values.size) + values.tobytes())
     return h.hexdigest()
 
 
