@@ -10,7 +10,16 @@ other field, so a manifest change that needs more fails loudly here rather than 
 * ``configMapGenerator`` (``literals``, ``files``) and ``secretGenerator`` (``files``), each with an
   optional ``namespace``; ``generatorOptions.disableNameSuffixHash: true`` is required (no hash
   suffixes, so no name references to rewrite);
-* ``images``: ``name`` → ``newName``/``newTag``/``digest`` in every pod template's containers.
+* ``images``: ``name`` → ``newName``/``newTag``/``digest`` in every pod template's containers;
+* ``components``: directories whose ``kind: Component`` kustomization adds its resources and runs
+  its ``images`` and ``replacements`` over everything accumulated so far (kustomize's order:
+  resources, then components, then the kustomization's own generators and transformers);
+* ``replacements`` (inline): a source ``kind``/``name``/``fieldPath`` copied, scalar or whole
+  list/map, into each target's ``select`` (``kind``, ``name``) ``fieldPaths``, with the options
+  ``delimiter``/``index`` (replace one part of a string) and ``create``; field paths are dotted keys,
+  list indices and ``[key.with.dots]``;
+* objects annotated ``config.kubernetes.io/local-config: "true"`` feed replacements and are left out
+  of the output.
 
 Where a real kustomize exists, tests/test_k8s.py checks that this renders the same objects
 (``kubectl kustomize``).  Usage: ``python3 deploy/k8s/render.py deploy/k8s/overlays/local``.
@@ -26,7 +35,8 @@ from typing import Any
 import yaml
 
 KNOWN = {"apiVersion", "kind", "resources", "namespace", "configMapGenerator", "secretGenerator",
-         "generatorOptions", "images"}
+         "generatorOptions", "images", "components", "replacements"}
+LOCAL_CONFIG = "config.kubernetes.io/local-config"
 CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition",
                   "PersistentVolume", "StorageClass", "PriorityClass"}
 
@@ -35,7 +45,7 @@ class RenderError(ValueError):
     """A kustomization this renderer does not support (or that is wrong); the message names it."""
 
 
-def _load_kustomization(directory: Path) -> dict[str, Any]:
+def _load_kustomization(directory: Path, component: bool = False) -> dict[str, Any]:
     path = directory / "kustomization.yaml"
     if not path.is_file():
         raise RenderError(f"{directory}: no kustomization.yaml")
@@ -43,6 +53,11 @@ def _load_kustomization(directory: Path) -> dict[str, Any]:
     unknown = sorted(set(k) - KNOWN)
     if unknown:
         raise RenderError(f"{path}: fields {unknown} are not supported by deploy/k8s/render.py")
+    if (k.get("kind") == "Component") != component:
+        raise RenderError(f"{path}: kind {k.get('kind')!r} where a {'Component' if component else 'Kustomization'} "
+                          f"is expected")
+    if component and "namespace" in k:
+        raise RenderError(f"{path}: a Component's namespace is not supported by deploy/k8s/render.py")
     return k
 
 
@@ -120,19 +135,98 @@ def _set_images(objs: list[dict[str, Any]], images: list[dict[str, Any]]) -> Non
                     c["image"] = image
 
 
-def render(directory: str | Path) -> list[dict[str, Any]]:
-    """Every object the kustomization in ``directory`` produces (the order is kustomize's input order)."""
-    root = Path(directory)
-    k = _load_kustomization(root)
-    objs: list[dict[str, Any]] = []
+def _path(field_path: str) -> list[str | int]:
+    """``spec.ingress.0.from`` → ``["spec", "ingress", 0, "from"]``; ``data.[job.toml]`` → ``["data", "job.toml"]``."""
+    parts: list[str | int] = []
+    rest = field_path
+    while rest:
+        if rest.startswith("["):
+            key, sep, rest = rest[1:].partition("]")
+            if not sep or "=" in key:
+                raise RenderError(f"field path {field_path!r}: only [key] brackets are supported")
+            parts.append(key)
+            rest = rest.removeprefix(".")
+        else:
+            key, _, rest = rest.partition(".")
+            parts.append(int(key) if key.isdigit() else key)
+    return parts
+
+
+def _get(obj: dict[str, Any], field_path: str) -> Any:
+    node: Any = obj
+    for part in _path(field_path):
+        try:
+            node = node[part]
+        except (KeyError, IndexError, TypeError):
+            raise RenderError(f"{obj['kind']}/{obj['metadata']['name']}: no field {field_path}") from None
+    return node
+
+
+def _set(obj: dict[str, Any], field_path: str, value: Any, options: dict[str, Any]) -> None:
+    extra = sorted(set(options) - {"delimiter", "index", "create"})
+    if extra:
+        raise RenderError(f"replacement options {extra} are not supported")
+    *parents, last = _path(field_path)
+    node: Any = obj
+    for part in parents:
+        if isinstance(part, str) and isinstance(node, dict) and part not in node and options.get("create"):
+            node[part] = {}
+        try:
+            node = node[part]
+        except (KeyError, IndexError, TypeError):
+            raise RenderError(f"{obj['kind']}/{obj['metadata']['name']}: no field {field_path}") from None
+    if isinstance(last, int) and not (isinstance(node, list) and last < len(node)):
+        raise RenderError(f"{obj['kind']}/{obj['metadata']['name']}: no field {field_path}")
+    if isinstance(last, str) and last not in node and not options.get("create"):
+        raise RenderError(f"{obj['kind']}/{obj['metadata']['name']}: no field {field_path} (and no create)")
+    if "delimiter" in options:
+        parts = str(node[last]).split(options["delimiter"])
+        index = options.get("index", 0)
+        if not (isinstance(value, str) and 0 <= index < len(parts)):
+            raise RenderError(f"{obj['kind']}/{obj['metadata']['name']}: {field_path} has no part {index} "
+                              f"split by {options['delimiter']!r} (or the value is not a string)")
+        parts[index] = value
+        value = options["delimiter"].join(parts)
+    node[last] = copy.deepcopy(value)
+
+
+def _replace(root: Path, objs: list[dict[str, Any]], replacements: list[dict[str, Any]]) -> None:
+    """kustomize's ReplacementTransformer, for the fields listed in the module docstring."""
+    for r in replacements:
+        if set(r) != {"source", "targets"} or set(r["source"]) != {"kind", "name", "fieldPath"}:
+            raise RenderError(f"{root}: a replacement needs source: {{kind, name, fieldPath}} and targets only")
+        src = r["source"]
+        found = [o for o in objs if o["kind"] == src["kind"] and o["metadata"]["name"] == src["name"]]
+        if len(found) != 1:
+            raise RenderError(f"{root}: replacement source {src['kind']}/{src['name']} matches {len(found)} objects")
+        value = _get(found[0], src["fieldPath"])
+        for target in r["targets"]:
+            select = target.get("select", {})
+            if set(target) - {"select", "fieldPaths", "options"} or set(select) != {"kind", "name"}:
+                raise RenderError(f"{root}: a replacement target needs select: {{kind, name}}, fieldPaths, options")
+            hits = [o for o in objs if o["kind"] == select["kind"] and o["metadata"]["name"] == select["name"]]
+            if not hits:
+                raise RenderError(f"{root}: replacement target {select['kind']}/{select['name']} matches nothing")
+            for obj in hits:
+                for field_path in target["fieldPaths"]:
+                    _set(obj, field_path, value, target.get("options", {}))
+
+
+def _build(root: Path, objs: list[dict[str, Any]], component: bool = False) -> list[dict[str, Any]]:
+    """``objs`` (a Component's parent's objects so far) plus what the kustomization in ``root`` adds,
+    with its transformers run over all of them."""
+    k = _load_kustomization(root, component)
+    objs = list(objs)
     for res in k.get("resources", []):
         path = root / res
         if path.is_dir():
-            objs += render(path)
+            objs += _build(path, [])
         elif path.is_file():
             objs += [d for d in yaml.safe_load_all(path.read_text()) if d]
         else:
             raise RenderError(f"{root}: resource {res} does not exist")
+    for comp in k.get("components", []):
+        objs = _build(root / comp, objs, component=True)
     objs += _generate(root, k)
     objs = copy.deepcopy(objs)
     if "namespace" in k:
@@ -140,6 +234,15 @@ def render(directory: str | Path) -> list[dict[str, Any]]:
             if obj["kind"] not in CLUSTER_SCOPED:
                 obj["metadata"]["namespace"] = k["namespace"]
     _set_images(objs, k.get("images", []))
+    _replace(root, objs, k.get("replacements", []))
+    return objs
+
+
+def render(directory: str | Path) -> list[dict[str, Any]]:
+    """Every object the kustomization in ``directory`` produces (the order is kustomize's input order)."""
+    root = Path(directory)
+    objs = [o for o in _build(root, [])
+            if (o["metadata"].get("annotations") or {}).get(LOCAL_CONFIG) != "true"]
     seen = set()
     for obj in objs:
         key = (obj["kind"], obj["metadata"].get("namespace"), obj["metadata"]["name"])
