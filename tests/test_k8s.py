@@ -1,5 +1,7 @@
 """deploy/k8s: every rendered manifest is valid against the Kubernetes schemas, runs a valid `ltm`
-command with its own certificates, and the NetworkPolicies allow exactly what each role needs.
+command with its own certificates, and the NetworkPolicies allow exactly what each role needs; the
+cross-cluster pieces take what they share from one file, and each overlay sets its image once.
+(Pod Security and the data-loading path: tests/test_k8s_pods.py.)
 
 The kustomizations are rendered by deploy/k8s/render.py (the subset of kustomize they use; no
 kustomize binary is needed, none being on PyPI or in Debian bookworm); where `kubectl` or
@@ -27,6 +29,14 @@ ROOT = Path(__file__).resolve().parent.parent
 K8S = ROOT / "deploy" / "k8s"
 K8S_VERSION = "1.32.0"  # the Kubernetes API the manifests target (schemas from kubernetes-validate)
 ACTORS = ["server-0", "server-1", "server-2", "analyst", "operator", "party-0", "party-1", "party-2", "party-3"]
+CROSS = K8S / "overlays" / "cross-cluster"
+PIECES = sorted(p.name for p in (K8S / "base").iterdir())  # one cross-cluster overlay per base piece
+OVERLAYS = ["local"] + [f"cross-cluster/{p}" for p in PIECES]
+
+
+def piece_actors(piece: str) -> list[str]:
+    """The actors whose bundles a piece's overlay holds (the analyst's organisation runs the operator)."""
+    return ["analyst", "operator"] if piece == "analyst" else [piece]
 
 _spec = importlib.util.spec_from_file_location("k8s_render", K8S / "render.py")
 render = importlib.util.module_from_spec(_spec)
@@ -37,32 +47,58 @@ def key(obj: dict) -> tuple[str, str | None, str]:
     return obj["kind"], obj["metadata"].get("namespace"), obj["metadata"]["name"]
 
 
-@pytest.fixture(scope="module")
-def tree(tmp_path_factory) -> Path:
-    """A copy of deploy/k8s with the local overlay's certificate bundles issued (as the README says)."""
-    root = tmp_path_factory.mktemp("k8s") / "k8s"
-    shutil.copytree(K8S, root, ignore=shutil.ignore_patterns("bundles", "__pycache__"))
+def issue_bundles(root: Path) -> None:
+    """The certificate bundles of every overlay in the deploy/k8s copy ``root`` (as the README says)."""
     ca = root.parent / "ca"
     write_certs(ca, ACTORS)
     write_bundles(ca, root / "overlays" / "local" / "bundles", ACTORS)
+    for piece in PIECES:
+        write_bundles(ca, root / "overlays" / "cross-cluster" / piece / "bundles", piece_actors(piece))
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory) -> Path:
+    """A copy of deploy/k8s with every overlay's certificate bundles issued."""
+    root = tmp_path_factory.mktemp("k8s") / "k8s"
+    shutil.copytree(K8S, root, ignore=shutil.ignore_patterns("bundles", "__pycache__"))
+    issue_bundles(root)
     return root
 
 
 @pytest.fixture(scope="module")
-def objects(tree) -> list[dict]:
-    return render.render(tree / "overlays" / "local")
+def rendered(tree) -> dict[str, list[dict]]:
+    return {o: render.render(tree / "overlays" / o) for o in OVERLAYS}
+
+
+@pytest.fixture(scope="module")
+def objects(rendered) -> list[dict]:
+    return rendered["local"]
 
 
 def by_kind(objects, kind):
     return [o for o in objects if o["kind"] == kind]
 
 
-def test_every_manifest_is_valid_against_the_kubernetes_schemas(objects):
+def test_every_manifest_is_valid_against_the_kubernetes_schemas(rendered):
     import kubernetes_validate as kv  # in the dev extra: a missing install fails, it does not skip
 
-    assert len(objects) > 40
-    for obj in objects:
-        kv.validate(obj, K8S_VERSION, strict=True)  # raises ValidationError naming the field
+    assert len(rendered["local"]) > 40 and set(rendered) == set(OVERLAYS)
+    for overlay, objects in rendered.items():
+        assert objects, overlay
+        for obj in objects:
+            kv.validate(obj, K8S_VERSION, strict=True)  # raises ValidationError naming the field
+
+
+@pytest.mark.parametrize("piece", PIECES)
+def test_each_cross_cluster_piece_is_one_organisations_namespace(rendered, piece):
+    """Applied alone in its organisation's cluster: one namespace, all of its objects in it, nothing
+    of kustomize's local configuration (deployment.yaml) among them."""
+    objs = rendered[f"cross-cluster/{piece}"]
+    (ns,) = by_kind(objs, "Namespace")
+    assert {o["metadata"].get("namespace") for o in objs if o["kind"] != "Namespace"} == {ns["metadata"]["name"]}
+    assert not [o for o in objs if o["kind"] == "LtmDeployment"]
+    secrets = sorted(s["metadata"]["name"] for s in by_kind(objs, "Secret"))
+    assert secrets == (["ltm-certs-analyst", "ltm-certs-operator"] if piece == "analyst" else ["ltm-certs"])
 
 
 @pytest.mark.parametrize("piece", sorted(p.name for p in (K8S / "base").iterdir()))
@@ -74,13 +110,15 @@ def test_each_operator_can_apply_its_piece_alone(piece):
     assert {o["metadata"].get("namespace") for o in objs if o["kind"] != "Namespace"} == namespaces
 
 
-def test_the_renderer_agrees_with_kustomize(tree, objects):
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_renderer_agrees_with_kustomize(tree, rendered, overlay):
     for cmd in (["kustomize", "build"], ["kubectl", "kustomize"]):
         if shutil.which(cmd[0]):
             break
     else:
         pytest.skip("no kustomize or kubectl here: deploy/k8s/render.py alone renders the manifests")
-    out = subprocess.run([*cmd, str(tree / "overlays" / "local")], capture_output=True, text=True, timeout=120)
+    objects = rendered[overlay]
+    out = subprocess.run([*cmd, str(tree / "overlays" / overlay)], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
 
     def norm(o):
@@ -282,3 +320,141 @@ def test_the_job_file_names_the_deployed_servers_and_parties(objects):
             assert argv[argv.index("--id") + 1] in {p.party_id for p in spec.parties}
         if argv[0] == "server":
             assert argv[argv.index("--id") + 1] in {s.server_id for s in spec.servers}
+
+
+# ---------------------------------------------------------------------------- across clusters
+def deployment_settings(root: Path) -> dict:
+    """The spec of overlays/cross-cluster/deployment/deployment.yaml: the one place of shared settings."""
+    (doc,) = [d for d in yaml.safe_load_all((root / "overlays/cross-cluster/deployment/deployment.yaml").read_text()) if d]
+    assert doc["metadata"]["annotations"]["config.kubernetes.io/local-config"] == "true"
+    return doc["spec"]
+
+
+def check_cross_cluster(pieces: dict[str, list[dict]], d: dict) -> None:
+    """Every cross-cluster piece uses the settings ``d`` where they belong, and no label selector
+    stands where only addresses mean something."""
+    from ltm.jobfile import parse_job_file
+
+    endpoints = [s["endpoint"] for s in d["servers"]]
+    for piece, objs in pieces.items():
+        policies = {p["metadata"]["name"]: p["spec"] for p in by_kind(objs, "NetworkPolicy")}
+        if piece.startswith("server-"):
+            (svc,) = [s for s in by_kind(objs, "Service") if s["metadata"]["name"] == "ltm-server"]
+            assert svc["spec"]["type"] == d["serverService"]["type"]
+            assert svc["spec"]["externalTrafficPolicy"] == d["serverService"]["externalTrafficPolicy"]
+            (rule,) = policies["server-ingress"]["ingress"]
+            assert rule["from"] == d["serverClients"] and rule["ports"] == [{"protocol": "TCP", "port": 50051}]
+            assert "egress" not in policies["server-ingress"]
+        elif piece.startswith("party-"):
+            (actor,) = [c for c in by_kind(objs, "ConfigMap") if c["metadata"]["name"] == "ltm-actor"]
+            assert actor["data"]["job"] == d["job"] and actor["data"]["servers"].split(",") == endpoints
+            assert actor["data"]["id"] == piece
+            assert policies["party-egress"]["egress"][0]["to"] == d["serverPeers"]
+            for o, c, argv in ltm_commands(objs):
+                assert argv[argv.index("--job") + 1] == d["job"]
+                assert argv[argv.index("--servers") + 1].split(",") == endpoints
+        else:
+            (job_map,) = [o for o in by_kind(objs, "ConfigMap") if o["metadata"]["name"] == "ltm-job"]
+            spec = parse_job_file(job_map["data"]["job.toml"]).spec
+            assert spec.job_id == d["job"] and [s.endpoint for s in spec.servers] == endpoints
+            assert [s.server_id for s in spec.servers] == ["server-0", "server-1", "server-2"]
+            assert policies["analyst"]["egress"][0]["to"] == d["serverPeers"]
+        for name, p in policies.items():  # namespace labels of another cluster select nothing
+            for rule in p.get("ingress", []) + p.get("egress", []):
+                for peer in rule.get("from", []) + rule.get("to", []):
+                    ns_sel = peer.get("namespaceSelector", {}).get("matchLabels", {})
+                    assert "ltm/role" not in ns_sel, (piece, name, peer)
+
+
+def test_the_cross_cluster_pieces_use_the_shared_settings(rendered):
+    check_cross_cluster({p: rendered[f"cross-cluster/{p}"] for p in PIECES}, deployment_settings(K8S))
+
+
+def test_the_shared_settings_are_in_one_place(tree, tmp_path):
+    """Change deployment.yaml alone: every piece follows, and none of the old values is left anywhere."""
+    root = tmp_path / "k8s"
+    shutil.copytree(tree, root)
+    path = root / "overlays/cross-cluster/deployment/deployment.yaml"
+    old = deployment_settings(root)
+    text = path.read_text()
+    new_values = {old["job"]: "grid-load-2027-01",
+                  **{s["endpoint"]: f"ltm-{i}.other.test:443" for i, s in enumerate(old["servers"])},
+                  **{p["ipBlock"]["cidr"]: f"10.9.{i}.0/24" for i, p in enumerate(old["serverPeers"] + old["serverClients"])},
+                  "type: LoadBalancer": "type: NodePort"}
+    for a, b in new_values.items():
+        assert text.count(a) == 1, a
+        text = text.replace(a, b)
+    path.write_text(text)
+    new = deployment_settings(root)
+    assert new != old and new["job"] == "grid-load-2027-01"
+    pieces = {p: render.render(root / "overlays/cross-cluster" / p) for p in PIECES}
+    check_cross_cluster(pieces, new)
+    dumped = yaml.safe_dump_all([o for objs in pieces.values() for o in objs])
+    for a in new_values:
+        if not a.startswith("type:"):
+            assert a not in dumped, f"{a} is still in a rendered piece: it is set in a second place"
+
+
+# ---------------------------------------------------------------------------- the image
+def kustomizations() -> dict[str, dict]:
+    return {str(p.parent.relative_to(K8S)): yaml.safe_load(p.read_text()) for p in K8S.rglob("kustomization.yaml")}
+
+
+def image_ref(rule: dict) -> str:
+    return rule["newName"] + (f'@{rule["digest"]}' if "digest" in rule else f':{rule["newTag"]}')
+
+
+def test_each_overlay_sets_the_image_in_one_place(rendered):
+    setters = {d: k["images"] for d, k in kustomizations().items() if "images" in k}
+    assert sorted(setters) == ["overlays/cross-cluster/image", "overlays/local"]
+    assert all(len(rules) == 1 and rules[0]["name"] == "ltm" for rules in setters.values())
+    for f in list((K8S / "base").rglob("*.yaml")) + list((K8S / "components").rglob("*.yaml")):
+        for o in yaml.safe_load_all(f.read_text()):
+            for pod in render._pod_specs(o or {"kind": ""}):
+                assert {c["image"] for c in pod.get("initContainers", []) + pod["containers"]} == {"ltm"}, f
+    for overlay, objects in rendered.items():
+        want = image_ref(setters["overlays/local" if overlay == "local" else "overlays/cross-cluster/image"][0])
+        images = {c["image"] for o in objects for pod in render._pod_specs(o)
+                  for c in pod.get("initContainers", []) + pod["containers"]}
+        assert images == {want}, overlay
+    for piece in PIECES:  # every piece takes the one image component
+        assert "../image" in kustomizations()[f"overlays/cross-cluster/{piece}"]["components"]
+
+
+def test_the_readme_builds_tags_and_pushes_the_images_the_overlays_run():
+    text = (ROOT / "deploy" / "README.md").read_text()
+    section = text[text.index("### The image\n"):text.index("### One cluster\n")]
+    lines = [shlex.split(line, comments=True) for line in section.splitlines() if line.startswith("docker ")]
+    (build,) = [a for a in lines if a[1] == "build"]
+    (tag,) = [a for a in lines if a[1] == "tag"]
+    (push,) = [a for a in lines if a[1] == "push"]
+    k = kustomizations()
+    local = image_ref(k["overlays/local"]["images"][0])
+    registry = image_ref(k["overlays/cross-cluster/image"]["images"][0])
+    assert build[build.index("-t") + 1] == local and build[build.index("-f") + 1] == "deploy/Dockerfile"
+    assert (ROOT / build[build.index("-f") + 1]).is_file()
+    assert tag[2:] == [local, registry] and push[2:] == [registry]
+
+
+# ---------------------------------------------------------------------------- the renderer's limits
+@pytest.mark.parametrize("replacement, message", [
+    ({"source": {"kind": "ConfigMap", "name": "ltm-actor", "fieldPath": "data.nothing"},
+      "targets": [{"select": {"kind": "Service", "name": "ltm-server"}, "fieldPaths": ["spec.type"]}]}, "no field"),
+    ({"source": {"kind": "ConfigMap", "name": "ltm-actor", "fieldPath": "data.id"},
+      "targets": [{"select": {"kind": "Service", "name": "ltm-server"}, "fieldPaths": ["spec.type"]}]}, "no create"),
+    ({"source": {"kind": "ConfigMap", "name": "ltm-actor", "fieldPath": "data.id"},
+      "targets": [{"select": {"kind": "Service", "name": "nothing"}, "fieldPaths": ["spec.type"]}]}, "matches nothing"),
+    ({"source": {"kind": "ConfigMap", "name": "ltm-actor", "fieldPath": "data.id"},
+      "targets": [{"select": {"kind": "StatefulSet", "name": "ltm-server"},
+                   "fieldPaths": ["spec.template.spec.containers.[name=server].image"]}]}, "only [key] brackets"),
+    ({"source": {"kind": "ConfigMap", "name": "ltm-actor", "fieldPath": "data.id"},
+      "targets": [{"select": {"kind": "Service", "name": "ltm-server"}, "fieldPaths": ["spec.selector.[app.kubernetes.io/name]"],
+                   "options": {"delimiter": ",", "index": 3}}]}, "has no part 3"),
+])
+def test_the_renderer_refuses_what_it_does_not_support_or_cannot_find(tmp_path, replacement, message):
+    d = tmp_path / "o"
+    d.mkdir()
+    (d / "kustomization.yaml").write_text(yaml.safe_dump({"resources": [str(K8S / "base" / "server-0")],
+                                                         "replacements": [replacement]}))
+    with pytest.raises(render.RenderError, match=re.escape(message)):
+        render.render(d)
