@@ -97,8 +97,17 @@ def test_each_cross_cluster_piece_is_one_organisations_namespace(rendered, piece
     (ns,) = by_kind(objs, "Namespace")
     assert {o["metadata"].get("namespace") for o in objs if o["kind"] != "Namespace"} == {ns["metadata"]["name"]}
     assert not [o for o in objs if o["kind"] == "LtmDeployment"]
-    secrets = sorted(s["metadata"]["name"] for s in by_kind(objs, "Secret"))
-    assert secrets == (["ltm-certs-analyst", "ltm-certs-operator"] if piece == "analyst" else ["ltm-certs"])
+    secrets = {s["metadata"]["name"]: s["data"] for s in by_kind(objs, "Secret")}
+    assert sorted(secrets) == (["ltm-certs-analyst", "ltm-certs-operator"] if piece == "analyst" else ["ltm-certs"])
+    actors = set()
+    for o, c, argv in ltm_commands(objs):  # valid commands, each with its own actor's bundle only
+        assert callable(build_parser(argv[0]).parse_args(argv).func)
+        actor = identity(argv)
+        mount = next(m for m in c["volumeMounts"] if m["mountPath"] == "/certs")
+        vol = next(v for v in o["spec"]["template"]["spec"]["volumes"] if v["name"] == mount["name"])
+        assert sorted(secrets[vol["secret"]["secretName"]]) == sorted(["ca.pem", f"{actor}.pem", f"{actor}.key"])
+        actors.add(actor)
+    assert sorted(actors) == sorted(piece_actors(piece))
 
 
 @pytest.mark.parametrize("piece", sorted(p.name for p in (K8S / "base").iterdir()))
@@ -325,7 +334,8 @@ def test_the_job_file_names_the_deployed_servers_and_parties(objects):
 # ---------------------------------------------------------------------------- across clusters
 def deployment_settings(root: Path) -> dict:
     """The spec of overlays/cross-cluster/deployment/deployment.yaml: the one place of shared settings."""
-    (doc,) = [d for d in yaml.safe_load_all((root / "overlays/cross-cluster/deployment/deployment.yaml").read_text()) if d]
+    text = (root / "overlays/cross-cluster/deployment/deployment.yaml").read_text()
+    (doc,) = [d for d in yaml.safe_load_all(text) if d]
     assert doc["metadata"]["annotations"]["config.kubernetes.io/local-config"] == "true"
     return doc["spec"]
 
@@ -379,7 +389,8 @@ def test_the_shared_settings_are_in_one_place(tree, tmp_path):
     text = path.read_text()
     new_values = {old["job"]: "grid-load-2027-01",
                   **{s["endpoint"]: f"ltm-{i}.other.test:443" for i, s in enumerate(old["servers"])},
-                  **{p["ipBlock"]["cidr"]: f"10.9.{i}.0/24" for i, p in enumerate(old["serverPeers"] + old["serverClients"])},
+                  **{p["ipBlock"]["cidr"]: f"10.9.{i}.0/24"
+                     for i, p in enumerate(old["serverPeers"] + old["serverClients"])},
                   "type: LoadBalancer": "type: NodePort"}
     for a, b in new_values.items():
         assert text.count(a) == 1, a
@@ -448,7 +459,8 @@ def test_the_readme_builds_tags_and_pushes_the_images_the_overlays_run():
       "targets": [{"select": {"kind": "StatefulSet", "name": "ltm-server"},
                    "fieldPaths": ["spec.template.spec.containers.[name=server].image"]}]}, "only [key] brackets"),
     ({"source": {"kind": "ConfigMap", "name": "ltm-actor", "fieldPath": "data.id"},
-      "targets": [{"select": {"kind": "Service", "name": "ltm-server"}, "fieldPaths": ["spec.selector.[app.kubernetes.io/name]"],
+      "targets": [{"select": {"kind": "Service", "name": "ltm-server"},
+                   "fieldPaths": ["spec.selector.[app.kubernetes.io/name]"],
                    "options": {"delimiter": ",", "index": 3}}]}, "has no part 3"),
 ])
 def test_the_renderer_refuses_what_it_does_not_support_or_cannot_find(tmp_path, replacement, message):

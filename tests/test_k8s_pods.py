@@ -75,7 +75,8 @@ def test_every_namespace_enforces_the_restricted_profile(rendered):
         for ns in by_kind(objects, "Namespace"):
             labels = ns["metadata"].get("labels", {})
             for mode in PSS:
-                assert labels.get(f"pod-security.kubernetes.io/{mode}") == "restricted", (overlay, ns["metadata"]["name"], mode)
+                assert labels.get(f"pod-security.kubernetes.io/{mode}") == "restricted", \
+                    (overlay, ns["metadata"]["name"], mode)
             seen.add(ns["metadata"]["name"])
     assert len(seen) == 8
 
@@ -220,7 +221,8 @@ def test_the_documented_commands_name_the_rendered_pod_container_and_paths(loadi
     (term,) = loading["party_pod"]["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert term["topologyKey"] == "kubernetes.io/hostname"
     assert term["labelSelector"]["matchLabels"].items() <= loader["metadata"]["labels"].items()
-    assert not term["labelSelector"]["matchLabels"].items() <= loading["job"]["spec"]["template"]["metadata"]["labels"].items()
+    party_labels = loading["job"]["spec"]["template"]["metadata"]["labels"]
+    assert not term["labelSelector"]["matchLabels"].items() <= party_labels.items()
 
 
 def test_every_kubectl_command_in_the_readme_names_an_object_that_exists(rendered):

@@ -136,7 +136,8 @@ def _set_images(objs: list[dict[str, Any]], images: list[dict[str, Any]]) -> Non
 
 
 def _path(field_path: str) -> list[str | int]:
-    """``spec.ingress.0.from`` → ``["spec", "ingress", 0, "from"]``; ``data.[job.toml]`` → ``["data", "job.toml"]``."""
+    """A field path's parts: ``spec.ingress.0.from`` → ``["spec", "ingress", 0, "from"]``,
+    ``data.[job.toml]`` → ``["data", "job.toml"]``."""
     parts: list[str | int] = []
     rest = field_path
     while rest:
