@@ -21,7 +21,7 @@ from party.ledger import (DEFAULT_BUDGET_DELTA, DEFAULT_BUDGET_EPSILON, Accounta
                           BudgetExceeded, LedgerError, PrivacyLedger, source_fingerprint)
 from party.randomizer import DEFAULT_BATCH_CLIENTS, PartyDataError, check_source, party_randomness
 from party.uploader import PartyPolicy, PolicyViolation, UploadIncomplete, fetch_job, run_upload
-from transport.config import add_actor_arguments, load_config, merge
+from transport.config import REQUIRED_TITLE, add_actor_arguments, load_config, merge
 from transport.logs import setup_logging
 from transport.tls import check_certificates, make_channel
 
@@ -31,13 +31,21 @@ RETRY_FETCH = (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNAVAILABLE, grpc.Stat
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("party", help="run a party: fetch and vet a job, upload shares to every server")
-    p.add_argument("--id", help="this party's identity, e.g. party-3 (must match its certificate)")
-    p.add_argument("--servers", help="server endpoints host:port, comma-separated, in the job's server order")
+    p = sub.add_parser("party", help="run a party: fetch and vet a job, upload shares to every server",
+                       description="A data owner's process. It fetches the job a server publishes, refuses it "
+                                   "unless it meets this party's policy (ε, δ, corruption tolerance, calibration) "
+                                   "and its privacy budget, charges the ledger, then clips, noises and "
+                                   "secret-shares its clients' rows and uploads one share to each server over "
+                                   "mutual TLS. No raw row leaves the process. JSON log lines go to stderr; a "
+                                   "summary for a person to stdout at the end.")
+    req = p.add_argument_group(REQUIRED_TITLE)
+    req.add_argument("--id", required=True, help="this party's identity, e.g. party-3 (must match its certificate)")
+    req.add_argument("--servers", required=True,
+                     help="server endpoints host:port, comma-separated, in the job's server order")
     p.add_argument("--server-ids", help="expected server identities, comma-separated (default: the identities the "
                                         "job spec names, pinned in the TLS handshake either way)")
-    p.add_argument("--job", help="job id to join")
-    p.add_argument("--data", help="this party's rows (rows partition) or columns (columns partition): a CSV, an .npz "
+    req.add_argument("--job", required=True, help="job id to join")
+    req.add_argument("--data", required=True, help="this party's rows (rows partition) or columns (columns partition): a CSV, an .npz "
                                   "or a directory of <column>.npy (read a batch at a time), or a generated "
                                   "benchmark source (synthetic:ridge?d=10&n=1000000&seed=1, or a *.synth.json)")
     p.add_argument("--max-epsilon", type=float, help="largest ε this party accepts (default 1)")
@@ -67,7 +75,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--state-dir", help="directory for the crash-recovery upload journal (default: "
                                        "<directory of --data>/.ltm-party-state); keep it on persistent storage")
     p.add_argument("--summary-file", help="write a JSON summary of the upload here")
-    p.add_argument("--no-progress", action="store_true", default=None)
+    p.add_argument("--no-progress", action="store_true", default=None,
+                   help="no progress lines on stderr while uploading (the JSON log and the summary remain)")
     add_actor_arguments(p, serves=False)
     p.set_defaults(func=run)
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from server.core import ServerCore
 from server.limits import ServerLimits
 from server.service import MAX_BATCH_BYTES, ServerService, add_to_server
-from transport.config import ConfigError, add_actor_arguments, load_config, merge
+from transport.config import REQUIRED_TITLE, ConfigError, add_actor_arguments, load_config, merge, relax_required
 from transport.logs import setup_logging
 from transport.memory import share_one_malloc_arena
 from transport.metering import ByteMeter
@@ -27,18 +27,43 @@ SERVICE_NAME = "ltm.v1.Server"
 MAX_RECEIVE_MESSAGE_BYTES = 8 << 20
 
 
+class _OfflineAction(argparse.Action):
+    """``--check``/``--repair``: a flag (default None, so a config file may set it) that works on a
+    stopped server's data directory, so --id and --listen are not required with it."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=None, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        setattr(namespace, self.dest, True)
+        relax_required(parser, {"id", "listen"})
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("server", help="run an LTM server (stores shares, enforces the release gate)")
-    p.add_argument("--id", help="this server's identity, e.g. server-0 (must match its certificate)")
-    p.add_argument("--listen", help="address to bind, e.g. 127.0.0.1:50051 (port 0 = any free port)")
-    p.add_argument("--data-dir", help="directory for the durable store (SQLite WAL + share blobs), kept 0700")
+    p = sub.add_parser("server", help="run an LTM server (stores shares, enforces the release gate)",
+                       description="One of the job's k non-colluding servers. It publishes the jobs the analyst "
+                                   "creates, stores the shares parties upload (durably, in --data-dir), and at "
+                                   "release applies the job's public linear map to its shares and returns one "
+                                   "result share to the analyst, once per job and only if the release gate passes "
+                                   "(the caller is the analyst, it holds every participant, every sketch row "
+                                   "keeps its honest noise load; docs/architecture.md §5). It never sees a raw "
+                                   "row. JSON log lines go to stderr; a readable startup and shutdown line to "
+                                   "stdout. SIGTERM stops it gracefully. --check and --repair work on a stopped "
+                                   "server's --data-dir and need neither --id nor --listen.")
+    req = p.add_argument_group(REQUIRED_TITLE)
+    req.add_argument("--id", required=True,
+                     help="this server's identity, e.g. server-0 (must match its certificate)")
+    req.add_argument("--listen", required=True,
+                     help="address to bind, e.g. 127.0.0.1:50051 (port 0 = any free port)")
+    req.add_argument("--data-dir", required=True,
+                     help="directory for the durable store (SQLite WAL + share blobs), kept 0700")
     p.add_argument("--max-batch-bytes", type=int, help=f"largest accepted batch (default {MAX_BATCH_BYTES})")
     p.add_argument("--limit", action="append", metavar="NAME=VALUE",
                    help="a resource limit, repeatable (e.g. stream_idle_seconds=30); names and defaults: "
                         "see server/limits.py and docs")
-    p.add_argument("--check", action="store_true", default=None,
+    p.add_argument("--check", action=_OfflineAction,
                    help="verify --data-dir offline (every blob and release record against its digest) and exit")
-    p.add_argument("--repair", action="store_true", default=None,
+    p.add_argument("--repair", action=_OfflineAction,
                    help="make a --data-dir the server refuses startable, deleting nothing: unknown blobs move "
                         "to quarantine/, jobs named by orphaned release markers are retired for good; then exit")
     add_actor_arguments(p, serves=True)
