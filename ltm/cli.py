@@ -23,10 +23,22 @@ class LtmParser(argparse.ArgumentParser):
         self.register("action", "parsers", _SubcommandsAction)
 
     def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+        if args is not None and not any(isinstance(a, argparse._SubParsersAction) for a in self._actions):
+            # Before argparse's own checks: a mistyped flag is the cause of a "required" error too.
+            unknown = [a for a in args[:args.index("--") if "--" in args else len(args)]
+                       if a.startswith("--") and not self._known_flag(a.split("=", 1)[0])]
+            if unknown:
+                self.error(f"unrecognized arguments: {' '.join(unknown)}{self._suggest_flag(unknown)}")
         namespace, extras = super().parse_known_args(args, namespace)
         if extras:
             self.error(f"unrecognized arguments: {' '.join(extras)}{self._suggest_flag(extras)}")
         return namespace, extras
+
+    def _known_flag(self, flag: str) -> bool:
+        """A flag of this parser, or (as argparse allows) the start of one: argparse itself then
+        accepts it, or names the flags an ambiguous start could mean."""
+        return flag in self._option_string_actions or (
+            self.allow_abbrev and any(o.startswith(flag) for o in self._option_string_actions))
 
     def _suggest_flag(self, extras: list[str]) -> str:
         """'; did you mean --x?' for the first unknown flag that resembles one of this parser's."""
