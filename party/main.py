@@ -231,7 +231,41 @@ async def participate(args: argparse.Namespace) -> dict:
             source.close()
     log.info("upload complete", extra=asdict(summary))
     return {**asdict(summary), "job_id": spec.job_id, "job_digest": spec.digest, "randomness": randomness.label,
+            "job_epsilon": spec.privacy.epsilon, "job_delta": spec.privacy.delta,
+            "server_ids": [s.server_id for s in spec.servers], "endpoints": endpoints,
             "ledger": admission.to_json(), **process_usage(), "upload_cpu_s": upload_cpu_s}
+
+
+def summary_lines(r: dict) -> list[str]:
+    """The end of a party's run for a person (stdout; the JSON log lines go to stderr): the job,
+    what was sent where, how long it took, and the privacy spent and left."""
+    from party.ledger import describe_admission
+    from transport.metering import human_bytes
+
+    def count(n: int, word: str, plural: str) -> str:
+        return f"{n} {word if n == 1 else plural}"
+
+    lines = [f"ltm party {r['party_id']}: job {r['job_id']!r} uploaded: {count(r['clients'], 'client', 'clients')} "
+             f"in {count(r['batches'], 'batch', 'batches')}, {r['seconds']:.2f} s"]
+    if r.get("skipped_batches") or r.get("resumed_batches"):
+        lines.append(f"  resumed from the upload journal: skipped {count(r.get('skipped_batches', 0), 'batch', 'batches')} "
+                     f"an earlier run had delivered, re-sent {count(r.get('resumed_batches', 0), 'batch', 'batches')} "
+                     f"it had started")
+    ids = r.get("server_ids") or [f"server-{i}" for i in range(len(r["bytes_per_server"]))]
+    ends = r.get("endpoints") or [""] * len(ids)
+    lines.append("  sent: " + ", ".join(f"{sid}{f' ({e})' if e else ''} {human_bytes(b)}"
+                                        for sid, e, b in zip(ids, ends, r["bytes_per_server"]))
+                 + (f"; {count(r['retries'], 'call', 'calls')} retried" if r.get("retries") else ""))
+    entry = r.get("ledger")
+    if entry:
+        left = ""
+        after, budget = entry["after"].get("epsilon"), entry["budget"].get("epsilon")
+        if isinstance(after, (int, float)) and isinstance(budget, (int, float)):
+            left = f"; ε {max(budget - after, 0.0):.4g} of the budget left"
+        lines.append(f"  privacy: this job is (ε {r['job_epsilon']:g}, δ {r['job_delta']:g})-DP per client; this source's "
+                     f"ledger {describe_admission(entry)}{left}")
+    lines.append(f"  randomness: {r['randomness']}")
+    return lines
 
 
 def run(args: argparse.Namespace) -> int:
@@ -263,4 +297,5 @@ def run(args: argparse.Namespace) -> int:
         return 6
     if args.summary_file:
         Path(args.summary_file).write_text(json.dumps(result))
+    print("\n".join(summary_lines(result)), flush=True)
     return 0

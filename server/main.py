@@ -9,6 +9,7 @@ import argparse
 import asyncio
 import logging
 import sys
+import time
 from pathlib import Path
 
 from server.core import ServerCore
@@ -73,7 +74,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 async def serve(args: argparse.Namespace, limits: ServerLimits) -> None:
     from server.sqlite_store import SqliteStore
 
-    core = ServerCore(args.id, SqliteStore(Path(args.data_dir)))
+    store = SqliteStore(Path(args.data_dir))
+    core = ServerCore(args.id, store)
     meter = ByteMeter()
     service = ServerService(core, insecure=bool(args.insecure), limits=limits, meter=meter)
     # gRPC's own bound on one received message, well under the channel default of 64 MiB: a 60 MB
@@ -88,9 +90,33 @@ async def serve(args: argparse.Namespace, limits: ServerLimits) -> None:
                                                         ("grpc.http2.bdp_probe", 0),
                                                         ("grpc.http2.lookahead_bytes", limits.stream_window_bytes)])
     add_to_server(service, server)
+    started = time.monotonic()
     await serve_until_signal(server, service_name=SERVICE_NAME, listen=args.listen, cert_dir=args.certs,
                              actor=args.id, insecure=bool(args.insecure), port_file=args.port_file,
-                             health_listen=args.health_listen)
+                             health_listen=args.health_listen,
+                             on_serving=lambda port: say(startup_line(args, port, store.job_count())))
+    say(f"ltm server {args.id}: stopped after {time.monotonic() - started:.0f} s; {jobs(store.job_count())} "
+        f"held in {Path(args.data_dir).absolute()}")
+
+
+def say(line: str) -> None:
+    """A line for a person on stdout (the JSON log lines go to stderr), flushed: under systemd or a
+    launcher stdout is a pipe and would hold it until exit."""
+    print(line, flush=True)
+
+
+def startup_line(args: argparse.Namespace, port: int, held: int) -> str:
+    """``ltm server server-0: listening on 127.0.0.1:50051 (mutual TLS, …); store …, N jobs held``."""
+    host = args.listen.rsplit(":", 1)[0] if ":" in args.listen else args.listen
+    tls = ("PLAINTEXT, unauthenticated: --insecure, for testing only" if args.insecure
+           else f"mutual TLS, certificates {args.certs}")
+    health = f"; health probe in plaintext on {args.health_listen}" if args.health_listen else ""
+    return (f"ltm server {args.id}: listening on {host}:{port} ({tls}); store {Path(args.data_dir).absolute()}, "
+            f"{jobs(held)} held{health}. Stop with SIGTERM (Ctrl-C).")
+
+
+def jobs(n: int) -> str:
+    return f"{n} job" if n == 1 else f"{n} jobs"
 
 
 def check(data_dir: str) -> int:

@@ -105,13 +105,9 @@ def byte_lines(b: dict[str, Any], server_ids: list[str] | None = None) -> list[s
     """Per-server byte counts, labelled."""
     up = list(b.get("party_to_server") or [])
     down = list(b.get("server_to_analyst") or [])
+    from transport.metering import human_bytes as human
+
     ids = server_ids or [f"server-{i}" for i in range(max(len(up), len(down)))]
-
-    def human(x: Any) -> str:
-        if not isinstance(x, (int, float)):
-            return "—"
-        return f"{x / 1e6:.2f} MB" if x >= 1e6 else f"{x / 1e3:.1f} kB" if x >= 1e3 else f"{int(x)} B"
-
     lines = ["  bytes moved (payload):"]
     lines.append("    parties → servers: " + ", ".join(f"{sid} {human(x)}" for sid, x in zip(ids, up))
                  + (f" (total {human(b.get('party_to_server_total'))})" if "party_to_server_total" in b else ""))
