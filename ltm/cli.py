@@ -192,22 +192,22 @@ def _run_simulate(args: argparse.Namespace) -> int:
 
 
 def _print_simulate_summary(r: dict[str, Any]) -> None:
-    from sim.summary import model_table, privacy_lines, variation_note, verdict
+    from sim.summary import model_table, privacy_lines, release_words, variation_note, verdict
 
     pr = r["privacy"]
     print(f"LTM simulate — {r['data']}")
     print(f"  {r['n_train']} training rows, {r['parties']} parties ({r['partition']}), {r['servers']} servers, "
-          f"{r['sketch']['kind']} sketch m={r['sketch']['m']} s={r['sketch']['s']}")
+          f"{release_words(r['sketch'])}")
     if r.get("plan"):
         print(f"  release kind chosen by the planner: {r['plan']['reason']}")
     for line in privacy_lines(pr):
         print(line)
     print(f"  randomness: {r['randomness']}")
-    for line in model_table("LTM " + r["model"], r["metrics"], r["baselines"]):
+    for line in model_table("LTM " + r["model"], r["metrics"], r["baselines"], private_lam=r.get("lambda")):
         print(line)
     if "r2" in r["metrics"]:
         print("  " + verdict(r["metrics"], r["baselines"], n=int(r["n_train"]), epsilon=float(pr["epsilon"]),
-                             release_kind=str(r["sketch"]["kind"])))
+                             release_kind=str(r["sketch"]["kind"]), planned=bool(r.get("plan"))))
     seeded = str(r.get("randomness", "")).startswith("seeded")
     note = variation_note(r.get("randomness", ""), seeded)
     if r.get("synthetic") or str(r.get("data", "")).startswith("synthetic"):

@@ -262,7 +262,7 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
 
 def print_summary(r: dict[str, Any]) -> None:
     """The demo's report for a person: every figure labelled, a verdict, what varies and why."""
-    from sim.summary import byte_lines, model_table, privacy_lines, variation_note, verdict
+    from sim.summary import byte_lines, model_table, privacy_lines, release_words, variation_note, verdict
 
     pr, m, b = r["privacy"], r["metrics"], r["baselines"]
     print(f"LTM demo — {r['data']}, {'mutual TLS' if r['tls'] else 'PLAINTEXT (--insecure)'}")
@@ -271,8 +271,8 @@ def print_summary(r: dict[str, Any]) -> None:
         roles.setdefault(p["role"], []).append(f"{p['id']} (pid {p['pid']})")
     for role, names in roles.items():
         print(f"  {role:8s} {', '.join(names)}")
-    print(f"  job: {r['n_train']} training rows, {r['partition']} partition, {r['sketch']['kind']} sketch "
-          f"m={r['sketch']['m']} s={r['sketch']['s']}, {r['participants']} participants; "
+    print(f"  job: {r['n_train']} training rows, {r['partition']} partition, {release_words(r['sketch'])}, "
+          f"{r['participants']} participants; "
           f"{r.get('n_test', 0)} held-out rows for testing")
     if r.get("plan"):
         print(f"  release kind chosen by the planner: {r['plan']['reason']}")
@@ -282,11 +282,11 @@ def print_summary(r: dict[str, Any]) -> None:
         print(f"  ledger {party}: {describe_admission(entry)}")
     if r.get("scales_from"):
         print(f"  column centres and scales: {r['scales_from']}")
-    for line in model_table("LTM (private)", m, b):
+    for line in model_table("LTM (private)", m, b, private_lam=r.get("lambda")):
         print(line)
     kind = (r.get("release") or {}).get("kind") if isinstance(r.get("release"), dict) else None
     print("  " + verdict(m, b, n=int(r["participants"]), epsilon=float(pr["epsilon"]),
-                         release_kind=str(kind or r["sketch"]["kind"])))
+                         release_kind=str(kind or r["sketch"]["kind"]), planned=bool(r.get("plan"))))
     print("  " + variation_note(r.get("randomness", ""), seeded=str(r.get("randomness", "")).startswith("seeded")))
     for line in byte_lines(r["bytes"]):
         print(line)
