@@ -200,7 +200,7 @@ def _print_simulate_summary(r: dict[str, Any]) -> None:
           f"{release_words(r['sketch'])}")
     if r.get("plan"):
         print(f"  release kind chosen by the planner: {r['plan']['reason']}")
-    for line in privacy_lines(pr):
+    for line in privacy_lines(pr, str(r["sketch"]["kind"])):
         print(line)
     print(f"  randomness: {r['randomness']}")
     for line in model_table("LTM " + r["model"], r["metrics"], r["baselines"], private_lam=r.get("lambda")):

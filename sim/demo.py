@@ -276,7 +276,7 @@ def print_summary(r: dict[str, Any]) -> None:
           f"{r.get('n_test', 0)} held-out rows for testing")
     if r.get("plan"):
         print(f"  release kind chosen by the planner: {r['plan']['reason']}")
-    for line in privacy_lines(pr):
+    for line in privacy_lines(pr, str(r["sketch"]["kind"])):
         print(line)
     for party, entry in sorted(r.get("ledgers", {}).items()):
         print(f"  ledger {party}: {describe_admission(entry)}")

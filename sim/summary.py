@@ -127,13 +127,14 @@ def variation_note(randomness: str, seeded: bool) -> str:
             "non-private row does not (the held-out rows are a fixed public split)")
 
 
-def privacy_lines(pr: dict[str, Any]) -> list[str]:
-    """The guarantee, then requested vs achieved δ with the loads behind it."""
+def privacy_lines(pr: dict[str, Any], release_kind: str = "") -> list[str]:
+    """The guarantee, then requested vs achieved δ with the loads behind it (``release_kind``
+    "gram": the loads are of the released statistics' entries, there are no sketch rows)."""
     lines = [f"  privacy: {pr.get('guarantee', '')}"]
     eps, delta, achieved = pr.get("epsilon"), pr.get("delta"), pr.get("achieved_delta")
     if isinstance(achieved, (int, float)) and pr.get("mechanism", "gaussian") == "gaussian":
         lines.append(f"    δ requested {_fmt(delta, '.3g')}, achieved {achieved:.3g} at ε = {_fmt(eps, 'g')}: the weakest "
-                     f"sketch row carries the noise of {pr.get('min_honest_load')} honest clients (promised "
+                     f"{'released entry' if release_kind == 'gram' else 'sketch row'} carries the noise of {pr.get('min_honest_load')} honest clients (promised "
                      f"L = {pr.get('promised_min_honest_load')}); more honest noise than promised buys a smaller δ")
     sig_c, sig_y = pr.get("sigma_client"), pr.get("sigma_release")
     if isinstance(sig_c, (int, float)) and isinstance(sig_y, (int, float)) and sig_y:

@@ -62,13 +62,15 @@ def test_a_gram_release_is_not_called_a_sketch(planned, text, capsys) -> None:
     assert planned["sketch"]["kind"] == "gram" and planned["plan"]  # the planner's choice at this n
     out = text(planned, capsys)
     assert "gram release" in out
-    assert not re.search(r"gram sketch|gram\S* m=\d", out), out
+    assert not re.search(r"gram sketch|gram\S* \(?m=\d", out), out  # the planner's reason too
+    assert "sketch row" not in out and "the weakest released entry carries" in out
 
 
 @pytest.mark.parametrize("text", [_simulate_text, _demo_text], ids=["simulate", "demo"])
 def test_a_sketch_is_named_with_its_shape(by_hand, text, capsys) -> None:
     s = by_hand["sketch"]
-    assert f"sparse sketch m={s['m']} s={s['s']}" in text(by_hand, capsys)
+    out = text(by_hand, capsys)
+    assert f"sparse sketch m={s['m']} s={s['s']}" in out and "the weakest sketch row carries" in out
 
 
 @pytest.mark.parametrize("text", [_simulate_text, _demo_text], ids=["simulate", "demo"])
