@@ -24,8 +24,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                    "publishes the job on every server, waits for the parties, closes the job, "
                                    "asks each server for its result share, reconstructs the DP release from "
                                    "them, fits the model and writes release.json, privacy_report.json, "
-                                   "model.json and report.json under --out/<job id>. It sees only the release, "
-                                   "never a share of one server alone or a raw row. SIGTERM stops it; a restart "
+                                   "model.json and report.json under --out/<job id>. It receives one result share "
+                                   "per server and nothing else of the data: never a party's shares or a raw "
+                                   "row. SIGTERM stops it; a restart "
                                    "resumes running jobs from --state-dir.")
     req = p.add_argument_group(REQUIRED_TITLE)
     req.add_argument("--listen", required=True,
