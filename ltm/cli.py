@@ -129,7 +129,9 @@ def _add_simulate(sub: argparse._SubParsersAction) -> None:
     mdl.add_argument("--model", choices=["ols", "ridge", "lowrank", "rmgm_ols", "dgm_ols", "rf_ridge"],
                      help="default: ridge, or lowrank for --synthetic lowrank; rf_ridge: parties map their rows "
                           "with public random features, the analyst fits ridge in feature space")
-    mdl.add_argument("--lambda", dest="lam", type=float, help="ridge λ (default: v·√m, see sim/jobs.py)")
+    mdl.add_argument("--lambda", dest="lam", type=float,
+                     help="ridge λ (default: the release's rule, release_lambda in analyst/estimators.py: v·√m for "
+                          "a sketch, AdaSSP-style for gram)")
     mdl.add_argument("--no-debias", dest="debias", action="store_false",
                      help="ridge: do not subtract the known noise Gram (the paper's faithful analyst)")
     mdl.add_argument("--rank", type=_positive_int, default=5, help="components of --model lowrank (default 5)")
