@@ -23,10 +23,12 @@ class LtmParser(argparse.ArgumentParser):
         self.register("action", "parsers", _SubcommandsAction)
 
     def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
-        if args is not None and not any(isinstance(a, argparse._SubParsersAction) for a in self._actions):
+        if args is not None:
             # Before argparse's own checks: a mistyped flag is the cause of a "required" error too.
-            unknown = [a for a in args[:args.index("--") if "--" in args else len(args)]
-                       if a.startswith("--") and not self._known_flag(a.split("=", 1)[0])]
+            # This parser's own words end at "--" or at its subcommand (the rest is the subcommand's).
+            commands = {name for a in self._actions if isinstance(a, argparse._SubParsersAction) for name in a.choices}
+            own = next((i for i, a in enumerate(args) if a == "--" or a in commands), len(args))
+            unknown = [a for a in args[:own] if a.startswith("--") and not self._known_flag(a.split("=", 1)[0])]
             if unknown:
                 self.error(f"unrecognized arguments: {' '.join(unknown)}{self._suggest_flag(unknown)}")
         namespace, extras = super().parse_known_args(args, namespace)

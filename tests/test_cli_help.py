@@ -38,7 +38,6 @@ def tree() -> list[tuple[list[str], argparse.ArgumentParser]]:
 
 
 TREE = tree()
-LEAVES = [(path, p) for path, p in TREE if not any(True for _ in _children(p))]
 
 
 def test_the_tree_is_walked_whole() -> None:
@@ -100,7 +99,7 @@ def _typo(flag: str, flags: set[str]) -> str:
     raise AssertionError(f"no typo for {flag}")
 
 
-@pytest.mark.parametrize("path,parser", LEAVES, ids=[" ".join(p) for p, _ in LEAVES])
+@pytest.mark.parametrize("path,parser", TREE, ids=[" ".join(p) for p, _ in TREE])
 def test_a_mistyped_flag_names_the_subcommand_usage_and_the_closest_flag(path, parser, capsys) -> None:
     flags = {o for a in parser._actions for o in a.option_strings if o.startswith("--")}
     flags = flags - {"--help"} or flags  # a command with no flag of its own still has --help
@@ -115,12 +114,17 @@ def test_a_mistyped_flag_names_the_subcommand_usage_and_the_closest_flag(path, p
     assert f"did you mean {flag}?" in err
 
 
-def test_a_mistyped_flag_wins_over_missing_required_ones(capsys) -> None:
+@pytest.mark.parametrize("argv,usage,suggestion", [
+    (["party", "--idd", "party-0"], "usage: ltm party ", "--id"),      # --id, --servers, ... missing too
+    (["job", "--hlep"], "usage: ltm job ", "--help"),                  # the subcommand is missing too
+    (["job", "status", "--jsno"], "usage: ltm job status ", "--json"),
+])
+def test_a_mistyped_flag_wins_over_missing_required_ones(argv, usage, suggestion, capsys) -> None:
     with pytest.raises(SystemExit) as exc:
-        main(["party", "--idd", "party-0"])
+        main(argv)
     assert exc.value.code == 2
     err = capsys.readouterr().err
-    assert "did you mean --id?" in err and "required" not in err
+    assert err.startswith(usage) and f"did you mean {suggestion}?" in err and "required" not in err
 
 
 @pytest.mark.parametrize("argv,usage,suggestion", [
