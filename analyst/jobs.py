@@ -47,10 +47,12 @@ def fit_model(release: ReleasedSketch, model: str, *, lam: float = 0.0, rank: in
         est = LowRank(rank).fit(release)
         return {"model": "lowrank", "rank": rank, "components": est.components_.tolist(),
                 "columns": list(release.columns)}
-    lam = lam or release_lambda(release)[0]
+    # λ = 0 in a job's [fit] means "the default rule": report the λ the fit used, and which rule gave it
+    # (the gram rule can itself give 0: then the noisy XᵀX needs no ridge).
+    lam, lam_rule = (lam, "given in the job's [fit]") if lam else release_lambda(release)
     est = make_estimator(model, lam=lam, rank=rank, debias=debias).fit(release)
     features = [c for i, c in enumerate(release.columns) if i != release.label and i != release.intercept]
-    return {"model": model, "lambda": lam, "debias": bool(getattr(est, "debias", False)),
+    return {"model": model, "lambda": lam, "lambda_rule": lam_rule, "debias": bool(getattr(est, "debias", False)),
             "coef": dict(zip(features, map(float, est.coef_))), "intercept": float(est.intercept_),
             "target": release.columns[release.label] if release.label is not None else None}
 
@@ -226,7 +228,8 @@ class JobRunner:
                   "release_bytes_per_server": run.release_bytes_per_server, "privacy": run.release.privacy,
                   "prejobs": [{"kind": p.kind, "job_id": p.job_id, "digest": p.digest, "epsilon": p.epsilon,
                                "delta": p.delta} for p in spec.prejobs],
-                  "fit": fit.to_dict(), "model": model, "timing_s": run.timing_s, "coverage": run.coverage,
+                  "fit": {**fit.to_dict(), **({"lambda": model["lambda"]} if "lambda" in model else {})},
+                  "model": model, "timing_s": run.timing_s, "coverage": run.coverage,
                   "server_retries": run.retries}
         return {"release.json": json.dumps(release_to_json(run.release)),
                 "privacy_report.json": json.dumps(run.release.privacy, indent=2),

@@ -9,7 +9,7 @@ from pathlib import Path
 from analyst.coordinator import DEFAULT_RETRY, RetryPolicy
 from analyst.service import AnalystService
 from ltm.v1 import ltm_pb2_grpc
-from transport.config import add_actor_arguments, load_config, merge
+from transport.config import REQUIRED_TITLE, add_actor_arguments, load_config, merge
 from transport.logs import setup_logging
 from transport.serve import serve_until_signal
 from transport.tls import check_certificates, make_channel, make_server
@@ -19,9 +19,19 @@ SERVICE_NAME = "ltm.v1.Analyst"
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("analyst", help="run the analyst: coordinates jobs, reconstructs releases, fits models")
-    p.add_argument("--listen", help="address to bind, e.g. 127.0.0.1:50050 (port 0 = any free port)")
-    p.add_argument("--out", help="output directory (one sub-directory per job)")
+    p = sub.add_parser("analyst", help="run the analyst: coordinates jobs, reconstructs releases, fits models",
+                       description="The analyst service. The operator submits a job to it (`ltm job submit`); it "
+                                   "publishes the job on every server, waits for the parties, closes the job, "
+                                   "asks each server for its result share, reconstructs the DP release from "
+                                   "them, fits the model and writes release.json, privacy_report.json, "
+                                   "model.json and report.json under --out/<job id>. It receives one result share "
+                                   "per server and nothing else of the data: never a party's shares or a raw "
+                                   "row. SIGTERM stops it; a restart "
+                                   "resumes running jobs from --state-dir.")
+    req = p.add_argument_group(REQUIRED_TITLE)
+    req.add_argument("--listen", required=True,
+                     help="address to bind, e.g. 127.0.0.1:50050 (port 0 = any free port)")
+    req.add_argument("--out", required=True, help="output directory (one sub-directory per job)")
     p.add_argument("--state-dir", help="where the analyst's job database lives (default: --out); keep it on "
                                       "persistent storage: a restarted analyst resumes its running jobs from it")
     p.add_argument("--server-retry", type=float,

@@ -49,11 +49,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     st = jsub.add_parser("status", help="state and phase of a job (or of every job)")
     st.add_argument("job_id", nargs="?", default="", help="job id (default: every job)")
     _connection(st)
-    st.add_argument("--json", action="store_true")
+    st.add_argument("--json", action="store_true", help="print the jobs as JSON")
     st.set_defaults(func=run_status)
 
     r = jsub.add_parser("result", help="write a finished job's files (release, privacy report, model, report)")
-    r.add_argument("job_id")
+    r.add_argument("job_id", help="the finished job's id")
     _connection(r)
     r.add_argument("--out", required=True, help="directory to write the files into (created)")
     r.set_defaults(func=run_result)

@@ -21,6 +21,17 @@ def release_sha256(total: np.ndarray) -> str:
     return hashlib.sha256(np.ascontiguousarray(total, dtype="<u8").tobytes()).hexdigest()
 
 
+def tolerated(t_prime: int, corrupt_parties: int) -> str:
+    """"up to 2 corrupt clients and 1 corrupt party" — the corruption a guarantee holds against;
+    "" when nothing beyond the servers is tolerated (a zero tolerance is not named as one)."""
+    def count(n: int, one: str, many: str) -> str:
+        return f"{n} {one if n == 1 else many}"
+
+    parts = ([count(t_prime, "corrupt client", "corrupt clients")] if t_prime > 0 else []) + \
+        ([count(corrupt_parties, "corrupt party", "corrupt parties")] if corrupt_parties > 0 else [])
+    return "up to " + " and ".join(parts) if parts else ""
+
+
 def privacy_report(spec: JobSpec, plan: NoisePlan, participants: ClientSet | np.ndarray, *, randomness: str,
                    sketch: Sketch | None = None, seeded_parties: Sequence[str] = ()) -> dict[str, Any]:
     """The privacy report of a release over ``participants`` (a ClientSet; a bool mask (n,) is accepted).
@@ -43,14 +54,15 @@ def privacy_report(spec: JobSpec, plan: NoisePlan, participants: ClientSet | np.
     else:
         achieved_delta = 0.0
         verified = honest >= round(1.0 / plan.gamma_shape) and plan.sensitivity / plan.laplace_scale <= p.epsilon * (1 + 1e-9)
-    who = (f"up to {p.t_prime} corrupt clients and {p.corrupt_parties} corrupt parties" if spec.partition == "rows"
-           else f"up to {p.corrupt_parties} corrupt parties (covering the honest parties' columns)")
+    who = tolerated(p.t_prime if spec.partition == "rows" else 0, p.corrupt_parties)
+    if who and spec.partition == "columns":
+        who += " (covering the honest parties' columns)"
     seeded = sorted(set(seeded_parties))
     calibration_verified = bool(verified)
     verified = calibration_verified and not seeded and not randomness.startswith("seeded")
     if verified:
         guarantee = (f"({p.epsilon:g}, {achieved_delta:.3g})-DP per client (replace-one), against any {spec.k - 1} of "
-                     f"{spec.k} servers together with {who}")
+                     f"{spec.k} servers" + (f" together with {who}" if who else ""))
     elif calibration_verified:
         guarantee = (f"NOT private: the noise of parties {seeded} was drawn from seeded (reproducible) randomness, "
                      f"so anyone who knows the seed can remove it" if seeded else

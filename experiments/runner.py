@@ -409,8 +409,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     lst = esub.add_parser("list", help="list the bundled specs and registered scenarios")
     lst.set_defaults(func=_cli_list)
     rep = esub.add_parser("report", help="re-render summary.md and plots of an output folder")
-    rep.add_argument("dir")
-    rep.add_argument("--no-plots", action="store_true")
+    rep.add_argument("dir", help="an output folder of `ltm experiment run`")
+    rep.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     rep.set_defaults(func=_cli_report)
 
 

@@ -2,9 +2,74 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import sys
 from typing import Any
+
+
+class LtmParser(argparse.ArgumentParser):
+    """The ``ltm`` parser and every subcommand's (``add_subparsers`` reuses this class).
+
+    Two changes to argparse's errors, so a typo is answered where it was made: an unknown flag is
+    reported by the (sub)command that received it, with that subcommand's usage (argparse would
+    pass it up and print the top-level usage of every command) and the closest flag it has; a
+    mistyped choice or subcommand names the closest valid one.  The exit status stays argparse's 2.
+    A subcommand without a description gets its one-line help as description.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.register("action", "parsers", _SubcommandsAction)
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+        if args is not None:
+            # Before argparse's own checks: a mistyped flag is the cause of a "required" error too.
+            # This parser's own words end at "--" or at its subcommand (the rest is the subcommand's).
+            commands = {name for a in self._actions if isinstance(a, argparse._SubParsersAction) for name in a.choices}
+            own = next((i for i, a in enumerate(args) if a == "--" or a in commands), len(args))
+            unknown = [a for a in args[:own] if a.startswith("--") and not self._known_flag(a.split("=", 1)[0])]
+            if unknown:
+                self.error(f"unrecognized arguments: {' '.join(unknown)}{self._suggest_flag(unknown)}")
+        namespace, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}{self._suggest_flag(extras)}")
+        return namespace, extras
+
+    def _known_flag(self, flag: str) -> bool:
+        """A flag of this parser, or (as argparse allows) the start of one: argparse itself then
+        accepts it, or names the flags an ambiguous start could mean."""
+        return flag in self._option_string_actions or (
+            self.allow_abbrev and any(o.startswith(flag) for o in self._option_string_actions))
+
+    def _suggest_flag(self, extras: list[str]) -> str:
+        """'; did you mean --x?' for the first unknown flag that resembles one of this parser's."""
+        flags = [o for a in self._actions for o in a.option_strings if o.startswith("--")]
+        for word in extras:
+            if word.startswith("--"):
+                match = difflib.get_close_matches(word.split("=", 1)[0], flags, n=1, cutoff=0.6)
+                if match:
+                    return f"; did you mean {match[0]}?"
+        return ""
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        if action.choices is not None and value not in action.choices and isinstance(value, str):
+            match = difflib.get_close_matches(value, [str(c) for c in action.choices], n=1, cutoff=0.6)
+            if match:
+                what = "command" if isinstance(action, argparse._SubParsersAction) else "choice"
+                raise argparse.ArgumentError(action, f"invalid {what}: {value!r}; did you mean {match[0]!r}? "
+                                                     f"(choose from {', '.join(map(repr, action.choices))})")
+        super()._check_value(action, value)
+
+
+class _SubcommandsAction(argparse._SubParsersAction):
+    """``add_subparsers`` of :class:`LtmParser`: a subcommand's help is its description unless it
+    has its own, so ``ltm <command> --help`` always opens with what the command does."""
+
+    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        if kwargs.get("description") is None and kwargs.get("help"):
+            kwargs["description"] = kwargs["help"][:1].upper() + kwargs["help"][1:] + "."
+        return super().add_parser(name, **kwargs)
 
 
 def _positive_int(text: str) -> int:
@@ -34,8 +99,9 @@ def _add_simulate(sub: argparse._SubParsersAction) -> None:
     src.add_argument("--n", type=_positive_int, default=10_000, help="synthetic rows (default 10000)")
     src.add_argument("--d", type=_positive_int, default=10, help="synthetic features (default 10)")
     job = p.add_argument_group("job")
-    job.add_argument("--partition", choices=["rows", "columns"], default="rows")
-    job.add_argument("--parties", type=_positive_int, default=4)
+    job.add_argument("--partition", choices=["rows", "columns"], default="rows",
+                     help="rows: each party holds whole rows (default); columns: each holds some columns of every row")
+    job.add_argument("--parties", type=_positive_int, default=4, help="simulated parties (default 4)")
     job.add_argument("--k", type=int, default=3, help="number of servers (≥ 2)")
     job.add_argument("--sketch", "--release", dest="sketch", choices=["auto", "sparse", "dense", "gram"], default="auto",
                      help="release kind: auto (default: the planner chooses from public quantities, ltm/planner.py), "
@@ -45,9 +111,11 @@ def _add_simulate(sub: argparse._SubParsersAction) -> None:
     job.add_argument("--share-mode", choices=["seed", "full"], default="seed",
                      help="seed: helper shares travel as 32-byte seeds (default); full: every share explicit")
     priv = p.add_argument_group("privacy")
-    priv.add_argument("--epsilon", type=float, default=1.0)
-    priv.add_argument("--delta", type=float, default=1e-6)
-    priv.add_argument("--mechanism", choices=["gaussian", "laplace"], default="gaussian")
+    priv.add_argument("--epsilon", type=float, default=1.0, help="the job's ε per client (default 1)")
+    priv.add_argument("--delta", type=float, default=1e-6,
+                      help="the job's δ (default 1e-6; with --mechanism laplace the default is 0)")
+    priv.add_argument("--mechanism", choices=["gaussian", "laplace"], default="gaussian",
+                      help="the clients' noise: gaussian (ε, δ)-DP (default) or laplace (pure ε-DP)")
     priv.add_argument("--calibration", default="tight",
                       help="tight (default), paper (Cor 4.7/4.10 as printed), or interpolate(p)")
     priv.add_argument("--t-prime", type=int, default=0, help="corrupt clients tolerated")
@@ -63,10 +131,12 @@ def _add_simulate(sub: argparse._SubParsersAction) -> None:
     mdl.add_argument("--model", choices=["ols", "ridge", "lowrank", "rmgm_ols", "dgm_ols", "rf_ridge"],
                      help="default: ridge, or lowrank for --synthetic lowrank; rf_ridge: parties map their rows "
                           "with public random features, the analyst fits ridge in feature space")
-    mdl.add_argument("--lambda", dest="lam", type=float, help="ridge λ (default: v·√m, see sim/jobs.py)")
+    mdl.add_argument("--lambda", dest="lam", type=float,
+                     help="ridge λ (default: the release's rule, release_lambda in analyst/estimators.py: v·√m for "
+                          "a sketch, AdaSSP-style for gram)")
     mdl.add_argument("--no-debias", dest="debias", action="store_false",
                      help="ridge: do not subtract the known noise Gram (the paper's faithful analyst)")
-    mdl.add_argument("--rank", type=_positive_int, default=5)
+    mdl.add_argument("--rank", type=_positive_int, default=5, help="components of --model lowrank (default 5)")
     mdl.add_argument("--intercept", action="store_true",
                      help="add an explicit intercept column (the public centering already makes the model affine)")
     rf = p.add_argument_group("random features (--model rf_ridge)")
@@ -76,7 +146,8 @@ def _add_simulate(sub: argparse._SubParsersAction) -> None:
     rf.add_argument("--bandwidth", type=float, help="kernel bandwidth in standardised input units (default √d)")
     rf.add_argument("--feature-map", choices=["cos", "sincos"], default="cos",
                     help="cos: √(2/N)cos(ωx+b), N entries; sincos: [cos ωx, sin ωx]/√N, 2N entries, norm 1")
-    rf.add_argument("--kernel", choices=["gaussian", "laplacian"], default="gaussian")
+    rf.add_argument("--kernel", choices=["gaussian", "laplacian"], default="gaussian",
+                    help="the shift-invariant kernel the random features approximate (default gaussian)")
     p.add_argument("--seed", type=int, help="SEEDED MODE: reproducible and NOT private (experiments only)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_run_simulate)
@@ -125,22 +196,22 @@ def _run_simulate(args: argparse.Namespace) -> int:
 
 
 def _print_simulate_summary(r: dict[str, Any]) -> None:
-    from sim.summary import model_table, privacy_lines, variation_note, verdict
+    from sim.summary import model_table, privacy_lines, release_words, variation_note, verdict
 
     pr = r["privacy"]
     print(f"LTM simulate — {r['data']}")
     print(f"  {r['n_train']} training rows, {r['parties']} parties ({r['partition']}), {r['servers']} servers, "
-          f"{r['sketch']['kind']} sketch m={r['sketch']['m']} s={r['sketch']['s']}")
+          f"{release_words(r['sketch'])}")
     if r.get("plan"):
         print(f"  release kind chosen by the planner: {r['plan']['reason']}")
-    for line in privacy_lines(pr):
+    for line in privacy_lines(pr, str(r["sketch"]["kind"])):
         print(line)
     print(f"  randomness: {r['randomness']}")
-    for line in model_table("LTM " + r["model"], r["metrics"], r["baselines"]):
+    for line in model_table("LTM " + r["model"], r["metrics"], r["baselines"], private_lam=r.get("lambda")):
         print(line)
     if "r2" in r["metrics"]:
         print("  " + verdict(r["metrics"], r["baselines"], n=int(r["n_train"]), epsilon=float(pr["epsilon"]),
-                             release_kind=str(r["sketch"]["kind"])))
+                             release_kind=str(r["sketch"]["kind"]), planned=bool(r.get("plan"))))
     seeded = str(r.get("randomness", "")).startswith("seeded")
     note = variation_note(r.get("randomness", ""), seeded)
     if r.get("synthetic") or str(r.get("data", "")).startswith("synthetic"):
@@ -159,18 +230,20 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help=COMMANDS["bench"][1])
     bsub = p.add_subparsers(dest="bench", required=True)
     sk = bsub.add_parser("sketch", help="one server's result-share computation and the bytes it receives")
-    sk.add_argument("--n", type=_positive_int, default=1_000_000)
-    sk.add_argument("--d", type=_positive_int, default=10)
-    sk.add_argument("--m", type=_positive_int, default=100)
-    sk.add_argument("--s", type=_positive_int, default=1)
-    sk.add_argument("--k", type=int, default=3)
-    sk.add_argument("--runs", type=_positive_int, default=5)
-    sk.add_argument("--kind", choices=["sparse", "dense"], default="sparse")
-    sk.add_argument("--share-mode", choices=["seed", "full"], default="seed")
+    sk.add_argument("--n", type=_positive_int, default=1_000_000, help="clients (default 1000000)")
+    sk.add_argument("--d", type=_positive_int, default=10, help="entries per client vector (default 10)")
+    sk.add_argument("--m", type=_positive_int, default=100, help="sketch rows (default 100)")
+    sk.add_argument("--s", type=_positive_int, default=1,
+                    help="non-zeros per column of a sparse sketch (default 1)")
+    sk.add_argument("--k", type=int, default=3, help="servers the shares are split over (≥ 2, default 3)")
+    sk.add_argument("--runs", type=_positive_int, default=5, help="timed repetitions (default 5)")
+    sk.add_argument("--kind", choices=["sparse", "dense"], default="sparse", help="sketch kind (default sparse)")
+    sk.add_argument("--share-mode", choices=["seed", "full"], default="seed",
+                    help="seed: helper shares travel as 32-byte seeds (default); full: every share explicit")
     sk.add_argument("--json", action="store_true", help="print JSON (the default output is JSON too)")
     sk.set_defaults(func=_run_bench_sketch)
     grid = bsub.add_parser("paper", help="every cell of Burkhardt et al. Tables 3-5 vs MP-SPDZ (JSON)")
-    grid.add_argument("--runs", type=_positive_int, default=5)
+    grid.add_argument("--runs", type=_positive_int, default=5, help="timed repetitions per cell (default 5)")
     grid.add_argument("--json", action="store_true", help="print JSON (the default output is JSON too)")
     grid.set_defaults(func=_run_bench_paper)
     from sim.bench_e2e import add_parser as add_e2e  # imports grpc; only when `bench` is the command
@@ -223,7 +296,7 @@ COMMANDS = {
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     import importlib
 
-    parser = argparse.ArgumentParser(prog="ltm", description="LTM: distributed differential privacy by secure sketching")
+    parser = LtmParser(prog="ltm", description="LTM: distributed differential privacy by secure sketching")
     parser.add_argument("--version", action="version", version="ltm 0.1.0")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (target, help_text) in COMMANDS.items():

@@ -334,9 +334,13 @@ def plan_release(inp: PlanInputs) -> Plan:
     best = min(feasible, key=lambda c: (round(math.log(max(c.predicted_excess, 1e-300)) / math.log(1.01)),
                                         c.upload_values))
     what = "predicted R² loss" if inp.task == "regression" else "predicted relative spectral error"
-    others = ", ".join(f"{c.kind}(m={c.m}) {c.predicted_excess:.3g}" if c.feasible else f"{c.kind}: {c.note}"
+    def shape(c) -> str:  # a gram release has no sketch rows m or non-zeros s to name
+        return "gram" if c.kind == "gram" else f"{c.kind}(m={c.m})" if c.kind == "dense" else \
+            f"{c.kind}(m={c.m}, s={c.s})"
+
+    others = ", ".join(f"{shape(c)} {c.predicted_excess:.3g}" if c.feasible else f"{c.kind}: {c.note}"
                        for c in cands if c is not best)
-    reason = (f"{best.kind} (m={best.m}, s={best.s}) has the smallest {what}, {best.predicted_excess:.3g}; "
+    reason = (f"{shape(best)} has the smallest {what}, {best.predicted_excess:.3g}; "
               f"{others or 'no other candidate'}.")
     if best.kind == "gram":
         reason += (" A gram release's error does not grow with n (noisy ZᵀZ), a sketch's cross term (SX)ᵀN "

@@ -21,7 +21,7 @@ from party.ledger import (DEFAULT_BUDGET_DELTA, DEFAULT_BUDGET_EPSILON, Accounta
                           BudgetExceeded, LedgerError, PrivacyLedger, source_fingerprint)
 from party.randomizer import DEFAULT_BATCH_CLIENTS, PartyDataError, check_source, party_randomness
 from party.uploader import PartyPolicy, PolicyViolation, UploadIncomplete, fetch_job, run_upload
-from transport.config import add_actor_arguments, load_config, merge
+from transport.config import REQUIRED_TITLE, add_actor_arguments, load_config, merge
 from transport.logs import setup_logging
 from transport.tls import check_certificates, make_channel
 
@@ -31,13 +31,21 @@ RETRY_FETCH = (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNAVAILABLE, grpc.Stat
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("party", help="run a party: fetch and vet a job, upload shares to every server")
-    p.add_argument("--id", help="this party's identity, e.g. party-3 (must match its certificate)")
-    p.add_argument("--servers", help="server endpoints host:port, comma-separated, in the job's server order")
+    p = sub.add_parser("party", help="run a party: fetch and vet a job, upload shares to every server",
+                       description="A data owner's process. It fetches the job a server publishes, refuses it "
+                                   "unless it meets this party's policy (ε, δ, corruption tolerance, calibration) "
+                                   "and its privacy budget, charges the ledger, then clips, noises and "
+                                   "secret-shares its clients' rows and uploads one share to each server over "
+                                   "mutual TLS. No raw row leaves the process. JSON log lines go to stderr; a "
+                                   "summary for a person to stdout at the end.")
+    req = p.add_argument_group(REQUIRED_TITLE)
+    req.add_argument("--id", required=True, help="this party's identity, e.g. party-3 (must match its certificate)")
+    req.add_argument("--servers", required=True,
+                     help="server endpoints host:port, comma-separated, in the job's server order")
     p.add_argument("--server-ids", help="expected server identities, comma-separated (default: the identities the "
                                         "job spec names, pinned in the TLS handshake either way)")
-    p.add_argument("--job", help="job id to join")
-    p.add_argument("--data", help="this party's rows (rows partition) or columns (columns partition): a CSV, an .npz "
+    req.add_argument("--job", required=True, help="job id to join")
+    req.add_argument("--data", required=True, help="this party's rows (rows partition) or columns (columns partition): a CSV, an .npz "
                                   "or a directory of <column>.npy (read a batch at a time), or a generated "
                                   "benchmark source (synthetic:ridge?d=10&n=1000000&seed=1, or a *.synth.json)")
     p.add_argument("--max-epsilon", type=float, help="largest ε this party accepts (default 1)")
@@ -67,7 +75,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--state-dir", help="directory for the crash-recovery upload journal (default: "
                                        "<directory of --data>/.ltm-party-state); keep it on persistent storage")
     p.add_argument("--summary-file", help="write a JSON summary of the upload here")
-    p.add_argument("--no-progress", action="store_true", default=None)
+    p.add_argument("--no-progress", action="store_true", default=None,
+                   help="no progress lines on stderr while uploading (the JSON log and the summary remain)")
     add_actor_arguments(p, serves=False)
     p.set_defaults(func=run)
 
@@ -222,7 +231,41 @@ async def participate(args: argparse.Namespace) -> dict:
             source.close()
     log.info("upload complete", extra=asdict(summary))
     return {**asdict(summary), "job_id": spec.job_id, "job_digest": spec.digest, "randomness": randomness.label,
+            "job_epsilon": spec.privacy.epsilon, "job_delta": spec.privacy.delta,
+            "server_ids": [s.server_id for s in spec.servers], "endpoints": endpoints,
             "ledger": admission.to_json(), **process_usage(), "upload_cpu_s": upload_cpu_s}
+
+
+def summary_lines(r: dict) -> list[str]:
+    """The end of a party's run for a person (stdout; the JSON log lines go to stderr): the job,
+    what was sent where, how long it took, and the privacy spent and left."""
+    from party.ledger import describe_admission
+    from transport.metering import human_bytes
+
+    def count(n: int, word: str, plural: str) -> str:
+        return f"{n} {word if n == 1 else plural}"
+
+    lines = [f"ltm party {r['party_id']}: job {r['job_id']!r} uploaded: {count(r['clients'], 'client', 'clients')} "
+             f"in {count(r['batches'], 'batch', 'batches')}, {r['seconds']:.2f} s"]
+    if r.get("skipped_batches") or r.get("resumed_batches"):
+        lines.append(f"  resumed from the upload journal: skipped {count(r.get('skipped_batches', 0), 'batch', 'batches')} "
+                     f"an earlier run had delivered, re-sent {count(r.get('resumed_batches', 0), 'batch', 'batches')} "
+                     f"it had started")
+    ids = r.get("server_ids") or [f"server-{i}" for i in range(len(r["bytes_per_server"]))]
+    ends = r.get("endpoints") or [""] * len(ids)
+    lines.append("  sent: " + ", ".join(f"{sid}{f' ({e})' if e else ''} {human_bytes(b)}"
+                                        for sid, e, b in zip(ids, ends, r["bytes_per_server"]))
+                 + (f"; {count(r['retries'], 'call', 'calls')} retried" if r.get("retries") else ""))
+    entry = r.get("ledger")
+    if entry:
+        left = ""
+        after, budget = entry["after"].get("epsilon"), entry["budget"].get("epsilon")
+        if isinstance(after, (int, float)) and isinstance(budget, (int, float)):
+            left = f"; ε {max(budget - after, 0.0):.4g} of the budget left"
+        lines.append(f"  privacy: this job is (ε {r['job_epsilon']:g}, δ {r['job_delta']:g})-DP per client; this source's "
+                     f"ledger {describe_admission(entry)}{left}")
+    lines.append(f"  randomness: {r['randomness']}")
+    return lines
 
 
 def run(args: argparse.Namespace) -> int:
@@ -254,4 +297,5 @@ def run(args: argparse.Namespace) -> int:
         return 6
     if args.summary_file:
         Path(args.summary_file).write_text(json.dumps(result))
+    print("\n".join(summary_lines(result)), flush=True)
     return 0

@@ -9,12 +9,13 @@ import argparse
 import asyncio
 import logging
 import sys
+import time
 from pathlib import Path
 
 from server.core import ServerCore
 from server.limits import ServerLimits
 from server.service import MAX_BATCH_BYTES, ServerService, add_to_server
-from transport.config import ConfigError, add_actor_arguments, load_config, merge
+from transport.config import REQUIRED_TITLE, ConfigError, add_actor_arguments, load_config, merge, relax_required
 from transport.logs import setup_logging
 from transport.memory import share_one_malloc_arena
 from transport.metering import ByteMeter
@@ -27,18 +28,43 @@ SERVICE_NAME = "ltm.v1.Server"
 MAX_RECEIVE_MESSAGE_BYTES = 8 << 20
 
 
+class _OfflineAction(argparse.Action):
+    """``--check``/``--repair``: a flag (default None, so a config file may set it) that works on a
+    stopped server's data directory, so --id and --listen are not required with it."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=None, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        setattr(namespace, self.dest, True)
+        relax_required(parser, {"id", "listen"})
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("server", help="run an LTM server (stores shares, enforces the release gate)")
-    p.add_argument("--id", help="this server's identity, e.g. server-0 (must match its certificate)")
-    p.add_argument("--listen", help="address to bind, e.g. 127.0.0.1:50051 (port 0 = any free port)")
-    p.add_argument("--data-dir", help="directory for the durable store (SQLite WAL + share blobs), kept 0700")
+    p = sub.add_parser("server", help="run an LTM server (stores shares, enforces the release gate)",
+                       description="One of the job's k non-colluding servers. It publishes the jobs the analyst "
+                                   "creates, stores the shares parties upload (durably, in --data-dir), and at "
+                                   "release applies the job's public linear map to its shares and returns one "
+                                   "result share to the analyst, once per job and only if the release gate passes "
+                                   "(the caller is the analyst, it holds every participant, every sketch row "
+                                   "keeps its honest noise load; docs/architecture.md §5). It never sees a raw "
+                                   "row. JSON log lines go to stderr; a readable startup and shutdown line to "
+                                   "stdout. SIGTERM stops it gracefully. --check and --repair work on a stopped "
+                                   "server's --data-dir and need neither --id nor --listen.")
+    req = p.add_argument_group(REQUIRED_TITLE)
+    req.add_argument("--id", required=True,
+                     help="this server's identity, e.g. server-0 (must match its certificate)")
+    req.add_argument("--listen", required=True,
+                     help="address to bind, e.g. 127.0.0.1:50051 (port 0 = any free port)")
+    req.add_argument("--data-dir", required=True,
+                     help="directory for the durable store (SQLite WAL + share blobs), kept 0700")
     p.add_argument("--max-batch-bytes", type=int, help=f"largest accepted batch (default {MAX_BATCH_BYTES})")
     p.add_argument("--limit", action="append", metavar="NAME=VALUE",
                    help="a resource limit, repeatable (e.g. stream_idle_seconds=30); names and defaults: "
                         "see server/limits.py and docs")
-    p.add_argument("--check", action="store_true", default=None,
+    p.add_argument("--check", action=_OfflineAction,
                    help="verify --data-dir offline (every blob and release record against its digest) and exit")
-    p.add_argument("--repair", action="store_true", default=None,
+    p.add_argument("--repair", action=_OfflineAction,
                    help="make a --data-dir the server refuses startable, deleting nothing: unknown blobs move "
                         "to quarantine/, jobs named by orphaned release markers are retired for good; then exit")
     add_actor_arguments(p, serves=True)
@@ -48,7 +74,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 async def serve(args: argparse.Namespace, limits: ServerLimits) -> None:
     from server.sqlite_store import SqliteStore
 
-    core = ServerCore(args.id, SqliteStore(Path(args.data_dir)))
+    store = SqliteStore(Path(args.data_dir))
+    core = ServerCore(args.id, store)
     meter = ByteMeter()
     service = ServerService(core, insecure=bool(args.insecure), limits=limits, meter=meter)
     # gRPC's own bound on one received message, well under the channel default of 64 MiB: a 60 MB
@@ -63,9 +90,33 @@ async def serve(args: argparse.Namespace, limits: ServerLimits) -> None:
                                                         ("grpc.http2.bdp_probe", 0),
                                                         ("grpc.http2.lookahead_bytes", limits.stream_window_bytes)])
     add_to_server(service, server)
+    started = time.monotonic()
     await serve_until_signal(server, service_name=SERVICE_NAME, listen=args.listen, cert_dir=args.certs,
                              actor=args.id, insecure=bool(args.insecure), port_file=args.port_file,
-                             health_listen=args.health_listen)
+                             health_listen=args.health_listen,
+                             on_serving=lambda port: say(startup_line(args, port, store.job_count())))
+    say(f"ltm server {args.id}: stopped after {time.monotonic() - started:.0f} s; {jobs(store.job_count())} "
+        f"held in {Path(args.data_dir).absolute()}")
+
+
+def say(line: str) -> None:
+    """A line for a person on stdout (the JSON log lines go to stderr), flushed: under systemd or a
+    launcher stdout is a pipe and would hold it until exit."""
+    print(line, flush=True)
+
+
+def startup_line(args: argparse.Namespace, port: int, held: int) -> str:
+    """``ltm server server-0: listening on 127.0.0.1:50051 (mutual TLS, …); store …, N jobs held``."""
+    host = args.listen.rsplit(":", 1)[0] if ":" in args.listen else args.listen
+    tls = ("PLAINTEXT, unauthenticated: --insecure, for testing only" if args.insecure
+           else f"mutual TLS, certificates {args.certs}")
+    health = f"; health probe in plaintext on {args.health_listen}" if args.health_listen else ""
+    return (f"ltm server {args.id}: listening on {host}:{port} ({tls}); store {Path(args.data_dir).absolute()}, "
+            f"{jobs(held)} held{health}. Stop with SIGTERM (Ctrl-C).")
+
+
+def jobs(n: int) -> str:
+    return f"{n} job" if n == 1 else f"{n} jobs"
 
 
 def check(data_dir: str) -> int:

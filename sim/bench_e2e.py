@@ -67,10 +67,10 @@ def add_parser(bench_sub: argparse._SubParsersAction) -> None:
     p = bench_sub.add_parser("e2e", help="networked end-to-end run on loopback: wall time, phases, peak RSS, disk")
     p.add_argument("--n", type=parse_counts, default=[1_000_000],
                    help="clients: 1000000, 1e8, or a series 1e6,1e7,1e8 (default 1e6)")
-    p.add_argument("--d", type=int, default=10)
-    p.add_argument("--m", type=int, default=100)
-    p.add_argument("--s", type=int, default=1)
-    p.add_argument("--k", type=int, default=3)
+    p.add_argument("--d", type=int, default=10, help="features per client (default 10)")
+    p.add_argument("--m", type=int, default=100, help="sketch rows (default 100)")
+    p.add_argument("--s", type=int, default=1, help="non-zeros per column of a sparse sketch (default 1)")
+    p.add_argument("--k", type=int, default=3, help="server processes (default 3)")
     p.add_argument("--release", "--kind", dest="kind", choices=["sparse", "dense", "gram", "auto"], default="sparse",
                    help="release kind (gram: clients upload D(D+1)/2 lifted values, the map is the sum; m, s unused)")
     p.add_argument("--parties", type=int,

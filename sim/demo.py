@@ -51,16 +51,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="run a whole networked job on loopback: certs, servers, analyst, parties")
     p.add_argument("--parties", type=int, default=4, help="party processes (default 4)")
     p.add_argument("--k", type=int, default=3, help="server processes (default 3)")
-    p.add_argument("--epsilon", type=float, default=1.0)
-    p.add_argument("--delta", type=float, default=1e-6)
+    p.add_argument("--epsilon", type=float, default=1.0, help="the job's ε per client (default 1)")
+    p.add_argument("--delta", type=float, default=1e-6, help="the job's δ (default 1e-6)")
     p.add_argument("--m", type=int, help="sketch rows (default: the rule of sim/jobs.py)")
-    p.add_argument("--s", type=int, default=1)
+    p.add_argument("--s", type=int, default=1, help="non-zeros per column of a sparse sketch (default 1)")
     p.add_argument("--sketch", "--release", dest="sketch", choices=["auto", "sparse", "dense", "gram"], default="auto",
                    help="release kind (default auto: the planner chooses, ltm/planner.py)")
-    p.add_argument("--partition", choices=["rows", "columns"], default="rows")
-    p.add_argument("--share-mode", choices=["seed", "full"], default="seed")
+    p.add_argument("--partition", choices=["rows", "columns"], default="rows",
+                   help="rows: each party holds whole rows (default); columns: each holds some columns of every row")
+    p.add_argument("--share-mode", choices=["seed", "full"], default="seed",
+                   help="seed: helper shares travel as 32-byte seeds (default); full: every share explicit")
     p.add_argument("--data", help="CSV instead of the bundled dataset (with --label)")
-    p.add_argument("--label")
+    p.add_argument("--label", help="label column of --data (the model predicts it from the other columns)")
     p.add_argument("--seed", type=int, help="SEEDED MODE: reproducible and NOT private (experiments only)")
     p.add_argument("--workdir", help="keep certificates, stores, logs and outputs here (default: a temp dir, removed)")
     p.add_argument("--deadline", type=float, default=60.0, help="seconds the analyst waits for parties")
@@ -260,7 +262,7 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
 
 def print_summary(r: dict[str, Any]) -> None:
     """The demo's report for a person: every figure labelled, a verdict, what varies and why."""
-    from sim.summary import byte_lines, model_table, privacy_lines, variation_note, verdict
+    from sim.summary import byte_lines, model_table, privacy_lines, release_words, variation_note, verdict
 
     pr, m, b = r["privacy"], r["metrics"], r["baselines"]
     print(f"LTM demo — {r['data']}, {'mutual TLS' if r['tls'] else 'PLAINTEXT (--insecure)'}")
@@ -269,22 +271,22 @@ def print_summary(r: dict[str, Any]) -> None:
         roles.setdefault(p["role"], []).append(f"{p['id']} (pid {p['pid']})")
     for role, names in roles.items():
         print(f"  {role:8s} {', '.join(names)}")
-    print(f"  job: {r['n_train']} training rows, {r['partition']} partition, {r['sketch']['kind']} sketch "
-          f"m={r['sketch']['m']} s={r['sketch']['s']}, {r['participants']} participants; "
+    print(f"  job: {r['n_train']} training rows, {r['partition']} partition, {release_words(r['sketch'])}, "
+          f"{r['participants']} participants; "
           f"{r.get('n_test', 0)} held-out rows for testing")
     if r.get("plan"):
         print(f"  release kind chosen by the planner: {r['plan']['reason']}")
-    for line in privacy_lines(pr):
+    for line in privacy_lines(pr, str(r["sketch"]["kind"])):
         print(line)
     for party, entry in sorted(r.get("ledgers", {}).items()):
         print(f"  ledger {party}: {describe_admission(entry)}")
     if r.get("scales_from"):
         print(f"  column centres and scales: {r['scales_from']}")
-    for line in model_table("LTM (private)", m, b):
+    for line in model_table("LTM (private)", m, b, private_lam=r.get("lambda")):
         print(line)
     kind = (r.get("release") or {}).get("kind") if isinstance(r.get("release"), dict) else None
     print("  " + verdict(m, b, n=int(r["participants"]), epsilon=float(pr["epsilon"]),
-                         release_kind=str(kind or r["sketch"]["kind"])))
+                         release_kind=str(kind or r["sketch"]["kind"]), planned=bool(r.get("plan"))))
     print("  " + variation_note(r.get("randomness", ""), seeded=str(r.get("randomness", "")).startswith("seeded")))
     for line in byte_lines(r["bytes"]):
         print(line)
@@ -316,21 +318,23 @@ def add_operate_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--write-job", metavar="FILE",
                    help="write the job as a job file here (for `ltm job submit`) with the party files, and stop")
     p.add_argument("--certs", help="certificate directory (the operator authenticates as 'operator')")
-    p.add_argument("--insecure", action="store_true")
-    p.add_argument("--parties", type=int, default=4)
-    p.add_argument("--epsilon", type=float, default=1.0)
-    p.add_argument("--delta", type=float, default=1e-6)
-    p.add_argument("--m", type=int)
-    p.add_argument("--s", type=int, default=1)
+    p.add_argument("--insecure", action="store_true", help="plaintext transport (testing only)")
+    p.add_argument("--parties", type=int, default=4, help="parties to split the rows over (default 4)")
+    p.add_argument("--epsilon", type=float, default=1.0, help="the job's ε per client (default 1)")
+    p.add_argument("--delta", type=float, default=1e-6, help="the job's δ (default 1e-6)")
+    p.add_argument("--m", type=int, help="sketch rows (default: the rule of sim/jobs.py)")
+    p.add_argument("--s", type=int, default=1, help="non-zeros per column of a sparse sketch (default 1)")
     p.add_argument("--sketch", "--release", dest="sketch", choices=["auto", "sparse", "dense", "gram"], default="auto",
                    help="release kind (default auto: the planner chooses, ltm/planner.py)")
-    p.add_argument("--partition", choices=["rows", "columns"], default="rows")
-    p.add_argument("--share-mode", choices=["seed", "full"], default="seed")
-    p.add_argument("--data")
-    p.add_argument("--label")
+    p.add_argument("--partition", choices=["rows", "columns"], default="rows",
+                   help="rows: each party holds whole rows (default); columns: each holds some columns of every row")
+    p.add_argument("--share-mode", choices=["seed", "full"], default="seed",
+                   help="seed: helper shares travel as 32-byte seeds (default); full: every share explicit")
+    p.add_argument("--data", help="CSV instead of the bundled dataset (with --label)")
+    p.add_argument("--label", help="label column of --data")
     p.add_argument("--seed", type=int, help="SEEDED MODE (the parties must get the same --seed)")
-    p.add_argument("--deadline", type=float, default=120.0)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--deadline", type=float, default=120.0, help="seconds the analyst waits for parties (default 120)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run_operate)
 
 

@@ -486,12 +486,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        description="Start k `ltm server` processes on 127.0.0.1 with mTLS, give each of P parties "
                                    "its own certificate and channels, upload every party's batch to all servers "
                                    "concurrently, re-upload it (idempotency), release and check the result.")
-    p.add_argument("--parties", type=int, default=1000)
-    p.add_argument("--clients-per-party", type=int, default=4)
+    p.add_argument("--parties", type=int, default=1000, help="concurrent parties P (default 1000)")
+    p.add_argument("--clients-per-party", type=int, default=4, help="clients in each party's batch (default 4)")
     p.add_argument("--width", type=int, default=4, help="columns per client vector")
-    p.add_argument("--m", type=int, default=16)
+    p.add_argument("--m", type=int, default=16, help="sketch rows (default 16)")
     p.add_argument("--k", type=int, default=3, help="servers")
-    p.add_argument("--share-mode", choices=["seed", "full"], default="seed")
+    p.add_argument("--share-mode", choices=["seed", "full"], default="seed",
+                   help="seed: helper shares travel as 32-byte seeds (default); full: every share explicit")
     p.add_argument("--drivers", type=int, default=1, help="driver processes the parties are split over")
     p.add_argument("--no-duplicate", dest="duplicate", action="store_false", help="skip the re-upload round")
     p.add_argument("--deadline", type=float, default=600.0, help="stop (and fail) after this many seconds")

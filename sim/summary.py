@@ -12,7 +12,7 @@ from typing import Any
 
 #: One line per comparison row: what it is.
 BASELINE_MEANINGS = {
-    "nonprivate": "the same model fitted on the exact training rows, no noise: the ceiling",
+    "nonprivate": "OLS fitted on the exact training rows, no noise: the reference for R² and MSE",
     "central": "a trusted curator adds DP noise once to the exact statistics (same ε, δ): "
                "the best a DP method can hope for",
     "local": "each client adds enough noise to be DP on its own, no secure aggregation (same ε, δ)",
@@ -20,7 +20,8 @@ BASELINE_MEANINGS = {
 METRIC_MEANINGS = {
     "r2": "R² on the held-out rows (1 = perfect, 0 = predicting the mean)",
     "mse": "mean squared error on the held-out rows (raw units)",
-    "phi": "φ = the ridge objective of the coefficients on the training rows ÷ its minimum (1 = optimal)",
+    "phi": "φ = the ridge objective ‖Ax − b‖² + λ‖x‖² of the coefficients on the training rows ÷ its minimum "
+           "(1 = optimal)",
     "psi": "ψ = the low-rank excess risk per row (0 = optimal)",
 }
 
@@ -31,8 +32,26 @@ def _fmt(value: Any, spec: str) -> str:
     return "—"
 
 
-def model_table(model_name: str, metrics: dict[str, Any], baselines: dict[str, Any]) -> list[str]:
-    """The comparison table, then one line per row and per metric saying what it means."""
+def release_words(sketch: dict[str, Any]) -> str:
+    """What was released, named for its kind: "sparse sketch m=61 s=1", "dense sketch m=40", or
+    "gram release (noisy ZᵀZ)" — a Gram release is the noisy sufficient statistics, not a sketch,
+    and has no m or s to speak of."""
+    kind = str(sketch.get("kind", ""))
+    if kind == "gram":
+        return "gram release (noisy sufficient statistics ZᵀZ, no sketch)"
+    if kind == "dense":
+        return f"dense sketch m={sketch.get('m')}"
+    return f"{kind} sketch m={sketch.get('m')} s={sketch.get('s')}"
+
+
+def model_table(model_name: str, metrics: dict[str, Any], baselines: dict[str, Any],
+                private_lam: float | None = None) -> list[str]:
+    """The comparison table, then one line per row and per metric saying what it means.
+
+    ``private_lam``: the private model's ridge λ, at which φ is scored for every row (``sim/simulate.py``):
+    φ measures closeness to the minimiser of THAT objective, so a row fitted with another λ — OLS,
+    λ = 0 — has φ > 1 however good its fit; the φ line says so whenever such a row scores above the
+    private model."""
     names = [k for k in ("r2", "mse", "phi", "psi") if k in metrics]
     headers = {"r2": "R²", "mse": "MSE", "phi": "φ", "psi": "ψ"}
     lines = [f"  {'':14s}" + "".join(f"{headers[k]:>12s}" for k in names)]
@@ -40,7 +59,7 @@ def model_table(model_name: str, metrics: dict[str, Any], baselines: dict[str, A
     for name, vals in rows:
         lines.append(f"  {name:14s}" + "".join(f"{_fmt(vals.get(k), '>12.4g')}" for k in names))
     lines.append("  what the rows are:")
-    lines.append(f"    {model_name:14s} this run's private model, fitted by the analyst on the released DP sketch")
+    lines.append(f"    {model_name:14s} this run's private model, fitted by the analyst on the DP release")
     for name, vals in baselines.items():
         meaning = BASELINE_MEANINGS.get(name, "")
         method = vals.get("method") if isinstance(vals, dict) else None
@@ -49,17 +68,39 @@ def model_table(model_name: str, metrics: dict[str, Any], baselines: dict[str, A
         extra += f" [λ = {lam:.3g}]" if isinstance(lam, (int, float)) else ""
         lines.append(f"    {name:14s} {meaning}{extra}".rstrip())
     lines.append("  what the columns are:")
-    lines.extend(f"    {METRIC_MEANINGS[k]}" for k in names)
+    for k in names:
+        line = f"    {METRIC_MEANINGS[k]}"
+        if k == "phi":
+            line += (f", every row scored at the private model's λ = {private_lam:.3g}"
+                     if isinstance(private_lam, (int, float)) else ", every row scored at the private model's λ")
+            private = metrics.get("phi")
+            over = [name for name, vals in baselines.items() if name.startswith("nonprivate")
+                    and isinstance(vals, dict) and isinstance(vals.get("phi"), (int, float))
+                    and isinstance(private, (int, float)) and vals["phi"] > private]
+            if over:
+                one = len(over) == 1
+                line += (f"; {' and '.join(over)} score{'s' if one else ''} above the private model because "
+                         f"{'it is' if one else 'they are'} fitted with another λ (OLS: λ = 0) and "
+                         f"minimise{'s' if one else ''} another objective: that λ's penalty, not a worse fit "
+                         f"(compare by R² and MSE); a DP row's φ mixes its own λ with its noise")
+        lines.append(line)
     return lines
 
 
 def verdict(metrics: dict[str, Any], baselines: dict[str, Any], *, n: int, epsilon: float,
-            release_kind: str) -> str:
-    """One plain sentence: the private R² as a fraction of the central one, and what would raise it."""
+            release_kind: str, planned: bool = False) -> str:
+    """One plain sentence: the private R² as a fraction of the central one, and what would raise it.
+
+    ``planned``: the planner chose ``release_kind`` as the one with the smallest predicted loss, so
+    another kind is not suggested; a kind given by hand is, as "let the planner choose"."""
     r2 = metrics.get("r2")
     central = (baselines.get("central") or {}).get("r2")
-    raise_it = (f"more clients (the noise stays the same while the signal grows with n; this run had n = {n}), a larger ε "
-                f"(now {epsilon:g}), or another release kind than '{release_kind}'")
+    helps = [f"more clients (the noise stays the same while the signal grows with n; this run had n = {n})",
+             f"a larger ε (now {epsilon:g})"]
+    if not planned:
+        helps.append(f"letting the planner choose the release kind (--release auto; this run used "
+                     f"'{release_kind}', given by hand)")
+    raise_it = ", ".join(helps[:-1]) + " or " + helps[-1]
     if not isinstance(r2, (int, float)) or not isinstance(central, (int, float)):
         return f"verdict: no R² to compare; what would help: {raise_it}"
     if central <= 0:
@@ -86,13 +127,14 @@ def variation_note(randomness: str, seeded: bool) -> str:
             "non-private row does not (the held-out rows are a fixed public split)")
 
 
-def privacy_lines(pr: dict[str, Any]) -> list[str]:
-    """The guarantee, then requested vs achieved δ with the loads behind it."""
+def privacy_lines(pr: dict[str, Any], release_kind: str = "") -> list[str]:
+    """The guarantee, then requested vs achieved δ with the loads behind it (``release_kind``
+    "gram": the loads are of the released statistics' entries, there are no sketch rows)."""
     lines = [f"  privacy: {pr.get('guarantee', '')}"]
     eps, delta, achieved = pr.get("epsilon"), pr.get("delta"), pr.get("achieved_delta")
     if isinstance(achieved, (int, float)) and pr.get("mechanism", "gaussian") == "gaussian":
         lines.append(f"    δ requested {_fmt(delta, '.3g')}, achieved {achieved:.3g} at ε = {_fmt(eps, 'g')}: the weakest "
-                     f"sketch row carries the noise of {pr.get('min_honest_load')} honest clients (promised "
+                     f"{'released entry' if release_kind == 'gram' else 'sketch row'} carries the noise of {pr.get('min_honest_load')} honest clients (promised "
                      f"L = {pr.get('promised_min_honest_load')}); more honest noise than promised buys a smaller δ")
     sig_c, sig_y = pr.get("sigma_client"), pr.get("sigma_release")
     if isinstance(sig_c, (int, float)) and isinstance(sig_y, (int, float)) and sig_y:
@@ -105,13 +147,9 @@ def byte_lines(b: dict[str, Any], server_ids: list[str] | None = None) -> list[s
     """Per-server byte counts, labelled."""
     up = list(b.get("party_to_server") or [])
     down = list(b.get("server_to_analyst") or [])
+    from transport.metering import human_bytes as human
+
     ids = server_ids or [f"server-{i}" for i in range(max(len(up), len(down)))]
-
-    def human(x: Any) -> str:
-        if not isinstance(x, (int, float)):
-            return "—"
-        return f"{x / 1e6:.2f} MB" if x >= 1e6 else f"{x / 1e3:.1f} kB" if x >= 1e3 else f"{int(x)} B"
-
     lines = ["  bytes moved (payload):"]
     lines.append("    parties → servers: " + ", ".join(f"{sid} {human(x)}" for sid, x in zip(ids, up))
                  + (f" (total {human(b.get('party_to_server_total'))})" if "party_to_server_total" in b else ""))

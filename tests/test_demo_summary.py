@@ -32,13 +32,13 @@ REPORT = {
 def test_summary_labels_every_figure_and_gives_a_verdict(capsys):
     print_summary(copy.deepcopy(REPORT))
     out = capsys.readouterr().out
-    for needle in ("nonprivate     the same model fitted on the exact training rows, no noise",
+    for needle in ("nonprivate     OLS fitted on the exact training rows, no noise",
                    "central        a trusted curator adds DP noise once",
                    "local          each client adds enough noise to be DP on its own",
                    "φ = the ridge objective", "R² on the held-out rows",
                    "δ requested 1e-06, achieved 5.8e-07",
                    "verdict: the private model reaches 75% of the central model's R² (0.3 vs 0.4)",
-                   "more clients", "a larger ε (now 1)", "another release kind than 'sparse'",
+                   "more clients", "a larger ε (now 1)", "letting the planner choose the release kind (--release auto",
                    "parties → servers: server-0 2.24 MB, server-1 1.12 MB, server-2 1.12 MB",
                    "servers → analyst: server-0 1.6 kB",
                    "the non-private row does not (the held-out rows are a fixed public split)"):

@@ -44,9 +44,9 @@ def test_privacy_report_recomputes_the_achieved_delta_from_the_weakest_row():
     assert report["participants"] == spec.n and report["servers"] == spec.k
     assert report["dp_verified"] is True
     p = spec.privacy
+    assert (p.t_prime, p.corrupt_parties) == (0, 1)  # a zero tolerance is not named as one
     assert report["guarantee"] == (f"({p.epsilon:g}, {expected:.3g})-DP per client (replace-one), against any "
-                                   f"{spec.k - 1} of {spec.k} servers together with up to {p.t_prime} corrupt "
-                                   f"clients and {p.corrupt_parties} corrupt parties")
+                                   f"{spec.k - 1} of {spec.k} servers together with up to 1 corrupt party")
     for key, value in (("mechanism", "gaussian"), ("epsilon", p.epsilon), ("delta", p.delta),
                        ("calibration", p.calibration), ("clip_norm", spec.clip_bound), ("clip_kind", spec.clip_norm),
                        ("sensitivity_l2", plan.sensitivity), ("sigma_client", plan.sigma_client),
@@ -137,8 +137,11 @@ def test_privacy_report_laplace_and_other_labels():
     assert privacy_report(spec, plan, few, randomness="csprng")["dp_verified"] is False
     cols = _job(partition="columns", s=2)
     text = privacy_report(cols, cols.noise_plan(), mask, randomness="csprng")["guarantee"]
-    assert text.endswith(f"against any 1 of 2 servers together with up to {cols.privacy.corrupt_parties} corrupt "
-                         f"parties (covering the honest parties' columns)")
+    assert cols.privacy.corrupt_parties == 0 and text.endswith("against any 1 of 2 servers")
+    cols2 = _replace(cols, privacy=_replace(cols.privacy, corrupt_parties=2))
+    text = privacy_report(cols2, cols2.noise_plan(), mask, randomness="csprng")["guarantee"]
+    assert text.endswith("against any 1 of 2 servers together with up to 2 corrupt parties (covering the honest "
+                         "parties' columns)")
     interp = _job(calibration="interpolate", interpolate_p=0.5, s=2)
     assert privacy_report(interp, interp.noise_plan(), mask, randomness="x")["calibration"] == "interpolate(0.5)"
 
@@ -202,8 +205,7 @@ def test_privacy_report_labels_the_paper_calibration():
     paper = _replace(spec, privacy=_replace(spec.privacy, calibration="paper"))
     text = privacy_report(paper, plan, np.ones(spec.n, bool), randomness="csprng")["guarantee"]
     assert text.startswith(f"({spec.privacy.epsilon:g}, ")
-    assert text.endswith(") [calibration 'paper': Burkhardt et al. Cor 4.7/4.10 as printed, reproduction mode]") \
-        or text.endswith("corrupt parties [calibration 'paper': Burkhardt et al. Cor 4.7/4.10 as printed, "
+    assert text.endswith("servers [calibration 'paper': Burkhardt et al. Cor 4.7/4.10 as printed, "
                          "reproduction mode]")
 
 

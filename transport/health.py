@@ -18,8 +18,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--as", dest="actor", default="operator",
                    help="identity the probe presents (default operator); a container or pod probing itself "
                         "uses its own, e.g. --as server-0, since it holds no other key")
-    p.add_argument("--insecure", action="store_true")
-    p.add_argument("--timeout", type=float, default=3.0)
+    p.add_argument("--insecure", action="store_true", help="plaintext probe, no certificate (testing only)")
+    p.add_argument("--timeout", type=float, default=3.0, help="seconds to wait for the answer (default 3)")
     p.set_defaults(func=run)
 
 

@@ -60,3 +60,10 @@ class ByteMeter(grpc.aio.ServerInterceptor):
             return data
 
         return handler._replace(request_deserializer=counted_deserialize, response_serializer=counted_serialize)
+
+
+def human_bytes(x: Any) -> str:
+    """A byte count for a person: ``8.96 MB``, ``224 B``; "—" for a missing count."""
+    if not isinstance(x, (int, float)) or isinstance(x, bool):
+        return "—"
+    return f"{x / 1e6:.2f} MB" if x >= 1e6 else f"{x / 1e3:.1f} kB" if x >= 1e3 else f"{int(x)} B"

@@ -16,14 +16,16 @@ log = logging.getLogger("ltm.serve")
 
 async def serve_until_signal(server: grpc.aio.Server, *, service_name: str, listen: str, cert_dir, actor: str,
                              insecure: bool, port_file: str | None = None, grace_s: float = 5.0,
-                             health_listen: str | None = None) -> None:
+                             health_listen: str | None = None, on_serving=None) -> None:
     """Add the standard health service, bind, start, report SERVING, and on SIGTERM/SIGINT
     report NOT_SERVING and stop gracefully (in-flight calls get ``grace_s`` to finish).
 
     ``health_listen``: also serve the health service alone, in plaintext, at this address — for
     probes that hold no client certificate (a container's own health check, the kubelet's gRPC
     probe).  It answers SERVING/NOT_SERVING and nothing else; bind it to loopback unless a probe
-    must reach it from outside the container."""
+    must reach it from outside the container.
+
+    ``on_serving``: called with the bound port once serving (an actor's line for a person)."""
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     port = add_secure_port(server, listen, cert_dir, actor, insecure=insecure)
@@ -42,6 +44,8 @@ async def serve_until_signal(server: grpc.aio.Server, *, service_name: str, list
         tmp.write_text(str(port))
         tmp.replace(port_file)  # launchers poll for the file: make it appear whole
     log.info("serving", extra={"port": port, "tls": not insecure, "service": service_name})
+    if on_serving is not None:
+        on_serving(port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
