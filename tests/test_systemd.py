@@ -103,3 +103,20 @@ def test_the_sysusers_entry_is_a_system_user_without_login():
     line = next(l for l in (UNITS / "ltm.sysusers.conf").read_text().splitlines() if l and not l.startswith("#"))
     kind, name, uid, *_ = line.split()
     assert (kind, name, uid) == ("u", "ltm", "-") and line.split()[-1] == "/usr/sbin/nologin"
+
+
+@pytest.mark.skipif(SYSTEMD_ANALYZE is None, reason="systemd-analyze is not installed (apt-get install systemd)")
+def test_the_services_exposure_is_low(tmp_path):
+    """`systemd-analyze security` rates each service's sandbox (0 best, 10 worst): at most 2.0
+    (today 1.5, "OK"); dropping a hardening option raises it past that."""
+    paths = [p for p in _verify_copies(tmp_path) if "firewall" not in p]
+    for path in paths:
+        r = subprocess.run([SYSTEMD_ANALYZE, "security", "--offline=yes", "--threshold=20", path],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stdout[-1500:] + r.stderr[-500:]
+    weak = Path(paths[0])
+    weak.write_text("\n".join(l for l in weak.read_text().splitlines()
+                              if not l.startswith(("Protect", "Private", "Restrict", "SystemCall", "Capability"))))
+    r = subprocess.run([SYSTEMD_ANALYZE, "security", "--offline=yes", "--threshold=20", str(weak)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0

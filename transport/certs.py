@@ -665,6 +665,8 @@ def _run_ca(args: argparse.Namespace) -> int:
 
 
 def _run_request(args: argparse.Namespace) -> int:
+    if args.id is None and args.role in ("server", "party"):
+        raise ValueError(f"--id is required for a {args.role} (e.g. --id {args.role}-0)")
     actor = args.id or args.role
     validate_actor(actor)
     if role_of(actor) != args.role:
