@@ -58,6 +58,8 @@ class NetnsLab:
     tag: str = field(default_factory=lambda: f"l{os.getpid() % 100000}")
     #: the /24 used: 10.<a>.<b>.0/24 (derived from the tag unless given)
     subnet: tuple[int, int] | None = None
+    #: also give every actor an IPv6 address (a ULA /64, fd00:<a>:<b>::<n>; :meth:`address6`)
+    ipv6: bool = False
     created_ns: list[str] = field(default_factory=list)
     created_links: list[str] = field(default_factory=list)
 
@@ -81,6 +83,11 @@ class NetnsLab:
     def _addr(self, host: int) -> str:
         a, b = self.subnet  # type: ignore[misc]
         return f"10.{a}.{b}.{host}"
+
+    def address6(self, actor: str) -> str:
+        """The actor's IPv6 address (labs made with ``ipv6=True``)."""
+        a, b = self.subnet  # type: ignore[misc]
+        return f"fd00:{a}:{b}::{self.actors.index(actor) + 2}"
 
     def namespace(self, actor: str) -> str:
         return f"{self.tag}-{actor}"
@@ -113,6 +120,8 @@ class NetnsLab:
                 self.created_ns.append(ns)
                 self._leg(f"{self.tag}n{i}", hub, ns)
                 _ip("-n", ns, "addr", "add", f"{self.address(actor)}/24", "dev", f"{self.tag}n{i}")
+                if self.ipv6:  # nodad: usable at once (no duplicate detection on a private bridge)
+                    _ip("-n", ns, "addr", "add", f"{self.address6(actor)}/64", "dev", f"{self.tag}n{i}", "nodad")
                 _ip("-n", ns, "link", "set", f"{self.tag}n{i}", "up")
                 _ip("-n", ns, "link", "set", "lo", "up")
         except BaseException:

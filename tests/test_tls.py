@@ -451,7 +451,7 @@ def test_certs_cli(tmp_path, capsys):
     expected = {"server-0", "server-1", "party-0", "party-1", "party-2", "party-x", "analyst", "operator"}
     # what the actors get: no CA key among it; that goes to <out>-ca, and the output says where it must stay
     assert names == {"ca.pem"} | {f"{a}.pem" for a in expected} | {f"{a}.key" for a in expected}
-    assert {p.name for p in (tmp_path / "certs-ca").iterdir()} == {"ca.key"}
+    assert {p.name for p in (tmp_path / "certs-ca").iterdir()} == {"ca.key", "ca.pem"}  # ca.pem: for `ltm certs sign`
     printed = capsys.readouterr().out
     assert "ca.pem" in printed and "party-x" in printed
     assert f"{tmp_path / 'certs-ca' / 'ca.key'}" in printed and "NEVER copy it to a server, party or analyst host" in printed

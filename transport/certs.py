@@ -18,20 +18,32 @@ certificate of another actor of the same CA (the analyst's, a party's) at a serv
 fails the handshake.
 
 **The CA key never goes to an actor.**  The actors' directory (``--out``) receives ``ca.pem`` and
-the leaves only.  ``ltm certs`` writes the CA key to a separate directory (``--ca-dir``, default
-``<out>-ca``, mode 0700/0600): keep it on the operator's machine (offline), never copy it to a
+the leaves only.  The CA key lives in its own directory, the same everywhere: ``--ca-dir``
+(``ca.key`` 0600 and ``ca.pem``, directory 0700), on the CA host (offline if possible), never on a
 server, party or analyst host — whoever holds it can mint a server identity.  The library call
 :func:`write_certs` discards the key unless given ``ca_dir`` (no further leaves can be issued:
 make a new CA and re-issue every leaf instead).
+
+**Across machines, no private key travels either** (:func:`make_request`, :func:`check_request`,
+:func:`sign_request`): each actor's host makes its own key and a certificate signing request
+(``ltm certs request``); the CA host checks the request against the role's policy — subject
+``O=LTM, OU=<role>, CN=<actor>``, the role's usages exactly, the URI ``ltm://actor/<actor>``, host
+names for serving roles only and never another actor's identity — and signs it (``ltm certs
+sign``). Only requests and certificates are copied.
 
 Actor names: ``analyst``, ``operator``, ``server-<int>``, ``party-<id>`` (id: letters, digits,
 ``_ . -``).
 
 Command line (wired into ``ltm`` by :func:`add_certs_parser`)::
 
+    # one machine (tests, the demo, compose and Kubernetes bundles):
     ltm certs --out certs/ --servers 3 --parties 4 --analyst [--hosts h1,10.0.0.5] [--analyst-hosts a1]
               [--ca-dir ca/] [--force]
     ltm certs --out certs/ --actors server-0,server-1,analyst
+    # across machines:
+    ltm certs ca --ca-dir ca/                                                   # CA host
+    ltm certs request --role server --id server-2 --out certs/ --hosts 10.0.0.12   # server-2's host
+    ltm certs sign --ca-dir ca/ server-2.csr --expect server-2 --out issued/       # CA host
 """
 from __future__ import annotations
 
@@ -55,8 +67,18 @@ __all__ = [
     "ACTOR_RE",
     "ACTOR_URI_PREFIX",
     "DEFAULT_HOSTS",
+    "CSRPolicyError",
     "CertPaths",
     "add_certs_parser",
+    "check_request",
+    "create_ca_dir",
+    "load_ca",
+    "make_request",
+    "role_sans",
+    "role_usages",
+    "sign_request",
+    "sign_request_file",
+    "write_request",
     "certs_main",
     "create_ca",
     "issue_leaf",
@@ -160,42 +182,47 @@ def _host_san(host: str) -> x509.GeneralName:
 SERVING_ROLES = ("server", "analyst")
 
 
-def issue_leaf(ca_key, ca_cert: x509.Certificate, actor: str, hosts: Sequence[str] | None = None,
-               days: int = 365):
-    """A leaf for ``actor`` signed by the CA: ``(private_key, certificate)``.
+def role_usages(role: str) -> list[x509.ObjectIdentifier]:
+    """The extended key usages a certificate of ``role`` gets: serverAuth for serving roles (server,
+    analyst), and clientAuth for every role (a server too: it probes its own health as itself)."""
+    return ([ExtendedKeyUsageOID.SERVER_AUTH] if role in SERVING_ROLES else []) + [ExtendedKeyUsageOID.CLIENT_AUTH]
 
-    Subject ``CN=<actor>``, SAN URI ``ltm://actor/<actor>``.  Serving roles (server, analyst) also
-    get DNS ``<actor>`` (so a client can require that identity with
-    ``grpc.ssl_target_name_override``) and a DNS or IP SAN per entry of ``hosts`` (default for a
-    server: ``localhost``, ``127.0.0.1``; for the analyst: none) and EKU serverAuth; every role gets
-    clientAuth.  ``hosts`` is ignored for
-    non-serving roles: their certificates name no host at all.
-    """
-    validate_actor(actor)
+
+def role_sans(actor: str, hosts: Sequence[str] | None = None) -> list[x509.GeneralName]:
+    """The subject alternative names a certificate of ``actor`` gets: the URI ``ltm://actor/<actor>``;
+    for serving roles also DNS ``<actor>`` and a DNS or IP name per entry of ``hosts`` (default for a
+    server: ``localhost``, ``127.0.0.1``; for the analyst: none). Non-serving roles name no host."""
     role = role_of(actor)
-    key = _new_key()
-    not_before, not_after = _validity(days)
     sans: list[x509.GeneralName] = [x509.UniformResourceIdentifier(ACTOR_URI_PREFIX + actor)]
-    usages = []
     if role in SERVING_ROLES:
-        usages.append(ExtendedKeyUsageOID.SERVER_AUTH)
         sans.append(x509.DNSName(actor))
         default_hosts = DEFAULT_HOSTS if role == "server" else ()
         for host in (default_hosts if hosts is None else hosts):
             san = _host_san(host)
             if san not in sans:
                 sans.append(san)
-    usages.append(ExtendedKeyUsageOID.CLIENT_AUTH)  # a server too: it probes its own health as itself
+    return sans
+
+
+def _subject(actor: str) -> x509.Name:
+    return x509.Name([
+        x509.NameAttribute(NameOID.ORGANIZATION_NAME, "LTM"),
+        x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, role_of(actor)),
+        x509.NameAttribute(NameOID.COMMON_NAME, actor),
+    ])
+
+
+def _sign_leaf(ca_key, ca_cert: x509.Certificate, actor: str, public_key, sans: list[x509.GeneralName],
+               days: int) -> x509.Certificate:
+    """The leaf for ``actor``'s ``public_key``: subject, usages and key usage from the actor's role
+    (never from a request), the given (already checked) SANs, signed by the CA."""
+    not_before, not_after = _validity(days)
     ca_ski = ca_cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
-    cert = (
+    return (
         x509.CertificateBuilder()
-        .subject_name(x509.Name([
-            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "LTM"),
-            x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, role),
-            x509.NameAttribute(NameOID.COMMON_NAME, actor),
-        ]))
+        .subject_name(_subject(actor))
         .issuer_name(ca_cert.subject)
-        .public_key(key.public_key())
+        .public_key(public_key)
         .serial_number(x509.random_serial_number())
         .not_valid_before(not_before)
         .not_valid_after(min(not_after, ca_cert.not_valid_after_utc))
@@ -208,13 +235,140 @@ def issue_leaf(ca_key, ca_cert: x509.Certificate, actor: str, hosts: Sequence[st
             ),
             critical=True,
         )
-        .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
+        .add_extension(x509.ExtendedKeyUsage(role_usages(role_of(actor))), critical=False)
         .add_extension(x509.SubjectAlternativeName(sans), critical=False)
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(public_key), critical=False)
         .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
-    return key, cert
+
+
+def issue_leaf(ca_key, ca_cert: x509.Certificate, actor: str, hosts: Sequence[str] | None = None,
+               days: int = 365):
+    """A leaf for ``actor`` signed by the CA: ``(private_key, certificate)``.
+
+    Subject ``CN=<actor>``, SAN URI ``ltm://actor/<actor>``.  Serving roles (server, analyst) also
+    get DNS ``<actor>`` (so a client can require that identity with
+    ``grpc.ssl_target_name_override``) and a DNS or IP SAN per entry of ``hosts`` (default for a
+    server: ``localhost``, ``127.0.0.1``; for the analyst: none) and EKU serverAuth; every role gets
+    clientAuth.  ``hosts`` is ignored for
+    non-serving roles: their certificates name no host at all.
+    """
+    validate_actor(actor)
+    key = _new_key()
+    return key, _sign_leaf(ca_key, ca_cert, actor, key.public_key(), role_sans(actor, hosts), days)
+
+
+# ---------------------------------------------------------------------------- signing requests
+class CSRPolicyError(ValueError):
+    """A certificate signing request the CA refuses: the message says which rule it breaks."""
+
+
+_HOSTNAME_RE = re.compile(r"^(?=.{1,253}$)([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$")
+_IDENTITY_RE = re.compile(ACTOR_RE.pattern, re.IGNORECASE)  # DNS names compare case-insensitively
+
+
+def _usage_names(usages) -> list[str]:
+    known = {ExtendedKeyUsageOID.SERVER_AUTH: "serverAuth", ExtendedKeyUsageOID.CLIENT_AUTH: "clientAuth"}
+    return [known.get(u, u.dotted_string) for u in usages]
+
+
+def make_request(actor: str, hosts: Sequence[str] | None = None):
+    """A new key for ``actor`` and its signing request: ``(private_key, csr)``. The request asks for
+    exactly what the CA grants the role (subject, usages, SANs of :func:`role_sans`); the key stays
+    with the caller."""
+    validate_actor(actor)
+    key = _new_key()
+    csr = (
+        x509.CertificateSigningRequestBuilder()
+        .subject_name(_subject(actor))
+        .add_extension(x509.SubjectAlternativeName(role_sans(actor, hosts)), critical=False)
+        .add_extension(x509.ExtendedKeyUsage(role_usages(role_of(actor))), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    return key, csr
+
+
+def check_request(csr: x509.CertificateSigningRequest, expect: str | None = None) -> tuple[str, list[x509.GeneralName]]:
+    """The actor a signing request is for and the SANs its certificate may carry, or
+    :class:`CSRPolicyError` naming what is not allowed.
+
+    Allowed: a valid self-signature by an EC P-256 key; subject exactly ``O=LTM, OU=<role>,
+    CN=<actor>`` with a well-formed actor name of that role (and, given ``expect``, that actor); no
+    extension but SubjectAlternativeName and ExtendedKeyUsage; usages, if requested, exactly the
+    role's (:func:`role_usages`); SANs: the URI ``ltm://actor/<actor>`` once and no other URI, and
+    for serving roles DNS ``<actor>`` plus host names (LDH names, no wildcard, none that is another
+    actor's identity, compared case-insensitively: a client pins a server by that DNS name) and IP
+    addresses; for other roles no DNS or IP name at all.
+    """
+    if not csr.is_signature_valid:
+        raise CSRPolicyError("the request's signature does not verify (damaged or not made with its key)")
+    key = csr.public_key()
+    if not isinstance(key, ec.EllipticCurvePublicKey) or key.curve.name != "secp256r1":
+        raise CSRPolicyError("the request's key is not an EC P-256 key (make it with `ltm certs request`)")
+    attrs = [(a.oid, a.value) for a in csr.subject]
+    names = {oid: value for oid, value in attrs}
+    if len(attrs) != 3 or set(names) != {NameOID.ORGANIZATION_NAME, NameOID.ORGANIZATIONAL_UNIT_NAME,
+                                          NameOID.COMMON_NAME} or names[NameOID.ORGANIZATION_NAME] != "LTM":
+        raise CSRPolicyError(f"subject {csr.subject.rfc4514_string()!r}: expected exactly O=LTM, OU=<role>, CN=<actor>")
+    actor, role = str(names[NameOID.COMMON_NAME]), str(names[NameOID.ORGANIZATIONAL_UNIT_NAME])
+    try:
+        validate_actor(actor)
+    except ValueError as exc:
+        raise CSRPolicyError(str(exc)) from None
+    if role_of(actor) != role:
+        raise CSRPolicyError(f"the request names role {role!r} for actor {actor!r}, whose role is {role_of(actor)!r}")
+    if expect is not None and actor != expect:
+        raise CSRPolicyError(f"the request is for {actor!r}, not the expected {expect!r}")
+    allowed = {x509.SubjectAlternativeName, x509.ExtendedKeyUsage}
+    for ext in csr.extensions:
+        if type(ext.value) not in allowed:
+            raise CSRPolicyError(f"the request asks for extension {type(ext.value).__name__} "
+                                 f"({ext.oid.dotted_string}); only subjectAltName and extendedKeyUsage are allowed")
+    try:
+        eku = csr.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    except x509.ExtensionNotFound:
+        eku = None
+    want = role_usages(role)
+    if eku is not None and sorted(u.dotted_string for u in eku) != sorted(u.dotted_string for u in want):
+        raise CSRPolicyError(f"a {role} certificate has usages {_usage_names(want)}, "
+                             f"the request asks for {_usage_names(eku)}")
+    try:
+        sans = list(csr.extensions.get_extension_for_class(x509.SubjectAlternativeName).value)
+    except x509.ExtensionNotFound:
+        raise CSRPolicyError("the request names no subjectAltName (it needs at least ltm://actor/<actor>)") from None
+    uris = [s.value for s in sans if isinstance(s, x509.UniformResourceIdentifier)]
+    if uris != [ACTOR_URI_PREFIX + actor]:
+        raise CSRPolicyError(f"the request's URI names {uris} must be exactly [{ACTOR_URI_PREFIX + actor!r}]")
+    serving = role in SERVING_ROLES
+    for san in sans:
+        if isinstance(san, x509.UniformResourceIdentifier):
+            continue
+        if not serving and isinstance(san, (x509.DNSName, x509.IPAddress)):
+            raise CSRPolicyError(f"a {role} certificate names no host (it never serves); the request asks for {san.value}")
+        if isinstance(san, x509.IPAddress):
+            continue
+        if not isinstance(san, x509.DNSName):
+            raise CSRPolicyError(f"the request asks for a {type(san).__name__} name; only URI, DNS and IP names are allowed")
+        name = san.value
+        if name == actor:
+            continue
+        if not _HOSTNAME_RE.fullmatch(name):
+            raise CSRPolicyError(f"DNS name {name!r} is not a host name (letters, digits, '-' and dots; no wildcard)")
+        if _IDENTITY_RE.fullmatch(name):
+            raise CSRPolicyError(f"DNS name {name!r} is an actor identity that is not {actor!r}: "
+                                 f"a certificate with it could pass for that actor")
+    if serving and x509.DNSName(actor) not in sans:
+        raise CSRPolicyError(f"a {role} certificate names its identity as DNS {actor!r}; the request does not")
+    return actor, sans
+
+
+def sign_request(ca_key, ca_cert: x509.Certificate, csr: x509.CertificateSigningRequest, *,
+                 expect: str | None = None, days: int = 365) -> tuple[str, x509.Certificate]:
+    """Check ``csr`` (:func:`check_request`) and sign it: ``(actor, certificate)``. Subject, usages
+    and key usage come from the role, the SANs from the checked request."""
+    actor, sans = check_request(csr, expect)
+    return actor, _sign_leaf(ca_key, ca_cert, actor, csr.public_key(), sans, days)
 
 
 # ---------------------------------------------------------------------------- files
@@ -255,7 +409,8 @@ def write_certs(directory, actors: Sequence[str], hosts: Sequence[str] | None = 
 
     ``directory`` (what the actors get): ``ca.pem``, ``<actor>.pem``, ``<actor>.key`` (0600).
     ``hosts``: the servers' host names/IPs; ``analyst_hosts``: the analyst's own (see
-    :func:`issue_leaf`).  The CA key is written to ``ca_dir/ca.key`` (directory 0700, key 0600) if
+    :func:`issue_leaf`).  The CA key is written to ``ca_dir/ca.key`` (directory 0700, key 0600;
+    ``ca.pem`` beside it, so ``ltm certs sign --ca-dir`` can sign more leaves later) if
     ``ca_dir`` is given — it must not be ``directory`` — and discarded otherwise; it is never put
     where the actors' files are (a stale ``ca.key`` there from an older layout is removed).
     Refuses (``FileExistsError``) if ``ca.pem`` (or ``ca_dir/ca.key``) already exists unless
@@ -297,6 +452,8 @@ def write_certs(directory, actors: Sequence[str], hosts: Sequence[str] | None = 
     if ca_paths.key is not None:
         private_dir(ca_paths.key.parent)
         write_private(ca_paths.key, _key_pem(ca_key))
+        # the CA's certificate beside its key: the CA directory is what `ltm certs sign --ca-dir` reads
+        _write_atomic(ca_paths.key.parent / CA_CERT_FILE, _cert_pem(ca_cert), 0o644)
     _write_atomic(ca_paths.cert, _cert_pem(ca_cert), 0o644)
     for actor, (key, cert) in leaves.items():
         paths = CertPaths(out / f"{actor}.pem", out / f"{actor}.key")
@@ -304,6 +461,73 @@ def write_certs(directory, actors: Sequence[str], hosts: Sequence[str] | None = 
         _write_atomic(paths.cert, _cert_pem(cert), 0o644)
         result[actor] = paths
     return result
+
+
+def create_ca_dir(ca_dir, *, days: int = 365, force: bool = False) -> CertPaths:
+    """A new CA in ``ca_dir``: ``ca.key`` (0600, directory 0700) and ``ca.pem``; refuses
+    (``FileExistsError``) to replace an existing one unless ``force``."""
+    d = Path(ca_dir)
+    paths = CertPaths(d / CA_CERT_FILE, d / CA_KEY_FILE)
+    existing = [q for q in paths if q is not None and q.exists()]
+    if existing and not force:
+        raise FileExistsError(f"{', '.join(map(str, existing))} already exists; refusing to replace the CA "
+                              f"(every certificate it signed would stop working). Use --force.")
+    key, cert = create_ca(days=days)
+    private_dir(d)
+    write_private(paths.key, _key_pem(key))
+    _write_atomic(paths.cert, _cert_pem(cert), 0o644)
+    return paths
+
+
+def load_ca(ca_dir):
+    """``(ca_key, ca_cert)`` from a CA directory made by ``ltm certs ca`` or ``ltm certs --ca-dir``."""
+    d = Path(ca_dir)
+    missing = [str(d / f) for f in (CA_KEY_FILE, CA_CERT_FILE) if not (d / f).is_file()]
+    if missing:
+        raise FileNotFoundError(f"no CA in {str(d)!r}: {', '.join(missing)} missing "
+                                f"(create one with `ltm certs ca --ca-dir {d}`)")
+    key = serialization.load_pem_private_key((d / CA_KEY_FILE).read_bytes(), password=None)
+    cert = x509.load_pem_x509_certificate((d / CA_CERT_FILE).read_bytes())
+    if cert.public_key().public_numbers() != key.public_key().public_numbers():
+        raise ValueError(f"{d / CA_KEY_FILE} is not the key of {d / CA_CERT_FILE}")
+    return key, cert
+
+
+def write_request(directory, actor: str, hosts: Sequence[str] | None = None, *,
+                  force: bool = False) -> CertPaths:
+    """On the actor's own host: a new key ``<actor>.key`` (0600, directory 0700) and its signing
+    request ``<actor>.csr`` in ``directory`` — the request goes to the CA, the key never leaves.
+    Refuses (``FileExistsError``) to replace a key already there unless ``force`` (it may be the key
+    of a certificate in use). Returns ``CertPaths(csr, key)``."""
+    validate_actor(actor)
+    for host in hosts or ():
+        _host_san(host)  # validate before touching the disk
+    d = private_dir(directory)
+    key_path, csr_path = d / f"{actor}.key", d / f"{actor}.csr"
+    if key_path.exists() and not force:
+        raise FileExistsError(f"{key_path} already exists; refusing to replace a key that may be in use. Use --force.")
+    key, csr = make_request(actor, hosts)
+    write_private(key_path, _key_pem(key))
+    _write_atomic(csr_path, csr.public_bytes(serialization.Encoding.PEM), 0o644)
+    return CertPaths(csr_path, key_path)
+
+
+def sign_request_file(ca_dir, csr_path, out, *, expect: str | None = None, days: int = 365) -> tuple[str, Path]:
+    """On the CA host: check and sign the request in ``csr_path`` with the CA in ``ca_dir``; write the
+    certificate to ``out`` (a file, or ``<actor>.pem`` in ``out`` when it is a directory or ends in
+    ``/``). Returns ``(actor, certificate path)``; :class:`CSRPolicyError` if the request is refused."""
+    try:
+        csr = x509.load_pem_x509_csr(Path(csr_path).read_bytes())
+    except ValueError:
+        raise CSRPolicyError(f"{csr_path} is not a PEM certificate signing request") from None
+    ca_key, ca_cert = load_ca(ca_dir)
+    actor, cert = sign_request(ca_key, ca_cert, csr, expect=expect, days=days)
+    target = Path(out)
+    if target.is_dir() or str(out).endswith("/"):
+        target.mkdir(parents=True, exist_ok=True)
+        target = target / f"{actor}.pem"
+    _write_atomic(target, _cert_pem(cert), 0o644)
+    return actor, target
 
 
 def bundles_complete(bundles_dir, actors: Sequence[str]) -> bool:
@@ -357,7 +581,8 @@ def _csv(text: str) -> list[str]:
 
 
 def _configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    p.add_argument("--out", required=True, help="directory to write ca.pem and <actor>.pem/.key into (never the CA key)")
+    p.add_argument("--out", help="(required without a subcommand) directory to write ca.pem and <actor>.pem/.key "
+                                 "into (never the CA key)")
     p.add_argument("--servers", type=_nonneg_int, default=0, help="issue server-0 … server-(K-1)")
     p.add_argument("--parties", type=_nonneg_int, default=0, help="issue party-0 … party-(P-1)")
     p.add_argument("--analyst", action="store_true", help="issue the analyst and operator certificates")
@@ -370,8 +595,8 @@ def _configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help="DNS names / IPs the analyst's own service listens on (default: none; clients reach it "
                         "by its identity 'analyst'); never the servers' hosts")
     p.add_argument("--ca-dir", default=None,
-                   help="where the CA private key goes (default: <out>-ca); keep it on the operator's machine, "
-                        "never on an actor's host")
+                   help="where the CA private key (and a copy of ca.pem) goes (default: <out>-ca); keep it on "
+                        "this machine, the CA host, never on an actor's host; `ltm certs sign --ca-dir` uses it")
     p.add_argument("--days", type=int, default=365, help="validity in days (default 365)")
     p.add_argument("--force", action="store_true", help="replace an existing CA in --out")
     p.add_argument("--bundles", help="also write one directory per actor here (<actor>/ca.pem, <actor>.pem, "
@@ -394,6 +619,9 @@ def _actors_from_args(args: argparse.Namespace) -> list[str]:
 
 
 def _run_certs(args: argparse.Namespace) -> int:
+    if not args.out:
+        raise ValueError("--out is required: `ltm certs --out DIR --servers K ...` (the one-machine shortcut), "
+                         "or a subcommand: ca, request, sign")
     actors = _actors_from_args(args)
     if not actors:
         raise ValueError("nothing to issue: give --servers, --parties, --analyst or --actors")
@@ -419,10 +647,106 @@ def _run_certs(args: argparse.Namespace) -> int:
     if args.bundles:
         for actor, bundle in write_bundles(args.out, args.bundles, actors).items():
             print(f"bundle   {bundle}/  (ca.pem, {actor}.pem, {actor}.key: give this directory to {actor} only)")
-    print(f"CA KEY   {paths['ca'].key}  (mode 0600) — keep it on this (operator's) machine, offline if you can; "
+    print(f"CA KEY   {paths['ca'].key}  (mode 0600) — keep it on this machine (the CA host), offline if you can; "
           f"NEVER copy it to a server, party or analyst host: whoever holds it can mint a server identity. "
           f"{args.out} holds only what the actors need (ca.pem and each actor's own .pem/.key).")
     return 0
+
+
+def _run_ca(args: argparse.Namespace) -> int:
+    try:
+        paths = create_ca_dir(args.ca_dir, days=args.days, force=args.force)
+    except FileExistsError as exc:
+        raise ValueError(str(exc)) from None
+    print(f"CA       {paths.cert}  (public: give it to every actor with its certificate)")
+    print(f"CA KEY   {paths.key}  (mode 0600) — keep it on this machine, offline if you can; NEVER copy it "
+          f"to a server, party or analyst host: whoever holds it can mint a server identity.")
+    return 0
+
+
+def _run_request(args: argparse.Namespace) -> int:
+    if args.id is None and args.role in ("server", "party"):
+        raise ValueError(f"--id is required for a {args.role} (e.g. --id {args.role}-0)")
+    actor = args.id or args.role
+    validate_actor(actor)
+    if role_of(actor) != args.role:
+        raise ValueError(f"--id {actor!r} is not a {args.role} identity (expected "
+                         f"{'server-<n>' if args.role == 'server' else 'party-<id>' if args.role == 'party' else args.role})")
+    if args.hosts and args.role not in SERVING_ROLES:
+        raise ValueError(f"--hosts is for serving roles (server, analyst): a {args.role} certificate names no host")
+    try:
+        paths = write_request(args.out, actor, args.hosts, force=args.force)
+    except FileExistsError as exc:
+        raise ValueError(str(exc)) from None
+    names = ", ".join(str(getattr(s, "value", s)) for s in role_sans(actor, args.hosts))
+    print(f"KEY      {paths.key}  (mode 0600) — stays on this host; it is never sent anywhere")
+    print(f"REQUEST  {paths.cert}  (public) — send it to the CA host; it asks for {actor}: {names}")
+    print(f"then put the signed {actor}.pem and the CA's ca.pem into {args.out}/ (the --certs directory)")
+    return 0
+
+
+def _run_sign(args: argparse.Namespace) -> int:
+    try:
+        actor, path = sign_request_file(args.ca_dir, args.csr, args.out, expect=args.expect, days=args.days)
+    except FileNotFoundError as exc:
+        raise ValueError(str(exc)) from None
+    cert = x509.load_pem_x509_certificate(path.read_bytes())
+    sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    usages = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    print(f"SIGNED   {path}  for {actor} ({role_of(actor)}): {', '.join(_usage_names(usages))}; "
+          f"names {', '.join(str(s.value) for s in sans)}; valid until {cert.not_valid_after_utc:%Y-%m-%d}")
+    print(f"send it with {Path(args.ca_dir) / CA_CERT_FILE} to {actor}'s host (both public); the CA key stays here")
+    return 0
+
+
+_ROLES = ("server", "analyst", "operator", "party")
+
+
+def _add_subcommands(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="certs_command", metavar="{ca,request,sign}",
+                           title="across machines (keys never leave their host)")
+    ca = sub.add_parser("ca", help="on the CA host: create the CA (ca.key, ca.pem) in --ca-dir",
+                        description="Create a private CA: --ca-dir/ca.key (0600, the directory 0700) and "
+                                    "--ca-dir/ca.pem. Keep this directory on the CA host, offline if you can.")
+    ca.add_argument("--ca-dir", required=True, help="directory for the CA key and certificate (made 0700)")
+    ca.add_argument("--days", type=int, default=365, help="validity in days (default 365); leaves never outlive it")
+    ca.add_argument("--force", action="store_true", help="replace an existing CA (every certificate it signed stops working)")
+    ca.set_defaults(func=_run_ca)
+
+    rq = sub.add_parser("request", help="on an actor's host: make its key and a signing request (CSR)",
+                        description="Make this host's private key (0600; it never leaves the host) and a "
+                                    "certificate signing request for the CA. Example: ltm certs request "
+                                    "--role server --id server-2 --out certs --hosts 10.0.0.12")
+    rq.add_argument("--role", required=True, choices=_ROLES, help="the actor's role")
+    rq.add_argument("--id", help="the actor's identity: server-<n>, party-<id>, or the role itself for "
+                                 "analyst and operator (default: the role)")
+    rq.add_argument("--out", required=True,
+                    help="the actor's certificate directory (its --certs): <id>.key and <id>.csr are written here")
+    rq.add_argument("--hosts", type=_csv, default=None,
+                    help="server/analyst only: comma-separated DNS names / IPs this host serves on, for the "
+                         "certificate's names (default: localhost,127.0.0.1 for a server, none for the analyst)")
+    rq.add_argument("--force", action="store_true", help="replace a key already in --out (a certificate using it stops working)")
+    rq.set_defaults(func=_run_request)
+
+    sg = sub.add_parser("sign", help="on the CA host: check a CSR and sign it with its role's usages",
+                        description="Check a certificate signing request (its subject, role, usages and names "
+                                    "must be exactly what its role may have; anything else is refused) and sign "
+                                    "it with the CA in --ca-dir.")
+    sg.add_argument("csr", help="the request file (<id>.csr from `ltm certs request`)")
+    sg.add_argument("--ca-dir", required=True, help="the CA directory (ca.key, ca.pem) made by `ltm certs ca`")
+    sg.add_argument("--out", required=True,
+                    help="where the certificate goes: a file, or a directory (ending in /) for <id>.pem")
+    sg.add_argument("--expect", help="refuse unless the request is for this identity (e.g. server-2): check "
+                                     "that a request is from whom it claims to be")
+    sg.add_argument("--days", type=int, default=365, help="validity in days (default 365; capped by the CA's)")
+    sg.set_defaults(func=_run_sign)
+
+
+def _build(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    _configure(p)
+    _add_subcommands(p)
+    p.set_defaults(func=_run_certs)
+    return p
 
 
 def add_certs_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -430,19 +754,19 @@ def add_certs_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     p = subparsers.add_parser(
         "certs", help="create a CA and per-actor mTLS certificates",
         description="Create a private CA and EC P-256 leaf certificates (CN and SAN URI "
-                    "ltm://actor/<name>) for servers, parties and the analyst.",
+                    "ltm://actor/<name>) for servers, parties and the analyst. Without a subcommand: "
+                    "everything on one machine (--out ...). Across machines: `ltm certs ca` on the CA host, "
+                    "`ltm certs request` on each actor's host, `ltm certs sign` on the CA host.",
     )
-    _configure(p)
-    p.set_defaults(func=_run_certs)
-    return p
+    return _build(p)
 
 
 def certs_main(argv: Sequence[str] | None = None) -> int:
     """Stand-alone entry point: ``certs_main(["--out", "certs", "--servers", "3", ...])``."""
-    parser = _configure(argparse.ArgumentParser(prog="ltm certs"))
+    parser = _build(argparse.ArgumentParser(prog="ltm certs"))
     args = parser.parse_args(argv)
     try:
-        return _run_certs(args)
+        return args.func(args)
     except ValueError as exc:
         parser.exit(2, f"ltm certs: error: {exc}\n")
 
