@@ -1,8 +1,8 @@
 """deploy/testbed.sh for real: build the image, run the compose testbed, compare with `ltm demo`.
 
-Slow (minutes: an image build, a whole job in containers, connection probes between them), so excluded
-from CI; it runs when a
-Docker engine answers, or as root where deploy/testbed.sh can install and start one itself.
+Slow (minutes: an image build, a whole job in containers, connection probes between them), so
+excluded from CI; it runs when a Docker engine answers, or as root where deploy/testbed.sh can
+install and start one itself.
 """
 import os
 import shutil
