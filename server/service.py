@@ -406,21 +406,10 @@ class ServerService(ltm_pb2_grpc.ServerServicer):
                         deadlines.append((ticket.due, "due"))
                 deadline, why = min(deadlines)
                 if deadline <= now:
-                    if why == "idle":
-                        msg = f"upload closed: no data for {lim.stream_idle_seconds:g} s (this server's " \
-                              f"stream_idle_seconds); retry the batch"
-                    elif why == "total":
-                        msg = f"upload closed: the stream took longer than {lim.stream_total_seconds:g} s " \
-                              f"(stream_total_seconds); retry the batch"
-                    else:  # "rate" ("due" is answered below)
-                        msg = f"upload cut: {ticket.window_bytes} bytes arrived in the last " \
-                              f"{lim.stream_rate_window_seconds:g} s, below this server's minimum of " \
-                              f"{lim.stream_min_bytes} bytes per {lim.stream_rate_window_seconds:g} s " \
-                              f"(stream_min_bytes per stream_rate_window_seconds); send faster or retry the batch"
                     log.warning("upload stream cut", extra={"reason": why, "party": ticket.party if ticket else None})
                     if why == "due":  # the server is busy with the waiting party's upload: retryable
                         await context.abort(grpc.StatusCode.UNAVAILABLE, ticket.due_note)
-                    await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, msg)
+                    await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, self._cut_message(why, ticket))
                 waits = {read}
                 if ticket is not None and ticket.poke is not None and not ticket.poke.done():
                     waits.add(ticket.poke)
@@ -431,6 +420,19 @@ class ServerService(ltm_pb2_grpc.ServerServicer):
         msg = read.result()
         await _check_decoded(context, msg)
         return msg
+
+    def _cut_message(self, why: str, ticket: UploadTicket | None) -> str:
+        lim = self.limits
+        if why == "idle":
+            return f"upload closed: no data for {lim.stream_idle_seconds:g} s (this server's stream_idle_seconds); " \
+                   f"retry the batch"
+        if why == "total":
+            return f"upload closed: the stream took longer than {lim.stream_total_seconds:g} s " \
+                   f"(stream_total_seconds); retry the batch"
+        return f"upload cut: {ticket.window_bytes} bytes arrived in the last {lim.stream_rate_window_seconds:g} s, " \
+               f"below this server's minimum of {lim.stream_min_bytes} bytes per " \
+               f"{lim.stream_rate_window_seconds:g} s (stream_min_bytes per stream_rate_window_seconds); send " \
+               f"faster or retry the batch"
 
     async def _upload(self, it, context, who, ticket: UploadTicket):
         started = asyncio.get_running_loop().time()
