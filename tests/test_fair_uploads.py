@@ -150,7 +150,7 @@ def test_a_trickling_party_does_not_hold_up_another_partys_batch(world):
     ((code, details, lasted),) = outcomes
     assert code == "DEADLINE_EXCEEDED" and "stream_min_bytes" in details, details
     assert f"arrived in the last {WINDOW:g} s" in details, details
-    assert lasted < WINDOW + 2.0  # cut at the window, not at stream_idle_seconds (60 s) or later
+    assert lasted < WINDOW + 4.0  # cut at the window, not at stream_idle_seconds (60 s) or later
 
 
 def test_four_silent_streams_do_not_hold_the_budget(world):
@@ -179,7 +179,7 @@ def test_four_silent_streams_do_not_hold_the_budget(world):
     assert len(outcomes) == 4
     for code, details, lasted in outcomes:
         assert code == "DEADLINE_EXCEEDED" and "stream_min_bytes" in details and "0 bytes" in details, details
-        assert lasted < 2 * WINDOW + 2.0
+        assert lasted < 2 * WINDOW + 4.0
 
 
 def test_one_byte_every_half_second_is_cut_at_the_window(world):
@@ -197,7 +197,7 @@ def test_one_byte_every_half_second_is_cut_at_the_window(world):
     ((code, details, lasted),) = outcomes
     print(f"\ndrip: {code} after {lasted:.2f} s: {details}")
     assert code == "DEADLINE_EXCEEDED" and "stream_min_bytes" in details, details
-    assert WINDOW - 0.5 < lasted < WINDOW + 2.0
+    assert WINDOW - 0.5 < lasted < WINDOW + 4.0  # margins for a loaded machine
     world.honest_upload(6)  # nothing left holding the budget
 
 
