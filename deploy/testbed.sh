@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The compose testbed, run for real: build the image, bring docker-compose.yml up, check the release
-# against `ltm demo --seed N` with the same parameters, check who holds which key, tear it all down.
+# against `ltm demo --seed N` with the same parameters, check who holds which key, check who reaches
+# whom (a party only the servers, the operator only the analyst, no server another), tear it all down.
 #
 #   deploy/testbed.sh [--seed N] [--keep] [--build-only]
 #
@@ -185,6 +186,97 @@ PHASE[key_check]=$(since "$t")
 [ "$FAIL" = 0 ] || exit 6
 say "certificates: every actor holds only ca.pem and its own key pair; no container can read ca.key"
 
+# ------------------------------------------------------------------ who reaches whom
+# With the servers and the analyst still up: probe TCP connections from inside the actors' own
+# containers (the service's networks and hardening; `run` starts a one-off container of a service
+# that has exited).  A listener runs in a container of party-1 so that "party → party" has
+# something to reach.  Names and every address of each target are tried (3 s each, in parallel).
+t=$(date +%s.%N)
+PROBE='import concurrent.futures, json, socket, sys
+def probe(target):
+    host, port = target.rsplit(":", 1)
+    try:
+        addr = socket.getaddrinfo(host, int(port), socket.AF_INET, socket.SOCK_STREAM)[0][4]
+    except OSError:
+        return "unresolvable"
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.settimeout(3)
+    try:
+        s.connect(addr)
+        return "open"
+    except ConnectionRefusedError:
+        return "refused"
+    except TimeoutError:
+        return "timeout"
+    except OSError as exc:
+        return f"unreachable ({exc.strerror})"
+    finally:
+        s.close()
+with concurrent.futures.ThreadPoolExecutor(32) as pool:
+    print(json.dumps(dict(zip(sys.argv[1:], pool.map(probe, sys.argv[1:])))))'
+LISTEN='import socket
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", 50070))
+s.listen(16)
+while True:
+    s.accept()[0].close()'
+LISTENER="${PROJECT}_probe-party-1"
+docker rm -f "$LISTENER" >/dev/null 2>&1 || true
+$COMPOSE run -d --no-deps --name "$LISTENER" --entrypoint python party-1 -c "$LISTEN" >/dev/null 2>"$WORK/probe.log"
+ips() { docker inspect -f '{{range .NetworkSettings.Networks}}{{.IPAddress}} {{end}}' "$1"; }
+ctr() { $COMPOSE ps -q "$1"; }
+on() { local port=$1; shift; for ip in "$@"; do printf '%s:%s ' "$ip" "$port"; done; }
+PARTY1=$(on 50070 $(ips "$LISTENER"))
+ANALYST=$(on 50050 $(ips "$(ctr analyst)"))
+SRV1=$(on 50051 $(ips "$(ctr server-1)"))
+SRV2=$(on 50051 $(ips "$(ctr server-2)"))
+SRV0=$(on 50051 $(ips "$(ctr server-0)"))
+sleep 1  # the listener is listening
+{
+  echo "party-0 $($COMPOSE run --rm -T --no-deps --entrypoint python party-0 -c "$PROBE" \
+      server-0:50051 server-1:50051 server-2:50051 analyst:50050 party-1:50070 $PARTY1 $ANALYST 2>>"$WORK/probe.log")"
+  echo "server-0 $(docker exec "$(ctr server-0)" python -c "$PROBE" server-1:50051 server-2:50051 $SRV1 $SRV2 $PARTY1)"
+  echo "server-1 $(docker exec "$(ctr server-1)" python -c "$PROBE" server-0:50051 server-2:50051 $SRV0 $SRV2)"
+  echo "analyst $(docker exec "$(ctr analyst)" python -c "$PROBE" server-0:50051 server-1:50051 server-2:50051)"
+  echo "operator $($COMPOSE run --rm -T --no-deps --entrypoint python operator -c "$PROBE" \
+      analyst:50050 server-0:50051 $SRV0 2>>"$WORK/probe.log")"
+} >"$WORK/probes.txt"
+docker rm -f "$LISTENER" >/dev/null 2>&1 || true
+"$PYTHON" - "$WORK/probes.txt" "$PARTY1" "$ANALYST" "$SRV0 $SRV1 $SRV2" <<'PY' || FAIL=1
+import json, sys
+seen = {}
+for line in filter(str.strip, open(sys.argv[1])):
+    actor, _, js = line.partition(" ")
+    seen[actor] = json.loads(js)
+party1, analyst, servers = (set(a.split()) for a in sys.argv[2:5])
+bad, states = [], {}
+def expect(actor, targets, reachable, what):
+    for target in targets:
+        state = seen.get(actor, {}).get(target, "not probed")
+        if (state == "open") != reachable:
+            bad.append(f"{actor} → {target} ({what}): {state}, expected {'open' if reachable else 'no connection'}")
+        states.setdefault(what, []).append(state.split(" ")[0])
+expect("party-0", ["server-0:50051", "server-1:50051", "server-2:50051"], True, "party → servers")
+expect("party-0", ["party-1:50070", *party1], False, "party → party")
+expect("party-0", ["analyst:50050", *analyst], False, "party → analyst")
+expect("server-0", [t for t in seen.get("server-0", {}) if t.endswith(":50051")], False, "server → server")
+expect("server-1", list(seen.get("server-1", {})), False, "server → server")
+expect("analyst", ["server-0:50051", "server-1:50051", "server-2:50051"], True, "analyst → servers")
+expect("operator", ["analyst:50050"], True, "operator → analyst")
+expect("operator", [t for t in seen.get("operator", {}) if t != "analyst:50050"], False, "operator → servers")
+# the listener answers where a network is shared: server-0 and party-1 share p1-s0
+if not any(seen.get("server-0", {}).get(t) == "open" for t in party1):
+    bad.append("server-0 cannot reach the party-1 listener either: the probe proves nothing")
+for b in bad:
+    print("testbed.sh: network:", b, file=sys.stderr)
+summary = "; ".join(f"{w}: " + ", ".join(f"{s.count(k)} {k}" for k in sorted(set(s))) for w, s in states.items())
+print(f"testbed: networks ({'FAILED' if bad else 'as designed'}): {summary}")
+sys.exit(1 if bad else 0)
+PY
+PHASE[networks]=$(since "$t")
+[ "$FAIL" = 0 ] || { cat "$WORK/probes.txt" >&2; exit 9; }
+
 # ------------------------------------------------------------------ the same job with `ltm demo`
 t=$(date +%s.%N)
 "$PYTHON" -m ltm.cli demo --seed "$SEED" $DEMO_PARAMS --json >"$WORK/demo.json"
@@ -205,7 +297,7 @@ PHASE[teardown]=$(since "$t")
 say "compose  release_sha256 $COMPOSE_SHA"
 say "ltm demo release_sha256 $DEMO_SHA  (ltm demo --seed $SEED${DEMO_PARAMS:+ $DEMO_PARAMS})"
 TIMES=""
-for k in engine base_image wheels_and_image compose_up_job key_check ltm_demo teardown; do TIMES+="$k ${PHASE[$k]}s, "; done
+for k in engine base_image wheels_and_image compose_up_job key_check networks ltm_demo teardown; do TIMES+="$k ${PHASE[$k]}s, "; done
 say "time: ${TIMES}total $(since "$T0")s"
 if [ -z "$COMPOSE_SHA" ] || [ "$COMPOSE_SHA" != "$DEMO_SHA" ]; then
   echo "testbed.sh: FAIL: the compose release differs from ltm demo's" >&2; exit 8

@@ -46,7 +46,23 @@ limit                             default         why
                                                   while the budget is taken (then UNAVAILABLE,
                                                   retried); a batch above the budget is admitted
                                                   alone; a stream's buffer grows with bytes
-                                                  *received*, never with what its header declares
+                                                  *received*, never with what its header declares.
+                                                  Each party gets at most its share: the budget
+                                                  over the parties holding or waiting for some
+                                                  of it (a party holding nothing may always take
+                                                  one batch, a lone party the whole budget)
+``stream_min_bytes``              64 KiB          minimum rate of an admitted upload: this many
+``stream_rate_window_seconds``    10 s            bytes in every window of this length, or it is
+                                                  cut (DEADLINE_EXCEEDED, its reservation given
+                                                  back at once); 6.4 KiB/s, hundreds of times
+                                                  below what a loaded 2-core machine sends.  A
+                                                  party over its share while another waits must
+                                                  receive its batches within one window
+                                                  (else UNAVAILABLE: retried)
+``stream_silent_seconds``         1 s             an admitted stream that has sent no data for
+                                                  this long gives its reservation to a party
+                                                  waiting for the budget (it waits again when
+                                                  its data comes; nothing was read)
 ``stream_window_bytes``           1 MiB           HTTP/2 receive window per stream (fixed: no
                                                   bandwidth probing, which grows each window to
                                                   ~4 MiB of unread data per upload stream)
@@ -92,6 +108,9 @@ class ServerLimits:
     max_streams: int = 1024
     max_inflight_bytes: int = 16 * MiB
     stream_window_bytes: int = 1 * MiB
+    stream_min_bytes: int = 64 * 1024
+    stream_rate_window_seconds: float = 10.0
+    stream_silent_seconds: float = 1.0
     stream_idle_seconds: float = 60.0
     stream_total_seconds: float = 900.0
 

@@ -10,8 +10,11 @@ worker thread, so one caller's spec cannot stall the others.  Uploads are valida
 header before any data is read; their buffer grows with the bytes received, never with what the
 header declares; a stream then waits until its batch fits the server's upload budget
 (``max_inflight_bytes``: backpressure, so memory does not grow with how many parties upload at
-once); each stream has an idle and a total deadline; concurrent streams are capped per party and
-in total (:class:`server.limits.ServerLimits`).  A batch is acknowledged only after the
+once) and its party's share of it (the budget over the parties uploading, so one party cannot
+crowd out the others); a stream must keep a minimum rate, a silent stream's reservation goes to
+a party that waits for it, and a party over its share must finish its batches promptly while
+another waits; each stream has an idle and a total deadline; concurrent streams are capped per
+party and in total (:class:`server.limits.ServerLimits`, docs/servers.md).  A batch is acknowledged only after the
 store has made it durable.
 """
 from __future__ import annotations
@@ -25,6 +28,7 @@ import shutil
 import threading
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
 import grpc
 import numpy as np
@@ -119,6 +123,23 @@ async def _check_decoded(context, request) -> None:
         await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.message)
 
 
+@dataclass(eq=False)
+class UploadTicket:
+    """One upload stream's claim on the server's upload budget (see :meth:`ServerService._admit`)."""
+
+    party: str
+    nbytes: int = 0              # bytes reserved now (0: nothing, or given back)
+    admitted_at: float = 0.0     # event-loop time of the last admission
+    receiving: bool = False      # admitted and still reading its batch (the rate rules apply)
+    started: bool = False        # a data byte arrived since the last admission
+    revoked: bool = False        # its reservation went to a waiting party before any data came
+    window_start: float = 0.0    # the minimum-rate window: since when, and bytes received in it
+    window_bytes: int = 0
+    due: float | None = None     # set while another party waits on this party's excess share
+    due_note: str = ""
+    poke: asyncio.Future | None = None  # wakes the stream's reader when ``due`` is set
+
+
 class ServerService(ltm_pb2_grpc.ServerServicer):
     """The ``ltm.v1.Server`` service of one LTM server."""
 
@@ -130,6 +151,9 @@ class ServerService(ltm_pb2_grpc.ServerServicer):
         self.max_batch_bytes = max_batch_bytes if max_batch_bytes is not None else self.limits.max_batch_bytes
         self._streams: collections.Counter = collections.Counter()  # party → open upload streams
         self._inflight = 0  # upload bytes admitted (reserved) across all streams
+        self._tickets: set[UploadTicket] = set()  # the streams holding a reservation
+        self._party_bytes: collections.Counter = collections.Counter()  # party → bytes reserved
+        self._waiting: collections.Counter = collections.Counter()  # party → streams waiting for budget
         self._budget_freed: asyncio.Condition | None = None  # created on the server's event loop
         self.meter = meter  # gRPC-layer byte counts, reported by Status
         self.seconds: dict[tuple[str, str], float] = {}  # (job, "store" | "release") → seconds, for Status
@@ -206,76 +230,211 @@ class ServerService(ltm_pb2_grpc.ServerServicer):
                                 f"this server has {lim.max_streams} upload streams open, its limit (max_streams); "
                                 f"retry later")
         self._streams[who.actor] += 1
-        admitted = [0]  # bytes this stream reserved from max_inflight_bytes (set by _admit)
+        ticket = UploadTicket(who.actor)  # this stream's claim on max_inflight_bytes (set by _admit)
         try:
-            return await self._upload(aiter(request_iterator), context, who, admitted)
+            return await self._upload(aiter(request_iterator), context, who, ticket)
         finally:
             self._streams[who.actor] -= 1
             if not self._streams[who.actor]:
                 del self._streams[who.actor]
-            await self._release_budget(admitted)
+            await self._release_budget(ticket)
 
-    async def _release_budget(self, admitted: list[int]) -> None:
+    async def _release_budget(self, ticket: UploadTicket) -> None:
         """Return a stream's reservation to the upload budget and wake the streams waiting for it."""
-        if admitted[0]:
-            self._inflight -= admitted[0]
-            admitted[0] = 0
+        ticket.receiving = False
+        if ticket.nbytes:
+            self._give_back(ticket)
             async with self._freed():
                 self._freed().notify_all()
             # The batch's buffer is free now: hand its pages back (transport/memory.py)
             await asyncio.to_thread(return_free_memory)
+
+    def _give_back(self, ticket: UploadTicket) -> None:
+        self._inflight -= ticket.nbytes
+        self._party_bytes[ticket.party] -= ticket.nbytes
+        if not self._party_bytes[ticket.party]:
+            del self._party_bytes[ticket.party]
+        self._tickets.discard(ticket)
+        ticket.nbytes = 0
 
     def _freed(self) -> asyncio.Condition:
         if self._budget_freed is None:
             self._budget_freed = asyncio.Condition()
         return self._budget_freed
 
-    async def _admit(self, nbytes: int, context, admitted: list[int]) -> None:
+    def _share(self) -> float:
+        """A party's share of the upload budget: the budget over the parties holding or waiting for
+        some of it (a lone party's share is the whole budget)."""
+        active = {p for p, n in self._party_bytes.items() if n} | {p for p, n in self._waiting.items() if n}
+        return self.limits.max_inflight_bytes / max(1, len(active))
+
+    def _fits(self, party: str, nbytes: int) -> tuple[bool, bool]:
+        """(within the party's share, within the whole budget) for ``nbytes`` more of ``party``.
+
+        The floor: a party holding nothing may take one batch whatever its share, and a batch
+        larger than the whole budget is admitted when nothing else is in flight — so every batch
+        the job allows can be stored, and a lone party uses the whole budget."""
+        held = self._party_bytes[party]
+        share_ok = not held or held + nbytes <= self._share()
+        total_ok = not self._inflight or self._inflight + nbytes <= self.limits.max_inflight_bytes
+        return share_ok, total_ok
+
+    def _revoke_silent(self, party: str, now: float) -> bool:
+        """Take back the reservations of other parties' streams that have sent no data for
+        ``stream_silent_seconds`` since they were admitted (they lose nothing: no byte was read;
+        when their data comes they wait for the budget again).  True if any was taken."""
+        silent = self.limits.stream_silent_seconds
+        victims = [t for t in self._tickets
+                   if t.party != party and not t.started and now - t.admitted_at >= silent]
+        for t in victims:
+            log.info("silent upload's reservation returned", extra={"party": t.party, "bytes": t.nbytes})
+            self._give_back(t)
+            t.revoked = True
+        return bool(victims)
+
+    def _next_silent(self, party: str) -> float | None:
+        """When the next silent stream of another party becomes revocable (event-loop time)."""
+        times = [t.admitted_at + self.limits.stream_silent_seconds for t in self._tickets
+                 if t.party != party and not t.started]
+        return min(times, default=None)
+
+    def _set_due(self, party: str, now: float) -> None:
+        """``party`` waits for the budget: every stream of another party that holds more than its
+        share must now receive its batch within one rate window, or be cut (it is retried)."""
+        share = self._share()
+        window = self.limits.stream_rate_window_seconds
+        for t in self._tickets:
+            held = self._party_bytes[t.party]
+            if t.party != party and t.receiving and t.due is None and held > share:
+                t.due = now + window
+                t.due_note = (f"upload cut: {t.party} held {held} bytes of this server's upload budget of "
+                              f"{self.limits.max_inflight_bytes} (max_inflight_bytes), more than its share of "
+                              f"{int(share)} with another party waiting, and this batch was not received within "
+                              f"{window:g} s (stream_rate_window_seconds); retry it")
+                if t.poke is not None and not t.poke.done():
+                    t.poke.set_result(None)
+
+    async def _admit(self, nbytes: int, context, ticket: UploadTicket) -> None:
         """Reserve ``nbytes`` of the upload budget (``max_inflight_bytes``) before reading any data.
 
         Backpressure, so a server's memory does not grow with how many parties upload at once: a
         stream whose batch does not fit waits (its party's data stays unread, so gRPC flow control
-        holds the party back) until admitted streams finish, for at most ``stream_idle_seconds``,
-        then gets UNAVAILABLE, which parties retry.  A stream reserves only after its header has
-        passed every check against the job, so what it reserves is a batch the job allows; a batch
-        larger than the whole budget is admitted when nothing else is in flight.  Admitted streams
-        never wait for the budget again, so waiting cannot deadlock.
+        holds the party back) until it fits — within the whole budget and within its party's share
+        of it (:meth:`_fits`) — for at most ``stream_idle_seconds``, then gets UNAVAILABLE, which
+        parties retry.  A stream reserves only after its header has passed every check against the
+        job, so what it reserves is a batch the job allows.  While a stream waits only for the
+        whole budget, it takes back other parties' reservations that have carried no data for
+        ``stream_silent_seconds``, and streams of parties above their share must finish receiving
+        within ``stream_rate_window_seconds`` (:meth:`_set_due`).  Admitted streams never wait for
+        budget they need to finish (a stream whose reservation was taken back had read nothing),
+        so waiting cannot deadlock: every reservation ends within the rate rules and deadlines.
         """
-        if not nbytes:  # a helper-share seed: 32 bytes, nothing to hold back
-            return
-        limit = self.limits.max_inflight_bytes
-        cond = self._freed()
-        async with cond:
-            try:
-                await asyncio.wait_for(cond.wait_for(lambda: not self._inflight or self._inflight + nbytes <= limit),
-                                       self.limits.stream_idle_seconds)
-            except asyncio.TimeoutError:
-                await context.abort(grpc.StatusCode.UNAVAILABLE,  # busy with other uploads: retryable
-                                    f"this server has {self._inflight} bytes of uploads in flight, its limit "
-                                    f"(max_inflight_bytes); retry the batch later")
-            self._inflight += nbytes
-            admitted[0] = nbytes
+        loop = asyncio.get_running_loop()
+        if nbytes:  # a helper-share seed (32 bytes) reserves nothing and never waits
+            cond = self._freed()
+            give_up = loop.time() + self.limits.stream_idle_seconds
+            async with cond:
+                self._waiting[ticket.party] += 1
+                admitted = False
+                try:
+                    while True:
+                        now = loop.time()
+                        share_ok, total_ok = self._fits(ticket.party, nbytes)
+                        if share_ok and total_ok:
+                            break
+                        wake = give_up
+                        if share_ok:  # only the whole budget holds it back: claim what others owe
+                            if self._revoke_silent(ticket.party, now):
+                                continue
+                            self._set_due(ticket.party, now)
+                            nxt = self._next_silent(ticket.party)
+                            if nxt is not None:
+                                wake = min(wake, nxt)
+                        if now >= give_up:
+                            await context.abort(grpc.StatusCode.UNAVAILABLE,  # busy with other uploads: retryable
+                                                f"this server has {self._inflight} bytes of uploads in flight, its "
+                                                f"limit (max_inflight_bytes), or {ticket.party} holds its share of "
+                                                f"them; retry the batch later")
+                        try:
+                            await asyncio.wait_for(cond.wait(), max(wake - now, 0.0))
+                        except asyncio.TimeoutError:
+                            pass
+                    self._inflight += nbytes
+                    self._party_bytes[ticket.party] += nbytes
+                    self._tickets.add(ticket)
+                    ticket.nbytes = nbytes
+                    admitted = True
+                finally:
+                    self._waiting[ticket.party] -= 1
+                    if not self._waiting[ticket.party]:
+                        del self._waiting[ticket.party]
+                    if not admitted:  # the shares of those still waiting grew
+                        cond.notify_all()
+        now = loop.time()
+        ticket.admitted_at = ticket.window_start = now
+        ticket.window_bytes = 0
+        ticket.started = ticket.revoked = False
+        ticket.receiving = True
+        ticket.due, ticket.due_note = None, ""
+        if ticket.poke is None or ticket.poke.done():
+            ticket.poke = loop.create_future()
 
-    async def _next_chunk(self, it, context, started: float):
-        """The next message of an upload stream, within the idle and total deadlines."""
+    def _received(self, ticket: UploadTicket, nbytes: int) -> None:
+        """Count ``nbytes`` into the stream's minimum-rate window (a new window starts once the
+        minimum has arrived)."""
+        if nbytes:
+            ticket.started = True
+        ticket.window_bytes += nbytes
+        if ticket.window_bytes >= self.limits.stream_min_bytes:
+            ticket.window_start = asyncio.get_running_loop().time()
+            ticket.window_bytes = 0
+
+    async def _next_chunk(self, it, context, started: float, ticket: UploadTicket | None = None):
+        """The next message of an upload stream, within the idle and total deadlines and, while the
+        stream is receiving its batch, the minimum rate and any due time set by :meth:`_set_due`."""
         lim = self.limits
         loop = asyncio.get_running_loop()
-        remaining = lim.stream_total_seconds - (loop.time() - started)
-        timeout = min(lim.stream_idle_seconds, remaining)
+        called = loop.time()
+        read = asyncio.ensure_future(anext(it, None))
         try:
-            if timeout <= 0:
-                raise asyncio.TimeoutError
-            msg = await asyncio.wait_for(anext(it, None), timeout)
-        except asyncio.TimeoutError:
-            if timeout == lim.stream_idle_seconds:
-                why = f"no data for {lim.stream_idle_seconds:g} s (this server's stream_idle_seconds)"
-            else:
-                why = f"the stream took longer than {lim.stream_total_seconds:g} s (stream_total_seconds)"
-            await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, f"upload closed: {why}; retry the batch")
+            while not read.done():
+                now = loop.time()
+                deadlines = [(called + lim.stream_idle_seconds, "idle"), (started + lim.stream_total_seconds, "total")]
+                if ticket is not None and ticket.receiving:
+                    deadlines.append((ticket.window_start + lim.stream_rate_window_seconds, "rate"))
+                    if ticket.due is not None:
+                        deadlines.append((ticket.due, "due"))
+                deadline, why = min(deadlines)
+                if deadline <= now:
+                    log.warning("upload stream cut", extra={"reason": why, "party": ticket.party if ticket else None})
+                    if why == "due":  # the server is busy with the waiting party's upload: retryable
+                        await context.abort(grpc.StatusCode.UNAVAILABLE, ticket.due_note)
+                    await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, self._cut_message(why, ticket))
+                waits = {read}
+                if ticket is not None and ticket.poke is not None and not ticket.poke.done():
+                    waits.add(ticket.poke)
+                await asyncio.wait(waits, timeout=deadline - now, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not read.done():
+                read.cancel()
+        msg = read.result()
         await _check_decoded(context, msg)
         return msg
 
-    async def _upload(self, it, context, who, admitted: list[int]):
+    def _cut_message(self, why: str, ticket: UploadTicket | None) -> str:
+        lim = self.limits
+        if why == "idle":
+            return f"upload closed: no data for {lim.stream_idle_seconds:g} s (this server's stream_idle_seconds); " \
+                   f"retry the batch"
+        if why == "total":
+            return f"upload closed: the stream took longer than {lim.stream_total_seconds:g} s " \
+                   f"(stream_total_seconds); retry the batch"
+        return f"upload cut: {ticket.window_bytes} bytes arrived in the last {lim.stream_rate_window_seconds:g} s, " \
+               f"below this server's minimum of {lim.stream_min_bytes} bytes per " \
+               f"{lim.stream_rate_window_seconds:g} s (stream_min_bytes per stream_rate_window_seconds); send " \
+               f"faster or retry the batch"
+
+    async def _upload(self, it, context, who, ticket: UploadTicket):
         started = asyncio.get_running_loop().time()
         first = await self._next_chunk(it, context, started)
         if first is None or not first.HasField("header"):
@@ -285,20 +444,25 @@ class ServerService(ltm_pb2_grpc.ServerServicer):
             batch_shape, expected = self._check_header(h, who.actor)
         except Exception as exc:
             await _abort(context, exc)
-        await self._admit(0 if h.seed else expected, context, admitted)
+        await self._admit(0 if h.seed else expected, context, ticket)
         # One buffer of the admitted (header-declared) size, filled in place: no reallocation as it
         # grows, and np.empty leaves its pages untouched, so resident memory still follows the bytes
         # actually received.  A seed upload carries no share data and gets no buffer.
         buf = None if h.seed else np.empty(expected, dtype=np.uint8)
         received = 0
         hasher = hashlib.sha256()
-        while (chunk := await self._next_chunk(it, context, started)) is not None:
+        while (chunk := await self._next_chunk(it, context, started, ticket)) is not None:
             if chunk.HasField("header"):
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "only the first message may carry a header")
             data = chunk.data
             if received + len(data) > expected:
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                     f"oversize upload: more than the {expected} bytes the header's shape declares")
+            if ticket.revoked and data:  # its reservation went to a waiting party while it sent nothing
+                await self._admit(expected, context, ticket)
+            self._received(ticket, len(data))
+            if received + len(data) == expected:
+                ticket.receiving = False  # the whole batch is in: only the end of the stream is left
             if buf is not None:
                 buf[received:received + len(data)] = np.frombuffer(data, dtype=np.uint8)
             received += len(data)

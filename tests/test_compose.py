@@ -130,6 +130,158 @@ def test_servers_share_no_network():
     assert not nets["operator"] & set().union(*(nets[s] for s in servers)), "the operator talks to the analyst only"
 
 
+# ---------------------------------------------------------------------------- hardening and networks
+#: (manifest, container) whose resource limits a compose service must match (deploy/k8s)
+K8S_LIMITS = {"server": ("components/server/statefulset.yaml", "server"),
+              "party": ("components/party/job.yaml", "party"),
+              "analyst": ("base/analyst/analyst.yaml", "analyst"),
+              "operator": ("base/analyst/operator.yaml", "operator")}
+#: what the two root init containers may add back (to chown what they wrote to uid 10001)
+INIT_CAPS = {"certs-init": ["CHOWN"], "demo-data": ["CHOWN"]}
+UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "ki": 1 << 10, "mi": 1 << 20, "gi": 1 << 30}
+
+
+def memory_bytes(value) -> int:
+    """'2g' (compose), '2Gi' (Kubernetes) or a byte count (`docker compose config`) in bytes."""
+    number, unit = re.fullmatch(r"(\d+)([a-zA-Z]*)", str(value).strip()).groups()
+    return int(number) * UNITS[unit.lower().rstrip("b")]
+
+
+def k8s_limits(role: str) -> tuple[float, int]:
+    """(CPUs, memory bytes) of a role's container limits in deploy/k8s."""
+    path, name = K8S_LIMITS[role]
+    for doc in yaml.safe_load_all((ROOT / "deploy" / "k8s" / path).read_text()):
+        if doc and doc.get("kind") in ("StatefulSet", "Job", "Deployment"):
+            for c in doc["spec"]["template"]["spec"]["containers"]:
+                if c["name"] == name:
+                    limits = c["resources"]["limits"]
+                    return float(limits["cpu"]), memory_bytes(limits["memory"])
+    raise AssertionError(f"no container {name} in deploy/k8s/{path}")
+
+
+def role(name: str) -> str:
+    return name.split("-")[0] if name.split("-")[0] in ("server", "party") else name
+
+
+def hardening_problems(services: dict[str, dict]) -> list[str]:
+    """What keeps each service from the k8s manifests' hardening (empty: none)."""
+    bad = []
+    for name, svc in services.items():
+        if svc.get("read_only") is not True:
+            bad.append(f"{name}: root file system not read_only")
+        tmpfs = svc.get("tmpfs", [])
+        if "/tmp" not in ([tmpfs] if isinstance(tmpfs, str) else [t.split(":")[0] for t in tmpfs]):
+            bad.append(f"{name}: no tmpfs at /tmp")
+        if svc.get("cap_drop") != ["ALL"]:
+            bad.append(f"{name}: cap_drop is {svc.get('cap_drop')}, not [ALL]")
+        if sorted(svc.get("cap_add", [])) != INIT_CAPS.get(name, []):
+            bad.append(f"{name}: cap_add {svc.get('cap_add')}")
+        if "no-new-privileges:true" not in svc.get("security_opt", []):
+            bad.append(f"{name}: no no-new-privileges:true in security_opt")
+        if svc.get("privileged") or svc.get("network_mode") == "host" or svc.get("ports") or svc.get("pid"):
+            bad.append(f"{name}: privileged, host network, host pid or published ports")
+        if svc.get("user", "10001") not in ("10001", "10001:10001") and name not in INIT_CAPS:
+            bad.append(f"{name}: runs as {svc.get('user')}")
+        if not svc.get("cpus") or not svc.get("mem_limit"):
+            bad.append(f"{name}: no CPU or memory limit (cpus, mem_limit)")
+        elif role(name) in K8S_LIMITS:
+            cpus, memory = k8s_limits(role(name))
+            if (float(svc["cpus"]), memory_bytes(svc["mem_limit"])) != (cpus, memory):
+                bad.append(f"{name}: limits {svc['cpus']} CPUs, {svc['mem_limit']}; the manifests: {cpus}, {memory} B")
+    return bad
+
+
+def service_networks(svc: dict) -> set[str]:
+    nets = svc.get("networks", [])
+    return set(nets) if isinstance(nets, list) else set(nets or {})
+
+
+def network_problems(services: dict[str, dict], networks: dict[str, dict]) -> list[str]:
+    """Who could reach whom, from shared networks: parties only the servers (one network per
+    server each), the operator only the analyst, the analyst each server, servers no other server;
+    every network internal (no way out of the testbed)."""
+    nets = {n: service_networks(s) for n, s in services.items()}
+    bad = [f"network {n} is not internal" for n, spec in networks.items() if not (spec or {}).get("internal")]
+    for name, svc in services.items():
+        if not nets[name] and svc.get("network_mode") != "none":
+            bad.append(f"{name} joins the default network")
+    servers = sorted(n for n in services if n.startswith("server-"))
+    parties = sorted(n for n in services if n.startswith("party-"))
+    for a in services:
+        for b in services:
+            shared = nets[a] & nets[b]
+            if a >= b or not shared:
+                continue
+            pair = {role(a), role(b)}
+            if pair not in ({"party", "server"}, {"analyst", "server"}, {"analyst", "operator"}):
+                bad.append(f"{a} and {b} share {sorted(shared)}")
+    for p in parties:
+        for s in servers:
+            if len(nets[p] & nets[s]) != 1:
+                bad.append(f"{p} and {s} share {sorted(nets[p] & nets[s])}, not exactly one network")
+    for s in servers:
+        if not nets["analyst"] & nets[s]:
+            bad.append(f"the analyst cannot reach {s}")
+    if not nets["operator"] & nets["analyst"]:
+        bad.append("the operator cannot reach the analyst")
+    return bad
+
+
+@pytest.mark.parametrize("overlay", [False, True], ids=["plain", "seeded"])
+def test_every_container_is_hardened_like_the_k8s_manifests(overlay):
+    """read_only with a /tmp tmpfs, cap_drop ALL (the two root init containers add CHOWN alone),
+    no-new-privileges, and the manifests' CPU and memory limits, on every service."""
+    assert hardening_problems(merged_services() if overlay else SERVICES) == []
+
+
+def test_per_role_networks():
+    assert network_problems(SERVICES, COMPOSE["networks"]) == []
+
+
+def test_the_checks_catch_what_they_check():
+    """Each check fails on the file with one property taken away (they can fail)."""
+    import copy
+    for key, value in (("read_only", False), ("cap_drop", []), ("security_opt", []), ("tmpfs", []),
+                       ("cap_add", ["NET_RAW"]), ("cpus", None), ("mem_limit", "8g")):
+        broken = copy.deepcopy(SERVICES)
+        broken["party-2"][key] = value
+        assert any(p.startswith("party-2:") for p in hardening_problems(broken)), key
+    broken = copy.deepcopy(SERVICES)
+    broken["party-1"]["networks"] = [*broken["party-1"]["networks"], "p0-s0"]   # party-1 beside party-0
+    assert any("party-0 and party-1" in p for p in network_problems(broken, COMPOSE["networks"]))
+    broken = copy.deepcopy(SERVICES)
+    broken["party-3"]["networks"] = [*broken["party-3"]["networks"], "a-s0"]    # party-3 beside the analyst
+    assert any("analyst and party-3" in p for p in network_problems(broken, COMPOSE["networks"]))
+    broken = copy.deepcopy(SERVICES)
+    broken["server-1"]["networks"] = [*broken["server-1"]["networks"], "p0-s0"]  # server-1 beside server-0
+    assert any("server-0 and server-1" in p for p in network_problems(broken, COMPOSE["networks"]))
+    open_nets = {**COMPOSE["networks"], "control": {}}
+    assert "network control is not internal" in network_problems(SERVICES, open_nets)
+
+
+def compose_binary() -> list[str] | None:
+    """The compose deploy/testbed.sh would use: the `docker compose` plugin, else docker-compose."""
+    import shutil
+    if shutil.which("docker") and subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0:
+        return ["docker", "compose"]
+    return ["docker-compose"] if shutil.which("docker-compose") else None
+
+
+@pytest.mark.skipif(compose_binary() is None, reason="neither `docker compose` nor docker-compose is installed "
+                                                     "(the pure-YAML tests above check the same properties)")
+@pytest.mark.parametrize("overlay", [False, True], ids=["plain", "seeded"])
+def test_docker_compose_config_shows_the_hardening(overlay):
+    """What Compose itself makes of the files (merge keys, the overlay), as the testbed runs them."""
+    files = ["-f", "docker-compose.yml"] + (["-f", "deploy/compose.seeded.yml"] if overlay else [])
+    r = subprocess.run([*compose_binary(), "-p", "ltm-config-check", *files, "config"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    config = yaml.safe_load(r.stdout)
+    assert sorted(config["services"]) == sorted(SERVICES)
+    assert hardening_problems(config["services"]) == []
+    assert network_problems(config["services"], config["networks"]) == []
+
+
 @pytest.mark.parametrize("overlay", [False, True], ids=["plain", "seeded"])
 @pytest.mark.parametrize("service", sorted(SERVICES))
 def test_every_command_is_a_valid_ltm_invocation(service, overlay):
