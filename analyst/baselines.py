@@ -34,6 +34,8 @@ import numpy as np
 from analyst.release import ReleasedSketch
 from ltm.calibration import analytic_gaussian_sigma
 from ltm.clipping import clip_rows
+from ltm.dp.sensitivity import (gram_l2, gram_l2_triangle, joint_cross_moment_l2, min_eigenvalue_sensitivity,
+                                 vector_sensitivity)
 
 __all__ = [
     "PrivateRegression",
@@ -83,9 +85,9 @@ class PrivateRegression:
 
 def gram_sensitivity(clip_norm: float, *, tight: bool = False) -> float:
     """Replace-one ℓ2 sensitivity of the upper triangle of a Gram matrix ``MᵀM`` whose rows have
-    norm ≤ C: ``2C²`` (default) or the exact ``√2·C²`` (``tight``).  See the module docstring."""
-    _check_positive("clip_norm", clip_norm)
-    return (math.sqrt(2.0) if tight else 2.0) * clip_norm**2
+    norm ≤ C: ``2C²`` (default, :func:`ltm.dp.sensitivity.gram_l2_triangle`) or the exact ``√2·C²``
+    (``tight``, :func:`ltm.dp.sensitivity.gram_l2`).  See the module docstring."""
+    return gram_l2(clip_norm) if tight else gram_l2_triangle(clip_norm)
 
 
 def symmetric_gaussian(d: int, sigma: float, rng: np.random.Generator) -> np.ndarray:
@@ -262,10 +264,9 @@ def adassp(
     A, b = _clipped_regression_data(A, b, clip_norm)
     d = A.shape[1]
     eps3, delta3 = epsilon / 3.0, delta / 3.0
-    c2 = clip_norm**2
-    s_min = analytic_gaussian_sigma(eps3, delta3, c2)
+    s_min = analytic_gaussian_sigma(eps3, delta3, min_eigenvalue_sensitivity(clip_norm))
     s_gram = analytic_gaussian_sigma(eps3, delta3, gram_sensitivity(clip_norm, tight=tight))
-    s_mom = analytic_gaussian_sigma(eps3, delta3, c2)
+    s_mom = analytic_gaussian_sigma(eps3, delta3, joint_cross_moment_l2(clip_norm))
 
     G = A.T @ A
     G = (G + G.T) / 2.0
@@ -353,7 +354,7 @@ def mod_sulq_noise_scale(
     if n < 1 or d < 1:
         raise ValueError(f"n and d must be >= 1, got n={n}, d={d}")
     if calibration == "analytic":
-        sens = (math.sqrt(2.0) if tight else 2.0) / n
+        sens = gram_sensitivity(1.0, tight=tight) / n  # rows in the unit ball, statistic / n
         return float(analytic_gaussian_sigma(epsilon, delta, sens))
     if calibration == "paper":
         _check_positive("epsilon", epsilon)
@@ -463,7 +464,7 @@ def local_noisy_rows(
     """
     _check_rng(rng)
     V = clip_rows(V, clip_norm)
-    sigma = float(analytic_gaussian_sigma(epsilon, delta, 2.0 * clip_norm))
+    sigma = float(analytic_gaussian_sigma(epsilon, delta, vector_sensitivity(clip_norm)))
     return V + sigma * rng.standard_normal(V.shape), sigma
 
 
@@ -501,7 +502,7 @@ def local_release(
             "baseline": "local",
             "epsilon": float(epsilon),
             "delta": float(delta),
-            "sensitivity": 2.0 * float(clip_norm),
+            "sensitivity": vector_sensitivity(clip_norm),
             "sigma_client": sigma,
             "note": "simulation baseline (seeded numpy RNG), not a production release",
         },

@@ -6,6 +6,8 @@ import json
 import sys
 from typing import Any
 
+from ltm.dp.defaults import DEFAULT_CLIP_BOUND, DEFAULT_DELTA
+
 
 def _positive_int(text: str) -> int:
     value = int(text)
@@ -46,7 +48,7 @@ def _add_simulate(sub: argparse._SubParsersAction) -> None:
                      help="seed: helper shares travel as 32-byte seeds (default); full: every share explicit")
     priv = p.add_argument_group("privacy")
     priv.add_argument("--epsilon", type=float, default=1.0)
-    priv.add_argument("--delta", type=float, default=1e-6)
+    priv.add_argument("--delta", type=float, default=DEFAULT_DELTA)
     priv.add_argument("--mechanism", choices=["gaussian", "laplace"], default="gaussian")
     priv.add_argument("--calibration", default="tight",
                       help="tight (default), paper (Cor 4.7/4.10 as printed), or interpolate(p)")
@@ -96,7 +98,6 @@ def _parse_calibration(text: str) -> tuple[str, float | None]:
 
 
 def _run_simulate(args: argparse.Namespace) -> int:
-    from sim.jobs import DEFAULT_CLIP_BOUND
     from sim.simulate import SimulateConfig, simulate
 
     calibration, p = _parse_calibration(args.calibration)
@@ -114,7 +115,7 @@ def _run_simulate(args: argparse.Namespace) -> int:
     )
     if args.model != "rf_ridge" and (args.bandwidth is not None or args.features_n is not None):
         raise SystemExit("ltm: error: --features-n/--bandwidth need --model rf_ridge")
-    if args.mechanism == "laplace" and args.delta == 1e-6:
+    if args.mechanism == "laplace" and args.delta == DEFAULT_DELTA:
         cfg.delta = 0.0
     report = simulate(cfg)
     if args.json:

@@ -57,6 +57,7 @@ import numpy as np
 
 from ltm.calibration import NoisePlan, gaussian_delta
 from ltm.client_set import ClientSet
+from ltm.dp.sensitivity import sketch_l1
 from ltm.jobspec import (ColumnSpec, JobSpec, PartySpec, PrivacySpec, ServerSpec, SketchSpec, resolve_defaults,
                          validate_job)
 from ltm.randomness import Randomness
@@ -116,8 +117,9 @@ class AuditJob:
 
     @property
     def mean_shift(self) -> float:
-        """|E_D[T] − E_D′[T]| = 2·C·s."""
-        return 2.0 * self.spec.clip_bound * len(self.rows)
+        """|E_D[T] − E_D′[T]| = 2·C·s: the target moves by 2C in each of its s rows, and T adds
+        them with their signs — the ℓ1 sketch sensitivity :func:`ltm.dp.sensitivity.sketch_l1`."""
+        return sketch_l1(self.spec.clip_bound, len(self.rows))
 
     @property
     def sd(self) -> float:
