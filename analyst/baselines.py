@@ -31,6 +31,7 @@ from typing import Literal
 
 import numpy as np
 
+from analyst.gram import solve_gram
 from analyst.release import ReleasedSketch
 from ltm.calibration import analytic_gaussian_sigma
 from ltm.clipping import clip_rows
@@ -62,8 +63,9 @@ class PrivateRegression:
             ``analyst.estimators.linear_predictor(coef, release)`` for raw units).
         lam: the ridge λ actually used (AdaSSP's is chosen adaptively and privately).
         sigmas: the noise standard deviation of each released statistic.
-        projected: True when ``noisy AᵀA + λI`` was not positive definite and its eigenvalues
-            were projected (see :func:`_solve_projected`).
+        projected: True when the noisy ``AᵀA`` was not positive definite and the solver projected
+            it (:func:`analyst.gram.solve_gram`: eigenvalues raised to 0 before λ is added, and with
+            λ = 0 zero directions dropped).
         noisy_gram: (d, d) the released ``AᵀA + E`` (without λ).
         noisy_moment: (d,) the released ``Aᵀb + e``.
         details: extra released scalars (e.g. AdaSSP's private λ_min).
@@ -119,28 +121,6 @@ def _clipped_regression_data(
     return W[:, :-1], W[:, -1]
 
 
-def _solve_projected(M: np.ndarray, g: np.ndarray, lam: float) -> tuple[np.ndarray, bool]:
-    """Solve ``(M + λI) x = g`` for a symmetric noisy M.
-
-    If ``M + λI`` is positive definite it is solved as is.  Otherwise (noise made it indefinite)
-    its eigenvalues are projected to ``≥ λ`` (λ > 0); for λ = 0 the non-positive eigen-directions
-    are dropped (pseudo-inverse on the positive part).  Returns ``(x, projected)``.
-    """
-    d = M.shape[0]
-    H = (M + M.T) / 2.0 + lam * np.eye(d)
-    w, V = np.linalg.eigh(H)
-    projected = bool(w[0] <= 0.0)
-    if projected:
-        if lam > 0:
-            w = np.maximum(w, lam)
-        else:
-            keep = w > 0
-            coords = np.zeros(d)
-            coords[keep] = (V[:, keep].T @ g) / w[keep]
-            return V @ coords, True
-    return V @ ((V.T @ g) / w), projected
-
-
 # --------------------------------------------------------------------------------------------
 # SSP
 # --------------------------------------------------------------------------------------------
@@ -190,8 +170,9 @@ def ssp_ridge(
     """Central sufficient-statistics perturbation (SSP) ridge regression.
 
     ``x = (AᵀA + E_AA + λI)^{-1} (Aᵀb + e_Ab)`` from one (ε, δ)-DP release of
-    ``[A b]ᵀ[A b] + E`` (:func:`ssp_statistics`).  If ``AᵀA + E_AA + λI`` is not positive
-    definite its eigenvalues are projected to ≥ λ (λ = 0: pseudo-inverse on the positive part);
+    ``[A b]ᵀ[A b] + E`` (:func:`ssp_statistics`), solved by :func:`analyst.gram.solve_gram` (the
+    LTM's own noisy-Gram solver): a noisy ``AᵀA`` that is not positive semidefinite is projected
+    onto the PSD cone before λ is added (λ = 0: pseudo-inverse on the positive part);
     ``projected`` reports it.  Post-processing, so the output stays (ε, δ)-DP.
 
     Args:
@@ -205,9 +186,9 @@ def ssp_ridge(
     if not np.isfinite(lam) or lam < 0:
         raise ValueError(f"lam must be finite and >= 0, got {lam!r}")
     G, g, sigma = ssp_statistics(A, b, epsilon, delta, clip_norm, rng, tight=tight)
-    coef, projected = _solve_projected(G, g, float(lam))
+    coef, solver = solve_gram(G, g, float(lam))
     return PrivateRegression(
-        coef=coef, lam=float(lam), sigmas={"gram": sigma}, projected=projected,
+        coef=coef, lam=float(lam), sigmas={"gram": sigma}, projected=solver != "eigh",
         noisy_gram=G, noisy_moment=g,
     )
 
@@ -239,8 +220,9 @@ def adassp(
        ``√(d log(2d²/ρ))``; here σ₂ is the analytic-Gaussian scale).
     3. ``AᵀA + σ₂ Z_sym`` (symmetric, upper triangle i.i.d.) and ``Aᵀb + σ₃ z``.
 
-    Output ``θ = (noisy AᵀA + λI)^{-1} noisy Aᵀb`` (eigenvalues projected to ≥ λ if that matrix
-    is not PD — a safeguard the paper does not have; reported by ``projected``).
+    Output ``θ = (noisy AᵀA + λI)^{-1} noisy Aᵀb`` by :func:`analyst.gram.solve_gram` (a noisy
+    AᵀA that is not PSD is first projected onto the PSD cone — a safeguard the paper does not
+    have; reported by ``projected``).
 
     Replace-one sensitivities for rows ``(a, b)`` of ``[A b]`` clipped to ‖(a, b)‖ ≤ C:
 
@@ -279,11 +261,11 @@ def adassp(
 
     noisy_G = G + symmetric_gaussian(d, s_gram, rng)
     noisy_g = A.T @ b + s_mom * rng.standard_normal(d)
-    coef, projected = _solve_projected(noisy_G, noisy_g, lam)
+    coef, solver = solve_gram(noisy_G, noisy_g, lam)
     return PrivateRegression(
         coef=coef, lam=float(lam),
         sigmas={"lambda_min": float(s_min), "gram": float(s_gram), "moment": float(s_mom)},
-        projected=projected, noisy_gram=noisy_G, noisy_moment=noisy_g,
+        projected=solver != "eigh", noisy_gram=noisy_G, noisy_moment=noisy_g,
         details={"lambda_min_private": float(lam_min_priv)},
     )
 

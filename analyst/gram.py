@@ -33,6 +33,8 @@ __all__ = ["gram_blocks", "noise_edge", "noise_spectral_bound", "adassp_lambda",
 
 #: Failure probability of the λ rule's spectral bound (AdaSSP's ρ).
 RHO = 0.05
+#: Relative size below which a direction of the regularised Gram is dropped (pseudo-inverse).
+_RCOND = 1e-12
 
 
 def gram_blocks(G: np.ndarray, label: int | None) -> tuple[np.ndarray, np.ndarray, list[int]]:
@@ -75,24 +77,42 @@ def adassp_lambda(Gxx: np.ndarray, noise_variance: float, *, bound: str = "edge"
 
 
 def solve_gram(Gxx: np.ndarray, gxy: np.ndarray, lam: float, floor: float = 0.0) -> tuple[np.ndarray, str]:
-    """``(Ĝxx + λI)⁻¹ ĝxy`` with the eigenvalues of Ĝxx first raised to ``floor`` (≥ 0).
+    """The noisy-Gram solver of every estimator on released sufficient statistics: the LTM's
+    ``gram`` estimators (:mod:`analyst.estimators`) and the central SSP / AdaSSP baselines
+    (:mod:`analyst.baselines`) alike.  See "Solving a noisy Gram matrix" in docs/planner.md.
 
-    A positive definite ``Ĝxx + λI`` with ``floor = 0`` is solved as is.  Otherwise eigenvalues
-    below max(floor, tiny) are raised to it, so noise cannot make the solve explode.
-    Returns ``(w, solver)``.
+    With ``H = (Ĝxx + Ĝxxᵀ)/2 = Σ_k e_k v_k v_kᵀ``:
+
+    1. project H onto the positive semidefinite cone, with eigenvalues raised to ``floor`` ≥ 0:
+       ``e_k⁺ = max(e_k, floor)``.  The true XᵀX is PSD, and for floor = 0 this is its
+       Frobenius-nearest PSD matrix, so it is never farther from XᵀX than Ĝxx is;
+    2. add the ridge: ``d_k = e_k⁺ + λ``;
+    3. solve on the directions with ``d_k > 10⁻¹²·max_k |e_k|`` and drop the rest (the
+       pseudo-inverse, i.e. the minimum-norm solution; only reachable with λ = 0), so noise can
+       never make the solve explode:  ``w = Σ_{kept} v_k (v_kᵀ ĝxy) / d_k``.
+
+    A positive definite Ĝxx with floor = 0 is solved as is: ``w = (Ĝxx + λI)⁻¹ ĝxy``.
+
+    Args:
+        Gxx: (p, p) released (noisy) XᵀX; gxy: (p,) released Xᵀy; lam: λ ≥ 0; floor: ≥ 0.
+
+    Returns:
+        ``(w (p,), solver)``: solver is ``"eigh"``, or ``"eigh-clamped"`` when an eigenvalue was
+        raised (by the projection or the floor) or a direction dropped.
     """
     if not (np.isfinite(lam) and lam >= 0 and np.isfinite(floor) and floor >= 0):
         raise ValueError(f"lam and floor must be finite and >= 0 (got {lam!r}, {floor!r})")
-    H = (np.asarray(Gxx, dtype=np.float64) + np.asarray(Gxx, dtype=np.float64).T) / 2.0
+    G = np.asarray(Gxx, dtype=np.float64)
     g = np.asarray(gxy, dtype=np.float64).reshape(-1)
-    evals, evecs = np.linalg.eigh(H)
-    scale = max(float(np.abs(evals).max()), 1.0)
-    low = max(floor, 1e-12 * scale)
-    clamped = bool((evals + lam < low).any()) or floor > 0 and bool((evals < floor).any())
+    if G.ndim != 2 or G.shape != (g.shape[0], g.shape[0]):
+        raise ValueError(f"Gxx must be p × p and gxy of length p (got {G.shape} and {g.shape})")
+    evals, evecs = np.linalg.eigh((G + G.T) / 2.0)
     shifted = np.maximum(evals, floor) + lam
-    shifted = np.maximum(shifted, low)
-    w = evecs @ ((evecs.T @ g) / shifted)
-    return w, "eigh-clamped" if clamped else "eigh"
+    keep = shifted > _RCOND * float(np.abs(evals).max(initial=0.0))
+    clamped = bool((evals < floor).any()) or not bool(keep.all())
+    coords = np.zeros_like(g)
+    coords[keep] = (evecs[:, keep].T @ g) / shifted[keep]
+    return evecs @ coords, "eigh-clamped" if clamped else "eigh"
 
 
 def top_eigenvectors(G: np.ndarray, rank: int) -> tuple[np.ndarray, np.ndarray]:

@@ -222,7 +222,7 @@ def central_baselines(A: np.ndarray, b: np.ndarray, epsilon: float, delta: float
                       rng: np.random.Generator) -> dict[str, Any]:
     """The central (trusted-curator) regression baselines, each with ITS OWN λ rule and the
     tight √2·C² Gram sensitivity: AdaSSP (Wang 2018, adaptive private λ) and SSP (λ = 0: OLS on
-    the noisy sufficient statistics, eigenvalues projected if the noisy XᵀX is indefinite)."""
+    the noisy sufficient statistics), both solved by analyst.gram.solve_gram, the LTM estimators' solver."""
     return {"AdaSSP": adassp(A, b, epsilon, delta, clip_bound, rng, tight=True),
             "SSP": ssp_ridge(A, b, 0.0, epsilon, delta, clip_bound, rng, tight=True)}
 

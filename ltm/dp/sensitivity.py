@@ -67,13 +67,13 @@ def _count(name: str, value: int) -> int:
     return k
 
 
-def _norm(mechanism: Any) -> str:
-    """``"l2"`` for the Gaussian mechanism, ``"l1"`` for Laplace (strings or enum members)."""
+def _is_l2(mechanism: Any) -> bool:
+    """True for the Gaussian mechanism (ℓ2), False for Laplace (ℓ1); strings or enum members."""
     name = getattr(mechanism, "value", mechanism)
     if name == "gaussian":
-        return "l2"
+        return True
     if name == "laplace":
-        return "l1"
+        return False
     raise ValueError(f"unknown mechanism {mechanism!r}; choose 'gaussian' (l2) or 'laplace' (l1)")
 
 
@@ -135,7 +135,7 @@ def sketch_sensitivity(mechanism: Any, clip_norm: float, pieces: int) -> float:
         clip_norm: C > 0, the clip bound in the mechanism's norm.
         pieces: s ≥ 1, non-zeros per sketch column.
     """
-    if _norm(mechanism) == "l2":
+    if _is_l2(mechanism):
         return sketch_l2(clip_norm, pieces)
     return sketch_l1(clip_norm, pieces)
 
@@ -197,7 +197,7 @@ def gram_sensitivity(mechanism: Any, clip_norm: float) -> float:
         mechanism: ``"gaussian"`` or ``"laplace"`` (or an enum member with that value).
         clip_norm: C > 0, the clip bound in the mechanism's norm.
     """
-    if _norm(mechanism) == "l2":
+    if _is_l2(mechanism):
         return gram_l2(clip_norm)
     return gram_l1(clip_norm)
 
@@ -233,7 +233,7 @@ def histogram_sensitivity(mechanism: Any, columns: int) -> float:
         mechanism: ``"gaussian"`` or ``"laplace"`` (or an enum member with that value).
         columns: D ≥ 1, the histogrammed columns.
     """
-    if _norm(mechanism) == "l2":
+    if _is_l2(mechanism):
         return histogram_l2(columns)
     return histogram_l1(columns)
 
