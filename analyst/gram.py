@@ -10,7 +10,8 @@ the signal grows like n.
 
 Estimators (all post-processing of the release):
 
-* OLS: ``Ĝxx⁻¹ ĝxy`` (eigenvalues of Ĝxx below the noise floor are raised to it);
+* OLS: ``Ĝxx⁻¹ ĝxy`` (:func:`solve_gram`: an indefinite Ĝxx is projected onto the PSD cone and
+  its null directions dropped);
 * ridge with an AdaSSP-style λ (Wang 2018): ``λ = max(0, τ − λ_min(Ĝxx))``.  AdaSSP spends a
   third of its budget on a private λ_min; here λ_min is read off the released Ĝxx
   (post-processing, no budget).  τ is a bound on the noise's spectral norm ‖E_xx‖₂: by default
@@ -76,40 +77,44 @@ def adassp_lambda(Gxx: np.ndarray, noise_variance: float, *, bound: str = "edge"
     return max(0.0, tau - lam_min)
 
 
-def solve_gram(Gxx: np.ndarray, gxy: np.ndarray, lam: float, floor: float = 0.0) -> tuple[np.ndarray, str]:
+def solve_gram(Gxx: np.ndarray, gxy: np.ndarray, lam: float) -> tuple[np.ndarray, str]:
     """The noisy-Gram solver of every estimator on released sufficient statistics: the LTM's
     ``gram`` estimators (:mod:`analyst.estimators`) and the central SSP / AdaSSP baselines
-    (:mod:`analyst.baselines`) alike.  See "Solving a noisy Gram matrix" in docs/planner.md.
+    (:mod:`analyst.baselines`) alike.  Why this rule: "Solving a noisy Gram matrix" in
+    docs/planner.md.
 
-    With ``H = (Ĝxx + Ĝxxᵀ)/2 = Σ_k e_k v_k v_kᵀ``:
+    With ``H = (Ĝxx + Ĝxxᵀ)/2 = Σ_k e_k v_k v_kᵀ`` and ``tol = 10⁻¹²·max_k |e_k|``:
 
-    1. project H onto the positive semidefinite cone, with eigenvalues raised to ``floor`` ≥ 0:
-       ``e_k⁺ = max(e_k, floor)``.  The true XᵀX is PSD, and for floor = 0 this is its
-       Frobenius-nearest PSD matrix, so it is never farther from XᵀX than Ĝxx is;
-    2. add the ridge: ``d_k = e_k⁺ + λ``;
-    3. solve on the directions with ``d_k > 10⁻¹²·max_k |e_k|`` and drop the rest (the
-       pseudo-inverse, i.e. the minimum-norm solution; only reachable with λ = 0), so noise can
-       never make the solve explode:  ``w = Σ_{kept} v_k (v_kᵀ ĝxy) / d_k``.
-
-    A positive definite Ĝxx with floor = 0 is solved as is: ``w = (Ĝxx + λI)⁻¹ ĝxy``.
+    * if ``H + λI`` is positive definite (every ``e_k + λ > tol``) the ridge problem on the
+      released statistics is convex and is solved as is: ``w = (H + λI)⁻¹ ĝxy``.  A negative
+      e_k is kept: Ĝxx is unbiased for XᵀX, and an adaptive λ (:func:`adassp_lambda`) already
+      lifts the smallest eigenvalue of ``H + λI`` to the noise bound τ;
+    * otherwise the noise made the problem non-convex: H is replaced by its projection onto the
+      positive semidefinite cone (``e_k → max(e_k, 0)``, the Frobenius-nearest PSD matrix, never
+      farther from XᵀX than Ĝxx), λ is added, and directions with ``max(e_k, 0) + λ ≤ tol``
+      (only when λ = 0) are dropped: the minimum-norm (pseudo-inverse) solution.  Noise cannot
+      make the solve explode.
 
     Args:
-        Gxx: (p, p) released (noisy) XᵀX; gxy: (p,) released Xᵀy; lam: λ ≥ 0; floor: ≥ 0.
+        Gxx: (p, p) released (noisy) XᵀX; gxy: (p,) released Xᵀy; lam: λ ≥ 0.
 
     Returns:
-        ``(w (p,), solver)``: solver is ``"eigh"``, or ``"eigh-clamped"`` when an eigenvalue was
-        raised (by the projection or the floor) or a direction dropped.
+        ``(w (p,), solver)``: solver is ``"eigh"``, or ``"eigh-clamped"`` when the projection was
+        needed.
     """
-    if not (np.isfinite(lam) and lam >= 0 and np.isfinite(floor) and floor >= 0):
-        raise ValueError(f"lam and floor must be finite and >= 0 (got {lam!r}, {floor!r})")
+    if not (np.isfinite(lam) and lam >= 0):
+        raise ValueError(f"lam must be finite and >= 0, got {lam!r}")
     G = np.asarray(Gxx, dtype=np.float64)
     g = np.asarray(gxy, dtype=np.float64).reshape(-1)
     if G.ndim != 2 or G.shape != (g.shape[0], g.shape[0]):
         raise ValueError(f"Gxx must be p × p and gxy of length p (got {G.shape} and {g.shape})")
     evals, evecs = np.linalg.eigh((G + G.T) / 2.0)
-    shifted = np.maximum(evals, floor) + lam
-    keep = shifted > _RCOND * float(np.abs(evals).max(initial=0.0))
-    clamped = bool((evals < floor).any()) or not bool(keep.all())
+    tol = _RCOND * float(np.abs(evals).max(initial=0.0))
+    shifted = evals + lam
+    clamped = not bool((shifted > tol).all())
+    if clamped:
+        shifted = np.maximum(evals, 0.0) + lam
+    keep = shifted > tol
     coords = np.zeros_like(g)
     coords[keep] = (evecs[:, keep].T @ g) / shifted[keep]
     return evecs @ coords, "eigh-clamped" if clamped else "eigh"

@@ -13,12 +13,10 @@ import scipy.linalg
 from analyst import gram
 
 
-def psd_part(H: np.ndarray, floor: float = 0.0) -> np.ndarray:
-    """The matrix with H's eigenvectors and eigenvalues max(e, floor), without an eigh:
-    (A + |A|)/2 + floor·I with A = H − floor·I and |A| = (A²)^{1/2}."""
-    A = H - floor * np.eye(H.shape[0])
-    absolute = np.real(scipy.linalg.sqrtm(A @ A))
-    return (A + absolute) / 2.0 + floor * np.eye(H.shape[0])
+def psd_part(H: np.ndarray) -> np.ndarray:
+    """H's projection onto the PSD cone (eigenvalues max(e, 0)), without an eigh: (H + |H|)/2
+    with |H| = (H²)^{1/2} (the polar decomposition)."""
+    return (H + np.real(scipy.linalg.sqrtm(H @ H))) / 2.0
 
 
 def random_symmetric(p: int, seed: int, shift: float = 0.0) -> np.ndarray:
@@ -39,27 +37,32 @@ def test_a_positive_definite_gram_is_solved_as_is(lam, seed):
     assert np.allclose(w, np.linalg.solve(G + lam * np.eye(5), g), rtol=1e-12, atol=1e-14)
 
 
-@pytest.mark.parametrize("lam", [0.2, 1.0, 4.0])
 @pytest.mark.parametrize("seed", [4, 5, 6])
-def test_an_indefinite_gram_is_projected_onto_the_psd_cone_before_the_ridge(lam, seed):
+def test_a_ridge_that_keeps_the_problem_convex_solves_the_noisy_gram_as_is(seed):
     H = random_symmetric(6, seed)
-    assert np.linalg.eigvalsh(H)[0] < 0
+    e_min = float(np.linalg.eigvalsh(H)[0])
+    assert e_min < 0
+    g = np.random.default_rng(seed).standard_normal(6)
+    lam = -e_min + 0.3  # H + λI is positive definite although H is not
+    w, solver = gram.solve_gram(H, g, lam)
+    assert solver == "eigh"
+    assert np.allclose(w, np.linalg.solve(H + lam * np.eye(6), g), rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("seed", [4, 5, 6])
+@pytest.mark.parametrize("fraction", [0.0, 0.5, 1.0])
+def test_a_non_convex_problem_is_projected_onto_the_psd_cone_before_the_ridge(seed, fraction):
+    H = random_symmetric(6, seed)
+    lam = -float(np.linalg.eigvalsh(H)[0]) * fraction  # H + λI is not positive definite
     g = np.random.default_rng(seed).standard_normal(6)
     w, solver = gram.solve_gram(H, g, lam)
     assert solver == "eigh-clamped"
-    assert np.allclose(w, np.linalg.solve(psd_part(H) + lam * np.eye(6), g), rtol=1e-9, atol=1e-12)
-
-
-@pytest.mark.parametrize("seed", [7, 8])
-def test_without_a_ridge_the_projected_directions_are_dropped(seed):
-    H = random_symmetric(6, seed)
-    g = np.random.default_rng(seed).standard_normal(6)
-    w, solver = gram.solve_gram(H, g, 0.0)
-    assert solver == "eigh-clamped"
-    assert np.allclose(w, np.linalg.pinv(psd_part(H), rcond=1e-9, hermitian=True) @ g, rtol=1e-9, atol=1e-12)
-    # the minimum-norm solution: nothing in the dropped (non-positive) directions
-    evals, V = np.linalg.eigh(H)
-    assert np.allclose(V[:, evals <= 0].T @ w, 0.0, atol=1e-12)
+    if lam > 0:
+        assert np.allclose(w, np.linalg.solve(psd_part(H) + lam * np.eye(6), g), rtol=1e-9, atol=1e-12)
+    else:  # λ = 0: the minimum-norm solution, nothing in the dropped (non-positive) directions
+        assert np.allclose(w, np.linalg.pinv(psd_part(H), rcond=1e-9, hermitian=True) @ g, rtol=1e-9, atol=1e-12)
+        evals, V = np.linalg.eigh(H)
+        assert np.allclose(V[:, evals <= 0].T @ w, 0.0, atol=1e-12)
 
 
 def test_the_projection_is_never_farther_from_the_true_gram():
@@ -72,17 +75,12 @@ def test_the_projection_is_never_farther_from_the_true_gram():
         assert np.linalg.norm(psd_part(noisy) - true) <= np.linalg.norm(noisy - true) + 1e-9
 
 
-@pytest.mark.parametrize("floor", [0.5, 2.0])
-def test_eigenvalues_below_the_floor_are_raised_to_it(floor):
-    H = random_symmetric(5, 12, shift=1.0)
-    g = np.arange(1.0, 6.0)
-    w, solver = gram.solve_gram(H, g, 0.7, floor=floor)
-    assert solver == "eigh-clamped"
-    assert np.allclose(w, np.linalg.solve(psd_part(H, floor) + 0.7 * np.eye(5), g), rtol=1e-9)
-    w, solver = gram.solve_gram(np.diag([3.0, 4.0]), np.array([3.0, 4.0]), 0.0, floor=floor)
-    assert solver == "eigh" and np.allclose(w, [1.0, 1.0])  # nothing below the floor: as is
-    w, solver = gram.solve_gram(np.diag([floor, 4.0]), np.array([floor, 4.0]), 0.0, floor=floor)
-    assert solver == "eigh" and np.allclose(w, [1.0, 1.0])  # an eigenvalue AT the floor is not raised
+def test_the_switch_to_the_projection_happens_where_convexity_ends():
+    H, g = np.diag([-0.5, 1.0]), np.array([1.0, 1.0])
+    w, solver = gram.solve_gram(H, g, 0.5)  # e + λ = 0: not convex, projected: eigenvalues 0.5, 1.5
+    assert solver == "eigh-clamped" and np.allclose(w, [2.0, 1.0 / 1.5])
+    w, solver = gram.solve_gram(H, g, 0.5 + 1e-6)  # just convex: as is
+    assert solver == "eigh" and w == pytest.approx([1e6, 1.0 / (1.5 + 1e-6)], rel=1e-6)
 
 
 def test_a_zero_eigenvalue_without_a_ridge_is_dropped_and_one_at_the_tolerance_too():
@@ -92,6 +90,8 @@ def test_a_zero_eigenvalue_without_a_ridge_is_dropped_and_one_at_the_tolerance_t
     assert solver == "eigh-clamped" and np.array_equal(w, [0.0, 1.0])
     w, solver = gram.solve_gram(np.diag([1e-11, 1.0]), np.array([1.0, 1.0]), 0.0)  # above it: kept
     assert solver == "eigh" and w == pytest.approx([1e11, 1.0], rel=1e-12)
+    w, solver = gram.solve_gram(np.diag([-5.0, 2e-12, 1.0]), np.ones(3), 0.0)  # the largest |e| is negative
+    assert solver == "eigh-clamped" and np.array_equal(w, [0.0, 0.0, 1.0])
     w, solver = gram.solve_gram(np.zeros((3, 3)), np.ones(3), 0.0)
     assert solver == "eigh-clamped" and np.array_equal(w, np.zeros(3))
     w, solver = gram.solve_gram(np.zeros((2, 2)), np.ones(2), 0.5)  # λ alone is a valid matrix
@@ -105,7 +105,7 @@ def test_the_solver_is_scale_free(scale):
     g = np.array([3.0, 1.0, 1.0])
     w1, s1 = gram.solve_gram(H, g, 0.0)
     w2, s2 = gram.solve_gram(scale * H, scale * g, 0.0)
-    assert s1 == s2 == "eigh-clamped" and np.allclose(w2, w1, rtol=1e-9) and w1[1] == pytest.approx(1e11)
+    assert s1 == s2 == "eigh-clamped" and np.allclose(w2, w1, rtol=1e-9) and w1 == pytest.approx([1.0, 1e11, 0.0])
     w3, _ = gram.solve_gram(scale * H, scale * g, scale * 0.5)
     assert np.allclose(w3, gram.solve_gram(H, g, 0.5)[0], rtol=1e-9)
 
@@ -117,11 +117,10 @@ def test_a_non_symmetric_gram_is_symmetrised_and_a_column_moment_flattened():
     assert np.allclose(w, np.linalg.solve([[3.0, 0.5], [0.5, 3.0]], [1.0, 1.0]))
 
 
-@pytest.mark.parametrize("lam,floor", [(-1.0, 0.0), (math.nan, 0.0), (math.inf, 0.0), (0.0, -0.5), (0.0, math.nan),
-                                       (1.0, math.inf)])
-def test_bad_lambda_or_floor_is_refused(lam, floor):
-    with pytest.raises(ValueError, match=re.escape(f"lam and floor must be finite and >= 0 (got {lam!r}, {floor!r})")):
-        gram.solve_gram(np.eye(2), np.ones(2), lam, floor)
+@pytest.mark.parametrize("lam", [-1.0, math.nan, math.inf, -math.inf])
+def test_a_bad_lambda_is_refused(lam):
+    with pytest.raises(ValueError, match=re.escape(f"lam must be finite and >= 0, got {lam!r}")):
+        gram.solve_gram(np.eye(2), np.ones(2), lam)
 
 
 @pytest.mark.parametrize("G,g", [(np.eye(3), np.ones(2)), (np.ones(3), np.ones(3)), (np.ones((2, 3)), np.ones(2))])
