@@ -40,6 +40,8 @@ _RCOND = 1e-12
 
 def gram_blocks(G: np.ndarray, label: int | None) -> tuple[np.ndarray, np.ndarray, list[int]]:
     """``(Gxx, gxy, regressors)`` of a D × D Gram matrix: regressors = every index but the label."""
+    if G.ndim != 2 or G.shape[0] != G.shape[1]:
+        raise ValueError(f"a Gram matrix is square, got shape {G.shape}")
     D = G.shape[0]
     if label is None:
         raise ValueError("the release has no label column; a regression needs one")

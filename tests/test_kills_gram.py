@@ -137,6 +137,8 @@ def test_gram_blocks_split_off_the_label():
     assert reg == [0, 2, 3] and np.array_equal(Gxx, G[np.ix_([0, 2, 3], [0, 2, 3])]) and np.array_equal(gxy, G[[0, 2, 3], 1])
     with pytest.raises(ValueError, match="^the release has no label column; a regression needs one$"):
         gram.gram_blocks(G, None)
+    with pytest.raises(ValueError, match=re.escape("a Gram matrix is square, got shape (3, 4)")):
+        gram.gram_blocks(np.ones((3, 4)), 1)
 
 
 @pytest.mark.parametrize("p,v,rho", [(1, 2.0, 0.05), (6, 35.7, 0.05), (10, 0.5, 0.2)])
@@ -201,3 +203,33 @@ def test_top_eigenvectors_are_ordered_signed_and_checked():
     for rank in (0, 5):
         with pytest.raises(ValueError, match=re.escape(f"rank must be in [1, 4], got {rank}")):
             gram.top_eigenvectors(G, rank)
+    assert gram.top_eigenvectors(G, 1)[0].shape == (4, 1) and gram.top_eigenvectors(G, 4)[0].shape == (4, 4)
+    with pytest.raises(ValueError, match=re.escape("rank must be in [1, 3], got 4")):
+        gram.top_eigenvectors(np.ones((3, 4)), 4)
+
+
+# ------------------------------------------------------------------------------------ float64 throughout
+def test_float32_and_integer_inputs_are_computed_in_float64():
+    """A release is float64; a caller's float32 copy must not lose the solver's precision."""
+    H = random_symmetric(5, 21, shift=0.5)
+    H32, g32 = H.astype(np.float32), np.linspace(1.0, 2.0, 5).astype(np.float32)
+    H64, g64 = H32.astype(np.float64), g32.astype(np.float64)
+    for lam in (0.0, 0.1):
+        w32, s32 = gram.solve_gram(H32, g32, lam)
+        w64, s64 = gram.solve_gram(H64, g64, lam)
+        assert w32.dtype == np.float64 and s32 == s64 and np.allclose(w32, w64, rtol=1e-13, atol=0)
+    assert gram.adassp_lambda(H32, 2.0) == pytest.approx(gram.adassp_lambda(H64, 2.0), rel=1e-14)
+    t32, v32 = gram.top_eigenvectors(H32, 3)
+    t64, v64 = gram.top_eigenvectors(H64, 3)
+    assert np.allclose(t32, t64, rtol=1e-13, atol=1e-15) and np.allclose(v32, v64, rtol=1e-13, atol=0)
+    w, _ = gram.solve_gram([[2, 0], [0, 4]], [2, 2], 0)
+    assert np.array_equal(w, [1.0, 0.5])
+
+
+def test_an_empty_system_has_the_empty_solution():
+    w, solver = gram.solve_gram(np.zeros((0, 0)), np.zeros(0), 0.0)
+    assert w.shape == (0,) and solver == "eigh"
+
+
+def test_zero_noise_has_zero_bounds():
+    assert gram.noise_edge(3, 0.0) == 0.0 and gram.noise_spectral_bound(3, 0.0) == 0.0
