@@ -52,7 +52,6 @@ MODULES: dict[str, list[str]] = {
     "ltm/client_set.py": ["tests/test_client_set.py", "tests/test_kills_client_set.py"],
     "server/coverage.py": ["tests/test_streaming_server.py", "tests/test_kills_coverage.py"],
     "ltm/dp/sensitivity.py": ["tests/test_dp_sensitivity.py"],
-    "ltm/dp/defaults.py": ["tests/test_dp_sensitivity.py"],
     "analyst/gram.py": ["tests/test_gram.py", "tests/test_kills_gram.py"],
 }
 
