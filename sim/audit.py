@@ -57,6 +57,7 @@ import numpy as np
 
 from ltm.calibration import NoisePlan, gaussian_delta
 from ltm.client_set import ClientSet
+from ltm.dp.defaults import DEFAULT_CLIP_BOUND, DEFAULT_DELTA
 from ltm.dp.sensitivity import sketch_l1
 from ltm.jobspec import (ColumnSpec, JobSpec, PartySpec, PrivacySpec, ServerSpec, SketchSpec, resolve_defaults,
                          validate_job)
@@ -93,8 +94,8 @@ class AuditConfig:
     parties: int = 2
     width: int = 2
     epsilon: float = 1.0
-    delta: float = 1e-6
-    clip: float = 1.0
+    delta: float = DEFAULT_DELTA
+    clip: float = DEFAULT_CLIP_BOUND
     share_mode: str = "seed"
     sigma_factor: float = 1.0
     alpha: float = 1e-6
@@ -350,7 +351,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="comma-separated σ factors of negative controls to audit too (default 0.1; '' = none)")
     p.add_argument("--control-runs", type=int, help="runs per dataset for the controls (default: --runs)")
     p.add_argument("--epsilon", type=float, default=1.0)
-    p.add_argument("--delta", type=float, default=1e-6)
+    p.add_argument("--delta", type=float, default=DEFAULT_DELTA)
     p.add_argument("--n", type=int, default=48, help="clients in the audited job")
     p.add_argument("--m", type=int, default=4)
     p.add_argument("--s", type=int, default=1)

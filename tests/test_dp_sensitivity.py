@@ -276,6 +276,22 @@ def test_defaults_are_the_documented_values_and_a_fraction():
 
 
 # ------------------------------------------------------------------------------------ one home
+#: A privacy default written as a literal instead of imported from ltm/dp/defaults.py.
+DEFAULT_LITERALS = re.compile(r"clip(_bound|_norm)?: float = 1\.0\b|\bdelta: float = 1e-6\b|"
+                              r"--delta.*default=1e-6\b|FRACTION\s*=\s*0\.9")
+
+
+def test_the_privacy_defaults_are_written_once():
+    problems = [f"{path.relative_to(REPO)}:{i}: {line.strip()}"
+                for package in ("ltm", "sim", "party", "server", "analyst", "transport")
+                for path in sorted((REPO / package).rglob("*.py")) if "ltm/dp/" not in path.as_posix()
+                for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+                if DEFAULT_LITERALS.search(line)]
+    assert not problems, "import these from ltm/dp/defaults.py:\n" + "\n".join(problems)
+    assert DEFAULT_LITERALS.search('    p.add_argument("--delta", type=float, default=1e-6)')
+    assert DEFAULT_LITERALS.search("    clip_bound: float = 1.0") and DEFAULT_LITERALS.search("LOAD_FRACTION = 0.95")
+
+
 #: Source code that computes a sensitivity (after strings and comments are removed and the code is
 #: normalised by ast.unparse): a clip bound times 2, √2 times a squared clip bound, the √2-or-2
 #: factor choice, the histogram's √(2D).
