@@ -31,9 +31,12 @@ from typing import Literal
 
 import numpy as np
 
+from analyst.gram import solve_gram
 from analyst.release import ReleasedSketch
 from ltm.calibration import analytic_gaussian_sigma
 from ltm.clipping import clip_rows
+from ltm.dp.sensitivity import (gram_l2, gram_l2_triangle, joint_cross_moment_l2, min_eigenvalue_sensitivity,
+                                 vector_sensitivity)
 
 __all__ = [
     "PrivateRegression",
@@ -60,8 +63,9 @@ class PrivateRegression:
             ``analyst.estimators.linear_predictor(coef, release)`` for raw units).
         lam: the ridge λ actually used (AdaSSP's is chosen adaptively and privately).
         sigmas: the noise standard deviation of each released statistic.
-        projected: True when ``noisy AᵀA + λI`` was not positive definite and its eigenvalues
-            were projected (see :func:`_solve_projected`).
+        projected: True when the noisy ``AᵀA`` was not positive definite and the solver projected
+            it (:func:`analyst.gram.solve_gram`: eigenvalues raised to 0 before λ is added, and with
+            λ = 0 zero directions dropped).
         noisy_gram: (d, d) the released ``AᵀA + E`` (without λ).
         noisy_moment: (d,) the released ``Aᵀb + e``.
         details: extra released scalars (e.g. AdaSSP's private λ_min).
@@ -83,9 +87,9 @@ class PrivateRegression:
 
 def gram_sensitivity(clip_norm: float, *, tight: bool = False) -> float:
     """Replace-one ℓ2 sensitivity of the upper triangle of a Gram matrix ``MᵀM`` whose rows have
-    norm ≤ C: ``2C²`` (default) or the exact ``√2·C²`` (``tight``).  See the module docstring."""
-    _check_positive("clip_norm", clip_norm)
-    return (math.sqrt(2.0) if tight else 2.0) * clip_norm**2
+    norm ≤ C: ``2C²`` (default, :func:`ltm.dp.sensitivity.gram_l2_triangle`) or the exact ``√2·C²``
+    (``tight``, :func:`ltm.dp.sensitivity.gram_l2`).  See the module docstring."""
+    return gram_l2(clip_norm) if tight else gram_l2_triangle(clip_norm)
 
 
 def symmetric_gaussian(d: int, sigma: float, rng: np.random.Generator) -> np.ndarray:
@@ -115,28 +119,6 @@ def _clipped_regression_data(
         raise ValueError(f"shapes do not match: A {A.shape}, b {b.shape}")
     W = clip_rows(np.column_stack([A, b]), clip_norm)
     return W[:, :-1], W[:, -1]
-
-
-def _solve_projected(M: np.ndarray, g: np.ndarray, lam: float) -> tuple[np.ndarray, bool]:
-    """Solve ``(M + λI) x = g`` for a symmetric noisy M.
-
-    If ``M + λI`` is positive definite it is solved as is.  Otherwise (noise made it indefinite)
-    its eigenvalues are projected to ``≥ λ`` (λ > 0); for λ = 0 the non-positive eigen-directions
-    are dropped (pseudo-inverse on the positive part).  Returns ``(x, projected)``.
-    """
-    d = M.shape[0]
-    H = (M + M.T) / 2.0 + lam * np.eye(d)
-    w, V = np.linalg.eigh(H)
-    projected = bool(w[0] <= 0.0)
-    if projected:
-        if lam > 0:
-            w = np.maximum(w, lam)
-        else:
-            keep = w > 0
-            coords = np.zeros(d)
-            coords[keep] = (V[:, keep].T @ g) / w[keep]
-            return V @ coords, True
-    return V @ ((V.T @ g) / w), projected
 
 
 # --------------------------------------------------------------------------------------------
@@ -188,8 +170,9 @@ def ssp_ridge(
     """Central sufficient-statistics perturbation (SSP) ridge regression.
 
     ``x = (AᵀA + E_AA + λI)^{-1} (Aᵀb + e_Ab)`` from one (ε, δ)-DP release of
-    ``[A b]ᵀ[A b] + E`` (:func:`ssp_statistics`).  If ``AᵀA + E_AA + λI`` is not positive
-    definite its eigenvalues are projected to ≥ λ (λ = 0: pseudo-inverse on the positive part);
+    ``[A b]ᵀ[A b] + E`` (:func:`ssp_statistics`), solved by :func:`analyst.gram.solve_gram` (the
+    LTM's own noisy-Gram solver): a noisy ``AᵀA`` that is not positive semidefinite is projected
+    onto the PSD cone before λ is added (λ = 0: pseudo-inverse on the positive part);
     ``projected`` reports it.  Post-processing, so the output stays (ε, δ)-DP.
 
     Args:
@@ -203,9 +186,9 @@ def ssp_ridge(
     if not np.isfinite(lam) or lam < 0:
         raise ValueError(f"lam must be finite and >= 0, got {lam!r}")
     G, g, sigma = ssp_statistics(A, b, epsilon, delta, clip_norm, rng, tight=tight)
-    coef, projected = _solve_projected(G, g, float(lam))
+    coef, solver = solve_gram(G, g, float(lam))
     return PrivateRegression(
-        coef=coef, lam=float(lam), sigmas={"gram": sigma}, projected=projected,
+        coef=coef, lam=float(lam), sigmas={"gram": sigma}, projected=solver != "eigh",
         noisy_gram=G, noisy_moment=g,
     )
 
@@ -237,8 +220,9 @@ def adassp(
        ``√(d log(2d²/ρ))``; here σ₂ is the analytic-Gaussian scale).
     3. ``AᵀA + σ₂ Z_sym`` (symmetric, upper triangle i.i.d.) and ``Aᵀb + σ₃ z``.
 
-    Output ``θ = (noisy AᵀA + λI)^{-1} noisy Aᵀb`` (eigenvalues projected to ≥ λ if that matrix
-    is not PD — a safeguard the paper does not have; reported by ``projected``).
+    Output ``θ = (noisy AᵀA + λI)^{-1} noisy Aᵀb`` by :func:`analyst.gram.solve_gram` (a noisy
+    AᵀA that is not PSD is first projected onto the PSD cone — a safeguard the paper does not
+    have; reported by ``projected``).
 
     Replace-one sensitivities for rows ``(a, b)`` of ``[A b]`` clipped to ‖(a, b)‖ ≤ C:
 
@@ -262,10 +246,9 @@ def adassp(
     A, b = _clipped_regression_data(A, b, clip_norm)
     d = A.shape[1]
     eps3, delta3 = epsilon / 3.0, delta / 3.0
-    c2 = clip_norm**2
-    s_min = analytic_gaussian_sigma(eps3, delta3, c2)
+    s_min = analytic_gaussian_sigma(eps3, delta3, min_eigenvalue_sensitivity(clip_norm))
     s_gram = analytic_gaussian_sigma(eps3, delta3, gram_sensitivity(clip_norm, tight=tight))
-    s_mom = analytic_gaussian_sigma(eps3, delta3, c2)
+    s_mom = analytic_gaussian_sigma(eps3, delta3, joint_cross_moment_l2(clip_norm))
 
     G = A.T @ A
     G = (G + G.T) / 2.0
@@ -278,11 +261,11 @@ def adassp(
 
     noisy_G = G + symmetric_gaussian(d, s_gram, rng)
     noisy_g = A.T @ b + s_mom * rng.standard_normal(d)
-    coef, projected = _solve_projected(noisy_G, noisy_g, lam)
+    coef, solver = solve_gram(noisy_G, noisy_g, lam)
     return PrivateRegression(
         coef=coef, lam=float(lam),
         sigmas={"lambda_min": float(s_min), "gram": float(s_gram), "moment": float(s_mom)},
-        projected=projected, noisy_gram=noisy_G, noisy_moment=noisy_g,
+        projected=solver != "eigh", noisy_gram=noisy_G, noisy_moment=noisy_g,
         details={"lambda_min_private": float(lam_min_priv)},
     )
 
@@ -353,7 +336,7 @@ def mod_sulq_noise_scale(
     if n < 1 or d < 1:
         raise ValueError(f"n and d must be >= 1, got n={n}, d={d}")
     if calibration == "analytic":
-        sens = (math.sqrt(2.0) if tight else 2.0) / n
+        sens = gram_sensitivity(1.0, tight=tight) / n  # rows in the unit ball, statistic / n
         return float(analytic_gaussian_sigma(epsilon, delta, sens))
     if calibration == "paper":
         _check_positive("epsilon", epsilon)
@@ -463,7 +446,7 @@ def local_noisy_rows(
     """
     _check_rng(rng)
     V = clip_rows(V, clip_norm)
-    sigma = float(analytic_gaussian_sigma(epsilon, delta, 2.0 * clip_norm))
+    sigma = float(analytic_gaussian_sigma(epsilon, delta, vector_sensitivity(clip_norm)))
     return V + sigma * rng.standard_normal(V.shape), sigma
 
 
@@ -501,7 +484,7 @@ def local_release(
             "baseline": "local",
             "epsilon": float(epsilon),
             "delta": float(delta),
-            "sensitivity": 2.0 * float(clip_norm),
+            "sensitivity": vector_sensitivity(clip_norm),
             "sigma_client": sigma,
             "note": "simulation baseline (seeded numpy RNG), not a production release",
         },

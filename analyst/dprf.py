@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from ltm.calibration import analytic_gaussian_sigma
+from ltm.dp.sensitivity import reference_code_rf_sensitivity, sgd_sensitivity, vector_sensitivity
 from ltm.randomness import Randomness
 from ltm.transforms import RandomFeatures, rff_spec
 
@@ -144,7 +145,7 @@ def algorithm1_calibration(mode: str, *, m: int, n_features: int, epsilon: float
         R = float(radius) if radius is not None else certified_radius(m, label_bound, eta)
         if not R > 0:
             raise ValueError(f"radius must be > 0, got {R}")
-        sens = 2.0 * R
+        sens = vector_sensitivity(R)
         sigma = analytic_gaussian_sigma(epsilon, delta, sens)
         return Algorithm1Calibration(
             mode, sens, sigma, R, True,
@@ -152,14 +153,14 @@ def algorithm1_calibration(mode: str, *, m: int, n_features: int, epsilon: float
             f"clipped to norm {R:.4g}, analytic Gaussian σ = {sigma:.4g} for Δ = 2R = {sens:.4g})",
             {"label_bound": label_bound, "eta": eta})
     if mode == "paper_lemma6_not_dp":
-        sens = 2.0 * label_bound * math.sqrt(m) / math.sqrt(1 - 2 * eta)
+        sens = vector_sensitivity(certified_radius(m, label_bound, eta))  # Lemma 6's 2‖y‖/√(1−2η)
         sigma = classical * sens
         return Algorithm1Calibration(
             mode, sens, sigma, None, False,
             f"NOT DP: Lemma 6's Δ = {sens:.4g} (= 2‖y‖/√(1−2η), η = {eta:g}) holds only if λ_min(ΦΦᵀ) ≥ 1−2η, which "
             f"fails for N < 4m or repeated rows; no clipping enforces it (reproduction mode)",
             {"label_bound": label_bound, "eta": eta})
-    sens = ref_delta_c / math.sqrt(n_features)
+    sens = reference_code_rf_sensitivity(ref_delta_c, n_features)
     sigma = classical * sens
     return Algorithm1Calibration(
         mode, sens, sigma, None, False,
@@ -181,13 +182,6 @@ def gamma_output_perturbation(c: np.ndarray, sensitivity: float, epsilon: float,
     g = randomness.child("direction").stream().normal(N)
     R = randomness.child("radius").stream().gamma(float(N), sensitivity / epsilon, 1)[0]
     return c + R * g / np.linalg.norm(g)
-
-
-def sgd_sensitivity(m: int, iterations: int, lr: float, delta: float) -> float:
-    """Δ_SGD of Wang & Guo [25] as the authors' code computes it (spec §4.2; not re-derived here)."""
-    T = iterations
-    C_T = max(math.sqrt(3 * m * math.log(2 * m / delta) / T), 3 * m * math.log(2 * m / delta) / T)
-    return (4 * math.e * lr**2 * (1 + math.sqrt(lr * T))**2 * T * (1 + C_T) * (1 + T * (1 + C_T) / m) / m)
 
 
 def sgd_random_features(A: np.ndarray, y: np.ndarray, *, iterations: int, lr: float, epsilon: float,

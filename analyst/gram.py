@@ -10,7 +10,8 @@ the signal grows like n.
 
 Estimators (all post-processing of the release):
 
-* OLS: ``Ĝxx⁻¹ ĝxy`` (eigenvalues of Ĝxx below the noise floor are raised to it);
+* OLS: ``Ĝxx⁻¹ ĝxy`` (:func:`solve_gram`: an indefinite Ĝxx is projected onto the PSD cone and
+  its null directions dropped);
 * ridge with an AdaSSP-style λ (Wang 2018): ``λ = max(0, τ − λ_min(Ĝxx))``.  AdaSSP spends a
   third of its budget on a private λ_min; here λ_min is read off the released Ĝxx
   (post-processing, no budget).  τ is a bound on the noise's spectral norm ‖E_xx‖₂: by default
@@ -33,10 +34,14 @@ __all__ = ["gram_blocks", "noise_edge", "noise_spectral_bound", "adassp_lambda",
 
 #: Failure probability of the λ rule's spectral bound (AdaSSP's ρ).
 RHO = 0.05
+#: Relative size below which a direction of the regularised Gram is dropped (pseudo-inverse).
+_RCOND = 1e-12
 
 
 def gram_blocks(G: np.ndarray, label: int | None) -> tuple[np.ndarray, np.ndarray, list[int]]:
     """``(Gxx, gxy, regressors)`` of a D × D Gram matrix: regressors = every index but the label."""
+    if G.ndim != 2 or G.shape[0] != G.shape[1]:
+        raise ValueError(f"a Gram matrix is square, got shape {G.shape}")
     D = G.shape[0]
     if label is None:
         raise ValueError("the release has no label column; a regression needs one")
@@ -74,25 +79,47 @@ def adassp_lambda(Gxx: np.ndarray, noise_variance: float, *, bound: str = "edge"
     return max(0.0, tau - lam_min)
 
 
-def solve_gram(Gxx: np.ndarray, gxy: np.ndarray, lam: float, floor: float = 0.0) -> tuple[np.ndarray, str]:
-    """``(Ĝxx + λI)⁻¹ ĝxy`` with the eigenvalues of Ĝxx first raised to ``floor`` (≥ 0).
+def solve_gram(Gxx: np.ndarray, gxy: np.ndarray, lam: float) -> tuple[np.ndarray, str]:
+    """The noisy-Gram solver of every estimator on released sufficient statistics: the LTM's
+    ``gram`` estimators (:mod:`analyst.estimators`) and the central SSP / AdaSSP baselines
+    (:mod:`analyst.baselines`) alike.  Why this rule: "Solving a noisy Gram matrix" in
+    docs/planner.md.
 
-    A positive definite ``Ĝxx + λI`` with ``floor = 0`` is solved as is.  Otherwise eigenvalues
-    below max(floor, tiny) are raised to it, so noise cannot make the solve explode.
-    Returns ``(w, solver)``.
+    With ``H = (Ĝxx + Ĝxxᵀ)/2 = Σ_k e_k v_k v_kᵀ`` and ``tol = 10⁻¹²·max_k |e_k|``:
+
+    * if ``H + λI`` is positive definite (every ``e_k + λ > tol``) the ridge problem on the
+      released statistics is convex and is solved as is: ``w = (H + λI)⁻¹ ĝxy``.  A negative
+      e_k is kept: Ĝxx is unbiased for XᵀX, and an adaptive λ (:func:`adassp_lambda`) already
+      lifts the smallest eigenvalue of ``H + λI`` to the noise bound τ;
+    * otherwise the noise made the problem non-convex: H is replaced by its projection onto the
+      positive semidefinite cone (``e_k → max(e_k, 0)``, the Frobenius-nearest PSD matrix, never
+      farther from XᵀX than Ĝxx), λ is added, and directions with ``max(e_k, 0) + λ ≤ tol``
+      (only when λ = 0) are dropped: the minimum-norm (pseudo-inverse) solution.  Noise cannot
+      make the solve explode.
+
+    Args:
+        Gxx: (p, p) released (noisy) XᵀX; gxy: (p,) released Xᵀy; lam: λ ≥ 0.
+
+    Returns:
+        ``(w (p,), solver)``: solver is ``"eigh"``, or ``"eigh-clamped"`` when the projection was
+        needed.
     """
-    if not (np.isfinite(lam) and lam >= 0 and np.isfinite(floor) and floor >= 0):
-        raise ValueError(f"lam and floor must be finite and >= 0 (got {lam!r}, {floor!r})")
-    H = (np.asarray(Gxx, dtype=np.float64) + np.asarray(Gxx, dtype=np.float64).T) / 2.0
+    if not (np.isfinite(lam) and lam >= 0):
+        raise ValueError(f"lam must be finite and >= 0, got {lam!r}")
+    G = np.asarray(Gxx, dtype=np.float64)
     g = np.asarray(gxy, dtype=np.float64).reshape(-1)
-    evals, evecs = np.linalg.eigh(H)
-    scale = max(float(np.abs(evals).max()), 1.0)
-    low = max(floor, 1e-12 * scale)
-    clamped = bool((evals + lam < low).any()) or floor > 0 and bool((evals < floor).any())
-    shifted = np.maximum(evals, floor) + lam
-    shifted = np.maximum(shifted, low)
-    w = evecs @ ((evecs.T @ g) / shifted)
-    return w, "eigh-clamped" if clamped else "eigh"
+    if G.ndim != 2 or G.shape != (g.shape[0], g.shape[0]):
+        raise ValueError(f"Gxx must be p × p and gxy of length p (got {G.shape} and {g.shape})")
+    evals, evecs = np.linalg.eigh((G + G.T) / 2.0)
+    tol = _RCOND * float(np.abs(evals).max(initial=0.0))
+    shifted = evals + lam
+    clamped = not bool((shifted > tol).all())
+    if clamped:
+        shifted = np.maximum(evals, 0.0) + lam
+    keep = shifted > tol
+    coords = np.zeros_like(g)
+    coords[keep] = (evecs[:, keep].T @ g) / shifted[keep]
+    return evecs @ coords, "eigh-clamped" if clamped else "eigh"
 
 
 def top_eigenvectors(G: np.ndarray, rank: int) -> tuple[np.ndarray, np.ndarray]:

@@ -43,6 +43,7 @@ import numpy as np
 
 from analyst.baselines import symmetric_gaussian
 from ltm.clipping import clip_rows
+from ltm.dp.sensitivity import cross_moment_l2, gram_l2, gram_l2_triangle
 from ltm.second_moment import PublicSecondMoment, pmt_radius, zcdp_gaussian_sigma, zcdp_to_epsilon
 
 __all__ = [
@@ -148,7 +149,7 @@ def dp_pmtse(X: np.ndarray, public: PublicSecondMoment, rho: float, rng: np.rand
     _check_rng(rng)
     Xt, _, radius = pmt(X, public.whitening, eta_fail=eta_fail)
     n, d = Xt.shape
-    sigma = zcdp_gaussian_sigma(_gram_factor(gram_sensitivity) * radius**2 / n, rho)
+    sigma = zcdp_gaussian_sigma(_gram_bound(gram_sensitivity, radius) / n, rho)
     return Xt.T @ Xt / n + symmetric_gaussian(d, sigma, rng), sigma
 
 
@@ -163,8 +164,8 @@ def pmt_olse_sigmas(d: int, n: int, rho: float, *, eta_fail: float = DEFAULT_ETA
     ``R_x = sqrt(d(1+L))``, ``R_y = sqrt(1+L)``, L = log(2n/η); ``Δ₁ = 2R_x²/n``,
     ``Δ₂ = 2R_xR_y/n``; ``σ_k = Δ_k/√(2ρ)``."""
     rx, ry = pmt_radius(d, n, eta_fail), pmt_radius(1, n, eta_fail)
-    d1 = _gram_factor(gram_sensitivity) * rx**2 / n
-    d2 = 2.0 * rx * ry / n
+    d1 = _gram_bound(gram_sensitivity, rx) / n
+    d2 = cross_moment_l2(rx, ry) / n
     return {"R_x": rx, "R_y": ry, "delta_gram": d1, "delta_moment": d2,
             "sigma_gram": zcdp_gaussian_sigma(d1, rho), "sigma_moment": zcdp_gaussian_sigma(d2, rho)}
 
@@ -214,8 +215,8 @@ def olse_sigmas(d: int, n: int, rho: float, trace: float, label_ms: float, *, et
         raise ValueError("trace and label mean square must be ≥ 0")
     L = math.log(2.0 * n / eta_fail)
     ra, ry = math.sqrt(trace + d * L), math.sqrt(label_ms + L)
-    d1 = _gram_factor(gram_sensitivity) * ra**2 / n
-    d2 = 2.0 * ra * ry / n
+    d1 = _gram_bound(gram_sensitivity, ra) / n
+    d2 = cross_moment_l2(ra, ry) / n
     return {"R_x": ra, "R_y": ry, "delta_gram": d1, "delta_moment": d2,
             "sigma_gram": zcdp_gaussian_sigma(d1, rho), "sigma_moment": zcdp_gaussian_sigma(d2, rho)}
 
@@ -268,11 +269,12 @@ def dp_olse(A: np.ndarray, y: np.ndarray, rho: float, rng: np.random.Generator, 
 # --------------------------------------------------------------------------------------------
 
 
-def _gram_factor(mode: str) -> float:
+def _gram_bound(mode: str, radius: float) -> float:
+    """The Gram sensitivity for rows of norm ≤ ``radius``: the paper's 2R² or the exact √2·R²."""
     if mode == "paper":
-        return 2.0
+        return gram_l2_triangle(radius)
     if mode == "tight":
-        return math.sqrt(2.0)
+        return gram_l2(radius)
     raise ValueError(f"gram_sensitivity must be 'paper' or 'tight', got {mode!r}")
 
 

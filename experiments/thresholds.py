@@ -55,6 +55,7 @@ from experiments.registry import register
 from experiments.seeds import numpy_rng, subseed
 from experiments.wu import gaussian_epsilon
 from ltm.calibration import gaussian_delta
+from ltm.dp.sensitivity import sketch_l2
 from ltm.jobspec import JobSpec, resolve_defaults, validate_job
 from ltm.randomness import Randomness
 from ltm.ring import decode
@@ -207,7 +208,7 @@ def servers_cell(params: dict, seed: int) -> list[dict]:
         u = [decode(np.frombuffer(null.bytes(8 * words), dtype=np.uint64), spec.frac_bits) for _ in range(2)]
         null_tvs.append(total_variation(window_histogram(u[0], spec.clip_bound), window_histogram(u[1], spec.clip_bound)))
     tv_null, tv_null_q99 = float(np.mean(null_tvs)), float(np.quantile(null_tvs, 0.99))
-    plan_sens = 2.0 * spec.clip_bound * math.sqrt(spec.make_sketch().pieces)
+    plan_sens = sketch_l2(spec.clip_bound, spec.make_sketch().pieces)
     eps_local = gaussian_epsilon(a.sigma_client, delta, plan_sens)
     scale = 2.0**-spec.frac_bits
     rows: list[dict] = []

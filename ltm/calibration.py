@@ -28,6 +28,8 @@ import math
 import operator
 from dataclasses import asdict, dataclass
 
+from ltm.dp.sensitivity import sketch_l1, sketch_l2
+
 __all__ = [
     "CalibrationError",
     "gaussian_delta",
@@ -475,7 +477,7 @@ def plan_noise(
         p = None
 
     if mech == "gaussian":
-        sens = 2.0 * clip * math.sqrt(s_) if sens_given is None else sens_given
+        sens = sketch_l2(clip, s_) if sens_given is None else sens_given
         if calib == "paper":
             why = "calibration='paper' (Corollary 4.7)"
             sigma_c = paper_sparse_gaussian_sigma(
@@ -514,7 +516,7 @@ def plan_noise(
 
     # laplace
     if calib == "tight":
-        sens = 2.0 * s_ * clip if sens_given is None else sens_given
+        sens = sketch_l1(clip, s_) if sens_given is None else sens_given
         b = sens / eps
         shape = 1.0 / load
     else:  # paper, Corollary 4.10
@@ -535,7 +537,7 @@ def plan_noise(
                 f"n={n_req}, m={m_req}, t_prime={t_} (n/m - t_prime = {split:.6g} <= 0); "
                 f"increase n or lower m / t_prime"
             )
-        sens = 2.0 * clip * m_req
+        sens = sketch_l1(clip, m_req)  # dense: s = m
         b = paper_dense_laplace_scale(eps, clip, m_req, d_req)
         shape = 1.0 / split
     return NoisePlan(

@@ -7,6 +7,8 @@ import json
 import sys
 from typing import Any
 
+from ltm.dp.defaults import DEFAULT_CLIP_BOUND, DEFAULT_DELTA
+
 
 class LtmParser(argparse.ArgumentParser):
     """The ``ltm`` parser and every subcommand's (``add_subparsers`` reuses this class).
@@ -112,7 +114,7 @@ def _add_simulate(sub: argparse._SubParsersAction) -> None:
                      help="seed: helper shares travel as 32-byte seeds (default); full: every share explicit")
     priv = p.add_argument_group("privacy")
     priv.add_argument("--epsilon", type=float, default=1.0, help="the job's ε per client (default 1)")
-    priv.add_argument("--delta", type=float, default=1e-6,
+    priv.add_argument("--delta", type=float, default=DEFAULT_DELTA,
                       help="the job's δ (default 1e-6; with --mechanism laplace the default is 0)")
     priv.add_argument("--mechanism", choices=["gaussian", "laplace"], default="gaussian",
                       help="the clients' noise: gaussian (ε, δ)-DP (default) or laplace (pure ε-DP)")
@@ -167,7 +169,6 @@ def _parse_calibration(text: str) -> tuple[str, float | None]:
 
 
 def _run_simulate(args: argparse.Namespace) -> int:
-    from sim.jobs import DEFAULT_CLIP_BOUND
     from sim.simulate import SimulateConfig, simulate
 
     calibration, p = _parse_calibration(args.calibration)
@@ -185,7 +186,7 @@ def _run_simulate(args: argparse.Namespace) -> int:
     )
     if args.model != "rf_ridge" and (args.bandwidth is not None or args.features_n is not None):
         raise SystemExit("ltm: error: --features-n/--bandwidth need --model rf_ridge")
-    if args.mechanism == "laplace" and args.delta == 1e-6:
+    if args.mechanism == "laplace" and args.delta == DEFAULT_DELTA:
         cfg.delta = 0.0
     report = simulate(cfg)
     if args.json:

@@ -15,7 +15,7 @@ as a summation of one-hot vectors").  The grid is applied to the column's transf
 
 Privacy.  Each client's lifted vector is one one-hot block per column, whatever z is, so
 replacing one client changes at most two entries per column by 1: the ℓ2 sensitivity is
-``√(2·D)`` and the ℓ1 sensitivity ``2·D`` for D columns — independent of the clip bound, and
+``√(2·D)`` and the ℓ1 sensitivity ``2·D`` for D columns (:mod:`ltm.dp.sensitivity`) — independent of the clip bound, and
 every entry is in {0, 1}.  (The party still clips z to the job's clip bound before the lift, so a
 histogram job sets a clip bound far above any plausible ‖z‖, :data:`HIST_CLIP_BOUND`; a clipped
 row would merely land in other bins, and the guarantee does not depend on it.)
@@ -26,6 +26,8 @@ import math
 from typing import Any
 
 import numpy as np
+
+from ltm.dp.sensitivity import histogram_sensitivity
 
 #: The clip bound of a histogram job: clipping must not move values across bins.
 HIST_CLIP_BOUND = 1e12
@@ -63,8 +65,8 @@ def one_hot(kind: str, z: np.ndarray) -> np.ndarray:
 
 
 def sensitivity(spec: Any) -> float:
-    d = spec.width
-    return 2.0 * d if spec.privacy.mechanism == "laplace" else math.sqrt(2.0 * d)
+    """√(2D) (Gaussian) or 2D (Laplace) for the job's D columns: :func:`ltm.dp.sensitivity.histogram_sensitivity`."""
+    return histogram_sensitivity(spec.privacy.mechanism, spec.width)
 
 
 def bin_names(kind: str, columns: tuple[str, ...]) -> tuple[str, ...]:

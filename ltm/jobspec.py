@@ -21,6 +21,7 @@ import numpy as np
 
 from ltm.calibration import CalibrationError, NoisePlan, plan_noise
 from ltm.client_set import ClientSet
+from ltm.dp.defaults import DEFAULT_CLIP_BOUND, DEFAULT_DELTA, DEFAULT_LOAD_FRACTION
 from ltm.lifts import LIFTED_KINDS, Lift, get_lift
 from ltm.noise import noise_tail_bound
 from ltm.ring import HEADROOM_LIMIT
@@ -38,10 +39,6 @@ ROLES = ("feature", "intercept", "label")
 INTERCEPT_NAME = "(intercept)"
 MECHANISMS = ("gaussian", "laplace")
 CALIBRATIONS = ("tight", "paper", "interpolate")
-#: Default fraction of the full-participation honest load that L keeps: up to ~5% of the
-#: clients of a row may drop out before the gate refuses the release.  (Each client's noise is
-#: σ_Y/√L, so a smaller fraction buys dropout tolerance with proportionally more noise.)
-DEFAULT_LOAD_FRACTION = 0.95
 MAX_FRAC_BITS = 32
 MIN_FRAC_BITS = 8
 #: Above this many (party × row) cells, the corrupt-party deduction uses the party-size bound.
@@ -78,7 +75,7 @@ class PartySpec:
     start: int
     stop: int
     columns: tuple[str, ...] = ()
-    clip_bound: float = 1.0
+    clip_bound: float = DEFAULT_CLIP_BOUND
 
     @property
     def size(self) -> int:
@@ -102,7 +99,7 @@ class PrivacySpec:
     parties tolerated (their whole load in a row is assumed noiseless); ``min_honest_load``: L."""
 
     epsilon: float = 1.0
-    delta: float = 1e-6
+    delta: float = DEFAULT_DELTA
     mechanism: str = "gaussian"
     calibration: str = "tight"
     interpolate_p: float | None = None

@@ -37,13 +37,14 @@ This scaling makes u an isometry from symmetric matrices with the Frobenius norm
     ‖u(z) − u(z')‖₂² = ‖z zᵀ − z' z'ᵀ‖_F² = tr((z zᵀ − z' z'ᵀ)²) = ‖z‖⁴ + ‖z'‖⁴ − 2 (zᵀz')²
                      ≤ 2 C⁴,
 
-so Δ₂ = √2 · C² (attained by orthogonal z, z' of norm C; for D = 1 the bound is C², and √2·C² is
+so Δ₂ = √2 · C² (:func:`ltm.dp.sensitivity.gram_l2`; attained by orthogonal z, z' of norm C; for D = 1 the bound is C², and √2·C² is
 kept as a safe upper bound).  Without the √2 scaling the same bound holds (the unscaled triangle
 has a smaller norm), but the released noise would then be twice as large, relative to the
 signal, on the off-diagonal entries.  The analyst divides the off-diagonal entries by √2, so the
 noise on an off-diagonal Gram entry has variance σ²/2 and on a diagonal entry σ².
 Laplace (ℓ1 clip ‖z‖₁ ≤ C₁): ``‖u(z)‖₁ = Σ_i z_i² + √2 Σ_{i<j} |z_i z_j|
-= ‖z‖₂² + (‖z‖₁² − ‖z‖₂²)/√2 ≤ ‖z‖₁²``, so Δ₁ ≤ ‖u(z)‖₁ + ‖u(z')‖₁ ≤ 2 C₁².
+= ‖z‖₂² + (‖z‖₁² − ‖z‖₂²)/√2 ≤ ‖z‖₁²``, so Δ₁ ≤ ‖u(z)‖₁ + ‖u(z')‖₁ ≤ 2 C₁²
+(:func:`ltm.dp.sensitivity.gram_l1`).
 Every entry satisfies ``|u_i| ≤ C²`` (diagonal z_i² ≤ ‖z‖²; off-diagonal √2|z_i z_j| ≤ ‖z‖²/√2).
 """
 from __future__ import annotations
@@ -57,6 +58,7 @@ from typing import Any
 import numpy as np
 
 from ltm import histograms as h
+from ltm.dp.sensitivity import gram_sensitivity
 
 __all__ = ["Lift", "LIFTS", "LIFTED_KINDS", "get_lift", "gram_width", "gram_indices", "gram_from_vector"]
 
@@ -120,10 +122,8 @@ def gram_from_vector(vector: np.ndarray, d: int) -> np.ndarray:
 
 
 def _gram_sensitivity(spec: Any) -> float:
-    c = float(spec.clip_bound)
-    if spec.privacy.mechanism == "laplace":
-        return 2.0 * c * c  # ℓ1: ‖u(z)‖₁ ≤ ‖z‖₁² ≤ C₁², twice for replace-one
-    return _SQRT2 * c * c  # ℓ2: ‖z zᵀ − z' z'ᵀ‖_F ≤ √2 C²
+    """√2·C² (Gaussian) or 2C² (Laplace): :func:`ltm.dp.sensitivity.gram_sensitivity`."""
+    return gram_sensitivity(spec.privacy.mechanism, spec.clip_bound)
 
 
 def _gram_names(spec: Any) -> tuple[str, ...]:

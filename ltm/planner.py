@@ -54,6 +54,8 @@ from typing import Any
 import numpy as np
 
 from ltm.calibration import plan_noise
+from ltm.dp.defaults import DEFAULT_CLIP_BOUND, DEFAULT_LOAD_FRACTION
+from ltm.dp.sensitivity import gram_sensitivity
 from ltm.lifts import gram_width
 
 __all__ = ["PlanInputs", "Candidate", "Plan", "plan_release", "KINDS", "DEFAULT_ASSUMED_R2",
@@ -63,9 +65,6 @@ KINDS = ("gram", "sparse", "dense")
 DEFAULT_ASSUMED_R2 = 0.5
 #: Largest number of values one client may upload per job (gram: D(D+1)/2; sketch: pieces·D).
 DEFAULT_MAX_UPLOAD_VALUES = 4096
-#: The load fraction resolve_defaults keeps (ltm.jobspec.DEFAULT_LOAD_FRACTION; repeated to keep
-#: the planner importable without the job spec module).
-LOAD_FRACTION = 0.95
 #: Dense sketches cost m pieces per client: only small m are candidates.
 DENSE_MAX_M = 64
 
@@ -99,7 +98,7 @@ class PlanInputs:
     partition: str = "rows"
     task: str = "regression"
     mechanism: str = "gaussian"
-    clip_bound: float = 1.0
+    clip_bound: float = DEFAULT_CLIP_BOUND
     party_sizes: tuple[int, ...] = ()
     corrupt_parties: int = 0
     t_prime: int = 0
@@ -193,7 +192,7 @@ def _deduction(inp: PlanInputs, share: float) -> float:
 def _release_variance(inp: PlanInputs, *, sensitivity_scale: float, load: float, deduction: float,
                       pieces: int) -> float | None:
     """Variance of one released (scaled) entry: load honest-or-not draws of σ_c² = σ_Y²/L, /pieces."""
-    L = math.floor(LOAD_FRACTION * (load - deduction))
+    L = math.floor(DEFAULT_LOAD_FRACTION * (load - deduction))
     if L < 1:
         return None
     C = inp.clip_bound
@@ -212,8 +211,7 @@ def _release_variance(inp: PlanInputs, *, sensitivity_scale: float, load: float,
 def _gram_candidate(inp: PlanInputs, mom: _Moments) -> Candidate:
     D, n = inp.width, inp.n
     W = gram_width(D)
-    C2 = inp.clip_bound**2
-    sens = (math.sqrt(2.0) if inp.mechanism == "gaussian" else 2.0) * C2
+    sens = gram_sensitivity(inp.mechanism, inp.clip_bound)
     if inp.partition != "rows":
         return Candidate("gram", 1, 1, math.inf, upload_values=W, feasible=False,
                          note="columns partition: no party holds a whole client vector to lift")
@@ -351,7 +349,7 @@ def plan_release(inp: PlanInputs) -> Plan:
         f"second moment: {mom.source}",
         f"ε = {inp.epsilon:g}, δ = {inp.delta:g}, {inp.mechanism}, C = {inp.clip_bound:g}, "
         f"corruption: {inp.corrupt_parties} parties, t′ = {inp.t_prime}; min honest load L = "
-        f"{LOAD_FRACTION:g}·(load − deduction) as resolve_defaults sets it",
+        f"{DEFAULT_LOAD_FRACTION:g}·(load − deduction) as resolve_defaults sets it",
         "first-order error formulas (docs/planner.md); clipping bias and the label's clipping are ignored",
         f"traffic cap {inp.max_upload_values} values per client",
     )

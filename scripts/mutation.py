@@ -51,6 +51,8 @@ MODULES: dict[str, list[str]] = {
     "analyst/baselines.py": ["tests/test_baselines.py", "tests/test_kills_baselines.py"],
     "ltm/client_set.py": ["tests/test_client_set.py", "tests/test_kills_client_set.py"],
     "server/coverage.py": ["tests/test_streaming_server.py", "tests/test_kills_coverage.py"],
+    "ltm/dp/sensitivity.py": ["tests/test_dp_sensitivity.py"],
+    "analyst/gram.py": ["tests/test_gram.py", "tests/test_kills_gram.py"],
 }
 
 STATUS_KILLED = {"killed", "timeout", "segfault", "caught by type check"}

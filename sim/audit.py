@@ -57,6 +57,8 @@ import numpy as np
 
 from ltm.calibration import NoisePlan, gaussian_delta
 from ltm.client_set import ClientSet
+from ltm.dp.defaults import DEFAULT_CLIP_BOUND, DEFAULT_DELTA
+from ltm.dp.sensitivity import sketch_l1
 from ltm.jobspec import (ColumnSpec, JobSpec, PartySpec, PrivacySpec, ServerSpec, SketchSpec, resolve_defaults,
                          validate_job)
 from ltm.randomness import Randomness
@@ -92,8 +94,8 @@ class AuditConfig:
     parties: int = 2
     width: int = 2
     epsilon: float = 1.0
-    delta: float = 1e-6
-    clip: float = 1.0
+    delta: float = DEFAULT_DELTA
+    clip: float = DEFAULT_CLIP_BOUND
     share_mode: str = "seed"
     sigma_factor: float = 1.0
     alpha: float = 1e-6
@@ -116,8 +118,9 @@ class AuditJob:
 
     @property
     def mean_shift(self) -> float:
-        """|E_D[T] − E_D′[T]| = 2·C·s."""
-        return 2.0 * self.spec.clip_bound * len(self.rows)
+        """|E_D[T] − E_D′[T]| = 2·C·s: the target moves by 2C in each of its s rows, and T adds
+        them with their signs — the ℓ1 sketch sensitivity :func:`ltm.dp.sensitivity.sketch_l1`."""
+        return sketch_l1(self.spec.clip_bound, len(self.rows))
 
     @property
     def sd(self) -> float:
@@ -348,7 +351,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="comma-separated σ factors of negative controls to audit too (default 0.1; '' = none)")
     p.add_argument("--control-runs", type=int, help="runs per dataset for the controls (default: --runs)")
     p.add_argument("--epsilon", type=float, default=1.0, help="the audited job's ε (default 1)")
-    p.add_argument("--delta", type=float, default=1e-6, help="the audited job's δ (default 1e-6)")
+    p.add_argument("--delta", type=float, default=DEFAULT_DELTA, help="the audited job's δ (default 1e-6)")
     p.add_argument("--n", type=int, default=48, help="clients in the audited job")
     p.add_argument("--m", type=int, default=4, help="sketch rows (default 4)")
     p.add_argument("--s", type=int, default=1, help="non-zeros per column of the sparse sketch (default 1)")

@@ -28,6 +28,7 @@ import grpc
 import numpy as np
 
 from analyst.release import ReleasedSketch
+from ltm.dp.defaults import DEFAULT_DELTA
 from ltm.errors import CommandError
 from ltm.jobspec import JobSpec
 from ltm.randomness import Randomness
@@ -52,7 +53,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--parties", type=int, default=4, help="party processes (default 4)")
     p.add_argument("--k", type=int, default=3, help="server processes (default 3)")
     p.add_argument("--epsilon", type=float, default=1.0, help="the job's ε per client (default 1)")
-    p.add_argument("--delta", type=float, default=1e-6, help="the job's δ (default 1e-6)")
+    p.add_argument("--delta", type=float, default=DEFAULT_DELTA, help="the job's δ (default 1e-6)")
     p.add_argument("--m", type=int, help="sketch rows (default: the rule of sim/jobs.py)")
     p.add_argument("--s", type=int, default=1, help="non-zeros per column of a sparse sketch (default 1)")
     p.add_argument("--sketch", "--release", dest="sketch", choices=["auto", "sparse", "dense", "gram"], default="auto",
@@ -321,7 +322,7 @@ def add_operate_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--insecure", action="store_true", help="plaintext transport (testing only)")
     p.add_argument("--parties", type=int, default=4, help="parties to split the rows over (default 4)")
     p.add_argument("--epsilon", type=float, default=1.0, help="the job's ε per client (default 1)")
-    p.add_argument("--delta", type=float, default=1e-6, help="the job's δ (default 1e-6)")
+    p.add_argument("--delta", type=float, default=DEFAULT_DELTA, help="the job's δ (default 1e-6)")
     p.add_argument("--m", type=int, help="sketch rows (default: the rule of sim/jobs.py)")
     p.add_argument("--s", type=int, default=1, help="non-zeros per column of a sparse sketch (default 1)")
     p.add_argument("--sketch", "--release", dest="sketch", choices=["auto", "sparse", "dense", "gram"], default="auto",

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ltm.calibration import analytic_gaussian_sigma
+from ltm.dp.defaults import DEFAULT_CLIP_BOUND, DEFAULT_DELTA
+from ltm.dp.sensitivity import sketch_l2
 from ltm.jobspec import (INTERCEPT_NAME, ColumnSpec, JobSpec, PartySpec, PrivacySpec, ServerSpec, SketchSpec,
                          corrupt_parties_default, resolve_defaults)
 from ltm.lifts import get_lift
@@ -16,7 +18,6 @@ from ltm.second_moment import PublicSecondMoment, pmt_radius
 from ltm.transforms import TransformSpec, rff_spec, vector_layout, whiten_spec
 from sim.data import ModelTable, Table, public_columns
 
-DEFAULT_CLIP_BOUND = 1.0
 
 
 def default_m(n: int, width: int, *, epsilon: float, delta: float, clip_bound: float, kind: str = "sparse") -> int:
@@ -35,7 +36,7 @@ def default_m(n: int, width: int, *, epsilon: float, delta: float, clip_bound: f
     and the gate robust to dropouts).  Dense sketches cost O(m) per client upload: capped at 256.
     Low rank uses the same rule (m only needs to exceed the rank by a margin).
     """
-    sigma_1 = analytic_gaussian_sigma(epsilon, delta, 2.0 * clip_bound)
+    sigma_1 = analytic_gaussian_sigma(epsilon, delta, sketch_l2(clip_bound, 1))
     v = 1.1 * sigma_1**2
     m = 0.15 * n / (width * v)
     lo, hi = max(4 * width, 16), max(n // 64, 1)
@@ -80,7 +81,7 @@ def split_parties(n: int, parties: int) -> list[tuple[int, int]]:
 
 def build_job(table: Table | ModelTable, *, job_id: str, randomness: Randomness, partition: str = "rows", parties: int = 4,
               k: int = 3, kind: str = "sparse", m: int | None = None, s: int = 1, epsilon: float = 1.0,
-              delta: float = 1e-6, mechanism: str = "gaussian", calibration: str = "tight",
+              delta: float = DEFAULT_DELTA, mechanism: str = "gaussian", calibration: str = "tight",
               interpolate_p: float | None = None, t_prime: int = 0, corrupt_parties: int | None = None,
               intercept: bool = False, clip_bound: float = DEFAULT_CLIP_BOUND, share_mode: str = "seed",
               frac_bits: int = 0, min_honest_load: int = 0, endpoints: list[str] | None = None,
@@ -138,7 +139,7 @@ def build_job(table: Table | ModelTable, *, job_id: str, randomness: Randomness,
     elif get_lift(kind) is not None:
         m, s, rule = 1, 1, f"{kind}: the public map is the sum over clients (m = s = 1)"
     elif m is None:
-        m = default_m(n, width, epsilon=epsilon, delta=delta if delta > 0 else 1e-6, clip_bound=clip_bound,
+        m = default_m(n, width, epsilon=epsilon, delta=delta if delta > 0 else DEFAULT_DELTA, clip_bound=clip_bound,
                       kind=kind)
         rule = "default_m: 0.15·n/(D·1.1·σ₁²), σ₁ = analytic σ for Δ=2C; clamped to [max(4D,16), n/64]"
     else:

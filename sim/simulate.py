@@ -19,13 +19,14 @@ from analyst.estimators import (LowRank, default_ridge_lambda, linear_predictor,
 from analyst.metrics import phi, psi, r2, mse
 from analyst.random_features import FeatureSpaceModel, RFRidge
 from ltm.clipping import clip_rows
+from ltm.dp.defaults import DEFAULT_CLIP_BOUND, DEFAULT_DELTA
 from ltm.jobspec import JobSpec
 from ltm.randomness import Randomness
 from ltm.transforms import FeaturePipeline
 from party.ledger import Budget
 from sim.data import DataError, Table, load_bundled, load_csv, synthetic_lowrank, synthetic_nonlinear, synthetic_ridge
 from sim.inprocess import run_inprocess
-from sim.jobs import DEFAULT_CLIP_BOUND, RFFOptions, build_job, party_tables
+from sim.jobs import RFFOptions, build_job, party_tables
 
 MODELS = ("ols", "ridge", "lowrank", "rmgm_ols", "dgm_ols", "rf_ridge")
 TEST_FRACTION = 0.2
@@ -50,7 +51,7 @@ class SimulateConfig:
     m: int | None = None
     s: int = 1
     epsilon: float = 1.0
-    delta: float = 1e-6
+    delta: float = DEFAULT_DELTA
     mechanism: str = "gaussian"
     calibration: str = "tight"
     interpolate_p: float | None = None
@@ -214,14 +215,14 @@ def _regression_metrics(predictor, spec: JobSpec, V: np.ndarray, lam: float, tes
 
 def baseline_delta(cfg: SimulateConfig) -> float:
     """δ for the Gaussian central/local baselines (a pure-ε Laplace job compares against δ = 1e-6)."""
-    return cfg.delta if cfg.delta > 0 else 1e-6
+    return cfg.delta if cfg.delta > 0 else DEFAULT_DELTA
 
 
 def central_baselines(A: np.ndarray, b: np.ndarray, epsilon: float, delta: float, clip_bound: float,
                       rng: np.random.Generator) -> dict[str, Any]:
     """The central (trusted-curator) regression baselines, each with ITS OWN λ rule and the
     tight √2·C² Gram sensitivity: AdaSSP (Wang 2018, adaptive private λ) and SSP (λ = 0: OLS on
-    the noisy sufficient statistics, eigenvalues projected if the noisy XᵀX is indefinite)."""
+    the noisy sufficient statistics), both solved by analyst.gram.solve_gram, the LTM estimators' solver."""
     return {"AdaSSP": adassp(A, b, epsilon, delta, clip_bound, rng, tight=True),
             "SSP": ssp_ridge(A, b, 0.0, epsilon, delta, clip_bound, rng, tight=True)}
 

@@ -69,17 +69,17 @@ def test_ssp_ridge_matches_its_definition(tight):
         bl.ssp_ridge(A, b[:-1], lam, eps, delta, C, np.random.default_rng(1))
 
 
-def test_solve_projected_clamps_or_drops_non_positive_directions():
-    M = np.diag([4.0, -3.0, 1.0])
-    g = np.array([2.0, 6.0, 3.0])
-    x, projected = bl._solve_projected(M, g, 0.5)  # eigenvalues of M + λI: 4.5, −2.5 → clamped to λ, 1.5
-    assert projected is True and np.allclose(x, [2 / 4.5, 6 / 0.5, 3 / 1.5])
-    x, projected = bl._solve_projected(M, g, 0.0)  # λ = 0: the negative direction is dropped
-    assert projected is True and np.allclose(x, [0.5, 0.0, 3.0])
-    x, projected = bl._solve_projected(np.diag([0.0, 2.0]), np.array([1.0, 1.0]), 0.0)
-    assert projected is True and np.allclose(x, [0.0, 0.5])  # a zero eigenvalue counts as non-positive
-    x, projected = bl._solve_projected(np.array([[2.0, 1.0], [0.0, 2.0]]), np.array([1.0, 1.0]), 1.0)
-    assert projected is False and np.allclose(x, np.linalg.solve([[3.0, 0.5], [0.5, 3.0]], [1.0, 1.0]))
+def test_the_baselines_solve_with_the_ltm_gram_solver():
+    """SSP and AdaSSP solve their noisy statistics with analyst.gram.solve_gram (the LTM's own
+    rule, tested in test_kills_gram.py): an indefinite noisy AᵀA is projected and reported."""
+    from analyst.gram import solve_gram
+    A, b = _regression_data(seed=5)
+    for fit in (bl.ssp_ridge(A, b, 0.0, 0.05, 1e-6, 1.0, np.random.default_rng(2), tight=True),
+                bl.adassp(A, b, 0.05, 1e-6, 1.0, np.random.default_rng(2))):
+        w, solver = solve_gram(fit.noisy_gram, fit.noisy_moment, fit.lam)
+        assert np.array_equal(fit.coef, w) and fit.projected == (solver != "eigh")
+    indefinite = bl.ssp_ridge(A, b, 0.0, 0.01, 1e-6, 1.0, np.random.default_rng(0))
+    assert np.linalg.eigvalsh(indefinite.noisy_gram)[0] < 0 and indefinite.projected is True
 
 
 @pytest.mark.parametrize("tight, rho", [(False, 0.05), (True, 0.2)])
