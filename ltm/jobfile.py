@@ -29,6 +29,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import math
+import re
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
@@ -36,6 +37,7 @@ from typing import Any
 from ltm.jobspec import (CALIBRATIONS, INTERCEPT_NAME, MECHANISMS, PARTITIONS, RELEASE_KINDS, ROLES, ColumnSpec,
                          JobSpec, JobSpecError, PartySpec, PrejobSpec, PrivacySpec, ServerSpec, SketchSpec,
                          resolve_defaults, validate_job)
+from ltm.identifiers import column_problem, id_problem, server_id_problem
 from ltm.lifts import get_lift
 from ltm.jobspec import _typed as typed_record
 from ltm.sharing import SHARE_MODES
@@ -62,6 +64,25 @@ _ARRAYS = {
     "servers": {"id", "endpoint"},
 }
 _PREJOB_KEYS = {"kind", "job_id", "digest", "epsilon", "delta"}
+
+# Limits checked before anything in a job file is walked, so a hostile or mistyped file is refused
+# at once, in one line: its size and nesting on the raw text (tomllib recurses once per level: an
+# array nested 100 000 deep would end in RecursionError), then the counts and sizes that later
+# steps loop over (validation walks all n clients once).  The counts equal a server's default
+# limits (server.limits.ServerLimits): a job above them would be refused by every default server.
+#: Largest job file read (bytes): 100 000 parties of ~45 bytes each fit.
+MAX_JOB_FILE_BYTES = 8 << 20
+#: Deepest nesting of arrays and inline tables (a job file needs 3: [[privacy.prejob]] → range).
+MAX_TOML_NESTING = 16
+#: Largest n (clients of all parties, or [job].rows): ServerLimits.max_n.
+MAX_CLIENTS = 1 << 30
+#: Most parties, columns (and transform outputs: the client vector's width D), servers.
+MAX_PARTIES = 100_000
+MAX_COLUMNS = 65_536
+MAX_SERVERS = 64
+#: Largest sketch m (rows) and s (pieces per client): ServerLimits.max_m and max_pieces.
+MAX_SKETCH_ROWS = 1 << 20
+MAX_PIECES = 64
 
 
 class JobFileError(ValueError):
@@ -162,17 +183,128 @@ def _integer(p: _Problems, table: dict, key: str, where: str, default: Any = Non
     return p.get(table, key, int, where, default, required)
 
 
+# ---------------------------------------------------------------------------- reading TOML safely
+def toml_nesting(text: str) -> int:
+    """The deepest nesting of ``[``/``{`` in TOML ``text`` outside strings and comments.
+
+    A linear scan of the raw text (regular-expression jumps from one special character to the
+    next), run before :mod:`tomllib`, which recurses once per level.  It follows TOML's four string
+    forms and comments; on text that is not valid TOML it may count differently from tomllib,
+    which then refuses the text anyway.
+    """
+    depth = deepest = 0
+    i, n = 0, len(text)
+    while (found := _TOML_SPECIAL.search(text, i)) is not None:
+        i, c = found.start(), found.group()
+        if c == "#":
+            j = text.find("\n", i)
+            i = n if j < 0 else j + 1
+        elif c in "\"'":
+            quote = c * 3 if text.startswith(c * 3, i) else c
+            i = _string_end(text, i + len(quote), quote)
+        else:
+            depth = depth + 1 if c in "[{" else max(depth - 1, 0)
+            deepest = max(deepest, depth)
+            i += 1
+    return deepest
+
+
+_TOML_SPECIAL = re.compile(r"""[#"'\[\]{}]""")
+#: inside a basic string: its end, an escape, or (one-line strings) the end of the line
+_BASIC_STOP = {'"': re.compile(r'["\\\n]'), '"""': re.compile(r'"""|\\')}
+
+
+def _string_end(text: str, i: int, quote: str) -> int:
+    """Index just past the string whose text starts at ``i`` (``quote``: how it opened)."""
+    n = len(text)
+    if quote[0] == "'":  # literal strings have no escapes
+        ends = [k for k in (text.find(quote, i), -1 if len(quote) == 3 else text.find("\n", i)) if k >= 0]
+        if not ends:
+            return n
+        j = min(ends)
+        if not text.startswith(quote, j):
+            return j  # a one-line string ends at the line (tomllib reports the error)
+        end = j + len(quote)
+    else:
+        stop = _BASIC_STOP[quote]
+        while True:
+            m = stop.search(text, i)
+            if m is None:
+                return n
+            if m.group() == "\\":
+                i = m.start() + 2  # an escaped character (\" or \\) cannot end the string
+            elif m.group() == "\n":
+                return m.start()  # a one-line string ends at the line (tomllib reports the error)
+            else:
+                end = m.end()
+                break
+    if len(quote) == 3:  # up to two more quotes belong to a multi-line string's text (a)
+        for _ in range(2):
+            if text.startswith(quote[0], end):
+                end += 1
+    return end
+
+
+def load_toml(text: str, source: str = "job file") -> dict[str, Any]:
+    """``tomllib.loads(text)`` within the job-file limits: size and nesting are checked on the raw
+    text first (:data:`MAX_JOB_FILE_BYTES`, :data:`MAX_TOML_NESTING`); :class:`JobFileError` in one
+    line for anything tomllib refuses."""
+    if len(text) > MAX_JOB_FILE_BYTES or len(text.encode("utf-8", "surrogatepass")) > MAX_JOB_FILE_BYTES:
+        raise JobFileError([f"the file is larger than {MAX_JOB_FILE_BYTES} bytes, more than any job needs "
+                            f"(the limit of {MAX_PARTIES} parties fits in a few MB)"], source)
+    depth = toml_nesting(text)
+    if depth > MAX_TOML_NESTING:
+        raise JobFileError([f"arrays or inline tables nested {depth} deep; a job file needs at most 3 "
+                            f"(limit {MAX_TOML_NESTING})"], source)
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise JobFileError([f"not valid TOML: {exc}"], source) from None
+    except RecursionError:  # the scan above should make this unreachable; never a traceback
+        raise JobFileError([f"nested too deeply to parse (limit {MAX_TOML_NESTING})"], source) from None
+
+
+def read_job_text(path: Any, source: str | None = None) -> str:
+    """A job file's text, read with the limits of :func:`load_toml`: at most
+    :data:`MAX_JOB_FILE_BYTES` + 1 bytes are read (``/dev/zero`` ends at once), and text that is
+    not UTF-8 is a one-line :class:`JobFileError` naming the byte."""
+    source = source or str(path)
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_JOB_FILE_BYTES + 1)
+    except OSError as exc:
+        raise JobFileError([f"cannot read it: {exc.strerror or exc}"], source) from None
+    if len(data) > MAX_JOB_FILE_BYTES:
+        raise JobFileError([f"the file is larger than {MAX_JOB_FILE_BYTES} bytes, more than any job needs"], source)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise JobFileError([f"not UTF-8 text: byte 0x{data[exc.start]:02x} at offset {exc.start} "
+                            f"(save the file as UTF-8)"], source) from None
+
+
+def _over(count: int, limit: int, what: str) -> str | None:
+    return f"{what}: {count} is more than the limit of {limit}" if count > limit else None
+
+
 # ---------------------------------------------------------------------------- the parser
 def parse_job_file(text: str, *, source: str = "job file", resolve: bool = True) -> JobFile:
     """Parse and validate a job file's text.
 
     ``resolve``: fill the defaults (L, min_participants, frac_bits) and run the full job
     validation (row loads, calibration, ring headroom).  Raises :class:`JobFileError`.
+
+    Limits (the module's ``MAX_*`` constants) are checked before anything is walked: the text's
+    size and nesting before TOML parsing, the number of parties, columns and servers before any
+    entry is read, each count of clients, m and s as it is read, and every id against
+    :mod:`ltm.identifiers`; only then does validation loop over the n clients.
     """
-    try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise JobFileError([f"not valid TOML: {exc}"], source) from None
+    doc = load_toml(text, source)
+    counts = [_over(len(v), limit, f"[[{name}]] tables") for name, limit in
+              (("parties", MAX_PARTIES), ("columns", MAX_COLUMNS), ("servers", MAX_SERVERS),
+               ("transforms", MAX_COLUMNS)) if isinstance(v := doc.get(name), list)]
+    if any(counts):
+        raise JobFileError([c for c in counts if c], source)
     p = _Problems()
     p.unknown("the file", doc, set(_SECTIONS) | set(_ARRAYS))
     tables: dict[str, dict] = {}
@@ -195,10 +327,9 @@ def parse_job_file(text: str, *, source: str = "job file", resolve: bool = True)
 
     job, release, privacy, fit_t = tables["job"], tables["release"], tables["privacy"], tables["fit"]
     job_id = p.get(job, "id", str, "[job]", "", required=True)
-    if job_id is not None and job_id != job_id.strip():
-        p.add("[job].id must not start or end with spaces")
-    if job_id and any(c in job_id for c in "/\\\x00") or job_id in (".", ".."):
-        p.add(f"[job].id {job_id!r} must not contain '/', '\\' or be '.'/'..' (it names the analyst's output directory)")
+    if job_id and (bad := id_problem(job_id, "[job].id")):
+        p.add(bad + " (it names files and directories of every actor)")
+        job_id = ""  # no seed is derived from it
     partition = p.get(job, "partition", str, "[job]", "rows")
     if partition not in PARTITIONS:
         p.add(f"[job].partition must be one of {', '.join(PARTITIONS)}, got {partition!r}")
@@ -242,6 +373,8 @@ def parse_job_file(text: str, *, source: str = "job file", resolve: bool = True)
             p.add(f"{where} ({name!r}): role must be one of {', '.join(ROLES)}, got {role!r}")
         if role == "intercept" and not name:
             name = INTERCEPT_NAME
+        if name and (bad := column_problem(name, f"{where}.name")):
+            p.add(bad)
         names.append(name)
         roles.append(role)
     if len(set(names)) != len(names):
@@ -262,6 +395,9 @@ def parse_job_file(text: str, *, source: str = "job file", resolve: bool = True)
     if not parties:
         p.add("the job has no parties: add one '[[parties]]' table per party (id, and clients or columns)")
     rows = _integer(p, job, "rows", "[job]", None, required=partition == "columns")
+    if rows is not None and not 1 <= rows <= MAX_CLIENTS:
+        p.add(f"[job].rows must be in [1, {MAX_CLIENTS}] (2^30), got {rows}")
+        rows = None
     party_specs: list[PartySpec] = []
     start = 0
     if partition == "rows" and rows is not None:
@@ -269,6 +405,9 @@ def parse_job_file(text: str, *, source: str = "job file", resolve: bool = True)
     for i, q in enumerate(parties):
         where = f"[[parties]] #{i + 1}"
         pid = p.get(q, "id", str, where, "", required=True) or ""
+        if pid and (bad := id_problem(pid, f"{where}.id")):
+            p.add(bad)
+            pid = ""
         where = f"{where} ({pid!r})" if pid else where
         if partition == "rows":
             clients = _integer(p, q, "clients", where, None, required=True)
@@ -278,6 +417,9 @@ def parse_job_file(text: str, *, source: str = "job file", resolve: bool = True)
             if clients is not None:
                 if clients < 1:
                     p.add(f"{where}: clients must be ≥ 1, got {clients}")
+                elif start + clients > MAX_CLIENTS:  # before validation walks all n clients
+                    raise JobFileError(p.items + [f"{where}: clients = {clients} makes n = {start + clients} "
+                                                  f"clients, more than the limit of {MAX_CLIENTS} (2^30)"], source)
                 else:
                     party_specs.append(PartySpec(pid, start, start + clients, (), clip_bound or 1.0))
                     start += clients
@@ -303,6 +445,9 @@ def parse_job_file(text: str, *, source: str = "job file", resolve: bool = True)
     lifted = get_lift(kind) is not None  # a sum over clients: m = s = 1
     m = _integer(p, release, "m", "[release]", 1 if lifted else None, required=kind not in ("auto",) and not lifted)
     s = _integer(p, release, "s", "[release]", 1)
+    for key, value, limit in (("m", m, MAX_SKETCH_ROWS), ("s", s, MAX_PIECES)):
+        if isinstance(value, int) and not 1 <= value <= limit:  # before the sketch is sized by them
+            p.add(f"[release].{key} must be in [1, {limit}], got {value}")
     if kind == "dense":
         if "s" in release and s != m:
             p.add("[release].s applies to sparse sketches only (a dense sketch has m pieces); remove it")
@@ -317,6 +462,8 @@ def parse_job_file(text: str, *, source: str = "job file", resolve: bool = True)
     for i, sv in enumerate(servers):
         where = f"[[servers]] #{i + 1}"
         sid = p.get(sv, "id", str, where, "", required=True) or ""
+        if sid and (bad := server_id_problem(sid, f"{where}.id")):
+            p.add(bad)
         endpoint = p.get(sv, "endpoint", str, where, "", required=True) or ""
         if endpoint and (":" not in endpoint or not endpoint.rsplit(":", 1)[1].isdigit()):
             p.add(f"{where} ({sid!r}): endpoint must be host:port, got {endpoint!r}")
@@ -340,11 +487,21 @@ def parse_job_file(text: str, *, source: str = "job file", resolve: bool = True)
     debias = p.get(fit_t, "debias", bool, "[fit]", True)
 
     transforms = []
+    outputs = 0  # transform outputs so far (sincos doubles them): the client vector's width is bounded
     for i, entry in enumerate(arrays["transforms"]):
         try:  # the fields of ltm.transforms.TransformSpec, checked with the spec (transform_problems)
-            transforms.append(typed_record(TransformSpec, entry, f"[[transforms]] #{i + 1}"))
+            t = typed_record(TransformSpec, entry, f"[[transforms]] #{i + 1}")
         except JobSpecError as exc:
             p.items += exc.problems
+            continue
+        outputs += 2 * max(t.n_features, 0)
+        if not 0 <= t.n_features <= MAX_COLUMNS or outputs > 2 * MAX_COLUMNS:  # before the layout is built
+            p.add(f"[[transforms]] #{i + 1}: n_features = {t.n_features} makes the client vector wider than "
+                  f"the limit of {MAX_COLUMNS} entries")
+        elif t.name and (bad := column_problem(t.name, f"[[transforms]] #{i + 1}.name")):
+            p.add(bad)
+        else:
+            transforms.append(t)
 
     if p.items:
         raise JobFileError(p.items, source)
