@@ -134,6 +134,17 @@ class ServerLimits:
         for name, value in (("n", n), ("sketch.m", m), ("sketch.s", s)):
             if not 0 < value < 1 << 63:
                 raise ProtocolError("INVALID_ARGUMENT", f"{name} = {value} must be a positive integer below 2^63")
+        # A spec no server could run whatever its limits is INVALID_ARGUMENT, not RESOURCE_EXHAUSTED:
+        # the sketch's rows are at most its clients and a sparse sketch's pieces at most its rows.
+        if m > n:
+            raise ProtocolError("INVALID_ARGUMENT", f"sketch.m = {m} exceeds the number of clients n = {n}")
+        if spec.sketch.kind == "sparse" and s > m:
+            raise ProtocolError("INVALID_ARGUMENT", f"sketch.s = {s} exceeds sketch.m = {m} (a sparse sketch "
+                                                    f"places each client's s pieces in distinct rows)")
+        features = sum(max(t.n_features, 0) for t in spec.transforms)
+        if features > self.max_width:  # before the client vector's layout is built from them
+            raise ProtocolError("RESOURCE_EXHAUSTED", f"transforms with {features} features in all exceed this "
+                                                      f"server's limit of {self.max_width} (max_width)")
         width = len(spec.columns)
         checks = (("n", n, "max_n"), ("D (columns)", width, "max_width"), ("sketch.m", m, "max_m"),
                   ("sketch.s", s, "max_pieces"), ("parties", len(spec.parties), "max_parties"),

@@ -889,7 +889,8 @@ def test_party_refuses_bad_data_before_producing_any_share():
             next(make_batches(spec, "party-0", table, Randomness.seeded_insecure(1), batch_clients=BATCH))
 
 
-CSV_VARIANTS = ["nan", "inf", "empty-cell", "text", "stray-text", "missing-column", "too-few-rows", "ragged-row", "empty-file"]
+CSV_VARIANTS = ["nan", "inf", "empty-cell", "text", "stray-text", "missing-column", "too-few-rows", "ragged-row", "empty-file",
+                "non-utf8"]
 
 #: what the party's log must say for each bad CSV (the column, and what is wrong with it)
 CSV_MESSAGES = {
@@ -902,6 +903,7 @@ CSV_MESSAGES = {
     "too-few-rows": "has 90 values but party 'party-0' holds 100 rows",
     "ragged-row": "data row 4 has",
     "empty-file": "empty file",
+    "non-utf8": "not UTF-8 text: byte 0xff at offset",  # a raw UnicodeDecodeError and exit 2 at 59676f2
 }
 
 
@@ -926,6 +928,10 @@ def _write_csv(path: Path, table: dict, variant: str) -> None:
         rows[3] = rows[3][:-1]
     elif variant == "empty-file":
         path.write_text("")
+        return
+    elif variant == "non-utf8":  # a Latin-1 'ÿ' in a cell
+        rows[3][0] = "\xff" + rows[3][0]
+        path.write_bytes(("\n".join([",".join(names)] + [",".join(r) for r in rows]) + "\n").encode("latin-1"))
         return
     path.write_text("\n".join([",".join(names)] + [",".join(r) for r in rows]) + "\n")
 
@@ -1027,8 +1033,10 @@ def test_malformed_bytes_and_hostile_specs_get_precise_statuses(processes):
          ltm_pb2.CreateJobRequest(spec_json=_spec_bytes({**d, "n": 2**64 + 5}))),
         (("RESOURCE_EXHAUSTED", "n = 1099511627776 exceeds"), "CreateJob",
          ltm_pb2.CreateJobRequest(spec_json=_spec_bytes({**d, "n": 2**40}))),
-        (("RESOURCE_EXHAUSTED", "sketch.m = "), "CreateJob",
+        (("INVALID_ARGUMENT", "sketch.m = 1000000000 exceeds the number of clients"), "CreateJob",
          ltm_pb2.CreateJobRequest(spec_json=_spec_bytes({**d, "sketch": {**d["sketch"], "m": 10**9}}))),
+        (("RESOURCE_EXHAUSTED", "sketch.m = "), "CreateJob",  # possible with n ≥ m, but over the limit
+         ltm_pb2.CreateJobRequest(spec_json=_spec_bytes({**d, "n": 1 << 22, "sketch": {**d["sketch"], "m": 1 << 21}}))),
         (("INVALID_ARGUMENT", "nested too deeply"), "CreateJob",
          ltm_pb2.CreateJobRequest(spec_json=b"[" * 100_000 + b"]" * 100_000)),
         (("INVALID_ARGUMENT", "not a finite number"), "CreateJob",
