@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import json
 import math
 import re
 import tomllib
@@ -621,8 +622,8 @@ def _toml_value(v: Any) -> str:
         return "true" if v else "false"
     if isinstance(v, (int, float)):
         return repr(v) if isinstance(v, int) or math.isfinite(v) else "nan"
-    if isinstance(v, str):
-        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(v, str):  # JSON's string escapes are TOML's (a newline in an id must stay inside its string)
+        return json.dumps(v, ensure_ascii=False)
     if isinstance(v, (list, tuple)):
         return "[" + ", ".join(_toml_value(x) for x in v) + "]"
     raise TypeError(f"cannot write {type(v).__name__} to TOML")
