@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,13 +23,43 @@ from analyst.jobs import UNDECLARED_RANDOMNESS, JobRunner, fit_model, release_of
 from analyst.store import AnalystStore
 from ltm.errors import ProtocolError
 from ltm.identifiers import id_problem
-from ltm.jobfile import MODELS, FitSpec
+from ltm.jobfile import MAX_COLUMNS, MAX_DEADLINE_S, MODELS, FitSpec
 from ltm.jobspec import JobSpec, JobSpecError
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
 from server.limits import ServerLimits, parse_spec
 from transport.tls import authenticate
 
 log = logging.getLogger("ltm.analyst")
+
+
+def _fit_of(fit_json: str) -> FitSpec | None:
+    """The ``fit_json`` of a Submit request (JobSpecError for anything but a JSON object of fit keys)."""
+    if not fit_json:
+        return None
+    try:
+        d = json.loads(fit_json)
+        if not isinstance(d, dict):
+            raise TypeError(f"must be a JSON object, got {type(d).__name__}")
+        fit = FitSpec.from_dict(d)
+    except (ValueError, TypeError, OverflowError, RecursionError) as exc:
+        raise JobSpecError([f"fit_json: {' '.join(str(exc).split())[:200] or type(exc).__name__}"]) from None
+    _check_fit(fit.model, fit.lam, fit.rank)
+    return fit
+
+
+def _check_fit(model: str, lam: float, rank: int) -> None:
+    if model and model not in MODELS:
+        raise JobSpecError([f"fit model must be one of {', '.join(MODELS)}, got {model!r}"])
+    if not (math.isfinite(lam) and lam >= 0):
+        raise JobSpecError([f"fit lambda must be a finite number ≥ 0 (0 = the default rule), got {lam}"])
+    if not 0 <= rank <= MAX_COLUMNS:
+        raise JobSpecError([f"fit rank must be in [1, {MAX_COLUMNS}] (0 = the default), got {rank}"])
+
+
+def _check_deadline(deadline_s: float, required: bool) -> None:
+    if (required or deadline_s) and not (0 < deadline_s <= MAX_DEADLINE_S):
+        raise JobSpecError([f"deadline_s must be a positive number of seconds, at most {MAX_DEADLINE_S:g}, "
+                            f"got {deadline_s}"])
 
 
 async def _check_job_id(context, job_id: str) -> None:
@@ -98,6 +129,11 @@ class AnalystService(ltm_pb2_grpc.AnalystServicer):
     async def RunJob(self, request, context):
         await authenticate(context, {"operator"}, insecure=self.insecure)
         await _check_job_id(context, request.job_id)
+        try:
+            _check_deadline(request.deadline_s, required=False)
+            _check_fit(request.model, request.lam, request.rank)
+        except JobSpecError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         if self.store.get(request.job_id) is None:
             await context.abort(grpc.StatusCode.NOT_FOUND, f"job {request.job_id!r} was not submitted to this analyst")
         fit = None
@@ -115,11 +151,8 @@ class AnalystService(ltm_pb2_grpc.AnalystServicer):
         await authenticate(context, {"operator"}, insecure=self.insecure)
         try:
             spec = await asyncio.to_thread(parse_spec, request.spec_json, self.limits)
-            fit = FitSpec.from_dict(json.loads(request.fit_json)) if request.fit_json else None
-            if fit is not None and fit.model not in MODELS:
-                raise JobSpecError([f"fit model must be one of {', '.join(MODELS)}, got {fit.model!r}"])
-            if not request.deadline_s > 0:
-                raise JobSpecError(["deadline_s must be a positive number of seconds"])
+            fit = _fit_of(request.fit_json)
+            _check_deadline(request.deadline_s, required=True)
             record = await self.runner.submit(spec, fit, deadline_s=request.deadline_s,
                                               randomness=request.randomness or UNDECLARED_RANDOMNESS)
         except (NotPublished, ReleaseFailed, JobSpecError, KeyError, ProtocolError, grpc.aio.AioRpcError) as exc:
@@ -179,8 +212,9 @@ class AnalystService(ltm_pb2_grpc.AnalystServicer):
         await _check_job_id(context, request.job_id)
         release = await self._release(request.job_id, context)
         try:
+            _check_fit(request.model, request.lam, request.rank)
             model = fit_model(release, request.model or "ridge", lam=request.lam, rank=request.rank or 5,
                               debias=not request.no_debias)
-        except ValueError as exc:
+        except ValueError as exc:  # JobSpecError included
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         return ltm_pb2.FitResponse(model_json=json.dumps(model))

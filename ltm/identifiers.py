@@ -15,6 +15,9 @@ instead of each file-name builder escaping whatever it was given:
   (:data:`transport.certs.ACTOR_RE`), with ASCII digits: a party pins it in the TLS handshake, so a
   job naming ``party-3`` or ``analyst`` as a server would have parties send shares to whoever
   holds that certificate.
+* **server endpoints** (when given): ``host:port`` with a DNS name, an IPv4 address or a
+  bracketed IPv6 address and a port in 1–65535 — never a gRPC target scheme (``unix:``,
+  ``dns:///``) that would make the analyst or a party open something else.
 * **column names** (and a transform's output-name prefix): a little wider, since they are the
   header of a party's CSV — letters, digits, ``_ . - ( ) [ ]`` and single inner spaces, starting
   with a letter, digit, ``_`` or ``(`` (the intercept is ``(intercept)``), at most
@@ -35,6 +38,8 @@ MAX_COLUMN_CHARS = 128
 
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*", re.ASCII)
 _SERVER = re.compile(r"server-(0|[1-9][0-9]{0,8})", re.ASCII)
+_ENDPOINT = re.compile(r"(?:[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?|\[[0-9A-Fa-f:.]{2,45}\]):([0-9]{1,5})",
+                       re.ASCII)
 _COLUMN = re.compile(r"[A-Za-z0-9_(][A-Za-z0-9_.()\[\] -]*", re.ASCII)
 
 ID_RULE = (f"1–{MAX_ID_CHARS} characters of letters, digits, '.', '_' or '-', starting with a letter or digit, "
@@ -82,6 +87,16 @@ def column_problem(value: Any, what: str = "column name") -> str | None:
     return None
 
 
+def endpoint_problem(value: Any, what: str = "endpoint") -> str | None:
+    """Why ``value`` is not a ``host:port`` endpoint (one line), or None if it is."""
+    if not isinstance(value, str):
+        return f"{what} must be a string, got {type(value).__name__}"
+    m = _ENDPOINT.fullmatch(value)
+    if not m or ".." in value or not 1 <= int(m.group(1)) <= 65535:
+        return f"{what} {_shown(value)} must be host:port (a DNS name, an IPv4 address or [IPv6], port 1–65535)"
+    return None
+
+
 def check_id(value: Any, what: str = "id") -> str:
     """``value`` if it is a valid job or party id, else :class:`IdentifierError`."""
     problem = id_problem(value, what)
@@ -100,7 +115,7 @@ def check_server_id(value: Any, what: str = "server id") -> str:
 
 def spec_id_problems(job_id: Any, party_ids: Iterable[Any], server_ids: Iterable[Any],
                      column_names: Iterable[Any], transform_names: Iterable[Any] = (),
-                     prejob_ids: Iterable[Any] = ()) -> list[str]:
+                     prejob_ids: Iterable[Any] = (), endpoints: Iterable[Any] = ()) -> list[str]:
     """Every id of a job that breaks the grammar, one line each (at most one line per kind of id
     past the first few, so a spec with 100 000 bad party ids gives a short answer)."""
     problems: list[str] = []
@@ -117,4 +132,5 @@ def spec_id_problems(job_id: Any, party_ids: Iterable[Any], server_ids: Iterable
     each(column_names, column_problem, "column name")
     each([t for t in transform_names if t], column_problem, "transform name")
     each(prejob_ids, id_problem, "pre-job id")
+    each([e for e in endpoints if e], endpoint_problem, "server endpoint")  # "" = not given (in-process runs)
     return problems

@@ -38,7 +38,7 @@ from typing import Any
 from ltm.jobspec import (CALIBRATIONS, INTERCEPT_NAME, MECHANISMS, PARTITIONS, RELEASE_KINDS, ROLES, ColumnSpec,
                          JobSpec, JobSpecError, PartySpec, PrejobSpec, PrivacySpec, ServerSpec, SketchSpec,
                          resolve_defaults, validate_job)
-from ltm.identifiers import column_problem, id_problem, server_id_problem
+from ltm.identifiers import column_problem, endpoint_problem, id_problem, server_id_problem
 from ltm.lifts import get_lift
 from ltm.jobspec import _typed as typed_record
 from ltm.sharing import SHARE_MODES
@@ -50,6 +50,8 @@ MODELS: tuple[str, ...] = ("ols", "ridge", "lowrank", "rmgm_ols", "dgm_ols", "no
 #: Domain separation for a sketch seed derived from the job id when the file gives none.
 SEED_DOMAIN = b"ltm/jobfile/sketch-seed/v1\x00"
 DEFAULT_DEADLINE_S = 600.0
+#: Longest intake deadline a job may ask for (30 days): a job must end.
+MAX_DEADLINE_S = 30 * 24 * 3600.0
 
 _SECTIONS = {
     "job": {"id", "partition", "rows", "clip_bound", "share_mode", "frac_bits", "deadline_s", "reproduction"},
@@ -342,8 +344,9 @@ def parse_job_file(text: str, *, source: str = "job file", resolve: bool = True)
     deadline_s = _number(p, job, "deadline_s", "[job]", DEFAULT_DEADLINE_S)
     # A reproduction job (JobSpec.reproduction): its servers accept seeded, NOT private batches.
     reproduction = p.get(job, "reproduction", bool, "[job]", False)
-    if not (isinstance(deadline_s, float) and deadline_s > 0 and math.isfinite(deadline_s)):
-        p.add(f"[job].deadline_s must be a positive number of seconds, got {deadline_s!r}")
+    if not (isinstance(deadline_s, float) and 0 < deadline_s <= MAX_DEADLINE_S):
+        p.add(f"[job].deadline_s must be a positive number of seconds, at most {MAX_DEADLINE_S:g} (30 days), "
+              f"got {deadline_s!r}")
 
     # ---- privacy
     mechanism = p.get(privacy, "mechanism", str, "[privacy]", "gaussian")
@@ -466,8 +469,8 @@ def parse_job_file(text: str, *, source: str = "job file", resolve: bool = True)
         if sid and (bad := server_id_problem(sid, f"{where}.id")):
             p.add(bad)
         endpoint = p.get(sv, "endpoint", str, where, "", required=True) or ""
-        if endpoint and (":" not in endpoint or not endpoint.rsplit(":", 1)[1].isdigit()):
-            p.add(f"{where} ({sid!r}): endpoint must be host:port, got {endpoint!r}")
+        if endpoint and (bad := endpoint_problem(endpoint, f"{where}.endpoint")):
+            p.add(bad)
         server_specs.append(ServerSpec(sid, endpoint))
     if len(servers) < 2:
         p.add(f"at least 2 servers are needed for additive sharing; the file names {len(servers)} "

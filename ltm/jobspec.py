@@ -509,7 +509,8 @@ def _check_structure(spec: JobSpec) -> list[str]:
     # Ids name files, TLS identities and log lines: one grammar (ltm.identifiers), before any is used.
     problems += spec_id_problems(spec.job_id if spec.job_id else "-", [q.party_id for q in spec.parties],
                                  [s.server_id for s in spec.servers], [c.name for c in spec.columns],
-                                 [t.name for t in spec.transforms], [x.job_id for x in spec.prejobs])
+                                 [t.name for t in spec.transforms], [x.job_id for x in spec.prejobs],
+                                 [s.endpoint for s in spec.servers])
     if spec.partition not in PARTITIONS:
         problems.append(f"partition must be one of {PARTITIONS}, got {spec.partition!r}")
     if spec.n < 1:

@@ -92,11 +92,13 @@ def parse_csv(text: str, *, source: str) -> tuple[dict[str, np.ndarray], dict[st
     reader = csv.reader(io.StringIO(text), delimiter=_sniff_delimiter(text[:4096]))
     try:
         header = [h.strip() for h in next(reader)]
+        if len(set(header)) != len(header):
+            raise DataSourceError(f"{source}: duplicate column names in the header")
+        rows = [r for r in reader if r]
     except StopIteration:
         raise DataSourceError(f"{source}: empty file") from None
-    if len(set(header)) != len(header):
-        raise DataSourceError(f"{source}: duplicate column names in the header")
-    rows = [r for r in reader if r]
+    except csv.Error as exc:  # a field over csv.field_size_limit(), …: one line, not a traceback
+        raise DataSourceError(f"{source}: line {reader.line_num}: not readable as CSV ({exc})") from None
     if not rows:
         raise DataSourceError(f"{source}: no data rows")
     bad = next((i for i, r in enumerate(rows) if len(r) != len(header)), None)

@@ -39,6 +39,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ltm.client_set import ClientSet
+from ltm.identifiers import id_problem
 from ltm.randomness import Randomness
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
 from party.randomizer import PartyDataError, client_vectors, make_batches, party_randomness
@@ -88,6 +89,7 @@ def _report_case_count(request):
 
 # ------------------------------------------------------------------------------ expected refusals
 UNKNOWN_JOB = ("NOT_FOUND", "unknown job")
+BAD_JOB_ID = ("INVALID_ARGUMENT", "not a valid id")  # outside the id grammar (ltm.identifiers)
 DIGEST = ("FAILED_PRECONDITION", "different job digest")
 UPLOAD_AS = ("PERMISSION_DENIED", "may not upload as")
 RANGE = ("PERMISSION_DENIED", "may upload clients")
@@ -441,8 +443,8 @@ def upload_cases(draw, ctx: FuzzContext) -> Case:
     for kind in chosen:
         if kind == "job_id":
             h.job_id = draw(st.text(max_size=40).filter(lambda s: s not in ctx.job_ids))
-            exact.append(UNKNOWN_JOB)
-            loose |= {UNKNOWN_JOB}
+            exact.append(UNKNOWN_JOB if id_problem(h.job_id) is None else BAD_JOB_ID)
+            loose |= {UNKNOWN_JOB, BAD_JOB_ID}
         elif kind == "job_digest":
             h.job_digest = draw(st.one_of(st.text(max_size=70), st.binary(min_size=32, max_size=32).map(bytes.hex))
                                 .filter(lambda s: s != ctx.digest))
@@ -788,7 +790,7 @@ def test_bad_requests_to_the_other_rpcs(processes):
             (("ALREADY_EXISTS", "exists with a different spec"), analyst.CreateJob,
              ltm_pb2.CreateJobRequest(spec_json=changed.canonical_json())),
             (("NOT_FOUND", "unknown job"), party.GetJob, ltm_pb2.GetJobRequest(job_id="nope")),
-            (("NOT_FOUND", "unknown job"), party.Status, ltm_pb2.StatusRequest(job_id="")),
+            (("INVALID_ARGUMENT", "not a valid id"), party.Status, ltm_pb2.StatusRequest(job_id="")),
             (("NOT_FOUND", "unknown job"), analyst.Close, ltm_pb2.CloseRequest(job_id="nope", job_digest=spec.digest)),
             (("FAILED_PRECONDITION", "different job digest"), analyst.Close,
              ltm_pb2.CloseRequest(job_id=spec.job_id, job_digest="0" * 64)),

@@ -242,8 +242,36 @@ def test_the_analyst_refuses_hostile_specs_and_ids_at_once(actors):
                           (operator.RunJob, ltm_pb2.RunJobRequest(job_id="x/y"))):
         code, details = code_of(call, request)
         assert code == grpc.StatusCode.INVALID_ARGUMENT and "not a valid id" in details, (call, code, details)
+    good = actors["spec"].canonical_json()
+    for fit_json, deadline_s, needle in (("[" * 100_000 + "]" * 100_000, 5.0, "fit_json"), ("[]", 5.0, "fit_json"),
+                                         ('{"rank": 1e400}', 5.0, "fit_json"), ('{"lambda": NaN}', 5.0, "lambda"),
+                                         ('{"model": "evil"}', 5.0, "fit model"), ("", float("inf"), "deadline_s"),
+                                         ("", float("nan"), "deadline_s"), ("", -1.0, "deadline_s")):
+        code, details = code_of(operator.Submit, ltm_pb2.SubmitRequest(spec_json=good, fit_json=fit_json,
+                                                                       deadline_s=deadline_s))
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and needle in details, (fit_json[:20], code, details)
+    for request in (ltm_pb2.RunJobRequest(job_id="j1", deadline_s=float("nan")),
+                    ltm_pb2.RunJobRequest(job_id="j1", lam=float("inf")),
+                    ltm_pb2.RunJobRequest(job_id="j1", rank=2**31)):
+        code, details = code_of(operator.RunJob, request)
+        assert code == grpc.StatusCode.INVALID_ARGUMENT, (request, code, details)
     # nothing was stored: the analyst knows no job
     assert list(operator.GetStatus(ltm_pb2.GetStatusRequest(), timeout=TIMEOUT).jobs) == []
+
+
+# ---------------------------------------------------------------------------- a party's data file
+def test_a_data_file_that_is_not_csv_text_is_bad_data_not_a_traceback(tmp_path):
+    from party.data_source import DataSourceError, open_source
+
+    latin1 = tmp_path / "latin1.csv"
+    latin1.write_bytes(b"a,b\n1.0,2.0\n3.0,Z\xfcrich\n")
+    long_field = tmp_path / "long.csv"
+    long_field.write_text("a,b\n1," + "9" * 200_000 + "\n")
+    for path, needle in ((latin1, "not UTF-8 text: byte 0xfc at offset 17 (line 3)"),
+                         (long_field, "line 2: not readable as CSV")):
+        with pytest.raises(DataSourceError) as info:
+            open_source(path)
+        assert needle in str(info.value) and "\n" not in str(info.value), str(info.value)
 
 
 # ---------------------------------------------------------------------------- a damaged analyst.db

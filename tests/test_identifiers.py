@@ -233,3 +233,34 @@ def test_the_nesting_scan_agrees_with_tomllib(value, comment):
     assert tomllib.loads(doc_text)["x"] is not None  # the generator writes valid TOML
     assert toml_nesting(doc_text) == depth
     assert load_toml(doc_text)["x"] == tomllib.loads(doc_text)["x"]
+
+
+def test_a_party_refuses_a_served_spec_whose_ids_break_the_grammar():
+    # A party does not validate a fetched spec (that walks all n clients), but its ids name the party's
+    # journal and pins: a spec no honest server would store is refused by the party's policy.
+    from party.uploader import PartyPolicy, PolicyViolation
+
+    spec = parse_job_file(render_job_file(doc())).spec
+    PartyPolicy().check(spec)
+    for bad in (replace(spec, job_id="../../x"),
+                replace(spec, servers=(spec.servers[0], ServerSpec("server-1", "unix:/s:1"))),
+                replace(spec, columns=(ColumnSpec("../a", "feature", 0.0, 1.0), *spec.columns[1:]))):
+        with pytest.raises(PolicyViolation, match="not a valid|must be host:port"):
+            PartyPolicy().check(bad)
+
+
+@pytest.mark.parametrize("endpoint", ["unix:/var/run/docker.sock:1", "dns:///h:1", "h:0", "h:65536", "h", "h:1/x"])
+def test_server_endpoints_are_host_and_port_only(endpoint):
+    d = doc()
+    d["servers"][1]["endpoint"] = endpoint
+    assert any("host:port" in p for p in problems(render_job_file(d)))
+    spec = parse_job_file(render_job_file(doc())).spec
+    with pytest.raises(JobSpecError, match="host:port"):
+        validate_job(replace(spec, servers=(spec.servers[0], ServerSpec("server-1", endpoint))))
+
+
+def test_the_bounds_draft_parser_has_the_same_limits():
+    from analyst.bounds import Draft
+
+    with pytest.raises(JobFileError, match="nested 100000 deep"):
+        Draft.parse(render_job_file(doc()) + "x = " + "[" * 100_000 + "]" * 100_000 + "\n")
