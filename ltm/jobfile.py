@@ -38,6 +38,7 @@ from typing import Any
 from ltm.jobspec import (CALIBRATIONS, INTERCEPT_NAME, MECHANISMS, PARTITIONS, RELEASE_KINDS, ROLES, ColumnSpec,
                          JobSpec, JobSpecError, PartySpec, PrejobSpec, PrivacySpec, ServerSpec, SketchSpec,
                          resolve_defaults, validate_job)
+from ltm.errors import bounded
 from ltm.identifiers import column_problem, endpoint_problem, id_problem, server_id_problem
 from ltm.lifts import get_lift
 from ltm.jobspec import _typed as typed_record
@@ -91,11 +92,19 @@ MAX_PIECES = 64
 class JobFileError(ValueError):
     """A job file that cannot run; ``problems`` has one actionable line per problem."""
 
+    #: at most this many problems are shown, each cut to MAX_PROBLEM_CHARS (a hostile file may have
+    #: 200 000 unknown keys, or a key a megabyte long); ``problems`` keeps them all
+    MAX_SHOWN = 20
+    MAX_PROBLEM_CHARS = 500
+
     def __init__(self, problems: list[str], source: str = "job file") -> None:
         self.problems = list(problems)
         self.source = source
-        super().__init__(f"{source}: " + "; ".join(self.problems) if len(self.problems) == 1 else
-                         f"{source}: {len(self.problems)} problems:\n  - " + "\n  - ".join(self.problems))
+        shown = [bounded(p, self.MAX_PROBLEM_CHARS) for p in self.problems[:self.MAX_SHOWN]]
+        if len(self.problems) > self.MAX_SHOWN:
+            shown.append(f"… and {len(self.problems) - self.MAX_SHOWN} more problems")
+        super().__init__(f"{source}: " + "; ".join(shown) if len(self.problems) == 1 else
+                         f"{source}: {len(self.problems)} problems:\n  - " + "\n  - ".join(shown))
 
 
 @dataclass(frozen=True)
@@ -154,10 +163,15 @@ class _Problems:
         self.items.append(msg)
 
     def unknown(self, where: str, table: dict, known: set[str]) -> None:
-        for key in sorted(set(table) - known):
-            near = difflib.get_close_matches(key, sorted(known), n=1)
+        extra = sorted(set(table) - known)
+        for key in extra[:JobFileError.MAX_SHOWN]:
+            # difflib costs ~0.1 ms a key: suggestions for the few problems shown, not for 200 000 keys
+            near = difflib.get_close_matches(key, sorted(known), n=1) if len(self.items) < JobFileError.MAX_SHOWN \
+                else []
             hint = f" (did you mean {near[0]!r}?)" if near else f"; known keys: {', '.join(sorted(known))}"
-            self.add(f"{where}: unknown key {key!r}{hint}")
+            self.add(f"{where}: unknown key {bounded(key, 60)!r}{hint}")
+        if len(extra) > JobFileError.MAX_SHOWN:
+            self.add(f"{where}: {len(extra) - JobFileError.MAX_SHOWN} more unknown keys")
 
     def get(self, table: dict, key: str, kind: type | tuple, where: str, default: Any = None,
             required: bool = False) -> Any:

@@ -4,7 +4,8 @@ Every limit has a default that suits a real deployment on a modest machine and c
 server (``ltm server --limit NAME=VALUE``, repeatable, or ``limit = ["NAME=VALUE", …]`` in the
 config file).  Requests beyond a limit are refused *before* the large allocation or the long
 computation they would cause: ``RESOURCE_EXHAUSTED`` when the request is well formed but more than
-this server takes, ``INVALID_ARGUMENT`` when a value cannot be valid at all (n = 2⁶⁴ + 5).
+this server takes, ``INVALID_ARGUMENT`` when a value cannot be valid at all (n = 2⁶⁴ + 5, a sketch m above n,
+a sparse sketch's s above m: no server could run it, whatever its limits).
 
 ================================  ==============  ================================================
 limit                             default         why

@@ -264,3 +264,18 @@ def test_the_bounds_draft_parser_has_the_same_limits():
 
     with pytest.raises(JobFileError, match="nested 100000 deep"):
         Draft.parse(render_job_file(doc()) + "x = " + "[" * 100_000 + "]" * 100_000 + "\n")
+
+
+def test_a_flood_of_problems_gives_a_bounded_message():
+    base = render_job_file(doc())
+    many = base.replace("[job]\n", "[job]\n" + "".join(f"k{i} = 1\n" for i in range(50_000)), 1)
+    with pytest.raises(JobFileError) as info:
+        parse_job_file(many)
+    message = str(info.value)
+    assert len(info.value.problems) == JobFileError.MAX_SHOWN + 1
+    assert "49980 more unknown keys" in info.value.problems[-1]
+    assert len(message) < 5_000
+    huge_key = base.replace("[job]\n", "[job]\n" + "k" * 1_000_000 + " = 1\n", 1)
+    with pytest.raises(JobFileError) as info:
+        parse_job_file(huge_key)
+    assert len(str(info.value)) < 1_000
