@@ -68,6 +68,19 @@ def id_problem(value: Any, what: str = "id") -> str | None:
     return None
 
 
+#: identities of the other roles (transport.certs): a party named so could never upload as itself
+_OTHER_ROLES = ("analyst", "operator")
+
+
+def party_id_problem(value: Any, what: str = "party id") -> str | None:
+    """Why ``value`` is not a valid party id (one line), or None: an id that is not another role's
+    identity (``server-<n>``, ``analyst``, ``operator``)."""
+    problem = id_problem(value, what)
+    if problem is None and (value in _OTHER_ROLES or _SERVER.fullmatch(value)):
+        problem = f"{what} {_shown(value)} is the identity of a server, the analyst or the operator, not a party"
+    return problem
+
+
 def server_id_problem(value: Any, what: str = "server id") -> str | None:
     """Why ``value`` is not a server identity (one line), or None if it is."""
     if not isinstance(value, str):
@@ -127,7 +140,7 @@ def spec_id_problems(job_id: Any, party_ids: Iterable[Any], server_ids: Iterable
             problems.append(f"… and {len(bad) - 3} more invalid {what}s")
 
     each([job_id], id_problem, "job id")
-    each(party_ids, id_problem, "party id")
+    each(party_ids, party_id_problem, "party id")
     each(server_ids, server_id_problem, "server id")
     each(column_names, column_problem, "column name")
     each([t for t in transform_names if t], column_problem, "transform name")

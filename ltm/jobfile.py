@@ -39,7 +39,7 @@ from ltm.jobspec import (CALIBRATIONS, INTERCEPT_NAME, MECHANISMS, PARTITIONS, R
                          JobSpec, JobSpecError, PartySpec, PrejobSpec, PrivacySpec, ServerSpec, SketchSpec,
                          resolve_defaults, validate_job)
 from ltm.errors import bounded
-from ltm.identifiers import column_problem, endpoint_problem, id_problem, server_id_problem
+from ltm.identifiers import column_problem, endpoint_problem, id_problem, party_id_problem, server_id_problem
 from ltm.lifts import get_lift
 from ltm.jobspec import _typed as typed_record
 from ltm.sharing import SHARE_MODES
@@ -423,7 +423,7 @@ def parse_job_file(text: str, *, source: str = "job file", resolve: bool = True)
     for i, q in enumerate(parties):
         where = f"[[parties]] #{i + 1}"
         pid = p.get(q, "id", str, where, "", required=True) or ""
-        if pid and (bad := id_problem(pid, f"{where}.id")):
+        if pid and (bad := party_id_problem(pid, f"{where}.id")):
             p.add(bad)
             pid = ""
         where = f"{where} ({pid!r})" if pid else where

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from ltm import jobfile
 from ltm.identifiers import (MAX_COLUMN_CHARS, MAX_ID_CHARS, IdentifierError, check_id, check_server_id,
-                             column_problem, id_problem, server_id_problem)
+                             column_problem, id_problem, party_id_problem, server_id_problem)
 from ltm.jobfile import JobFileError, load_toml, parse_job_file, read_job_text, render_job_file, toml_nesting
 from ltm.jobspec import INTERCEPT_NAME, ColumnSpec, JobSpecError, PartySpec, ServerSpec, validate_job
 from server.limits import ServerLimits
@@ -67,6 +67,16 @@ def test_hostile_ids_are_refused_by_every_check(bad):
                                   "demo", "e2e", "7"])
 def test_ordinary_ids_pass(good):
     assert id_problem(good) is None and check_id(good) == good
+
+
+def test_party_ids_are_not_the_identities_of_other_roles():
+    for bad in ("server-1", "analyst", "operator"):
+        assert id_problem(bad) is None and "not a party" in party_id_problem(bad)
+    for good in ("party-0", "left", "p7", "server"):
+        assert party_id_problem(good) is None
+    d = doc()
+    d["parties"][1]["id"] = "server-1"
+    assert any("not a party" in p for p in problems(render_job_file(d)))
 
 
 def test_server_ids_are_server_identities_as_ltm_certs_names_them():
