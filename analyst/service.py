@@ -53,7 +53,7 @@ def _check_fit(model: str, lam: float, rank: int) -> None:
     if not (math.isfinite(lam) and lam >= 0):
         raise JobSpecError([f"fit lambda must be a finite number ≥ 0 (0 = the default rule), got {lam}"])
     if not 0 <= rank <= MAX_COLUMNS:
-        raise JobSpecError([f"fit rank must be in [1, {MAX_COLUMNS}] (0 = the default), got {rank}"])
+        raise JobSpecError([f"fit rank must be in [0, {MAX_COLUMNS}] (0 = the default), got {rank}"])
 
 
 def _check_deadline(deadline_s: float, required: bool) -> None:

@@ -244,17 +244,25 @@ class ProcessGroup:
         return ap.proc.returncode
 
     def stop_all(self) -> None:
-        """SIGTERM everything still running (graceful), then SIGKILL what does not exit."""
-        for ap in self.processes:
-            if ap.proc.poll() is None:
-                ap.proc.send_signal(signal.SIGTERM)
-        end = time.monotonic() + 10.0
-        for ap in self.processes:
-            try:
-                ap.proc.wait(timeout=max(end - time.monotonic(), 0.1))
-            except subprocess.TimeoutExpired:
-                ap.proc.kill()
-                ap.proc.wait()
+        """SIGTERM everything still running (graceful), then SIGKILL what does not exit; an interrupt
+        (Ctrl-C, or SIGTERM under :func:`stop_on_termination`) while waiting SIGKILLs the rest first."""
+        try:
+            for ap in self.processes:
+                if ap.proc.poll() is None:
+                    ap.proc.send_signal(signal.SIGTERM)
+            end = time.monotonic() + 10.0
+            for ap in self.processes:
+                try:
+                    ap.proc.wait(timeout=max(end - time.monotonic(), 0.1))
+                except subprocess.TimeoutExpired:
+                    ap.proc.kill()
+                    ap.proc.wait()
+        except KeyboardInterrupt:
+            for ap in self.processes:
+                if ap.proc.poll() is None:
+                    ap.proc.kill()
+                    ap.proc.wait()
+            raise
 
     def __enter__(self) -> "ProcessGroup":
         return self
