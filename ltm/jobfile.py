@@ -76,7 +76,8 @@ _PREJOB_KEYS = {"kind", "job_id", "digest", "epsilon", "delta"}
 # limits (server.limits.ServerLimits): a job above them would be refused by every default server.
 #: Largest job file read (bytes): 100 000 parties of ~45 bytes each fit.
 MAX_JOB_FILE_BYTES = 8 << 20
-#: Deepest nesting of arrays and inline tables (a job file needs 3: [[privacy.prejob]] → range).
+#: Deepest nesting of arrays and inline tables (a job file needs 3: [[privacy.prejob]] → range),
+#: and the most dots in one dotted key (it needs 1: privacy.prejob).
 MAX_TOML_NESTING = 16
 #: Largest n (clients of all parties, or [job].rows): ServerLimits.max_n.
 MAX_CLIENTS = 1 << 30
@@ -201,31 +202,55 @@ def _integer(p: _Problems, table: dict, key: str, where: str, default: Any = Non
 
 
 # ---------------------------------------------------------------------------- reading TOML safely
-def toml_nesting(text: str) -> int:
-    """The deepest nesting of ``[``/``{`` in TOML ``text`` outside strings and comments.
+def toml_skeleton(text: str) -> str:
+    """TOML ``text`` with every string replaced by ``s`` and every comment removed: what is left
+    is structure (brackets, keys, dots, numbers), scanned for depth before :mod:`tomllib` runs.
 
-    A linear scan of the raw text (regular-expression jumps from one special character to the
-    next), run before :mod:`tomllib`, which recurses once per level.  It follows TOML's four string
-    forms and comments; on text that is not valid TOML it may count differently from tomllib,
-    which then refuses the text anyway.
+    A linear scan (regular-expression jumps from one special character to the next).  It follows
+    TOML's four string forms and comments; on text that is not valid TOML it may differ from
+    tomllib's reading, and tomllib then refuses the text anyway.
     """
-    depth = deepest = 0
+    out: list[str] = []
     i, n = 0, len(text)
     while (found := _TOML_SPECIAL.search(text, i)) is not None:
-        i, c = found.start(), found.group()
+        j, c = found.start(), found.group()
+        if c in "[]{}":
+            out.append(text[i:j + 1])
+            i = j + 1
+            continue
+        out.append(text[i:j])
         if c == "#":
-            j = text.find("\n", i)
-            i = n if j < 0 else j + 1
-        elif c in "\"'":
-            quote = c * 3 if text.startswith(c * 3, i) else c
-            i = _string_end(text, i + len(quote), quote)
+            k = text.find("\n", j)
+            i = n if k < 0 else k
         else:
-            depth = depth + 1 if c in "[{" else max(depth - 1, 0)
-            deepest = max(deepest, depth)
-            i += 1
+            quote = c * 3 if text.startswith(c * 3, j) else c
+            i = _string_end(text, j + len(quote), quote)
+            out.append("s")
+    out.append(text[i:])
+    return "".join(out)
+
+
+def toml_nesting(text: str) -> int:
+    """The deepest nesting of arrays and inline tables (``[``/``{``) in TOML ``text``, outside
+    strings and comments (tomllib recurses once per level)."""
+    depth = deepest = 0
+    for m in _BRACKETS.finditer(toml_skeleton(text)):
+        depth = depth + 1 if m.group() in "[{" else max(depth - 1, 0)
+        deepest = max(deepest, depth)
     return deepest
 
 
+def toml_key_depth(skeleton: str) -> int:
+    """The most dots in one dotted key of a :func:`toml_skeleton` (tomllib's time and memory grow
+    with the square of a dotted key's length: ``a.a.a…`` 10 000 deep takes 400 MB).  A value has at
+    most one dot outside strings (a float, a time's fraction), so a longer run is a key."""
+    return max((m.group().count(".") for m in _DOTTED.finditer(skeleton)), default=0)
+
+
+_BRACKETS = re.compile(r"[\[\]{}]")
+#: starts only where a run of key characters starts, possessive: linear time on a megabyte-long key
+#: (a plain ``[…]+(?:\.…)+`` retries at every position of a run without dots: quadratic)
+_DOTTED = re.compile(r"(?<![A-Za-z0-9_+-])[A-Za-z0-9_+-]++(?:[ \t]*+\.[ \t]*+[A-Za-z0-9_+-]++)+")
 _TOML_SPECIAL = re.compile(r"""[#"'\[\]{}]""")
 #: inside a basic string: its end, an escape, or (one-line strings) the end of the line
 _BASIC_STOP = {'"': re.compile(r'["\\\n]'), '"""': re.compile(r'"""|\\')}
@@ -269,10 +294,15 @@ def load_toml(text: str, source: str = "job file") -> dict[str, Any]:
     if len(text) > MAX_JOB_FILE_BYTES or len(text.encode("utf-8", "surrogatepass")) > MAX_JOB_FILE_BYTES:
         raise JobFileError([f"the file is larger than {MAX_JOB_FILE_BYTES} bytes, more than any job needs "
                             f"(the limit of {MAX_PARTIES} parties fits in a few MB)"], source)
-    depth = toml_nesting(text)
+    skeleton = toml_skeleton(text)
+    depth = toml_nesting(skeleton)  # the skeleton has no strings left: the same count
     if depth > MAX_TOML_NESTING:
         raise JobFileError([f"arrays or inline tables nested {depth} deep; a job file needs at most 3 "
                             f"(limit {MAX_TOML_NESTING})"], source)
+    dots = toml_key_depth(skeleton)
+    if dots > MAX_TOML_NESTING:
+        raise JobFileError([f"a dotted key {dots + 1} parts long; a job file needs at most 2 "
+                            f"(limit {MAX_TOML_NESTING + 1})"], source)
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -84,6 +84,7 @@ def _variants() -> dict[str, bytes]:
     texts = {
         "array 100 000 deep": base + "x = " + "[" * 100_000 + "]" * 100_000 + "\n",
         "inline table 5 000 deep": base + "x = " + "{a = " * 5_000 + "1" + "}" * 5_000 + "\n",
+        "dotted key 100 000 parts": base + "a" + ".a" * 100_000 + " = 1\n",  # tomllib: O(parts²) memory
         "clients = 2^62": base.replace("clients = 400", f"clients = {2**62}", 1),
         "clients = 2^31": base.replace("clients = 400", f"clients = {2**31}", 1),
         "party ../party-1": with_party("../party-1"),
@@ -100,6 +101,7 @@ def _variants() -> dict[str, bytes]:
 
 EXPECTED = {
     "array 100 000 deep": "nested 100000 deep", "inline table 5 000 deep": "nested 5000 deep",
+    "dotted key 100 000 parts": "dotted key 100001 parts long",
     "clients = 2^62": "more than the limit", "clients = 2^31": "more than the limit",
     "party ../party-1": "'../party-1' is not a valid id", "server ../../server-2": "'../../server-2' is not a server",
     "column ../../../etc/passwd": "is not a valid column name", "job id with a newline": "'job\\nid' is not a valid id",

@@ -164,6 +164,14 @@ def test_deep_nesting_is_one_line_not_a_recursion_error():
                  base + "x = " + "[" * 100_000 + "\n"):                       # unclosed
         got = problems(text)
         assert len(got) == 1 and "nested" in got[0] and "\n" not in got[0], got
+    # tomllib's memory grows with the square of a dotted key's length (10 000 parts: 400 MB; 100 000
+    # parts was killed for memory): refused from the raw text, in any of the places keys occur
+    for text in (base + "a" + ".a" * 100_000 + " = 1\n", base + '"a"' + '."a"' * 100_000 + " = 1\n",
+                 base + "[" + "b." * 100_000 + "b]\nx = 1\n", base + "x = {" + "a . " * 100_000 + "a = 1}\n"):
+        got = problems(text)
+        assert len(got) == 1 and "dotted key 100001 parts long" in got[0], got
+    floats = base.replace("[job]\n", "[job]\nx = [" + ", ".join(["1.5e+3", "-0.25", "07:32:00.999"] * 1000) + "]\n")
+    assert not any("dotted" in p for p in problems(floats))  # one dot per value: not a dotted key
 
 
 def test_sizes_and_counts_are_refused_before_anything_is_walked():
