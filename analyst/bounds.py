@@ -27,7 +27,6 @@ import asyncio
 import copy
 import json
 import math
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,7 +36,8 @@ import numpy as np
 from ltm.histograms import (HIST_CLIP_BOUND, LIN_BINS, counts_matrix, denoise, mean_and_std, quantiles,
                             robust_centre_spread)
 from ltm.errors import CommandError
-from ltm.jobfile import DEFAULT_DEADLINE_S, JobFile, JobFileError, parse_job_file, render_job_file
+from ltm.jobfile import (DEFAULT_DEADLINE_S, JobFile, JobFileError, load_toml, parse_job_file, read_job_text,
+                         render_job_file)
 from ltm.jobspec import INTERCEPT_NAME
 
 _TRANSFORM_KEYS = ("range", "center", "spread", "scale")
@@ -53,10 +53,7 @@ class Draft:
 
     @staticmethod
     def parse(text: str, source: str = "draft") -> "Draft":
-        try:
-            doc = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as exc:
-            raise JobFileError([f"not valid TOML: {exc}"], source) from None
+        doc = load_toml(text, source)  # the job-file limits: size and nesting before tomllib
         columns = doc.get("columns", [])
         unknown = tuple(c.get("name", "") for c in columns if isinstance(c, dict) and c.get("role") != "intercept"
                         and not any(k in c for k in _TRANSFORM_KEYS))
@@ -219,10 +216,7 @@ def run_bounds_command(args: argparse.Namespace) -> int:
     from analyst.operator import _with_analyst
 
     path = Path(args.draft)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise JobFileError([f"cannot read it: {exc.strerror}"], str(path)) from None
+    text = read_job_text(path)  # bounded read, UTF-8 checked
     draft = Draft.parse(text, str(path))
     if not args.epsilon > 0:
         raise CommandError("--epsilon must be > 0")

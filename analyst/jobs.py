@@ -28,6 +28,7 @@ from analyst.reconstruct import reconstruct_release
 from analyst.release import ReleasedSketch
 from analyst.store import AnalystStore, JobRecord
 from ltm.client_set import ClientSet
+from ltm.identifiers import id_problem
 from ltm.jobfile import FitSpec
 from ltm.jsonio import json_default
 from ltm.jobspec import JobSpec, JobSpecError, validate_job
@@ -93,9 +94,9 @@ LinksFor = Callable[[JobSpec, Retries], list[ServerLink]]
 def check_job_id(job_id: str) -> None:
     """Refuse a job id that is not one directory name: the analyst writes a finished job's files to
     ``<out>/<job_id>/`` (the job file parser refuses these too, but a spec may arrive over gRPC)."""
-    if not job_id or job_id in (".", "..") or any(c in job_id for c in "/\\\x00"):
-        raise JobSpecError([f"job id {job_id!r} must not be empty, '.' or '..', or contain '/', '\\' or NUL "
-                            f"(it names the analyst's output directory)"])
+    problem = id_problem(job_id, "job id")  # the one grammar of ids (ltm.identifiers)
+    if problem:
+        raise JobSpecError([f"{problem} (it names the analyst's output directory)"])
 
 
 class JobRunner:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ltm.errors import CommandError
-from ltm.jobfile import JobFile, JobFileError, parse_job_file, spec_summary
+from ltm.jobfile import JobFile, JobFileError, parse_job_file, read_job_text, spec_summary
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -73,12 +73,7 @@ def _connection(p: argparse.ArgumentParser) -> None:
 
 def read_job_file(path: str) -> JobFile:
     """Parse a job file from disk (the only I/O: the file the analyst wrote)."""
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise JobFileError([f"cannot read it: {exc.strerror}"], str(p)) from None
-    return parse_job_file(text, source=str(p))
+    return parse_job_file(read_job_text(path), source=str(path))  # bounded read, UTF-8 checked
 
 
 def run_check(args: argparse.Namespace) -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,12 +22,51 @@ from analyst.coordinator import DEFAULT_RETRY, NotPublished, ReleaseFailed, Retr
 from analyst.jobs import UNDECLARED_RANDOMNESS, JobRunner, fit_model, release_of, release_to_json  # noqa: F401
 from analyst.store import AnalystStore
 from ltm.errors import ProtocolError
-from ltm.jobfile import MODELS, FitSpec
+from ltm.identifiers import id_problem
+from ltm.jobfile import MAX_COLUMNS, MAX_DEADLINE_S, MODELS, FitSpec
 from ltm.jobspec import JobSpec, JobSpecError
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
+from server.limits import ServerLimits, parse_spec
 from transport.tls import authenticate
 
 log = logging.getLogger("ltm.analyst")
+
+
+def _fit_of(fit_json: str) -> FitSpec | None:
+    """The ``fit_json`` of a Submit request (JobSpecError for anything but a JSON object of fit keys)."""
+    if not fit_json:
+        return None
+    try:
+        d = json.loads(fit_json)
+        if not isinstance(d, dict):
+            raise TypeError(f"must be a JSON object, got {type(d).__name__}")
+        fit = FitSpec.from_dict(d)
+    except (ValueError, TypeError, OverflowError, RecursionError) as exc:
+        raise JobSpecError([f"fit_json: {' '.join(str(exc).split())[:200] or type(exc).__name__}"]) from None
+    _check_fit(fit.model, fit.lam, fit.rank)
+    return fit
+
+
+def _check_fit(model: str, lam: float, rank: int) -> None:
+    if model and model not in MODELS:
+        raise JobSpecError([f"fit model must be one of {', '.join(MODELS)}, got {model!r}"])
+    if not (math.isfinite(lam) and lam >= 0):
+        raise JobSpecError([f"fit lambda must be a finite number ≥ 0 (0 = the default rule), got {lam}"])
+    if not 0 <= rank <= MAX_COLUMNS:
+        raise JobSpecError([f"fit rank must be in [0, {MAX_COLUMNS}] (0 = the default), got {rank}"])
+
+
+def _check_deadline(deadline_s: float, required: bool) -> None:
+    if (required or deadline_s) and not (0 < deadline_s <= MAX_DEADLINE_S):
+        raise JobSpecError([f"deadline_s must be a positive number of seconds, at most {MAX_DEADLINE_S:g}, "
+                            f"got {deadline_s}"])
+
+
+async def _check_job_id(context, job_id: str) -> None:
+    """Refuse a job id outside the grammar (ltm.identifiers) before it is looked up or used."""
+    problem = id_problem(job_id, "job id")
+    if problem:
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
 
 
 class AnalystService(ltm_pb2_grpc.AnalystServicer):
@@ -40,6 +80,9 @@ class AnalystService(ltm_pb2_grpc.AnalystServicer):
         self.out_dir = out_dir
         self.insecure = insecure
         self.store = AnalystStore(state_dir or out_dir)
+        # A spec an operator submits is parsed like a server parses one (size, nesting, numbers, the
+        # default servers' limits) before validation walks its n clients.
+        self.limits = ServerLimits()
         self.runner = JobRunner(self.store, self._links, out_dir)
 
     def _links(self, spec: JobSpec, retries: Retries):
@@ -76,7 +119,7 @@ class AnalystService(ltm_pb2_grpc.AnalystServicer):
         """Publish a job without running it (``RunJob`` runs it): the demo's two-step path."""
         await authenticate(context, {"operator"}, insecure=self.insecure)
         try:
-            spec = JobSpec.from_json(request.spec_json)
+            spec = await asyncio.to_thread(parse_spec, request.spec_json, self.limits)
             record = await self.runner.submit(spec, None, deadline_s=0.0, start=False)
         except (NotPublished, ReleaseFailed, JobSpecError, KeyError, ProtocolError, grpc.aio.AioRpcError) as exc:
             await self._refuse(context, exc)
@@ -85,6 +128,12 @@ class AnalystService(ltm_pb2_grpc.AnalystServicer):
 
     async def RunJob(self, request, context):
         await authenticate(context, {"operator"}, insecure=self.insecure)
+        await _check_job_id(context, request.job_id)
+        try:
+            _check_deadline(request.deadline_s, required=False)
+            _check_fit(request.model, request.lam, request.rank)
+        except JobSpecError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         if self.store.get(request.job_id) is None:
             await context.abort(grpc.StatusCode.NOT_FOUND, f"job {request.job_id!r} was not submitted to this analyst")
         fit = None
@@ -101,12 +150,9 @@ class AnalystService(ltm_pb2_grpc.AnalystServicer):
     async def Submit(self, request, context):
         await authenticate(context, {"operator"}, insecure=self.insecure)
         try:
-            spec = JobSpec.from_json(request.spec_json)
-            fit = FitSpec.from_dict(json.loads(request.fit_json)) if request.fit_json else None
-            if fit is not None and fit.model not in MODELS:
-                raise JobSpecError([f"fit model must be one of {', '.join(MODELS)}, got {fit.model!r}"])
-            if not request.deadline_s > 0:
-                raise JobSpecError(["deadline_s must be a positive number of seconds"])
+            spec = await asyncio.to_thread(parse_spec, request.spec_json, self.limits)
+            fit = _fit_of(request.fit_json)
+            _check_deadline(request.deadline_s, required=True)
             record = await self.runner.submit(spec, fit, deadline_s=request.deadline_s,
                                               randomness=request.randomness or UNDECLARED_RANDOMNESS)
         except (NotPublished, ReleaseFailed, JobSpecError, KeyError, ProtocolError, grpc.aio.AioRpcError) as exc:
@@ -124,6 +170,8 @@ class AnalystService(ltm_pb2_grpc.AnalystServicer):
 
     async def GetStatus(self, request, context):
         await authenticate(context, {"operator"}, insecure=self.insecure)
+        if request.job_id:  # empty: every job
+            await _check_job_id(context, request.job_id)
         ids = [request.job_id] if request.job_id else await asyncio.to_thread(self.store.job_ids)
         try:
             infos = [self._info(i) for i in ids]
@@ -133,6 +181,7 @@ class AnalystService(ltm_pb2_grpc.AnalystServicer):
 
     async def GetResult(self, request, context):
         await authenticate(context, {"operator"}, insecure=self.insecure)
+        await _check_job_id(context, request.job_id)
         record = await asyncio.to_thread(self.store.get, request.job_id)
         if record is None:
             await context.abort(grpc.StatusCode.NOT_FOUND, f"job {request.job_id!r} was not submitted to this analyst")
@@ -151,6 +200,7 @@ class AnalystService(ltm_pb2_grpc.AnalystServicer):
 
     async def GetRelease(self, request, context):
         await authenticate(context, {"operator"}, insecure=self.insecure)
+        await _check_job_id(context, request.job_id)
         release = await self._release(request.job_id, context)
         m = np.ascontiguousarray(release.matrix, dtype="<f8")
         return ltm_pb2.GetReleaseResponse(job_id=request.job_id, rows=m.shape[0], cols=m.shape[1],
@@ -159,10 +209,12 @@ class AnalystService(ltm_pb2_grpc.AnalystServicer):
 
     async def Fit(self, request, context):
         await authenticate(context, {"operator"}, insecure=self.insecure)
+        await _check_job_id(context, request.job_id)
         release = await self._release(request.job_id, context)
         try:
+            _check_fit(request.model, request.lam, request.rank)
             model = fit_model(release, request.model or "ridge", lam=request.lam, rank=request.rank or 5,
                               debias=not request.no_debias)
-        except ValueError as exc:
+        except ValueError as exc:  # JobSpecError included
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         return ltm_pb2.FitResponse(model_json=json.dumps(model))

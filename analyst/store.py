@@ -19,19 +19,21 @@ same bytes.  All methods block (fsync); asyncio code calls them through ``asynci
 """
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import sqlite3
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from ltm.client_set import ClientSet
-from ltm.errors import CommandError
-from ltm.jobspec import JobSpec
+from ltm.errors import CommandError, DataLossError
+from ltm.jobspec import JobSpec, JobSpecError
 from transport.files import private_dir, touch_private
 
 DB_NAME = "analyst.db"
@@ -84,6 +86,27 @@ class AnalystStoreInUse(CommandError):
     """Another analyst process (or an unclosed store) holds the directory."""
 
 
+class AnalystStoreDamaged(CommandError, DataLossError):
+    """``analyst.db`` is not a readable SQLite database of jobs (truncated, overwritten, a row that
+    no longer parses): one line naming the file, exit status 3 like a server's damaged store."""
+
+
+@contextlib.contextmanager
+def _damage_reported(path: Path) -> Iterator[None]:
+    """SQLite's and the rows' parse errors as :class:`AnalystStoreDamaged` (never a traceback)."""
+    try:
+        yield
+    except sqlite3.OperationalError as exc:
+        if "locked" in str(exc) or "busy" in str(exc):
+            raise
+        raise AnalystStoreDamaged(f"analyst state {str(path)!r} cannot be used: {exc}; restore it from a "
+                                  f"backup or move it aside to start empty", status=3) from None
+    except (sqlite3.DatabaseError, ValueError, KeyError, TypeError, JobSpecError) as exc:
+        raise AnalystStoreDamaged(f"analyst state {str(path)!r} is damaged ({type(exc).__name__}: "
+                                  f"{' '.join(str(exc).split())[:200]}); restore it from a backup or move it "
+                                  f"aside to start empty", status=3) from None
+
+
 class AnalystStore:
     """The analyst's jobs in ``<directory>/analyst.db`` (see module docstring).  One process per
     directory (an exclusive flock on ``analyst.lock``): two analysts resuming the same jobs would
@@ -99,10 +122,20 @@ class AnalystStore:
             raise AnalystStoreInUse(f"analyst state directory {str(self.directory)!r} is in use by another "
                                     f"analyst process; give each analyst its own --state-dir") from None
         touch_private(self.directory / DB_NAME)  # 0600; SQLite gives -wal/-shm the same mode
-        self._db = sqlite3.connect(self.directory / DB_NAME, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
-        self._db.executescript(_SCHEMA)
+        self._path = self.directory / DB_NAME
+        try:
+            with _damage_reported(self._path):
+                self._db = sqlite3.connect(self._path, check_same_thread=False, isolation_level=None)
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=FULL")
+                # A truncated or overwritten file: found now, in one line, not by the first job read.
+                problems = [r[0] for r in self._db.execute("PRAGMA quick_check(3)")]
+                if problems != ["ok"]:
+                    raise sqlite3.DatabaseError("; ".join(problems))
+                self._db.executescript(_SCHEMA)
+        except BaseException:
+            self._lock_file.close()  # release the flock: the next start may find the file fixed
+            raise
         self._lock = threading.Lock()
 
     def close(self) -> None:
@@ -111,7 +144,7 @@ class AnalystStore:
         self._lock_file.close()  # releases the flock
 
     def _write(self, sql: str, args: tuple) -> None:
-        with self._lock:
+        with self._lock, _damage_reported(self._path):
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 self._db.execute(sql, args)
@@ -163,14 +196,15 @@ class AnalystStore:
                      header.encode() + b"\n" + blob, json.dumps(outputs), time.time(), job_id))
 
     def get(self, job_id: str) -> JobRecord | None:
-        with self._lock:
-            row = self._db.execute("SELECT job_id, digest, spec_json, fit_json, randomness, submitted_at, close_at, "
-                                   "state, published, phase, error, release_sha256, participants, shares, outputs_json "
-                                   "FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
-        return None if row is None else _record(row)
+        with _damage_reported(self._path):
+            with self._lock:
+                row = self._db.execute("SELECT job_id, digest, spec_json, fit_json, randomness, submitted_at, "
+                                       "close_at, state, published, phase, error, release_sha256, participants, "
+                                       "shares, outputs_json FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
+            return None if row is None else _record(row)
 
     def job_ids(self, state: str | None = None) -> list[str]:
-        with self._lock:
+        with self._lock, _damage_reported(self._path):
             if state is None:
                 rows = self._db.execute("SELECT job_id FROM jobs ORDER BY submitted_at").fetchall()
             else:

@@ -326,6 +326,14 @@ def main(argv: list[str] | None = None) -> int:
     except (JobSpecError, CalibrationError, ValueError) as exc:
         print(f"ltm {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as exc:
+        # Ctrl-C, or SIGTERM/SIGHUP where a command maps them to it (sim.launcher.stop_on_termination):
+        # its cleanup has run; one line and the shell's status for death by that signal (128 + signum).
+        import signal
+
+        signum = getattr(exc, "signum", signal.SIGINT)
+        print(f"ltm {args.command}: {exc or 'interrupted'}", file=sys.stderr)
+        return 128 + int(signum)
 
 
 def _one_line(exc: BaseException) -> str:

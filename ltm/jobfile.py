@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import json
 import math
+import re
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
@@ -36,6 +38,8 @@ from typing import Any
 from ltm.jobspec import (CALIBRATIONS, INTERCEPT_NAME, MECHANISMS, PARTITIONS, RELEASE_KINDS, ROLES, ColumnSpec,
                          JobSpec, JobSpecError, PartySpec, PrejobSpec, PrivacySpec, ServerSpec, SketchSpec,
                          resolve_defaults, validate_job)
+from ltm.errors import bounded
+from ltm.identifiers import column_problem, endpoint_problem, id_problem, party_id_problem, server_id_problem
 from ltm.lifts import get_lift
 from ltm.jobspec import _typed as typed_record
 from ltm.sharing import SHARE_MODES
@@ -47,6 +51,8 @@ MODELS: tuple[str, ...] = ("ols", "ridge", "lowrank", "rmgm_ols", "dgm_ols", "no
 #: Domain separation for a sketch seed derived from the job id when the file gives none.
 SEED_DOMAIN = b"ltm/jobfile/sketch-seed/v1\x00"
 DEFAULT_DEADLINE_S = 600.0
+#: Longest intake deadline a job may ask for (30 days): a job must end.
+MAX_DEADLINE_S = 30 * 24 * 3600.0
 
 _SECTIONS = {
     "job": {"id", "partition", "rows", "clip_bound", "share_mode", "frac_bits", "deadline_s", "reproduction"},
@@ -63,15 +69,43 @@ _ARRAYS = {
 }
 _PREJOB_KEYS = {"kind", "job_id", "digest", "epsilon", "delta"}
 
+# Limits checked before anything in a job file is walked, so a hostile or mistyped file is refused
+# at once, in one line: its size and nesting on the raw text (tomllib recurses once per level: an
+# array nested 100 000 deep would end in RecursionError), then the counts and sizes that later
+# steps loop over (validation walks all n clients once).  The counts equal a server's default
+# limits (server.limits.ServerLimits): a job above them would be refused by every default server.
+#: Largest job file read (bytes): 100 000 parties of ~45 bytes each fit.
+MAX_JOB_FILE_BYTES = 8 << 20
+#: Deepest nesting of arrays and inline tables (a job file needs 3: [[privacy.prejob]] → range),
+#: and the most dots in one dotted key (it needs 1: privacy.prejob).
+MAX_TOML_NESTING = 16
+#: Largest n (clients of all parties, or [job].rows): ServerLimits.max_n.
+MAX_CLIENTS = 1 << 30
+#: Most parties, columns (and transform outputs: the client vector's width D), servers.
+MAX_PARTIES = 100_000
+MAX_COLUMNS = 65_536
+MAX_SERVERS = 64
+#: Largest sketch m (rows) and s (pieces per client): ServerLimits.max_m and max_pieces.
+MAX_SKETCH_ROWS = 1 << 20
+MAX_PIECES = 64
+
 
 class JobFileError(ValueError):
     """A job file that cannot run; ``problems`` has one actionable line per problem."""
 
+    #: at most this many problems are shown, each cut to MAX_PROBLEM_CHARS (a hostile file may have
+    #: 200 000 unknown keys, or a key a megabyte long); ``problems`` keeps them all
+    MAX_SHOWN = 20
+    MAX_PROBLEM_CHARS = 500
+
     def __init__(self, problems: list[str], source: str = "job file") -> None:
         self.problems = list(problems)
         self.source = source
-        super().__init__(f"{source}: " + "; ".join(self.problems) if len(self.problems) == 1 else
-                         f"{source}: {len(self.problems)} problems:\n  - " + "\n  - ".join(self.problems))
+        shown = [bounded(p, self.MAX_PROBLEM_CHARS) for p in self.problems[:self.MAX_SHOWN]]
+        if len(self.problems) > self.MAX_SHOWN:
+            shown.append(f"… and {len(self.problems) - self.MAX_SHOWN} more problems")
+        super().__init__(f"{source}: " + "; ".join(shown) if len(self.problems) == 1 else
+                         f"{source}: {len(self.problems)} problems:\n  - " + "\n  - ".join(shown))
 
 
 @dataclass(frozen=True)
@@ -130,10 +164,15 @@ class _Problems:
         self.items.append(msg)
 
     def unknown(self, where: str, table: dict, known: set[str]) -> None:
-        for key in sorted(set(table) - known):
-            near = difflib.get_close_matches(key, sorted(known), n=1)
+        extra = sorted(set(table) - known)
+        for key in extra[:JobFileError.MAX_SHOWN]:
+            # difflib costs ~0.1 ms a key: suggestions for the few problems shown, not for 200 000 keys
+            near = difflib.get_close_matches(key, sorted(known), n=1) if len(self.items) < JobFileError.MAX_SHOWN \
+                else []
             hint = f" (did you mean {near[0]!r}?)" if near else f"; known keys: {', '.join(sorted(known))}"
-            self.add(f"{where}: unknown key {key!r}{hint}")
+            self.add(f"{where}: unknown key {bounded(key, 60)!r}{hint}")
+        if len(extra) > JobFileError.MAX_SHOWN:
+            self.add(f"{where}: {len(extra) - JobFileError.MAX_SHOWN} more unknown keys")
 
     def get(self, table: dict, key: str, kind: type | tuple, where: str, default: Any = None,
             required: bool = False) -> Any:
@@ -162,17 +201,157 @@ def _integer(p: _Problems, table: dict, key: str, where: str, default: Any = Non
     return p.get(table, key, int, where, default, required)
 
 
+# ---------------------------------------------------------------------------- reading TOML safely
+def toml_skeleton(text: str) -> str:
+    """TOML ``text`` with every string replaced by ``s`` and every comment removed: what is left
+    is structure (brackets, keys, dots, numbers), scanned for depth before :mod:`tomllib` runs.
+
+    A linear scan (regular-expression jumps from one special character to the next).  It follows
+    TOML's four string forms and comments; on text that is not valid TOML it may differ from
+    tomllib's reading, and tomllib then refuses the text anyway.
+    """
+    out: list[str] = []
+    i, n = 0, len(text)
+    while (found := _TOML_SPECIAL.search(text, i)) is not None:
+        j, c = found.start(), found.group()
+        if c in "[]{}":
+            out.append(text[i:j + 1])
+            i = j + 1
+            continue
+        out.append(text[i:j])
+        if c == "#":
+            k = text.find("\n", j)
+            i = n if k < 0 else k
+        else:
+            quote = c * 3 if text.startswith(c * 3, j) else c
+            i = _string_end(text, j + len(quote), quote)
+            out.append("s")
+    out.append(text[i:])
+    return "".join(out)
+
+
+def toml_nesting(text: str) -> int:
+    """The deepest nesting of arrays and inline tables (``[``/``{``) in TOML ``text``, outside
+    strings and comments (tomllib recurses once per level)."""
+    depth = deepest = 0
+    for m in _BRACKETS.finditer(toml_skeleton(text)):
+        depth = depth + 1 if m.group() in "[{" else max(depth - 1, 0)
+        deepest = max(deepest, depth)
+    return deepest
+
+
+def toml_key_depth(skeleton: str) -> int:
+    """The most dots in one dotted key of a :func:`toml_skeleton` (tomllib's time and memory grow
+    with the square of a dotted key's length: ``a.a.a…`` 10 000 deep takes 400 MB).  A value has at
+    most one dot outside strings (a float, a time's fraction), so a longer run is a key."""
+    return max((m.group().count(".") for m in _DOTTED.finditer(skeleton)), default=0)
+
+
+_BRACKETS = re.compile(r"[\[\]{}]")
+#: starts only where a run of key characters starts, possessive: linear time on a megabyte-long key
+#: (a plain ``[…]+(?:\.…)+`` retries at every position of a run without dots: quadratic)
+_DOTTED = re.compile(r"(?<![A-Za-z0-9_+-])[A-Za-z0-9_+-]++(?:[ \t]*+\.[ \t]*+[A-Za-z0-9_+-]++)+")
+_TOML_SPECIAL = re.compile(r"""[#"'\[\]{}]""")
+#: inside a basic string: its end, an escape, or (one-line strings) the end of the line
+_BASIC_STOP = {'"': re.compile(r'["\\\n]'), '"""': re.compile(r'"""|\\')}
+
+
+def _string_end(text: str, i: int, quote: str) -> int:
+    """Index just past the string whose text starts at ``i`` (``quote``: how it opened)."""
+    n = len(text)
+    if quote[0] == "'":  # literal strings have no escapes
+        ends = [k for k in (text.find(quote, i), -1 if len(quote) == 3 else text.find("\n", i)) if k >= 0]
+        if not ends:
+            return n
+        j = min(ends)
+        if not text.startswith(quote, j):
+            return j  # a one-line string ends at the line (tomllib reports the error)
+        end = j + len(quote)
+    else:
+        stop = _BASIC_STOP[quote]
+        while True:
+            m = stop.search(text, i)
+            if m is None:
+                return n
+            if m.group() == "\\":
+                i = m.start() + 2  # an escaped character (\" or \\) cannot end the string
+            elif m.group() == "\n":
+                return m.start()  # a one-line string ends at the line (tomllib reports the error)
+            else:
+                end = m.end()
+                break
+    if len(quote) == 3:  # up to two more quotes belong to a multi-line string's text (a)
+        for _ in range(2):
+            if text.startswith(quote[0], end):
+                end += 1
+    return end
+
+
+def load_toml(text: str, source: str = "job file") -> dict[str, Any]:
+    """``tomllib.loads(text)`` within the job-file limits: size and nesting are checked on the raw
+    text first (:data:`MAX_JOB_FILE_BYTES`, :data:`MAX_TOML_NESTING`); :class:`JobFileError` in one
+    line for anything tomllib refuses."""
+    if len(text) > MAX_JOB_FILE_BYTES or len(text.encode("utf-8", "surrogatepass")) > MAX_JOB_FILE_BYTES:
+        raise JobFileError([f"the file is larger than {MAX_JOB_FILE_BYTES} bytes, more than any job needs "
+                            f"(the limit of {MAX_PARTIES} parties fits in a few MB)"], source)
+    skeleton = toml_skeleton(text)
+    depth = toml_nesting(skeleton)  # the skeleton has no strings left: the same count
+    if depth > MAX_TOML_NESTING:
+        raise JobFileError([f"arrays or inline tables nested {depth} deep; a job file needs at most 3 "
+                            f"(limit {MAX_TOML_NESTING})"], source)
+    dots = toml_key_depth(skeleton)
+    if dots > MAX_TOML_NESTING:
+        raise JobFileError([f"a dotted key {dots + 1} parts long; a job file needs at most 2 "
+                            f"(limit {MAX_TOML_NESTING + 1})"], source)
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise JobFileError([f"not valid TOML: {exc}"], source) from None
+    except RecursionError:  # the scan above should make this unreachable; never a traceback
+        raise JobFileError([f"nested too deeply to parse (limit {MAX_TOML_NESTING})"], source) from None
+
+
+def read_job_text(path: Any, source: str | None = None) -> str:
+    """A job file's text, read with the limits of :func:`load_toml`: at most
+    :data:`MAX_JOB_FILE_BYTES` + 1 bytes are read (``/dev/zero`` ends at once), and text that is
+    not UTF-8 is a one-line :class:`JobFileError` naming the byte."""
+    source = source or str(path)
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_JOB_FILE_BYTES + 1)
+    except OSError as exc:
+        raise JobFileError([f"cannot read it: {exc.strerror or exc}"], source) from None
+    if len(data) > MAX_JOB_FILE_BYTES:
+        raise JobFileError([f"the file is larger than {MAX_JOB_FILE_BYTES} bytes, more than any job needs"], source)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise JobFileError([f"not UTF-8 text: byte 0x{data[exc.start]:02x} at offset {exc.start} "
+                            f"(save the file as UTF-8)"], source) from None
+
+
+def _over(count: int, limit: int, what: str) -> str | None:
+    return f"{what}: {count} is more than the limit of {limit}" if count > limit else None
+
+
 # ---------------------------------------------------------------------------- the parser
 def parse_job_file(text: str, *, source: str = "job file", resolve: bool = True) -> JobFile:
     """Parse and validate a job file's text.
 
     ``resolve``: fill the defaults (L, min_participants, frac_bits) and run the full job
     validation (row loads, calibration, ring headroom).  Raises :class:`JobFileError`.
+
+    Limits (the module's ``MAX_*`` constants) are checked before anything is walked: the text's
+    size and nesting before TOML parsing, the number of parties, columns and servers before any
+    entry is read, each count of clients, m and s as it is read, and every id against
+    :mod:`ltm.identifiers`; only then does validation loop over the n clients.
     """
-    try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise JobFileError([f"not valid TOML: {exc}"], source) from None
+    doc = load_toml(text, source)
+    counts = [_over(len(v), limit, f"[[{name}]] tables") for name, limit in
+              (("parties", MAX_PARTIES), ("columns", MAX_COLUMNS), ("servers", MAX_SERVERS),
+               ("transforms", MAX_COLUMNS)) if isinstance(v := doc.get(name), list)]
+    if any(counts):
+        raise JobFileError([c for c in counts if c], source)
     p = _Problems()
     p.unknown("the file", doc, set(_SECTIONS) | set(_ARRAYS))
     tables: dict[str, dict] = {}
@@ -195,10 +374,9 @@ def parse_job_file(text: str, *, source: str = "job file", resolve: bool = True)
 
     job, release, privacy, fit_t = tables["job"], tables["release"], tables["privacy"], tables["fit"]
     job_id = p.get(job, "id", str, "[job]", "", required=True)
-    if job_id is not None and job_id != job_id.strip():
-        p.add("[job].id must not start or end with spaces")
-    if job_id and any(c in job_id for c in "/\\\x00") or job_id in (".", ".."):
-        p.add(f"[job].id {job_id!r} must not contain '/', '\\' or be '.'/'..' (it names the analyst's output directory)")
+    if job_id and (bad := id_problem(job_id, "[job].id")):
+        p.add(bad + " (it names files and directories of every actor)")
+        job_id = ""  # no seed is derived from it
     partition = p.get(job, "partition", str, "[job]", "rows")
     if partition not in PARTITIONS:
         p.add(f"[job].partition must be one of {', '.join(PARTITIONS)}, got {partition!r}")
@@ -210,8 +388,9 @@ def parse_job_file(text: str, *, source: str = "job file", resolve: bool = True)
     deadline_s = _number(p, job, "deadline_s", "[job]", DEFAULT_DEADLINE_S)
     # A reproduction job (JobSpec.reproduction): its servers accept seeded, NOT private batches.
     reproduction = p.get(job, "reproduction", bool, "[job]", False)
-    if not (isinstance(deadline_s, float) and deadline_s > 0 and math.isfinite(deadline_s)):
-        p.add(f"[job].deadline_s must be a positive number of seconds, got {deadline_s!r}")
+    if not (isinstance(deadline_s, float) and 0 < deadline_s <= MAX_DEADLINE_S):
+        p.add(f"[job].deadline_s must be a positive number of seconds, at most {MAX_DEADLINE_S:g} (30 days), "
+              f"got {deadline_s!r}")
 
     # ---- privacy
     mechanism = p.get(privacy, "mechanism", str, "[privacy]", "gaussian")
@@ -242,6 +421,8 @@ def parse_job_file(text: str, *, source: str = "job file", resolve: bool = True)
             p.add(f"{where} ({name!r}): role must be one of {', '.join(ROLES)}, got {role!r}")
         if role == "intercept" and not name:
             name = INTERCEPT_NAME
+        if name and (bad := column_problem(name, f"{where}.name")):
+            p.add(bad)
         names.append(name)
         roles.append(role)
     if len(set(names)) != len(names):
@@ -262,6 +443,9 @@ def parse_job_file(text: str, *, source: str = "job file", resolve: bool = True)
     if not parties:
         p.add("the job has no parties: add one '[[parties]]' table per party (id, and clients or columns)")
     rows = _integer(p, job, "rows", "[job]", None, required=partition == "columns")
+    if rows is not None and not 1 <= rows <= MAX_CLIENTS:
+        p.add(f"[job].rows must be in [1, {MAX_CLIENTS}] (2^30), got {rows}")
+        rows = None
     party_specs: list[PartySpec] = []
     start = 0
     if partition == "rows" and rows is not None:
@@ -269,6 +453,9 @@ def parse_job_file(text: str, *, source: str = "job file", resolve: bool = True)
     for i, q in enumerate(parties):
         where = f"[[parties]] #{i + 1}"
         pid = p.get(q, "id", str, where, "", required=True) or ""
+        if pid and (bad := party_id_problem(pid, f"{where}.id")):
+            p.add(bad)
+            pid = ""
         where = f"{where} ({pid!r})" if pid else where
         if partition == "rows":
             clients = _integer(p, q, "clients", where, None, required=True)
@@ -278,6 +465,9 @@ def parse_job_file(text: str, *, source: str = "job file", resolve: bool = True)
             if clients is not None:
                 if clients < 1:
                     p.add(f"{where}: clients must be ≥ 1, got {clients}")
+                elif start + clients > MAX_CLIENTS:  # before validation walks all n clients
+                    raise JobFileError(p.items + [f"{where}: clients = {clients} makes n = {start + clients} "
+                                                  f"clients, more than the limit of {MAX_CLIENTS} (2^30)"], source)
                 else:
                     party_specs.append(PartySpec(pid, start, start + clients, (), clip_bound or 1.0))
                     start += clients
@@ -303,6 +493,9 @@ def parse_job_file(text: str, *, source: str = "job file", resolve: bool = True)
     lifted = get_lift(kind) is not None  # a sum over clients: m = s = 1
     m = _integer(p, release, "m", "[release]", 1 if lifted else None, required=kind not in ("auto",) and not lifted)
     s = _integer(p, release, "s", "[release]", 1)
+    for key, value, limit in (("m", m, MAX_SKETCH_ROWS), ("s", s, MAX_PIECES)):
+        if isinstance(value, int) and not 1 <= value <= limit:  # before the sketch is sized by them
+            p.add(f"[release].{key} must be in [1, {limit}], got {value}")
     if kind == "dense":
         if "s" in release and s != m:
             p.add("[release].s applies to sparse sketches only (a dense sketch has m pieces); remove it")
@@ -317,9 +510,11 @@ def parse_job_file(text: str, *, source: str = "job file", resolve: bool = True)
     for i, sv in enumerate(servers):
         where = f"[[servers]] #{i + 1}"
         sid = p.get(sv, "id", str, where, "", required=True) or ""
+        if sid and (bad := server_id_problem(sid, f"{where}.id")):
+            p.add(bad)
         endpoint = p.get(sv, "endpoint", str, where, "", required=True) or ""
-        if endpoint and (":" not in endpoint or not endpoint.rsplit(":", 1)[1].isdigit()):
-            p.add(f"{where} ({sid!r}): endpoint must be host:port, got {endpoint!r}")
+        if endpoint and (bad := endpoint_problem(endpoint, f"{where}.endpoint")):
+            p.add(bad)
         server_specs.append(ServerSpec(sid, endpoint))
     if len(servers) < 2:
         p.add(f"at least 2 servers are needed for additive sharing; the file names {len(servers)} "
@@ -340,11 +535,21 @@ def parse_job_file(text: str, *, source: str = "job file", resolve: bool = True)
     debias = p.get(fit_t, "debias", bool, "[fit]", True)
 
     transforms = []
+    outputs = 0  # transform outputs so far (sincos doubles them): the client vector's width is bounded
     for i, entry in enumerate(arrays["transforms"]):
         try:  # the fields of ltm.transforms.TransformSpec, checked with the spec (transform_problems)
-            transforms.append(typed_record(TransformSpec, entry, f"[[transforms]] #{i + 1}"))
+            t = typed_record(TransformSpec, entry, f"[[transforms]] #{i + 1}")
         except JobSpecError as exc:
             p.items += exc.problems
+            continue
+        outputs += 2 * max(t.n_features, 0)
+        if not 0 <= t.n_features <= MAX_COLUMNS or outputs > 2 * MAX_COLUMNS:  # before the layout is built
+            p.add(f"[[transforms]] #{i + 1}: n_features = {t.n_features} makes the client vector wider than "
+                  f"the limit of {MAX_COLUMNS} entries")
+        elif t.name and (bad := column_problem(t.name, f"[[transforms]] #{i + 1}.name")):
+            p.add(bad)
+        else:
+            transforms.append(t)
 
     if p.items:
         raise JobFileError(p.items, source)
@@ -464,8 +669,8 @@ def _toml_value(v: Any) -> str:
         return "true" if v else "false"
     if isinstance(v, (int, float)):
         return repr(v) if isinstance(v, int) or math.isfinite(v) else "nan"
-    if isinstance(v, str):
-        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(v, str):  # JSON's string escapes are TOML's (a newline in an id must stay inside its string)
+        return json.dumps(v, ensure_ascii=False)
     if isinstance(v, (list, tuple)):
         return "[" + ", ".join(_toml_value(x) for x in v) + "]"
     raise TypeError(f"cannot write {type(v).__name__} to TOML")

@@ -22,6 +22,7 @@ import numpy as np
 from ltm.calibration import CalibrationError, NoisePlan, plan_noise
 from ltm.client_set import ClientSet
 from ltm.dp.defaults import DEFAULT_CLIP_BOUND, DEFAULT_DELTA, DEFAULT_LOAD_FRACTION
+from ltm.identifiers import spec_id_problems
 from ltm.lifts import LIFTED_KINDS, Lift, get_lift
 from ltm.noise import noise_tail_bound
 from ltm.ring import HEADROOM_LIMIT
@@ -502,6 +503,11 @@ def _check_structure(spec: JobSpec) -> list[str]:
         problems.append(f"version {spec.version!r} is not supported (expected {JOB_SPEC_VERSION!r})")
     if not spec.job_id:
         problems.append("job_id must not be empty")
+    # Ids name files, TLS identities and log lines: one grammar (ltm.identifiers), before any is used.
+    problems += spec_id_problems(spec.job_id if spec.job_id else "-", [q.party_id for q in spec.parties],
+                                 [s.server_id for s in spec.servers], [c.name for c in spec.columns],
+                                 [t.name for t in spec.transforms], [x.job_id for x in spec.prejobs],
+                                 [s.endpoint for s in spec.servers])
     if spec.partition not in PARTITIONS:
         problems.append(f"partition must be one of {PARTITIONS}, got {spec.partition!r}")
     if spec.n < 1:

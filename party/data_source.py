@@ -74,17 +74,31 @@ def _first_non_numeric(name: str, values: np.ndarray) -> NonNumeric:
     return NonNumeric(name, first[0], first[1], numeric)
 
 
+def read_text(path: Path) -> str:
+    """A data file's text as UTF-8 (a leading byte-order mark dropped); bytes that are not UTF-8
+    are a :class:`DataSourceError` naming the line and byte, not a ``UnicodeDecodeError``."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise DataSourceError(f"{path}: not UTF-8 text: byte 0x{data[exc.start]:02x} at offset {exc.start} "
+                              f"(line {line}); save the file as UTF-8") from None
+
+
 def parse_csv(text: str, *, source: str) -> tuple[dict[str, np.ndarray], dict[str, NonNumeric]]:
     """Parse CSV text into ``(numeric columns, non-numeric columns by name)``; each non-numeric
     column records its first bad cell so a caller that needs the column can name row and column."""
     reader = csv.reader(io.StringIO(text), delimiter=_sniff_delimiter(text[:4096]))
     try:
         header = [h.strip() for h in next(reader)]
+        if len(set(header)) != len(header):
+            raise DataSourceError(f"{source}: duplicate column names in the header")
+        rows = [r for r in reader if r]
     except StopIteration:
         raise DataSourceError(f"{source}: empty file") from None
-    if len(set(header)) != len(header):
-        raise DataSourceError(f"{source}: duplicate column names in the header")
-    rows = [r for r in reader if r]
+    except csv.Error as exc:  # a field over csv.field_size_limit(), …: one line, not a traceback
+        raise DataSourceError(f"{source}: line {reader.line_num}: not readable as CSV ({exc})") from None
     if not rows:
         raise DataSourceError(f"{source}: no data rows")
     bad = next((i for i, r in enumerate(rows) if len(r) != len(header)), None)
@@ -110,7 +124,7 @@ def load_columns(path: str | Path) -> tuple[dict[str, np.ndarray], dict[str, Non
     if p.suffix == ".npz":
         with np.load(p, allow_pickle=False) as z:
             return {k: np.asarray(z[k], dtype=np.float64) for k in z.files}, {}
-    return parse_csv(p.read_text(encoding="utf-8-sig"), source=str(p))
+    return parse_csv(read_text(p), source=str(p))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -530,12 +544,14 @@ def open_source(path: str | Path) -> PartySource:
         raise DataSourceError(f"no such file: {p}")
     if p.name.endswith(SYNTHETIC_SUFFIX):
         try:
-            return parse_synthetic(json.loads(p.read_text()))
-        except (ValueError, TypeError) as exc:
+            return parse_synthetic(json.loads(read_text(p)))
+        except DataSourceError:
+            raise
+        except (ValueError, TypeError, RecursionError) as exc:
             raise DataSourceError(f"{p}: not a synthetic descriptor ({exc})") from None
     if p.suffix == ".npz":
         return NpzSource(p)
-    columns, non_numeric = parse_csv(p.read_text(encoding="utf-8-sig"), source=str(p))
+    columns, non_numeric = parse_csv(read_text(p), source=str(p))
     return TableSource(columns, description=str(p), non_numeric=non_numeric)
 
 

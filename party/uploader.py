@@ -21,6 +21,7 @@ import grpc
 import numpy as np
 
 from ltm.batch import CSPRNG_MODE, SEEDED_MODE, ShareBatch
+from ltm.identifiers import spec_id_problems
 from ltm.jobspec import JobSpec, default_corrupt_parties
 from ltm.randomness import Randomness
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
@@ -86,6 +87,11 @@ class PartyPolicy:
             problems.append("the job is marked as a reproduction: its servers accept seeded (NOT private) "
                             "randomness from parties, so it is not private; this party does not accept it")
         ids = tuple(s.server_id for s in spec.servers)
+        # A served spec is not validated here (that walks all n clients): its ids at least must be in
+        # the grammar every server checks (ltm.identifiers), since they name this party's files and pins.
+        problems += spec_id_problems(spec.job_id, [q.party_id for q in spec.parties], ids,
+                                     [c.name for c in spec.columns], [t.name for t in spec.transforms],
+                                     [x.job_id for x in spec.prejobs], [s.endpoint for s in spec.servers])
         not_servers = [i for i in ids if not _is_server_actor(i)]
         if not_servers:
             problems.append(f"the job names {not_servers} as servers; server identities are server-<n>")

@@ -15,6 +15,7 @@ import numpy as np
 from ltm.batch import ShareBatch
 from ltm.client_set import ClientSet
 from ltm.errors import ProtocolError
+from ltm.identifiers import id_problem
 from ltm.jobspec import JobSpec, JobSpecError, validate_job
 from ltm.sketch import Sketch
 from server.release_gate import ANALYST_ROLE, check_release
@@ -65,6 +66,9 @@ class ServerCore:
 
     # ------------------------------------------------------------------ helpers
     def spec(self, job_id: str) -> JobSpec:
+        problem = id_problem(job_id, "job id")  # every RPC naming a job comes here first
+        if problem:
+            raise ProtocolError("INVALID_ARGUMENT", problem)
         spec = self.store.get_job(job_id)
         if spec is None:
             raise ProtocolError("NOT_FOUND", f"unknown job {job_id!r} on server {self.server_id!r}")

@@ -4,7 +4,8 @@ Every limit has a default that suits a real deployment on a modest machine and c
 server (``ltm server --limit NAME=VALUE``, repeatable, or ``limit = ["NAME=VALUE", …]`` in the
 config file).  Requests beyond a limit are refused *before* the large allocation or the long
 computation they would cause: ``RESOURCE_EXHAUSTED`` when the request is well formed but more than
-this server takes, ``INVALID_ARGUMENT`` when a value cannot be valid at all (n = 2⁶⁴ + 5).
+this server takes, ``INVALID_ARGUMENT`` when a value cannot be valid at all (n = 2⁶⁴ + 5, a sketch m above n,
+a sparse sketch's s above m: no server could run it, whatever its limits).
 
 ================================  ==============  ================================================
 limit                             default         why
@@ -153,6 +154,17 @@ class ServerLimits:
         for name, value in (("n", n), ("sketch.m", m), ("sketch.s", s)):
             if not 0 < value < 1 << 63:
                 raise ProtocolError("INVALID_ARGUMENT", f"{name} = {value} must be a positive integer below 2^63")
+        # A spec no server could run whatever its limits is INVALID_ARGUMENT, not RESOURCE_EXHAUSTED:
+        # the sketch's rows are at most its clients and a sparse sketch's pieces at most its rows.
+        if m > n:
+            raise ProtocolError("INVALID_ARGUMENT", f"sketch.m = {m} exceeds the number of clients n = {n}")
+        if spec.sketch.kind == "sparse" and s > m:
+            raise ProtocolError("INVALID_ARGUMENT", f"sketch.s = {s} exceeds sketch.m = {m} (a sparse sketch "
+                                                    f"places each client's s pieces in distinct rows)")
+        features = sum(max(t.n_features, 0) for t in spec.transforms)
+        if features > self.max_width:  # before the client vector's layout is built from them
+            raise ProtocolError("RESOURCE_EXHAUSTED", f"transforms with {features} features in all exceed this "
+                                                      f"server's limit of {self.max_width} (max_width)")
         width = len(spec.columns)
         checks = (("n", n, "max_n"), ("D (columns)", width, "max_width"), ("sketch.m", m, "max_m"),
                   ("sketch.s", s, "max_pieces"), ("parties", len(spec.parties), "max_parties"),

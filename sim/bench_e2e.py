@@ -34,7 +34,7 @@ from ltm.randomness import Randomness
 from party.data_source import SyntheticRidge
 from sim.demo import _operate
 from sim.jobs import build_job
-from sim.launcher import ActorProcess, ProcessGroup
+from sim.launcher import ActorProcess, ProcessGroup, stop_on_termination
 from sim.data import ModelTable
 from transport.certs import write_certs
 
@@ -215,20 +215,20 @@ def run_e2e(args: argparse.Namespace, n: int | None = None) -> dict[str, Any]:
     phases: dict[str, float] = {}
     workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="ltm-e2e-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    randomness = Randomness.seeded_insecure(args.seed)
-    model = SyntheticRidge(args.d, seed=args.seed)
-    table = ModelTable.synthetic_ridge(n, model)
-    show.say(f"certificates for {args.k} servers, {parties_n} parties")
-    t = time.monotonic()
     certs = workdir / "certs"
-    write_certs(certs, [f"server-{i}" for i in range(args.k)] + [f"party-{i}" for i in range(parties_n)]
-                + ["analyst", "operator"], force=True)
-    phases["data_and_certs"] = time.monotonic() - t
     group = ProcessGroup(workdir, certs)
     rss: dict[str, int | None] = {}
     cpu: dict[str, float | None] = {}
     disk: dict[str, int] = {}
-    try:
+    try:  # from here on an interrupt (Ctrl-C, or SIGTERM: see run) stops every actor and removes workdir
+        randomness = Randomness.seeded_insecure(args.seed)
+        model = SyntheticRidge(args.d, seed=args.seed)
+        table = ModelTable.synthetic_ridge(n, model)
+        show.say(f"certificates for {args.k} servers, {parties_n} parties")
+        t = time.monotonic()
+        write_certs(certs, [f"server-{i}" for i in range(args.k)] + [f"party-{i}" for i in range(parties_n)]
+                    + ["analyst", "operator"], force=True)
+        phases["data_and_certs"] = time.monotonic() - t
         show.say("starting servers and the analyst")
         t = time.monotonic()
         servers = group.start_servers(args.k)
@@ -415,7 +415,8 @@ def run(args: argparse.Namespace) -> int:
     ns = args.n if isinstance(args.n, list) else [args.n]
     if args.workdir and len(ns) > 1:
         raise SystemExit("ltm bench e2e: --workdir with a series would reuse one directory; run one n at a time")
-    runs = [run_e2e(args, n) for n in ns]
+    with stop_on_termination():  # SIGTERM/SIGHUP clean up like Ctrl-C: no actor or directory left behind
+        runs = [run_e2e(args, n) for n in ns]
     out: dict[str, Any] = runs[0] if len(runs) == 1 else {"benchmark": "e2e-series", "runs": runs}
     if args.plot:
         plot_series(runs, args.plot)

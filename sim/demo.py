@@ -35,7 +35,7 @@ from ltm.randomness import Randomness
 from party.ledger import describe_admission
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
 from sim.chaos import Chaos
-from sim.launcher import ProcessGroup
+from sim.launcher import ProcessGroup, stop_on_termination
 from sim.simulate import SimulateConfig, load_table, report_for_release, training_matrix
 from sim.jobs import build_job, party_tables
 from transport.certs import write_certs
@@ -158,21 +158,21 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
     phases: dict[str, float] = {}
     workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="ltm-demo-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    randomness = Randomness.seeded_insecure(args.seed) if args.seed is not None else Randomness.system()
-    cfg = SimulateConfig(data=args.data, label=args.label, partition=args.partition, parties=args.parties, k=args.k,
-                         sketch=args.sketch, m=args.m, s=args.s, epsilon=args.epsilon, delta=args.delta,
-                         share_mode=args.share_mode, seed=args.seed, model="ridge")
-    train, test = load_table(cfg, randomness)
-
-    t = time.monotonic()
     certs = None if args.insecure else workdir / "certs"
-    if certs is not None:
-        actors = [f"server-{i}" for i in range(args.k)] + [f"party-{i}" for i in range(args.parties)]
-        write_certs(certs, actors + ["analyst", "operator"], force=True)
-    phases["certificates"] = time.monotonic() - t
-
     group = ProcessGroup(workdir, certs, insecure=args.insecure)
-    try:
+    try:  # from here on an interrupt (Ctrl-C, or SIGTERM: see run) stops every actor and removes workdir
+        randomness = Randomness.seeded_insecure(args.seed) if args.seed is not None else Randomness.system()
+        cfg = SimulateConfig(data=args.data, label=args.label, partition=args.partition, parties=args.parties,
+                             k=args.k, sketch=args.sketch, m=args.m, s=args.s, epsilon=args.epsilon,
+                             delta=args.delta, share_mode=args.share_mode, seed=args.seed, model="ridge")
+        train, test = load_table(cfg, randomness)
+
+        t = time.monotonic()
+        if certs is not None:
+            actors = [f"server-{i}" for i in range(args.k)] + [f"party-{i}" for i in range(args.parties)]
+            write_certs(certs, actors + ["analyst", "operator"], force=True)
+        phases["certificates"] = time.monotonic() - t
+
         t = time.monotonic()
         servers = group.start_servers(args.k)
         analyst = group.start_service("analyst", "analyst", ["analyst", "--out", str(workdir / "analyst-out")])
@@ -401,7 +401,8 @@ def write_demo_job(args: argparse.Namespace, cfg: SimulateConfig, randomness: Ra
 def run(args: argparse.Namespace) -> int:
     if args.data and not args.label:
         raise SystemExit("ltm demo: --data needs --label")
-    report = run_demo(args)
+    with stop_on_termination():  # SIGTERM/SIGHUP clean up like Ctrl-C: no actor or directory left behind
+        report = run_demo(args)
     if args.json:
         print(json.dumps(report, indent=2, default=lambda o: o.item() if hasattr(o, "item") else str(o)))
     else:

@@ -5,14 +5,23 @@ the current interpreter; servers and the analyst bind port 0 and report the port
 and are considered up once their gRPC health service answers SERVING.  For fault injection,
 :meth:`ProcessGroup.kill` sends SIGKILL and :meth:`ProcessGroup.restart` starts a process again
 with its original arguments — a server on its previous port, so clients reconnect to it.
+
+Actors run in their own sessions (a Ctrl-C in the terminal reaches the launcher only), so the
+launcher must stop them itself: :func:`stop_on_termination` makes SIGTERM and SIGHUP (what
+``timeout``, systemd, ``docker stop``, CI runners and a closed terminal send) take the Ctrl-C path,
+a ``KeyboardInterrupt`` that unwinds through the ``finally`` blocks which stop every actor and
+remove the scratch directory.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -24,6 +33,43 @@ from transport.tls import make_sync_channel
 
 if TYPE_CHECKING:
     from sim.netns import NetnsLab
+
+
+#: Signals that end a launcher run like Ctrl-C does.
+TERMINATING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+class Terminated(KeyboardInterrupt):
+    """A run stopped by a terminating signal (``signum``); ``ltm`` exits with 128 + signum."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def stop_on_termination() -> Iterator[None]:
+    """Within the block, the first SIGTERM or SIGHUP raises :class:`Terminated` (a
+    ``KeyboardInterrupt``) in the main thread
+    (the Ctrl-C path: every ``finally`` runs, :meth:`ProcessGroup.stop_all` included); later ones
+    are ignored so they cannot cut that cleanup short (it is bounded: stop_all SIGKILLs what has
+    not exited after 10 s).  Outside the main thread (no signal handlers there) it does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    fired = []
+
+    def interrupt(signum: int, frame) -> None:  # noqa: ARG001 - the signal module's signature
+        if not fired:
+            fired.append(signum)
+            raise Terminated(signum)
+
+    previous = {sig: signal.signal(sig, interrupt) for sig in TERMINATING_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 class LaunchError(RuntimeError):
@@ -198,17 +244,25 @@ class ProcessGroup:
         return ap.proc.returncode
 
     def stop_all(self) -> None:
-        """SIGTERM everything still running (graceful), then SIGKILL what does not exit."""
-        for ap in self.processes:
-            if ap.proc.poll() is None:
-                ap.proc.send_signal(signal.SIGTERM)
-        end = time.monotonic() + 10.0
-        for ap in self.processes:
-            try:
-                ap.proc.wait(timeout=max(end - time.monotonic(), 0.1))
-            except subprocess.TimeoutExpired:
-                ap.proc.kill()
-                ap.proc.wait()
+        """SIGTERM everything still running (graceful), then SIGKILL what does not exit; an interrupt
+        (Ctrl-C, or SIGTERM under :func:`stop_on_termination`) while waiting SIGKILLs the rest first."""
+        try:
+            for ap in self.processes:
+                if ap.proc.poll() is None:
+                    ap.proc.send_signal(signal.SIGTERM)
+            end = time.monotonic() + 10.0
+            for ap in self.processes:
+                try:
+                    ap.proc.wait(timeout=max(end - time.monotonic(), 0.1))
+                except subprocess.TimeoutExpired:
+                    ap.proc.kill()
+                    ap.proc.wait()
+        except KeyboardInterrupt:
+            for ap in self.processes:
+                if ap.proc.poll() is None:
+                    ap.proc.kill()
+                    ap.proc.wait()
+            raise
 
     def __enter__(self) -> "ProcessGroup":
         return self

@@ -39,6 +39,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ltm.client_set import ClientSet
+from ltm.identifiers import id_problem
 from ltm.randomness import Randomness
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
 from party.randomizer import PartyDataError, client_vectors, make_batches, party_randomness
@@ -88,6 +89,7 @@ def _report_case_count(request):
 
 # ------------------------------------------------------------------------------ expected refusals
 UNKNOWN_JOB = ("NOT_FOUND", "unknown job")
+BAD_JOB_ID = ("INVALID_ARGUMENT", "not a valid id")  # outside the id grammar (ltm.identifiers)
 DIGEST = ("FAILED_PRECONDITION", "different job digest")
 UPLOAD_AS = ("PERMISSION_DENIED", "may not upload as")
 RANGE = ("PERMISSION_DENIED", "may upload clients")
@@ -441,8 +443,8 @@ def upload_cases(draw, ctx: FuzzContext) -> Case:
     for kind in chosen:
         if kind == "job_id":
             h.job_id = draw(st.text(max_size=40).filter(lambda s: s not in ctx.job_ids))
-            exact.append(UNKNOWN_JOB)
-            loose |= {UNKNOWN_JOB}
+            exact.append(UNKNOWN_JOB if id_problem(h.job_id) is None else BAD_JOB_ID)
+            loose |= {UNKNOWN_JOB, BAD_JOB_ID}
         elif kind == "job_digest":
             h.job_digest = draw(st.one_of(st.text(max_size=70), st.binary(min_size=32, max_size=32).map(bytes.hex))
                                 .filter(lambda s: s != ctx.digest))
@@ -788,7 +790,7 @@ def test_bad_requests_to_the_other_rpcs(processes):
             (("ALREADY_EXISTS", "exists with a different spec"), analyst.CreateJob,
              ltm_pb2.CreateJobRequest(spec_json=changed.canonical_json())),
             (("NOT_FOUND", "unknown job"), party.GetJob, ltm_pb2.GetJobRequest(job_id="nope")),
-            (("NOT_FOUND", "unknown job"), party.Status, ltm_pb2.StatusRequest(job_id="")),
+            (("INVALID_ARGUMENT", "not a valid id"), party.Status, ltm_pb2.StatusRequest(job_id="")),
             (("NOT_FOUND", "unknown job"), analyst.Close, ltm_pb2.CloseRequest(job_id="nope", job_digest=spec.digest)),
             (("FAILED_PRECONDITION", "different job digest"), analyst.Close,
              ltm_pb2.CloseRequest(job_id=spec.job_id, job_digest="0" * 64)),
@@ -889,7 +891,8 @@ def test_party_refuses_bad_data_before_producing_any_share():
             next(make_batches(spec, "party-0", table, Randomness.seeded_insecure(1), batch_clients=BATCH))
 
 
-CSV_VARIANTS = ["nan", "inf", "empty-cell", "text", "stray-text", "missing-column", "too-few-rows", "ragged-row", "empty-file"]
+CSV_VARIANTS = ["nan", "inf", "empty-cell", "text", "stray-text", "missing-column", "too-few-rows", "ragged-row", "empty-file",
+                "non-utf8"]
 
 #: what the party's log must say for each bad CSV (the column, and what is wrong with it)
 CSV_MESSAGES = {
@@ -902,6 +905,7 @@ CSV_MESSAGES = {
     "too-few-rows": "has 90 values but party 'party-0' holds 100 rows",
     "ragged-row": "data row 4 has",
     "empty-file": "empty file",
+    "non-utf8": "not UTF-8 text: byte 0xff at offset",  # a raw UnicodeDecodeError and exit 2 at 59676f2
 }
 
 
@@ -926,6 +930,10 @@ def _write_csv(path: Path, table: dict, variant: str) -> None:
         rows[3] = rows[3][:-1]
     elif variant == "empty-file":
         path.write_text("")
+        return
+    elif variant == "non-utf8":  # a Latin-1 'ÿ' in a cell
+        rows[3][0] = "\xff" + rows[3][0]
+        path.write_bytes(("\n".join([",".join(names)] + [",".join(r) for r in rows]) + "\n").encode("latin-1"))
         return
     path.write_text("\n".join([",".join(names)] + [",".join(r) for r in rows]) + "\n")
 
@@ -1027,8 +1035,10 @@ def test_malformed_bytes_and_hostile_specs_get_precise_statuses(processes):
          ltm_pb2.CreateJobRequest(spec_json=_spec_bytes({**d, "n": 2**64 + 5}))),
         (("RESOURCE_EXHAUSTED", "n = 1099511627776 exceeds"), "CreateJob",
          ltm_pb2.CreateJobRequest(spec_json=_spec_bytes({**d, "n": 2**40}))),
-        (("RESOURCE_EXHAUSTED", "sketch.m = "), "CreateJob",
+        (("INVALID_ARGUMENT", "sketch.m = 1000000000 exceeds the number of clients"), "CreateJob",
          ltm_pb2.CreateJobRequest(spec_json=_spec_bytes({**d, "sketch": {**d["sketch"], "m": 10**9}}))),
+        (("RESOURCE_EXHAUSTED", "sketch.m = "), "CreateJob",  # possible with n ≥ m, but over the limit
+         ltm_pb2.CreateJobRequest(spec_json=_spec_bytes({**d, "n": 1 << 22, "sketch": {**d["sketch"], "m": 1 << 21}}))),
         (("INVALID_ARGUMENT", "nested too deeply"), "CreateJob",
          ltm_pb2.CreateJobRequest(spec_json=b"[" * 100_000 + b"]" * 100_000)),
         (("INVALID_ARGUMENT", "not a finite number"), "CreateJob",

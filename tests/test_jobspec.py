@@ -51,7 +51,7 @@ def columns_spec(bounds=(0.6, 0.8), clip: float = 1.0) -> JobSpec:
         parties=(PartySpec("left", 0, n, ("a",), bounds[0]), PartySpec("right", 0, n, ("b", "y"), bounds[1])),
         clip_bound=clip, frac_bits=24, sketch=SketchSpec("sparse", 8, 2, SEED_HEX),
         privacy=PrivacySpec(epsilon=2.0, delta=1e-5, min_honest_load=50),
-        servers=(ServerSpec("s0"), ServerSpec("s1"), ServerSpec("s2")),
+        servers=(ServerSpec("server-0"), ServerSpec("server-1"), ServerSpec("server-2")),
     )
 
 
