@@ -377,10 +377,12 @@ def _charge_of(record: Mapping[str, Any]) -> JobLoss:
         raise ValueError(f"a {mechanism} charge has {other} {record[other]!r}, not 0")
     if not isinstance(record.get("seeded"), bool):
         raise ValueError(f"seeded is {record.get('seeded')!r}, not a bool")
+    if not isinstance(record.get("data_fingerprint"), str):
+        raise ValueError(f"data_fingerprint is {record.get('data_fingerprint')!r}, not a string")
     return JobLoss(_text(record, "job_id"), _text(record, "job_digest"), mechanism,
                    _real(record, "noise_multiplier"), _real(record, "pure_epsilon"), epsilon, delta,
                    _text(record, "calibration"), record["seeded"], _text(record, "at"), _text(record, "source"),
-                   str(record.get("data_fingerprint") or ""))
+                   record["data_fingerprint"])
 
 
 @dataclass
@@ -406,9 +408,6 @@ def _validate(records: Any, where: str) -> _State:
         try:
             if not isinstance(record, dict):
                 raise ValueError("not an object")
-            body = {k: v for k, v in record.items() if k not in ("prev", "digest")}
-            if record.get("prev") != prev or record.get("digest") != _digest(prev, body):
-                raise ValueError("its digest does not chain (edited, removed or reordered records)")
             kind = record.get("kind")
             if kind == "source":
                 name = _text(record, "source")
@@ -422,6 +421,9 @@ def _validate(records: Any, where: str) -> _State:
                 state.charges.append(charge)
             else:
                 raise ValueError(f"kind {kind!r} is neither 'source' nor 'charge'")
+            body = {k: v for k, v in record.items() if k not in ("prev", "digest")}
+            if record.get("prev") != prev or record.get("digest") != _digest(prev, body):
+                raise ValueError("its digest does not chain (edited, removed or reordered records)")
         except (ValueError, TypeError) as exc:
             raise LedgerCorrupt(f"privacy ledger {where} is corrupt at record {i}: {exc}; refusing to guess what "
                                 f"this party has spent (restore it from a backup)") from None

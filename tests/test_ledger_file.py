@@ -1,0 +1,378 @@
+"""The party's ledger file (party/ledger.py): one ledger per party id, every record validated when read,
+the digest chain and the head, the missing-ledger refusal, data sources, and the budget comparison's
+tolerance.  In process (fast; the mutation run's selection): the `ltm party` path is in
+tests/test_ledger_party.py."""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import stat
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy.optimize import brentq
+
+import party.ledger as L
+from ltm.randomness import Randomness
+from party.journal import UploadJournal, party_journals
+from party.ledger import (ADMISSION_RTOL, DEFAULT_SOURCE, Budget, BudgetExceeded, LedgerCorrupt, LedgerError,
+                          LedgerMissing, PrivacyLedger, source_fingerprint)
+from sim.data import synthetic_ridge
+from sim.inprocess import run_inprocess
+from sim.jobs import build_job, party_tables
+from test_ledger import exact_epsilon, gaussian_delta, job  # tests/test_ledger.py: independent computations
+
+FP = "ab" * 32
+
+
+def charged(tmp_path: Path, budget: Budget = Budget(10.0, 1e-6), jobs: tuple = ("a",), **kw) -> PrivacyLedger:
+    ledger = PrivacyLedger.open(tmp_path, "party-0", budget)
+    for j in jobs:
+        ledger.admit(job(j, **kw), data_fingerprint=FP)
+    return ledger
+
+
+def records(ledger: PrivacyLedger) -> list[dict]:
+    return json.loads(ledger.path.read_text())["records"]
+
+
+def rewrite(ledger: PrivacyLedger, recs: list[dict], *, rechain: bool = True, head: bool = True) -> None:
+    """Write ``recs`` as the ledger (re-chained: a tamperer who knows the format), and its head."""
+    recs = L._chain(recs) if rechain else recs
+    obj = json.loads(ledger.path.read_text())
+    ledger.path.write_text(json.dumps({**obj, "records": recs}))
+    if head:
+        ledger.head_path.write_text(json.dumps({"party_id": "party-0", "records": len(recs),
+                                                "digest": recs[-1]["digest"]}))
+
+
+# ------------------------------------------------------------------ the budget comparison
+def test_a_job_whose_epsilon_is_the_whole_budget_is_admitted():
+    # once refused: the PLD's pessimistic bound reads a hair above 8
+    ledger = PrivacyLedger("party-0", Budget(8.0, 1e-6))
+    admission = ledger.admit(job("eight", 8.0))
+    assert admission.charged and 8.0 <= admission.after.epsilon <= 8.0 * (1 + ADMISSION_RTOL)
+    # the same at the job's own δ for other (ε, δ)
+    for eps, delta in ((1.0, 1e-6), (4.0, 1e-9), (0.3, 1e-7)):
+        assert PrivacyLedger("party-0", Budget(eps, delta)).admit(job(f"e{eps}", eps, delta)).charged
+    # a Laplace job at exactly the budget: Δ/(Δ/ε) may round by an ulp
+    assert PrivacyLedger("party-0", Budget(0.7, 1e-6)).admit(job("lap", 0.7, 0.0, mechanism="laplace")).charged
+
+
+def test_a_job_just_past_the_tolerance_is_refused():
+    with pytest.raises(BudgetExceeded, match="would reach ε = 8"):
+        PrivacyLedger("party-0", Budget(8.0 * (1 - 1e-5), 1e-6)).admit(job("eight", 8.0))
+    with pytest.raises(BudgetExceeded):
+        PrivacyLedger("party-0", Budget(0.7 * (1 - 1e-5), 1e-6)).admit(job("lap", 0.7, 0.0, mechanism="laplace"))
+    assert L.within_budget(2.0 * (1 + ADMISSION_RTOL), Budget(2.0))
+    assert not L.within_budget(2.0 * (1 + 2 * ADMISSION_RTOL), Budget(2.0))
+
+
+@pytest.mark.parametrize("epsilons", [(1.0,), (8.0,), (1.0, 0.5), (1.0, 1.0, 0.3, 2.0), (0.2,) * 6])
+def test_never_admits_a_composition_whose_true_epsilon_exceeds_the_budget_by_more_than_the_tolerance(epsilons):
+    delta = 1e-6
+    specs = [job(f"j{i}", e, delta) for i, e in enumerate(epsilons)]
+    mus = [1.0 / L.job_loss(s).noise_multiplier for s in specs]
+    # the exact composition of Gaussians is a Gaussian with μ² = Σ μᵢ² (independently, with scipy)
+    true = exact_epsilon(math.sqrt(sum(m * m for m in mus)), delta)
+    ledger = PrivacyLedger("party-0", Budget(100.0, delta))
+    for s in specs:
+        ledger.admit(s)
+    composed = ledger.spend().epsilon
+    assert true - 1e-9 <= composed  # the accountant never understates
+    assert gaussian_delta(math.sqrt(sum(m * m for m in mus)), composed) <= delta * (1 + 1e-6)
+    # any budget the true ε exceeds by more than the tolerance refuses the last job
+    strict = PrivacyLedger("party-0", Budget(100.0, delta))
+    for s in specs[:-1]:
+        strict.admit(s)
+    strict.budget = Budget(true / (1 + ADMISSION_RTOL) * (1 - 1e-9), delta)
+    with pytest.raises(BudgetExceeded):
+        strict.admit(specs[-1])
+
+
+# ------------------------------------------------------------------ one ledger per party id
+def test_one_ledger_per_party_whatever_the_data(tmp_path):
+    ledger = PrivacyLedger.open(tmp_path, "party-0", Budget(1.2, 1e-6))
+    ledger.admit(job("a"), data_fingerprint="11" * 32)
+    # another job on other data (an appended row, a renamed column: another fingerprint) is the same budget
+    with pytest.raises(BudgetExceeded, match=r"source 'default'\) has spent ε = 1"):
+        PrivacyLedger.open(tmp_path, "party-0", Budget(1.2, 1e-6)).admit(job("b"), data_fingerprint="22" * 32)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["party-0.ledger.head", "party-0.ledger.json",
+                                                          "party-0.ledger.json.lock"]
+    assert stat.S_IMODE(os.stat(tmp_path).st_mode) == 0o700
+    for p in tmp_path.iterdir():
+        assert stat.S_IMODE(os.stat(p).st_mode) == 0o600, p
+    (charge,) = L.PrivacyLedger.open(tmp_path, "party-0").losses()
+    assert (charge.job_id, charge.source, charge.data_fingerprint) == ("a", DEFAULT_SOURCE, "11" * 32)
+    assert charge.charged_at.endswith("+00:00")
+    # another party id: its own ledger
+    assert PrivacyLedger.open(tmp_path, "party-1", Budget(1.2, 1e-6)).admit(job("b")).charged
+
+
+def test_the_ledger_directory_is_the_hosts_state_directory(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))
+    assert L.default_ledger_dir() == tmp_path / "xdg" / "ltm" / "ledger"
+    assert PrivacyLedger.open(None, "party-0").path == tmp_path / "xdg" / "ltm" / "ledger" / "party-0.ledger.json"
+    monkeypatch.delenv("XDG_STATE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert L.default_ledger_dir() == tmp_path / "home" / ".local" / "state" / "ltm" / "ledger"
+
+
+def test_a_directory_that_cannot_be_created_is_a_one_line_ledger_error(tmp_path):
+    (tmp_path / "file").write_text("")
+    with pytest.raises(LedgerError, match="cannot create the ledger directory .* give --ledger-dir"):
+        PrivacyLedger.open(tmp_path / "file" / "ledger", "party-0")
+
+
+def test_party_ids_become_safe_distinct_file_names(tmp_path):
+    a = PrivacyLedger.open(tmp_path, "party/1")
+    b = PrivacyLedger.open(tmp_path, "party_1")
+    assert a.path.parent == tmp_path and a.path != b.path
+
+
+def test_a_restarted_party_is_not_charged_twice_and_keeps_its_source(tmp_path):
+    ledger = charged(tmp_path, Budget(1.2, 1e-6))
+    again = ledger.admit(job("a"), source="other", new_source_reason="irrelevant: already charged")
+    assert not again.charged and again.source == DEFAULT_SOURCE and again.after.jobs == 1
+    assert again.before == again.after
+    assert len(records(ledger)) == 2  # the default source and the one charge: nothing written
+
+
+def test_the_in_process_transport_charges_one_ledger_per_party_across_runs(tmp_path):
+    randomness = Randomness.seeded_insecure("ledger-dir-inprocess")
+    table = synthetic_ridge(800, 3, randomness)
+    spec, _ = build_job(table, job_id="run-1", randomness=randomness, parties=2, k=2, m=8)
+    tables = party_tables(spec, table)
+    run = run_inprocess(spec, tables, randomness, ledger_dir=tmp_path, budget=Budget(1.2, 1e-6))
+    assert run.ledgers["party-0"]["ledger"] == str(tmp_path / "party-0.ledger.json")
+    (charge,) = PrivacyLedger.open(tmp_path, "party-1").losses()
+    assert charge.data_fingerprint == source_fingerprint(tables["party-1"])
+    # the same parties on re-sorted data: the same budgets
+    order = np.random.default_rng(1).permutation(spec.party("party-0").size)
+    resorted = {p: {c: v[order] if p == "party-0" else v for c, v in t.items()} for p, t in tables.items()}
+    with pytest.raises(BudgetExceeded, match="has spent ε = 1"):
+        run_inprocess(replace(spec, job_id="run-2"), resorted, randomness, ledger_dir=tmp_path,
+                      budget=Budget(1.2, 1e-6))
+    # without a ledger directory each run is a world of its own (simulations)
+    assert run_inprocess(replace(spec, job_id="run-3"), tables, randomness).ledgers["party-0"]["ledger"] == \
+        "(in memory)"
+
+
+# ------------------------------------------------------------------ data sources
+def test_a_new_source_is_a_separate_budget_logged_with_time_and_reason(tmp_path, caplog):
+    ledger = charged(tmp_path, Budget(1.2, 1e-6))
+    with caplog.at_level(logging.WARNING, logger="ltm.party"):
+        admission = PrivacyLedger.open(tmp_path, "party-0", Budget(1.2, 1e-6)).admit(
+            job("b"), source="cohort-2", new_source_reason="the 2026 cohort: new, disjoint patients",
+            data_fingerprint="cd" * 32)
+    assert admission.charged and admission.source == "cohort-2" and admission.before.jobs == 0
+    assert admission.to_json()["source"] == "cohort-2"
+    (entry,) = [r for r in caplog.records if "new data source" in r.getMessage()]
+    assert entry.source == "cohort-2" and entry.reason.startswith("the 2026 cohort")
+    log = ledger.sources()
+    assert list(log) == [DEFAULT_SOURCE, "cohort-2"]
+    assert log["cohort-2"]["reason"] == "the 2026 cohort: new, disjoint patients"
+    assert log["cohort-2"]["at"].endswith("+00:00") and log[DEFAULT_SOURCE]["reason"]
+    assert [c.job_id for c in ledger.losses("cohort-2")] == ["b"] and ledger.spend("cohort-2").jobs == 1
+    assert ledger.spend().jobs == 1 and len(ledger.losses()) == 2
+    # later jobs on it name it; its budget is its own
+    with pytest.raises(BudgetExceeded, match="source 'cohort-2'"):
+        ledger.admit(job("c"), source="cohort-2", data_fingerprint="cd" * 32)
+    with pytest.raises(BudgetExceeded, match="source 'default'"):
+        ledger.admit(job("c"), data_fingerprint=FP)
+
+
+def test_a_source_cannot_be_opened_twice_nor_charged_unopened(tmp_path):
+    ledger = charged(tmp_path)
+    before = ledger.path.read_bytes()
+    with pytest.raises(LedgerError, match=r"source 'default' of party-0 already exists \(opened .*: the first job"):
+        ledger.admit(job("b"), source=DEFAULT_SOURCE, new_source_reason="again")
+    with pytest.raises(LedgerError, match="has no data source 'nope' .*--new-source nope"):
+        ledger.admit(job("b"), source="nope")
+    for name, reason in (("x", ""), ("x", "  "), ("", "why")):
+        with pytest.raises(LedgerError, match="needs a source name and a reason"):
+            ledger.admit(job("b"), source=name, new_source_reason=reason)
+    assert ledger.path.read_bytes() == before
+    ledger.admit(job("b"), source="x", new_source_reason="new people")
+    with pytest.raises(LedgerError, match=r"source 'x' of party-0 already exists \(opened .*: new people\)"):
+        ledger.admit(job("c"), source="x", new_source_reason="more new people")
+    # a new ledger opens its default source with its first job; an unknown source still is refused
+    with pytest.raises(LedgerError, match=r"sources: default\)"):
+        PrivacyLedger("party-9").admit(job("a"), source="x")
+
+
+def test_data_already_charged_cannot_have_a_second_budget(tmp_path):
+    ledger = charged(tmp_path)
+    with pytest.raises(LedgerError, match="exact data was already charged to source 'default' \\(job 'a'\\)"):
+        ledger.admit(job("b"), source="copy", new_source_reason="a copy, claimed new", data_fingerprint=FP)
+    assert list(ledger.sources()) == [DEFAULT_SOURCE]  # nothing was opened either
+    # the same data on its own source is fine (the normal case), and no fingerprint matches nothing
+    assert ledger.admit(job("b"), data_fingerprint=FP).charged
+    assert ledger.admit(job("c"), source="y", new_source_reason="new people").charged
+
+
+# ------------------------------------------------------------------ a missing ledger
+def test_a_missing_ledger_with_its_head_left_is_refused(tmp_path):
+    ledger = charged(tmp_path)
+    ledger.path.unlink()
+    with pytest.raises(LedgerMissing, match=r"is missing but its head .* records 2 record\(s\)"):
+        PrivacyLedger.open(tmp_path, "party-0")
+    with pytest.raises(LedgerMissing):
+        ledger.admit(job("b"))
+    assert not ledger.path.exists()  # never a silent reset
+
+
+def test_a_missing_ledger_with_upload_journals_left_is_refused(tmp_path):
+    ledger_dir, state = tmp_path / "ledger", tmp_path / "state"
+    spec = job("a")
+    PrivacyLedger.open(ledger_dir, "party-0", journal_dir=state).admit(spec)
+    UploadJournal.open(state, spec, "party-0", batch_clients=100, seeded=False)
+    assert party_journals(state, "party-0") and not party_journals(state, "party-1")
+    assert party_journals(tmp_path / "absent", "party-0") == []
+    for f in ledger_dir.iterdir():  # the whole ledger directory's content is lost
+        f.unlink()
+    with pytest.raises(LedgerMissing, match=r"1 upload journal\(s\) of party-0 in .*state.* show earlier jobs"):
+        PrivacyLedger.open(ledger_dir, "party-0", journal_dir=state)
+    # another party on the same host, with no history, starts normally
+    assert PrivacyLedger.open(ledger_dir, "party-1", journal_dir=state).admit(job("b")).charged
+    # and the party's own ledger, where it was (--ledger-dir), is found again
+    assert PrivacyLedger.open(ledger_dir, "party-0").losses() == []
+
+
+def test_an_older_copy_put_back_is_refused(tmp_path):
+    ledger = charged(tmp_path, jobs=("a",))
+    old = ledger.path.read_bytes()
+    ledger.admit(job("b"))
+    ledger.path.write_bytes(old)  # a backup from before job b
+    with pytest.raises(LedgerMissing, match=r"has 2 record\(s\) but its head .* records 3: an older"):
+        PrivacyLedger.open(tmp_path, "party-0")
+    # a ledger one write ahead of its head (a crash between the two writes) is fine
+    ledger2 = charged(tmp_path / "2", jobs=("a", "b"))
+    head = json.loads(ledger2.head_path.read_text())
+    ledger2.head_path.write_text(json.dumps({**head, "records": 2, "digest": records(ledger2)[1]["digest"]}))
+    assert len(PrivacyLedger.open(tmp_path / "2", "party-0").losses()) == 2
+    # a head whose digest is not the record's: another ledger put in place
+    ledger2.head_path.write_text(json.dumps({**head, "digest": "00" * 32}))
+    with pytest.raises(LedgerMissing):
+        PrivacyLedger.open(tmp_path / "2", "party-0")
+
+
+@pytest.mark.parametrize("head", ["{", "[]", '{"records": 0, "digest": "x"}', '{"records": true, "digest": "x"}',
+                                  '{"records": 1, "digest": 5}', '{"records": 1}'])
+def test_an_unreadable_head_is_refused(tmp_path, head):
+    ledger = charged(tmp_path)
+    ledger.head_path.write_text(head)
+    with pytest.raises(LedgerCorrupt, match="ledger head .* is unreadable"):
+        PrivacyLedger.open(tmp_path, "party-0")
+
+
+# ------------------------------------------------------------------ every record validated when read
+def _charge(recs):
+    return next(r for r in recs if r["kind"] == "charge")
+
+
+BAD_CHARGES = {
+    # the audit's: a charge of pure ε = −100 that admitted the next job
+    "negative pure ε": (dict(mechanism="laplace", pure_epsilon=-100.0, noise_multiplier=0.0),
+                        "pure_epsilon is -100.0, not positive"),
+    "non-numeric multiplier": (dict(noise_multiplier="lots"), "noise_multiplier is 'lots', not a finite number"),
+    "infinite multiplier": (dict(noise_multiplier=math.inf), "noise_multiplier is inf, not a finite number"),
+    "NaN multiplier": (dict(noise_multiplier=math.nan), "noise_multiplier is nan"),
+    "zero multiplier": (dict(noise_multiplier=0.0), "noise_multiplier is 0.0, not positive"),
+    "negative multiplier": (dict(noise_multiplier=-3.0), "noise_multiplier is -3.0, not positive"),
+    "bool multiplier": (dict(noise_multiplier=True), "noise_multiplier is True"),
+    "missing multiplier": (dict(noise_multiplier=None), "noise_multiplier is None"),
+    "Gaussian with a pure ε": (dict(pure_epsilon=0.5), "a gaussian charge has pure_epsilon 0.5, not 0"),
+    "Laplace with a multiplier": (dict(mechanism="laplace", pure_epsilon=1.0),
+                                  "a laplace charge has noise_multiplier"),
+    "unknown mechanism": (dict(mechanism="gauss"), "mechanism 'gauss' is not one of"),
+    "negative ε": (dict(job_epsilon=-1.0), r"job \(ε, δ\) = \(-1.0, 1e-06\)"),
+    "infinite ε": (dict(job_epsilon=math.inf), "job_epsilon is inf"),
+    "string ε": (dict(job_epsilon="1"), "job_epsilon is '1'"),
+    "negative δ": (dict(job_delta=-1e-6), r"job \(ε, δ\) = \(1.0, -1e-06\)"),
+    "δ = 1": (dict(job_delta=1.0), r"job \(ε, δ\) = \(1.0, 1.0\) is not ε ≥ 0, 0 ≤ δ < 1"),
+    "NaN δ": (dict(job_delta=math.nan), "job_delta is nan"),
+    "seeded not a bool": (dict(seeded="no"), "seeded is 'no', not a bool"),
+    "fingerprint not a string": (dict(data_fingerprint=7), "data_fingerprint is 7, not a string"),
+    "no job id": (dict(job_id=""), "job_id is '', not a non-empty string"),
+    "no digest": (dict(job_digest=None), "job_digest is None"),
+    "no calibration": (dict(calibration=3), "calibration is 3"),
+    "no time": (dict(at=""), "at is ''"),
+    "unopened source": (dict(source="elsewhere"), "it charges source 'elsewhere', which was never opened"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_CHARGES))
+def test_a_bad_charge_is_a_one_line_refusal_never_a_reset(tmp_path, case):
+    change, message = BAD_CHARGES[case]
+    ledger = charged(tmp_path)
+    recs = records(ledger)
+    _charge(recs).update(change)
+    # written as a tamperer would (Infinity/NaN as JSON allows them), the chain and head recomputed
+    body = [{k: v for k, v in r.items() if k not in ("prev", "digest")} for r in recs]
+    prev = L._GENESIS
+    for r, b in zip(recs, body):
+        r["prev"] = prev
+        r["digest"] = prev = L.hashlib.sha256(f"{prev}\n{json.dumps(b, sort_keys=True, separators=(',', ':'), ensure_ascii=False)}".encode()).hexdigest()
+    rewrite(ledger, recs, rechain=False)
+    before = ledger.path.read_bytes()
+    for attempt in (lambda: PrivacyLedger.open(tmp_path, "party-0"), lambda: ledger.admit(job("next")),
+                    ledger.spend, ledger.losses):
+        with pytest.raises(LedgerCorrupt, match=rf"is corrupt at record 1: {message}") as err:
+            attempt()
+        assert "\n" not in str(err.value) and "restore it from a backup" in str(err.value)
+    assert ledger.path.read_bytes() == before
+
+
+BAD_FILES = {
+    "edited without re-chaining": (lambda recs: _charge(recs).update(noise_multiplier=99.0), False,
+                                   "record 1: its digest does not chain"),
+    "a record removed": (lambda recs: recs.pop(1), False, "record 1: its digest does not chain"),
+    "records reordered": (lambda recs: recs.reverse(), False, "record 0: it charges source 'default', which was"),
+    "a source opened twice": (lambda recs: recs.insert(1, dict(recs[0])), True,
+                              "record 1: source 'default' is opened twice"),
+    "a source without a reason": (lambda recs: recs[0].update(reason=""), True, "record 0: reason is ''"),
+    "an unknown kind": (lambda recs: recs[0].update(kind="refund"), True,
+                        "record 0: kind 'refund' is neither 'source' nor 'charge'"),
+    "a record that is not an object": (lambda recs: recs.insert(0, 5), False, "record 0: not an object"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_FILES))
+def test_a_broken_chain_or_record_is_refused(tmp_path, case):
+    edit, rechain, message = BAD_FILES[case]
+    ledger = charged(tmp_path, jobs=("a", "b"))
+    recs = records(ledger)
+    edit(recs)
+    rewrite(ledger, recs, rechain=rechain, head=False)
+    with pytest.raises(LedgerCorrupt, match=message):
+        PrivacyLedger.open(tmp_path, "party-0")
+
+
+@pytest.mark.parametrize("content, message", [
+    ("{ truncated", "is unreadable"), ("[]", "is not a ltm.ledger.v2 ledger of party 'party-0'"),
+    ('{"format": "ltm.ledger.v1", "party_id": "party-0", "charges": []}', "is not a ltm.ledger.v2 ledger"),
+    ('{"format": "ltm.ledger.v2", "party_id": "party-1", "records": []}', "ledger of party 'party-0'"),
+    ('{"format": "ltm.ledger.v2", "party_id": "party-0", "records": {}}', "its records are not a list"),
+    ('{"format": "ltm.ledger.v2", "party_id": "party-0"}', "its records are not a list"),
+])
+def test_an_unreadable_or_foreign_file_is_refused(tmp_path, content, message):
+    ledger = charged(tmp_path)
+    ledger.head_path.unlink()
+    ledger.path.write_text(content)
+    with pytest.raises(LedgerError, match=message) as err:
+        PrivacyLedger.open(tmp_path, "party-0")
+    assert "\n" not in str(err.value)
+
+
+def test_an_in_memory_ledger_is_validated_like_a_file():
+    ledger = PrivacyLedger("party-0")
+    ledger.admit(job("a"))
+    assert ledger._memory[-1]["digest"] == L._chain(ledger._memory)[-1]["digest"]
+    ledger._memory[1]["pure_epsilon"] = -100.0
+    with pytest.raises(LedgerCorrupt, match=r"\(in memory, party-0\) is corrupt at record 1"):
+        ledger.admit(job("b"))
