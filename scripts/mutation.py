@@ -51,6 +51,7 @@ MODULES: dict[str, list[str]] = {
     "analyst/baselines.py": ["tests/test_baselines.py", "tests/test_kills_baselines.py"],
     "ltm/client_set.py": ["tests/test_client_set.py", "tests/test_kills_client_set.py"],
     "server/coverage.py": ["tests/test_streaming_server.py", "tests/test_kills_coverage.py"],
+    "party/ledger.py": ["tests/test_ledger.py", "tests/test_ledger_file.py"],
 }
 
 STATUS_KILLED = {"killed", "timeout", "segfault", "caught by type check"}
