@@ -376,3 +376,67 @@ def test_an_in_memory_ledger_is_validated_like_a_file():
     ledger._memory[1]["pure_epsilon"] = -100.0
     with pytest.raises(LedgerCorrupt, match=r"\(in memory, party-0\) is corrupt at record 1"):
         ledger.admit(job("b"))
+
+
+# ------------------------------------------------------------------ the small parts, pinned
+def test_budget_spend_and_admission_render_as_documented():
+    for bad in (0.0, -1.0, math.nan):
+        with pytest.raises(ValueError, match="budget ε must be a positive number"):
+            Budget(bad)
+    for bad in (0.0, 1.0, -1e-6, math.nan):
+        with pytest.raises(ValueError, match=r"budget δ must be in \(0, 1\)"):
+            Budget(1.0, bad)
+    assert Budget() == Budget(4.0, 1e-6) and L.UNLIMITED == Budget(math.inf, 1e-6)
+    spend = L.Spend(math.inf, 1e-6, 3, 1)
+    assert spend.to_json() == {"epsilon": None, "delta": 1e-6, "jobs": 3, "seeded_jobs": 1}
+    assert str(L.Spend(1.23456, 1e-6, 2)) == "ε = 1.235 (δ = 1e-06) over 2 job(s)"
+    admission = PrivacyLedger("party-0", L.UNLIMITED).admit(job("a"), seeded=True)
+    entry = admission.to_json()
+    assert entry["budget"] == {"epsilon": None, "delta": 1e-6} and entry["ledger"] == "(in memory)"
+    assert entry["accountant"] == L.ACCOUNTANT and entry["after"]["seeded_jobs"] == 1
+    assert entry["job_id"] == "a" and entry["charged"] is True and entry["source"] == DEFAULT_SOURCE
+    assert L.describe_admission(entry) == \
+        f"spent ε 0 → {entry['after']['epsilon']:.4g} of budget ε ∞ at δ 1e-06"
+    again = {**entry, "charged": False, "budget": {"epsilon": 4.0, "delta": 1e-6},
+             "before": {**entry["before"], "epsilon": None}}
+    assert L.describe_admission(again).endswith("of budget ε 4 at δ 1e-06 (job already charged)")
+    assert L.describe_admission(again).startswith("spent ε ∞ → ")
+    assert L.gaussian_epsilon([], 1e-6) == 0.0
+    assert L.compose([], 1e-6) == L.Spend(0.0, 1e-6, 0, 0)
+
+
+def test_the_digest_is_sha256_of_the_previous_digest_and_the_canonical_record():
+    body = {"kind": "source", "source": "é-cohort", "at": "t", "reason": "nouveaux patients, disjoints"}
+    canonical = '{"at":"t","kind":"source","reason":"nouveaux patients, disjoints","source":"é-cohort"}'
+    assert L._digest("p", body) == L.hashlib.sha256(f"p\n{canonical}".encode()).hexdigest()
+    assert L._GENESIS == L.hashlib.sha256(b"ltm.ledger.v2").hexdigest()
+    (record,) = L._chain([{**body, "prev": "junk", "digest": "junk"}])
+    assert record["prev"] == L._GENESIS and record["digest"] == L._digest(L._GENESIS, body)
+    with pytest.raises(ValueError):
+        L._digest("p", {"x": math.nan})
+
+
+def test_two_processes_cannot_both_spend_the_last_of_a_budget(tmp_path):
+    import threading
+
+    ledger = PrivacyLedger.open(tmp_path, "party-0", Budget(1.2, 1e-6))
+    other = PrivacyLedger.open(tmp_path, "party-0", Budget(1.2, 1e-6))
+    outcome = []
+
+    def second():
+        try:
+            outcome.append(other.admit(job("b")).charged)
+        except BudgetExceeded:
+            outcome.append("refused")
+
+    with ledger._locked():
+        thread = threading.Thread(target=second)
+        thread.start()
+        thread.join(0.5)
+        assert thread.is_alive() and outcome == []  # waits for the lock
+        ledger._save(L._chain([ledger._source_record(DEFAULT_SOURCE, "first"),
+                               {"kind": "charge", **L.asdict(L.job_loss(job("a"))), "at": "t", "source": DEFAULT_SOURCE,
+                                "data_fingerprint": ""}]))
+    thread.join(30)
+    assert outcome == ["refused"]  # it read the spend written while it waited
+
