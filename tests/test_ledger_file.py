@@ -440,3 +440,4 @@ def test_two_processes_cannot_both_spend_the_last_of_a_budget(tmp_path):
     thread.join(30)
     assert outcome == ["refused"]  # it read the spend written while it waited
 
+

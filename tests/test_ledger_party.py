@@ -28,6 +28,7 @@ from sim.launcher import ProcessGroup
 from transport.certs import write_certs
 from transport.tls import make_sync_channel
 
+import party.ledger as L
 import party_runs  # tests/party_runs.py
 
 K = 2
@@ -249,3 +250,16 @@ def test_source_flags_are_checked_before_anything_is_contacted(tmp_path, flags, 
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2, proc.stderr
     assert message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_ltm_simulate_charges_persistent_ledgers_across_runs(tmp_path):
+    from sim.simulate import SimulateConfig, simulate
+
+    cfg = dict(synthetic="ridge", n=600, d=3, parties=2, k=2, m=8, seed=1, budget_epsilon=1.2,
+               ledger_dir=str(tmp_path))
+    first = simulate(SimulateConfig(**cfg))
+    assert first["ledgers"]["party-0"]["ledger"] == str(tmp_path / "party-0.ledger.json")
+    with pytest.raises(L.BudgetExceeded, match="has spent ε = 1"):
+        simulate(SimulateConfig(**{**cfg, "seed": 2}))
+    # without a ledger directory, each run is a world of its own
+    assert simulate(SimulateConfig(**{**cfg, "seed": 2, "ledger_dir": None}))["ledgers"]["party-0"]["charged"]
