@@ -59,6 +59,11 @@ the number of records and the last digest: a ledger that is missing while its he
 upload journals, :func:`party.journal.party_journals`) shows earlier jobs is refused
 (:class:`LedgerMissing`), and one shorter than its head (an old copy put back) is refused too.
 
+**Upgrading.**  A party whose ledger file does not exist yet but which has ledgers of the old
+format (``ltm.ledger.v1``, one per data fingerprint, in ``<state dir>/ledger`` or the ledger
+directory) starts from ALL their charges, on its default source, whatever data each was for: the
+conservative import (:meth:`PrivacyLedger._legacy_records`), written with its next charge.
+
 A job is charged once: a party restarted on the same job (same digest) resumes without a second
 charge.  A job that fails after being charged stays charged (shares may have reached servers).
 Without ``dp_accounting`` installed the party cannot account, and :class:`AccountantUnavailable`
@@ -493,6 +498,10 @@ class PrivacyLedger:
         try:
             obj = json.loads(self.path.read_text())
         except FileNotFoundError:
+            if head is None:
+                legacy = self._legacy_records()
+                if legacy:
+                    return _validate(_chain(legacy), self._where())
             self._refuse_if_forgotten(head)
             return _State()
         except (OSError, ValueError) as exc:
@@ -521,6 +530,41 @@ class PrivacyLedger:
             raise LedgerCorrupt(f"the ledger head {str(self.head_path)!r} is unreadable ({exc}); refusing to guess "
                                 f"what this party has spent") from None
         return count, digest
+
+    def _legacy_records(self) -> list[dict[str, Any]]:
+        """The charges of this party's ledgers in the old format (``ltm.ledger.v1``: one file per data
+        fingerprint, ``<party>-<fingerprint[:16]>.json``, in the ledger directory or in
+        ``<state dir>/ledger`` beside the upload journals), ALL as charges of its default source —
+        whatever data each was for: the conservative import, written with the next charge."""
+        files = []
+        for d in [self.path.parent] + [e / "ledger" for e in self.evidence_dirs]:
+            files += sorted(d.glob(f"{_v1_name(self.party_id)}-*.json")) if d.is_dir() else []
+        charges: list[dict[str, Any]] = []
+        imported = []
+        for f in files:
+            try:
+                obj = json.loads(f.read_text())
+            except (OSError, ValueError) as exc:
+                raise LedgerCorrupt(f"the old-format ledger {str(f)!r} is unreadable ({exc}); refusing to guess what "
+                                    f"this party has spent") from None
+            if not isinstance(obj, dict) or obj.get("format") != _V1_FORMAT or obj.get("party_id") != self.party_id:
+                continue  # another party's, or not a ledger
+            for i, c in enumerate(obj.get("charges") if isinstance(obj.get("charges"), list) else [None]):
+                record = {"kind": "charge", **(c if isinstance(c, dict) else {}), "source": DEFAULT_SOURCE,
+                          "data_fingerprint": obj.get("source")}
+                record["at"] = record.pop("charged_at", None)
+                try:
+                    _charge_of(record)
+                except ValueError as exc:
+                    raise LedgerCorrupt(f"the old-format ledger {str(f)!r} is corrupt at charge {i}: {exc}; "
+                                        f"refusing to guess what this party has spent") from None
+                charges.append(record)
+            imported.append(str(f))
+        if not imported:
+            return []
+        opened = self._source_record(DEFAULT_SOURCE, f"imported from the old-format ledger(s) {', '.join(imported)}: "
+                                                     f"every charge, whatever data it was for")
+        return [opened, *sorted(charges, key=lambda r: r["at"])]
 
     def _refuse_if_forgotten(self, head: tuple[int, str] | None) -> None:
         """No ledger file: refuse if anything shows this party ran jobs before (never a silent reset)."""
@@ -630,3 +674,9 @@ class PrivacyLedger:
         return {"kind": "source", "source": name, "at": _now(), "reason": reason}
 
 
+_V1_FORMAT = "ltm.ledger.v1"
+
+
+def _v1_name(party_id: str) -> str:
+    """The old format's file-name rendering of a party id."""
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in party_id)

@@ -441,3 +441,50 @@ def test_two_processes_cannot_both_spend_the_last_of_a_budget(tmp_path):
     assert outcome == ["refused"]  # it read the spend written while it waited
 
 
+
+
+# ------------------------------------------------------------------ the old format, imported
+def v1_ledger(directory: Path, party: str, fingerprint: str, specs, when: str = "2026-01-0{}T00:00:00+00:00") -> Path:
+    """A ledger as the old party/ledger.py wrote it: keyed by the data's fingerprint."""
+    charges = []
+    for i, spec in enumerate(specs):
+        c = L.asdict(L.job_loss(spec))
+        del c["source"], c["data_fingerprint"]
+        charges.append({**c, "charged_at": when.format(i + 1)})
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{party}-{fingerprint[:16]}.json"
+    path.write_text(json.dumps({"format": "ltm.ledger.v1", "party_id": party, "source": fingerprint,
+                                "accountant": "x", "charges": charges}))
+    return path
+
+
+def test_old_format_ledgers_are_imported_whole_into_the_partys_budget(tmp_path):
+    state, ledger_dir = tmp_path / "state", tmp_path / "ledger"
+    UploadJournal.open(state, job("a"), "party-0", batch_clients=100, seeded=False)
+    v1_ledger(state / "ledger", "party-0", "11" * 32, [job("a")])                  # beside the old data
+    v1_ledger(ledger_dir, "party-0", "22" * 32, [job("b", 0.5)], "2025-12-0{}T00:00:00+00:00")  # an old --ledger-dir
+    v1_ledger(ledger_dir, "party-0-x", "33" * 32, [job("c")])                     # another party's: ignored
+    (ledger_dir / "party-0-notes.json").write_text('{"format": "other"}')         # not a ledger: ignored
+    ledger = PrivacyLedger.open(ledger_dir, "party-0", Budget(1.3, 1e-6), journal_dir=state)
+    losses = ledger.losses()
+    assert [(c.job_id, c.data_fingerprint) for c in losses] == [("b", "22" * 32), ("a", "11" * 32)]
+    assert "imported from the old-format ledger(s)" in ledger.sources()[DEFAULT_SOURCE]["reason"]
+    assert not ledger.path.exists()  # written with the next charge
+    with pytest.raises(BudgetExceeded, match="over 2 job"):
+        ledger.admit(job("d"))
+    assert ledger.admit(job("a")).charged is False  # an imported job is already charged
+    ledger.budget = Budget(10.0, 1e-6)
+    ledger.admit(job("d"))
+    assert [c.job_id for c in PrivacyLedger.open(ledger_dir, "party-0").losses()] == ["b", "a", "d"]
+
+
+@pytest.mark.parametrize("content, message", [
+    ("{", "is unreadable"),
+    ('{"format": "ltm.ledger.v1", "party_id": "party-0", "source": "f", "charges": 3}', "corrupt at charge 0"),
+    ('{"format": "ltm.ledger.v1", "party_id": "party-0", "source": "f", "charges": [{"mechanism": "gaussian"}]}',
+     "corrupt at charge 0: job_epsilon is None"),
+])
+def test_a_bad_old_format_ledger_is_refused(tmp_path, content, message):
+    (tmp_path / "party-0-0123456789abcdef.json").write_text(content)
+    with pytest.raises(LedgerCorrupt, match=f"old-format ledger .*party-0-0123456789abcdef.json.* {message}"):
+        PrivacyLedger.open(tmp_path, "party-0")
