@@ -188,11 +188,6 @@ class JobLoss:
     source: str = DEFAULT_SOURCE
     data_fingerprint: str = ""
 
-    @staticmethod
-    def of(spec: JobSpec, *, seeded: bool = False) -> "JobLoss":
-        """The loss of ``spec`` (:func:`job_loss`)."""
-        return job_loss(spec, seeded=seeded)
-
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -295,7 +290,7 @@ def source_fingerprint(table: Mapping[str, np.ndarray] | PartySource) -> str:
         return table.fingerprint()
     h = hashlib.sha256(FINGERPRINT_TAG)
     for name in sorted(table):
-        values = np.ascontiguousarray(np.asarray(table[name], dtype=np.float64), dtype="<f8")
+        values = np.ascontiguousarray(table[name], dtype="<f8")  # float64, little-endian: the scan's bytes
         h.update(fingerprint_column_header(name, values.size) + values.tobytes())
     return h.hexdigest()
 

@@ -54,7 +54,7 @@ def independent_sigma(epsilon: float, delta: float, sensitivity: float) -> float
 
 def test_one_gaussian_job_costs_its_calibration():
     spec = job("one")
-    loss = JobLoss.of(spec)
+    loss = ledger_mod.job_loss(spec)
     # the tight calibration: σ_Y = σ_c √L is the analytic σ for (ε, δ) and Δ₂ = 2C√s
     sigma = independent_sigma(1.0, 1e-6, 2.0)
     assert loss.noise_multiplier == pytest.approx(sigma / 2.0, rel=1e-6)
@@ -95,12 +95,12 @@ def test_composed_epsilon_matches_the_accountant_and_is_never_below_the_exact_bo
 
 def test_laplace_jobs_compose_by_adding_epsilon_and_a_non_laplace_is_refused():
     lap = job("lap", 0.5, 0.0, mechanism="laplace")
-    assert JobLoss.of(lap).pure_epsilon == pytest.approx(0.5, rel=1e-12)
+    assert ledger_mod.job_loss(lap).pure_epsilon == pytest.approx(0.5, rel=1e-12)
     ledger = PrivacyLedger("party-0", Budget(10.0, 1e-6))
     ledger.admit(lap)
     g = job("g", 1.0)
     after = ledger.admit(g).after.epsilon
-    assert after == pytest.approx(0.5 + ledger_mod.gaussian_epsilon([JobLoss.of(g).noise_multiplier], 1e-6), abs=1e-12)
+    assert after == pytest.approx(0.5 + ledger_mod.gaussian_epsilon([ledger_mod.job_loss(g).noise_multiplier], 1e-6), abs=1e-12)
     # the paper's Laplace split (n/m − t′ Gamma pieces per pair) with a gate promising fewer honest
     # pairs than that: the noise is not a Laplace, there is no finite ε, and the ledger refuses
     paper = job("paper", 0.5, 0.0, mechanism="laplace", kind="dense", calibration="paper")

@@ -219,7 +219,7 @@ def test_data_already_charged_cannot_have_a_second_budget(tmp_path):
 def test_a_missing_ledger_with_its_head_left_is_refused(tmp_path):
     ledger = charged(tmp_path)
     ledger.path.unlink()
-    with pytest.raises(LedgerMissing, match=r"is missing but its head .* records 2 record\(s\)"):
+    with pytest.raises(LedgerMissing, match=rf"is missing but its head '{ledger.head_path}' records 2 record\(s\)"):
         PrivacyLedger.open(tmp_path, "party-0")
     with pytest.raises(LedgerMissing):
         ledger.admit(job("b"))
@@ -261,13 +261,18 @@ def test_an_older_copy_put_back_is_refused(tmp_path):
         PrivacyLedger.open(tmp_path / "2", "party-0")
 
 
-@pytest.mark.parametrize("head", ["{", "[]", '{"records": 0, "digest": "x"}', '{"records": true, "digest": "x"}',
-                                  '{"records": 1, "digest": 5}', '{"records": 1}'])
-def test_an_unreadable_head_is_refused(tmp_path, head):
+@pytest.mark.parametrize("head, why", [
+    ("{", "Expecting"), ("[]", "list indices"), ('{"records": 0, "digest": "x"}', "bad fields"),
+    ('{"records": true, "digest": "x"}', "bad fields"), ('{"records": 1.0, "digest": "x"}', "bad fields"),
+    ('{"records": 1, "digest": 5}', "bad fields"), ('{"records": 1}', "'digest'")])
+def test_an_unreadable_head_is_refused(tmp_path, head, why):
     ledger = charged(tmp_path)
     ledger.head_path.write_text(head)
-    with pytest.raises(LedgerCorrupt, match="ledger head .* is unreadable"):
+    with pytest.raises(LedgerCorrupt, match=f"the ledger head '{ledger.head_path}' is unreadable \\(.*{why}"):
         PrivacyLedger.open(tmp_path, "party-0")
+    # a head of one record (the first of the chain) is a valid, if old, head
+    ledger.head_path.write_text(json.dumps({"records": 1, "digest": records(ledger)[0]["digest"]}))
+    assert PrivacyLedger.open(tmp_path, "party-0").losses() == ledger.losses()
 
 
 # ------------------------------------------------------------------ every record validated when read
@@ -401,6 +406,11 @@ def test_budget_spend_and_admission_render_as_documented():
              "before": {**entry["before"], "epsilon": None}}
     assert L.describe_admission(again).endswith("of budget ε 4 at δ 1e-06 (job already charged)")
     assert L.describe_admission(again).startswith("spent ε ∞ → ")
+    assert L.describe_admission({k: v for k, v in again.items() if k != "charged"}).endswith("at δ 1e-06")
+    finite = L.Admission("a", True, spend, spend, Budget(4.0, 1e-6), "p").to_json()
+    assert finite["budget"] == {"epsilon": 4.0, "delta": 1e-6} and finite["ledger"] == "p"
+    memory = PrivacyLedger.in_memory("party-3", Budget(2.0, 1e-7))
+    assert (memory.party_id, memory.budget, memory.path) == ("party-3", Budget(2.0, 1e-7), None)
     assert L.gaussian_epsilon([], 1e-6) == 0.0
     assert L.compose([], 1e-6) == L.Spend(0.0, 1e-6, 0, 0)
 
@@ -488,3 +498,9 @@ def test_a_bad_old_format_ledger_is_refused(tmp_path, content, message):
     (tmp_path / "party-0-0123456789abcdef.json").write_text(content)
     with pytest.raises(LedgerCorrupt, match=f"old-format ledger .*party-0-0123456789abcdef.json.* {message}"):
         PrivacyLedger.open(tmp_path, "party-0")
+
+
+def test_the_fingerprint_hashes_float64_values_whatever_their_input_type():
+    ints = {"x": np.arange(5), "y": np.array([1, 0, 1])}
+    assert source_fingerprint(ints) == source_fingerprint({k: v.astype(np.float64) for k, v in ints.items()})
+    assert source_fingerprint(ints) == source_fingerprint({k: v.astype(">f8") for k, v in ints.items()})
