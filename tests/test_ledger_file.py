@@ -124,7 +124,8 @@ def test_the_ledger_directory_is_the_hosts_state_directory(tmp_path, monkeypatch
 
 def test_a_directory_that_cannot_be_created_is_a_one_line_ledger_error(tmp_path):
     (tmp_path / "file").write_text("")
-    with pytest.raises(LedgerError, match="cannot create the ledger directory .* give --ledger-dir"):
+    with pytest.raises(LedgerError, match=f"cannot create the ledger directory '{tmp_path}/file/ledger': Not a "
+                                          f"directory; give --ledger-dir a writable directory"):
         PrivacyLedger.open(tmp_path / "file" / "ledger", "party-0")
 
 
@@ -472,12 +473,12 @@ def test_old_format_ledgers_are_imported_whole_into_the_partys_budget(tmp_path):
     state, ledger_dir = tmp_path / "state", tmp_path / "ledger"
     UploadJournal.open(state, job("a"), "party-0", batch_clients=100, seeded=False)
     v1_ledger(state / "ledger", "party-0", "11" * 32, [job("a")])                  # beside the old data
-    v1_ledger(ledger_dir, "party-0", "22" * 32, [job("b", 0.5)], "2025-12-0{}T00:00:00+00:00")  # an old --ledger-dir
+    v1_ledger(ledger_dir, "party-0", "22" * 32, [job("b", 0.5)], "2026-02-0{}T00:00:00+00:00")  # an old --ledger-dir
     v1_ledger(ledger_dir, "party-0-x", "33" * 32, [job("c")])                     # another party's: ignored
     (ledger_dir / "party-0-notes.json").write_text('{"format": "other"}')         # not a ledger: ignored
     ledger = PrivacyLedger.open(ledger_dir, "party-0", Budget(1.3, 1e-6), journal_dir=state)
     losses = ledger.losses()
-    assert [(c.job_id, c.data_fingerprint) for c in losses] == [("b", "22" * 32), ("a", "11" * 32)]
+    assert [(c.job_id, c.data_fingerprint) for c in losses] == [("a", "11" * 32), ("b", "22" * 32)]  # by time
     assert "imported from the old-format ledger(s)" in ledger.sources()[DEFAULT_SOURCE]["reason"]
     assert not ledger.path.exists()  # written with the next charge
     with pytest.raises(BudgetExceeded, match="over 2 job"):
@@ -485,7 +486,7 @@ def test_old_format_ledgers_are_imported_whole_into_the_partys_budget(tmp_path):
     assert ledger.admit(job("a")).charged is False  # an imported job is already charged
     ledger.budget = Budget(10.0, 1e-6)
     ledger.admit(job("d"))
-    assert [c.job_id for c in PrivacyLedger.open(ledger_dir, "party-0").losses()] == ["b", "a", "d"]
+    assert [c.job_id for c in PrivacyLedger.open(ledger_dir, "party-0").losses()] == ["a", "b", "d"]
 
 
 @pytest.mark.parametrize("content, message", [
