@@ -328,7 +328,7 @@ def test_a_bad_charge_is_a_one_line_refusal_never_a_reset(tmp_path, case):
     before = ledger.path.read_bytes()
     for attempt in (lambda: PrivacyLedger.open(tmp_path, "party-0"), lambda: ledger.admit(job("next")),
                     ledger.spend, ledger.losses):
-        with pytest.raises(LedgerCorrupt, match=rf"is corrupt at record 1: {message}") as err:
+        with pytest.raises(LedgerCorrupt, match=rf"privacy ledger '{ledger.path}' is corrupt at record 1: {message}") as err:
             attempt()
         assert "\n" not in str(err.value) and "restore it from a backup" in str(err.value)
     assert ledger.path.read_bytes() == before
@@ -505,3 +505,35 @@ def test_the_fingerprint_hashes_float64_values_whatever_their_input_type():
     ints = {"x": np.arange(5), "y": np.array([1, 0, 1])}
     assert source_fingerprint(ints) == source_fingerprint({k: v.astype(np.float64) for k, v in ints.items()})
     assert source_fingerprint(ints) == source_fingerprint({k: v.astype(">f8") for k, v in ints.items()})
+
+
+def test_the_file_and_its_head_hold_what_the_docstring_says(tmp_path):
+    ledger = charged(tmp_path, jobs=("a",))
+    ledger.admit(job("b", 0.5, 1e-7), seeded=True)
+    text = ledger.path.read_text()
+    assert text.startswith('{\n "format": "ltm.ledger.v2",\n "party_id": "party-0",\n "accountant": ')  # readable
+    obj = json.loads(text)
+    assert obj["accountant"] == L.ACCOUNTANT and len(obj["records"]) == 3
+    assert json.loads(ledger.head_path.read_text()) == {"party_id": "party-0", "records": 3,
+                                                        "digest": obj["records"][-1]["digest"]}
+    a, b = ledger.losses()
+    assert (a.job_epsilon, a.job_delta, a.seeded, a.mechanism) == (1.0, 1e-6, False, "gaussian")
+    assert (b.job_epsilon, b.job_delta, b.seeded, b.calibration) == (0.5, 1e-7, True, "tight")
+    assert b.noise_multiplier == L.job_loss(job("b", 0.5, 1e-7)).noise_multiplier and b.pure_epsilon == 0.0
+    assert L.job_loss(job("b")).seeded is False and L.job_loss(job("b"), seeded=True).seeded is True
+
+
+def test_a_charge_of_epsilon_zero_is_valid(tmp_path):
+    ledger = charged(tmp_path)
+    recs = records(ledger)
+    _charge(recs).update(job_epsilon=0.0, job_delta=0.0)
+    rewrite(ledger, recs)
+    (loss,) = PrivacyLedger.open(tmp_path, "party-0").losses()
+    assert (loss.job_epsilon, loss.job_delta) == (0.0, 0.0)
+
+
+def test_a_job_without_an_honest_load_is_charged_at_load_one():
+    spec = job("a")
+    bare = replace(spec, privacy=replace(spec.privacy, min_honest_load=0))
+    plan = bare.noise_plan()
+    assert L.job_loss(bare).noise_multiplier == pytest.approx(plan.sigma_client / plan.sensitivity, rel=1e-12)
