@@ -268,7 +268,7 @@ def _gaussian_epsilon(noise_multipliers: tuple[float, ...], delta: float) -> flo
 def compose(losses: Sequence[JobLoss], delta: float) -> Spend:
     """The composed spend of ``losses`` at ``delta`` (see the module docstring for the accountant)."""
     gauss = [l.noise_multiplier for l in losses if l.mechanism == "gaussian"]
-    pure = sum(l.pure_epsilon for l in losses if l.mechanism != "gaussian")
+    pure = sum(l.pure_epsilon for l in losses)  # 0 for a Gaussian job (checked when read)
     epsilon = gaussian_epsilon(gauss, delta) + pure
     return Spend(epsilon, delta, len(losses), sum(1 for l in losses if l.seeded))
 

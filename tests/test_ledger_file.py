@@ -138,8 +138,9 @@ def test_party_ids_become_safe_distinct_file_names(tmp_path):
 def test_a_restarted_party_is_not_charged_twice_and_keeps_its_source(tmp_path):
     ledger = charged(tmp_path, Budget(1.2, 1e-6))
     again = ledger.admit(job("a"), source="other", new_source_reason="irrelevant: already charged")
-    assert not again.charged and again.source == DEFAULT_SOURCE and again.after.jobs == 1
-    assert again.before == again.after
+    assert again.charged is False and again.source == DEFAULT_SOURCE and again.after.jobs == 1
+    assert again.before == again.after and again.job_id == "a" and again.budget == Budget(1.2, 1e-6)
+    assert again.path == str(ledger.path) and again.to_json()["ledger"] == str(ledger.path)
     assert len(records(ledger)) == 2  # the default source and the one charge: nothing written
 
 
@@ -195,7 +196,8 @@ def test_a_source_cannot_be_opened_twice_nor_charged_unopened(tmp_path):
     with pytest.raises(LedgerError, match="has no data source 'nope' .*--new-source nope"):
         ledger.admit(job("b"), source="nope")
     for name, reason in (("x", ""), ("x", "  "), ("", "why")):
-        with pytest.raises(LedgerError, match="needs a source name and a reason"):
+        with pytest.raises(LedgerError, match=r"^--new-source needs a source name and a reason "
+                                              r"\(--new-source-reason\): why is this data new, disjoint individuals\?$"):
             ledger.admit(job("b"), source=name, new_source_reason=reason)
     assert ledger.path.read_bytes() == before
     ledger.admit(job("b"), source="x", new_source_reason="new people")
@@ -214,6 +216,10 @@ def test_data_already_charged_cannot_have_a_second_budget(tmp_path):
     # the same data on its own source is fine (the normal case), and no fingerprint matches nothing
     assert ledger.admit(job("b"), data_fingerprint=FP).charged
     assert ledger.admit(job("c"), source="y", new_source_reason="new people").charged
+    # no fingerprint given (an in-process caller): nothing to compare, no refusal
+    bare = PrivacyLedger("party-0")
+    assert bare.admit(job("a")).after.seeded_jobs == 0
+    assert bare.admit(job("b"), source="z", new_source_reason="new people").charged
 
 
 # ------------------------------------------------------------------ a missing ledger
