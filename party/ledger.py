@@ -624,7 +624,7 @@ class PrivacyLedger:
             known = {r["source"] for r in records if r["kind"] == "source"}
             if new_source_reason is not None:
                 if source in known:
-                    opened = state.sources.get(source, {"at": "now", "reason": "the party's first source"})
+                    opened = next(r for r in records if r["kind"] == "source" and r["source"] == source)
                     raise LedgerError(f"source {source!r} of {self.party_id} already exists (opened {opened['at']}: "
                                       f"{opened['reason']}); charge it with --source {source}, or name a new source")
                 records.append(self._source_record(source, new_source_reason))

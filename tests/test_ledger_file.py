@@ -64,8 +64,12 @@ def test_a_job_whose_epsilon_is_the_whole_budget_is_admitted():
 
 
 def test_a_job_just_past_the_tolerance_is_refused():
-    with pytest.raises(BudgetExceeded, match="would reach ε = 8"):
-        PrivacyLedger("party-0", Budget(8.0 * (1 - 1e-5), 1e-6)).admit(job("eight", 8.0))
+    eight = job("eight", 8.0)
+    with pytest.raises(BudgetExceeded, match=rf"^refusing job 'eight' \(digest {eight.digest[:12]}…\): privacy "
+                                             rf"budget exceeded — this party's ledger \(source 'default'\) has spent "
+                                             rf"ε = 0 \(δ = 1e-06\) over 0 job\(s\); with this job \(ε = 8, δ = 1e-06\) "
+                                             rf"it would reach ε = 8 > the budget ε = 7.99992 at δ = 1e-06 \(PLD"):
+        PrivacyLedger("party-0", Budget(8.0 * (1 - 1e-5), 1e-6)).admit(eight)
     with pytest.raises(BudgetExceeded):
         PrivacyLedger("party-0", Budget(0.7 * (1 - 1e-5), 1e-6)).admit(job("lap", 0.7, 0.0, mechanism="laplace"))
     assert L.within_budget(2.0 * (1 + ADMISSION_RTOL), Budget(2.0))
@@ -203,9 +207,15 @@ def test_a_source_cannot_be_opened_twice_nor_charged_unopened(tmp_path):
     ledger.admit(job("b"), source="x", new_source_reason="new people")
     with pytest.raises(LedgerError, match=r"source 'x' of party-0 already exists \(opened .*: new people\)"):
         ledger.admit(job("c"), source="x", new_source_reason="more new people")
+    with pytest.raises(LedgerError, match=r"has no data source 'nope' \(sources: default, x\); open it with "
+                                          r"--new-source nope only if this is genuinely new data$"):
+        ledger.admit(job("c"), source="nope")
     # a new ledger opens its default source with its first job; an unknown source still is refused
     with pytest.raises(LedgerError, match=r"sources: default\)"):
         PrivacyLedger("party-9").admit(job("a"), source="x")
+    with pytest.raises(LedgerError, match=r"source 'default' of party-9 already exists \(opened 20\d\d-.*\+00:00: "
+                                          r"the first job of party party-9\); charge it with --source default"):
+        PrivacyLedger("party-9").admit(job("a"), new_source_reason="why")
 
 
 def test_data_already_charged_cannot_have_a_second_budget(tmp_path):
