@@ -146,7 +146,9 @@ def test_without_an_accountant_the_party_refuses(monkeypatch):
     monkeypatch.setitem(sys.modules, "dp_accounting", None)  # `import dp_accounting` now fails
     ledger_mod._gaussian_epsilon.cache_clear()
     ledger = PrivacyLedger("party-0")
-    with pytest.raises(ledger_mod.AccountantUnavailable, match="refuses every job"):
+    with pytest.raises(ledger_mod.AccountantUnavailable,
+                       match=r"^the privacy accountant \(the dp-accounting package\) is not installed: this party "
+                             r"cannot account for its privacy loss and refuses every job \(pip install dp-accounting\)$"):
         ledger.admit(job("no-accountant"))
     assert ledger.losses() == []
 

@@ -177,8 +177,13 @@ def test_a_new_source_is_a_separate_budget_logged_with_time_and_reason(tmp_path,
             data_fingerprint="cd" * 32)
     assert admission.charged and admission.source == "cohort-2" and admission.before.jobs == 0
     assert admission.to_json()["source"] == "cohort-2"
-    (entry,) = [r for r in caplog.records if "new data source" in r.getMessage()]
+    (entry,) = [r for r in caplog.records if r.getMessage() == "new data source opened: a separate privacy budget"]
     assert entry.source == "cohort-2" and entry.reason.startswith("the 2026 cohort")
+    assert entry.party == "party-0" and entry.ledger == str(ledger.path)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="ltm.party"):
+        PrivacyLedger("party-1").admit(job("b"), source="s", new_source_reason="new people")
+    assert [r.ledger for r in caplog.records] == ["(in memory)"]
     log = ledger.sources()
     assert list(log) == [DEFAULT_SOURCE, "cohort-2"]
     assert log["cohort-2"]["reason"] == "the 2026 cohort: new, disjoint patients"
