@@ -188,8 +188,6 @@ class JobLoss:
     source: str = DEFAULT_SOURCE
     data_fingerprint: str = ""
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def job_loss(spec: JobSpec, *, seeded: bool = False) -> JobLoss:
