@@ -531,7 +531,7 @@ class PrivacyLedger:
         whatever data each was for: the conservative import, written with the next charge."""
         files = []
         for d in [self.path.parent] + [e / "ledger" for e in self.evidence_dirs]:
-            files += sorted(d.glob(f"{_v1_name(self.party_id)}-*.json")) if d.is_dir() else []
+            files += sorted(d.glob(f"{_v1_name(self.party_id)}-*.json"))  # none where d is absent or a file
         charges: list[dict[str, Any]] = []
         imported = []
         for f in files:
