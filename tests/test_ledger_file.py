@@ -189,6 +189,8 @@ def test_a_new_source_is_a_separate_budget_logged_with_time_and_reason(tmp_path,
     assert log["cohort-2"]["reason"] == "the 2026 cohort: new, disjoint patients"
     assert log["cohort-2"]["at"].endswith("+00:00") and log[DEFAULT_SOURCE]["reason"]
     assert [c.job_id for c in ledger.losses("cohort-2")] == ["b"] and ledger.spend("cohort-2").jobs == 1
+    resumed = ledger.admit(job("b"))  # a restart: the source it was charged to, whatever --source says now
+    assert (resumed.charged, resumed.source, resumed.after.jobs) == (False, "cohort-2", 1)
     assert ledger.spend().jobs == 1 and len(ledger.losses()) == 2
     # later jobs on it name it; its budget is its own
     with pytest.raises(BudgetExceeded, match="source 'cohort-2'"):
