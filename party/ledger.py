@@ -39,12 +39,14 @@ composition between the two groups).  The spend is stated as ε at the budget's 
 
 **The budget comparison and the discretisation.**  A job is admitted when the composed ε with it is
 at most ``B·(1 + ADMISSION_RTOL)`` (:func:`within_budget`; ``ADMISSION_RTOL`` = 1e-6).  The PLD's
-pessimistic discretisation reads a single job calibrated to exactly ε a hair above ε (3e-9 at
-ε = 8, δ = 1e-6; at most 3e-7·ε over ε ∈ [0.1, 20], δ ∈ [1e-9, 1e-6]), and a calibration's bisection
-and a Laplace scale's Δ/(Δ/ε) may round by an ulp: without the tolerance a job whose ε is exactly
-the remaining budget would be refused.  Because the accountant's ε is an upper bound on the true
-one, an admitted composition's true ε is never more than ``B·(1 + 1e-6)``: that is the stated
-tolerance (tests/test_ledger.py checks both directions).
+pessimistic discretisation (a loss grid 1e-4·max(1, 1/z²) wide, rounded up) reads a single job
+calibrated to exactly ε a hair above ε (3e-9 at ε = 8, δ = 1e-6; at most 3e-7, 2e-8 of ε, over
+ε ∈ [0.1, 20], δ ∈ [1e-9, 1e-6]), and a calibration's bisection and a Laplace scale's Δ/(Δ/ε) may
+round by an ulp: without the tolerance a job whose ε is exactly the remaining budget would be
+refused.  Because the accountant's ε is an upper bound on the true one, an admitted composition's
+true ε is never more than ``B·(1 + 1e-6)``: that is the stated tolerance
+(tests/test_ledger_file.py checks both directions).  A composition of several jobs may read up to
+a grid step per job above its true ε: near the budget it is refused, the safe side.
 
 **The file and its integrity.**  ``<dir>/<party>.ledger.json`` holds a list of records — ``source``
 (a budget opened: name, time, reason) and ``charge`` (a job: its cost, source, data fingerprint,
