@@ -570,3 +570,12 @@ def test_an_old_format_ledger_is_found_under_the_old_file_name_of_a_party_id(tmp
     (tmp_path / f"p_0-{'4' * 16}.json").write_text(json.dumps({**obj, "party_id": "p/0"}))
     assert [c.job_id for c in PrivacyLedger.open(tmp_path, "p/0").losses()] == ["a"]
     assert L._v1_name("a b/c.d-e_f") == "a_b_c.d-e_f"
+
+
+def test_an_old_format_charge_carrying_a_non_finite_extra_field_is_refused(tmp_path):
+    path = v1_ledger(tmp_path, "party-0", "55" * 32, [job("a")])
+    obj = json.loads(path.read_text())
+    obj["charges"][0]["note"] = math.nan  # not a field the ledger reads, but no canonical JSON has it
+    path.write_text(json.dumps(obj))
+    with pytest.raises(LedgerCorrupt, match=f"privacy ledger '{tmp_path}/party-0.ledger.json' is corrupt at record 1"):
+        PrivacyLedger.open(tmp_path, "party-0")
