@@ -545,9 +545,9 @@ class PrivacyLedger:
             if not isinstance(obj, dict) or obj.get("format") != _V1_FORMAT or obj.get("party_id") != self.party_id:
                 continue  # another party's, or not a ledger
             for i, c in enumerate(obj.get("charges") if isinstance(obj.get("charges"), list) else [None]):
-                record = {"kind": "charge", **(c if isinstance(c, dict) else {}), "source": DEFAULT_SOURCE,
-                          "data_fingerprint": obj.get("source")}
-                record["at"] = record.pop("charged_at", None)
+                fields = c if isinstance(c, dict) else {}
+                record = {"kind": "charge", **{k: fields.get(k) for k in _V1_FIELDS}, "at": fields.get("charged_at"),
+                          "source": DEFAULT_SOURCE, "data_fingerprint": obj.get("source")}
                 try:
                     _charge_of(record)
                 except ValueError as exc:
@@ -670,6 +670,9 @@ class PrivacyLedger:
 
 
 _V1_FORMAT = "ltm.ledger.v1"
+#: The fields of an old-format charge the import reads (``charged_at`` becomes ``at``); others are dropped.
+_V1_FIELDS = ("job_id", "job_digest", "mechanism", "noise_multiplier", "pure_epsilon", "job_epsilon", "job_delta",
+              "calibration", "seeded")
 
 
 def _v1_name(party_id: str) -> str:
