@@ -128,6 +128,9 @@ def _add_simulate(sub: argparse._SubParsersAction) -> None:
                       help="each simulated party's privacy budget ε (default: the party's, 4)")
     priv.add_argument("--budget-delta", type=float, default=None,
                       help="the δ of that budget (default: the party's, 1e-6)")
+    priv.add_argument("--ledger-dir", default=None,
+                      help="charge the simulated parties' persistent ledgers here, one per party id, across runs "
+                           "(as `ltm party --ledger-dir`); default: a fresh in-memory ledger per run")
     priv.add_argument("--clip", type=float, default=None, help="ℓ2 clip bound C on the transformed rows (default 1.0)")
     mdl = p.add_argument_group("model")
     mdl.add_argument("--model", choices=["ols", "ridge", "lowrank", "rmgm_ols", "dgm_ols", "rf_ridge"],
@@ -182,7 +185,7 @@ def _run_simulate(args: argparse.Namespace) -> int:
         clip=args.clip if args.clip is not None else DEFAULT_CLIP_BOUND, intercept=args.intercept,
         share_mode=args.share_mode, seed=args.seed, features_n=args.features_n or 16, bandwidth=args.bandwidth,
         feature_map=args.feature_map, kernel=args.kernel, budget_epsilon=args.budget_epsilon,
-        budget_delta=args.budget_delta,
+        budget_delta=args.budget_delta, ledger_dir=args.ledger_dir,
     )
     if args.model != "rf_ridge" and (args.bandwidth is not None or args.features_n is not None):
         raise SystemExit("ltm: error: --features-n/--bandwidth need --model rf_ridge")

@@ -231,7 +231,7 @@ class PartySource:
         return self._scan
 
     def fingerprint(self) -> str:
-        """The ledger's key for this data (see :meth:`scan`)."""
+        """The fingerprint the ledger records with each charge on this data (see :meth:`scan`)."""
         return self.scan().fingerprint
 
     def close(self) -> None:

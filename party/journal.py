@@ -76,6 +76,13 @@ def journal_path(state_dir: str | os.PathLike[str], job_id: str, party_id: str) 
     return Path(state_dir) / f"{_component(party_id)}--{_component(job_id)}{JOURNAL_SUFFIX}"
 
 
+def party_journals(state_dir: str | os.PathLike[str], party_id: str) -> list[Path]:
+    """Every upload journal of ``party_id`` in ``state_dir`` (one per job it began uploading): the
+    ledger's evidence that the party ran jobs before (``party/ledger.py``)."""
+    d = Path(state_dir)
+    return sorted(d.glob(f"{_component(party_id)}--*{JOURNAL_SUFFIX}")) if d.is_dir() else []
+
+
 @dataclass
 class _Entry:
     start: int

@@ -1,13 +1,28 @@
-"""The party's privacy ledger: every job it has accepted for a data source, composed, against a budget.
+"""The party's privacy ledger: every job the party has accepted, composed, against a budget.
 
 One release is (ε, δ)-DP; two releases over the same data are not.  A job re-created under a new
 id with the same spec is a new job the servers release again, and averaging the two releases
-turns (1, 1e-6) into ε ≈ 1.455 (at δ = 1e-6).  So each party keeps, per data source, a persistent
-ledger of the jobs it accepted, and refuses — before it sends anything — a job that would take the
-composed loss past its budget.
+turns (1, 1e-6) into ε ≈ 1.455 (at δ = 1e-6).  So each party keeps a persistent ledger of the jobs
+it accepted, and refuses — before it sends anything — a job that would take the composed loss past
+its budget.
 
-**What a job costs.**  The servers' gate guarantees every release row an honest load ≥ L (after
-the tolerated corrupt clients and parties are subtracted), so the release is
+**Keyed by the party, not by the bytes.**  There is ONE ledger per party id, in a fixed per-host
+state directory (:func:`default_ledger_dir`: ``$XDG_STATE_HOME/ltm/ledger``, default
+``~/.local/state/ltm/ledger``, or an explicit ``--ledger-dir``), never derived from where the data
+file is.  Every job the party accepts is charged to it whatever data the job reads: appending a
+row, re-sorting, renaming a column, an ulp's change, a copy in another directory — none of these
+is a new budget.  Each charge records the fingerprint of the data it read (:func:`source_fingerprint`)
+only as a record of what was released.  A party whose data is *genuinely new* — disjoint
+individuals, not a copy, subset, re-sort or edit of data already charged — starts a separate
+budget with an explicit, logged ``--new-source NAME`` (:meth:`PrivacyLedger.new_source`: a
+``source`` record with time and reason), and later jobs on it name it with ``--source NAME``.
+Every other job is charged to the party's first source, :data:`DEFAULT_SOURCE`.  A source cannot
+be opened twice, and a job whose data fingerprint was already charged to another source is refused
+(an exact copy under a new name).
+
+**What a job costs** (:func:`job_loss`, the one place a job's privacy event is derived).  The
+servers' gate guarantees every release row an honest load ≥ L (after the tolerated corrupt
+clients and parties are subtracted), so the release is
 
 * ``gaussian``: the Gaussian mechanism with noise σ = σ_c·√L per entry and ℓ2 sensitivity Δ₂ —
   recorded as its noise multiplier z = σ/Δ₂ (the true one, whatever the calibration claimed);
@@ -15,26 +30,44 @@ the tolerated corrupt clients and parties are subtracted), so the release is
   ℓ1 sensitivity Δ₁ — pure ε = Δ₁/b; with L·shape < 1 (the paper's Laplace split as printed) the
   noise is not a Laplace at all and the job has no finite ε: it is refused.
 
-**How jobs compose (the accountant).**  Gaussian jobs are composed with the privacy-loss-
-distribution accountant of Google's ``dp_accounting`` (:class:`dp_accounting.pld.PLDAccountant`,
-pessimistic discretisation 1e-4: its ε is an upper bound, within ~1e-3 of the exact composition of
-Gaussians).  Pure-ε Laplace jobs are composed by basic composition (their ε add up), and added to
-the Gaussian part's ε at the budget's δ (basic composition between the two groups): nothing
-tighter is used where its correctness would need an argument the accountant does not make.  The
-spend is stated as ε at the budget's δ.
+**How jobs compose** (:func:`compose`, the one place charges are composed).  Gaussian jobs are
+composed with the privacy-loss-distribution accountant of Google's ``dp_accounting``
+(:class:`dp_accounting.pld.PLDAccountant`, pessimistic discretisation: its ε is an upper bound, within
+~1e-3 of the exact composition of Gaussians).  Pure-ε Laplace jobs are composed by basic
+composition (their ε add up), and added to the Gaussian part's ε at the budget's δ (basic
+composition between the two groups).  The spend is stated as ε at the budget's δ.
 
-**The data source.**  A ledger is keyed by the party id and a fingerprint of the party's data (its
-numeric columns, :func:`source_fingerprint`): the same data under the same id is the same source
-whatever the job.  Changed data is a new source with a fresh ledger — the operator must keep one
-ledger directory per party and not edit data to escape it (README, "Privacy").
+**The budget comparison and the discretisation.**  A job is admitted when the composed ε with it is
+at most ``B·(1 + ADMISSION_RTOL)`` (:func:`within_budget`; ``ADMISSION_RTOL`` = 1e-6).  The PLD's
+pessimistic discretisation (a loss grid 1e-4·max(1, 1/z²) wide, rounded up) reads a single job
+calibrated to exactly ε a hair above ε (3e-9 at ε = 8, δ = 1e-6; at most 3e-7, 2e-8 of ε, over
+ε ∈ [0.1, 20], δ ∈ [1e-9, 1e-6]), and a calibration's bisection and a Laplace scale's Δ/(Δ/ε) may
+round by an ulp: without the tolerance a job whose ε is exactly the remaining budget would be
+refused.  Because the accountant's ε is an upper bound on the true one, an admitted composition's
+true ε is never more than ``B·(1 + 1e-6)``: that is the stated tolerance
+(tests/test_ledger_file.py checks both directions).  A composition of several jobs may read up to
+a grid step per job above its true ε: near the budget it is refused, the safe side.
 
-**Durability.**  The ledger file (``<dir>/<party>-<fingerprint[:16]>.json``) is written with
-:func:`transport.files.write_private` (temp file, fsync, rename, directory fsync; mode 0600 in a
-0700 directory) *before* the first share is sent, under an exclusive ``flock`` so that two party
-processes on the same source cannot both spend the last of a budget.  A job is charged once: a
-party restarted on the same job (same digest) resumes without a second charge.  A job that fails
-after being charged stays charged (shares may have reached servers).
+**The file and its integrity.**  ``<dir>/<party>.ledger.json`` holds a list of records — ``source``
+(a budget opened: name, time, reason) and ``charge`` (a job: its cost, source, data fingerprint,
+time) — each carrying the SHA-256 of the previous record's digest and its own canonical JSON, so a
+record edited, removed or reordered breaks the chain.  Every record is validated when read (a known
+kind and mechanism; finite, non-negative ε and δ with δ < 1; a finite positive noise parameter);
+anything wrong is a one-line :class:`LedgerCorrupt`, never a reset and never a traceback.  It is
+written with :func:`transport.files.write_private` (temp file, fsync, rename, directory fsync; mode
+0600 in a 0700 directory) *before* the first share is sent, under an exclusive ``flock`` so that two
+party processes cannot both spend the last of a budget.  Beside it ``<party>.ledger.head`` records
+the number of records and the last digest: a ledger that is missing while its head (or the party's
+upload journals, :func:`party.journal.party_journals`) shows earlier jobs is refused
+(:class:`LedgerMissing`), and one shorter than its head (an old copy put back) is refused too.
 
+**Upgrading.**  A party whose ledger file does not exist yet but which has ledgers of the old
+format (``ltm.ledger.v1``, one per data fingerprint, in ``<state dir>/ledger`` or the ledger
+directory) starts from ALL their charges, on its default source, whatever data each was for: the
+conservative import (:meth:`PrivacyLedger._legacy_records`), written with its next charge.
+
+A job is charged once: a party restarted on the same job (same digest) resumes without a second
+charge.  A job that fails after being charged stays charged (shares may have reached servers).
 Without ``dp_accounting`` installed the party cannot account, and :class:`AccountantUnavailable`
 makes it refuse every job (it never skips accounting).
 """
@@ -45,10 +78,11 @@ import datetime as _dt
 import functools
 import hashlib
 import json
+import logging
 import math
 import os
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +90,7 @@ import numpy as np
 
 from ltm.jobspec import JobSpec
 from party.data_source import FINGERPRINT_TAG, PartySource, fingerprint_column_header
+from party.journal import _component, party_journals
 from transport.files import private_dir, write_private
 
 try:  # POSIX advisory locks; without fcntl two processes on one ledger are not serialised
@@ -63,8 +98,12 @@ try:  # POSIX advisory locks; without fcntl two processes on one ledger are not 
 except ImportError:  # pragma: no cover - non-POSIX
     fcntl = None  # type: ignore[assignment]
 
-LEDGER_FORMAT = "ltm.ledger.v1"
-#: Default lifetime budget of one data source.  ε = 4 admits about 12 default (1, 1e-6) Gaussian
+log = logging.getLogger("ltm.party")
+
+LEDGER_FORMAT = "ltm.ledger.v2"
+#: The budget every party starts with; ``--new-source NAME`` opens another (see the module docstring).
+DEFAULT_SOURCE = "default"
+#: Default lifetime budget of one source.  ε = 4 admits about 12 default (1, 1e-6) Gaussian
 #: jobs (they compose sub-linearly: two cost 1.45, eight 3.11) or 4 pure-ε Laplace jobs at ε = 1;
 #: lifetime budgets in the low single digits are what is generally considered a meaningful
 #: guarantee.  δ = 1e-6 is the default job δ, so one default job spends exactly its advertised ε,
@@ -74,9 +113,14 @@ DEFAULT_BUDGET_DELTA = 1e-6
 #: The PLD accountant's value discretisation (dp_accounting's default): pessimistic, so ε is an
 #: upper bound.
 PLD_DISCRETIZATION = 1e-4
+#: A composition is admitted while its accountant ε ≤ budget·(1 + this) (see the module docstring).
+ADMISSION_RTOL = 1e-6
+#: The mechanisms a charge may name, and the noise parameter each is recorded by.
+MECHANISMS = {"gaussian": "noise_multiplier", "laplace": "pure_epsilon"}
 ACCOUNTANT = (f"PLD (dp_accounting.pld.PLDAccountant, pessimistic discretisation {PLD_DISCRETIZATION:g}) "
               f"for Gaussian jobs; basic composition (ε add up) for pure-ε Laplace jobs, added to the "
-              f"Gaussian part's ε")
+              f"Gaussian part's ε; admitted up to budget·(1 + {ADMISSION_RTOL:g})")
+_GENESIS = hashlib.sha256(LEDGER_FORMAT.encode()).hexdigest()
 
 
 class BudgetExceeded(Exception):
@@ -88,12 +132,26 @@ class AccountantUnavailable(Exception):
 
 
 class LedgerError(Exception):
-    """The ledger file cannot be used (unreadable, another source's, malformed)."""
+    """The ledger cannot be used (unreadable, another party's, a source misused); nothing was sent."""
+
+
+class LedgerCorrupt(LedgerError):
+    """A record of the ledger fails validation or its digest chain is broken."""
+
+
+class LedgerMissing(LedgerError):
+    """The ledger file is gone (or rolled back) while the party's other state shows earlier jobs."""
+
+
+def default_ledger_dir() -> Path:
+    """The per-host ledger directory: ``$XDG_STATE_HOME/ltm/ledger`` (default ``~/.local/state``)."""
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "ltm" / "ledger"
 
 
 @dataclass(frozen=True)
 class Budget:
-    """A data source's lifetime budget: the composed loss must stay (ε, δ)-DP."""
+    """A source's lifetime budget: the composed loss must stay (ε, δ)-DP."""
 
     epsilon: float = DEFAULT_BUDGET_EPSILON
     delta: float = DEFAULT_BUDGET_DELTA
@@ -116,6 +174,7 @@ class JobLoss:
 
     ``noise_multiplier``: Gaussian σ/Δ₂ of the release under the gate's guarantee (0 for Laplace);
     ``pure_epsilon``: Laplace Δ₁/b (``inf`` when the job's noise is not a Laplace; 0 for Gaussian).
+    ``source`` and ``data_fingerprint`` say which budget paid and what data was released.
     """
 
     job_id: str
@@ -128,31 +187,26 @@ class JobLoss:
     calibration: str
     seeded: bool = False
     charged_at: str = ""
+    source: str = DEFAULT_SOURCE
+    data_fingerprint: str = ""
 
-    @staticmethod
-    def of(spec: JobSpec, *, seeded: bool = False) -> "JobLoss":
-        plan = spec.noise_plan()
-        load = max(spec.privacy.min_honest_load, 1)
-        if plan.mechanism == "gaussian":
-            z = plan.sigma_client * math.sqrt(load) / plan.sensitivity
-            pure = 0.0
-        else:
-            z = 0.0
-            pure = plan.sensitivity / plan.laplace_scale if load * plan.gamma_shape >= 1 - 1e-9 else math.inf
-        return JobLoss(spec.job_id, spec.digest, plan.mechanism, z, pure, spec.privacy.epsilon, spec.privacy.delta,
-                       spec.privacy.calibration, seeded)
 
-    def to_json(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["pure_epsilon"] = None if math.isinf(self.pure_epsilon) else self.pure_epsilon
-        return out
 
-    @staticmethod
-    def from_json(obj: Mapping[str, Any]) -> "JobLoss":
-        fields = dict(obj)
-        if fields.get("pure_epsilon") is None:
-            fields["pure_epsilon"] = math.inf
-        return JobLoss(**fields)
+def job_loss(spec: JobSpec, *, seeded: bool = False) -> JobLoss:
+    """What ``spec`` costs a party: its mechanism and true noise under the gate's guarantee.
+
+    The one place a job's privacy event is derived from its spec (see the module docstring).
+    """
+    plan = spec.noise_plan()
+    load = max(spec.privacy.min_honest_load, 1)
+    if plan.mechanism == "gaussian":
+        z = plan.sigma_client * math.sqrt(load) / plan.sensitivity
+        pure = 0.0
+    else:
+        z = 0.0
+        pure = plan.sensitivity / plan.laplace_scale if load * plan.gamma_shape >= 1 - 1e-9 else math.inf
+    return JobLoss(spec.job_id, spec.digest, plan.mechanism, z, pure, spec.privacy.epsilon, spec.privacy.delta,
+                   spec.privacy.calibration, seeded)
 
 
 @dataclass(frozen=True)
@@ -214,32 +268,37 @@ def _gaussian_epsilon(noise_multipliers: tuple[float, ...], delta: float) -> flo
 def compose(losses: Sequence[JobLoss], delta: float) -> Spend:
     """The composed spend of ``losses`` at ``delta`` (see the module docstring for the accountant)."""
     gauss = [l.noise_multiplier for l in losses if l.mechanism == "gaussian"]
-    pure = sum(l.pure_epsilon for l in losses if l.mechanism != "gaussian")
+    pure = sum(l.pure_epsilon for l in losses)  # 0 for a Gaussian job (checked when read)
     epsilon = gaussian_epsilon(gauss, delta) + pure
     return Spend(epsilon, delta, len(losses), sum(1 for l in losses if l.seeded))
 
 
+def within_budget(epsilon: float, budget: Budget) -> bool:
+    """Whether a composed ε fits ``budget`` (up to the stated tolerance, see the module docstring)."""
+    return epsilon <= budget.epsilon * (1.0 + ADMISSION_RTOL)
+
+
 def source_fingerprint(table: Mapping[str, np.ndarray] | PartySource) -> str:
-    """SHA-256 of a party's data (its columns by name, as float64): the key of its ledger.
+    """SHA-256 of a party's data (its columns by name, as float64): recorded with each charge.
 
     A streamed :class:`~party.data_source.PartySource` is hashed chunk by chunk
     (:meth:`PartySource.scan`: the same value for the same columns, in O(chunk) memory), except a
     generated synthetic source, whose fingerprint is the hash of its descriptor (the data are a
-    function of it; docs: party/data_source.py).
+    function of it; docs: party/data_source.py).  It does not key the ledger (the party id does).
     """
     if isinstance(table, PartySource):
         return table.fingerprint()
     h = hashlib.sha256(FINGERPRINT_TAG)
     for name in sorted(table):
-        values = np.ascontiguousarray(np.asarray(table[name], dtype=np.float64), dtype="<f8")
+        values = np.ascontiguousarray(table[name], dtype="<f8")  # float64, little-endian: the scan's bytes
         h.update(fingerprint_column_header(name, values.size) + values.tobytes())
     return h.hexdigest()
 
 
 @dataclass(frozen=True)
 class Admission:
-    """A job the ledger accepted: the spend before and after it (``charged`` False for a job
-    already in the ledger, which costs nothing more)."""
+    """A job the ledger accepted: the spend of its source before and after it (``charged`` False
+    for a job already in the ledger, which costs nothing more)."""
 
     job_id: str
     charged: bool
@@ -247,13 +306,14 @@ class Admission:
     after: Spend
     budget: Budget
     path: str
+    source: str = DEFAULT_SOURCE
 
     def to_json(self) -> dict[str, Any]:
         budget = {"epsilon": self.budget.epsilon if math.isfinite(self.budget.epsilon) else None,
                   "delta": self.budget.delta}
         return {"job_id": self.job_id, "charged": self.charged, "before": self.before.to_json(),
                 "after": self.after.to_json(), "budget": budget, "accountant": ACCOUNTANT,
-                "ledger": self.path or "(in memory)"}
+                "ledger": self.path or "(in memory)", "source": self.source}
 
 
 def describe_admission(entry: Mapping[str, Any]) -> str:
@@ -265,103 +325,356 @@ def describe_admission(entry: Mapping[str, Any]) -> str:
             + ("" if entry.get("charged", True) else " (job already charged)"))
 
 
+# ---------------------------------------------------------------------------- records
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat()
+
+
+def _digest(prev: str, body: Mapping[str, Any]) -> str:
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False, ensure_ascii=False)
+    return hashlib.sha256(f"{prev}\n{canonical}".encode()).hexdigest()
+
+
+def _chain(bodies: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """``bodies`` as chained records: each with ``prev`` (the previous digest) and its ``digest``."""
+    out: list[dict[str, Any]] = []
+    prev = _GENESIS
+    for body in bodies:
+        body = {k: v for k, v in body.items() if k not in ("prev", "digest")}
+        digest = _digest(prev, body)
+        out.append({**body, "prev": prev, "digest": digest})
+        prev = digest
+    return out
+
+
+def _real(record: Mapping[str, Any], name: str) -> float:
+    value = record.get(name)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{name} is {value!r}, not a finite number")
+    return float(value)
+
+
+def _text(record: Mapping[str, Any], name: str) -> str:
+    value = record.get(name)
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{name} is {value!r}, not a non-empty string")
+    return value
+
+
+def _charge_of(record: Mapping[str, Any]) -> JobLoss:
+    """A ``charge`` record as a :class:`JobLoss`, validated (``ValueError`` says what is wrong)."""
+    mechanism = record.get("mechanism")
+    if mechanism not in MECHANISMS:
+        raise ValueError(f"mechanism {mechanism!r} is not one of {sorted(MECHANISMS)}")
+    epsilon, delta = _real(record, "job_epsilon"), _real(record, "job_delta")
+    if epsilon < 0 or delta < 0 or delta >= 1:
+        raise ValueError(f"job (ε, δ) = ({epsilon!r}, {delta!r}) is not ε ≥ 0, 0 ≤ δ < 1")
+    noise = _real(record, MECHANISMS[mechanism])
+    if noise <= 0:
+        raise ValueError(f"{MECHANISMS[mechanism]} is {noise!r}, not positive")
+    other = "pure_epsilon" if mechanism == "gaussian" else "noise_multiplier"
+    if _real(record, other) != 0:
+        raise ValueError(f"a {mechanism} charge has {other} {record[other]!r}, not 0")
+    if not isinstance(record.get("seeded"), bool):
+        raise ValueError(f"seeded is {record.get('seeded')!r}, not a bool")
+    if not isinstance(record.get("data_fingerprint"), str):
+        raise ValueError(f"data_fingerprint is {record.get('data_fingerprint')!r}, not a string")
+    return JobLoss(_text(record, "job_id"), _text(record, "job_digest"), mechanism,
+                   _real(record, "noise_multiplier"), _real(record, "pure_epsilon"), epsilon, delta,
+                   _text(record, "calibration"), record["seeded"], _text(record, "at"), _text(record, "source"),
+                   record["data_fingerprint"])
+
+
+@dataclass
+class _State:
+    """A ledger's validated records: the charges and the sources with when and why each was opened."""
+
+    records: list[dict[str, Any]] = field(default_factory=list)
+    charges: list[JobLoss] = field(default_factory=list)
+    sources: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def of(self, source: str) -> list[JobLoss]:
+        return [c for c in self.charges if c.source == source]
+
+
+def _validate(records: Any, where: str) -> _State:
+    """Check every record and the digest chain; one-line :class:`LedgerCorrupt` on the first fault."""
+    if not isinstance(records, list):
+        raise LedgerCorrupt(f"privacy ledger {where} is malformed: its records are not a list; refusing to "
+                            f"guess what this party has spent (restore it from a backup)")
+    state = _State()
+    prev = _GENESIS
+    for i, record in enumerate(records):
+        try:
+            if not isinstance(record, dict):
+                raise ValueError("not an object")
+            kind = record.get("kind")
+            if kind == "source":
+                name = _text(record, "source")
+                if name in state.sources:
+                    raise ValueError(f"source {name!r} is opened twice")
+                state.sources[name] = {"at": _text(record, "at"), "reason": _text(record, "reason")}
+            elif kind == "charge":
+                charge = _charge_of(record)
+                if charge.source not in state.sources:
+                    raise ValueError(f"it charges source {charge.source!r}, which was never opened")
+                state.charges.append(charge)
+            else:
+                raise ValueError(f"kind {kind!r} is neither 'source' nor 'charge'")
+            body = {k: v for k, v in record.items() if k not in ("prev", "digest")}
+            if record.get("prev") != prev or record.get("digest") != _digest(prev, body):
+                raise ValueError("its digest does not chain (edited, removed or reordered records)")
+        except (ValueError, TypeError) as exc:
+            raise LedgerCorrupt(f"privacy ledger {where} is corrupt at record {i}: {exc}; refusing to guess what "
+                                f"this party has spent (restore it from a backup)") from None
+        prev = record["digest"]
+        state.records.append(record)
+    return state
+
+
 class PrivacyLedger:
-    """One data source's ledger (see the module docstring).  ``path`` None keeps it in memory
+    """One party's ledger (see the module docstring).  ``path`` None keeps it in memory
     (simulations: one ledger per simulated party and run)."""
 
-    def __init__(self, party_id: str, source: str, budget: Budget | None = None, path: Path | None = None) -> None:
+    def __init__(self, party_id: str, budget: Budget | None = None, path: Path | None = None,
+                 evidence_dirs: Sequence[Path] = ()) -> None:
         self.party_id = party_id
-        self.source = source
         self.budget = budget or Budget()
         self.path = path
-        self._memory: list[JobLoss] = []
+        self.evidence_dirs = tuple(Path(d) for d in evidence_dirs)
+        self._memory: list[dict[str, Any]] = []
 
     @classmethod
-    def open(cls, directory: str | os.PathLike[str], party_id: str, source: str,
-             budget: Budget | None = None) -> "PrivacyLedger":
-        """The persistent ledger of (party, source) under ``directory`` (created 0700)."""
-        private_dir(directory)
-        ledger = cls(party_id, source, budget, Path(directory) / f"{_safe(party_id)}-{source[:16]}.json")
-        ledger.losses()  # fail now on an unreadable file
+    def open(cls, directory: str | os.PathLike[str] | None, party_id: str, budget: Budget | None = None, *,
+             journal_dir: str | os.PathLike[str] | None = None) -> "PrivacyLedger":
+        """The persistent ledger of ``party_id`` under ``directory`` (default :func:`default_ledger_dir`;
+        created 0700).  ``journal_dir``: the party's upload-journal directory, whose journals count
+        as evidence of earlier jobs when the ledger file is missing."""
+        d = Path(directory) if directory is not None else default_ledger_dir()
+        try:
+            private_dir(d)
+        except OSError as exc:
+            raise LedgerError(f"cannot create the ledger directory {str(d)!r}: {exc.strerror or exc}; give "
+                              f"--ledger-dir a writable directory on persistent storage") from None
+        name = _component(party_id)
+        ledger = cls(party_id, budget, d / f"{name}.ledger.json", [Path(journal_dir)] if journal_dir else [])
+        ledger._read()  # fail now on a missing, unreadable or corrupt ledger
         return ledger
 
     @classmethod
-    def in_memory(cls, party_id: str, table: Mapping[str, np.ndarray], budget: Budget | None = None) -> "PrivacyLedger":
-        return cls(party_id, source_fingerprint(table), budget)
+    def in_memory(cls, party_id: str, budget: Budget | None = None) -> "PrivacyLedger":
+        return cls(party_id, budget)
 
     # ------------------------------------------------------------------ state
+    @property
+    def head_path(self) -> Path | None:
+        """The ledger's head marker: record count and last digest (see the module docstring)."""
+        return None if self.path is None else self.path.with_name(self.path.name[:-len(".json")] + ".head")
+
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
         if self.path is None or fcntl is None:
             yield
             return
-        fd = os.open(self.path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        fd = os.open(self.path.with_name(self.path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
         finally:
             os.close(fd)  # releases the lock
 
-    def losses(self) -> list[JobLoss]:
-        """Every job charged so far, oldest first."""
+    def _where(self) -> str:
+        return repr(str(self.path)) if self.path is not None else f"(in memory, {self.party_id})"
+
+    def _read(self) -> _State:
         if self.path is None:
-            return list(self._memory)
+            return _validate(list(self._memory), self._where())
+        head = self._read_head()
         try:
             obj = json.loads(self.path.read_text())
         except FileNotFoundError:
-            return []
+            if head is None:
+                legacy = self._legacy_records()
+                if legacy:
+                    return _validate(_chain(legacy), self._where())
+            self._refuse_if_forgotten(head)
+            return _State()
         except (OSError, ValueError) as exc:
-            raise LedgerError(f"privacy ledger {str(self.path)!r} is unreadable ({exc}); refusing to guess "
-                              f"what this data source has spent") from exc
-        if obj.get("format") != LEDGER_FORMAT or obj.get("party_id") != self.party_id or \
-                obj.get("source") != self.source:
-            raise LedgerError(f"{str(self.path)!r} is not the ledger of {self.party_id} on source "
-                              f"{self.source[:16]}…")
-        try:
-            return [JobLoss.from_json(c) for c in obj["charges"]]
-        except (KeyError, TypeError) as exc:
-            raise LedgerError(f"privacy ledger {str(self.path)!r} is malformed: {exc}") from exc
+            raise LedgerCorrupt(f"privacy ledger {self._where()} is unreadable ({exc}); refusing to guess what "
+                                f"this party has spent (restore it from a backup)") from None
+        if not isinstance(obj, dict) or obj.get("format") != LEDGER_FORMAT or obj.get("party_id") != self.party_id:
+            raise LedgerError(f"{self._where()} is not a {LEDGER_FORMAT} ledger of party {self.party_id!r}")
+        state = _validate(obj.get("records"), self._where())
+        if head is not None:
+            count, digest = head
+            if len(state.records) < count or state.records[count - 1]["digest"] != digest:
+                raise LedgerMissing(f"privacy ledger {self._where()} has {len(state.records)} record(s) but its head "
+                                    f"{str(self.head_path)!r} records {count}: an older or another copy was put "
+                                    f"back; refusing to forget spent budget (restore the latest ledger)")
+        return state
 
-    def _save(self, losses: list[JobLoss]) -> None:
+    def _read_head(self) -> tuple[int, str] | None:
+        try:
+            obj = json.loads(self.head_path.read_text())
+            count, digest = obj["records"], obj["digest"]
+            if isinstance(count, bool) or not isinstance(count, int) or count < 1 or not isinstance(digest, str):
+                raise ValueError("bad fields")
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise LedgerCorrupt(f"the ledger head {str(self.head_path)!r} is unreadable ({exc}); refusing to guess "
+                                f"what this party has spent") from None
+        return count, digest
+
+    def _legacy_records(self) -> list[dict[str, Any]]:
+        """The charges of this party's ledgers in the old format (``ltm.ledger.v1``: one file per data
+        fingerprint, ``<party>-<fingerprint[:16]>.json``, in the ledger directory or in
+        ``<state dir>/ledger`` beside the upload journals), ALL as charges of its default source —
+        whatever data each was for: the conservative import, written with the next charge."""
+        files = []
+        for d in [self.path.parent] + [e / "ledger" for e in self.evidence_dirs]:
+            files += sorted(d.glob(f"{_v1_name(self.party_id)}-*.json"))  # none where d is absent or a file
+        charges: list[dict[str, Any]] = []
+        imported = []
+        for f in files:
+            try:
+                obj = json.loads(f.read_text())
+            except (OSError, ValueError) as exc:
+                raise LedgerCorrupt(f"the old-format ledger {str(f)!r} is unreadable ({exc}); refusing to guess what "
+                                    f"this party has spent") from None
+            if not isinstance(obj, dict) or obj.get("format") != _V1_FORMAT or obj.get("party_id") != self.party_id:
+                continue  # another party's, or not a ledger
+            for i, c in enumerate(obj.get("charges") if isinstance(obj.get("charges"), list) else [None]):
+                fields = c if isinstance(c, dict) else {}
+                record = {"kind": "charge", **{k: fields.get(k) for k in _V1_FIELDS}, "at": fields.get("charged_at"),
+                          "source": DEFAULT_SOURCE, "data_fingerprint": obj.get("source")}
+                try:
+                    _charge_of(record)
+                except ValueError as exc:
+                    raise LedgerCorrupt(f"the old-format ledger {str(f)!r} is corrupt at charge {i}: {exc}; "
+                                        f"refusing to guess what this party has spent") from None
+                charges.append(record)
+            imported.append(str(f))
+        if not imported:
+            return []
+        opened = self._source_record(DEFAULT_SOURCE, f"imported from the old-format ledger(s) {', '.join(imported)}: "
+                                                     f"every charge, whatever data it was for")
+        return [opened, *sorted(charges, key=lambda r: r["at"])]
+
+    def _refuse_if_forgotten(self, head: tuple[int, str] | None) -> None:
+        """No ledger file: refuse if anything shows this party ran jobs before (never a silent reset)."""
+        if head is not None:
+            raise LedgerMissing(f"privacy ledger {self._where()} is missing but its head {str(self.head_path)!r} "
+                                f"records {head[0]} record(s): refusing to start a fresh budget (restore the "
+                                f"ledger from a backup)")
+        for d in self.evidence_dirs:
+            journals = party_journals(d, self.party_id)
+            if journals:
+                raise LedgerMissing(f"privacy ledger {self._where()} is missing but {len(journals)} upload "
+                                    f"journal(s) of {self.party_id} in {str(d)!r} show earlier jobs: refusing to "
+                                    f"start a fresh budget (restore the ledger, or give the --ledger-dir it is in)")
+
+    def _save(self, records: list[dict[str, Any]]) -> None:
         if self.path is None:
-            self._memory = list(losses)
+            self._memory = list(records)
             return
         write_private(self.path, json.dumps({"format": LEDGER_FORMAT, "party_id": self.party_id,
-                                             "source": self.source, "accountant": ACCOUNTANT,
-                                             "charges": [l.to_json() for l in losses]}, indent=1))
+                                             "accountant": ACCOUNTANT, "records": records}, indent=1))
+        write_private(self.head_path, json.dumps({"party_id": self.party_id, "records": len(records),
+                                                  "digest": records[-1]["digest"]}))
 
-    def spend(self) -> Spend:
-        """The composed loss of every job charged so far, at the budget's δ."""
-        return compose(self.losses(), self.budget.delta)
+    def losses(self, source: str | None = None) -> list[JobLoss]:
+        """Every job charged so far (to ``source``, or to any source), oldest first."""
+        state = self._read()
+        return list(state.charges) if source is None else state.of(source)
+
+    def sources(self) -> dict[str, dict[str, Any]]:
+        """Every source opened: name → when and why (the ledger's log)."""
+        return dict(self._read().sources)
+
+    def spend(self, source: str = DEFAULT_SOURCE) -> Spend:
+        """The composed loss of every job charged to ``source`` so far, at the budget's δ."""
+        return compose(self._read().of(source), self.budget.delta)
 
     # ------------------------------------------------------------------ the check
-    def admit(self, spec: JobSpec, *, seeded: bool = False) -> Admission:
-        """Charge ``spec`` if the budget allows, durably, before anything is sent; else raise
-        :class:`BudgetExceeded` (the message states the spend).  Idempotent per job digest."""
+    def admit(self, spec: JobSpec, *, seeded: bool = False, source: str = DEFAULT_SOURCE,
+              data_fingerprint: str = "", new_source_reason: str | None = None) -> Admission:
+        """Charge ``spec`` to ``source`` if its budget allows, durably, before anything is sent; else
+        raise :class:`BudgetExceeded` (the message states the spend).  Idempotent per job digest.
+
+        ``data_fingerprint``: what the job reads (:func:`source_fingerprint`), recorded with the
+        charge; data already charged to another source is refused.  ``new_source_reason``: open
+        ``source`` as a new budget first (``--new-source``; refused if it exists), logged with the
+        time and the reason, in the same durable write as the charge.
+        """
         _dp_accounting()  # no accountant: refuse before anything else
+        if new_source_reason is not None and not (source.strip() and new_source_reason.strip()):
+            raise LedgerError("--new-source needs a source name and a reason (--new-source-reason): why is "
+                              "this data new, disjoint individuals?")
         with self._locked():
-            losses = self.losses()
-            before = compose(losses, self.budget.delta)
+            state = self._read()
             where = str(self.path) if self.path else ""
-            if any(l.job_digest == spec.digest for l in losses):
-                return Admission(spec.job_id, False, before, before, self.budget, where)
-            loss = JobLoss.of(spec, seeded=seeded)
-            if not math.isfinite(loss.pure_epsilon) and loss.mechanism != "gaussian":
+            done = [c for c in state.charges if c.job_digest == spec.digest]
+            if done:  # a restarted party: the job costs nothing more, on the source it was charged to
+                paid = done[0].source
+                spent = compose(state.of(paid), self.budget.delta)
+                return Admission(spec.job_id, False, spent, spent, self.budget, where, paid)
+            records = list(state.records) or [
+                self._source_record(DEFAULT_SOURCE, f"the first job of party {self.party_id}")]
+            known = {r["source"] for r in records if r["kind"] == "source"}
+            if new_source_reason is not None:
+                if source in known:
+                    opened = next(r for r in records if r["kind"] == "source" and r["source"] == source)
+                    raise LedgerError(f"source {source!r} of {self.party_id} already exists (opened {opened['at']}: "
+                                      f"{opened['reason']}); charge it with --source {source}, or name a new source")
+                records.append(self._source_record(source, new_source_reason))
+            elif source not in known:
+                raise LedgerError(f"{self.party_id} has no data source {source!r} (sources: "
+                                  f"{', '.join(sorted(known))}); open it with --new-source {source} only if this "
+                                  f"is genuinely new data")
+            copied = [c for c in state.charges if data_fingerprint and c.data_fingerprint == data_fingerprint
+                      and c.source != source]
+            if copied:
+                raise LedgerError(f"refusing job {spec.job_id!r}: this exact data was already charged to source "
+                                  f"{copied[0].source!r} (job {copied[0].job_id!r}); the same data cannot have "
+                                  f"a second budget — run it with --source {copied[0].source}")
+            losses = state.of(source)
+            before = compose(losses, self.budget.delta)
+            loss = job_loss(spec, seeded=seeded)
+            if not math.isfinite(loss.pure_epsilon):
                 raise BudgetExceeded(
                     f"refusing job {spec.job_id!r}: its {loss.mechanism} noise is not a Laplace at the promised "
                     f"honest load (L·shape < 1, calibration {loss.calibration!r}), so it has no finite ε; "
-                    f"this source's ledger has spent {before}")
+                    f"this party's ledger has spent {before}")
             after = compose(losses + [loss], self.budget.delta)
-            if not after.epsilon <= self.budget.epsilon:
+            if not within_budget(after.epsilon, self.budget):
                 raise BudgetExceeded(
                     f"refusing job {spec.job_id!r} (digest {spec.digest[:12]}…): privacy budget exceeded — this "
-                    f"data source's ledger has spent {before}; with this job (ε = {spec.privacy.epsilon:g}, "
-                    f"δ = {spec.privacy.delta:g}) it would reach ε = {after.epsilon:.4g} > the budget "
-                    f"ε = {self.budget.epsilon:g} at δ = {self.budget.delta:g} ({ACCOUNTANT}); nothing was sent")
-            stamped = JobLoss(**{**asdict(loss), "charged_at": _dt.datetime.now(_dt.timezone.utc).isoformat()})
-            self._save(losses + [stamped])
-            return Admission(spec.job_id, True, before, after, self.budget, where)
+                    f"party's ledger (source {source!r}) has spent {before}; with this job (ε = "
+                    f"{spec.privacy.epsilon:g}, δ = {spec.privacy.delta:g}) it would reach ε = {after.epsilon:.4g} "
+                    f"> the budget ε = {self.budget.epsilon:g} at δ = {self.budget.delta:g} ({ACCOUNTANT}); "
+                    f"nothing was sent")
+            charge = {"kind": "charge", **asdict(loss), "at": _now(), "source": source,
+                      "data_fingerprint": data_fingerprint}
+            del charge["charged_at"]
+            self._save(_chain(records + [charge]))
+        if new_source_reason is not None:
+            log.warning("new data source opened: a separate privacy budget",
+                        extra={"party": self.party_id, "source": source, "reason": new_source_reason,
+                               "ledger": where or "(in memory)"})
+        return Admission(spec.job_id, True, before, after, self.budget, where, source)
+
+    @staticmethod
+    def _source_record(name: str, reason: str) -> dict[str, Any]:
+        return {"kind": "source", "source": name, "at": _now(), "reason": reason}
 
 
-def _safe(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+_V1_FORMAT = "ltm.ledger.v1"
+#: The fields of an old-format charge the import reads (``charged_at`` becomes ``at``); others are dropped.
+_V1_FIELDS = ("job_id", "job_digest", "mechanism", "noise_multiplier", "pure_epsilon", "job_epsilon", "job_delta",
+              "calibration", "seeded")
+
+
+def _v1_name(party_id: str) -> str:
+    """The old format's file-name rendering of a party id."""
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in party_id)

@@ -17,8 +17,8 @@ from ltm.randomness import Randomness
 from ltm.v1 import ltm_pb2_grpc
 from party.data_source import DataSourceError, PartySource, is_synthetic, open_source
 from party.journal import JournalError, UploadJournal
-from party.ledger import (DEFAULT_BUDGET_DELTA, DEFAULT_BUDGET_EPSILON, AccountantUnavailable, Budget,
-                          BudgetExceeded, LedgerError, PrivacyLedger, source_fingerprint)
+from party.ledger import (DEFAULT_BUDGET_DELTA, DEFAULT_BUDGET_EPSILON, DEFAULT_SOURCE, AccountantUnavailable,
+                          Budget, BudgetExceeded, LedgerError, PrivacyLedger, source_fingerprint)
 from party.randomizer import DEFAULT_BATCH_CLIENTS, PartyDataError, check_source, party_randomness
 from party.uploader import PartyPolicy, PolicyViolation, UploadIncomplete, fetch_job, run_upload
 from transport.config import REQUIRED_TITLE, add_actor_arguments, load_config, merge
@@ -56,12 +56,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--min-participants", type=int,
                    help="smallest participant set the job may be released over that this party accepts (default 0)")
     p.add_argument("--budget-epsilon", type=float,
-                   help=f"lifetime privacy budget ε of this data source, composed over every job accepted "
-                        f"(default {DEFAULT_BUDGET_EPSILON:g})")
+                   help=f"lifetime privacy budget ε of this party (of its --source), composed over every job "
+                        f"accepted (default {DEFAULT_BUDGET_EPSILON:g})")
     p.add_argument("--budget-delta", type=float,
                    help=f"the δ at which the budget is stated (default {DEFAULT_BUDGET_DELTA:g})")
-    p.add_argument("--ledger-dir", help="directory of this party's privacy ledgers (default: <state dir>/ledger); "
-                                        "keep it on persistent storage: deleting it forgets what was spent")
+    p.add_argument("--ledger-dir",
+                   help="this host's privacy-ledger directory, one ledger per party id whatever data it reads "
+                        "(default: $XDG_STATE_HOME/ltm/ledger, i.e. ~/.local/state/ltm/ledger); keep it on "
+                        "persistent storage and back it up: a missing ledger is refused, never a fresh budget")
+    p.add_argument("--new-source", metavar="NAME",
+                   help="charge this job to a NEW, separate budget NAME, logged in the ledger with the time and "
+                        "--new-source-reason; only for genuinely new data about disjoint individuals, never a "
+                        "copy, subset, re-sort or edit of data already charged (README, 'Privacy')")
+    p.add_argument("--new-source-reason", metavar="TEXT",
+                   help="why the --new-source data is new (required with --new-source; kept in the ledger)")
+    p.add_argument("--source", metavar="NAME",
+                   help=f"charge this job to the budget NAME opened earlier with --new-source (default: the "
+                        f"party's first budget, {DEFAULT_SOURCE!r})")
     p.add_argument("--allow-paper-calibration", action="store_true", default=None,
                    help="accept the reproduction-only 'paper' calibration")
     p.add_argument("--allow-reproduction", action="store_true", default=None,
@@ -206,13 +217,15 @@ async def participate(args: argparse.Namespace) -> dict:
         if args.id not in {p.party_id for p in spec.parties}:
             raise PolicyViolation(f"{args.id} is not a party of job {spec.job_id!r}")
         source = read_party_source(args.data)
-        # One streamed pass finds bad values (nothing is sent) and fingerprints the source for the ledger.
+        # One streamed pass finds bad values (nothing is sent) and fingerprints the data for the ledger's record.
         check_source(spec, args.id, source)
         state_dir = Path(args.state_dir) if args.state_dir else default_state_dir(args.data)
-        # The ledger is charged durably before anything is sent (refusal: BudgetExceeded).
-        ledger = PrivacyLedger.open(args.ledger_dir or state_dir / "ledger", args.id, source_fingerprint(source),
-                                    budget)
-        admission = ledger.admit(spec, seeded=seeded)
+        # One ledger per party id on this host, whatever the data; charged durably before anything
+        # is sent (refusal: BudgetExceeded; a missing or corrupt ledger: LedgerError).
+        ledger = PrivacyLedger.open(args.ledger_dir, args.id, budget, journal_dir=state_dir)
+        admission = ledger.admit(spec, seeded=seeded, source=args.new_source or args.source or DEFAULT_SOURCE,
+                                 data_fingerprint=source_fingerprint(source),
+                                 new_source_reason=args.new_source_reason if args.new_source else None)
         base = Randomness.seeded_insecure(args.seed) if seeded else Randomness.system()
         randomness = party_randomness(base, spec, args.id)
         log.info("job accepted", extra={"job_id": spec.job_id, "digest": spec.digest, "epsilon": spec.privacy.epsilon,
@@ -275,15 +288,24 @@ def run(args: argparse.Namespace) -> int:
     # Checked before any server is contacted:
     if not args.insecure:
         check_certificates(args.certs, args.id)
+    if args.new_source and args.source:
+        raise CommandError("give --new-source NAME (open a new budget) or --source NAME (an existing one), not both",
+                           status=2)
+    if args.new_source and not (args.new_source_reason or "").strip():
+        raise CommandError("--new-source needs --new-source-reason: why is this data new (disjoint individuals, not "
+                           "a copy, subset, re-sort or edit of data already charged)?", status=2)
     if not args.wait_for_data and not data_exists(args.data):
         raise CommandError(f"data file {args.data} does not exist; nothing was sent (give the right --data, or "
                            f"--wait-for-data if another process is still writing it)", status=4)
     setup_logging(args.id, args.log_level or "info")
     try:
         result = asyncio.run(participate(args))
-    except (PolicyViolation, BudgetExceeded, AccountantUnavailable, LedgerError) as exc:
+    except (PolicyViolation, BudgetExceeded, AccountantUnavailable) as exc:
         log.error(str(exc))
         return 3
+    except LedgerError as exc:  # missing, corrupt, another party's, a source misused: never a reset
+        log.error(f"privacy ledger: {exc}")
+        return 7
     except PartyDataError as exc:
         raise CommandError(f"bad data: {exc}", status=4) from None
     except grpc.aio.AioRpcError as exc:

@@ -53,6 +53,7 @@ MODULES: dict[str, list[str]] = {
     "server/coverage.py": ["tests/test_streaming_server.py", "tests/test_kills_coverage.py"],
     "ltm/dp/sensitivity.py": ["tests/test_dp_sensitivity.py"],
     "analyst/gram.py": ["tests/test_gram.py", "tests/test_kills_gram.py"],
+    "party/ledger.py": ["tests/test_ledger.py", "tests/test_ledger_file.py"],
 }
 
 STATUS_KILLED = {"killed", "timeout", "segfault", "caught by type check"}

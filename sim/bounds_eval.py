@@ -172,15 +172,25 @@ def networked(workdir: Path, *, epsilon: float = 1.0, delta: float = 1e-7, timeo
         draft, main_path = workdir / "draft.toml", workdir / "main.toml"
         draft.write_text(render_job_file(doc))
 
+        spent: dict[str, list[dict[str, Any]]] = {p: [] for p in parties}
+
         def run_parties(job_id: str) -> None:
+            # Each job's upload journal in a directory of its own; the privacy ledger is the party's
+            # one ledger on this host ($XDG_STATE_HOME/ltm/ledger: the deployment's, sim/launcher.py),
+            # charged by every round and the main job.
             procs = [group.start_task("party", f"{p}-{job_id}", [
                 "party", "--id", p, "--job", job_id, "--data", str(files[p]), "--max-epsilon", "1",
                 "--servers", ",".join(s.endpoint for s in servers), "--server-ids", ",".join(s.actor for s in servers),
-                "--no-progress", "--wait", "120", "--state-dir", str(files[p].parent / f".state-{job_id}")])
+                "--no-progress", "--wait", "120", "--state-dir", str(files[p].parent / f".state-{job_id}"),
+                "--summary-file", str(files[p].parent / f"{job_id}.summary.json")])
                 for p in parties]
-            for ap in procs:
+            for p, ap in zip(parties, procs):
                 if ap.proc.wait(timeout=timeout) != 0:
                     raise RuntimeError(f"{ap.actor} failed:\n{ap.log_tail()}")
+                entry = json.loads((files[p].parent / f"{job_id}.summary.json").read_text())["ledger"]
+                spent[p].append({"job_id": job_id, "ledger": entry["ledger"], "charged": entry["charged"],
+                                 "epsilon_before": entry["before"]["epsilon"], "epsilon_after": entry["after"]["epsilon"],
+                                 "jobs": entry["after"]["jobs"], "budget": entry["budget"]})
 
         def operator(*argv: str, background: bool = False):
             ap = group.start_task("operator", f"operator-{len(group.processes)}",
@@ -214,6 +224,7 @@ def networked(workdir: Path, *, epsilon: float = 1.0, delta: float = 1e-7, timeo
             "prejobs": info["prejobs"], "chosen": info["chosen"],
             "columns": [{"name": c.name, "role": c.role, "center": c.center, "scale": c.scale}
                         for c in main.spec.columns],
+            "party_ledgers": spent,
             "main_job": {"job_digest": main.spec.digest, "release_sha256": report["release_sha256"],
                          "sketch": {"kind": main.spec.sketch.kind, "m": main.spec.sketch.m},
                          "privacy": report["privacy"]["guarantee"], "r2": r2(test.columns[label], pred)}}

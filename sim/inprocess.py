@@ -7,6 +7,7 @@ bit-identical sketches.  Used by ``ltm simulate`` and experiment sweeps.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ from analyst.release import ReleasedSketch
 from ltm.client_set import ClientSet
 from ltm.jobspec import JobSpec, validate_job
 from ltm.randomness import Randomness
-from party.ledger import Budget, PrivacyLedger
+from party.ledger import Budget, PrivacyLedger, source_fingerprint
 from party.randomizer import DEFAULT_BATCH_CLIENTS, make_batches, party_randomness
 from party.uploader import PartyPolicy, PolicyViolation
 from server.core import ServerCore
@@ -77,7 +78,8 @@ def run_inprocess(spec: JobSpec, party_data: Mapping[str, Mapping[str, np.ndarra
                   *, batch_clients: int = DEFAULT_BATCH_CLIENTS,
                   servers: list[ServerCore] | None = None,
                   policies: Mapping[str, PartyPolicy] | None = None,
-                  ledgers: Mapping[str, PrivacyLedger] | None = None, budget: Budget | None = None) -> InProcessRun:
+                  ledgers: Mapping[str, PrivacyLedger] | None = None, budget: Budget | None = None,
+                  ledger_dir: str | os.PathLike[str] | None = None) -> InProcessRun:
     """Run one job end to end.
 
     Args:
@@ -89,10 +91,13 @@ def run_inprocess(spec: JobSpec, party_data: Mapping[str, Mapping[str, np.ndarra
             anything (as ``ltm party`` does); a refusing party sends nothing and is listed in
             ``refused``.  Parties without an entry accept the job.
         ledgers: party id → its privacy ledger (e.g. persistent ones, to charge a sequence of runs);
-            a party without one gets a fresh in-memory ledger with ``budget`` (default
-            :class:`party.ledger.Budget`).  Every accepting party's ledger admits the job before it
-            sends anything, as ``ltm party`` does; a party whose ledger cannot afford the job raises
-            :class:`party.ledger.BudgetExceeded` (before any party has sent anything).
+            a party without one gets its ledger in ``ledger_dir`` (``ltm party --ledger-dir``: one
+            persistent ledger per party id, charged by every run whatever its data), or without
+            ``ledger_dir`` a fresh in-memory ledger (each run a world of its own), with ``budget``
+            (default :class:`party.ledger.Budget`).  Every accepting party's ledger admits the job
+            before it sends anything, as ``ltm party`` does, recording its data's fingerprint; a
+            party whose ledger cannot afford the job raises :class:`party.ledger.BudgetExceeded`
+            (before any party has sent anything).
     """
     timing: dict[str, float] = {}
     t0 = time.perf_counter()
@@ -117,9 +122,12 @@ def run_inprocess(spec: JobSpec, party_data: Mapping[str, Mapping[str, np.ndarra
             except PolicyViolation as exc:
                 refused[party.party_id] = str(exc)
                 continue
-        ledger = (ledgers or {}).get(party.party_id) or PrivacyLedger.in_memory(
-            party.party_id, party_data[party.party_id], budget)
-        admissions[party.party_id] = ledger.admit(spec, seeded=randomness.reproducible).to_json()
+        ledger = (ledgers or {}).get(party.party_id) or (
+            PrivacyLedger.open(ledger_dir, party.party_id, budget) if ledger_dir is not None
+            else PrivacyLedger.in_memory(party.party_id, budget))
+        admissions[party.party_id] = ledger.admit(spec, seeded=randomness.reproducible,
+                                                  data_fingerprint=source_fingerprint(party_data[party.party_id])
+                                                  ).to_json()
         accepting.append(party)
     timing["ledger"] = time.perf_counter() - t0 - timing["create"]
 

@@ -136,7 +136,9 @@ class ProcessGroup:
         site = site or actor
         if self.netns is not None and site in self.netns.actors:
             cmd = self.netns.command(site, cmd)
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        # One local deployment is one host: its parties keep their per-host state (the privacy ledger,
+        # $XDG_STATE_HOME/ltm/ledger, party/ledger.py) in the workdir, not in the user's own.
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "XDG_STATE_HOME": str(self.workdir / "state")}
         with open(log_path, "ab") as log:
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         return proc, log_path

@@ -75,6 +75,8 @@ class SimulateConfig:
     #: each simulated party's privacy budget (None: the party's default, ``party.ledger.Budget``)
     budget_epsilon: float | None = None
     budget_delta: float | None = None
+    #: the parties' persistent ledger directory (``ltm party --ledger-dir``); None: in memory, per run
+    ledger_dir: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -150,7 +152,8 @@ def simulate(cfg: SimulateConfig) -> dict[str, Any]:
         rff=(RFFOptions(cfg.features_n, cfg.bandwidth, cfg.feature_map, cfg.kernel, cfg.label_share)
              if cfg.model == "rf_ridge" else None))
     t_spec = time.perf_counter() - t
-    run = run_inprocess(spec, party_tables(spec, train), randomness, budget=budget_of(cfg))
+    run = run_inprocess(spec, party_tables(spec, train), randomness, budget=budget_of(cfg),
+                        ledger_dir=cfg.ledger_dir)
     release = run.release
     V = training_matrix(spec, train)
     report: dict[str, Any] = {

@@ -4,3 +4,13 @@
 # and threads, where CPython 3.11.7's compile() (pytest rewrites plugin modules) can fail with
 # "SystemError: AST constructor recursion depth mismatch" and turn a green run red.
 import hypothesis.vendor.pretty  # noqa: F401
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _private_state_home(tmp_path_factory, monkeypatch):
+    """Every test (and every process it starts) keeps per-host state — the parties' privacy ledgers,
+    ``$XDG_STATE_HOME/ltm/ledger`` — in a directory of its own, never in the user's."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("xdg-state")))

@@ -16,7 +16,7 @@ from scipy.stats import norm
 import party.ledger as ledger_mod
 from ltm.jobspec import ColumnSpec, JobSpec, PartySpec, PrivacySpec, ServerSpec, SketchSpec, resolve_defaults
 from ltm.randomness import Randomness
-from party.ledger import Budget, BudgetExceeded, JobLoss, PrivacyLedger, source_fingerprint
+from party.ledger import Budget, BudgetExceeded, PrivacyLedger, source_fingerprint
 from sim.data import synthetic_ridge
 from sim.inprocess import run_inprocess
 from sim.jobs import build_job, party_tables
@@ -54,11 +54,11 @@ def independent_sigma(epsilon: float, delta: float, sensitivity: float) -> float
 
 def test_one_gaussian_job_costs_its_calibration():
     spec = job("one")
-    loss = JobLoss.of(spec)
+    loss = ledger_mod.job_loss(spec)
     # the tight calibration: σ_Y = σ_c √L is the analytic σ for (ε, δ) and Δ₂ = 2C√s
     sigma = independent_sigma(1.0, 1e-6, 2.0)
     assert loss.noise_multiplier == pytest.approx(sigma / 2.0, rel=1e-6)
-    ledger = PrivacyLedger("party-0", "x" * 64, Budget(4.0, 1e-6))
+    ledger = PrivacyLedger("party-0", Budget(4.0, 1e-6))
     admission = ledger.admit(spec)
     assert admission.charged and admission.before.epsilon == 0.0
     # at the job's own δ the spend is the job's ε (the PLD bound is pessimistic by < 1e-3)
@@ -71,7 +71,7 @@ def test_composed_epsilon_matches_the_accountant_and_is_never_below_the_exact_bo
 
     jobs = [job("a", 1.0), job("b", 0.5), job("c", 1.0, 1e-7), job("d", 0.3, s=2), job("e", 1.0)]
     delta = 1e-6
-    ledger = PrivacyLedger("party-0", "y" * 64, Budget(100.0, delta))
+    ledger = PrivacyLedger("party-0", Budget(100.0, delta))
     multipliers = []
     for spec in jobs:
         admission = ledger.admit(spec)
@@ -88,19 +88,19 @@ def test_composed_epsilon_matches_the_accountant_and_is_never_below_the_exact_bo
         assert exact - 1e-9 <= admission.after.epsilon <= exact + 5e-3
     assert ledger.spend().jobs == 5
     # two identical default jobs: the audit's averaging attack figure (ε ≈ 1.455 at δ = 1e-6)
-    pair = PrivacyLedger("party-0", "z" * 64, Budget(100.0, 1e-6))
+    pair = PrivacyLedger("party-0", Budget(100.0, 1e-6))
     pair.admit(job("p1"))
     assert pair.admit(job("p2")).after.epsilon == pytest.approx(1.4547, abs=2e-3)
 
 
 def test_laplace_jobs_compose_by_adding_epsilon_and_a_non_laplace_is_refused():
     lap = job("lap", 0.5, 0.0, mechanism="laplace")
-    assert JobLoss.of(lap).pure_epsilon == pytest.approx(0.5, rel=1e-12)
-    ledger = PrivacyLedger("party-0", "l" * 64, Budget(10.0, 1e-6))
+    assert ledger_mod.job_loss(lap).pure_epsilon == pytest.approx(0.5, rel=1e-12)
+    ledger = PrivacyLedger("party-0", Budget(10.0, 1e-6))
     ledger.admit(lap)
     g = job("g", 1.0)
     after = ledger.admit(g).after.epsilon
-    assert after == pytest.approx(0.5 + ledger_mod.gaussian_epsilon([JobLoss.of(g).noise_multiplier], 1e-6), abs=1e-12)
+    assert after == pytest.approx(0.5 + ledger_mod.gaussian_epsilon([ledger_mod.job_loss(g).noise_multiplier], 1e-6), abs=1e-12)
     # the paper's Laplace split (n/m − t′ Gamma pieces per pair) with a gate promising fewer honest
     # pairs than that: the noise is not a Laplace, there is no finite ε, and the ledger refuses
     paper = job("paper", 0.5, 0.0, mechanism="laplace", kind="dense", calibration="paper")
@@ -113,7 +113,7 @@ def test_laplace_jobs_compose_by_adding_epsilon_and_a_non_laplace_is_refused():
 
 def test_refusal_names_the_spend_and_changes_nothing(tmp_path):
     d = tmp_path / "ledger"
-    ledger = PrivacyLedger.open(d, "party-0", "f" * 64, Budget(1.2, 1e-6))
+    ledger = PrivacyLedger.open(d, "party-0", Budget(1.2, 1e-6))
     first = ledger.admit(job("first"))
     assert first.charged
     before = ledger.path.read_bytes()
@@ -126,12 +126,12 @@ def test_refusal_names_the_spend_and_changes_nothing(tmp_path):
     assert "nothing was sent" in msg
     assert ledger.path.read_bytes() == before
     # persistent: a new process (a new object) sees the same spend; private file modes
-    reopened = PrivacyLedger.open(d, "party-0", "f" * 64, Budget(1.2, 1e-6))
+    reopened = PrivacyLedger.open(d, "party-0", Budget(1.2, 1e-6))
     assert reopened.spend() == ledger.spend()
     assert stat.S_IMODE(os.stat(d).st_mode) == 0o700
     assert stat.S_IMODE(os.stat(ledger.path).st_mode) == 0o600
-    # another data source (or another party id) has its own ledger
-    other = PrivacyLedger.open(d, "party-0", "e" * 64, Budget(1.2, 1e-6))
+    # another party id has its own ledger
+    other = PrivacyLedger.open(d, "party-1", Budget(1.2, 1e-6))
     assert other.path != ledger.path and other.spend().jobs == 0
 
 
@@ -145,8 +145,10 @@ def test_source_fingerprint_is_the_data():
 def test_without_an_accountant_the_party_refuses(monkeypatch):
     monkeypatch.setitem(sys.modules, "dp_accounting", None)  # `import dp_accounting` now fails
     ledger_mod._gaussian_epsilon.cache_clear()
-    ledger = PrivacyLedger("party-0", "n" * 64)
-    with pytest.raises(ledger_mod.AccountantUnavailable, match="refuses every job"):
+    ledger = PrivacyLedger("party-0")
+    with pytest.raises(ledger_mod.AccountantUnavailable,
+                       match=r"^the privacy accountant \(the dp-accounting package\) is not installed: this party "
+                             r"cannot account for its privacy loss and refuses every job \(pip install dp-accounting\)$"):
         ledger.admit(job("no-accountant"))
     assert ledger.losses() == []
 
@@ -157,7 +159,7 @@ def test_the_in_process_transport_charges_the_same_ledger(tmp_path):
     spec, _ = build_job(table, job_id="in-1", randomness=randomness, parties=2, k=2, m=16)
     tables = party_tables(spec, table)
     budget = Budget(1.2, 1e-6)
-    ledgers = {p: PrivacyLedger.open(tmp_path, p, source_fingerprint(tables[p]), budget) for p in tables}
+    ledgers = {p: PrivacyLedger.open(tmp_path, p, budget) for p in tables}
     run = run_inprocess(spec, tables, randomness, ledgers=ledgers)
     assert {p: e["after"]["jobs"] for p, e in run.ledgers.items()} == {"party-0": 1, "party-1": 1}
     assert run.ledgers["party-0"]["after"]["epsilon"] == pytest.approx(1.0, abs=1e-3)

@@ -142,6 +142,8 @@ def start_parties(dep, job_id: str, file: str, parties=PARTIES):
         argv = ["party", "--id", pid, "--job", job_id, "--data", str(data),
                 "--servers", ",".join(s.endpoint for s in servers), "--server-ids", ",".join(s.actor for s in servers),
                 "--max-epsilon", "2", "--seed", str(SEED), "--no-progress", "--wait", "60",
+                # every job of this module is charged to the party's one ledger on the (test) host
+                "--budget-epsilon", "100",
                 "--state-dir", str(dep["files"][pid] / f".state-{job_id}")]
         out.append(dep["group"].start_task("party", f"{pid}-{job_id}", argv, site=pid))
     return out

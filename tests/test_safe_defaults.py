@@ -120,7 +120,8 @@ def test_a_job_recreated_under_a_new_id_is_refused_once_the_budget_would_be_exce
     again = replace(world["spec"], job_id="ledger-2")  # the same job, re-created under a new id
     publish(world, first)
     publish(world, again)
-    ledger = ["--state-dir", str(world["work"] / "party-0-state"), "--budget-epsilon", "1.2"]
+    ledger = ["--state-dir", str(world["work"] / "party-0-state"), "--budget-epsilon", "1.2",
+              "--ledger-dir", str(world["work"] / "party-0-ledger")]
     code, log, summary = run_party(world, "ledger-1", "ledger-1", *ledger)
     assert code == 0, log[-3000:]
     spent = summary["ledger"]
@@ -137,9 +138,10 @@ def test_a_job_recreated_under_a_new_id_is_refused_once_the_budget_would_be_exce
     assert "would reach ε = 1.45" in log and "budget ε = 1.2" in log
     assert status(world, "ledger-2") == [(0, 0)] * K  # nothing was sent
     # the ledger on disk holds the one accepted job, privately
-    files = list((world["work"] / "party-0-state" / "ledger").glob("party-0-*.json"))
+    files = list((world["work"] / "party-0-ledger").glob("party-0.ledger.json"))
     assert len(files) == 1 and oct(files[0].stat().st_mode & 0o777) == "0o600"
-    assert [c["job_id"] for c in json.loads(files[0].read_text())["charges"]] == ["ledger-1"]
+    records = json.loads(files[0].read_text())["records"]
+    assert [c["job_id"] for c in records if c["kind"] == "charge"] == ["ledger-1"]
 
 
 # ------------------------------------------------------------------------------ seeded mode
