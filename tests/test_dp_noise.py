@@ -1,0 +1,147 @@
+"""The exact integer samplers of ltm.dp.noise: their distributions, their exact fallback, their bounds.
+
+Goodness of fit: a chi-square test over the bins of the exact pmf (mpmath), run at a significance
+of 1e-7 per test, so each test flakes with probability < 1e-6.  The fallback path (ambiguous float
+decisions finished in exact integers) is forced by widening the certified error allowances: the
+distribution must stay exactly the same.
+"""
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import mpmath
+import numpy as np
+import pytest
+import scipy.stats
+
+import ltm.dp.noise as noise
+from ltm.dp.noise import discrete_gaussian, discrete_laplace, exp_neg_bounds
+from ltm.randomness import Randomness
+
+ALPHA = 1e-7
+
+
+def _stream(label: str):
+    return Randomness.seeded_insecure(f"dp-noise-{label}").stream()
+
+
+def _chi_square_p(draws: np.ndarray, pmf) -> float:
+    """p-value of a chi-square fit of integer draws to ``pmf(y)`` (bins with expectation ≥ 20, tails pooled)."""
+    n = draws.size
+    lo, hi = int(draws.min()), int(draws.max())
+    ys = list(range(lo - 2, hi + 3))
+    probs = np.array([float(pmf(y)) for y in ys])
+    assert abs(sum(float(pmf(y)) for y in range(lo - 200, hi + 200)) - 1) < 1e-9
+    counts = np.array([(draws == y).sum() for y in ys], dtype=float)
+    # pool bins from the outside in until every pooled bin expects ≥ 20 draws
+    keep = probs * n >= 20
+    centre_p, centre_c = probs[keep], counts[keep]
+    tail_p, tail_c = 1.0 - centre_p.sum(), n - centre_c.sum()
+    exp = np.append(centre_p * n, tail_p * n)
+    obs = np.append(centre_c, tail_c)
+    if exp[-1] < 1e-9:
+        exp, obs = exp[:-1], obs[:-1]
+    return float(scipy.stats.chisquare(obs, exp * obs.sum() / exp.sum()).pvalue)
+
+
+def _dgauss_pmf(sigma2: float):
+    norm = mpmath.nsum(lambda k: mpmath.exp(-k * k / (2 * mpmath.mpf(sigma2))), [-mpmath.inf, mpmath.inf])
+    return lambda y: mpmath.exp(-mpmath.mpf(y) ** 2 / (2 * mpmath.mpf(sigma2))) / norm
+
+
+def _dlap_pmf(t: float):
+    q = mpmath.exp(-1 / mpmath.mpf(t))
+    return lambda y: (1 - q) / (1 + q) * q ** abs(y)
+
+
+@pytest.mark.parametrize("sigma2", [0.3, 2.25, 17.0])
+def test_discrete_gaussian_has_the_exact_pmf(sigma2):
+    draws = discrete_gaussian(_stream(f"g{sigma2}"), sigma2, 200_000)
+    assert draws.dtype == np.int64
+    assert _chi_square_p(draws, _dgauss_pmf(sigma2)) > ALPHA
+
+
+@pytest.mark.parametrize("t", [0.7, 3.0, 12.5])
+def test_discrete_laplace_has_the_exact_pmf(t):
+    draws = discrete_laplace(_stream(f"l{t}"), t, 200_000)
+    assert draws.dtype == np.int64
+    assert _chi_square_p(draws, _dlap_pmf(t)) > ALPHA
+
+
+def test_the_exact_fallback_keeps_the_distribution(monkeypatch):
+    """Allowances so wide that most float decisions are ambiguous: the exact path decides them."""
+    monkeypatch.setattr(noise, "_LOG_SLACK", 2.0**-6)
+    monkeypatch.setattr(noise, "_EXP_SLACK", 2.0**-4)
+    calls = []
+    original = noise._LazyUniform.below_exp_neg
+    monkeypatch.setattr(noise._LazyUniform, "below_exp_neg", lambda self, r: calls.append(1) or original(self, r))
+    g = discrete_gaussian(_stream("fallback-g"), 6.0, 30_000)
+    assert len(calls) > 5_000  # the exact path really ran
+    assert _chi_square_p(g, _dgauss_pmf(6.0)) > ALPHA
+    lap = discrete_laplace(_stream("fallback-l"), 4.0, 30_000)
+    assert _chi_square_p(lap, _dlap_pmf(4.0)) > ALPHA
+
+
+def test_large_scales_have_the_stated_moments():
+    """σ = 10^8 grid steps (today's default jobs): mean 0 and sd σ within 6 standard errors."""
+    n = 400_000
+    for sigma in (1e8, 1e11):
+        x = discrete_gaussian(_stream(f"big{sigma}"), sigma * sigma, n).astype(float)
+        assert abs(x.mean()) < 6 * sigma / math.sqrt(n)
+        assert abs(x.std() / sigma - 1) < 6 * math.sqrt(0.5 / n)
+    t = 2.5e9
+    y = discrete_laplace(_stream("bigl"), t, n).astype(float)
+    sd = math.sqrt(2.0) * t  # (the exact DLap variance 2q/(1−q)² is 2t² − 1/6 + O(1/t²))
+    assert abs(y.std() / sd - 1) < 6 * math.sqrt(1.25 / n)  # Laplace kurtosis 6: var of s² is 5σ⁴/n
+
+
+def test_tiny_uniform_words_take_the_exact_path():
+    """A keystream word below 2^12 has too few bits for the float logarithm: the exact path draws
+    more bits and finds the magnitude from them (checked against a direct computation)."""
+
+    class Words:
+        def __init__(self, words):
+            self.words = list(words)
+
+        def uint64(self, count):
+            out, self.words = self.words[:count], self.words[count:]
+            return np.array(out, dtype=np.uint64)
+
+    t = 3.0
+    extra = 0xDEADBEEF12345678
+    g = noise._geometric(Words([5, extra]), t, 1)
+    v = mpmath.mpf(5 * 2**64 + extra) / mpmath.mpf(2) ** 128  # V's first 128 bits (the rest can't move G)
+    assert int(g[0]) == int(mpmath.floor(-t * mpmath.log(v)))
+
+
+def test_exp_neg_bounds_bracket_the_value_tightly():
+    mpmath.mp.prec = 400
+    for r in [Fraction(0), Fraction(1, 3), Fraction(1), Fraction(7, 2), Fraction(123456789, 1000),
+              Fraction(2**61 - 1, 2**62), Fraction(40)]:
+        for bits in (64, 128, 300):
+            lo, hi = exp_neg_bounds(r, bits)
+            exact = mpmath.exp(-mpmath.mpf(r.numerator) / r.denominator) * mpmath.mpf(2) ** bits
+            assert lo <= exact <= hi, (r, bits)
+            assert hi - lo <= 4, (r, bits, hi - lo)
+    assert exp_neg_bounds(Fraction(10**6), 64) == (0, 1)
+    with pytest.raises(ValueError, match="r >= 0"):
+        exp_neg_bounds(Fraction(-1, 2), 64)
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, float("nan"), float("inf"), 2.0**45])
+def test_scales_outside_the_exact_range_are_refused(bad):
+    with pytest.raises(ValueError, match="grid steps"):
+        discrete_laplace(_stream("bad"), bad, 3)
+    with pytest.raises(ValueError, match="grid steps"):
+        discrete_gaussian(_stream("bad"), bad * abs(bad) if math.isfinite(bad) else bad, 3)
+
+
+def test_draws_are_reproducible_and_consume_the_stream():
+    a = discrete_gaussian(_stream("rep"), 50.0, 1000)
+    b = discrete_gaussian(_stream("rep"), 50.0, 1000)
+    np.testing.assert_array_equal(a, b)
+    s = _stream("rep")
+    first, second = discrete_gaussian(s, 50.0, 1000), discrete_gaussian(s, 50.0, 1000)
+    assert not np.array_equal(first, second)
+    assert discrete_gaussian(_stream("rep"), 50.0, 0).shape == (0,)
