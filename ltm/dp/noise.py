@@ -43,6 +43,8 @@ __all__ = [
     "discrete_gaussian",
     "discrete_laplace",
     "MAX_GRID_SCALE",
+    "sample_noise",
+    "noise_tail_bound",
 ]
 
 #: Largest σ or t (grid units) the samplers take: keeps every candidate magnitude, σ²/t and t in
@@ -267,3 +269,62 @@ def discrete_gaussian(stream: RandomStream, sigma2: float, count: int) -> np.nda
         out[filled:filled + y.size] = y
         filled += y.size
     return out
+
+
+# -------------------------------------------------------------------------------------------------
+# the party's noise for a plan
+# -------------------------------------------------------------------------------------------------
+
+#: Per-draw magnitude bounds of the ring headroom check.  The discrete Gaussian N_Z(0, σ²) is
+#: σ-subgaussian (Canonne, Kamath & Steinke 2020, Corollary 9): P(|X| ≥ 20σ) ≤ 2e^-200.  DLap(t):
+#: P(|Y| ≥ 100t) ≤ e^-100.
+GAUSSIAN_TAIL_SIGMAS = 20.0
+LAPLACE_TAIL_SCALES = 100.0
+
+
+def _multiplicities(multiplicity, shape: tuple[int, ...]) -> np.ndarray | None:
+    """None when every multiplicity is 1, else an int64 array of ``shape`` (all ≥ 1)."""
+    if isinstance(multiplicity, (int, np.integer)) and not isinstance(multiplicity, bool):
+        if multiplicity < 1:
+            raise ValueError(f"multiplicity must be >= 1, got {multiplicity}")
+        return None if multiplicity == 1 else np.full(shape, int(multiplicity), dtype=np.int64)
+    arr = np.asarray(multiplicity)
+    if arr.dtype.kind not in "iu":
+        raise ValueError(f"multiplicity must be an integer or an integer array, got dtype {arr.dtype}")
+    if arr.size and int(arr.min()) < 1:
+        raise ValueError(f"multiplicity must be >= 1, got a minimum of {int(arr.min())}")
+    return np.broadcast_to(arr, shape).astype(np.int64)
+
+
+def sample_noise(stream: RandomStream, plan, shape: tuple[int, ...], *, multiplicity=1) -> np.ndarray:
+    """Integer noise in grid steps (int64, ``shape``) for a grid :class:`~ltm.calibration.NoisePlan`.
+
+    Gaussian: each element is N_Z(0, M·σ_c²) with M its ``multiplicity`` (an int or an int array
+    broadcastable to ``shape``; M = 1: one client's draw).  For M > 1 the element stands in for the
+    M clients' draws of one party in one entry and has their variance; it is *not* distributed as
+    their sum, and :func:`ltm.dp.accounting.job_event` accounts only M = 1 draws (the L-fold sum) —
+    per-entry draws need their own accounting (the heterogeneous sum of discrete Gaussians).
+    Laplace: each element is one whole DLap(t), whatever M (one draw alone makes an entry ε-DP).
+    """
+    if not plan.on_grid:
+        raise ValueError("a continuous noise plan (frac_bits = 0) cannot be sampled: a party needs a grid plan")
+    shape = tuple(int(x) for x in shape)
+    count = int(np.prod(shape, dtype=np.int64))
+    mult = _multiplicities(multiplicity, shape)
+    if plan.mechanism == "laplace":
+        return discrete_laplace(stream, plan.grid_scale, count).reshape(shape)
+    if mult is None:
+        return discrete_gaussian(stream, plan.grid_sigma2, count).reshape(shape)
+    out = np.empty(count, dtype=np.int64)
+    flat = mult.reshape(-1)
+    for m in np.unique(flat):
+        where = np.flatnonzero(flat == m)
+        out[where] = discrete_gaussian(stream, plan.grid_sigma2 * float(m), where.size)
+    return out.reshape(shape)
+
+
+def noise_tail_bound(plan, multiplicity: int = 1) -> float:
+    """A magnitude (data units) no single noise element exceeds except with probability < e^-100."""
+    if plan.mechanism == "gaussian":
+        return GAUSSIAN_TAIL_SIGMAS * plan.sigma_client * math.sqrt(multiplicity)
+    return LAPLACE_TAIL_SCALES * plan.laplace_scale
