@@ -166,3 +166,25 @@ def test_grid_rounding_and_widening_helpers():
     assert noise_grid_problem(7.99, 12) == (
         "per-client noise sd is 7.99 grid steps of 2^-12, below the minimum 8: raise frac_bits, the clip bound "
         "or the noise (lower epsilon), or lower min_honest_load")
+
+
+def test_round_to_grid_limits_and_its_float64_arithmetic():
+    import re
+    import warnings
+
+    import numpy as np
+
+    # the magnitude limit is 2^62 grid steps, inclusive (the ring bound's margin)
+    assert round_to_grid(np.array([2.0**62 - 512]), 0).tolist() == [2**62 - 512]
+    with pytest.raises(ValueError, match=re.escape("value too large for fixed point with 1 fraction bits")):
+        round_to_grid(np.array([2.0**61]), 1)
+    # float32 input is computed in float64: 1e30·2^40 is finite there (too large), inf in float32
+    with pytest.raises(ValueError, match="^value too large for fixed point with 40 fraction bits$"):
+        round_to_grid(np.array([1e30], dtype=np.float32), 40)
+    with pytest.raises(ValueError, match="^cannot encode NaN or infinite values$"):
+        round_to_grid(np.array([1.0, np.nan]), 8)
+    # overflow to inf is reported as the ValueError, never as a floating-point warning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match="^cannot encode NaN or infinite values$"):
+            round_to_grid(np.array([1e300]), 60)
