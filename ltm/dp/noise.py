@@ -19,7 +19,7 @@ magnitude G with P(G ≥ k) = exp(−k/t), i.e. G = ⌊−t·ln V⌋ for V unifo
 infinite binary fraction of which a 64-bit word U gives the first 64 bits (V ∈ [U, U+1)·2^-64).
 The comparison is first decided in float64 with a *certified* error bound (every rounding of the
 computation, generously over-counted: the ``_*_SLACK`` constants).  When the bound cannot decide it
-(a fraction ~10^-13 of the Gaussian acceptances and ~t·2^-45 of the geometric magnitudes),
+(about one draw in 10^12 for the Gaussian acceptance, one in ~t·2^-46 for the geometric magnitude),
 the draw is finished exactly: :class:`_LazyUniform` extends V by further 64-bit words from the same
 stream and compares it with an interval ``exp_neg_bounds(r, bits)`` computed in Python integers
 (a fixed-point Taylor series with its remainder, :func:`exp_neg_bounds`) until the two separate.  So
