@@ -346,3 +346,49 @@ def test_noise_tail_bounds():
                      min_honest_load=4, frac_bits=8, width=2)
     assert noise_tail_bound(lap) == noise_tail_bound(lap, 9) == 100.0 * lap.laplace_scale == \
         LAPLACE_TAIL_SCALES * lap.laplace_scale
+
+
+@pytest.mark.parametrize("x_num, work", [(0, 80), (1, 80), (3, 100), (2**79, 80), (2**80, 80), (12345678901234567, 96)])
+def test_exp_neg_fixed_is_the_floored_taylor_sum_within_its_stated_slack(x_num, work):
+    """Second route: the same floored recurrence term_k = ⌊⌊term_{k−1}·x/2^w⌋/k⌋ in plain integers,
+    K its number of non-zero terms; the bounds are that sum ∓ (2K(K+1) + 2) (lower clipped at 0),
+    and they bracket 2^w·e^{−x/2^w} (mpmath)."""
+    mpmath.mp.prec = work + 64
+    total, term, k = 0, 1 << work, 0
+    while term:
+        total += -term if k % 2 else term
+        k += 1
+        term = (term * x_num >> work) // k
+    slack = 2 * k * (k + 1) + 2
+    lo, hi = noise._exp_neg_fixed(x_num, work)
+    assert (lo, hi) == (max(total - slack, 0), total + slack)
+    exact = mpmath.exp(-mpmath.mpf(x_num) / mpmath.mpf(2) ** work) * mpmath.mpf(2) ** work
+    assert lo <= exact <= hi
+
+
+def test_signs_draw_one_word_per_64_and_use_every_bit():
+    s = _Counting([2**64 - 1])
+    assert noise._signs(s, 64).all() and s.taken == 1
+    s = _Counting([0, 2**64 - 1])
+    bits = noise._signs(s, 65)
+    assert s.taken == 2 and not bits[:64].any() and bits[64]
+    many = noise._signs(_stream("signs"), 100_000)
+    assert many[-1000:].any() and not many[-1000:].all()  # the last bits are drawn, not padding
+
+
+def test_scale_errors_name_the_sampler():
+    with pytest.raises(ValueError, match=r"^the discrete Gaussian sigma must be in \(0, 2\^44\] grid steps, got 0\.0$"):
+        discrete_gaussian(_stream("e"), 0.0, 1)
+    with pytest.raises(ValueError, match=r"^the discrete Laplace scale must be in \(0, 2\^44\] grid steps, got -2\.0$"):
+        discrete_laplace(_stream("e"), -2.0, 1)
+
+
+def test_the_exact_path_alone_gives_the_exact_distribution(monkeypatch):
+    """Allowances so wide that nearly every decision is ambiguous: the draws come from the exact
+    path (exp_neg_bounds, _LazyUniform, the exact geometric and the exact γ) and must still fit."""
+    monkeypatch.setattr(noise, "_LOG_SLACK", 2.0**-3)
+    monkeypatch.setattr(noise, "_EXP_SLACK", 0.5)
+    g = discrete_gaussian(_stream("exact-only-g"), 5.0, 4_000)
+    assert _chi_square_p(g, _dgauss_pmf(5.0)) > ALPHA
+    lap = discrete_laplace(_stream("exact-only-l"), 2.5, 4_000)
+    assert _chi_square_p(lap, _dlap_pmf(2.5)) > ALPHA
