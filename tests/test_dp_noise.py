@@ -303,6 +303,7 @@ def test_geometric_exact_finds_the_floor_from_any_estimate(monkeypatch, t, shift
         s = _Counting(extra)
         lazy = noise._LazyUniform(s, first)
         g = noise._geometric_exact(lazy, t, Fraction(t))
+        assert lazy.bits == 64 + 64 * s.taken  # every word drawn is appended to V
         v = mpmath.mpf(lazy.v) / mpmath.mpf(2) ** lazy.bits
         top = mpmath.mpf(lazy.v + 1) / mpmath.mpf(2) ** lazy.bits
         lo_g, hi_g = mpmath.floor(-t * mpmath.log(top)), mpmath.floor(-t * mpmath.log(v))
@@ -318,7 +319,7 @@ def test_acceptance_margin_counts_the_exponent_error_and_the_absolute_floor(monk
     gamma, err = 0.5, 1e-10
     g = math.exp(-gamma)
     margin = g * (2 * err + 2.0**-46) + g * 2.0**-46 + 2.0**-60
-    for multiple, routed in ((0.6, True), (1.6, False)):
+    for multiple, routed in ((0.6, True), (1.3, False)):
         for side, accepted in ((-1, True), (1, False)):
             word = int((g + side * multiple * margin) * 2.0**64)
             calls.clear()
@@ -392,3 +393,35 @@ def test_the_exact_path_alone_gives_the_exact_distribution(monkeypatch):
     assert _chi_square_p(g, _dgauss_pmf(5.0)) > ALPHA
     lap = discrete_laplace(_stream("exact-only-l"), 2.5, 4_000)
     assert _chi_square_p(lap, _dlap_pmf(2.5)) > ALPHA
+
+
+def test_sample_noise_scalar_multiplicity_shapes_and_messages():
+    from ltm.calibration import plan_noise
+    from ltm.dp.noise import sample_noise
+
+    plan = plan_noise(mechanism="gaussian", calibration="tight", epsilon=1.0, delta=1e-6, clip_norm=1.0, s=1,
+                      min_honest_load=4, frac_bits=8, width=2)
+    assert sample_noise(_stream("sh"), plan, (3, 4)).shape == (3, 4)
+    n = 100_000
+    for m in (2, 100):
+        x = sample_noise(_stream(f"sc{m}"), plan, (n, 2), multiplicity=m)
+        assert x.dtype == np.int64 and x.shape == (n, 2)
+        assert abs(np.mean(x.astype(float) ** 2) / (m * plan.grid_sigma2) - 1) < 6 * math.sqrt(2 / n)
+    y = sample_noise(_stream("arr"), plan, (4, 3), multiplicity=np.array([[1], [2], [3], [4]]))
+    assert y.dtype == np.int64 and y.shape == (4, 3)
+    continuous = plan_noise(mechanism="gaussian", calibration="tight", epsilon=1.0, delta=1e-6, clip_norm=1.0,
+                            s=1, min_honest_load=4)
+    with pytest.raises(ValueError, match=r"^a continuous noise plan \(frac_bits = 0\) cannot be sampled: a party "
+                                         r"needs a grid plan$"):
+        sample_noise(_stream("c"), continuous, (2,))
+
+
+def test_an_acceptance_ambiguous_at_64_bits_draws_more_bits_from_the_stream():
+    mpmath.mp.prec = 300
+    r = Fraction(3, 4)
+    lo, _ = exp_neg_bounds(r, 64)
+    for ext in (0, 2**64 - 1, 0x5555555555555555):
+        s = _Counting([lo, ext, 1, 2, 3])
+        ok = noise._accept_exp_neg(s, np.array([0.75]), np.array([0.0]), lambda i: r)
+        v = mpmath.mpf(lo * 2**64 + ext) / mpmath.mpf(2) ** 128
+        assert bool(ok[0]) is bool(v < mpmath.exp(-mpmath.mpf(3) / 4)) and s.taken >= 2
