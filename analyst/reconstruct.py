@@ -10,6 +10,7 @@ import numpy as np
 from analyst.release import ReleasedSketch
 from ltm.calibration import NoisePlan, gaussian_delta
 from ltm.client_set import ClientSet
+from ltm.dp import accounting
 from ltm.jobspec import JobSpec, honest_row_loads, participant_set
 from ltm.ring import decode
 from ltm.sharing import reconstruct
@@ -47,7 +48,18 @@ def privacy_report(spec: JobSpec, plan: NoisePlan, participants: ClientSet | np.
     p = spec.privacy
     # Check, do not trust, the calibration: the weakest release entry carries the noise of
     # `honest` honest (client, piece) draws; what (ε, δ) does that buy for the stated sensitivity?
-    if plan.mechanism == "gaussian":
+    achieved_epsilon = p.epsilon
+    if plan.mechanism == "gaussian" and plan.on_grid:
+        # the distributed discrete Gaussian's zCDP over the `honest` draws (ltm.dp.accounting), by the accountant
+        if honest > 0:
+            rho = accounting.kls_rho(float(np.sqrt(plan.grid_sigma2)), honest, plan.grid_sensitivity,
+                                     plan.grid_l1_sensitivity)
+            achieved_epsilon = accounting.zcdp_epsilon(rho, p.delta)
+            achieved_delta = min(1.0, accounting.zcdp_delta(rho, p.epsilon))
+        else:
+            achieved_epsilon, achieved_delta = float("inf"), 1.0
+        verified = achieved_delta <= p.delta * (1 + 1e-9)
+    elif plan.mechanism == "gaussian":
         sigma_weakest = plan.sigma_client * float(np.sqrt(max(honest, 0)))
         achieved_delta = gaussian_delta(sigma_weakest, p.epsilon, plan.sensitivity) if honest > 0 else 1.0
         verified = achieved_delta <= p.delta * (1 + 1e-9)
@@ -94,6 +106,12 @@ def privacy_report(spec: JobSpec, plan: NoisePlan, participants: ClientSet | np.
         "servers": spec.k,
         "participants": participants.count,
         "achieved_delta": achieved_delta,
+        "achieved_epsilon": achieved_epsilon,
+        # the grid the parties rounded to and the per-client noise in grid steps (docs/architecture.md)
+        "frac_bits": plan.frac_bits,
+        "grid_step": 2.0 ** -plan.frac_bits if plan.on_grid else 0.0,
+        "noise_grid_sd": plan.grid_noise_sd if plan.on_grid else 0.0,
+        "rounding_widening": plan.rounding_widening,
         "calibration_verified": calibration_verified,
         "dp_verified": bool(verified),
         "reproduction": spec.reproduction,

@@ -29,6 +29,9 @@ import operator
 from dataclasses import asdict, dataclass
 
 from ltm.dp.sensitivity import sketch_l1, sketch_l2
+from ltm.dp import accounting
+from ltm.dp.grid import rounding_widening
+from ltm.dp.mechanisms import CALIBRATIONS, MECHANISMS, Calibration, Mechanism
 
 __all__ = [
     "CalibrationError",
@@ -44,8 +47,6 @@ __all__ = [
     "SKETCH_KINDS",
 ]
 
-MECHANISMS: tuple[str, ...] = ("gaussian", "laplace")
-CALIBRATIONS: tuple[str, ...] = ("tight", "paper", "interpolate")
 SKETCH_KINDS: tuple[str, ...] = ("sparse", "dense", "sum")
 
 _SQRT2 = math.sqrt(2.0)
@@ -326,27 +327,37 @@ def paper_dense_laplace_scale(epsilon: float, eta: float, m: int, d: int) -> flo
 class NoisePlan:
     """Everything the randomizer, the release gate and the privacy report need about the noise.
 
+    Real-valued fields are in data units; ``grid_*`` fields in grid steps 2^-f.  A plan with
+    ``frac_bits = 0`` is *continuous* (no grid): the papers' float mechanisms, for planning and the
+    seeded simulations of ``experiments/``; a party only samples from a grid plan.
+
     Attributes:
-        mechanism: ``"gaussian"`` or ``"laplace"``.
-        calibration: ``"tight"``, ``"paper"`` (not private as printed) or ``"interpolate"``.
+        mechanism: :class:`~ltm.dp.mechanisms.Mechanism` (a ``str``).
+        calibration: :class:`~ltm.dp.mechanisms.Calibration` (a ``str``).
         epsilon: the ε the release is calibrated for.
         delta: the δ (``0.0`` for Laplace, which is pure ε-DP).
-        sensitivity: Δ₂ (Gaussian) or Δ₁ (Laplace) of the unscaled release
-            ``Y = Σ_l S_l (V + G_l)`` under replace-one neighbours.
+        sensitivity: Δ₂ (Gaussian) or Δ₁ (Laplace) of the unscaled release ``Y = Σ_l S_l (V + G_l)``
+            under replace-one neighbours, *including* the rounding widening.
         min_honest_load: L, the honest (client, piece) pairs every release row must hold (the
-            gate enforces ``min_r load_r − t′ ≥ L``).  For ``paper`` Laplace the Gamma split
-            count is the paper's ``n/m − t′`` instead (see ``gamma_shape``).
-        sigma_client: Gaussian: std of each (client, piece, column) noise draw.  Laplace: std of
-            one ``Γ(k, b) − Γ(k, b)`` draw with ``k = gamma_shape``.
-        sigma_release: std of the noise in one unscaled release entry when exactly the split
-            count of honest pairs (L; ``n/m − t′`` for ``paper`` Laplace) lands in it.
-        laplace_scale: Laplace: b of the released ``Lap(b)``; Gaussian: ``0.0``.
-        gamma_shape: Laplace: the shape of each ``Γ(shape, b)``; Gaussian: ``0.0``.
+            gate enforces ``min_r load_r − t′ ≥ L``).  For continuous ``paper`` Laplace the Gamma
+            split count is the paper's ``n/m − t′`` instead (see ``gamma_shape``).
+        sigma_client: std of each (client, piece, column) noise draw (data units).
+        sigma_release: std of the noise in one unscaled release entry when exactly the split count
+            of honest pairs lands in it (L draws for Gaussian; one whole DLap for grid Laplace).
+        laplace_scale: Laplace: the scale of each draw (data units; grid: t·2^-f); Gaussian ``0.0``.
+        gamma_shape: Laplace: continuous plans split Lap(b) into Γ(shape, b) differences; grid plans
+            draw a whole DLap(t) per pair, shape ``1.0``.  Gaussian: ``0.0``.
         interpolate_p: the exponent p of ``interpolate``, else ``None``.
+        frac_bits: f of the grid (0: a continuous plan).
+        base_sensitivity: the release kind's stated Δ for unrounded vectors.
+        rounding_widening: what rounding to the grid adds to it (:func:`ltm.dp.grid.rounding_widening`).
+        grid_sigma2: Gaussian: σ_c² in grid steps² (the discrete Gaussian's parameter); else 0.
+        grid_scale: Laplace: t in grid steps (the discrete Laplace's parameter); else 0.
+        grid_l1_sensitivity: Δ₁ of the release in grid steps (Gaussian: ≤ √(2·pieces·W)·Δ₂).
     """
 
-    mechanism: str
-    calibration: str
+    mechanism: Mechanism
+    calibration: Calibration
     epsilon: float
     delta: float
     sensitivity: float
@@ -356,17 +367,57 @@ class NoisePlan:
     laplace_scale: float
     gamma_shape: float
     interpolate_p: float | None
+    frac_bits: int = 0
+    base_sensitivity: float = 0.0
+    rounding_widening: float = 0.0
+    grid_sigma2: float = 0.0
+    grid_scale: float = 0.0
+    grid_l1_sensitivity: float = 0.0
 
     def to_dict(self) -> dict:
         """JSON-friendly dict (plain str/int/float/None values)."""
-        return asdict(self)
+        out = asdict(self)
+        out["mechanism"], out["calibration"] = str(self.mechanism), str(self.calibration)
+        return out
+
+    @property
+    def on_grid(self) -> bool:
+        """Whether this plan is for the grid (integer noise), i.e. samplable by a party."""
+        return self.frac_bits > 0
+
+    @property
+    def grid_noise_sd(self) -> float:
+        """Per-client noise sd in grid steps (Gaussian ≤ σ_c; DLap(t): ≈ √2·t)."""
+        return math.ldexp(self.sigma_client, self.frac_bits)
+
+    @property
+    def grid_sensitivity(self) -> float:
+        """The release's Δ₂ (Gaussian) or Δ₁ (Laplace) in grid steps."""
+        return math.ldexp(self.sensitivity, self.frac_bits)
+
+    def zcdp_rho(self) -> float:
+        """Gaussian grid plans: ρ of the L-fold discrete Gaussian sum (:func:`ltm.dp.accounting.kls_rho`)."""
+        if self.mechanism != Mechanism.GAUSSIAN or not self.on_grid:
+            raise ValueError("zcdp_rho is defined for Gaussian grid plans only")
+        return accounting.kls_rho(math.sqrt(self.grid_sigma2), self.min_honest_load, self.grid_sensitivity,
+                                  self.grid_l1_sensitivity)
+
+    def dp_event(self):
+        """The dp-accounting ``DpEvent`` of the release under the gate's guarantee (grid plans only)."""
+        if not self.on_grid:
+            raise ValueError("a continuous noise plan (frac_bits = 0) has no discrete dp event")
+        if self.mechanism == Mechanism.GAUSSIAN:
+            return accounting.gaussian_event(math.sqrt(self.grid_sigma2), self.min_honest_load,
+                                             self.grid_sensitivity, self.grid_l1_sensitivity)
+        return accounting.laplace_event(self.grid_scale, self.grid_sensitivity)
 
 
-def _choice(name: str, value: object, valid: tuple[str, ...]) -> str:
-    if not isinstance(value, str) or value not in valid:
-        listed = ", ".join(repr(v) for v in valid)
-        raise CalibrationError(f"unknown {name} {value!r}; valid values are {listed}")
-    return value
+def _choice(name: str, value: object, enum_type: type) -> object:
+    try:
+        return enum_type(value)
+    except ValueError:
+        listed = ", ".join(repr(v.value) for v in enum_type)
+        raise CalibrationError(f"unknown {name} {value!r}; valid values are {listed}") from None
 
 
 def _require(name: str, value: object, why: str) -> object:
@@ -391,12 +442,14 @@ def plan_noise(
     t_prime: int = 0,
     sketch_kind: str = "sparse",
     sensitivity: float | None = None,
+    frac_bits: int = 0,
+    width: int | None = None,
 ) -> NoisePlan:
-    """Calibrate the per-(client, piece) noise of one release (DESIGN §4).
+    """Calibrate the per-(client, piece) noise of one release (docs/architecture.md, "The noise").
 
     Args:
         mechanism: ``"gaussian"`` ((ε, δ)-DP, rows clipped in ℓ2) or ``"laplace"`` (pure ε-DP,
-            rows clipped in ℓ1).
+            rows clipped in ℓ1); a :class:`~ltm.dp.mechanisms.Mechanism` or its value.
         calibration: ``"tight"`` (default, correct DP), ``"paper"`` (Cor 4.7 / 4.10 as printed;
             not private, reproductions only) or ``"interpolate"`` (Gaussian only, needs
             ``interpolate_p``).
@@ -414,15 +467,28 @@ def plan_noise(
         sensitivity: the release's Δ₂ (Gaussian) or Δ₁ (Laplace) when it is not the sketch's
             ``2C√s`` / ``2sC``: a lifted release kind states its own (:mod:`ltm.lifts`).  Not
             allowed with ``paper`` (the paper's formulas are for its sketches).
+        frac_bits: f of the grid the parties round to and draw integer noise on (> 0 for every
+            job a party runs); 0 gives a continuous plan (no rounding, float mechanisms).
+        width: W, the values each client uploads per piece (needed with ``frac_bits``: the
+            rounding widening is √(s·W)·2^-f in ℓ2, s·W·2^-f in ℓ1).
+
+    Tight Gaussian: σ_c from the distributed discrete Gaussian's zCDP (Kairouz, Liu & Steinke 2021)
+    and dp_accounting's conversion (:func:`ltm.dp.accounting.calibrate_discrete_gaussian`); a
+    continuous plan (the float Gaussian of the seeded simulations and the planner's estimates) uses
+    the analytic Gaussian mechanism (Balle & Wang 2018), exact for a sum of float Gaussians.  Tight Laplace on the grid: a
+    whole DLap(t) per pair with t = ⌈Δ₁⌉/ε in grid steps (:mod:`ltm.dp.accounting`).
 
     Raises:
         CalibrationError: naming the offending argument.
     """
-    mech = _choice("mechanism", mechanism, MECHANISMS)
-    calib = _choice("calibration", calibration, CALIBRATIONS)
-    kind = _choice("sketch_kind", sketch_kind, SKETCH_KINDS)
+    mech = _choice("mechanism", mechanism, Mechanism)
+    calib = _choice("calibration", calibration, Calibration)
+    if not isinstance(sketch_kind, str) or sketch_kind not in SKETCH_KINDS:
+        listed = ", ".join(repr(v) for v in SKETCH_KINDS)
+        raise CalibrationError(f"unknown sketch_kind {sketch_kind!r}; valid values are {listed}")
+    kind = sketch_kind
     eps = _positive("epsilon", epsilon)
-    if mech == "gaussian":
+    if mech == Mechanism.GAUSSIAN:
         dlt = _delta_open("delta", delta)
     else:
         dlt_in = _real("delta", delta)
@@ -439,6 +505,10 @@ def plan_noise(
     n_ = None if n is None else _integer("n", n, 1)
     m_ = None if m is None else _integer("m", m, 1)
     d_ = None if d is None else _integer("d", d, 1)
+    f_ = _integer("frac_bits", frac_bits, 0)
+    w_ = None if width is None else _integer("width", width, 1)
+    if f_ and w_ is None:
+        raise CalibrationError("a grid plan (frac_bits > 0) needs width= (values per client per piece)")
     if m_ is not None:
         if kind == "dense" and s_ != m_:
             raise CalibrationError(
@@ -452,17 +522,17 @@ def plan_noise(
             )
 
     sens_given = None if sensitivity is None else _positive("sensitivity", sensitivity)
-    if sens_given is not None and calib == "paper":
+    if sens_given is not None and calib == Calibration.PAPER:
         raise CalibrationError(
             "calibration='paper' reproduces Burkhardt et al.'s sketch formulas and takes no explicit "
             "sensitivity; use calibration='tight' for a lifted release kind"
         )
 
-    if calib == "interpolate":
-        if mech != "gaussian":
+    if calib == Calibration.INTERPOLATE:
+        if mech != Mechanism.GAUSSIAN:
             raise CalibrationError(
                 f"calibration='interpolate' is only defined for mechanism='gaussian', got "
-                f"mechanism={mech!r}; use calibration='tight' or 'paper' for laplace"
+                f"mechanism={mech.value!r}; use calibration='tight' or 'paper' for laplace"
             )
         p_raw = _require("interpolate_p", interpolate_p, "calibration='interpolate'")
         p = _real("interpolate_p", p_raw)
@@ -471,14 +541,21 @@ def plan_noise(
     elif interpolate_p is not None:
         raise CalibrationError(
             f"interpolate_p={interpolate_p!r} is only used with calibration='interpolate', "
-            f"got calibration={calib!r}; drop interpolate_p or switch calibration"
+            f"got calibration={calib.value!r}; drop interpolate_p or switch calibration"
         )
     else:
         p = None
 
-    if mech == "gaussian":
-        sens = sketch_l2(clip, s_) if sens_given is None else sens_given
-        if calib == "paper":
+    scale = math.ldexp(1.0, f_)  # grid steps per data unit (1 for a continuous plan)
+    common = dict(mechanism=mech, calibration=calib, epsilon=eps, min_honest_load=load,
+                  interpolate_p=None if p is None else float(p), frac_bits=f_)
+    if mech == Mechanism.GAUSSIAN:
+        base = sketch_l2(clip, s_) if sens_given is None else sens_given
+        widen = rounding_widening("l2", w_, s_, f_) if f_ else 0.0  # type: ignore[arg-type]
+        sens = base + widen
+        sens_g = sens * scale
+        l1_g = math.sqrt(2.0 * s_ * w_) * sens_g if f_ else 0.0  # type: ignore[operator]
+        if calib == Calibration.PAPER:
             why = "calibration='paper' (Corollary 4.7)"
             sigma_c = paper_sparse_gaussian_sigma(
                 eps,
@@ -490,34 +567,30 @@ def plan_noise(
                 _require("d", d_, why),  # type: ignore[arg-type]
                 t_,
             )
-            sigma_r = sigma_c * math.sqrt(load)
         else:
-            sigma_y = analytic_gaussian_sigma(eps, dlt, sens)
-            if calib == "tight":
-                sigma_c = sigma_y / math.sqrt(load)
-                sigma_r = sigma_y
-            else:  # interpolate
-                assert p is not None
-                sigma_c = sigma_y / math.sqrt(load) ** p
-                sigma_r = sigma_c * math.sqrt(load)
+            if f_:
+                sigma_c_tight = accounting.calibrate_discrete_gaussian(eps, dlt, sens_g, load, l1_g) / scale
+            else:  # continuous plans describe the float Gaussian, for which the analytic calibration is exact
+                sigma_c_tight = analytic_gaussian_sigma(eps, dlt, sens) / math.sqrt(load)
+            sigma_c = sigma_c_tight if calib == Calibration.TIGHT else sigma_c_tight * math.sqrt(load) ** (1 - p)
+        sigma_r = sigma_c * math.sqrt(load)
+        if not f_ and calib == Calibration.TIGHT:
+            sigma_r = analytic_gaussian_sigma(eps, dlt, sens)  # σ_Y itself, unrounded
+        sigma2_g = (sigma_c * scale) ** 2 if f_ else 0.0
+        if f_:  # the sampler's parameter is σ_c² as a float; report the σ_c it really draws with
+            sigma_c = math.sqrt(sigma2_g) / scale
+            sigma_r = sigma_c * math.sqrt(load)
         return NoisePlan(
-            mechanism=mech,
-            calibration=calib,
-            epsilon=eps,
-            delta=dlt,
-            sensitivity=sens,
-            min_honest_load=load,
-            sigma_client=float(sigma_c),
-            sigma_release=float(sigma_r),
-            laplace_scale=0.0,
-            gamma_shape=0.0,
-            interpolate_p=None if p is None else float(p),
+            **common, delta=dlt, sensitivity=float(sens), sigma_client=float(sigma_c),
+            sigma_release=float(sigma_r), laplace_scale=0.0, gamma_shape=0.0,
+            base_sensitivity=float(base), rounding_widening=float(widen), grid_sigma2=float(sigma2_g),
+            grid_l1_sensitivity=float(l1_g),
         )
 
     # laplace
-    if calib == "tight":
-        sens = sketch_l1(clip, s_) if sens_given is None else sens_given
-        b = sens / eps
+    if calib == Calibration.TIGHT:
+        base = sketch_l1(clip, s_) if sens_given is None else sens_given
+        b = base / eps
         shape = 1.0 / load
     else:  # paper, Corollary 4.10
         why = "calibration='paper' with mechanism='laplace' (Corollary 4.10)"
@@ -537,19 +610,26 @@ def plan_noise(
                 f"n={n_req}, m={m_req}, t_prime={t_} (n/m - t_prime = {split:.6g} <= 0); "
                 f"increase n or lower m / t_prime"
             )
-        sens = sketch_l1(clip, m_req)  # dense: s = m
+        base = sketch_l1(clip, m_req)  # dense: s = m
         b = paper_dense_laplace_scale(eps, clip, m_req, d_req)
         shape = 1.0 / split
+    if not f_:
+        return NoisePlan(
+            **common, delta=0.0, sensitivity=float(base), sigma_client=float(b * math.sqrt(2.0 * shape)),
+            sigma_release=float(b * math.sqrt(2.0)), laplace_scale=float(b), gamma_shape=float(shape),
+            base_sensitivity=float(base),
+        )
+    # On the grid every honest pair draws a whole DLap(t): one draw per entry is already ε-DP.
+    widen = rounding_widening("l1", w_, s_, f_)  # type: ignore[arg-type]
+    sens = base + widen
+    sens_g = sens * scale
+    if calib == Calibration.TIGHT:
+        t_grid = accounting.discrete_laplace_scale(eps, sens_g)
+    else:  # the paper's b as printed, in grid steps
+        t_grid = b * scale
+    sd = math.sqrt(2.0) * t_grid / scale
     return NoisePlan(
-        mechanism=mech,
-        calibration=calib,
-        epsilon=eps,
-        delta=0.0,
-        sensitivity=float(sens),
-        min_honest_load=load,
-        sigma_client=float(b * math.sqrt(2.0 * shape)),
-        sigma_release=float(b * math.sqrt(2.0)),
-        laplace_scale=float(b),
-        gamma_shape=float(shape),
-        interpolate_p=None,
+        **common, delta=0.0, sensitivity=float(sens), sigma_client=float(sd), sigma_release=float(sd),
+        laplace_scale=float(t_grid / scale), gamma_shape=1.0, base_sensitivity=float(base),
+        rounding_widening=float(widen), grid_scale=float(t_grid), grid_l1_sensitivity=float(sens_g),
     )

@@ -23,8 +23,10 @@ from ltm.calibration import CalibrationError, NoisePlan, plan_noise
 from ltm.client_set import ClientSet
 from ltm.dp.defaults import DEFAULT_CLIP_BOUND, DEFAULT_DELTA, DEFAULT_LOAD_FRACTION
 from ltm.identifiers import spec_id_problems
+from ltm.dp.grid import grid_step, noise_grid_problem
+from ltm.dp.mechanisms import CALIBRATIONS, MECHANISMS
 from ltm.lifts import LIFTED_KINDS, Lift, get_lift
-from ltm.noise import noise_tail_bound
+from ltm.dp.noise import noise_tail_bound
 from ltm.ring import HEADROOM_LIMIT
 from ltm.sharing import SHARE_MODES
 from ltm.sketch import CHUNK_CLIENTS, SKETCH_KINDS, Sketch
@@ -38,8 +40,6 @@ JOB_SPEC_VERSION = "ltm.job.v1"
 PARTITIONS = ("rows", "columns")
 ROLES = ("feature", "intercept", "label")
 INTERCEPT_NAME = "(intercept)"
-MECHANISMS = ("gaussian", "laplace")
-CALIBRATIONS = ("tight", "paper", "interpolate")
 MAX_FRAC_BITS = 32
 MIN_FRAC_BITS = 8
 #: Above this many (party × row) cells, the corrupt-party deduction uses the party-size bound.
@@ -264,6 +264,7 @@ class JobSpec:
             interpolate_p=p.interpolate_p, n=self.n, m=self.sketch.m, d=self.width,
             t_prime=p.t_prime, sketch_kind=self.make_sketch().kind,
             sensitivity=None if self.lift is None else self.lift.sensitivity(self),
+            frac_bits=self.frac_bits, width=self.upload_width,
         )
 
     # ---------------------------------------------------------------- serialisation
@@ -644,8 +645,16 @@ def _check_parties(spec: JobSpec) -> list[str]:
 def worst_entry_magnitude(max_row_load: float, clip_bound: float, plan: NoisePlan) -> float:
     """Largest |release entry| (before the 2^f scaling), barring a negligible-probability tail:
     every (client, piece) in the busiest row has an entry ≤ ``clip_bound`` (C, or a lifted kind's
-    entry bound, :attr:`JobSpec.entry_bound`) plus one noise draw ≤ the tail bound."""
-    return max_row_load * (clip_bound + noise_tail_bound(plan))
+    entry bound, :attr:`JobSpec.entry_bound`) plus half a grid step of rounding (grid plans) plus
+    one noise draw ≤ the tail bound (:func:`ltm.dp.noise.noise_tail_bound`: exceeded with
+    probability < e^-100 per draw).
+
+    The ring bound: the release entry is a sum in Z_2^64 whose centred lift is the true integer sum
+    as long as |sum| < 2^63; :func:`validate_job` requires this bound × 2^f ≤ 2^62, so every noisy
+    sum of every n and D the limits allow decodes exactly, with a factor-2 margin, except with
+    probability < (draws in the busiest row)·e^-100."""
+    rounding = 0.5 * grid_step(plan.frac_bits) if plan.frac_bits else 0.0
+    return max_row_load * (clip_bound + rounding + noise_tail_bound(plan))
 
 
 def validate_job(spec: JobSpec, sketch: Sketch | None = None) -> JobAnalysis:
@@ -673,6 +682,9 @@ def validate_job(spec: JobSpec, sketch: Sketch | None = None) -> JobAnalysis:
         raise JobSpecError([f"noise calibration failed: {exc}"]) from exc
     worst = worst_entry_magnitude(float(loads.max()), spec.entry_bound, plan) * 2.0**spec.frac_bits
     headroom_bits = math.log2(HEADROOM_LIMIT / worst)
+    grid = noise_grid_problem(plan.grid_noise_sd, spec.frac_bits)
+    if grid is not None:
+        raise JobSpecError([grid])
     if headroom_bits <= 0:
         need = math.floor(-headroom_bits) + 1  # the smallest reduction that leaves positive headroom
         raise JobSpecError([
@@ -712,7 +724,7 @@ def resolve_defaults(spec: JobSpec, load_fraction: float = DEFAULT_LOAD_FRACTION
     """Fill the defaults: corrupt_parties is raised to at least :func:`default_corrupt_parties`
     (except in a reproduction job, which keeps the paper's threat model as given), then the fields
     left at 0: min_honest_load L (``load_fraction`` of the feasible honest load), min_participants
-    (half the clients), and frac_bits (the largest ≤ 32 the headroom allows).
+    (half the clients), and frac_bits (the largest ≤ 32 the headroom allows, planned at that f).
 
     Every way of building a job (``sim.jobs.build_job``, job files) goes through here, so a
     deployment job gets the corruption default without asking for it."""
@@ -735,11 +747,16 @@ def resolve_defaults(spec: JobSpec, load_fraction: float = DEFAULT_LOAD_FRACTION
         p = replace(p, min_participants=max(1, math.ceil(spec.n / 2)))
     spec = replace(spec, privacy=p)
     if spec.frac_bits == 0:
+        # The largest f ≤ 32 whose worst-case entry fits the headroom.  The plan depends on f (the
+        # rounding widens the sensitivity by √(s·W)·2^-f), so each candidate f is planned anew;
+        # the largest fitting f also gives the most noise in grid steps (ltm.dp.grid's check).
         loads, _ = honest_row_loads(spec, None, sketch)
-        magnitude = worst_entry_magnitude(float(loads.max()), spec.entry_bound, spec.noise_plan())
-        largest = math.floor(math.log2(HEADROOM_LIMIT / magnitude) - 1e-9)
-        if largest < MIN_FRAC_BITS:
-            raise JobSpecError([f"ring headroom: even {MIN_FRAC_BITS} fraction bits could overflow "
-                                f"(worst-case entry {magnitude:.3g}); lower the noise or clip bound"])
-        spec = replace(spec, frac_bits=min(MAX_FRAC_BITS, largest))
+        magnitude = math.inf
+        for f in range(MAX_FRAC_BITS, MIN_FRAC_BITS - 1, -1):
+            candidate = replace(spec, frac_bits=f)
+            magnitude = worst_entry_magnitude(float(loads.max()), spec.entry_bound, candidate.noise_plan())
+            if magnitude * 2.0**f <= HEADROOM_LIMIT:
+                return candidate
+        raise JobSpecError([f"ring headroom: even {MIN_FRAC_BITS} fraction bits could overflow "
+                            f"(worst-case entry {magnitude:.3g}); lower the noise or clip bound"])
     return spec

@@ -1,4 +1,4 @@
-"""The party core: client vectors → clip → (lift) → one noisy copy per piece → fixed point → k shares.
+"""The party core: client vectors → clip → (lift) → round to the grid → one noisy copy per piece → k shares.
 
 Pure (no I/O, no network): the gRPC uploader and the in-process transport both call
 :func:`make_batches` and ship the resulting :class:`~ltm.batch.ShareBatch` objects.
@@ -16,9 +16,9 @@ from ltm.batch import ShareBatch
 from ltm.calibration import NoisePlan
 from ltm.clipping import clip_rows
 from ltm.jobspec import JobSpec, PartySpec
-from ltm.noise import sample_noise
+from ltm.dp.grid import round_to_grid
+from ltm.dp.noise import sample_noise
 from ltm.randomness import Randomness
-from ltm.ring import encode
 from ltm.sharing import share
 from ltm.transforms import FeaturePipeline
 from party.data_source import PartySource, TableSource
@@ -131,10 +131,16 @@ def client_vectors(spec: JobSpec, party: PartySpec, table: Mapping[str, np.ndarr
 
 
 def noisy_copies(vectors: np.ndarray, pieces: int, plan: NoisePlan, randomness: Randomness) -> np.ndarray:
-    """One independently noised copy per piece: float64 (pieces, rows, cols)."""
-    noise = sample_noise(randomness.stream(), plan, (pieces, *vectors.shape))
-    noise += vectors[None, :, :]
-    return noise
+    """One independently noised copy per piece, as ring elements: uint64 (pieces, rows, cols).
+
+    The clipped vectors are rounded to the grid 2^-f (``ltm.dp.grid``; the plan's sensitivity
+    includes the rounding's widening) and each copy gets its own exact integer noise in grid steps
+    (``ltm.dp.noise``), added in Z_2^64 (wrap-around uint64 arithmetic is the ring's).
+    """
+    grid = round_to_grid(vectors, plan.frac_bits).view(np.uint64)
+    noisy = sample_noise(randomness.stream(), plan, (pieces, *vectors.shape)).view(np.uint64)
+    noisy += grid[None, :, :]
+    return noisy
 
 
 def party_randomness(base: Randomness, spec: JobSpec, party_id: str) -> Randomness:
@@ -187,8 +193,8 @@ def make_batches(spec: JobSpec, party_id: str, table: Mapping[str, np.ndarray] |
     ``batch_randomness(b)`` when given: the uploader passes the randomness it journaled for the
     batch, so that a restarted party re-derives bit-identical shares (``party/journal.py``).
     Batches whose index is in ``skip`` are not produced (already acknowledged by every server).
-    ``timings``, if given, accumulates seconds spent in ``"noise"`` (clip + noisy copies) and
-    ``"sharing"`` (fixed-point encoding + secret sharing) and ``"read"`` (reading the source).
+    ``timings``, if given, accumulates seconds spent in ``"noise"`` (clip + rounding to the grid +
+    noisy copies) and ``"sharing"`` (secret sharing) and ``"read"`` (reading the source).
 
     ``table`` is the party's columns in memory (checked whole before the first batch) or a
     :class:`~party.data_source.PartySource`, read lazily one batch of rows at a time (checked chunk
@@ -225,9 +231,8 @@ def make_batches(spec: JobSpec, party_id: str, table: Mapping[str, np.ndarray] |
         vectors = clip_rows(vectors, party.clip_bound, spec.clip_norm)
         if spec.lift is not None:  # a lifted release kind uploads lift(z) of the clipped z (ltm/lifts.py)
             vectors = spec.lift.apply(spec, vectors)
-        noisy = noisy_copies(vectors, pieces, plan, rand.child("noise"))
+        ring = noisy_copies(vectors, pieces, plan, rand.child("noise"))
         t1 = time.perf_counter()
-        ring = encode(noisy, spec.frac_bits)
         shares = share(ring, spec.k, rand.child("shares"), mode=spec.share_mode, primary=(party_ordinal + batch_index) % spec.k)
         if timings is not None:
             timings["read"] = timings.get("read", 0.0) + (t0 - tr)

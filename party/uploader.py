@@ -22,6 +22,7 @@ import numpy as np
 
 from ltm.batch import CSPRNG_MODE, SEEDED_MODE, ShareBatch
 from ltm.identifiers import spec_id_problems
+from ltm.dp.grid import noise_grid_problem
 from ltm.jobspec import JobSpec, default_corrupt_parties
 from ltm.randomness import Randomness
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
@@ -78,6 +79,11 @@ class PartyPolicy:
         if p.min_participants < self.min_participants:
             problems.append(f"the job may be released over as few as {p.min_participants} participants, this "
                             f"party requires at least {self.min_participants}")
+        # Defence in depth (validate_job checks it too, but a party trusts no analyst's tooling):
+        # the per-client noise must be many grid steps wide (ltm.dp.grid).
+        grid = noise_grid_problem(spec.noise_plan().grid_noise_sd, spec.frac_bits)
+        if grid is not None:
+            problems.append(grid)
         if p.calibration == "paper" and not self.allow_reproduction_calibration:
             problems.append("calibration 'paper' is a reproduction mode; this party does not accept it")
         if seeded and not spec.reproduction:

@@ -54,6 +54,9 @@ MODULES: dict[str, list[str]] = {
     "ltm/dp/sensitivity.py": ["tests/test_dp_sensitivity.py"],
     "analyst/gram.py": ["tests/test_gram.py", "tests/test_kills_gram.py"],
     "party/ledger.py": ["tests/test_ledger.py", "tests/test_ledger_file.py"],
+    "ltm/dp/noise.py": ["tests/test_dp_noise.py", "tests/test_noise_laplace.py"],
+    "ltm/dp/grid.py": ["tests/test_dp_accounting.py", "tests/test_kills_randomizer.py"],
+    "ltm/dp/accounting.py": ["tests/test_dp_accounting.py"],
 }
 
 STATUS_KILLED = {"killed", "timeout", "segfault", "caught by type check"}

@@ -322,7 +322,7 @@ def test_plan_tight_gaussian():
     plan = plan_noise(mechanism="gaussian", calibration="tight", **BASE)
     sens = 2 * 1.5 * math.sqrt(4)
     assert plan.sensitivity == approx(sens)
-    assert plan.sigma_release == analytic_gaussian_sigma(1.0, 1e-6, sens)
+    assert plan.sigma_release == analytic_gaussian_sigma(1.0, 1e-6, sens)  # a continuous plan (no grid)
     assert plan.sigma_client * math.sqrt(25) == approx(plan.sigma_release, rel=1e-14)
     assert (plan.mechanism, plan.calibration, plan.delta) == ("gaussian", "tight", 1e-6)
     assert plan.laplace_scale == 0.0 and plan.gamma_shape == 0.0 and plan.interpolate_p is None
@@ -402,9 +402,11 @@ def test_plan_to_dict_is_json_and_round_trips():
     plan = plan_noise(mechanism="gaussian", calibration="interpolate", interpolate_p=0.25, **BASE)
     data = json.loads(json.dumps(plan.to_dict()))
     assert NoisePlan(**data) == plan
+    assert data["mechanism"] == "gaussian" and type(data["mechanism"]) is str
     assert set(data) == {
         "mechanism", "calibration", "epsilon", "delta", "sensitivity", "min_honest_load",
         "sigma_client", "sigma_release", "laplace_scale", "gamma_shape", "interpolate_p",
+        "frac_bits", "base_sensitivity", "rounding_widening", "grid_sigma2", "grid_scale", "grid_l1_sensitivity",
     }
 
 

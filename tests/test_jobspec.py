@@ -18,7 +18,7 @@ import pytest
 import ltm.jobspec as jobspec
 from ltm.jobspec import (ColumnSpec, JobSpec, JobSpecError, PartySpec, PrivacySpec, ServerSpec, SketchSpec,
                          honest_row_loads, resolve_defaults, validate_job, worst_entry_magnitude)
-from ltm.noise import GAUSSIAN_TAIL_SIGMAS
+from ltm.dp.noise import GAUSSIAN_TAIL_SIGMAS
 from ltm.ring import HEADROOM_LIMIT
 
 SEED_HEX = hashlib.sha256(b"jobspec-tests").hexdigest()
@@ -273,7 +273,8 @@ def test_other_structural_problems():
 def _worst(spec: JobSpec) -> float:
     """max_row_load · (C + 20σ_c) · 2^f, computed independently of validate_job."""
     max_load = int(spec.make_sketch().row_loads().max())
-    return max_load * (spec.clip_bound + GAUSSIAN_TAIL_SIGMAS * spec.noise_plan().sigma_client) * 2.0**spec.frac_bits
+    return max_load * (spec.clip_bound + 2.0**-(spec.frac_bits + 1)
+                       + GAUSSIAN_TAIL_SIGMAS * spec.noise_plan().sigma_client) * 2.0**spec.frac_bits
 
 
 def test_headroom_refusal_names_the_largest_workable_frac_bits():
@@ -341,7 +342,8 @@ def test_resolve_defaults_refuses_when_no_frac_bits_fits():
 
 def test_worst_entry_magnitude_formula():
     plan = make_spec().noise_plan()
-    assert worst_entry_magnitude(100.0, 2.0, plan) == 100.0 * (2.0 + GAUSSIAN_TAIL_SIGMAS * plan.sigma_client)
+    half_step = 0.5 * 2.0**-plan.frac_bits  # deterministic rounding moves an entry by ≤ half a grid step
+    assert worst_entry_magnitude(100.0, 2.0, plan) == 100.0 * (2.0 + half_step + GAUSSIAN_TAIL_SIGMAS * plan.sigma_client)
 
 
 # ------------------------------------------------------------------------------ corrupt parties

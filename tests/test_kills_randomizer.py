@@ -75,7 +75,7 @@ def test_client_vectors_apply_the_public_transform_to_the_selected_rows():
 
 
 def test_noisy_copies_add_the_plan_noise_to_each_copy():
-    from ltm.noise import sample_noise
+    from ltm.dp.noise import sample_noise
     from ltm.randomness import Randomness
     from party.randomizer import noisy_copies
 
@@ -84,7 +84,9 @@ def test_noisy_copies_add_the_plan_noise_to_each_copy():
     vectors = np.arange(12, dtype=float).reshape(3, 4)
     got = noisy_copies(vectors, 2, plan, Randomness.seeded_insecure("nc"))
     noise = sample_noise(Randomness.seeded_insecure("nc").stream(), plan, (2, 3, 4))
-    assert got.shape == (2, 3, 4) and np.allclose(got, noise + vectors[None])
+    grid = np.rint(vectors * 2.0**plan.frac_bits).astype(np.int64)  # rounded to the grid, in grid steps
+    assert got.shape == (2, 3, 4) and got.dtype == np.uint64
+    np.testing.assert_array_equal(got.view(np.int64), noise + grid[None])
 
 
 def test_batches_rotate_the_primary_share_and_honour_skip_and_timings():
@@ -118,7 +120,6 @@ def _golden_batches(spec, party_id, table, randomness, batch_clients, batch_rand
     party-relative row range), clip_rows, the lift, noisy_copies from child "noise", and
     ltm.sharing.share from child "shares" with the spec's share mode and the rotated primary."""
     from ltm.clipping import clip_rows
-    from ltm.ring import encode
     from ltm.sharing import share
     from party.randomizer import client_vectors, noisy_copies
 
@@ -134,7 +135,7 @@ def _golden_batches(spec, party_id, table, randomness, batch_clients, batch_rand
         if spec.lift is not None:
             z = spec.lift.apply(spec, z)
         noisy = noisy_copies(z, pieces, spec.noise_plan(), rand.child("noise"))
-        out.append((a, stop, share(encode(noisy, spec.frac_bits), spec.k, rand.child("shares"),
+        out.append((a, stop, share(noisy, spec.k, rand.child("shares"),
                                    mode=spec.share_mode, primary=(ordinal + b) % spec.k)))
     return out
 

@@ -31,6 +31,20 @@ def _phi_delta(sigma: float, eps: float, sens: float) -> float:
                  - math.exp(eps) * norm.cdf(-sens / (2 * sigma) - eps * sigma / sens))
 
 
+def _grid_delta(plan, honest: int, eps: float) -> float:
+    """δ at ε of the honest-fold discrete Gaussian sum, independently of ltm.dp.accounting: the
+    Kairouz–Liu–Steinke ρ in mpmath, converted by dp_accounting's module-level compute_delta."""
+    import mpmath
+    from dp_accounting.rdp.rdp_privacy_accountant import DEFAULT_RDP_ORDERS, compute_delta
+
+    sigma = mpmath.sqrt(mpmath.mpf(plan.grid_sigma2))
+    tau = 10 * mpmath.fsum(mpmath.exp(-2 * mpmath.pi**2 * sigma**2 * k / (k + 1)) for k in range(1, honest))
+    eps_c = mpmath.mpf(plan.sensitivity) * 2**plan.frac_bits / (mpmath.sqrt(honest) * sigma) \
+        + tau * plan.grid_l1_sensitivity
+    rho = float(eps_c**2 / 2)
+    return compute_delta(DEFAULT_RDP_ORDERS, [a * rho for a in DEFAULT_RDP_ORDERS], eps)[0]
+
+
 def test_privacy_report_recomputes_the_achieved_delta_from_the_weakest_row():
     spec = _gate_spec(min_participants=1)
     plan = spec.noise_plan()
@@ -38,8 +52,10 @@ def test_privacy_report_recomputes_the_achieved_delta_from_the_weakest_row():
     loads, deduction = honest_row_loads(spec, mask)
     honest = int((loads - deduction).min())
     report = privacy_report(spec, plan, mask, randomness="csprng")
-    expected = _phi_delta(plan.sigma_client * math.sqrt(honest), spec.privacy.epsilon, plan.sensitivity)
+    expected = _grid_delta(plan, honest, spec.privacy.epsilon)
     assert report["achieved_delta"] == pytest.approx(expected, rel=1e-6)
+    assert (report["frac_bits"], report["grid_step"]) == (spec.frac_bits, 2.0**-spec.frac_bits)
+    assert report["noise_grid_sd"] == pytest.approx(plan.sigma_client * 2.0**spec.frac_bits, rel=1e-15)
     assert report["min_honest_load"] == honest and report["min_row_load"] == int(loads.min())
     assert report["participants"] == spec.n and report["servers"] == spec.k
     assert report["dp_verified"] is True
@@ -65,7 +81,7 @@ def test_privacy_report_flags_a_set_that_buys_too_little_noise():
     honest = int((loads - deduction).min())
     assert 0 < honest < spec.privacy.min_honest_load
     report = privacy_report(spec, plan, mask, randomness="seeded (NOT private)")
-    achieved = _phi_delta(plan.sigma_client * math.sqrt(honest), spec.privacy.epsilon, plan.sensitivity)
+    achieved = _grid_delta(plan, honest, spec.privacy.epsilon)
     assert achieved > spec.privacy.delta and report["dp_verified"] is False
     assert report["guarantee"] == (f"NOT ({spec.privacy.epsilon:g}, {spec.privacy.delta:g})-DP: the weakest release "
                                    f"entry's honest noise only gives δ = {achieved:.3g} at ε = "
@@ -81,7 +97,7 @@ def test_privacy_report_verifies_up_to_a_relative_tolerance_only():
     mask = np.ones(spec.n, bool)
     loads, deduction = honest_row_loads(spec, mask)
     honest = int((loads - deduction).min())
-    achieved = gaussian_delta(plan.sigma_client * math.sqrt(honest), spec.privacy.epsilon, plan.sensitivity)
+    achieved = _grid_delta(plan, honest, spec.privacy.epsilon)
     just_below = _replace(spec, privacy=_replace(spec.privacy, delta=achieved / (1 + 2e-9)))
     within = _replace(spec, privacy=_replace(spec.privacy, delta=achieved / (1 + 0.5e-9)))
     assert privacy_report(just_below, plan, mask, randomness="x")["dp_verified"] is False
@@ -131,10 +147,13 @@ def test_privacy_report_laplace_and_other_labels():
     report = privacy_report(spec, plan, mask, randomness="csprng")
     assert report["achieved_delta"] == 0.0 and report["sensitivity_l1"] == plan.sensitivity
     assert report["dp_verified"] is True and report["guarantee"].startswith(f"({spec.privacy.epsilon:g}, 0)-DP")
-    # too few honest clients for the Gamma split: not verified
+    # each honest pair draws a whole DLap(t): one honest pair per row suffices, none does not
+    loads, deduction = honest_row_loads(spec, mask)
     few = np.zeros(spec.n, bool)
     few[:20] = True
-    assert privacy_report(spec, plan, few, randomness="csprng")["dp_verified"] is False
+    honest_few = int((np.subtract(*honest_row_loads(spec, few))).min())
+    assert privacy_report(spec, plan, few, randomness="csprng")["dp_verified"] is (honest_few >= 1)
+    assert privacy_report(spec, plan, np.zeros(spec.n, bool), randomness="csprng")["dp_verified"] is False
     cols = _job(partition="columns", s=2)
     text = privacy_report(cols, cols.noise_plan(), mask, randomness="csprng")["guarantee"]
     assert cols.privacy.corrupt_parties == 0 and text.endswith("against any 1 of 2 servers")
@@ -172,8 +191,7 @@ def test_privacy_report_deducts_corruption_and_handles_a_load_of_one():
     one[int(np.argmax(in_row0))] = True
     report = privacy_report(spec0, plan0, one, randomness="x")
     assert report["min_honest_load"] == 1
-    assert report["achieved_delta"] == pytest.approx(_phi_delta(plan0.sigma_client, spec0.privacy.epsilon,
-                                                                plan0.sensitivity), rel=1e-6)
+    assert report["achieved_delta"] == pytest.approx(_grid_delta(plan0, 1, spec0.privacy.epsilon), rel=1e-6)
 
 
 def test_privacy_report_boundaries_are_inclusive():
@@ -185,12 +203,12 @@ def test_privacy_report_boundaries_are_inclusive():
     assert delta is not None
     at = _replace(spec, privacy=_replace(spec.privacy, delta=delta))
     assert privacy_report(at, plan, mask, randomness="x")["dp_verified"] is True
-    # Laplace: exactly L honest pairs verify; a scale below Δ₁/ε does not, even by a factor 1.5
+    # Laplace: a whole DLap per honest pair (one pair verifies); a scale below Δ₁/ε does not, even by 1.5
     lap = _job(mechanism="laplace", delta=0.0, s=2)
     feasible = int(lap.make_sketch().row_loads().min())
     lap = _job(mechanism="laplace", delta=0.0, s=2, min_honest_load=feasible)
     lplan = lap.noise_plan()
-    assert round(1 / lplan.gamma_shape) == feasible
+    assert lplan.gamma_shape == 1.0
     assert privacy_report(lap, lplan, mask, randomness="x")["dp_verified"] is True
     weak = _replace(lplan, laplace_scale=lplan.laplace_scale / 1.5)
     assert privacy_report(lap, weak, mask, randomness="x")["dp_verified"] is False

@@ -1,7 +1,8 @@
-"""The privacy arithmetic of LTM in one place (issue #20, item 5).
+"""The privacy arithmetic of LTM in one place (issue #20): mechanisms and calibrations (enums), every
+sensitivity and privacy default, the grid and its rounding, the exact integer noise samplers and the
+accounting of a job's release.
 
-Every sensitivity, the privacy defaults, and the noise rules live in the modules of this package;
-nothing outside it computes a sensitivity (``tests/test_dp_sensitivity.py`` greps the source tree
-for one).  Import from the modules themselves (``ltm.dp.sensitivity``, ``ltm.dp.defaults``, …):
-this package re-exports nothing.
+Nothing outside this package computes a sensitivity (``tests/test_dp_sensitivity.py`` greps the
+source tree for one).  Import from the modules themselves (``ltm.dp.sensitivity``,
+``ltm.dp.defaults``, ``ltm.dp.noise``, …): this package re-exports nothing.
 """

@@ -1,0 +1,157 @@
+"""The privacy of one release in grid units, and its dp-accounting event (docs/architecture.md, "Accounting").
+
+**Gaussian (distributed discrete Gaussian).**  Every release entry holds the sum of at least L
+honest per-client draws N_Z(0, σ_c²) (σ_c in grid steps; more honest draws are post-processing).
+Kairouz, Liu & Steinke 2021 (*The Distributed Discrete Gaussian Mechanism for Federated Learning
+with Secure Aggregation*, Theorem 1 via their Proposition 14) bound such a sum, for an integer
+input shift of ℓ2 norm ≤ Δ₂ and ℓ1 norm ≤ Δ₁ (grid steps), as ½ε_c²-concentrated DP with
+
+    ε_c = Δ₂/(√L·σ_c) + τ·Δ₁,    τ = 10·Σ_{k=1}^{L−1} exp(−2π²σ_c²·k/(k+1)),
+
+i.e. ρ-zCDP with ρ = ε_c²/2 (Bun & Steinke 2016).  ``dp_accounting``'s RDP accountant turns ρ into
+(ε, δ) (:class:`dp_accounting.ZCDpEvent`, Canonne, Kamath & Steinke 2020's conversion), and the
+job's event *is* that ``ZCDpEvent`` (:func:`job_event`).  Calibration (``tight``) inverts it: the
+largest ρ* whose ε at δ is the job's ε (a bisection on the accountant's own answer), then the
+smallest σ_c with ε_c ≤ √(2ρ*).  For σ_c of a few grid steps τ is below 1e-30 and ε_c is the
+continuous Gaussian's Δ₂/(√L·σ_c); below ~1.5 steps τ dominates and forces σ_c up.
+
+**Laplace (discrete Laplace).**  Every draw is a whole DLap(t), P(y) ∝ exp(−|y|/t): one honest draw
+in an entry already makes it (Δ₁/t)-DP for an integer shift of ℓ1 norm ≤ Δ₁ (|y| − |y − μ| ≤ |μ|),
+and adding further independent draws is post-processing.  t = ⌈Δ₁⌉/ε; the event is
+``DiscreteLaplaceDpEvent(1/t, ⌈Δ₁⌉)``.
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+from dp_accounting import dp_event
+from dp_accounting.rdp.rdp_privacy_accountant import RdpAccountant
+
+__all__ = [
+    "zcdp_epsilon",
+    "zcdp_delta",
+    "rho_for",
+    "kls_tau",
+    "kls_rho",
+    "calibrate_discrete_gaussian",
+    "discrete_laplace_scale",
+    "gaussian_event",
+    "laplace_event",
+    "job_event",
+]
+
+#: Terms of τ's sum evaluated one by one; the rest are bounded by the largest remaining term.
+_TAU_EXACT_TERMS = 64
+#: exp(−700) ≈ 1e-304 stands in for any smaller τ (an upper bound, so no underflow to 0 rounds down).
+_LOG_TAU_FLOOR = -700.0
+_RHO_REL_TOL = 1e-13
+#: Relative bump of the calibrated σ_c before its final verification (float rounding of the solve).
+_SIGMA_BUMP = 1e-12
+
+
+def zcdp_epsilon(rho: float, delta: float) -> float:
+    """ε at δ of a ρ-zCDP mechanism, by dp_accounting's RDP accountant."""
+    return RdpAccountant().compose(dp_event.ZCDpEvent(rho)).get_epsilon(delta)
+
+
+def zcdp_delta(rho: float, epsilon: float) -> float:
+    """δ at ε of a ρ-zCDP mechanism, by dp_accounting's RDP accountant."""
+    return RdpAccountant().compose(dp_event.ZCDpEvent(rho)).get_delta(epsilon)
+
+
+@functools.lru_cache(maxsize=256)
+def rho_for(epsilon: float, delta: float) -> float:
+    """The largest ρ (to a relative 1e-13) whose :func:`zcdp_epsilon` at ``delta`` is ≤ ``epsilon``.
+
+    ε(ρ) is increasing in ρ; the bisection keeps ``lo`` feasible, so the returned ρ is feasible
+    by the accountant's own evaluation.
+    """
+    if not (epsilon > 0 and math.isfinite(epsilon)) or not 0 < delta < 1:
+        raise ValueError(f"rho_for needs epsilon > 0 and 0 < delta < 1, got {epsilon!r}, {delta!r}")
+    lo, hi = 0.0, 1.0
+    while zcdp_epsilon(hi, delta) <= epsilon:
+        lo, hi = hi, 2.0 * hi
+    while hi - lo > _RHO_REL_TOL * hi:
+        mid = 0.5 * (lo + hi)
+        if zcdp_epsilon(mid, delta) <= epsilon:
+            lo = mid
+        else:
+            hi = mid
+    if lo <= 0.0:
+        raise ValueError(f"no positive rho reaches epsilon={epsilon!r} at delta={delta!r}")
+    return lo
+
+
+def kls_tau(sigma: float, load: int) -> float:
+    """An upper bound on τ = 10·Σ_{k=1}^{L−1} exp(−2π²σ²·k/(k+1)) (0 for L = 1).
+
+    The first 64 terms are summed one by one; each of the remaining L − 65 is at most the 64th's
+    successor exp(−2π²σ²·64/65).  A result below exp(−700) is reported as exp(−700).
+    """
+    if load <= 1:
+        return 0.0
+    a = 2.0 * math.pi**2 * sigma * sigma
+    logs = [-a * k / (k + 1) for k in range(1, min(load, _TAU_EXACT_TERMS + 1))]
+    rest = load - 1 - len(logs)
+    if rest > 0:
+        logs.append(math.log(rest) - a * (_TAU_EXACT_TERMS + 1) / (_TAU_EXACT_TERMS + 2))
+    top = max(logs)
+    log_tau = math.log(10.0) + top + math.log(sum(math.exp(x - top) for x in logs))
+    return math.exp(max(log_tau, _LOG_TAU_FLOOR))
+
+
+def kls_rho(sigma: float, load: int, l2_sensitivity: float, l1_sensitivity: float) -> float:
+    """ρ of the sum of ``load`` i.i.d. N_Z(0, σ²) (σ in grid steps) for shifts bounded by the given
+    sensitivities (grid steps): ½(Δ₂/(√L·σ) + τ·Δ₁)²."""
+    eps_c = l2_sensitivity / (math.sqrt(load) * sigma) + kls_tau(sigma, load) * l1_sensitivity
+    return 0.5 * eps_c * eps_c
+
+
+def calibrate_discrete_gaussian(epsilon: float, delta: float, l2_sensitivity: float, load: int,
+                                l1_sensitivity: float) -> float:
+    """The smallest σ_c (grid steps, to a relative ~1e-12, rounded up) whose L-fold sum is
+    (ε, δ)-DP by :func:`kls_rho` and the accountant: ``kls_rho(σ_c, …) ≤ rho_for(ε, δ)``."""
+    target = math.sqrt(2.0 * rho_for(epsilon, delta))
+
+    def eps_c(sigma: float) -> float:
+        return l2_sensitivity / (math.sqrt(load) * sigma) + kls_tau(sigma, load) * l1_sensitivity
+
+    lo = l2_sensitivity / (math.sqrt(load) * target)  # τ ≥ 0: no smaller σ can do
+    hi = lo
+    while eps_c(hi) > target:
+        hi *= 2.0
+    while hi - lo > 1e-14 * hi:
+        mid = 0.5 * (lo + hi)
+        if eps_c(mid) <= target:
+            hi = mid
+        else:
+            lo = mid
+    sigma = hi * (1.0 + _SIGMA_BUMP)
+    if kls_rho(sigma, load, l2_sensitivity, l1_sensitivity) > 0.5 * target * target:  # pragma: no cover
+        raise ValueError(f"could not verify the discrete Gaussian sigma for epsilon={epsilon!r}, delta={delta!r}")
+    return sigma
+
+
+def discrete_laplace_scale(epsilon: float, l1_sensitivity: float) -> float:
+    """t = ⌈Δ₁⌉/ε (grid steps): DLap(t) is exactly ε-DP for integer shifts of ℓ1 norm ≤ Δ₁."""
+    return math.ceil(l1_sensitivity) / epsilon
+
+
+def gaussian_event(sigma: float, load: int, l2_sensitivity: float, l1_sensitivity: float) -> dp_event.DpEvent:
+    """The release's ``ZCDpEvent``: the L-fold discrete Gaussian sum at σ (grid steps)."""
+    return dp_event.ZCDpEvent(kls_rho(sigma, load, l2_sensitivity, l1_sensitivity))
+
+
+def laplace_event(scale: float, l1_sensitivity: float) -> dp_event.DpEvent:
+    """The release's ``DiscreteLaplaceDpEvent``: one DLap(t) per entry, integer sensitivity ⌈Δ₁⌉."""
+    return dp_event.DiscreteLaplaceDpEvent(1.0 / scale, math.ceil(l1_sensitivity))
+
+
+def job_event(spec) -> dp_event.DpEvent:  # spec: ltm.jobspec.JobSpec (imported lazily: no cycle)
+    """The dp-accounting event of a job's release, from its noise plan (what the ledger charges).
+
+    The true loss of the noise the parties add under the servers' gate (honest load ≥ L), whatever
+    the calibration claimed: ``paper`` and ``interpolate`` jobs get the event of the σ they use.
+    """
+    return spec.noise_plan().dp_event()

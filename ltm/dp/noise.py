@@ -1,0 +1,351 @@
+"""Exact integer noise in grid units, drawn from the CSPRNG (docs/architecture.md, "The noise").
+
+Every noise value a party adds is an integer number of grid steps 2^-f:
+
+* **discrete Gaussian** N_Z(0, σ²) (P(y) ∝ exp(−y²/(2σ²)), y ∈ Z) for the (ε, δ) mechanism, and
+* **discrete Laplace** DLap(t) (P(y) ∝ exp(−|y|/t)) for the pure-ε mechanism,
+
+both sampled *exactly*: the output distribution is the stated one, with no floating-point tail or
+rounding, given uniform bits from :class:`ltm.randomness.RandomStream` (AES-256-CTR).
+
+**The algorithms.**  Canonne, Kamath & Steinke 2020 (*The Discrete Gaussian for Differential
+Privacy*, Algorithm 3): draw Y ~ DLap(t) and accept it with probability exp(−(|Y| − σ²/t)²/(2σ²));
+the accepted Y is N_Z(0, σ²) for every t > 0 (the product of the two weights is
+exp(−y²/(2σ²) − σ²/(2t²))); t = ⌊σ⌋ + 1 makes the acceptance ≈ 0.76.  DLap(t) is a sign and a
+magnitude G with P(G ≥ k) = exp(−k/t), i.e. G = ⌊−t·ln V⌋ for V uniform on (0, 1], the pair
+(negative sign, G = 0) rejected.
+
+**Lazy exactness.**  Both steps compare a uniform V with exp(−r) for a rational r.  V is an
+infinite binary fraction of which a 64-bit word U gives the first 64 bits (V ∈ [U, U+1)·2^-64).
+The comparison is first decided in float64 with a *certified* error bound (every rounding of the
+computation, generously over-counted: the ``_*_SLACK`` constants).  When the bound cannot decide it
+(about one draw in 10^12 for the Gaussian acceptance, one in ~t·2^-46 for the geometric magnitude),
+the draw is finished exactly: :class:`_LazyUniform` extends V by further 64-bit words from the same
+stream and compares it with an interval ``exp_neg_bounds(r, bits)`` computed in Python integers
+(a fixed-point Taylor series with its remainder, :func:`exp_neg_bounds`) until the two separate.  So
+every decision is the exact one; floats only make the common case fast.
+
+**Vectorised.**  Candidates are drawn in numpy rounds over all pending outputs (≈ 1.3 candidates
+per discrete Gaussian); the exact fallback is a Python loop over the rare ambiguous elements only.
+"""
+from __future__ import annotations
+
+import functools
+import math
+from fractions import Fraction
+
+import numpy as np
+
+from ltm.randomness import RandomStream
+
+__all__ = [
+    "exp_neg_bounds",
+    "discrete_gaussian",
+    "discrete_laplace",
+    "MAX_GRID_SCALE",
+    "sample_noise",
+    "noise_tail_bound",
+]
+
+#: Largest σ or t (grid units) the samplers take: keeps every candidate magnitude, σ²/t and t in
+#: the range where int64 and float64 hold integers exactly (|Y| < 2^53 barring a 2^-40 tail).
+MAX_GRID_SCALE = 2.0**44
+_TWO_M64 = 2.0**-64
+#: Certified relative error allowances of the float decisions: each is ≥ 4× the worst case of the
+#: roundings it covers even if numpy's log/exp were off by 4 ulps (they are within 1–2), plus the
+#: int→float conversion of U and a handful of products.
+_LOG_SLACK = 2.0**-48
+_EXP_SLACK = 2.0**-46
+#: The float error bound of the Gaussian acceptance's exponent is only used while it is small
+#: (then e^E − 1 ≤ 2E); larger bounds go to the exact path.
+_MAX_EXPONENT_ERR = 1e-3
+#: Oversampling of one vectorised round (the discrete Gaussian accepts ≈ 0.76 of its candidates).
+_ROUND_FACTOR = 1.4
+
+
+# -------------------------------------------------------------------------------------------------
+# exact exp(−r) bounds in integers
+# -------------------------------------------------------------------------------------------------
+
+
+def _exp_neg_fixed(x: int, work: int) -> tuple[int, int]:
+    """Integers lo ≤ 2^work·e^{−x/2^work} ≤ hi for an integer 0 ≤ x ≤ 2^work (so x/2^work ≤ 1).
+
+    Taylor series in fixed point: the terms x^k/k! alternate in sign and decrease, so stopping
+    when a term vanishes leaves an error below that term; each term is floored (≤ 2 units lost
+    per step, ≤ 2k after k steps), so the sum is within 2K(K + 1) + 2 units of the value.
+    """
+    total = 0
+    term = 1 << work
+    k = 0
+    while term:
+        total += -term if k & 1 else term
+        k += 1
+        term = ((term * x) >> work) // k
+    slack = 2 * k * (k + 1) + 2
+    return max(total - slack, 0), total + slack
+
+
+@functools.lru_cache(maxsize=64)
+def _exp_neg_one(work: int) -> tuple[int, int]:
+    return _exp_neg_fixed(1 << work, work)
+
+
+def exp_neg_bounds(r: Fraction | int, bits: int) -> tuple[int, int]:
+    """Integers ``lo ≤ 2^bits · exp(−r) ≤ hi`` for a rational ``r ≥ 0``, with ``hi − lo`` a few units.
+
+    Exact integer arithmetic: r = n + x with n = ⌊r⌋, x ∈ [0, 1); e^{−r} = (e^{−1})^n · e^{−x}, each
+    factor bracketed in fixed point (:func:`_exp_neg_fixed`) at a working precision with 32 guard
+    bits plus what the n-fold power needs; x is bracketed by ⌊x·2^work⌋ and that plus one
+    (e^{−x} decreases in x).
+    """
+    r = Fraction(r)
+    if r < 0:
+        raise ValueError(f"exp_neg_bounds needs r >= 0, got {r}")
+    n = r.numerator // r.denominator
+    if n > 2 * bits + 2:  # e^{−n} < 2^{−bits−2}: the value is below one unit
+        return 0, 1
+    work = bits + 32 + 2 * max(n, 1).bit_length()
+    x_floor = ((r.numerator - n * r.denominator) << work) // r.denominator
+    x_lo = _exp_neg_fixed(x_floor + 1, work)[0]
+    x_hi = _exp_neg_fixed(x_floor, work)[1]
+    e_lo, e_hi = _exp_neg_one(work)
+    shift = work * (n + 1) - bits
+    lo = (e_lo**n * x_lo) >> shift
+    hi = -((-(e_hi**n * x_hi)) >> shift)  # ceiling division by 2^shift
+    return lo, hi
+
+
+class _LazyUniform:
+    """A uniform V on (0, 1) of which only the first ``bits`` bits (the integer ``v``) are drawn so far."""
+
+    def __init__(self, stream: RandomStream, first_word: int) -> None:
+        self._stream = stream
+        self.v = int(first_word)
+        self.bits = 64
+
+    def below_exp_neg(self, r: Fraction) -> bool:
+        """Whether V < exp(−r), decided exactly (drawing more bits of V while it is ambiguous)."""
+        while True:
+            lo, hi = exp_neg_bounds(r, self.bits)
+            if self.v + 1 <= lo:  # V < (v + 1)/2^bits ≤ e^{−r}
+                return True
+            if self.v >= hi:  # V ≥ v/2^bits ≥ e^{−r}  (V = e^{−r} has probability 0)
+                return False
+            self.v = (self.v << 64) | int(self._stream.uint64(1)[0])
+            self.bits += 64
+
+
+# -------------------------------------------------------------------------------------------------
+# the vectorised samplers
+# -------------------------------------------------------------------------------------------------
+
+
+def _check_scale(name: str, value: float) -> float:
+    x = float(value)
+    if not (math.isfinite(x) and 0.0 < x <= MAX_GRID_SCALE):
+        raise ValueError(f"{name} must be in (0, 2^44] grid steps, got {value!r}")
+    return x
+
+
+def _geometric_float(stream: RandomStream, t: float, count: int) -> np.ndarray:
+    """``count`` i.i.d. G ≥ 0 with P(G ≥ k) = exp(−k/t), exactly: G = ⌊−t·ln V⌋, as float64 (exact
+    integers < 2^53)."""
+    words = stream.uint64(count)
+    x = words.astype(np.float64)
+    x *= _TWO_M64
+    with np.errstate(divide="ignore"):
+        np.log(x, out=x)
+    x *= -t
+    # V ∈ [U, U+1)·2^-64 lies within a relative 2^-51 of a = float(U)·2^-64 when U ≥ 2^12, so
+    # ln V is within 2^-50 of ln a, a 4-ulp log adds |ln a|·2^-50, the product |x̂|·2^-53: −t·ln V
+    # is within (t·(|ln a| + 1) + x̂)·2^-50 = (2x̂ + t)·2^-50 of x̂ (x̂ = t·|ln a|), and _LOG_SLACK
+    # counts 4× that.  Smaller U (probability 2^-52) and the draws within that error of an integer
+    # boundary go to the exact path.
+    g = np.floor(x)
+    err = x * (2.0 * _LOG_SLACK)
+    err += t * _LOG_SLACK
+    frac = x - g
+    unsure = (frac < err) | (frac + err >= 1.0) | (words < np.uint64(1 << 12))
+    if unsure.any():
+        tf = Fraction(t)
+        for i in np.flatnonzero(unsure):
+            g[i] = _geometric_exact(_LazyUniform(stream, int(words[i])), t, tf)
+    return g
+
+
+def _geometric(stream: RandomStream, t: float, count: int) -> np.ndarray:
+    """:func:`_geometric_float` as int64."""
+    return _geometric_float(stream, t, count).astype(np.int64)
+
+
+def _geometric_exact(lazy: _LazyUniform, t: float, tf: Fraction) -> int:
+    """The G = max{k : V < e^{−k/t}} of one lazily drawn V, decided exactly.
+
+    Starts from a float estimate (V widened to at least 128 bits so a tiny V still has a
+    logarithm) and steps to the exact answer; the estimate is off by a few units at most.
+    """
+    while lazy.v.bit_length() < 64 and lazy.bits < 1024:
+        lazy.v = (lazy.v << 64) | int(lazy._stream.uint64(1)[0])
+        lazy.bits += 64
+    k = max(0, math.floor(-t * (math.log(lazy.v + 0.5) - lazy.bits * math.log(2.0))))
+    if k >= 1 << 52:  # V < e^{-2^52/t} ≤ e^{-256}: not representable; probability < 2^-369
+        raise OverflowError("a discrete noise draw exceeded 2^52 grid steps")
+    while k > 0 and not lazy.below_exp_neg(k / tf):  # G ≥ k ⇔ V < e^{−k/t}
+        k -= 1
+    while lazy.below_exp_neg((k + 1) / tf):
+        k += 1
+    return k
+
+
+def _signs(stream: RandomStream, count: int) -> np.ndarray:
+    """``count`` independent fair bits (bool)."""
+    return np.unpackbits(stream.uint64((count + 63) // 64).view(np.uint8), count=count).astype(bool)
+
+
+def _accept_exp_neg(stream: RandomStream, gamma: np.ndarray, gamma_err: np.ndarray,
+                    exact_gamma) -> np.ndarray:
+    """Bernoulli(exp(−γ)) per element, exactly; ``gamma``: float64 values within ``gamma_err`` of
+    the exact rationals ``exact_gamma(i)`` (used only on the ambiguous elements)."""
+    words = stream.uint64(gamma.size)
+    a = words.astype(np.float64)
+    a *= _TWO_M64
+    g = np.exp(-gamma)
+    # |g − e^{−γ}| ≤ g·(2·gamma_err + ulps) while gamma_err ≤ 1e-3; the cell of V is within
+    # a·2^-52 + 2^-64 of a.  The margin over-counts both.
+    margin = gamma_err * 2.0
+    margin += _EXP_SLACK
+    margin *= g
+    margin += a * _EXP_SLACK
+    margin += 2.0**-60
+    accept = a + margin < g
+    unsure = (~accept & (a - margin < g)) | (gamma_err > _MAX_EXPONENT_ERR)
+    if unsure.any():
+        for i in np.flatnonzero(unsure):
+            accept[i] = _LazyUniform(stream, int(words[i])).below_exp_neg(exact_gamma(int(i)))
+    return accept
+
+
+def discrete_laplace(stream: RandomStream, scale: float, count: int) -> np.ndarray:
+    """``count`` i.i.d. draws of the discrete Laplace DLap(t): P(y) ∝ exp(−|y|/t), y ∈ Z (int64).
+
+    ``scale`` t (grid steps, a float taken as the exact dyadic rational it is) must be in (0, 2^44].
+    """
+    t = _check_scale("the discrete Laplace scale", scale)
+    out = np.empty(count, dtype=np.int64)
+    filled = 0
+    while filled < count:
+        want = count - filled
+        draws = max(8, want + want // 4)
+        g = _geometric(stream, t, draws)
+        negative = _signs(stream, draws)
+        keep = ~(negative & (g == 0))  # (−, 0) is rejected so that 0 is not counted twice
+        np.negative(g, out=g, where=negative)
+        y = g[keep][:want]
+        out[filled:filled + y.size] = y
+        filled += y.size
+    return out
+
+
+def discrete_gaussian(stream: RandomStream, sigma2: float, count: int) -> np.ndarray:
+    """``count`` i.i.d. draws of the discrete Gaussian N_Z(0, σ²): P(y) ∝ exp(−y²/(2σ²)) (int64).
+
+    ``sigma2`` σ² (grid steps², the exact dyadic rational of the float) with σ in (0, 2^44].
+    Canonne, Kamath & Steinke 2020, Algorithm 3, vectorised with lazy exact decisions (module doc).
+    """
+    s2 = float(sigma2)
+    sigma = _check_scale("the discrete Gaussian sigma", math.sqrt(s2) if s2 > 0 else 0.0)
+    t = float(math.floor(sigma) + 1)
+    c = s2 / t  # σ²/t, rounded once: relative error ≤ 2^-53
+    s2_exact, t_exact = Fraction(s2), Fraction(t)
+    inv_2s2 = 0.5 / s2
+    out = np.empty(count, dtype=np.int64)
+    filled = 0
+    while filled < count:
+        want = count - filled
+        draws = max(8, int(want * _ROUND_FACTOR))
+        mag = _geometric_float(stream, t, draws)
+        negative = _signs(stream, draws)
+        keep = ~(negative & (mag == 0.0))  # (−, 0) is rejected so that 0 is not counted twice
+        mag, negative = mag[keep], negative[keep]
+        # γ = (|y| − σ²/t)²/(2σ²).  c = σ²/t is rounded once and diff = |y| − c once, so
+        # |diff − (|y| − σ²/t)| ≤ e = (c + |diff|)·2^-52 (|y| < 2^53 is exact); then
+        # |γ̂ − γ| ≤ (2|diff|·e + e²)/(2σ²) + 3 ulps of γ̂ ≤ (c + |diff|)²/(2σ²)·2^-49.
+        diff = mag - c
+        gamma = diff * diff
+        gamma *= inv_2s2
+        gamma_err = np.abs(diff)
+        gamma_err += c
+        gamma_err *= gamma_err
+        gamma_err *= inv_2s2 * 2.0**-49
+
+        def exact_gamma(i: int, _mag=mag) -> Fraction:
+            d = int(_mag[i]) - s2_exact / t_exact
+            return d * d / (2 * s2_exact)
+
+        ok = _accept_exp_neg(stream, gamma, gamma_err, exact_gamma)
+        y = mag[ok].astype(np.int64)
+        np.negative(y, out=y, where=negative[ok])
+        y = y[:want]
+        out[filled:filled + y.size] = y
+        filled += y.size
+    return out
+
+
+# -------------------------------------------------------------------------------------------------
+# the party's noise for a plan
+# -------------------------------------------------------------------------------------------------
+
+#: Per-draw magnitude bounds of the ring headroom check.  The discrete Gaussian N_Z(0, σ²) is
+#: σ-subgaussian (Canonne, Kamath & Steinke 2020, Corollary 9): P(|X| ≥ 20σ) ≤ 2e^-200.  DLap(t):
+#: P(|Y| ≥ 100t) ≤ e^-100.
+GAUSSIAN_TAIL_SIGMAS = 20.0
+LAPLACE_TAIL_SCALES = 100.0
+
+
+def _multiplicities(multiplicity, shape: tuple[int, ...]) -> np.ndarray | None:
+    """None when every multiplicity is 1, else an int64 array of ``shape`` (all ≥ 1)."""
+    if isinstance(multiplicity, (int, np.integer)) and not isinstance(multiplicity, bool):
+        if multiplicity < 1:
+            raise ValueError(f"multiplicity must be >= 1, got {multiplicity}")
+        return None if multiplicity == 1 else np.full(shape, int(multiplicity), dtype=np.int64)
+    arr = np.asarray(multiplicity)
+    if arr.dtype.kind not in "iu":
+        raise ValueError(f"multiplicity must be an integer or an integer array, got dtype {arr.dtype}")
+    if arr.size and int(arr.min()) < 1:
+        raise ValueError(f"multiplicity must be >= 1, got a minimum of {int(arr.min())}")
+    return np.broadcast_to(arr, shape).astype(np.int64)
+
+
+def sample_noise(stream: RandomStream, plan, shape: tuple[int, ...], *, multiplicity=1) -> np.ndarray:
+    """Integer noise in grid steps (int64, ``shape``) for a grid :class:`~ltm.calibration.NoisePlan`.
+
+    Gaussian: each element is N_Z(0, M·σ_c²) with M its ``multiplicity`` (an int or an int array
+    broadcastable to ``shape``; M = 1: one client's draw).  For M > 1 the element stands in for the
+    M clients' draws of one party in one entry and has their variance; it is *not* distributed as
+    their sum, and :func:`ltm.dp.accounting.job_event` accounts only M = 1 draws (the L-fold sum) —
+    per-entry draws need their own accounting (the heterogeneous sum of discrete Gaussians).
+    Laplace: each element is one whole DLap(t), whatever M (one draw alone makes an entry ε-DP).
+    """
+    if not plan.on_grid:
+        raise ValueError("a continuous noise plan (frac_bits = 0) cannot be sampled: a party needs a grid plan")
+    shape = tuple(int(x) for x in shape)
+    count = int(np.prod(shape, dtype=np.int64))
+    mult = _multiplicities(multiplicity, shape)
+    if plan.mechanism == "laplace":
+        return discrete_laplace(stream, plan.grid_scale, count).reshape(shape)
+    if mult is None:
+        return discrete_gaussian(stream, plan.grid_sigma2, count).reshape(shape)
+    out = np.empty(count, dtype=np.int64)
+    flat = mult.reshape(-1)
+    for m in np.unique(flat):
+        where = np.flatnonzero(flat == m)
+        out[where] = discrete_gaussian(stream, plan.grid_sigma2 * float(m), where.size)
+    return out.reshape(shape)
+
+
+def noise_tail_bound(plan, multiplicity: int = 1) -> float:
+    """A magnitude (data units) no single noise element exceeds except with probability < e^-100."""
+    if plan.mechanism == "gaussian":
+        return GAUSSIAN_TAIL_SIGMAS * plan.sigma_client * math.sqrt(multiplicity)
+    return LAPLACE_TAIL_SCALES * plan.laplace_scale
