@@ -24,29 +24,30 @@ be opened twice, and a job whose data fingerprint was already charged to another
 servers' gate guarantees every release row an honest load ≥ L (after the tolerated corrupt
 clients and parties are subtracted), so the release is
 
-* ``gaussian``: the Gaussian mechanism with noise σ = σ_c·√L per entry and ℓ2 sensitivity Δ₂ —
-  recorded as its noise multiplier z = σ/Δ₂ (the true one, whatever the calibration claimed);
-* ``laplace``: at least Lap(b) per entry (L honest Γ(shape, b) differences with L·shape ≥ 1) and
-  ℓ1 sensitivity Δ₁ — pure ε = Δ₁/b; with L·shape < 1 (the paper's Laplace split as printed) the
-  noise is not a Laplace at all and the job has no finite ε: it is refused.
+* ``gaussian``: a party's grid plan adds the distributed discrete Gaussian, which is ρ-zCDP
+  (:func:`ltm.dp.accounting.job_event`: Kairouz, Liu & Steinke 2021) — recorded as the noise
+  multiplier z = 1/√(2ρ) of the continuous Gaussian with the same ρ (for a continuous plan, a
+  seeded reproduction's float Gaussian, z = σ_c·√L/Δ₂ itself); the true loss under the gate,
+  whatever the calibration claimed;
+* ``laplace``: a grid plan's every honest draw is a whole discrete Laplace DLap(t), so an entry is
+  pure ⌈Δ₁⌉/t-DP; a continuous plan adds at least Lap(b) per entry (L honest Γ(shape, b)
+  differences with L·shape ≥ 1) — pure ε = Δ₁/b; with L·shape < 1 (the paper's Laplace split as
+  printed) the noise is not a Laplace at all and the job has no finite ε: it is refused.
 
-**How jobs compose** (:func:`compose`, the one place charges are composed).  Gaussian jobs are
-composed with the privacy-loss-distribution accountant of Google's ``dp_accounting``
-(:class:`dp_accounting.pld.PLDAccountant`, pessimistic discretisation: its ε is an upper bound, within
-~1e-3 of the exact composition of Gaussians).  Pure-ε Laplace jobs are composed by basic
-composition (their ε add up), and added to the Gaussian part's ε at the budget's δ (basic
-composition between the two groups).  The spend is stated as ε at the budget's δ.
+**How jobs compose** (:func:`compose`, the one place charges are composed).  Gaussian jobs compose
+in zCDP: their ρ = 1/(2z²) add up (Bun & Steinke 2016) and dp_accounting's RDP accountant turns the
+sum into ε at the budget's δ (:func:`ltm.dp.accounting.zcdp_epsilon`; a continuous Gaussian is
+exactly ρ-zCDP, so the same rule is sound, if a little pessimistic, for it).  Pure-ε Laplace jobs
+are composed by basic composition (their ε add up), and added to the Gaussian part's ε at the
+budget's δ (basic composition between the two groups).  The spend is stated as ε at the budget's δ.
 
-**The budget comparison and the discretisation.**  A job is admitted when the composed ε with it is
-at most ``B·(1 + ADMISSION_RTOL)`` (:func:`within_budget`; ``ADMISSION_RTOL`` = 1e-6).  The PLD's
-pessimistic discretisation (a loss grid 1e-4·max(1, 1/z²) wide, rounded up) reads a single job
-calibrated to exactly ε a hair above ε (3e-9 at ε = 8, δ = 1e-6; at most 3e-7, 2e-8 of ε, over
-ε ∈ [0.1, 20], δ ∈ [1e-9, 1e-6]), and a calibration's bisection and a Laplace scale's Δ/(Δ/ε) may
-round by an ulp: without the tolerance a job whose ε is exactly the remaining budget would be
-refused.  Because the accountant's ε is an upper bound on the true one, an admitted composition's
-true ε is never more than ``B·(1 + 1e-6)``: that is the stated tolerance
-(tests/test_ledger_file.py checks both directions).  A composition of several jobs may read up to
-a grid step per job above its true ε: near the budget it is refused, the safe side.
+**The budget comparison and rounding.**  A job is admitted when the composed ε with it is at most
+``B·(1 + ADMISSION_RTOL)`` (:func:`within_budget`; ``ADMISSION_RTOL`` = 1e-6).  A job calibrated
+to exactly ε reads at most ε by construction (the calibration bisects on the same accountant), but
+a bisection's last bit and a Laplace scale's Δ/(Δ/ε) may round by an ulp either way: without the
+tolerance a job whose ε is exactly the remaining budget could be refused.  The RDP conversion is an
+upper bound on the true ε, so an admitted composition's true ε is never more than ``B·(1 + 1e-6)``:
+that is the stated tolerance (tests/test_ledger_file.py checks both directions).
 
 **The file and its integrity.**  ``<dir>/<party>.ledger.json`` holds a list of records — ``source``
 (a budget opened: name, time, reason) and ``charge`` (a job: its cost, source, data fingerprint,
@@ -110,16 +111,13 @@ DEFAULT_SOURCE = "default"
 #: and it stays far below 1/n for the data sizes LTM is meant for.
 DEFAULT_BUDGET_EPSILON = 4.0
 DEFAULT_BUDGET_DELTA = 1e-6
-#: The PLD accountant's value discretisation (dp_accounting's default): pessimistic, so ε is an
-#: upper bound.
-PLD_DISCRETIZATION = 1e-4
 #: A composition is admitted while its accountant ε ≤ budget·(1 + this) (see the module docstring).
 ADMISSION_RTOL = 1e-6
 #: The mechanisms a charge may name, and the noise parameter each is recorded by.
 MECHANISMS = {"gaussian": "noise_multiplier", "laplace": "pure_epsilon"}
-ACCOUNTANT = (f"PLD (dp_accounting.pld.PLDAccountant, pessimistic discretisation {PLD_DISCRETIZATION:g}) "
-              f"for Gaussian jobs; basic composition (ε add up) for pure-ε Laplace jobs, added to the "
-              f"Gaussian part's ε; admitted up to budget·(1 + {ADMISSION_RTOL:g})")
+ACCOUNTANT = ("zCDP (ρ add up; dp_accounting's RDP accountant converts the sum) for Gaussian jobs; basic "
+              "composition (ε add up) for pure-ε Laplace jobs, added to the Gaussian part's ε; admitted up to "
+              f"budget·(1 + {ADMISSION_RTOL:g})")
 _GENESIS = hashlib.sha256(LEDGER_FORMAT.encode()).hexdigest()
 
 
@@ -195,11 +193,22 @@ class JobLoss:
 def job_loss(spec: JobSpec, *, seeded: bool = False) -> JobLoss:
     """What ``spec`` costs a party: its mechanism and true noise under the gate's guarantee.
 
-    The one place a job's privacy event is derived from its spec (see the module docstring).
+    The one place a job's privacy event is derived from its spec (see the module docstring).  A
+    party's plan is on the grid: its event is :func:`ltm.dp.accounting.job_event`'s — a ρ-zCDP
+    distributed discrete Gaussian, recorded as the noise multiplier z = 1/√(2ρ) of the continuous
+    Gaussian with the same ρ, or a discrete Laplace, recorded as its pure ε = ⌈Δ₁⌉/t.  A continuous
+    plan (frac_bits = 0: the papers' float mechanisms, seeded reproductions only) is recorded by its
+    own σ/Δ₂ or Δ₁/b, which are exact for those mechanisms.
     """
     plan = spec.noise_plan()
     load = max(spec.privacy.min_honest_load, 1)
-    if plan.mechanism == "gaussian":
+    if plan.on_grid:
+        event = plan.dp_event()
+        if plan.mechanism == "gaussian":
+            z, pure = 1.0 / math.sqrt(2.0 * event.rho), 0.0
+        else:
+            z, pure = 0.0, event.sensitivity * event.noise_parameter
+    elif plan.mechanism == "gaussian":
         z = plan.sigma_client * math.sqrt(load) / plan.sensitivity
         pure = 0.0
     else:
@@ -228,17 +237,19 @@ class Spend:
 
 def _dp_accounting():
     try:
-        import dp_accounting
-        from dp_accounting.pld import PLDAccountant
+        import dp_accounting  # noqa: F401  (ltm.dp.accounting drives it; a party without it must refuse)
+        from ltm.dp import accounting
     except ImportError as exc:  # the party refuses rather than skip accounting
         raise AccountantUnavailable(
             "the privacy accountant (the dp-accounting package) is not installed: this party cannot "
             "account for its privacy loss and refuses every job (pip install dp-accounting)") from exc
-    return dp_accounting, PLDAccountant
+    return accounting
 
 
 def gaussian_epsilon(noise_multipliers: Sequence[float], delta: float) -> float:
-    """ε at ``delta`` of the composition of Gaussian mechanisms with these σ/Δ (PLD accountant)."""
+    """ε at ``delta`` of the composition of Gaussian-type jobs with these noise multipliers z: each
+    is ρ = 1/(2z²)-zCDP (exactly so for a continuous Gaussian; by its definition for a discrete
+    one), ρ adds up under composition, and dp_accounting's RDP accountant converts the sum."""
     if not noise_multipliers:
         return 0.0
     return _gaussian_epsilon(tuple(sorted(noise_multipliers)), delta)
@@ -247,22 +258,9 @@ def gaussian_epsilon(noise_multipliers: Sequence[float], delta: float) -> float:
 @functools.lru_cache(maxsize=1024)
 def _gaussian_epsilon(noise_multipliers: tuple[float, ...], delta: float) -> float:
     # Cached: a sweep of in-process runs charges the same jobs to fresh ledgers again and again.
-    dp_accounting, PLDAccountant = _dp_accounting()
-    # The loss grid spans about 1/z² (z = σ/Δ), so a near-noiseless job (ε = 10⁴) would need ~10⁸
-    # points and gigabytes; widening the interval as 1/z_min² keeps ~the same number of points.  The
-    # discretisation is pessimistic, so a coarser grid only ever overstates ε, never understates it.
-    interval = PLD_DISCRETIZATION * max(1.0, 1.0 / min(noise_multipliers) ** 2)
-    accountant = PLDAccountant(dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
-                               value_discretization_interval=interval)
-    counts: dict[float, int] = {}
-    for z in noise_multipliers:
-        counts[z] = counts.get(z, 0) + 1
-    for z, count in sorted(counts.items()):
-        # σ/Δ normalised to sensitivity 1: the Gaussian's loss distribution is symmetric, so the
-        # add/remove relation at sensitivity 1 is exactly a shift by Δ, replace-one included (Δ₂ is
-        # the replace-one sensitivity of the release).
-        accountant.compose(dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(z), count))
-    return float(accountant.get_epsilon(delta))
+    accounting = _dp_accounting()
+    rho = math.fsum(0.5 / (z * z) for z in noise_multipliers)
+    return float(accounting.zcdp_epsilon(rho, delta))
 
 
 def compose(losses: Sequence[JobLoss], delta: float) -> Spend:
