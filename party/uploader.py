@@ -159,7 +159,7 @@ def batch_header(batch: ShareBatch, job_id: str) -> tuple[ltm_pb2.BatchHeader, b
         start=batch.start, stop=batch.stop, columns=list(batch.columns), shape=list(share.shape),
         server_index=share.server, seed=share.seed or b"",
         data_sha256=hashlib.sha256(payload).digest() if payload else b"",
-        randomness_mode=SEEDED_MODE if batch.seeded else CSPRNG_MODE)
+        randomness_mode=SEEDED_MODE if batch.seeded else CSPRNG_MODE, aggregate=batch.aggregate)
     return header, payload
 
 

@@ -86,7 +86,7 @@ def build_job(table: Table | ModelTable, *, job_id: str, randomness: Randomness,
               frac_bits: int = 0, min_honest_load: int = 0, endpoints: list[str] | None = None,
               rff: RFFOptions | None = None, whiten: PublicSecondMoment | None = None,
               whiten_eta: float = 0.05, whiten_radius: float | None = None,
-              reproduction: bool | None = None) -> tuple[JobSpec, JobChoices]:
+              reproduction: bool | None = None, upload_mode: str = "per-client") -> tuple[JobSpec, JobChoices]:
     """A resolved, validated job spec for a table, and the choices made.
 
     ``corrupt_parties`` None: the default (:func:`ltm.jobspec.default_corrupt_parties`: one when
@@ -98,6 +98,7 @@ def build_job(table: Table | ModelTable, *, job_id: str, randomness: Randomness,
     clipping; in the columns partition each party maps its own block (an additive kernel).
     ``whiten``: a PUBLIC second moment (Cao & Zhang; :func:`whiten_columns`): parties whiten their
     raw features with ``Σ̂_B^{-1/2}`` and divide the label by ``σ̂_B`` before clipping.
+    ``upload_mode``: ``per-client``, ``aggregate`` or ``auto`` (:func:`ltm.jobspec.default_upload_mode`).
     """
     n = table.n
     if isinstance(table, ModelTable) and (whiten is not None or rff is not None):
@@ -166,7 +167,7 @@ def build_job(table: Table | ModelTable, *, job_id: str, randomness: Randomness,
                             interpolate_p=interpolate_p, t_prime=t_prime, corrupt_parties=corrupt_parties,
                             min_honest_load=min_honest_load),
         servers=tuple(ServerSpec(f"server-{i}", (endpoints or [""] * k)[i]) for i in range(k)),
-        clip_norm="l1" if mechanism == "laplace" else "l2", share_mode=share_mode, transforms=transforms,
+        clip_norm="l1" if mechanism == "laplace" else "l2", share_mode=share_mode, transforms=transforms, upload_mode=upload_mode,
         reproduction=reproduction,
     )
     return resolve_defaults(spec), JobChoices(m, rule, plan.to_dict() if plan is not None else None)

@@ -1,0 +1,91 @@
+"""Aggregated uploads (party/aggregate.py): exactly the per-client sum without noise, the same
+per-entry noise variance with it, and mode mismatches refused."""
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from ltm.errors import ProtocolError
+from ltm.randomness import Randomness
+from party import aggregate, randomizer
+from party.aggregate import aggregate_party
+from server.core import ServerCore
+from sim.data import synthetic_ridge
+from sim.inprocess import run_inprocess
+from sim.jobs import build_job, party_tables
+
+N = 600
+
+
+def _no_noise(stream, plan, shape, *, multiplicity=1):
+    """Noise switched off (this test's sample_noise): zeros of the requested shape."""
+    return np.zeros(shape, dtype=np.int64)
+
+
+def _job(kind, partition="rows", mode="per-client", **kw):
+    randomness = Randomness.seeded_insecure(f"agg-{kind}-{partition}")
+    table = synthetic_ridge(N, 4, randomness)
+    spec, _ = build_job(table, job_id=f"agg-{kind}", randomness=randomness, partition=partition, parties=3, k=3,
+                        kind=kind, m={"dense": 6, "sparse": 16}.get(kind), s=3 if kind == "sparse" else 1,
+                        upload_mode=mode, **kw)
+    return spec, party_tables(spec, table), randomness
+
+
+def _released_sum(spec, tables, randomness, batch_clients=64):
+    run = run_inprocess(spec, tables, randomness, batch_clients=batch_clients)
+    return sum(run.result_shares[1:], run.result_shares[0].copy())
+
+
+@pytest.mark.parametrize("kind,partition", [("gram", "rows"), ("sparse", "rows"), ("dense", "rows"),
+                                            ("sparse", "columns")])
+def test_aggregate_equals_the_per_client_sum_without_noise(monkeypatch, kind, partition):
+    monkeypatch.setattr(randomizer, "sample_noise", _no_noise)
+    monkeypatch.setattr(aggregate, "sample_noise", _no_noise)
+    spec, tables, randomness = _job(kind, partition)
+    per_client = _released_sum(spec, tables, randomness)
+    agg_spec = replace(spec, upload_mode="aggregate")
+    aggregated = _released_sum(agg_spec, tables, randomness)
+    np.testing.assert_array_equal(aggregated, per_client)
+    assert per_client.any()  # the data reached the release (not two zero arrays)
+
+
+def test_aggregate_partial_equals_the_servers_map_of_per_client_copies(monkeypatch):
+    """One party's partial (no noise) is S applied to its own rounded vectors, as the servers apply it."""
+    monkeypatch.setattr(randomizer, "sample_noise", _no_noise)
+    spec, tables, randomness = _job("sparse")
+    party = spec.parties[1]
+    agg = aggregate_party(spec, party.party_id, tables[party.party_id], None)
+    (batches,) = [sum_ for sum_ in [list(randomizer.make_batches(
+        spec, party.party_id, tables[party.party_id], randomness, batch_clients=party.size))]]
+    sketch = spec.make_sketch()
+    full = batches[0]
+    values = sum((b.share.values() for b in full[1:]), full[0].share.values().copy())
+    expected = sketch.apply(party.start, values)
+    np.testing.assert_array_equal(agg.values, expected)
+    rows, _ = sketch.placement(party.start, party.stop)
+    np.testing.assert_array_equal(agg.loads, np.bincount(rows.ravel(), minlength=sketch.m))
+
+
+def test_exact_chunk_bound_holds():
+    from party.aggregate import _value_bound, exact_chunk_clients
+
+    spec, _, _ = _job("sparse")
+    c = exact_chunk_clients(spec)
+    assert c * _value_bound(spec) <= 2**53
+    assert c >= 1
+
+
+def test_server_refuses_a_mode_mismatch():
+    spec, tables, randomness = _job("sparse")
+    agg_spec = replace(spec, upload_mode="aggregate")
+    party = spec.parties[0]
+    per_client_batch = next(randomizer.make_batches(spec, party.party_id, tables[party.party_id], randomness))[0]
+    aggregate_batch = next(randomizer.make_batches(agg_spec, party.party_id, tables[party.party_id], randomness))[0]
+    assert aggregate_batch.aggregate and aggregate_batch.share.shape == (1, spec.sketch.m, spec.width)
+    for job, batch in ((spec, aggregate_batch), (agg_spec, per_client_batch)):
+        core = ServerCore(job.servers[batch.server].server_id)
+        core.create_job(job, caller_role="analyst")
+        batch = replace(batch, job_digest=job.digest)
+        with pytest.raises(ProtocolError, match="upload_mode") as info:
+            core.accept(batch, job.job_id, caller_role="party", caller_id=party.party_id)
+        assert info.value.code == "FAILED_PRECONDITION"
