@@ -16,7 +16,7 @@ Z_2^64 of what the servers would compute from the party's per-client uploads
 **BLAS speed, integer exactness.**  A client's rounded entries are integers with
 ``|ṽ| ≤ B = ⌈entry_bound·2^f⌉ + 1`` (clipping bounds the value by the release kind's entry bound,
 rounding moves it by ≤ ½; the +1 is slack).  They are held as float64 and reduced with
-``np.bincount`` (sparse: one signed scatter per piece) or a ±1 matrix product (dense).  One
+``np.bincount`` (sparse: one weighted scatter per piece into the servers' slot layout) or a ±1 matrix product (dense).  One
 chunk of ``c`` clients contributes, in one piece, at most one term per client to any output entry,
 so every partial sum any summation order forms is an integer of magnitude ≤ c·B.  float64
 represents every integer of magnitude ≤ 2^53 exactly, and the sum of two such integers whose
@@ -96,22 +96,25 @@ def _chunk_partial(sketch: Sketch, a: int, ring: np.ndarray, out: np.ndarray, lo
         out[0] += ring.sum(axis=0).view(np.uint64)
         loads[0] += count
         return
-    rows, negative = sketch.placement(a, a + count)
     values = ring.astype(np.float64)
     if sketch.kind == "dense":
         # Every client has one non-zero ±1 in every row (piece l holds row (l + j) mod m).
+        rows, negative = sketch.placement(a, a + count)
         matrix = np.zeros((sketch.m, count))
         matrix[rows, np.broadcast_to(np.arange(count), rows.shape)] = np.where(negative, -1.0, 1.0)
         out += (matrix @ values).astype(np.int64).view(np.uint64)
         loads += count
         return
+    # Sparse: the servers' accumulator layout (slot 2r + negative per piece, Sketch.slots_of) filled
+    # by one weighted bincount per piece, then Sketch.finish subtracts the negative slots.
+    slots = sketch.slots_of(a, a + count)
     cols = np.arange(width, dtype=np.int64)
+    acc = np.zeros(2 * sketch.m * width)
     for piece in range(sketch.pieces):
-        flat = (rows[piece][:, None] * width + cols[None, :]).ravel()
-        signed = np.where(negative[piece][:, None], -values, values).ravel()
-        summed = np.bincount(flat, weights=signed, minlength=sketch.m * width)
-        out += summed.astype(np.int64).view(np.uint64).reshape(sketch.m, width)
-    loads += np.bincount(rows.ravel(), minlength=sketch.m)
+        acc += np.bincount((slots[piece][:, None] * width + cols).ravel(), weights=values.ravel(),
+                           minlength=acc.size)
+    out += sketch.finish(acc.astype(np.int64).view(np.uint64), width)
+    loads += np.bincount((slots >> 1).ravel(), minlength=sketch.m)
 
 
 class PartyAggregate:
