@@ -89,3 +89,42 @@ def test_server_refuses_a_mode_mismatch():
         with pytest.raises(ProtocolError, match="upload_mode") as info:
             core.accept(batch, job.job_id, caller_role="party", caller_id=party.party_id)
         assert info.value.code == "FAILED_PRECONDITION"
+
+
+def _noise_of(with_noise: np.ndarray, without: np.ndarray) -> np.ndarray:
+    """The noise in a ring array: the wrap-around difference, read as signed integers (grid steps)."""
+    return (with_noise - without).view(np.int64).astype(np.float64)
+
+
+def test_each_entry_has_the_per_client_noise_variance(monkeypatch):
+    """χ²: summed over R repetitions and every reached entry, noise²/(load·σ_c²) is χ² with R·E
+    degrees of freedom in both modes (the aggregate's one draw per entry, and the per-client
+    mode's load draws per entry).  Two-sided, 5e-7 per side: flake rate 1e-6 per mode."""
+    from scipy.stats import chi2
+
+    spec, tables, randomness = _job("sparse")
+    plan = spec.noise_plan()
+    party = spec.parties[0]
+    table = tables[party.party_id]
+    sketch = spec.make_sketch()
+    clean = aggregate_party(spec, party.party_id, table, None)
+    reached = clean.loads > 0
+    expected = clean.loads[reached][:, None] * plan.grid_sigma2
+    reps = 40
+
+    def per_client_partial(rand):
+        (per_server,) = list(randomizer.make_batches(spec, party.party_id, table, rand, batch_clients=party.size))
+        values = sum((b.share.values() for b in per_server[1:]), per_server[0].share.values().copy())
+        return sketch.apply(party.start, values)
+
+    stats = {"aggregate": 0.0, "per-client": 0.0}
+    for r in range(reps):
+        rand = Randomness.seeded_insecure(f"chi2-{r}")
+        agg = aggregate_party(spec, party.party_id, table, rand.child("noise"))
+        stats["aggregate"] += float((_noise_of(agg.values, clean.values)[reached] ** 2 / expected).sum())
+        stats["per-client"] += float((_noise_of(per_client_partial(rand), clean.values)[reached] ** 2
+                                      / expected).sum())
+    dof = reps * clean.values[reached].size
+    lo, hi = chi2.ppf(5e-7, dof), chi2.isf(5e-7, dof)
+    for mode, stat in stats.items():
+        assert lo < stat < hi, f"{mode}: χ² = {stat:.1f} outside [{lo:.1f}, {hi:.1f}] ({dof} dof)"
