@@ -177,6 +177,9 @@ def aggregate_batches(spec: JobSpec, party_id: str, table: Mapping[str, np.ndarr
 
     Randomness as in :func:`party.randomizer.make_batches` for batch 0 (``batch_randomness(0)``
     when given: the journaled key, so a restarted party re-sends identical shares)."""
+    if not spec.aggregated:
+        raise ValueError(f"job {spec.job_id!r} takes {spec.upload_mode} uploads (upload_mode {spec.upload_mode!r}); "
+                         f"a party may not send it an aggregate")
     if AGGREGATE_BATCH_INDEX in skip:
         return
     party = spec.party(party_id)

@@ -61,6 +61,8 @@ class PartyPolicy:
     expected_servers: tuple[str, ...] = ()
     allow_reproduction_calibration: bool = False
     allow_reproduction: bool = False
+    #: The upload mode this party runs (``per-client`` or ``aggregate``; empty: whatever the job says).
+    upload_mode: str = ""
 
     def check(self, spec: JobSpec, *, seeded: bool = False) -> None:
         p = spec.privacy
@@ -91,6 +93,9 @@ class PartyPolicy:
         elif spec.reproduction and not (seeded or self.allow_reproduction):
             problems.append("the job is marked as a reproduction: its servers accept seeded (NOT private) "
                             "randomness from parties, so it is not private; this party does not accept it")
+        if self.upload_mode and self.upload_mode != spec.upload_mode:
+            problems.append(f"the job takes {spec.upload_mode} uploads (upload_mode {spec.upload_mode!r}), this party "
+                            f"was started to upload {self.upload_mode!r}")
         ids = tuple(s.server_id for s in spec.servers)
         not_servers = [i for i in ids if not _is_server_actor(i)]
         if not_servers:

@@ -128,3 +128,97 @@ def test_each_entry_has_the_per_client_noise_variance(monkeypatch):
     lo, hi = chi2.ppf(5e-7, dof), chi2.isf(5e-7, dof)
     for mode, stat in stats.items():
         assert lo < stat < hi, f"{mode}: χ² = {stat:.1f} outside [{lo:.1f}, {hi:.1f}] ({dof} dof)"
+
+
+def _aggregate_servers(spec, tables, randomness):
+    """k in-memory server cores holding every party's aggregated upload, closed."""
+    cores = [ServerCore(s.server_id) for s in spec.servers]
+    for core in cores:
+        core.create_job(spec, caller_role="analyst")
+    for party in spec.parties:
+        for batch in next(randomizer.make_batches(spec, party.party_id, tables[party.party_id], randomness)):
+            cores[batch.server].accept(batch, spec.job_id, caller_role="party", caller_id=party.party_id)
+    for core in cores:
+        core.close(spec.job_id, caller_role="analyst")
+    return cores
+
+
+def test_the_gate_still_refuses_attacks_on_an_aggregate_job():
+    from ltm.client_set import ClientSet
+
+    spec, tables, randomness = _job("sparse", mode="aggregate")
+    assert spec.aggregated
+    cores = _aggregate_servers(spec, tables, randomness)
+    core = cores[0]
+    first = spec.parties[0]
+
+    def refused(participants, code, match):
+        with pytest.raises(ProtocolError, match=match) as info:
+            core.release(spec.job_id, participants, caller_role="analyst", job_digest=spec.digest)
+        assert info.value.code == code
+
+    # Part of a party: its aggregate cannot be split (nor stand in for the part).
+    refused(ClientSet.from_ranges(spec.n, [(0, spec.n - 1)]), "FAILED_PRECONDITION", "all of them or none")
+    # Too few parties: the honest load (after the tolerated corrupt parties) falls below L.
+    refused(ClientSet.from_ranges(spec.n, [(first.start, first.stop)]), "FAILED_PRECONDITION",
+            "participant set|honest load")
+    # Not the analyst, and a wrong digest.
+    with pytest.raises(ProtocolError, match="only the analyst"):
+        core.release(spec.job_id, ClientSet.full(spec.n), caller_role="party", job_digest=spec.digest)
+    refused_digest = replace(spec, job_id="other").digest
+    with pytest.raises(ProtocolError, match="digest"):
+        core.release(spec.job_id, ClientSet.full(spec.n), caller_role="analyst", job_digest=refused_digest)
+    # The full set is released once; a different set afterwards is refused (no differencing).
+    core.release(spec.job_id, ClientSet.full(spec.n), caller_role="analyst", job_digest=spec.digest)
+    second = spec.parties[0].stop
+    refused(ClientSet.from_ranges(spec.n, [(second, spec.n)]), "FAILED_PRECONDITION", "already been released")
+
+
+def test_servers_refuse_malformed_aggregates():
+    spec, tables, randomness = _job("sparse", mode="aggregate")
+    party, other = spec.parties[0], spec.parties[1]
+    core = ServerCore(spec.servers[0].server_id)
+    core.create_job(spec, caller_role="analyst")
+    batch = next(b for b in next(randomizer.make_batches(spec, party.party_id, tables[party.party_id], randomness))
+                 if b.server == 0)
+
+    def refused(bad, code, match, caller=party.party_id):
+        with pytest.raises(ProtocolError, match=match) as info:
+            core.accept(bad, spec.job_id, caller_role="party", caller_id=caller)
+        assert info.value.code == code
+
+    refused(replace(batch, stop=party.stop - 1), "INVALID_ARGUMENT", "whole range")
+    refused(replace(batch, batch_index=1), "INVALID_ARGUMENT", "whole range")
+    refused(replace(batch, party_id=other.party_id), "PERMISSION_DENIED", "may upload clients", caller=other.party_id)
+    from ltm.sharing import Share
+    wide = Share(0, (1, spec.sketch.m + 1, spec.width), data=np.zeros((1, spec.sketch.m + 1, spec.width), np.uint64))
+    refused(replace(batch, share=wide), "INVALID_ARGUMENT", "shape")
+    core.accept(batch, spec.job_id, caller_role="party", caller_id=party.party_id)
+    changed = Share(0, batch.share.shape, data=batch.share.values() + np.uint64(1))
+    refused(replace(batch, share=changed), "ALREADY_EXISTS", "cannot be replaced")
+
+
+def test_a_party_refuses_a_mode_mismatch():
+    from party.aggregate import aggregate_batches
+    from party.uploader import PartyPolicy, PolicyViolation
+
+    spec, tables, randomness = _job("sparse")
+    party = spec.parties[0]
+    with pytest.raises(ValueError, match="may not send it an aggregate"):
+        next(aggregate_batches(spec, party.party_id, tables[party.party_id], randomness))
+    with pytest.raises(PolicyViolation, match="upload_mode"):
+        PartyPolicy(allow_reproduction=True, upload_mode="aggregate").check(spec, seeded=True)
+    PartyPolicy(allow_reproduction=True, upload_mode="per-client").check(spec, seeded=True)
+
+
+def test_default_upload_mode_rule():
+    from ltm.jobspec import default_upload_mode
+
+    spec, _, _ = _job("sparse", mode="auto")
+    assert spec.upload_mode == "aggregate"  # every party holds many clients, t′ = 0
+    assert default_upload_mode(replace(spec, privacy=replace(spec.privacy, t_prime=1))) == "per-client"
+    one = replace(spec.parties[0], stop=spec.parties[0].start + 1)
+    assert default_upload_mode(replace(spec, parties=(one, *spec.parties[1:]))) == "per-client"
+    # In the digest (absent for per-client, so older specs keep theirs).
+    assert replace(spec, upload_mode="per-client").digest != spec.digest
+    assert "upload_mode" not in replace(spec, upload_mode="per-client").canonical_json().decode()
