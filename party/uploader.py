@@ -134,6 +134,8 @@ class UploadSummary:
     upload_s: float = 0.0
     #: seconds reading the data source (a chunk per batch; generating it, for a synthetic source)
     read_s: float = 0.0
+    #: seconds building, rounding and mapping the clients' vectors into an aggregate (upload mode aggregate)
+    map_s: float = 0.0
     #: wall-clock (Unix) times the upload began and ended, to line parties up in a benchmark
     started_unix: float = 0.0
     finished_unix: float = 0.0
@@ -316,6 +318,6 @@ async def _stream_batches(stubs, spec: JobSpec, journal: UploadJournal | None, e
         bar.advance(per_server[0].count)
     summary.seconds = time.monotonic() - t0
     summary.noise_s, summary.sharing_s = timings.get("noise", 0.0), timings.get("sharing", 0.0)
-    summary.read_s = timings.get("read", 0.0)
+    summary.read_s, summary.map_s = timings.get("read", 0.0), timings.get("map", 0.0)
     summary.started_unix, summary.finished_unix = started, time.time()
     return summary
