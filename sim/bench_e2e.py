@@ -329,7 +329,7 @@ def run_e2e(args: argparse.Namespace, n: int | None = None, upload_mode: str | N
                  "analyst": sum(by_role("analyst", upload_cpu))}
     out = {
         "benchmark": "e2e", "n": n, "d": args.d, "kind": spec.sketch.kind, "m": spec.sketch.m,
-        "upload_mode": spec.upload_mode, "planner": choices.rule,
+        "upload_mode": spec.upload_mode, "planner": choices.m_rule,
         "bytes_per_party": [sum(s["bytes_per_server"]) for s in summaries],
         "s": pieces, "k": args.k, "client_vector_width": spec.width,
         "upload_values_per_client": pieces * spec.upload_width,

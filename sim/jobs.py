@@ -78,6 +78,14 @@ def split_parties(n: int, parties: int) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:])]
 
 
+def _planned_upload_mode(upload_mode: str, sizes: tuple[int, ...], t_prime: int) -> str:
+    """The upload mode the planner costs: the given one, or for ``auto`` the rule of
+    :func:`ltm.jobspec.default_upload_mode` (every party holds several clients and t′ = 0)."""
+    if upload_mode != "auto":
+        return upload_mode
+    return "aggregate" if t_prime == 0 and all(size > 1 for size in sizes) else "per-client"
+
+
 def build_job(table: Table | ModelTable, *, job_id: str, randomness: Randomness, partition: str = "rows", parties: int = 4,
               k: int = 3, kind: str = "sparse", m: int | None = None, s: int = 1, epsilon: float = 1.0,
               delta: float = 1e-6, mechanism: str = "gaussian", calibration: str = "tight",
@@ -133,7 +141,9 @@ def build_job(table: Table | ModelTable, *, job_id: str, randomness: Randomness,
             n=n, width=width, epsilon=epsilon, delta=delta, partition=partition,
             task="regression" if table.label else "lowrank", mechanism=mechanism, clip_bound=clip_bound,
             party_sizes=sizes, corrupt_parties=corrupt_parties, t_prime=t_prime,
-            kinds=("gram", "sparse") if calibration != "paper" else ("sparse",)))
+            kinds=("gram", "sparse") if calibration != "paper" else ("sparse",),
+            upload_mode=_planned_upload_mode(upload_mode, sizes if partition == "rows" else (n,) * parties, t_prime),
+            servers=k))
         kind, m, s = plan.kind, (m if m is not None and plan.kind != "gram" else plan.m), plan.s
         rule = f"planner: {plan.reason}"
     elif get_lift(kind) is not None:
