@@ -94,6 +94,7 @@ class AuditConfig:
     epsilon: float = 1.0
     delta: float = 1e-6
     clip: float = 1.0
+    frac_bits: int = 0
     share_mode: str = "seed"
     sigma_factor: float = 1.0
     alpha: float = 1e-6
@@ -132,7 +133,7 @@ def build_audit_job(cfg: AuditConfig) -> AuditJob:
         columns=tuple(ColumnSpec(f"x{j}") for j in range(cfg.width)),
         parties=tuple(PartySpec(f"party-{i}", int(a), int(b), (), cfg.clip)
                       for i, (a, b) in enumerate(zip(edges[:-1], edges[1:]))),
-        clip_bound=cfg.clip, frac_bits=0, sketch=SketchSpec("sparse", cfg.m, cfg.s, "a0" * 32),
+        clip_bound=cfg.clip, frac_bits=cfg.frac_bits, sketch=SketchSpec("sparse", cfg.m, cfg.s, "a0" * 32),
         privacy=PrivacySpec(epsilon=cfg.epsilon, delta=cfg.delta, min_participants=cfg.n),
         servers=tuple(ServerSpec(f"server-{i}") for i in range(cfg.k)), share_mode=cfg.share_mode,
         # An audit is an experiment on synthetic data: it measures the calibration with every client
@@ -147,7 +148,8 @@ def build_audit_job(cfg: AuditConfig) -> AuditJob:
     burden = loads[rows].sum(axis=0)  # Σ_l load of each client's rows
     target = int(np.argmin(burden))
     claimed = spec.noise_plan()
-    plan = replace(claimed, sigma_client=claimed.sigma_client * cfg.sigma_factor)
+    plan = replace(claimed, sigma_client=claimed.sigma_client * cfg.sigma_factor,
+                   grid_sigma2=claimed.grid_sigma2 * cfg.sigma_factor**2)
     return AuditJob(spec, plan, claimed, target, tuple(int(r) for r in rows[:, target]),
                     tuple(-1 if x else 1 for x in negative[:, target]), tuple(int(loads[r]) for r in rows[:, target]))
 
@@ -352,6 +354,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--n", type=int, default=48, help="clients in the audited job")
     p.add_argument("--m", type=int, default=4)
     p.add_argument("--s", type=int, default=1)
+    p.add_argument("--clip", type=float, default=1.0, help="clip bound C (a power of two puts the data on the grid)")
+    p.add_argument("--frac-bits", type=int, default=0, help="fraction bits of the grid (0: the default)")
     p.add_argument("--k", type=int, default=2, help="servers")
     p.add_argument("--share-mode", choices=["seed", "full"], default="seed")
     p.add_argument("--alpha", type=float, default=1e-6,
@@ -363,7 +367,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def _run_cli(args: argparse.Namespace) -> int:
     base = AuditConfig(runs=args.runs, n=args.n, m=args.m, s=args.s, k=args.k, epsilon=args.epsilon,
-                       delta=args.delta, share_mode=args.share_mode, alpha=args.alpha, seed=args.seed,
+                       delta=args.delta, clip=args.clip, frac_bits=args.frac_bits, share_mode=args.share_mode, alpha=args.alpha, seed=args.seed,
                        workers=max(1, args.workers))
     factors = [float(x) for x in args.controls.split(",") if x.strip()]
     report: dict[str, Any] = {"default": run_audit(base)}

@@ -90,7 +90,7 @@ def clear_gram_release(spec, tables, randomness, batch=BATCH):
         for batch_index, a, b in plan_batches(party, batch).ranges:
             noisy = noisy_copies(lifted[a - party.start:b - party.start], 1, plan,
                                  prand.child("batch", batch_index).child("noise"))
-            total[0] += encode(noisy[0], spec.frac_bits).sum(axis=0, dtype=np.uint64)
+            total[0] += noisy[0].sum(axis=0, dtype=np.uint64)
     return total
 
 
@@ -147,7 +147,7 @@ def test_gram_sum_covers_exactly_the_agreed_participants():
         for bi, a, b in plan_batches(party, BATCH).ranges:
             noisy = noisy_copies(lifted[a - party.start:b - party.start], 1, plan, prand.child("batch", bi).child("noise"))
             keep = participants[a:b]
-            expected += encode(noisy[0][keep], spec.frac_bits).sum(axis=0, dtype=np.uint64)
+            expected += noisy[0][keep].sum(axis=0, dtype=np.uint64)
     np.testing.assert_array_equal(shares[0][0] + shares[1][0], expected)
 
 
@@ -185,29 +185,35 @@ def test_gram_released_noise_variance_matches_the_calibration():
 # ------------------------------------------------------------------------------ calibration
 @pytest.mark.parametrize("eps,delta", [(0.3, 1e-6), (1.0, 1e-6), (4.0, 1e-9)])
 def test_gram_sigma_matches_dp_accounting(eps, delta):
-    """The gram job's σ_Y, checked by dp_accounting's PLD for the Gaussian mechanism with the
-    independently derived Δ₂ = √2·C² (add/remove relation with Δ = the full shift; see
-    tests/test_calibration.py for the convention)."""
-    pld = pytest.importorskip("dp_accounting.pld.privacy_loss_distribution")
-    dp_accounting = pytest.importorskip("dp_accounting")
+    """The gram job's σ_c, checked independently: the stated Δ₂ = √2·C² widened by the rounding
+    (√W·2^-f, W = D(D+1)/2 uploaded values), the L-fold discrete Gaussian sum's zCDP ρ
+    (Kairouz–Liu–Steinke, in mpmath), and dp_accounting's module-level RDP conversion: δ at ε is
+    the target, neither above (not private) nor below by more than 1e-6 (not over-noised)."""
+    import mpmath
+    from dp_accounting.rdp.rdp_privacy_accountant import DEFAULT_RDP_ORDERS, compute_delta
+
     spec, _, _ = gram_job(epsilon=eps, delta=delta, clip_bound=0.7)
     plan = spec.noise_plan()
-    sens = math.sqrt(2.0) * 0.7**2
-    assert plan.sensitivity == pytest.approx(sens, rel=1e-15)
-    dist = pld.from_gaussian_mechanism(standard_deviation=plan.sigma_release, sensitivity=sens,
-                                       value_discretization_interval=1e-4,
-                                       neighboring_relation=dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
-                                       pessimistic_estimate=True, use_connect_dots=True)
-    got = float(dist.get_delta_for_epsilon(eps))
-    assert got <= delta * (1 + 1e-9)
-    assert got >= delta * (1 - 1e-6)  # not over-noised either
-    assert spec.privacy.min_honest_load * plan.sigma_client**2 == pytest.approx(plan.sigma_release**2, rel=1e-12)
+    base = math.sqrt(2.0) * 0.7**2
+    W = spec.upload_width
+    assert plan.base_sensitivity == pytest.approx(base, rel=1e-15)
+    assert plan.sensitivity == pytest.approx(base + math.sqrt(W) * 2.0**-spec.frac_bits, rel=1e-15)
+    L = spec.privacy.min_honest_load
+    sigma = mpmath.sqrt(mpmath.mpf(plan.grid_sigma2))
+    tau = 10 * mpmath.fsum(mpmath.exp(-2 * mpmath.pi**2 * sigma**2 * k / (k + 1)) for k in range(1, min(L, 200)))
+    d2 = mpmath.mpf(plan.sensitivity) * 2**spec.frac_bits
+    eps_c = d2 / (mpmath.sqrt(L) * sigma) + tau * mpmath.sqrt(2 * W) * d2
+    rho = float(eps_c**2 / 2)
+    got = compute_delta(DEFAULT_RDP_ORDERS, [a * rho for a in DEFAULT_RDP_ORDERS], eps)[0]
+    assert delta * (1 - 1e-6) <= got <= delta * (1 + 1e-9)
+    assert L * plan.sigma_client**2 == pytest.approx(plan.sigma_release**2, rel=1e-12)
 
 
 def test_gram_laplace_uses_the_l1_sensitivity():
     spec, _, _ = gram_job(mechanism="laplace", delta=0.0, clip_bound=1.5)
     plan = spec.noise_plan()
     assert plan.sensitivity == pytest.approx(2 * 1.5**2) and plan.laplace_scale == pytest.approx(2 * 1.5**2)
+    assert plan.base_sensitivity == 2 * 1.5**2  # ℓ1, before the rounding widening W·2^-f
     rng = np.random.default_rng(3)
     Z = clip_rows(rng.laplace(size=(5000, spec.width)), 1.5, "l1")
     assert np.abs(GRAM.apply(spec, Z)).sum(axis=1).max() <= 1.5**2 * (1 + 1e-12)

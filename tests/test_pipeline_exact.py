@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from ltm.randomness import Randomness
-from ltm.ring import encode
+from ltm.ring import decode, encode
 from party.randomizer import clip_rows, client_vectors, noisy_copies, party_randomness, plan_batches
 from sim.data import synthetic_ridge
 from sim.inprocess import run_inprocess
@@ -26,7 +26,7 @@ def clear_release(spec, tables, randomness):
         for batch_index, a, b in plan_batches(party, BATCH).ranges:
             rand = prand.child("batch", batch_index)
             noisy = noisy_copies(vectors[a - party.start:b - party.start], pieces, plan, rand.child("noise"))
-            full[:, a:b, :][:, :, cols] = encode(noisy, spec.frac_bits)
+            full[:, a:b, :][:, :, cols] = noisy  # ring elements already
     rows, negative = sketch.placement(0, spec.n)
     total = np.zeros((sketch.m, spec.width), dtype=np.uint64)
     for piece in range(pieces):
@@ -76,6 +76,6 @@ def test_clear_release_matches_the_float_sketch():
                                  prand.child("batch", bi).child("noise"))
             for piece in range(sketch.pieces):
                 sign = np.where(negative[piece, a:b], -1.0, 1.0)
-                np.add.at(acc, rows[piece, a:b], sign[:, None] * noisy[piece])
+                np.add.at(acc, rows[piece, a:b], sign[:, None] * decode(noisy[piece], spec.frac_bits))
     assert np.allclose(run.release.matrix, acc * sketch.scale, atol=spec.n * 2.0**-spec.frac_bits)
     assert S.shape == (sketch.m, spec.n)
