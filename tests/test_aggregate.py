@@ -125,7 +125,7 @@ def test_each_entry_has_the_per_client_noise_variance(monkeypatch):
         stats["per-client"] += float((_noise_of(per_client_partial(rand), clean.values)[reached] ** 2
                                       / expected).sum())
     dof = reps * clean.values[reached].size
-    lo, hi = chi2.ppf(5e-7, dof), chi2.isf(5e-7, dof)
+    lo, hi = chi2.ppf(2e-7, dof), chi2.isf(2e-7, dof)
     for mode, stat in stats.items():
         assert lo < stat < hi, f"{mode}: χ² = {stat:.1f} outside [{lo:.1f}, {hi:.1f}] ({dof} dof)"
 
