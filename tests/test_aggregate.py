@@ -99,7 +99,7 @@ def _noise_of(with_noise: np.ndarray, without: np.ndarray) -> np.ndarray:
 def test_each_entry_has_the_per_client_noise_variance(monkeypatch):
     """χ²: summed over R repetitions and every reached entry, noise²/(load·σ_c²) is χ² with R·E
     degrees of freedom in both modes (the aggregate's one draw per entry, and the per-client
-    mode's load draws per entry).  Two-sided, 5e-7 per side: flake rate 1e-6 per mode."""
+    mode's load draws per entry).  Two-sided, 2e-7 per side: both modes together flake < 1e-6."""
     from scipy.stats import chi2
 
     spec, tables, randomness = _job("sparse")
