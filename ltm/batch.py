@@ -38,6 +38,9 @@ class ShareBatch:
     columns: tuple[int, ...]
     share: Share
     seeded: bool = False
+    #: An aggregated upload (``party/aggregate.py``): ``share`` is the party's (1, m, len(columns))
+    #: partial of the public map over all its clients ``start..stop−1``, not per-client copies.
+    aggregate: bool = False
 
     @property
     def server(self) -> int:
@@ -54,6 +57,8 @@ class ShareBatch:
                  f"{','.join(map(str, self.columns))}|{self.share.shape}|".encode())
         if self.seeded:
             h.update(b"randomness:seeded|")
+        if self.aggregate:
+            h.update(b"upload:aggregate|")
         if self.share.seed is not None:
             h.update(b"seed:" + self.share.seed)
         else:

@@ -37,7 +37,7 @@ from typing import Any
 
 from ltm.jobspec import (CALIBRATIONS, INTERCEPT_NAME, MECHANISMS, PARTITIONS, RELEASE_KINDS, ROLES, ColumnSpec,
                          JobSpec, JobSpecError, PartySpec, PrejobSpec, PrivacySpec, ServerSpec, SketchSpec,
-                         resolve_defaults, validate_job)
+                         UPLOAD_MODES, default_upload_mode, resolve_defaults, validate_job)
 from ltm.errors import bounded
 from ltm.identifiers import column_problem, endpoint_problem, id_problem, party_id_problem, server_id_problem
 from ltm.lifts import get_lift
@@ -55,7 +55,8 @@ DEFAULT_DEADLINE_S = 600.0
 MAX_DEADLINE_S = 30 * 24 * 3600.0
 
 _SECTIONS = {
-    "job": {"id", "partition", "rows", "clip_bound", "share_mode", "frac_bits", "deadline_s", "reproduction"},
+    "job": {"id", "partition", "rows", "clip_bound", "share_mode", "frac_bits", "deadline_s", "reproduction",
+            "upload_mode", "max_party_upload_bytes"},
     "release": {"kind", "m", "s", "seed"},
     "privacy": {"epsilon", "delta", "mechanism", "calibration", "interpolate_p", "t_prime", "corrupt_parties",
                 "min_honest_load", "min_participants", "prejob"},
@@ -388,6 +389,13 @@ def parse_job_file(text: str, *, source: str = "job file", resolve: bool = True)
     deadline_s = _number(p, job, "deadline_s", "[job]", DEFAULT_DEADLINE_S)
     # A reproduction job (JobSpec.reproduction): its servers accept seeded, NOT private batches.
     reproduction = p.get(job, "reproduction", bool, "[job]", False)
+    # How parties upload (JobSpec.upload_mode); "auto": ltm.jobspec.default_upload_mode's rule.
+    upload_mode = p.get(job, "upload_mode", str, "[job]", "auto")
+    if upload_mode not in ("auto", *UPLOAD_MODES):
+        p.add(f"[job].upload_mode must be one of auto, {', '.join(UPLOAD_MODES)}, got {upload_mode!r}")
+    max_party_upload_bytes = _integer(p, job, "max_party_upload_bytes", "[job]", 0)
+    if isinstance(max_party_upload_bytes, int) and max_party_upload_bytes < 0:
+        p.add(f"[job].max_party_upload_bytes must be ≥ 0 (0: no bound), got {max_party_upload_bytes}")
     if not (isinstance(deadline_s, float) and 0 < deadline_s <= MAX_DEADLINE_S):
         p.add(f"[job].deadline_s must be a positive number of seconds, at most {MAX_DEADLINE_S:g} (30 days), "
               f"got {deadline_s!r}")
@@ -563,13 +571,15 @@ def parse_job_file(text: str, *, source: str = "job file", resolve: bool = True)
                             min_honest_load=_integer(p, privacy, "min_honest_load", "[privacy]", 0),
                             min_participants=_integer(p, privacy, "min_participants", "[privacy]", 0)),
         servers=tuple(server_specs), clip_norm="l1" if mechanism == "laplace" else "l2", share_mode=share_mode,
-        prejobs=prejobs, transforms=tuple(transforms), reproduction=bool(reproduction),
+        prejobs=prejobs, transforms=tuple(transforms), reproduction=bool(reproduction), upload_mode=upload_mode,
     )
     if p.items:
         raise JobFileError(p.items, source)
     plan_reason = ""
+    if spec.upload_mode == "auto":
+        spec = replace(spec, upload_mode=default_upload_mode(spec))
     if kind == "auto":
-        spec, plan_reason = _planned(spec, m, labelled)
+        spec, plan_reason = _planned(spec, m, labelled, max_party_upload_bytes or 0)
     if resolve:
         try:
             spec = resolve_defaults(spec)
@@ -579,7 +589,7 @@ def parse_job_file(text: str, *, source: str = "job file", resolve: bool = True)
     return JobFile(spec, FitSpec(model, lam, rank, debias), deadline_s, plan_reason)
 
 
-def _planned(spec: JobSpec, m: int | None, labelled: bool) -> tuple[JobSpec, str]:
+def _planned(spec: JobSpec, m: int | None, labelled: bool, max_party_upload_bytes: int = 0) -> tuple[JobSpec, str]:
     """``[release] kind = "auto"``: the planner's kind and parameters (ltm.planner, public inputs only)."""
     from ltm.planner import PlanInputs, plan_release  # noqa: PLC0415 - only for kind "auto"
 
@@ -591,7 +601,8 @@ def _planned(spec: JobSpec, m: int | None, labelled: bool) -> tuple[JobSpec, str
             task="regression" if labelled else "lowrank", mechanism=p.mechanism, clip_bound=spec.clip_bound,
             party_sizes=tuple(q.size for q in spec.parties) if spec.partition == "rows" else (),
             corrupt_parties=p.corrupt_parties, t_prime=p.t_prime,
-            kinds=("gram", "sparse") if p.calibration != "paper" and spec.partition == "rows" else ("sparse",)))
+            kinds=("gram", "sparse") if p.calibration != "paper" and spec.partition == "rows" else ("sparse",),
+            upload_mode=spec.upload_mode, servers=spec.k, max_party_upload_bytes=max_party_upload_bytes))
     except ValueError as exc:
         raise JobFileError([f"[release].kind 'auto': the planner could not choose: {exc}"]) from None
     chosen_m = m if m is not None and plan.kind != "gram" else plan.m
@@ -706,7 +717,8 @@ def job_file_doc(spec: JobSpec, fit: FitSpec | None = None, deadline_s: float | 
     must be run through ``ltm job submit``; render it with :func:`render_job_file`."""
     p = spec.privacy
     job: dict[str, Any] = {"id": spec.job_id, "partition": spec.partition, "clip_bound": spec.clip_bound,
-                           "share_mode": spec.share_mode, "frac_bits": spec.frac_bits}
+                           "share_mode": spec.share_mode, "frac_bits": spec.frac_bits,
+                           "upload_mode": spec.upload_mode}
     if spec.partition == "columns":
         job["rows"] = spec.n
     if deadline_s is not None:

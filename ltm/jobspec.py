@@ -38,6 +38,8 @@ RELEASE_KINDS = tuple(k for k in SKETCH_KINDS if k != "sum") + LIFTED_KINDS
 
 JOB_SPEC_VERSION = "ltm.job.v1"
 PARTITIONS = ("rows", "columns")
+#: How parties upload their clients (:attr:`JobSpec.upload_mode`).
+UPLOAD_MODES = ("per-client", "aggregate")
 ROLES = ("feature", "intercept", "label")
 INTERCEPT_NAME = "(intercept)"
 MAX_FRAC_BITS = 32
@@ -163,6 +165,12 @@ class JobSpec:
     #: the DP pre-jobs whose releases chose this job's column centres and scales (public
     #: provenance, DESIGN §1); omitted from the canonical JSON when empty, like ``transforms``
     prejobs: tuple[PrejobSpec, ...] = ()
+    #: How parties upload (:data:`UPLOAD_MODES`): ``per-client`` (one noisy copy per client and
+    #: piece, summed by the servers) or ``aggregate`` (each party uploads its partial of the public
+    #: map with its noise added once per entry: ``party/aggregate.py``).  ``auto`` is resolved by
+    #: :func:`resolve_defaults` (:func:`default_upload_mode`).  In the digest; omitted from the
+    #: canonical JSON when ``per-client``, so earlier specs keep their digests.
+    upload_mode: str = "per-client"
 
     def __post_init__(self) -> None:
         _canonical_floats(self)
@@ -170,6 +178,11 @@ class JobSpec:
             object.__setattr__(self, "transforms", tuple(self.transforms))
 
     # ---------------------------------------------------------------- derived views
+    @property
+    def aggregated(self) -> bool:
+        """Each party uploads one aggregate of its clients (upload mode ``aggregate``)."""
+        return self.upload_mode == "aggregate"
+
     @property
     def k(self) -> int:
         """Number of servers."""
@@ -273,6 +286,8 @@ class JobSpec:
         for optional in ("transforms", "prejobs", "reproduction"):  # absent when empty/false: older specs
             if not d[optional]:                                      # keep their digests
                 del d[optional]
+        if d["upload_mode"] == "per-client":
+            del d["upload_mode"]
         return d
 
     def canonical_json(self) -> bytes:
@@ -517,6 +532,9 @@ def _check_structure(spec: JobSpec) -> list[str]:
         problems.append(f"at least 2 servers are needed for additive sharing (got {spec.k})")
     if len({s.server_id for s in spec.servers}) != spec.k:
         problems.append("server ids must be distinct")
+    if spec.upload_mode not in UPLOAD_MODES:
+        problems.append(f"upload_mode must be one of {UPLOAD_MODES} (or 'auto' before defaults are resolved), "
+                        f"got {spec.upload_mode!r}")
     if spec.share_mode not in SHARE_MODES:
         problems.append(f"share_mode must be one of {SHARE_MODES}, got {spec.share_mode!r}")
     if spec.clip_norm not in ("l2", "l1"):
@@ -720,6 +738,15 @@ def corrupt_parties_default(partition: str, party_sizes: list[int] | tuple[int, 
     return 1 if max(party_sizes) > 1 else 0
 
 
+def default_upload_mode(spec: JobSpec) -> str:
+    """The upload mode rule: ``aggregate`` when every party holds more than one client and the job
+    tolerates no corrupt clients (t′ = 0: parties are the unit of corruption), else ``per-client``
+    (cross-device jobs with a party per client, and the t′-corrupt-client experiments)."""
+    if spec.privacy.t_prime == 0 and all(p.size > 1 for p in spec.parties):
+        return "aggregate"
+    return "per-client"
+
+
 def resolve_defaults(spec: JobSpec, load_fraction: float = DEFAULT_LOAD_FRACTION) -> JobSpec:
     """Fill the defaults: corrupt_parties is raised to at least :func:`default_corrupt_parties`
     (except in a reproduction job, which keeps the paper's threat model as given), then the fields
@@ -727,7 +754,10 @@ def resolve_defaults(spec: JobSpec, load_fraction: float = DEFAULT_LOAD_FRACTION
     (half the clients), and frac_bits (the largest ≤ 32 the headroom allows, planned at that f).
 
     Every way of building a job (``sim.jobs.build_job``, job files) goes through here, so a
-    deployment job gets the corruption default without asking for it."""
+    deployment job gets the corruption default without asking for it.  An ``auto`` upload mode
+    becomes :func:`default_upload_mode`'s choice."""
+    if spec.upload_mode == "auto":
+        spec = replace(spec, upload_mode=default_upload_mode(spec))
     problems = _check_structure(replace(spec, frac_bits=spec.frac_bits or MAX_FRAC_BITS))
     if problems:
         raise JobSpecError(problems)

@@ -89,6 +89,12 @@ class PlanInputs:
         max_upload_values: traffic cap per client.
         kinds: the candidate kinds (default gram and sparse; a dense sketch has the same error as a
             sparse one of the same m at m times the upload, so it is a candidate only on request).
+        upload_mode: ``per-client`` or ``aggregate`` (the job's upload mode: it decides the costs).
+        servers: k (seed-compressed shares cost the k − 1 helper servers 32 bytes per batch).
+        max_party_upload_bytes: candidates whose predicted upload per party exceeds this are not
+            feasible (0: no bound; a job file's ``[job].max_party_upload_bytes``).
+        utility_tolerance: the cheapest candidate whose predicted utility is within this fraction
+            of the best candidate's is chosen (:func:`choose_by_cost`; default 1%).
     """
 
     n: int
@@ -106,6 +112,10 @@ class PlanInputs:
     assumed_r2: float = DEFAULT_ASSUMED_R2
     max_upload_values: int = DEFAULT_MAX_UPLOAD_VALUES
     kinds: tuple[str, ...] = ("gram", "sparse")
+    upload_mode: str = "per-client"
+    servers: int = 3
+    max_party_upload_bytes: int = 0
+    utility_tolerance: float = 0.01
 
 
 @dataclass(frozen=True)
@@ -121,6 +131,7 @@ class Candidate:
     upload_values: int = 0
     feasible: bool = True
     note: str = ""
+    cost: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -325,12 +336,11 @@ def plan_release(inp: PlanInputs) -> Plan:
     cands: list[Candidate] = []
     for kind in inp.kinds:
         cands.append(_gram_candidate(inp, mom) if kind == "gram" else _sketch_candidate(inp, mom, kind))
+    cands = with_costs(inp, cands)
     feasible = [c for c in cands if c.feasible and math.isfinite(c.predicted_excess)]
     if not feasible:
         raise ValueError("planner: no release kind is feasible: " + "; ".join(f"{c.kind}: {c.note}" for c in cands))
-    # ties (within 1%) go to the cheaper upload
-    best = min(feasible, key=lambda c: (round(math.log(max(c.predicted_excess, 1e-300)) / math.log(1.01)),
-                                        c.upload_values))
+    best, trade = choose_by_cost(inp, mom, feasible)
     what = "predicted R² loss" if inp.task == "regression" else "predicted relative spectral error"
     def shape(c) -> str:  # a gram release has no sketch rows m or non-zeros s to name
         return "gram" if c.kind == "gram" else f"{c.kind}(m={c.m})" if c.kind == "dense" else \
@@ -338,8 +348,8 @@ def plan_release(inp: PlanInputs) -> Plan:
 
     others = ", ".join(f"{shape(c)} {c.predicted_excess:.3g}" if c.feasible else f"{c.kind}: {c.note}"
                        for c in cands if c is not best)
-    reason = (f"{shape(best)} has the smallest {what}, {best.predicted_excess:.3g}; "
-              f"{others or 'no other candidate'}.")
+    reason = (f"{shape(best)}: {what} {best.predicted_excess:.3g}; "
+              f"{others or 'no other candidate'}. {trade}")
     if best.kind == "gram":
         reason += (" A gram release's error does not grow with n (noisy ZᵀZ), a sketch's cross term (SX)ᵀN "
                    "grows like √n.")
@@ -352,5 +362,109 @@ def plan_release(inp: PlanInputs) -> Plan:
         f"{DEFAULT_LOAD_FRACTION:g}·(load − deduction) as resolve_defaults sets it",
         "first-order error formulas (docs/planner.md); clipping bias and the label's clipping are ignored",
         f"traffic cap {inp.max_upload_values} values per client",
+        f"{inp.upload_mode} uploads; costs from per-operation rates measured on a 2-core machine "
+        f"(ltm/planner.py COST_RATES), utility tolerance {inp.utility_tolerance:g}",
     )
     return Plan(best.kind, best.m, best.s, best.estimator, best.predicted_excess, tuple(cands), reason, assumptions)
+
+
+# -------------------------------------------------------------------- cost (issue #22)
+#: Per-operation rates (seconds) measured on the 2-core development machine while it was shared
+#: (docs/performance.md): what the cost model multiplies.  Only their ratios matter for the choice.
+COST_RATES: dict[str, float] = {
+    "client_vector": 0.4e-6,   # read + public transforms + clip, per client
+    "round_value": 0.02e-6,    # rounding one value to the grid
+    "lift_value": 0.04e-6,     # one lifted (gram) value of one client
+    "noise_share_value": 0.1e-6,  # per-client mode: one exact noise draw + secret sharing, per value
+    "map_value": 0.015e-6,     # aggregate mode: one value scattered into the party's partial
+    "server_value": 0.09e-6,   # per-client mode: TLS, hashing, durable write and map, per value per server set
+}
+#: Bytes per second the cost model charges for the wire (loopback TLS on the same machine).
+WIRE_BYTES_PER_S = 400e6
+_SEED_BYTES = 32
+
+
+def _party_sizes(inp: PlanInputs) -> tuple[int, ...]:
+    return inp.party_sizes or (inp.n,)
+
+
+def candidate_cost(inp: PlanInputs, c: Candidate) -> dict[str, float]:
+    """Predicted bytes a (largest) party uploads, party CPU seconds (the largest party), server CPU
+    seconds (all servers together) and the resulting seconds (CPU of every actor plus the wire) of
+    a candidate under the job's upload mode.
+
+    Per-client: each client uploads ``upload_values`` values (8 bytes each to the primary server,
+    a 32-byte seed to each helper per batch of 2^16 clients); a server stores and maps each value.
+    Aggregate: a party uploads its (rows × W) partial once — independent of its client count — and
+    pays only for building, rounding and mapping its clients' values.
+    """
+    width = c.upload_values // max(c.s, 1) if c.kind != "gram" else c.upload_values
+    rows = 1 if c.kind == "gram" else c.m
+    per_client = COST_RATES["client_vector"] + c.upload_values * COST_RATES["round_value"]
+    if c.kind == "gram":
+        per_client += c.upload_values * COST_RATES["lift_value"]
+    sizes = _party_sizes(inp)
+    largest = max(sizes)
+    helpers = max(inp.servers - 1, 0)
+    if inp.upload_mode == "aggregate":
+        party_bytes = rows * width * 8 + helpers * _SEED_BYTES
+        party_cpu = largest * (per_client + c.upload_values * COST_RATES["map_value"])
+        server_cpu = len(sizes) * rows * width * COST_RATES["map_value"] * inp.servers
+        all_party_cpu = inp.n * (per_client + c.upload_values * COST_RATES["map_value"])
+    else:
+        batches = -(-largest // (1 << 16))
+        party_bytes = largest * c.upload_values * 8 + batches * helpers * _SEED_BYTES
+        party_cpu = largest * (per_client + c.upload_values * COST_RATES["noise_share_value"])
+        server_cpu = inp.n * c.upload_values * COST_RATES["server_value"]
+        all_party_cpu = inp.n * (per_client + c.upload_values * COST_RATES["noise_share_value"])
+    wire = party_bytes * len(sizes) / WIRE_BYTES_PER_S
+    return {"party_upload_bytes": float(party_bytes), "party_cpu_s": party_cpu, "server_cpu_s": server_cpu,
+            "total_s": all_party_cpu + server_cpu + wire}
+
+
+def with_costs(inp: PlanInputs, cands: list[Candidate]) -> list[Candidate]:
+    """Each candidate with its :func:`candidate_cost`; over the job's upload bound → not feasible."""
+    from dataclasses import replace  # noqa: PLC0415
+
+    out = []
+    for c in cands:
+        cost = candidate_cost(inp, c)
+        if inp.max_party_upload_bytes and c.feasible and cost["party_upload_bytes"] > inp.max_party_upload_bytes:
+            c = replace(c, feasible=False, note=f"a party would upload {cost['party_upload_bytes']:.3g} bytes, over "
+                                                f"the job's bound of {inp.max_party_upload_bytes}")
+        out.append(replace(c, cost=cost))
+    return out
+
+
+def _utility_scale(inp: PlanInputs, mom: _Moments) -> float:
+    """What the tolerance is a fraction of: the clipped data's R² (regression: the predicted R² of the
+    noiseless fit; assumed when no second moment is given), 1 for the relative spectral error."""
+    if inp.task != "regression":
+        return 1.0
+    r2 = 1.0 - mom.resid / mom.y2 if mom.y2 > 0 else float("nan")
+    return float(r2) if math.isfinite(r2) and r2 > 0 else float(inp.assumed_r2)
+
+
+def choose_by_cost(inp: PlanInputs, mom: _Moments, feasible: list[Candidate]) -> tuple[Candidate, str]:
+    """The cheapest candidate (predicted seconds, then bytes) among those whose predicted utility
+    is within ``utility_tolerance`` of the best: excess ≤ best excess + tolerance × utility scale
+    (regression: predicted R² within that fraction of the best predicted R²).  Returns it and a
+    sentence explaining the trade."""
+    top = min(feasible, key=lambda c: c.predicted_excess)
+    slack = inp.utility_tolerance * _utility_scale(inp, mom)
+    near = [c for c in feasible if c.predicted_excess <= top.predicted_excess + slack]
+    best = min(near, key=lambda c: (c.cost["total_s"], c.cost["party_upload_bytes"], c.predicted_excess))
+
+    def costs(c: Candidate) -> str:
+        k = c.cost
+        return (f"{c.kind}: {k['party_upload_bytes']:.3g} B/party, party {k['party_cpu_s']:.3g} CPU-s, "
+                f"servers {k['server_cpu_s']:.3g} CPU-s")
+
+    if best is top:
+        trade = f"It is also the most accurate ({'; '.join(costs(c) for c in feasible)})."
+    else:
+        trade = (f"Cheapest within the utility tolerance ({inp.utility_tolerance:g} of the predicted utility, "
+                 f"{slack:.3g}): {best.kind} costs {best.cost['total_s']:.3g} s against {top.kind}'s "
+                 f"{top.cost['total_s']:.3g} s for {best.predicted_excess - top.predicted_excess:.3g} more predicted "
+                 f"error ({'; '.join(costs(c) for c in feasible)}).")
+    return best, trade

@@ -52,6 +52,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-delta", type=float, help="largest δ this party accepts (default 1e-5)")
     p.add_argument("--min-corrupt-parties", type=int,
                    help="fewest corrupt parties a rows job with multi-client parties must tolerate (default 1)")
+    p.add_argument("--upload-mode", choices=("per-client", "aggregate"),
+                   help="refuse a job whose upload mode differs (default: upload as the job says)")
     p.add_argument("--min-t-prime", type=int, help="fewest corrupt clients t′ a rows job must tolerate (default 0)")
     p.add_argument("--min-participants", type=int,
                    help="smallest participant set the job may be released over that this party accepts (default 0)")
@@ -184,7 +186,8 @@ async def participate(args: argparse.Namespace) -> dict:
                          min_t_prime=args.min_t_prime or 0, min_participants=args.min_participants or 0,
                          expected_servers=tuple(server_ids),
                          allow_reproduction_calibration=bool(args.allow_paper_calibration),
-                         allow_reproduction=bool(args.allow_reproduction))
+                         allow_reproduction=bool(args.allow_reproduction),
+                         upload_mode=args.upload_mode or "")
     budget = Budget(args.budget_epsilon if args.budget_epsilon is not None else DEFAULT_BUDGET_EPSILON,
                     args.budget_delta if args.budget_delta is not None else DEFAULT_BUDGET_DELTA)
     wait_s = args.wait if args.wait is not None else 30.0

@@ -166,6 +166,8 @@ def effective_batch_clients(spec: JobSpec, party: PartySpec, requested: int = DE
     """Clients per batch for this job and party: ``requested``, capped so that one batch's share
     array has at most :data:`MAX_BATCH_ELEMENTS` elements (a deterministic function of the public
     spec, so a resumed party cuts its batches exactly as before)."""
+    if spec.upload_mode == "aggregate":  # the party's one aggregated upload covers all its clients
+        return party.size
     per_client = spec.make_sketch().pieces * len(spec.upload_columns(party))
     return max(1, min(requested, MAX_BATCH_ELEMENTS // per_client))
 
@@ -176,6 +178,35 @@ def plan_batches(party: PartySpec, batch_clients: int = DEFAULT_BATCH_CLIENTS) -
     ranges = tuple((i, a, min(a + batch_clients, party.stop))
                    for i, a in enumerate(range(party.start, party.stop, batch_clients)))
     return BatchPlan(ranges)
+
+
+def open_source(spec: JobSpec, party: PartySpec, table: Mapping[str, np.ndarray] | PartySource):
+    """``(source, streamed, needed, pipeline, columns)`` for reading a party's data chunk by chunk:
+    a streamed source is checked before any chunk is read, an in-memory table is checked whole."""
+    columns = tuple(spec.party_column_indices(party))
+    if isinstance(table, PartySource):
+        source, streamed = table, True
+        needed = _checked_source(spec, party, source, list(columns))
+    else:
+        raw = _checked_raw_columns(spec, party, table, list(columns))
+        source, streamed, needed = TableSource(raw, rows=party.size), False, list(raw)
+    return source, streamed, needed, FeaturePipeline.for_spec(spec), columns
+
+
+def release_vectors(spec: JobSpec, party: PartySpec, pipeline: FeaturePipeline, chunk: Mapping[str, np.ndarray],
+                    columns: tuple[int, ...], *, rows: int, streamed: bool, row_offset: int) -> np.ndarray:
+    """The vectors a chunk of the party's clients release (before rounding and noise): float64
+    (rows, W).  Built by the public transforms, clipped, and lifted for a lifted release kind;
+    one implementation for per-client batches and aggregated uploads.  ``row_offset``: the party
+    row of the chunk's first row (a streamed chunk's values are checked here, naming that row)."""
+    if streamed:
+        chunk = {k: _checked_column(k, v, rows, party.party_id, row_offset) for k, v in chunk.items()}
+    # Transform and clip per chunk: random-feature vectors are wide, the raw columns are not.
+    vectors = pipeline.vectors(chunk, columns, rows=rows)
+    vectors = clip_rows(vectors, party.clip_bound, spec.clip_norm)
+    if spec.lift is not None:  # a lifted release kind uploads lift(z) of the clipped z (ltm/lifts.py)
+        vectors = spec.lift.apply(spec, vectors)
+    return vectors
 
 
 def make_batches(spec: JobSpec, party_id: str, table: Mapping[str, np.ndarray] | PartySource,
@@ -201,18 +232,16 @@ def make_batches(spec: JobSpec, party_id: str, table: Mapping[str, np.ndarray] |
     by chunk), so a party's memory is O(batch) whatever its client count.  Both give bit-identical
     batches for the same data.
     """
+    if spec.upload_mode == "aggregate":  # one aggregated upload per party (party/aggregate.py)
+        from party.aggregate import aggregate_batches
+        yield from aggregate_batches(spec, party_id, table, randomness, plan=plan,
+                                     batch_randomness=batch_randomness, skip=skip, timings=timings)
+        return
     party = spec.party(party_id)
     plan = plan or spec.noise_plan()
     pieces = spec.make_sketch().pieces
     batch_clients = effective_batch_clients(spec, party, batch_clients)
-    columns = tuple(spec.party_column_indices(party))
-    if isinstance(table, PartySource):
-        source, streamed = table, True
-        needed = _checked_source(spec, party, source, list(columns))
-    else:
-        raw = _checked_raw_columns(spec, party, table, list(columns))
-        source, streamed, needed = TableSource(raw, rows=party.size), False, list(raw)
-    pipeline = FeaturePipeline.for_spec(spec)
+    source, streamed, needed, pipeline, columns = open_source(spec, party, table)
     uploaded = spec.upload_columns(party)
     digest = spec.digest
     party_ordinal = [p.party_id for p in spec.parties].index(party_id)
@@ -223,14 +252,8 @@ def make_batches(spec: JobSpec, party_id: str, table: Mapping[str, np.ndarray] |
         lo, hi = a - party.start, b - party.start
         tr = time.perf_counter()
         chunk = source.read(lo, hi, needed)
-        if streamed:
-            chunk = {k: _checked_column(k, v, hi - lo, party_id, lo) for k, v in chunk.items()}
         t0 = time.perf_counter()
-        # Transform and clip per batch: random-feature vectors are wide, the raw columns are not.
-        vectors = pipeline.vectors(chunk, columns, rows=hi - lo)
-        vectors = clip_rows(vectors, party.clip_bound, spec.clip_norm)
-        if spec.lift is not None:  # a lifted release kind uploads lift(z) of the clipped z (ltm/lifts.py)
-            vectors = spec.lift.apply(spec, vectors)
+        vectors = release_vectors(spec, party, pipeline, chunk, columns, rows=hi - lo, streamed=streamed, row_offset=lo)
         ring = noisy_copies(vectors, pieces, plan, rand.child("noise"))
         t1 = time.perf_counter()
         shares = share(ring, spec.k, rand.child("shares"), mode=spec.share_mode, primary=(party_ordinal + batch_index) % spec.k)

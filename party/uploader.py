@@ -62,6 +62,8 @@ class PartyPolicy:
     expected_servers: tuple[str, ...] = ()
     allow_reproduction_calibration: bool = False
     allow_reproduction: bool = False
+    #: The upload mode this party runs (``per-client`` or ``aggregate``; empty: whatever the job says).
+    upload_mode: str = ""
 
     def check(self, spec: JobSpec, *, seeded: bool = False) -> None:
         p = spec.privacy
@@ -92,6 +94,9 @@ class PartyPolicy:
         elif spec.reproduction and not (seeded or self.allow_reproduction):
             problems.append("the job is marked as a reproduction: its servers accept seeded (NOT private) "
                             "randomness from parties, so it is not private; this party does not accept it")
+        if self.upload_mode and self.upload_mode != spec.upload_mode:
+            problems.append(f"the job takes {spec.upload_mode} uploads (upload_mode {spec.upload_mode!r}), this party "
+                            f"was started to upload {self.upload_mode!r}")
         ids = tuple(s.server_id for s in spec.servers)
         # A served spec is not validated here (that walks all n clients): its ids at least must be in
         # the grammar every server checks (ltm.identifiers), since they name this party's files and pins.
@@ -135,6 +140,8 @@ class UploadSummary:
     upload_s: float = 0.0
     #: seconds reading the data source (a chunk per batch; generating it, for a synthetic source)
     read_s: float = 0.0
+    #: seconds building, rounding and mapping the clients' vectors into an aggregate (upload mode aggregate)
+    map_s: float = 0.0
     #: wall-clock (Unix) times the upload began and ended, to line parties up in a benchmark
     started_unix: float = 0.0
     finished_unix: float = 0.0
@@ -165,7 +172,7 @@ def batch_header(batch: ShareBatch, job_id: str) -> tuple[ltm_pb2.BatchHeader, b
         start=batch.start, stop=batch.stop, columns=list(batch.columns), shape=list(share.shape),
         server_index=share.server, seed=share.seed or b"",
         data_sha256=hashlib.sha256(payload).digest() if payload else b"",
-        randomness_mode=SEEDED_MODE if batch.seeded else CSPRNG_MODE)
+        randomness_mode=SEEDED_MODE if batch.seeded else CSPRNG_MODE, aggregate=batch.aggregate)
     return header, payload
 
 
@@ -317,6 +324,6 @@ async def _stream_batches(stubs, spec: JobSpec, journal: UploadJournal | None, e
         bar.advance(per_server[0].count)
     summary.seconds = time.monotonic() - t0
     summary.noise_s, summary.sharing_s = timings.get("noise", 0.0), timings.get("sharing", 0.0)
-    summary.read_s = timings.get("read", 0.0)
+    summary.read_s, summary.map_s = timings.get("read", 0.0), timings.get("map", 0.0)
     summary.started_unix, summary.finished_unix = started, time.time()
     return summary

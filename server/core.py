@@ -115,8 +115,12 @@ class ServerCore:
 
     # ------------------------------------------------------------------ upload
     def check_upload(self, spec: JobSpec, *, caller_id: str, party_id: str, batch_index: int, start: int, stop: int,
-                     columns: tuple[int, ...], server: int, shape: tuple[int, ...]) -> None:
-        """Everything an upload's header must satisfy, checkable before any share data is read."""
+                     columns: tuple[int, ...], server: int, shape: tuple[int, ...], aggregate: bool = False) -> None:
+        """Everything an upload's header must satisfy, checkable before any share data is read.
+
+        ``aggregate``: the upload declares itself a party's aggregate (``party/aggregate.py``); it
+        must match the job's upload mode, cover the party's whole range as batch 0, and have the
+        shape (1, m, columns)."""
         if party_id != caller_id:
             raise ProtocolError("PERMISSION_DENIED", f"party {caller_id!r} may not upload as {party_id!r}")
         try:
@@ -136,7 +140,19 @@ class ServerCore:
         if server != self.server_index(spec):
             raise ProtocolError("INVALID_ARGUMENT", f"this share is addressed to server index {server}, "
                                                     f"this is server {self.server_id!r}")
-        expected_shape = (self._sketch(spec).pieces, stop - start, len(expected_cols))
+        if aggregate != spec.aggregated:
+            raise ProtocolError("FAILED_PRECONDITION",
+                                f"job {spec.job_id!r} takes {spec.upload_mode} uploads (upload_mode {spec.upload_mode!r}) "
+                                f"but this batch is {'an aggregate' if aggregate else 'per-client'}; "
+                                f"run a party that matches the job spec")
+        if aggregate:
+            if (start, stop, batch_index) != (party.start, party.stop, 0):
+                raise ProtocolError("INVALID_ARGUMENT", f"an aggregated upload is batch 0 over the party's whole range "
+                                                        f"[{party.start}, {party.stop}), not batch {batch_index} "
+                                                        f"over [{start}, {stop})")
+            expected_shape = (1, self._sketch(spec).m, len(expected_cols))
+        else:
+            expected_shape = (self._sketch(spec).pieces, stop - start, len(expected_cols))
         if tuple(shape) != expected_shape:
             raise ProtocolError("INVALID_ARGUMENT", f"share shape {tuple(shape)} != expected {expected_shape} "
                                                     f"(pieces, clients, columns)")
@@ -163,7 +179,7 @@ class ServerCore:
         self.check_randomness(spec, batch.seeded)
         self.check_upload(spec, caller_id=caller_id, party_id=batch.party_id, batch_index=batch.batch_index,
                           start=batch.start, stop=batch.stop, columns=batch.columns, server=batch.server,
-                          shape=tuple(batch.share.shape))
+                          shape=tuple(batch.share.shape), aggregate=batch.aggregate)
         expected_cols = batch.columns
         if batch.share.data is not None and batch.share.data.dtype != np.uint64:
             raise ProtocolError("INVALID_ARGUMENT", f"share dtype {batch.share.data.dtype} != uint64")

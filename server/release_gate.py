@@ -9,7 +9,9 @@ server refuses unless:
 3. the participant set is a subset of the clients this server actually holds;
 4. the set has at least ``min_participants`` clients, and every sketch row keeps an honest load
    ``load_r − deduction_r ≥ L`` (deduction: t′ corrupt clients, or the largest load that the
-   tolerated number of corrupt parties hold together in that row).
+   tolerated number of corrupt parties hold together in that row);
+5. in an ``aggregate`` job, the set holds each party's clients all or none (an aggregate cannot be
+   split; docs/architecture.md, "Aggregated uploads").
 
 Pure: the gRPC servicer maps :class:`GateRefusal` codes to gRPC status codes.
 """
@@ -76,6 +78,14 @@ def check_release(spec: JobSpec, *, caller_role: str, job_digest: str, participa
     if extra:
         raise GateRefusal("FAILED_PRECONDITION", f"the participant set contains {extra.count} clients this server "
                                                  f"does not hold (first: {extra.first()})")
+    if spec.aggregated:
+        # Each stored batch is a whole party's aggregate: a set holding only some of a party's clients
+        # cannot be served (and must not be approximated by the whole aggregate).
+        for party in spec.parties:
+            if participants.intersects(party.start, party.stop) and not participants.covers(party.start, party.stop):
+                raise GateRefusal("FAILED_PRECONDITION",
+                                  f"party {party.party_id!r} uploaded one aggregate of clients [{party.start}, "
+                                  f"{party.stop}); a participant set must hold all of them or none")
     count = participants.count
     if count < spec.privacy.min_participants:
         raise GateRefusal("FAILED_PRECONDITION", f"participant set of {count} clients is below the job's minimum of "

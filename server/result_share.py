@@ -22,7 +22,8 @@ def result_share(spec: JobSpec, batches: Iterable[ShareBatch], participants: Cli
     :class:`~ltm.client_set.ClientSet` (none when every client of the chunk participates), and
     helper-share seeds are expanded one chunk at a time into a reusable buffer.  So memory is
     O(m·W + one chunk) beyond the batch being read, whatever n is.  ``participants`` may also be a
-    bool mask (n,) (tests).
+    bool mask (n,) (tests).  In an ``aggregate`` job each stored batch is one party's (1, m, W)
+    partial of the map (``party/aggregate.py``) and the servers' map is their sum.
     """
     sketch = sketch or spec.make_sketch()
     members = participant_set(spec.n, participants)
@@ -31,8 +32,15 @@ def result_share(spec: JobSpec, batches: Iterable[ShareBatch], participants: Cli
     partial: dict[tuple[int, ...], np.ndarray] = {}
     buffer: KeystreamBuffer | None = None
     all_columns = tuple(range(width))
+    aggregated = np.zeros((sketch.m, width), dtype=np.uint64)
     for batch in batches:
         if not members.intersects(batch.start, batch.stop):
+            continue
+        if spec.aggregated:  # a party's partial of the map: summed whole (the gate admits whole parties only)
+            if not members.covers(batch.start, batch.stop):
+                raise ValueError(f"an aggregated upload of clients [{batch.start}, {batch.stop}) cannot be split "
+                                 f"by a participant set that holds only some of them")
+            aggregated[:, list(batch.columns)] += batch.share.values().reshape(sketch.m, len(batch.columns))
             continue
         cols = batch.columns
         acc = acc_full if cols == all_columns else partial.setdefault(cols, sketch.accumulator(len(cols)))
@@ -54,6 +62,7 @@ def result_share(spec: JobSpec, batches: Iterable[ShareBatch], participants: Cli
                     values = buffer.words(seed, (b - a) * ncols, (piece * count + a) * ncols).reshape(b - a, ncols)
                 sketch.add_piece(acc, piece, 0, values, chunk_slots, include)
     out = sketch.finish(acc_full, width)
+    out += aggregated
     for cols, acc in partial.items():
         out[:, list(cols)] += sketch.finish(acc, len(cols))
     return out

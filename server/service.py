@@ -479,7 +479,8 @@ class ServerService(ltm_pb2_grpc.ServerServicer):
             data = buf.view("<u8").astype(np.uint64, copy=False).reshape(batch_shape)
             share = Share(h.server_index, batch_shape, data=data)
         batch = ShareBatch(h.job_digest, h.party_id, int(h.batch_index), int(h.start), int(h.stop),
-                           tuple(int(c) for c in h.columns), share, seeded=h.randomness_mode == SEEDED_MODE)
+                           tuple(int(c) for c in h.columns), share, seeded=h.randomness_mode == SEEDED_MODE,
+                           aggregate=bool(h.aggregate))
         try:
             receipt = await self._call(self.core.accept, batch, h.job_id, phase=(h.job_id, "store"),
                                        caller_role=who.role, caller_id=who.actor)
@@ -527,7 +528,7 @@ class ServerService(ltm_pb2_grpc.ServerServicer):
         # Range, columns, addressee and shape against the job — before reading up to 512 MiB of data.
         self.core.check_upload(spec, caller_id=actor, party_id=h.party_id, batch_index=int(h.batch_index),
                                start=int(h.start), stop=int(h.stop), columns=tuple(int(c) for c in h.columns),
-                               server=int(h.server_index), shape=shape)
+                               server=int(h.server_index), shape=shape, aggregate=bool(h.aggregate))
         if self.core.store.is_closed(h.job_id) and \
                 self.core.store.get_batch_digest(h.job_id, h.party_id, h.batch_index) is None:
             # A batch already stored may be retried after close (its ack may have been lost): the

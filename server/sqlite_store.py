@@ -434,7 +434,10 @@ class SqliteStore:
         if not batch.columns or any(not 0 <= c < spec.upload_width for c in batch.columns):
             raise ValueError(f"batch columns {batch.columns} outside [0, {spec.upload_width})")
         shape = _as_int_tuple(batch.share.shape)
-        if len(shape) != 3 or shape[1:] != (batch.count, len(batch.columns)):
+        if spec.aggregated:  # one party's (1, m, columns) partial of the map (party/aggregate.py)
+            if shape != (1, spec.sketch.m, len(batch.columns)):
+                raise ValueError(f"aggregate share shape {shape} is not (1, m, {len(batch.columns)})")
+        elif len(shape) != 3 or shape[1:] != (batch.count, len(batch.columns)):
             raise ValueError(f"share shape {shape} is not (pieces, {batch.count}, {len(batch.columns)})")
         if batch.share.data is not None and batch.share.data.dtype != np.uint64:
             raise ValueError(f"share dtype {batch.share.data.dtype} != uint64")
@@ -541,9 +544,9 @@ class SqliteStore:
                 except OSError:
                     pass
 
-    def _load_batch(self, job_id: str, job_digest: str, row: tuple) -> ShareBatch:
+    def _load_batch(self, job_id: str, job_digest: str, row: tuple, aggregate: bool = False) -> ShareBatch:
         """One stored batch, checked against its content digest (DATA_LOSS on any mismatch)."""
-        batch = self._read_batch(job_digest, row)
+        batch = self._read_batch(job_digest, row, aggregate)
         if batch.content_digest() != row[7]:
             what = f"blob {row[9]!r}" if row[9] is not None else "helper-share seed row"
             raise StoreCorruptError(f"batch {row[1]} of party {row[0]!r} in job {job_id!r} ({what}) does not match "
@@ -551,7 +554,7 @@ class SqliteStore:
                                     f"refusing to use it (run `ltm server --check`)")
         return batch
 
-    def _read_batch(self, job_digest: str, row: tuple) -> ShareBatch:
+    def _read_batch(self, job_digest: str, row: tuple, aggregate: bool = False) -> ShareBatch:
         party_id, batch_index, start, stop, columns, server, shape, _digest, seed, blob_path, seeded = row
         shape = tuple(json.loads(shape))
         if seed is not None:
@@ -569,8 +572,9 @@ class SqliteStore:
             if sys.byteorder != "little":  # pragma: no cover
                 data = data.astype(np.uint64)
             share = Share(server, shape, data=data.view(np.uint64).reshape(shape))
+        # ``aggregate`` is the job's upload mode (the server accepted only batches that match it).
         return ShareBatch(job_digest, party_id, batch_index, start, stop, tuple(json.loads(columns)), share,
-                          seeded=bool(seeded))
+                          seeded=bool(seeded), aggregate=aggregate)
 
     def batches(self, job_id: str) -> Iterator[ShareBatch]:
         """The job's batches ordered by (party_id, batch_index); blobs are read one at a time."""
@@ -585,7 +589,7 @@ class SqliteStore:
             rows = conn.execute(f"SELECT {_BATCH_COLUMNS} FROM batches WHERE job_id = ? "
                                 f"ORDER BY party_id, batch_index", (job_id,)).fetchall()
         for row in rows:
-            yield StoredBatch(self._load_batch(job_id, spec.digest, row), row[7])
+            yield StoredBatch(self._load_batch(job_id, spec.digest, row, spec.aggregated), row[7])
 
     def verify(self, job_id: str | None = None) -> int:
         """Recompute every stored batch's content digest (all jobs by default); returns the count checked."""
@@ -707,7 +711,7 @@ class SqliteStore:
             for row in rows:
                 counts["batches"] += 1
                 try:
-                    self._load_batch(job_id, spec.digest, row)
+                    self._load_batch(job_id, spec.digest, row, spec.aggregated)
                 except StoreCorruptError as exc:
                     problems.append(str(exc))
             try:

@@ -68,11 +68,15 @@ def add_parser(bench_sub: argparse._SubParsersAction) -> None:
     p.add_argument("--n", type=parse_counts, default=[1_000_000],
                    help="clients: 1000000, 1e8, or a series 1e6,1e7,1e8 (default 1e6)")
     p.add_argument("--d", type=int, default=10, help="features per client (default 10)")
-    p.add_argument("--m", type=int, default=100, help="sketch rows (default 100)")
+    p.add_argument("--m", type=int, help="sketch rows (default: the planner's, or default_m for --release sparse)")
     p.add_argument("--s", type=int, default=1, help="non-zeros per column of a sparse sketch (default 1)")
     p.add_argument("--k", type=int, default=3, help="server processes (default 3)")
-    p.add_argument("--release", "--kind", dest="kind", choices=["sparse", "dense", "gram", "auto"], default="sparse",
-                   help="release kind (gram: clients upload D(D+1)/2 lifted values, the map is the sum; m, s unused)")
+    p.add_argument("--release", "--kind", dest="kind", choices=["sparse", "dense", "gram", "auto"], default="auto",
+                   help="release kind (default auto: the planner's default job; gram: clients upload D(D+1)/2 "
+                        "lifted values, the map is the sum; m, s unused)")
+    p.add_argument("--upload-mode", choices=["auto", "per-client", "aggregate", "both"], default="auto",
+                   help="how parties upload (default auto: the job's default rule, aggregate when every party holds "
+                        "several clients); both: run per-client and aggregate side by side")
     p.add_argument("--parties", type=int,
                    help="party processes (default: 4 up to 10^7 clients, then n / 6.25e6: 16 at 10^8)")
     p.add_argument("--corrupt-parties", type=int,
@@ -207,7 +211,7 @@ def _bottleneck(cpu: dict[str, float], upload_s: float) -> dict[str, Any]:
             "cpu_utilisation_upload_phase": round(util, 3), "verdict": verdict}
 
 
-def run_e2e(args: argparse.Namespace, n: int | None = None) -> dict[str, Any]:
+def run_e2e(args: argparse.Namespace, n: int | None = None, upload_mode: str | None = None) -> dict[str, Any]:
     n = n if n is not None else (args.n[0] if isinstance(args.n, list) else args.n)
     parties_n = args.parties or default_parties(n)
     show = PhaseDisplay(not getattr(args, "no_progress", False), n)
@@ -235,9 +239,11 @@ def run_e2e(args: argparse.Namespace, n: int | None = None) -> dict[str, Any]:
         analyst = group.start_service("analyst", "analyst", ["analyst", "--out", str(workdir / "out")])
         phases["start_services"] = time.monotonic() - t
         t = time.monotonic()
-        spec, _ = build_job(table, job_id="e2e", randomness=randomness, parties=parties_n, k=args.k, m=args.m,
-                            s=args.s, kind=getattr(args, "kind", "sparse"), endpoints=[s.endpoint for s in servers],
-                            corrupt_parties=getattr(args, "corrupt_parties", None))
+        spec, choices = build_job(table, job_id="e2e", randomness=randomness, parties=parties_n, k=args.k,
+                                  m=getattr(args, "m", None), s=args.s, kind=getattr(args, "kind", "sparse"),
+                                  endpoints=[s.endpoint for s in servers],
+                                  corrupt_parties=getattr(args, "corrupt_parties", None),
+                                  upload_mode=upload_mode or getattr(args, "upload_mode", "auto"))
         data = workdir / "party-data"
         data.mkdir(parents=True, exist_ok=True)
         for p in spec.parties:  # a descriptor per party: it generates rows [start, stop) itself
@@ -249,7 +255,9 @@ def run_e2e(args: argparse.Namespace, n: int | None = None) -> dict[str, Any]:
         endpoints = ",".join(s.endpoint for s in servers)
         started_unix: list[float] = []
         pieces = spec.make_sketch().pieces
-        expected = n * pieces * spec.upload_width * 8  # the primary shares; the other servers get 32-byte seeds
+        # the primary shares (the other servers get 32-byte seeds): per client and piece, or one (m, W) per party
+        expected = (len(spec.parties) * spec.sketch.m * spec.upload_width * 8 if spec.aggregated
+                    else n * pieces * spec.upload_width * 8)
 
         cpu_at_start: dict[str, float | None] = {}
 
@@ -321,6 +329,8 @@ def run_e2e(args: argparse.Namespace, n: int | None = None) -> dict[str, Any]:
                  "analyst": sum(by_role("analyst", upload_cpu))}
     out = {
         "benchmark": "e2e", "n": n, "d": args.d, "kind": spec.sketch.kind, "m": spec.sketch.m,
+        "upload_mode": spec.upload_mode, "planner": choices.m_rule,
+        "bytes_per_party": [sum(s["bytes_per_server"]) for s in summaries],
         "s": pieces, "k": args.k, "client_vector_width": spec.width,
         "upload_values_per_client": pieces * spec.upload_width,
         "parties": parties_n, "tls": True, "data": table.source, "release_sha256": release.sha256,
@@ -334,6 +344,7 @@ def run_e2e(args: argparse.Namespace, n: int | None = None) -> dict[str, Any]:
         "phases_per_actor_s": {
             "read (parties: generate the synthetic rows)": [round(s.get("read_s", 0.0), 4) for s in summaries],
             "noise (parties)": [round(s["noise_s"], 4) for s in summaries],
+            "map (parties, aggregate: build, round, apply the map)": [round(s.get("map_s", 0.0), 4) for s in summaries],
             "sharing (parties)": [round(s["sharing_s"], 4) for s in summaries],
             "upload (parties, streaming to k servers)": [round(s["upload_s"], 4) for s in summaries],
             "store (servers, validate + durable write)": [round(w["store_s"], 4) for w in wire],
@@ -401,7 +412,18 @@ def plot_series(runs: list[dict[str, Any]], path: str | Path) -> None:
 
 
 def _runs_of(obj: dict[str, Any]) -> list[dict[str, Any]]:
-    return list(obj["runs"]) if obj.get("benchmark") == "e2e-series" else [obj]
+    return list(obj["runs"]) if obj.get("benchmark") in ("e2e-series", "e2e-modes") else [obj]
+
+
+def _side_by_side(per_client: dict[str, Any], aggregate: dict[str, Any]) -> dict[str, Any]:
+    """The figures of one n in both upload modes, next to each other."""
+    keys = ("wall_s", "upload_phase_s", "wire_bytes_total", "peak_rss_max_bytes", "fit")
+    return {"n": per_client["n"], "kind": per_client["kind"],
+            **{k: {"per-client": per_client.get(k), "aggregate": aggregate.get(k)} for k in keys},
+            "bytes_per_party_max": {"per-client": max(per_client["bytes_per_party"]),
+                                    "aggregate": max(aggregate["bytes_per_party"])},
+            "cpu_s_total": {mode: round(sum(v for v in r["cpu_s"].values() if v is not None), 3)
+                            for mode, r in (("per-client", per_client), ("aggregate", aggregate))}}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -416,8 +438,13 @@ def run(args: argparse.Namespace) -> int:
     if args.workdir and len(ns) > 1:
         raise SystemExit("ltm bench e2e: --workdir with a series would reuse one directory; run one n at a time")
     with stop_on_termination():  # SIGTERM/SIGHUP clean up like Ctrl-C: no actor or directory left behind
-        runs = [run_e2e(args, n) for n in ns]
-    out: dict[str, Any] = runs[0] if len(runs) == 1 else {"benchmark": "e2e-series", "runs": runs}
+        if getattr(args, "upload_mode", "auto") == "both":  # the two modes side by side, per n
+            runs = [run_e2e(args, n, mode) for n in ns for mode in ("per-client", "aggregate")]
+            out: dict[str, Any] = {"benchmark": "e2e-modes", "runs": runs,
+                                   "side_by_side": [_side_by_side(runs[i], runs[i + 1]) for i in range(0, len(runs), 2)]}
+        else:
+            runs = [run_e2e(args, n) for n in ns]
+            out = runs[0] if len(runs) == 1 else {"benchmark": "e2e-series", "runs": runs}
     if args.plot:
         plot_series(runs, args.plot)
         out = {**out, "plot": args.plot}

@@ -79,6 +79,14 @@ def split_parties(n: int, parties: int) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:])]
 
 
+def _planned_upload_mode(upload_mode: str, sizes: tuple[int, ...], t_prime: int) -> str:
+    """The upload mode the planner costs: the given one, or for ``auto`` the rule of
+    :func:`ltm.jobspec.default_upload_mode` (every party holds several clients and t′ = 0)."""
+    if upload_mode != "auto":
+        return upload_mode
+    return "aggregate" if t_prime == 0 and all(size > 1 for size in sizes) else "per-client"
+
+
 def build_job(table: Table | ModelTable, *, job_id: str, randomness: Randomness, partition: str = "rows", parties: int = 4,
               k: int = 3, kind: str = "sparse", m: int | None = None, s: int = 1, epsilon: float = 1.0,
               delta: float = DEFAULT_DELTA, mechanism: str = "gaussian", calibration: str = "tight",
@@ -87,7 +95,7 @@ def build_job(table: Table | ModelTable, *, job_id: str, randomness: Randomness,
               frac_bits: int = 0, min_honest_load: int = 0, endpoints: list[str] | None = None,
               rff: RFFOptions | None = None, whiten: PublicSecondMoment | None = None,
               whiten_eta: float = 0.05, whiten_radius: float | None = None,
-              reproduction: bool | None = None) -> tuple[JobSpec, JobChoices]:
+              reproduction: bool | None = None, upload_mode: str = "per-client") -> tuple[JobSpec, JobChoices]:
     """A resolved, validated job spec for a table, and the choices made.
 
     ``corrupt_parties`` None: the default (:func:`ltm.jobspec.default_corrupt_parties`: one when
@@ -99,6 +107,7 @@ def build_job(table: Table | ModelTable, *, job_id: str, randomness: Randomness,
     clipping; in the columns partition each party maps its own block (an additive kernel).
     ``whiten``: a PUBLIC second moment (Cao & Zhang; :func:`whiten_columns`): parties whiten their
     raw features with ``Σ̂_B^{-1/2}`` and divide the label by ``σ̂_B`` before clipping.
+    ``upload_mode``: ``per-client``, ``aggregate`` or ``auto`` (:func:`ltm.jobspec.default_upload_mode`).
     """
     n = table.n
     if isinstance(table, ModelTable) and (whiten is not None or rff is not None):
@@ -133,7 +142,9 @@ def build_job(table: Table | ModelTable, *, job_id: str, randomness: Randomness,
             n=n, width=width, epsilon=epsilon, delta=delta, partition=partition,
             task="regression" if table.label else "lowrank", mechanism=mechanism, clip_bound=clip_bound,
             party_sizes=sizes, corrupt_parties=corrupt_parties, t_prime=t_prime,
-            kinds=("gram", "sparse") if calibration != "paper" else ("sparse",)))
+            kinds=("gram", "sparse") if calibration != "paper" else ("sparse",),
+            upload_mode=_planned_upload_mode(upload_mode, sizes if partition == "rows" else (n,) * parties, t_prime),
+            servers=k))
         kind, m, s = plan.kind, (m if m is not None and plan.kind != "gram" else plan.m), plan.s
         rule = f"planner: {plan.reason}"
     elif get_lift(kind) is not None:
@@ -167,7 +178,7 @@ def build_job(table: Table | ModelTable, *, job_id: str, randomness: Randomness,
                             interpolate_p=interpolate_p, t_prime=t_prime, corrupt_parties=corrupt_parties,
                             min_honest_load=min_honest_load),
         servers=tuple(ServerSpec(f"server-{i}", (endpoints or [""] * k)[i]) for i in range(k)),
-        clip_norm="l1" if mechanism == "laplace" else "l2", share_mode=share_mode, transforms=transforms,
+        clip_norm="l1" if mechanism == "laplace" else "l2", share_mode=share_mode, transforms=transforms, upload_mode=upload_mode,
         reproduction=reproduction,
     )
     return resolve_defaults(spec), JobChoices(m, rule, plan.to_dict() if plan is not None else None)

@@ -64,6 +64,7 @@ class SimulateConfig:
     clip: float = DEFAULT_CLIP_BOUND
     intercept: bool = False
     share_mode: str = "seed"
+    upload_mode: str = "per-client"  # or "aggregate" / "auto" (ltm.jobspec.default_upload_mode)
     # rf_ridge: public random features applied by the parties (ltm.transforms)
     features_n: int = 16
     bandwidth: float | None = None
@@ -148,7 +149,7 @@ def simulate(cfg: SimulateConfig) -> dict[str, Any]:
         kind=cfg.sketch, m=cfg.m, s=cfg.s, epsilon=cfg.epsilon, delta=cfg.delta, mechanism=cfg.mechanism,
         calibration=cfg.calibration, interpolate_p=cfg.interpolate_p, t_prime=cfg.t_prime,
         corrupt_parties=cfg.corrupt_parties, intercept=cfg.intercept and cfg.model != "lowrank",
-        clip_bound=cfg.clip, share_mode=cfg.share_mode,
+        clip_bound=cfg.clip, share_mode=cfg.share_mode, upload_mode=cfg.upload_mode,
         rff=(RFFOptions(cfg.features_n, cfg.bandwidth, cfg.feature_map, cfg.kernel, cfg.label_share)
              if cfg.model == "rf_ridge" else None))
     t_spec = time.perf_counter() - t

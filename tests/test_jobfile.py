@@ -118,3 +118,24 @@ def test_release_kind_auto_asks_the_planner():
     assert jf.plan_reason and jf.spec.sketch.kind in ("gram", "sparse")
     hist = parse_job_file(render_job_file(doc(release={"kind": "hist_log"}, fit={"model": "none"})))
     assert (hist.spec.sketch.kind, hist.spec.sketch.m, hist.spec.sketch.s) == ("hist_log", 1, 1)
+
+
+def test_upload_mode_key_default_rule_and_round_trip():
+    auto = parse_job_file(render_job_file(doc()))
+    assert auto.spec.upload_mode == "aggregate"  # every party holds many clients, t′ = 0
+    per_client = parse_job_file(render_job_file(doc(job={"id": "j1", "upload_mode": "per-client"})))
+    assert per_client.spec.upload_mode == "per-client" and per_client.spec.digest != auto.spec.digest
+    t_prime = doc(privacy={"epsilon": 1.0, "delta": 1e-6, "t_prime": 1})
+    assert parse_job_file(render_job_file(t_prime)).spec.upload_mode == "per-client"
+    with pytest.raises(JobFileError, match="upload_mode must be one of"):
+        parse_job_file(render_job_file(doc(job={"id": "j1", "upload_mode": "batched"})))
+
+
+def test_a_job_file_bounds_the_bytes_a_party_uploads():
+    bounded = doc(release={"kind": "auto"}, job={"id": "j1", "upload_mode": "per-client", "max_party_upload_bytes": 10_000})
+    with pytest.raises(JobFileError, match="over the job's bound of 10000"):
+        parse_job_file(render_job_file(bounded))
+    loose = doc(release={"kind": "auto"}, job={"id": "j1", "upload_mode": "per-client", "max_party_upload_bytes": 10**6})
+    assert parse_job_file(render_job_file(loose)).spec.sketch.kind == "gram"
+    with pytest.raises(JobFileError, match="max_party_upload_bytes must be"):
+        parse_job_file(render_job_file(doc(job={"id": "j1", "max_party_upload_bytes": -1})))

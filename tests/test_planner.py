@@ -99,3 +99,38 @@ def test_build_job_auto_follows_the_plan():
     assert spec_c.sketch.kind == "sparse" and spec_c.sketch.m == choices_c.plan["m"]
     spec_p, _ = build_job(table, job_id="p", randomness=r, kind="auto", calibration="paper")
     assert spec_p.sketch.kind == "sparse"
+
+
+def _costed(n, mode, **kw):
+    return plan_release(PlanInputs(n=n, width=11, epsilon=1.0, delta=1e-6, party_sizes=(n // 16,) * 16,
+                                   corrupt_parties=1, upload_mode=mode, **kw))
+
+
+def test_aggregate_uploads_cost_bytes_independent_of_n():
+    small, large = _costed(10**6, "aggregate"), _costed(10**8, "aggregate")
+    g_small = next(c for c in small.candidates if c.kind == "gram")
+    g_large = next(c for c in large.candidates if c.kind == "gram")
+    assert g_small.cost["party_upload_bytes"] == g_large.cost["party_upload_bytes"] == 66 * 8 + 2 * 32
+    per_client = next(c for c in _costed(10**6, "per-client").candidates if c.kind == "gram")
+    assert per_client.cost["party_upload_bytes"] > 1000 * g_small.cost["party_upload_bytes"]
+    assert per_client.cost["server_cpu_s"] > g_small.cost["server_cpu_s"]
+
+
+def test_the_cheapest_candidate_within_the_tolerance_is_chosen_and_explained():
+    p = _costed(10**8, "per-client")
+    best = min(p.candidates, key=lambda c: c.predicted_excess)
+    chosen = next(c for c in p.candidates if c.kind == p.kind)
+    assert chosen.cost["total_s"] <= best.cost["total_s"]
+    if chosen is not best:
+        assert "within the utility tolerance" in p.reason and "B/party" in p.reason
+    strict = _costed(10**8, "per-client", utility_tolerance=0.0)
+    assert strict.kind == best.kind  # no tolerance: the most accurate candidate
+
+
+def test_a_job_can_bound_the_bytes_a_party_uploads():
+    p = _costed(10**6, "per-client", max_party_upload_bytes=10**7)
+    gram = next(c for c in p.candidates if c.kind == "gram")
+    assert not gram.feasible and "bound" in gram.note
+    assert p.kind == "sparse"
+    with pytest.raises(ValueError, match="no release kind is feasible"):
+        _costed(10**6, "per-client", max_party_upload_bytes=100)

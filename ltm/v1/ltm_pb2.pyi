@@ -37,7 +37,7 @@ class GetJobResponse(_message.Message):
     def __init__(self, spec_json: _Optional[bytes] = ..., job_digest: _Optional[str] = ..., closed: _Optional[bool] = ...) -> None: ...
 
 class BatchHeader(_message.Message):
-    __slots__ = ("job_id", "job_digest", "party_id", "batch_index", "start", "stop", "columns", "shape", "server_index", "seed", "data_sha256", "randomness_mode")
+    __slots__ = ("job_id", "job_digest", "party_id", "batch_index", "start", "stop", "columns", "shape", "server_index", "seed", "data_sha256", "randomness_mode", "aggregate")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_DIGEST_FIELD_NUMBER: _ClassVar[int]
     PARTY_ID_FIELD_NUMBER: _ClassVar[int]
@@ -50,6 +50,7 @@ class BatchHeader(_message.Message):
     SEED_FIELD_NUMBER: _ClassVar[int]
     DATA_SHA256_FIELD_NUMBER: _ClassVar[int]
     RANDOMNESS_MODE_FIELD_NUMBER: _ClassVar[int]
+    AGGREGATE_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     job_digest: str
     party_id: str
@@ -62,7 +63,8 @@ class BatchHeader(_message.Message):
     seed: bytes
     data_sha256: bytes
     randomness_mode: str
-    def __init__(self, job_id: _Optional[str] = ..., job_digest: _Optional[str] = ..., party_id: _Optional[str] = ..., batch_index: _Optional[int] = ..., start: _Optional[int] = ..., stop: _Optional[int] = ..., columns: _Optional[_Iterable[int]] = ..., shape: _Optional[_Iterable[int]] = ..., server_index: _Optional[int] = ..., seed: _Optional[bytes] = ..., data_sha256: _Optional[bytes] = ..., randomness_mode: _Optional[str] = ...) -> None: ...
+    aggregate: bool
+    def __init__(self, job_id: _Optional[str] = ..., job_digest: _Optional[str] = ..., party_id: _Optional[str] = ..., batch_index: _Optional[int] = ..., start: _Optional[int] = ..., stop: _Optional[int] = ..., columns: _Optional[_Iterable[int]] = ..., shape: _Optional[_Iterable[int]] = ..., server_index: _Optional[int] = ..., seed: _Optional[bytes] = ..., data_sha256: _Optional[bytes] = ..., randomness_mode: _Optional[str] = ..., aggregate: _Optional[bool] = ...) -> None: ...
 
 class UploadChunk(_message.Message):
     __slots__ = ("header", "data")
