@@ -51,6 +51,9 @@ MODULES: dict[str, list[str]] = {
     "analyst/baselines.py": ["tests/test_baselines.py", "tests/test_kills_baselines.py"],
     "ltm/client_set.py": ["tests/test_client_set.py", "tests/test_kills_client_set.py"],
     "server/coverage.py": ["tests/test_streaming_server.py", "tests/test_kills_coverage.py"],
+    "ltm/dp/noise.py": ["tests/test_dp_noise.py", "tests/test_noise_laplace.py"],
+    "ltm/dp/grid.py": ["tests/test_dp_accounting.py", "tests/test_kills_randomizer.py"],
+    "ltm/dp/accounting.py": ["tests/test_dp_accounting.py"],
 }
 
 STATUS_KILLED = {"killed", "timeout", "segfault", "caught by type check"}

@@ -145,3 +145,82 @@ def test_draws_are_reproducible_and_consume_the_stream():
     first, second = discrete_gaussian(s, 50.0, 1000), discrete_gaussian(s, 50.0, 1000)
     assert not np.array_equal(first, second)
     assert discrete_gaussian(_stream("rep"), 50.0, 0).shape == (0,)
+
+
+class _Words:
+    """A stand-in keystream: the given words first, then a real stream's (for lazy extensions)."""
+
+    def __init__(self, words, rest):
+        self.words, self.rest = [int(w) for w in words], rest
+
+    def uint64(self, count):
+        head, self.words = self.words[:count], self.words[count:]
+        tail = self.rest.uint64(count - len(head)) if count > len(head) else np.empty(0, np.uint64)
+        return np.concatenate([np.array(head, dtype=np.uint64), tail])
+
+
+def _word_at(t: float, k: int, offset: float) -> int:
+    """A 64-bit word whose float estimate x̂ = −t·ln(U·2^-64) lies ``offset`` above the integer k
+    (to the resolution of one word), found by bisection on U."""
+    def xhat(u):
+        return float(-t * np.log(np.float64(u) * 2.0**-64))
+
+    lo, hi = 1 << 12, (1 << 64) - 1  # x̂ decreases in U
+    target = k + offset
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if xhat(mid) > target:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+@pytest.mark.parametrize("t", [3.0, 1e8 + 1])
+def test_geometric_sends_exactly_the_draws_within_the_certified_error_to_the_exact_path(monkeypatch, t):
+    """The float path's error allowance is (2x̂ + t)·2^-48 (4× its worst-case rounding): a draw
+    at 0.6× that allowance from an integer boundary must take the exact path, one at 1.6× must not,
+    and both must return the exact ⌊−t·ln V⌋."""
+    calls = []
+    original = noise._geometric_exact
+    monkeypatch.setattr(noise, "_geometric_exact", lambda *a: calls.append(1) or original(*a))
+    k = 7 if t < 10 else 123_456_789
+    allowance = (2 * k + t) * 2.0**-48
+    for side in (1, -1):
+        for multiple, routed in ((0.6, True), (1.6, False)):
+            word = _word_at(t, k, side * multiple * allowance if side > 0 else 1 - multiple * allowance)
+            calls.clear()
+            g = noise._geometric_float(_Words([word], _stream("routing")), t, 1)
+            assert bool(calls) is routed, (t, side, multiple)
+            v = mpmath.mpf(word) / mpmath.mpf(2) ** 64  # the first 64 bits decide G here (far from e^{-k/t})
+            if not routed:
+                assert g[0] == int(mpmath.floor(-t * mpmath.log(v))) == k  # just above k, or just below k + 1
+
+
+def test_acceptance_sends_exactly_the_close_calls_to_the_exact_path(monkeypatch):
+    """Bernoulli(e^{−γ}): the margin is g·(2·err + 2^-46) + a·2^-46 + 2^-60 around g = e^{−γ̂}; a
+    uniform at 0.6× the margin below g is decided exactly, one at 1.6× is accepted by the float
+    test; an exponent error above 1e-3 always goes to the exact path."""
+    calls = []
+    original = noise._LazyUniform.below_exp_neg
+    monkeypatch.setattr(noise._LazyUniform, "below_exp_neg", lambda self, r: calls.append(1) or original(self, r))
+    gamma = 0.75
+    g = math.exp(-gamma)
+    margin = g * 2.0**-46 + g * 2.0**-46 + 2.0**-60
+    for multiple, routed in ((0.6, True), (1.6, False)):
+        word = int((g - multiple * margin) * 2.0**64)
+        calls.clear()
+        ok = noise._accept_exp_neg(_Words([word], _stream("acc")), np.array([gamma]), np.array([0.0]),
+                                   lambda i: Fraction(3, 4))
+        assert bool(calls) is routed and bool(ok[0]) is True
+    far = int(0.1 * 2.0**64)  # far below e^{-0.75}: decided in float unless the exponent error is large
+    for err, routed in ((2e-3, True), (0.5e-3, False)):
+        calls.clear()
+        ok = noise._accept_exp_neg(_Words([far], _stream("acc2")), np.array([gamma]), np.array([err]),
+                                   lambda i: Fraction(3, 4))
+        assert bool(calls) is routed and bool(ok[0]) is True
+
+
+def test_the_largest_scale_is_accepted():
+    assert discrete_laplace(_stream("max"), 2.0**44, 4).shape == (4,)
+    assert discrete_gaussian(_stream("max"), 2.0**88, 4).shape == (4,)

@@ -148,26 +148,35 @@ def _check_scale(name: str, value: float) -> float:
     return x
 
 
-def _geometric(stream: RandomStream, t: float, count: int) -> np.ndarray:
-    """``count`` i.i.d. G ≥ 0 with P(G ≥ k) = exp(−k/t), exactly: G = ⌊−t·ln V⌋ (int64)."""
+def _geometric_float(stream: RandomStream, t: float, count: int) -> np.ndarray:
+    """``count`` i.i.d. G ≥ 0 with P(G ≥ k) = exp(−k/t), exactly: G = ⌊−t·ln V⌋, as float64 (exact
+    integers < 2^53)."""
     words = stream.uint64(count)
-    a = words.astype(np.float64) * _TWO_M64
+    x = words.astype(np.float64)
+    x *= _TWO_M64
+    with np.errstate(divide="ignore"):
+        np.log(x, out=x)
+    x *= -t
     # V ∈ [U, U+1)·2^-64 lies within a relative 2^-51 of a = float(U)·2^-64 when U ≥ 2^12, so
     # ln V is within 2^-50 of ln a, a 4-ulp log adds |ln a|·2^-50, the product |x̂|·2^-53: −t·ln V
-    # is within (t·(|ln a| + 1) + x̂)·2^-50 of x̂, and _LOG_SLACK counts 4× that.  Smaller U
-    # (probability 2^-52) and the draws near an integer boundary go to the exact path.
-    with np.errstate(divide="ignore"):
-        log_a = np.log(a)
-    x = -t * log_a
-    err = (t * (np.abs(log_a) + 1.0) + x) * _LOG_SLACK
-    low = np.floor(x - err)
-    out = low.astype(np.int64)
-    unsure = (low != np.floor(x + err)) | (words < np.uint64(1 << 12))
+    # is within (t·(|ln a| + 1) + x̂)·2^-50 = (2x̂ + t)·2^-50 of x̂ (x̂ = t·|ln a|), and _LOG_SLACK
+    # counts 4× that.  Smaller U (probability 2^-52) and the draws within that error of an integer
+    # boundary go to the exact path.
+    g = np.floor(x)
+    err = x * (2.0 * _LOG_SLACK)
+    err += t * _LOG_SLACK
+    frac = x - g
+    unsure = (frac < err) | (frac + err >= 1.0) | (words < np.uint64(1 << 12))
     if unsure.any():
         tf = Fraction(t)
         for i in np.flatnonzero(unsure):
-            out[i] = _geometric_exact(_LazyUniform(stream, int(words[i])), t, tf)
-    return out
+            g[i] = _geometric_exact(_LazyUniform(stream, int(words[i])), t, tf)
+    return g
+
+
+def _geometric(stream: RandomStream, t: float, count: int) -> np.ndarray:
+    """:func:`_geometric_float` as int64."""
+    return _geometric_float(stream, t, count).astype(np.int64)
 
 
 def _geometric_exact(lazy: _LazyUniform, t: float, tf: Fraction) -> int:
@@ -189,13 +198,9 @@ def _geometric_exact(lazy: _LazyUniform, t: float, tf: Fraction) -> int:
     return k
 
 
-def _signed(stream: RandomStream, magnitude: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(±magnitude with a uniform sign, mask of the kept draws): (negative, 0) is rejected so
-    that 0 is not counted twice."""
-    count = magnitude.size
-    bits = np.unpackbits(stream.uint64((count + 63) // 64).view(np.uint8), count=count).astype(bool)
-    keep = ~(bits & (magnitude == 0))
-    return np.where(bits, -magnitude, magnitude), keep
+def _signs(stream: RandomStream, count: int) -> np.ndarray:
+    """``count`` independent fair bits (bool)."""
+    return np.unpackbits(stream.uint64((count + 63) // 64).view(np.uint8), count=count).astype(bool)
 
 
 def _accept_exp_neg(stream: RandomStream, gamma: np.ndarray, gamma_err: np.ndarray,
@@ -203,13 +208,18 @@ def _accept_exp_neg(stream: RandomStream, gamma: np.ndarray, gamma_err: np.ndarr
     """Bernoulli(exp(−γ)) per element, exactly; ``gamma``: float64 values within ``gamma_err`` of
     the exact rationals ``exact_gamma(i)`` (used only on the ambiguous elements)."""
     words = stream.uint64(gamma.size)
-    a = words.astype(np.float64) * _TWO_M64
+    a = words.astype(np.float64)
+    a *= _TWO_M64
     g = np.exp(-gamma)
     # |g − e^{−γ}| ≤ g·(2·gamma_err + ulps) while gamma_err ≤ 1e-3; the cell of V is within
     # a·2^-52 + 2^-64 of a.  The margin over-counts both.
-    margin = g * (2.0 * gamma_err + _EXP_SLACK) + a * _EXP_SLACK + 2.0**-60
+    margin = gamma_err * 2.0
+    margin += _EXP_SLACK
+    margin *= g
+    margin += a * _EXP_SLACK
+    margin += 2.0**-60
     accept = a + margin < g
-    unsure = ~accept & (a - margin < g) | (gamma_err > _MAX_EXPONENT_ERR)
+    unsure = (~accept & (a - margin < g)) | (gamma_err > _MAX_EXPONENT_ERR)
     if unsure.any():
         for i in np.flatnonzero(unsure):
             accept[i] = _LazyUniform(stream, int(words[i])).below_exp_neg(exact_gamma(int(i)))
@@ -227,8 +237,11 @@ def discrete_laplace(stream: RandomStream, scale: float, count: int) -> np.ndarr
     while filled < count:
         want = count - filled
         draws = max(8, want + want // 4)
-        y, keep = _signed(stream, _geometric(stream, t, draws))
-        y = y[keep][:want]
+        g = _geometric(stream, t, draws)
+        negative = _signs(stream, draws)
+        keep = ~(negative & (g == 0))  # (−, 0) is rejected so that 0 is not counted twice
+        np.negative(g, out=g, where=negative)
+        y = g[keep][:want]
         out[filled:filled + y.size] = y
         filled += y.size
     return out
@@ -245,27 +258,35 @@ def discrete_gaussian(stream: RandomStream, sigma2: float, count: int) -> np.nda
     t = float(math.floor(sigma) + 1)
     c = s2 / t  # σ²/t, rounded once: relative error ≤ 2^-53
     s2_exact, t_exact = Fraction(s2), Fraction(t)
+    inv_2s2 = 0.5 / s2
     out = np.empty(count, dtype=np.int64)
     filled = 0
     while filled < count:
         want = count - filled
         draws = max(8, int(want * _ROUND_FACTOR))
-        y, keep = _signed(stream, _geometric(stream, t, draws))
-        y = y[keep]
-        mag = np.abs(y).astype(np.float64)  # exact: |y| < 2^53 (|y| ≥ 2^53 means t·36 > 2^53 ... never)
+        mag = _geometric_float(stream, t, draws)
+        negative = _signs(stream, draws)
+        keep = ~(negative & (mag == 0.0))  # (−, 0) is rejected so that 0 is not counted twice
+        mag, negative = mag[keep], negative[keep]
+        # γ = (|y| − σ²/t)²/(2σ²).  c = σ²/t is rounded once and diff = |y| − c once, so
+        # |diff − (|y| − σ²/t)| ≤ e = (c + |diff|)·2^-52 (|y| < 2^53 is exact); then
+        # |γ̂ − γ| ≤ (2|diff|·e + e²)/(2σ²) + 3 ulps of γ̂ ≤ (c + |diff|)²/(2σ²)·2^-49.
         diff = mag - c
-        # |diff − (|y| − σ²/t)| ≤ (c + |diff|)·2^-52; γ = diff²/(2σ²) then carries
-        # (2|diff|·e + e²)/(2σ²) from it and a few ulps of its own.
-        e_diff = (c + np.abs(diff)) * 2.0**-52
-        gamma = diff * diff / (2.0 * s2)
-        gamma_err = (2.0 * np.abs(diff) * e_diff + e_diff * e_diff) / (2.0 * s2) + gamma * 2.0**-50
+        gamma = diff * diff
+        gamma *= inv_2s2
+        gamma_err = np.abs(diff)
+        gamma_err += c
+        gamma_err *= gamma_err
+        gamma_err *= inv_2s2 * 2.0**-49
 
-        def exact_gamma(i: int, _mag=np.abs(y)) -> Fraction:
+        def exact_gamma(i: int, _mag=mag) -> Fraction:
             d = int(_mag[i]) - s2_exact / t_exact
             return d * d / (2 * s2_exact)
 
         ok = _accept_exp_neg(stream, gamma, gamma_err, exact_gamma)
-        y = y[ok][:want]
+        y = mag[ok].astype(np.int64)
+        np.negative(y, out=y, where=negative[ok])
+        y = y[:want]
         out[filled:filled + y.size] = y
         filled += y.size
     return out

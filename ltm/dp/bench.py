@@ -1,0 +1,59 @@
+"""``python -m ltm.dp.bench``: ns per draw of the noise samplers, before (#20) and after.
+
+Before: the float samplers a party used until issue #20 (Box–Muller normal; Γ(1/L, b) − Γ(1/L, b)
+for Laplace), whose draws were then rounded to the grid per client.  After: the exact integer
+samplers of :mod:`ltm.dp.noise`.  Best of ``--repeat`` timings of ``--draws`` draws each, from the
+production CSPRNG stream; numbers, not asserts (docs/testing.md).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numpy as np
+
+from ltm.dp.noise import discrete_gaussian, discrete_laplace
+from ltm.randomness import Randomness
+
+
+def bench(draws: int = 1_000_000, repeat: int = 3) -> dict[str, float]:
+    """ns per draw of each sampler (best of ``repeat``)."""
+    stream = Randomness.system().stream()
+    cases = {
+        "before: float normal (Box-Muller), sigma=1e8": lambda: stream.normal(draws, scale=1e8),
+        "before: float gamma difference, shape 1/1000": lambda: (stream.gamma(1e-3, 1e8, draws)
+                                                                  - stream.gamma(1e-3, 1e8, draws)),
+        "after: discrete gaussian, sigma=1e8 grid steps": lambda: discrete_gaussian(stream, 1e16, draws),
+        "after: discrete gaussian, sigma=8 grid steps": lambda: discrete_gaussian(stream, 64.0, draws),
+        "after: discrete gaussian, sigma=1e12 grid steps": lambda: discrete_gaussian(stream, 1e24, draws),
+        "after: discrete laplace, t=1e8 grid steps": lambda: discrete_laplace(stream, 1e8, draws),
+    }
+    out = {}
+    for name, run in cases.items():
+        best = np.inf
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            run()
+            best = min(best, time.perf_counter() - t0)
+        out[name] = best / draws * 1e9
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m ltm.dp.bench", description=__doc__.splitlines()[0])
+    p.add_argument("--draws", type=int, default=1_000_000)
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+    result = bench(args.draws, args.repeat)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        for name, ns in result.items():
+            print(f"{ns:8.1f} ns/draw  {name}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
