@@ -74,6 +74,8 @@ class SimulateConfig:
     #: each simulated party's privacy budget (None: the party's default, ``party.ledger.Budget``)
     budget_epsilon: float | None = None
     budget_delta: float | None = None
+    #: the trust assumption: colluding servers tolerated (None: k − 1); 1 of 3 admits the replicated release
+    colluding_servers: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -145,7 +147,7 @@ def simulate(cfg: SimulateConfig) -> dict[str, Any]:
         kind=cfg.sketch, m=cfg.m, s=cfg.s, epsilon=cfg.epsilon, delta=cfg.delta, mechanism=cfg.mechanism,
         calibration=cfg.calibration, interpolate_p=cfg.interpolate_p, t_prime=cfg.t_prime,
         corrupt_parties=cfg.corrupt_parties, intercept=cfg.intercept and cfg.model != "lowrank",
-        clip_bound=cfg.clip, share_mode=cfg.share_mode,
+        clip_bound=cfg.clip, share_mode=cfg.share_mode, colluding_servers=cfg.colluding_servers,
         rff=(RFFOptions(cfg.features_n, cfg.bandwidth, cfg.feature_map, cfg.kernel, cfg.label_share)
              if cfg.model == "rf_ridge" else None))
     t_spec = time.perf_counter() - t
