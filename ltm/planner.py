@@ -150,7 +150,20 @@ class Plan:
     assumptions: tuple[str, ...]
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """Strict-JSON dict: an infeasible candidate's prediction is None (it says ``feasible: false``
+        and why in ``note``), never an infinite float."""
+        return _finite_or_none(asdict(self))
+
+
+def _finite_or_none(obj: Any) -> Any:
+    """``obj`` with every non-finite float replaced by None (recursively through dicts, lists, tuples)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite_or_none(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite_or_none(v) for v in obj]
+    return obj
 
 
 # -------------------------------------------------------------------- the model's moments
