@@ -141,3 +141,20 @@ def test_job_file_carries_the_assumption(table):
     text = render_job_file(job_file_doc(spec))
     assert "colluding_servers = 1" in text
     assert parse_job_file(text).spec.digest == spec.digest
+
+
+def test_job_file_auto_release_follows_the_trust_assumption(table):
+    sketch, _ = build_job(table, job_id="auto", randomness=Randomness.seeded_insecure(8), partition="columns",
+                          parties=3, kind="sparse", m=64)
+    text = render_job_file(job_file_doc(sketch))
+    text = text.replace('kind = "sparse"', 'kind = "auto"')
+    # leave the sketch's resolved L and f to the defaults (they depend on the kind the planner picks)
+    text = "\n".join(line for line in text.splitlines()
+                     if not line.startswith(("min_honest_load", "frac_bits"))) + "\n"
+    assert 'kind = "auto"' in text
+    default = parse_job_file(text)
+    assert default.spec.sketch.kind == "sparse" and "up to 2 of 3 servers may collude" in default.plan_reason
+    allowed = parse_job_file(text.replace("[privacy]\n", "[privacy]\ncolluding_servers = 1\n"))
+    assert allowed.spec.sketch.kind == "gram" and allowed.spec.replicated
+    assert "honest majority" in allowed.plan_reason
+    assert allowed.spec.frac_bits <= 24 and allowed.spec.privacy.min_honest_load == 3  # reproduction: c kept at 0
