@@ -201,6 +201,9 @@ def make_batches(spec: JobSpec, party_id: str, table: Mapping[str, np.ndarray] |
     by chunk), so a party's memory is O(batch) whatever its client count.  Both give bit-identical
     batches for the same data.
     """
+    if spec.replicated:
+        raise ValueError("a replicated job (columns partition, kind gram) is shared by party/replicated.py, "
+                         "not in sketch batches")
     party = spec.party(party_id)
     plan = plan or spec.noise_plan()
     pieces = spec.make_sketch().pieces

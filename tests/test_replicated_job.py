@@ -158,3 +158,12 @@ def test_job_file_auto_release_follows_the_trust_assumption(table):
     assert allowed.spec.sketch.kind == "gram" and allowed.spec.replicated
     assert "honest majority" in allowed.plan_reason
     assert allowed.spec.frac_bits <= 24 and allowed.spec.privacy.min_honest_load == 3  # reproduction: c kept at 0
+
+
+def test_sketch_servers_refuse_a_replicated_job_until_there_is_a_networked_path(table):
+    from server.core import ServerCore
+    from server.release_gate import ANALYST_ROLE
+
+    spec = _job(table)
+    with pytest.raises(Exception, match="no gRPC path"):
+        ServerCore("server-0").create_job(spec, caller_role=ANALYST_ROLE)
