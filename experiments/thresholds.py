@@ -55,6 +55,7 @@ from experiments.registry import register
 from experiments.seeds import numpy_rng, subseed
 from experiments.wu import gaussian_epsilon
 from ltm.calibration import gaussian_delta
+from ltm.dp import accounting
 from ltm.jobspec import JobSpec, resolve_defaults, validate_job
 from ltm.randomness import Randomness
 from ltm.ring import decode
@@ -259,14 +260,21 @@ def servers_cell(params: dict, seed: int) -> list[dict]:
 
 
 def actual_privacy(sigma_client: float, min_load: int, t_actual: int, epsilon: float, delta: float,
-                   sensitivity: float) -> dict[str, float]:
+                   sensitivity: float, plan=None) -> dict[str, float]:
     """The guarantee of the weakest release entry when ``t_actual`` corrupt clients sit in the
     least-loaded row (load ``min_load``) and subtract their own noise: honest draws
-    ``h = min_load − t_actual``, σ = σ_c·√h; δ at the claimed ε and ε at the claimed δ."""
+    ``h = min_load − t_actual``, σ = σ_c·√h; δ at the claimed ε and ε at the claimed δ.  With a grid
+    ``plan`` (a job's), by the discrete Gaussian's accounting (ltm.dp.accounting, as the analyst's
+    report); else by the continuous Gaussian's exact δ(ε)."""
     honest = max(min_load - t_actual, 0)
     sigma = sigma_client * math.sqrt(honest)
     if honest == 0:
         return {"honest_load": 0, "sigma_weakest": 0.0, "delta_actual": 1.0, "eps_actual": math.inf}
+    if plan is not None and plan.on_grid:
+        rho = accounting.kls_rho(math.sqrt(plan.grid_sigma2), honest, plan.grid_sensitivity, plan.grid_l1_sensitivity)
+        return {"honest_load": honest, "sigma_weakest": sigma,
+                "delta_actual": min(1.0, accounting.zcdp_delta(rho, epsilon)),
+                "eps_actual": accounting.zcdp_epsilon(rho, delta)}
     return {"honest_load": honest, "sigma_weakest": sigma,
             "delta_actual": gaussian_delta(sigma, epsilon, sensitivity),
             "eps_actual": gaussian_epsilon(sigma, delta, sensitivity)}
@@ -339,7 +347,7 @@ def clients_cell(params: dict, seed: int) -> list[dict]:
         for f in fracs:
             t_actual = min(int(math.floor(f * min_load)), min_load - 1)
             info = actual_privacy(plan.sigma_client, min_load, t_actual, spec.privacy.epsilon,
-                                  spec.privacy.delta, plan.sensitivity)
+                                  spec.privacy.delta, plan.sensitivity, plan=plan)
             rows.append({**base, "t_actual": t_actual, "t_actual_frac": float(f),
                          "at_or_past_assumed": bool(t_actual >= t_assumed), **info,
                          "log10_delta_actual": math.log10(max(info["delta_actual"], 1e-300))})

@@ -43,8 +43,9 @@ What differs from Wu et al. (the write-up in ``docs/experiments.md`` says it too
 * **privacy unit.**  Wu: (ε, δ)-DP per party w.r.t. that party's columns (replace one row of one
   block), classical Gaussian σ_{ε,δ} = √(2 ln(1.25/δ))/ε, sensitivity 2√d_max.  LTM: (ε, δ)-DP per
   *individual* (the whole row across all parties: Σ_j C_j² ≤ C², C = √(d+1) so that rows with
-  entries in [−1, 1] are never clipped), analytic Gaussian for Δ = 2C·√m on the unscaled release.
-  Per released entry the LTM noise std is ≈ 2C·σ^analytic_{ε,δ}: 1.5–1.8× Wu's, for a guarantee
+  entries in [−1, 1] are never clipped), on the grid the distributed discrete Gaussian's zCDP
+  calibration for Δ = 2C·√m on the unscaled release (≈ 7% above the analytic Gaussian's σ;
+  docs/architecture.md §4).  Per released entry the LTM noise std is 1.6–2.0× Wu's, for a guarantee
   Wu's release only gives at a larger per-individual ε — ε·√((d+1)/d_max) by the classical formula
   (spec §1.3), 1.92 / 0.51 / 0.15 exactly for ε = 1 / 0.3 / 0.1 (:func:`wu_individual_epsilon`).
 * **who adds the noise.**  Wu: each party adds one noise matrix to its own k × d_j block.  LTM:

@@ -473,7 +473,8 @@ def plan_noise(
 
     Tight Gaussian: σ_c from the distributed discrete Gaussian's zCDP (Kairouz, Liu & Steinke 2021)
     and dp_accounting's conversion (:func:`ltm.dp.accounting.calibrate_discrete_gaussian`); a
-    continuous plan uses the same ρ without the discreteness term.  Tight Laplace on the grid: a
+    continuous plan (the float Gaussian of the seeded simulations and the planner's estimates) uses
+    the analytic Gaussian mechanism (Balle & Wang 2018), exact for a sum of float Gaussians.  Tight Laplace on the grid: a
     whole DLap(t) per pair with t = ⌈Δ₁⌉/ε in grid steps (:mod:`ltm.dp.accounting`).
 
     Raises:
@@ -568,15 +569,19 @@ def plan_noise(
         else:
             if f_:
                 sigma_c_tight = accounting.calibrate_discrete_gaussian(eps, dlt, sens_g, load, l1_g) / scale
-            else:
-                sigma_c_tight = sens / math.sqrt(2.0 * accounting.rho_for(eps, dlt)) / math.sqrt(load)
+            else:  # continuous plans describe the float Gaussian, for which the analytic calibration is exact
+                sigma_c_tight = analytic_gaussian_sigma(eps, dlt, sens) / math.sqrt(load)
             sigma_c = sigma_c_tight if calib == Calibration.TIGHT else sigma_c_tight * math.sqrt(load) ** (1 - p)
+        sigma_r = sigma_c * math.sqrt(load)
+        if not f_ and calib == Calibration.TIGHT:
+            sigma_r = analytic_gaussian_sigma(eps, dlt, sens)  # σ_Y itself, unrounded
         sigma2_g = (sigma_c * scale) ** 2 if f_ else 0.0
         if f_:  # the sampler's parameter is σ_c² as a float; report the σ_c it really draws with
             sigma_c = math.sqrt(sigma2_g) / scale
+            sigma_r = sigma_c * math.sqrt(load)
         return NoisePlan(
             **common, delta=dlt, sensitivity=float(sens), sigma_client=float(sigma_c),
-            sigma_release=float(sigma_c * math.sqrt(load)), laplace_scale=0.0, gamma_shape=0.0,
+            sigma_release=float(sigma_r), laplace_scale=0.0, gamma_shape=0.0,
             base_sensitivity=float(base), rounding_widening=float(widen), grid_sigma2=float(sigma2_g),
             grid_l1_sensitivity=float(l1_g),
         )

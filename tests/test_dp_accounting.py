@@ -42,18 +42,18 @@ def test_rho_star_matches_the_conversion_inverted_in_closed_form(eps, delta):
     got = accounting.rho_for(eps, delta)
     assert abs(got / rho_star_closed_form(eps, delta) - 1) < REL
     assert accounting.zcdp_epsilon(got, delta) <= eps  # feasible by the accountant itself
+    assert abs(accounting.zcdp_delta(got, eps) / delta - 1) < 1e-6  # and the inverse conversion agrees
 
 
 @pytest.mark.parametrize("sigma, load", [(0.6, 2), (1.0, 7), (1.3, 65), (1.3, 66), (1.5, 10_000), (3.0, 10**8)])
 def test_kls_tau_is_an_upper_bound_and_exact_for_short_sums(sigma, load):
     got = accounting.kls_tau(sigma, load)
-    if load <= 10_000:
-        exact = tau_exact(sigma, load)
-    else:  # the first 64 terms exactly, the rest bounded by the 65th: the same bound in mpmath
+    exact = tau_exact(sigma, min(load, 65))
+    assert got >= float(tau_exact(sigma, min(load, 3000))) * (1 - 1e-12)  # an upper bound on the true τ
+    if load > 65:  # the first 64 terms exactly, each of the other L − 65 bounded by the 65th (k = 65)
         a = 2 * mpmath.pi**2 * mpmath.mpf(sigma) ** 2
-        exact = tau_exact(sigma, 65) + 10 * (load - 65) * mpmath.exp(-a * 65 / 66)
-    assert got >= float(exact) * (1 - 1e-12)
-    if load <= 65:
+        exact += 10 * (load - 65) * mpmath.exp(-a * 65 / 66)
+    if exact > mpmath.exp(-700):
         assert abs(got / float(exact) - 1) < REL
     assert accounting.kls_tau(sigma, 1) == 0.0
     assert accounting.kls_tau(40.0, 10**8) == math.exp(-700)  # below e^-700: reported as e^-700 (upper bound)
@@ -63,6 +63,9 @@ def test_kls_tau_is_an_upper_bound_and_exact_for_short_sums(sigma, load):
     (1.0, 1e-6, 2.0**33, 9500, 2.0**36),   # today's default scale: τ negligible
     (1.0, 1e-6, 40.0, 3800, 400.0),         # the gram attack job: τ forces σ up
     (0.5, 1e-9, 9.0, 1, 20.0),
+    (1.0, 1e-6, 10.0, 3800, 100.0),         # σ₀ ≈ 0.73 steps: τ dominates, the solve moves σ up
+    (1.0, 1e-6, 3.0, 50, 20.0),
+    (8.0, 1e-6, 9.0, 1, 20.0),              # √(2ρ*) > 1: the bracket's lower end is Δ₂/(√L·√(2ρ*))
 ])
 def test_discrete_gaussian_sigma_matches_an_mpmath_solve(eps, delta, d2, load, d1):
     target = mpmath.sqrt(2 * mpmath.mpf(rho_star_closed_form(eps, delta)))

@@ -20,7 +20,6 @@ from ltm.randomness import Randomness  # noqa: F401
 
 
 from ltm import calibration as cal  # noqa: E402
-from ltm.dp.accounting import rho_for  # noqa: E402
 
 _GOOD = {
     "gaussian_delta": dict(sigma=2.0, epsilon=1.0, sensitivity=1.0),
@@ -116,7 +115,7 @@ def test_explicit_sensitivity_is_used_and_refused_for_paper():
     base = dict(epsilon=1.0, clip_norm=1.0, s=2, min_honest_load=4)
     g = cal.plan_noise(mechanism="gaussian", calibration="tight", delta=1e-6, sensitivity=3.5, **base)
     assert g.sensitivity == 3.5
-    assert g.sigma_release == pytest.approx(3.5 / math.sqrt(2 * rho_for(1.0, 1e-6)), rel=1e-14)
+    assert g.sigma_release == pytest.approx(cal.analytic_gaussian_sigma(1.0, 1e-6, 3.5))
     lap = cal.plan_noise(mechanism="laplace", calibration="tight", delta=0.0, sensitivity=3.5, **base)
     assert lap.sensitivity == 3.5 and lap.laplace_scale == pytest.approx(3.5)
     with pytest.raises(cal.CalibrationError, match=_exact(
@@ -147,7 +146,7 @@ def test_plan_fields_for_each_mechanism():
     g = cal.plan_noise(mechanism="gaussian", calibration="tight", epsilon=0.7, delta=1e-6, clip_norm=1.5, s=2,
                        min_honest_load=9)
     assert (g.mechanism, g.calibration, g.epsilon, g.delta, g.min_honest_load) == ("gaussian", "tight", 0.7, 1e-6, 9)
-    sigma_y = 2 * 1.5 * math.sqrt(2) / math.sqrt(2 * rho_for(0.7, 1e-6))
+    sigma_y = cal.analytic_gaussian_sigma(0.7, 1e-6, 2 * 1.5 * math.sqrt(2))
     assert g.sigma_release == pytest.approx(sigma_y) and g.sigma_client == pytest.approx(sigma_y / 3)
     assert (g.laplace_scale, g.gamma_shape, g.interpolate_p) == (0.0, 0.0, None)
     i = cal.plan_noise(mechanism="gaussian", calibration="interpolate", interpolate_p=0.5, epsilon=0.7, delta=1e-6,

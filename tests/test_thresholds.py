@@ -83,7 +83,7 @@ def test_actual_privacy_matches_the_gate_and_the_analysts_report():
         l, ded = honest_row_loads(moved, everyone)
         assert int((l - ded).min()) == min_load - t_actual
         report = privacy_report(moved, plan, everyone, randomness="seeded test")
-        ours = thr.actual_privacy(plan.sigma_client, min_load, t_actual, 1.0, 1e-6, plan.sensitivity)
+        ours = thr.actual_privacy(plan.sigma_client, min_load, t_actual, 1.0, 1e-6, plan.sensitivity, plan=plan)
         assert ours["delta_actual"] == pytest.approx(report["achieved_delta"], rel=1e-9)
         assert report["calibration_verified"] == (t_actual <= min_load // 3)
         assert report["dp_verified"] is False  # seeded: never reported as DP

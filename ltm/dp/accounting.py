@@ -128,8 +128,8 @@ def calibrate_discrete_gaussian(epsilon: float, delta: float, l2_sensitivity: fl
         else:
             lo = mid
     sigma = hi * (1.0 + _SIGMA_BUMP)
-    while kls_rho(sigma, load, l2_sensitivity, l1_sensitivity) > 0.5 * target * target:
-        sigma *= 1.0 + 1e-9  # pragma: no cover - the bump already leaves room
+    if kls_rho(sigma, load, l2_sensitivity, l1_sensitivity) > 0.5 * target * target:  # pragma: no cover
+        raise ValueError(f"could not verify the discrete Gaussian sigma for epsilon={epsilon!r}, delta={delta!r}")
     return sigma
 
 
