@@ -217,9 +217,9 @@ def server_output(server: int, uploads: list[BlockUpload], n: int, d: int) -> np
         noise += up.noise.values()
     if not np.all(seen == 1):
         raise ValueError("the parties' blocks must cover every column of the joint vector exactly once")
-    # einsum's integer loops wrap mod 2^64 (the ring) and are ~15× faster than uint64 matmul.
-    prod = np.einsum("na,nb->ab", first, first)
-    prod += np.einsum("na,nb->ab", first, second)
+    # A_iᵀ(A_i + A_{i+1}) + A_{i+1}ᵀA_i: two products.  einsum's integer loops wrap mod 2^64 (the
+    # ring) and are ~15× faster than uint64 matmul.
+    prod = np.einsum("na,nb->ab", first, first + second)
     prod += np.einsum("na,nb->ab", second, first)
     i, j = np.triu_indices(d)
     return prod[i, j] + noise
