@@ -251,3 +251,98 @@ def test_sample_noise_multiplicity_scales_the_variance_and_is_checked():
                             s=1, min_honest_load=4)
     with pytest.raises(ValueError, match="continuous noise plan"):
         sample_noise(_stream("c"), continuous, (2,))
+
+
+class _Counting:
+    """A keystream stand-in that serves the given words and counts how many were taken."""
+
+    def __init__(self, words):
+        self.words, self.taken = [int(w) for w in words], 0
+
+    def uint64(self, count):
+        head, self.words = self.words[:count], self.words[count:]
+        self.taken += count
+        assert len(head) == count, "the test stream ran out"
+        return np.array(head, dtype=np.uint64)
+
+
+@pytest.mark.parametrize("r", [Fraction(3, 4), Fraction(7, 3), Fraction(1, 10**9)])
+def test_lazy_uniform_decides_exactly_and_draws_only_what_it_needs(r):
+    """V's first 64 bits v: decided at once when v + 1 ≤ lo (V < e^{−r}) or v ≥ hi (V ≥ e^{−r});
+    otherwise one more word at a time, each appended below the previous ones."""
+    mpmath.mp.prec = 400
+    lo, hi = exp_neg_bounds(r, 64)
+    exact = mpmath.exp(-mpmath.mpf(r.numerator) / r.denominator)
+    for v, answer in ((lo - 1, True), (hi, False), (hi + 5, False), (max(lo - 7, 0), True)):
+        s = _Counting([])
+        assert noise._LazyUniform(s, v).below_exp_neg(r) is answer and s.taken == 0
+    for ext in (0, 1, 2**63, 2**64 - 1, 0x9E3779B97F4A7C15):
+        s = _Counting([ext, 0x0123456789ABCDEF, 0xFEDCBA9876543210])
+        lazy = noise._LazyUniform(s, lo)  # ambiguous at 64 bits: lo ≤ 2^64·e^{−r} ≤ hi
+        got = lazy.below_exp_neg(r)
+        v = mpmath.mpf(lazy.v) / mpmath.mpf(2) ** lazy.bits
+        assert got is bool(v < exact) and lazy.bits == 64 + 64 * s.taken and s.taken >= 1
+        assert lazy.v >> (lazy.bits - 64) == lo  # the first word stays the top 64 bits
+
+
+@pytest.mark.parametrize("t", [0.7, 3.0, 1e8 + 1, 2.0**40])
+@pytest.mark.parametrize("shift", [-5.0, 0.0, 5.0])
+def test_geometric_exact_finds_the_floor_from_any_estimate(monkeypatch, t, shift):
+    """The exact magnitude ⌊−t·ln V⌋ from V's bits, whatever the float estimate it starts from
+    (the estimate is pushed ``shift`` units off by a perturbed logarithm, so both stepping loops run)."""
+    import types
+
+    real = math
+    fake = types.SimpleNamespace(**{k: getattr(real, k) for k in dir(real) if not k.startswith("_")})
+    fake.log = lambda x: real.log(x) - shift / t
+    monkeypatch.setattr(noise, "math", fake)
+    mpmath.mp.prec = 600
+    rest = _stream(f"gx-{t}-{shift}")
+    for first in [1, 5, 4095, 4096, 2**40 + 3, 2**63, 2**64 - 1, 0x243F6A8885A308D3]:
+        extra = [int(w) for w in rest.uint64(8)]
+        s = _Counting(extra)
+        lazy = noise._LazyUniform(s, first)
+        g = noise._geometric_exact(lazy, t, Fraction(t))
+        v = mpmath.mpf(lazy.v) / mpmath.mpf(2) ** lazy.bits
+        top = mpmath.mpf(lazy.v + 1) / mpmath.mpf(2) ** lazy.bits
+        lo_g, hi_g = mpmath.floor(-t * mpmath.log(top)), mpmath.floor(-t * mpmath.log(v))
+        assert lo_g == hi_g == g, (t, shift, first)  # the drawn bits decide G, and G is their floor
+
+
+def test_acceptance_margin_counts_the_exponent_error_and_the_absolute_floor(monkeypatch):
+    """margin = g·(2·err + 2^-46) + a·2^-46 + 2^-60: with an exponent error of 1e-10 the close call
+    is at 2e-10·g; for a vanishing g the absolute 2^-60 decides which words need the exact path."""
+    calls = []
+    original = noise._LazyUniform.below_exp_neg
+    monkeypatch.setattr(noise._LazyUniform, "below_exp_neg", lambda self, r: calls.append(1) or original(self, r))
+    gamma, err = 0.5, 1e-10
+    g = math.exp(-gamma)
+    margin = g * (2 * err + 2.0**-46) + g * 2.0**-46 + 2.0**-60
+    for multiple, routed in ((0.6, True), (1.6, False)):
+        for side, accepted in ((-1, True), (1, False)):
+            word = int((g + side * multiple * margin) * 2.0**64)
+            calls.clear()
+            ok = noise._accept_exp_neg(_Words([word], _stream("m1")), np.array([gamma]), np.array([err]),
+                                       lambda i: Fraction(1, 2))
+            assert bool(calls) is routed and bool(ok[0]) is accepted, (multiple, side)
+    tiny = 50.0  # e^-50 ≈ 2e-22 ≪ 2^-60
+    for multiple, routed in ((0.6, True), (1.6, False)):
+        word = int((math.exp(-tiny) + multiple * 2.0**-60) * 2.0**64)
+        calls.clear()
+        ok = noise._accept_exp_neg(_Words([word], _stream("m2")), np.array([tiny]), np.array([0.0]),
+                                   lambda i: Fraction(50))
+        assert bool(calls) is routed and not ok[0]
+
+
+def test_noise_tail_bounds():
+    from ltm.calibration import plan_noise
+    from ltm.dp.noise import GAUSSIAN_TAIL_SIGMAS, LAPLACE_TAIL_SCALES, noise_tail_bound
+
+    g = plan_noise(mechanism="gaussian", calibration="tight", epsilon=1.0, delta=1e-6, clip_norm=1.0, s=1,
+                   min_honest_load=4, frac_bits=8, width=2)
+    assert noise_tail_bound(g) == 20.0 * g.sigma_client == GAUSSIAN_TAIL_SIGMAS * g.sigma_client
+    assert noise_tail_bound(g, 9) == 20.0 * g.sigma_client * 3.0  # the sd of N_Z(0, 9σ²)
+    lap = plan_noise(mechanism="laplace", calibration="tight", epsilon=1.0, delta=0.0, clip_norm=1.0, s=1,
+                     min_honest_load=4, frac_bits=8, width=2)
+    assert noise_tail_bound(lap) == noise_tail_bound(lap, 9) == 100.0 * lap.laplace_scale == \
+        LAPLACE_TAIL_SCALES * lap.laplace_scale
