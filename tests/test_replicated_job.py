@@ -167,3 +167,30 @@ def test_sketch_servers_refuse_a_replicated_job_until_there_is_a_networked_path(
     spec = _job(table)
     with pytest.raises(Exception, match="no gRPC path"):
         ServerCore("server-0").create_job(spec, caller_role=ANALYST_ROLE)
+
+
+def test_replicated_server_checks_every_upload(table):
+    from party.replicated import replicated_uploads
+    from server.replicated import ReplicatedServer
+
+    spec = _job(table)
+    data = party_tables(spec, table)
+    ups = {p.party_id: replicated_uploads(spec, p.party_id, data[p.party_id], Randomness.seeded_insecure(12).child(i))
+           for i, p in enumerate(spec.parties)}
+    server = ReplicatedServer(spec, 1)
+    with pytest.raises(ValueError, match="for server 0 reached server 1"):
+        server.accept("party-0", ups["party-0"][0])
+    with pytest.raises(ValueError, match="uploaded columns"):
+        server.accept("party-0", ups["party-1"][1])
+    with pytest.raises(KeyError):
+        server.accept("party-9", ups["party-0"][1])
+    server.accept("party-0", ups["party-0"][1])
+    with pytest.raises(ValueError, match="already uploaded"):
+        server.accept("party-0", ups["party-0"][1])
+    with pytest.raises(ValueError, match="no upload yet"):
+        server.output()
+    server.accept("party-1", ups["party-1"][1])
+    server.accept("party-2", ups["party-2"][1])
+    assert server.output().shape == (spec.width * (spec.width + 1) // 2,)
+    with pytest.raises(ValueError, match="not a replicated release"):
+        ReplicatedServer(replace(spec, sketch=replace(spec.sketch, kind="sparse", m=64), colluding_servers=None), 0)
