@@ -642,6 +642,8 @@ def _replicated_problems(spec: JobSpec) -> list[str]:
                         f"{t} colluding servers (set colluding_servers = 1 to accept that, or use a sketch kind)")
     if spec.privacy.mechanism != "gaussian":
         problems.append("the replicated release supports the gaussian mechanism only")
+    if spec.privacy.calibration != "tight":
+        problems.append("the replicated release is calibrated 'tight' only (its noise is per party, not per client)")
     honest = len(spec.parties) - spec.privacy.corrupt_parties
     if spec.privacy.min_honest_load not in (0, honest):
         problems.append(f"min_honest_load of the replicated release counts the honest parties' noise draws per "

@@ -60,6 +60,8 @@ def test_replicated_release_needs_an_honest_majority(table):
     four = replace(spec, servers=spec.servers + (replace(spec.servers[0], server_id="server-3"),))
     with pytest.raises(JobSpecError, match="k = 3"):
         validate_job(four)
+    with pytest.raises(JobSpecError, match="'tight' only"):
+        validate_job(replace(spec, privacy=replace(spec.privacy, calibration="interpolate", interpolate_p=0.5)))
     with pytest.raises(JobSpecError, match="min_honest_load"):
         validate_job(replace(spec, privacy=replace(spec.privacy, min_honest_load=5)))
 
