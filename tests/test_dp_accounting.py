@@ -191,3 +191,13 @@ def test_round_to_grid_limits_and_its_float64_arithmetic():
         warnings.simplefilter("error")
         with pytest.raises(ValueError, match="^cannot encode NaN or infinite values$"):
             round_to_grid(np.array([1e300]), 60)
+
+
+@pytest.mark.parametrize("sigma, load, d2, d1", [(1.0, 3800, 10.0, 100.0), (0.8, 20, 3.0, 7.0)])
+def test_kls_rho_includes_the_tau_term(sigma, load, d2, d1):
+    tau = tau_exact(sigma, min(load, 65))
+    if load > 65:
+        tau += 10 * (load - 65) * mpmath.exp(-2 * mpmath.pi**2 * mpmath.mpf(sigma) ** 2 * 65 / 66)
+    exact = (mpmath.mpf(d2) / (mpmath.sqrt(load) * sigma) + tau * d1) ** 2 / 2
+    assert abs(accounting.kls_rho(sigma, load, d2, d1) / float(exact) - 1) < REL
+    assert tau * d1 > 1e-3 * d2 / (math.sqrt(load) * sigma)  # the τ term matters here
