@@ -310,7 +310,11 @@ def ltm_columns_job(D: np.ndarray, *, epsilon: float, delta: float, m: int, part
                         partition="columns", parties=parties, k=servers, kind="dense", m=m, epsilon=epsilon,
                         delta=delta, clip_bound=C, min_honest_load=n, frac_bits=frac_bits, endpoints=endpoints)
     identity = tuple(ColumnSpec(c.name, c.role, 0.0, 1.0) for c in spec.columns)
-    return dataclasses.replace(spec, columns=identity)
+    # Wu's data have no public transform's budget shares (build_job clips blocks by them): with the
+    # identity transform each block's clip is by column count, √d_j, which no row exceeds.
+    blocks = tuple(dataclasses.replace(q, clip_bound=C * math.sqrt(len(q.columns) / width) * (1 - 1e-12))
+                   for q in spec.parties)
+    return dataclasses.replace(spec, columns=identity, parties=blocks)
 
 
 def ltm_entry_variance(spec: JobSpec) -> float:

@@ -124,6 +124,9 @@ def _add_simulate(sub: argparse._SubParsersAction) -> None:
     priv.add_argument("--corrupt-parties", type=int, default=None,
                       help="corrupt parties tolerated (default: 1 when parties hold several clients each; "
                            "a private job never tolerates fewer, only a --seed reproduction may)")
+    priv.add_argument("--colluding-servers", type=int, default=None,
+                      help="colluding servers the job tolerates (default: k − 1); 1 of 3 (an honest majority) "
+                           "admits the replicated degree-2 release of the columns partition (--release gram)")
     priv.add_argument("--budget-epsilon", type=float, default=None,
                       help="each simulated party's privacy budget ε (default: the party's, 4)")
     priv.add_argument("--budget-delta", type=float, default=None,
@@ -186,6 +189,7 @@ def _run_simulate(args: argparse.Namespace) -> int:
         share_mode=args.share_mode, seed=args.seed, features_n=args.features_n or 16, bandwidth=args.bandwidth,
         feature_map=args.feature_map, kernel=args.kernel, budget_epsilon=args.budget_epsilon,
         budget_delta=args.budget_delta, ledger_dir=args.ledger_dir,
+        colluding_servers=args.colluding_servers,
     )
     if args.model != "rf_ridge" and (args.bandwidth is not None or args.features_n is not None):
         raise SystemExit("ltm: error: --features-n/--bandwidth need --model rf_ridge")

@@ -59,7 +59,7 @@ _SECTIONS = {
             "upload_mode", "max_party_upload_bytes"},
     "release": {"kind", "m", "s", "seed"},
     "privacy": {"epsilon", "delta", "mechanism", "calibration", "interpolate_p", "t_prime", "corrupt_parties",
-                "min_honest_load", "min_participants", "prejob"},
+                "min_honest_load", "min_participants", "prejob", "colluding_servers"},
     "fit": {"model", "lambda", "rank", "debias"},
 }
 _ARRAYS = {
@@ -572,6 +572,8 @@ def parse_job_file(text: str, *, source: str = "job file", resolve: bool = True)
                             min_participants=_integer(p, privacy, "min_participants", "[privacy]", 0)),
         servers=tuple(server_specs), clip_norm="l1" if mechanism == "laplace" else "l2", share_mode=share_mode,
         prejobs=prejobs, transforms=tuple(transforms), reproduction=bool(reproduction), upload_mode=upload_mode,
+        # the trust assumption (JobSpec.colluding_servers): absent = k − 1
+        colluding_servers=_integer(p, privacy, "colluding_servers", "[privacy]", None),
     )
     if p.items:
         raise JobFileError(p.items, source)
@@ -601,8 +603,10 @@ def _planned(spec: JobSpec, m: int | None, labelled: bool, max_party_upload_byte
             task="regression" if labelled else "lowrank", mechanism=p.mechanism, clip_bound=spec.clip_bound,
             party_sizes=tuple(q.size for q in spec.parties) if spec.partition == "rows" else (),
             corrupt_parties=p.corrupt_parties, t_prime=p.t_prime,
-            kinds=("gram", "sparse") if p.calibration != "paper" and spec.partition == "rows" else ("sparse",),
-            upload_mode=spec.upload_mode, servers=spec.k, max_party_upload_bytes=max_party_upload_bytes))
+            kinds=("gram", "sparse") if p.calibration != "paper" else ("sparse",),
+            upload_mode=spec.upload_mode, servers=spec.k, max_party_upload_bytes=max_party_upload_bytes,
+            colluding_servers=spec.colluding_servers, parties=len(spec.parties),
+            replicated_corrupt_parties=max(p.corrupt_parties, 1 if len(spec.parties) >= 2 else 0)))
     except ValueError as exc:
         raise JobFileError([f"[release].kind 'auto': the planner could not choose: {exc}"]) from None
     chosen_m = m if m is not None and plan.kind != "gram" else plan.m
@@ -729,6 +733,8 @@ def job_file_doc(spec: JobSpec, fit: FitSpec | None = None, deadline_s: float | 
                                "calibration": p.calibration, "interpolate_p": p.interpolate_p,
                                "t_prime": p.t_prime, "corrupt_parties": p.corrupt_parties,
                                "min_honest_load": p.min_honest_load, "min_participants": p.min_participants}
+    if spec.colluding_servers is not None:
+        privacy["colluding_servers"] = spec.colluding_servers
     if spec.prejobs:
         privacy["prejob"] = [{"kind": x.kind, "job_id": x.job_id, "digest": x.digest, "epsilon": x.epsilon,
                               "delta": x.delta} for x in spec.prejobs]

@@ -28,6 +28,7 @@ from ltm.dp.mechanisms import CALIBRATIONS, MECHANISMS
 from ltm.lifts import LIFTED_KINDS, Lift, get_lift
 from ltm.dp.noise import noise_tail_bound
 from ltm.ring import HEADROOM_LIMIT
+from ltm import replicated
 from ltm.sharing import SHARE_MODES
 from ltm.sketch import CHUNK_CLIENTS, SKETCH_KINDS, Sketch
 from ltm.transforms import TransformSpec, VectorEntry, transform_problems, vector_layout
@@ -171,6 +172,12 @@ class JobSpec:
     #: :func:`resolve_defaults` (:func:`default_upload_mode`).  In the digest; omitted from the
     #: canonical JSON when ``per-client``, so earlier specs keep their digests.
     upload_mode: str = "per-client"
+    #: How many colluding servers the release must tolerate (the trust assumption, issue #21).
+    #: None: k − 1, every server but one (the sketch's and the rows gram's assumption).  A smaller
+    #: value with an honest majority (2t < k) admits the replicated degree-2 release of the columns
+    #: partition (ltm/replicated.py), which two colluding servers of three could open.  Omitted from
+    #: the canonical JSON when None, so older specs keep their digests.
+    colluding_servers: int | None = None
 
     def __post_init__(self) -> None:
         _canonical_floats(self)
@@ -222,6 +229,17 @@ class JobSpec:
         return idx[0] if idx else None
 
     @property
+    def tolerated_colluding_servers(self) -> int:
+        """The colluding servers the job tolerates: :attr:`colluding_servers`, k − 1 when unset."""
+        return self.k - 1 if self.colluding_servers is None else self.colluding_servers
+
+    @property
+    def replicated(self) -> bool:
+        """Whether the release is the replicated degree-2 release (a ``gram`` job in the columns
+        partition: :mod:`ltm.replicated`), computed by the servers from 2-of-3 replicated shares."""
+        return self.partition == "columns" and self.sketch.kind == "gram"
+
+    @property
     def lift(self) -> Lift | None:
         """The client-side lift of a lifted release kind (``gram``, …), None for a sketch kind."""
         return get_lift(self.sketch.kind)
@@ -270,6 +288,10 @@ class JobSpec:
 
     def noise_plan(self) -> NoisePlan:
         p = self.privacy
+        if self.replicated:  # per-party noise on the product grid 2^-2f (ltm/replicated.py)
+            return replicated.replicated_noise_plan(
+                epsilon=p.epsilon, delta=p.delta, clip_bound=self.clip_bound, d=self.width,
+                parties=len(self.parties), corrupt_parties=p.corrupt_parties, frac_bits=self.frac_bits)
         pieces = self.make_sketch().pieces
         return plan_noise(
             mechanism=p.mechanism, calibration=p.calibration, epsilon=p.epsilon, delta=p.delta,
@@ -288,6 +310,8 @@ class JobSpec:
                 del d[optional]
         if d["upload_mode"] == "per-client":
             del d["upload_mode"]
+        if d["colluding_servers"] is None:
+            del d["colluding_servers"]
         return d
 
     def canonical_json(self) -> bytes:
@@ -361,6 +385,8 @@ def _typed_value(value: Any, hint: Any, where: str) -> Any:
         return value
     if hint == (float | None):
         return None if value is None else _typed_value(value, float, where)
+    if hint == (int | None):
+        return None if value is None else _typed_value(value, int, where)
     if hint == tuple[str, ...]:
         if not isinstance(value, (list, tuple)):
             raise JobSpecError([f"{where} must be a list of strings, got {value!r}"])
@@ -573,7 +599,9 @@ def _check_structure(spec: JobSpec) -> list[str]:
         if (sk.m, sk.s) != (1, 1):
             problems.append(f"release kind {sk.kind!r} sums over clients: set sketch m = 1 and s = 1 "
                             f"(got m={sk.m}, s={sk.s})")
-        if spec.partition not in lift.partitions:
+        if spec.replicated:
+            problems += _replicated_problems(spec)
+        elif spec.partition not in lift.partitions:
             problems.append(f"release kind {sk.kind!r} needs the {' or '.join(lift.partitions)} partition: in "
                             f"the {spec.partition} partition no party holds a whole client vector to lift")
         if p.mechanism not in lift.mechanisms:
@@ -613,10 +641,34 @@ def _check_structure(spec: JobSpec) -> list[str]:
                         "use corrupt_parties)")
     if not 0 <= p.corrupt_parties < max(len(spec.parties), 1):
         problems.append(f"corrupt_parties must be in [0, number of parties) (got {p.corrupt_parties})")
+    if spec.colluding_servers is not None and not 1 <= spec.colluding_servers < max(spec.k, 2):
+        problems.append(f"colluding_servers must be in [1, k) (got {spec.colluding_servers} with k={spec.k})")
     if p.min_participants < 0 or p.min_participants > spec.n:
         problems.append(f"min_participants must be in [0, n] (got {p.min_participants})")
     # parties
     problems += _check_parties(spec)
+    return problems
+
+
+def _replicated_problems(spec: JobSpec) -> list[str]:
+    """What a columns-partition ``gram`` job (the replicated release) needs beyond a sketch job."""
+    problems = []
+    t = spec.tolerated_colluding_servers
+    if spec.k != replicated.REPLICATED_SERVERS:
+        problems.append(f"the replicated release of the columns partition needs k = {replicated.REPLICATED_SERVERS} "
+                        f"servers (got {spec.k}); larger k needs a t-out-of-k replicated scheme (docs/architecture.md)")
+    elif not replicated.honest_majority(spec.k, t):
+        problems.append(f"release kind 'gram' in the columns partition is the replicated release: two colluding "
+                        f"servers of three reconstruct the data, so it needs an honest majority; the job tolerates "
+                        f"{t} colluding servers (set colluding_servers = 1 to accept that, or use a sketch kind)")
+    if spec.privacy.mechanism != "gaussian":
+        problems.append("the replicated release supports the gaussian mechanism only")
+    if spec.privacy.calibration != "tight":
+        problems.append("the replicated release is calibrated 'tight' only (its noise is per party, not per client)")
+    honest = len(spec.parties) - spec.privacy.corrupt_parties
+    if spec.privacy.min_honest_load not in (0, honest):
+        problems.append(f"min_honest_load of the replicated release counts the honest parties' noise draws per "
+                        f"entry: it must be parties − corrupt_parties = {honest} (got {spec.privacy.min_honest_load})")
     return problems
 
 
@@ -698,7 +750,11 @@ def validate_job(spec: JobSpec, sketch: Sketch | None = None) -> JobAnalysis:
         plan = spec.noise_plan()
     except CalibrationError as exc:
         raise JobSpecError([f"noise calibration failed: {exc}"]) from exc
-    worst = worst_entry_magnitude(float(loads.max()), spec.entry_bound, plan) * 2.0**spec.frac_bits
+    if spec.replicated:  # products on the grid 2^-2f, noise from the parties (ltm/replicated.py)
+        worst = replicated.entry_bound(spec.n, spec.clip_bound, spec.width, spec.frac_bits, plan,
+                                       len(spec.parties)) * 2.0 ** (2 * spec.frac_bits)
+    else:
+        worst = worst_entry_magnitude(float(loads.max()), spec.entry_bound, plan) * 2.0**spec.frac_bits
     headroom_bits = math.log2(HEADROOM_LIMIT / worst)
     grid = noise_grid_problem(plan.grid_noise_sd, spec.frac_bits)
     if grid is not None:
@@ -727,6 +783,8 @@ def default_corrupt_parties(spec: JobSpec) -> int:
     0: single-client parties are covered by t′, a lone party holds every client itself, and in the
     columns partition each party's noise protects its own columns.
     """
+    if spec.replicated:
+        return replicated_corrupt_parties_default(len(spec.parties))
     return corrupt_parties_default(spec.partition, [p.size for p in spec.parties])
 
 
@@ -742,9 +800,17 @@ def default_upload_mode(spec: JobSpec) -> str:
     """The upload mode rule: ``aggregate`` when every party holds more than one client and the job
     tolerates no corrupt clients (t′ = 0: parties are the unit of corruption), else ``per-client``
     (cross-device jobs with a party per client, and the t′-corrupt-client experiments)."""
+    if spec.replicated:  # shared by party/replicated.py, one share set per party whatever the mode
+        return "per-client"
     if spec.privacy.t_prime == 0 and all(p.size > 1 for p in spec.parties):
         return "aggregate"
     return "per-client"
+
+
+def replicated_corrupt_parties_default(parties: int) -> int:
+    """The replicated release's default corrupt-party tolerance: as in the rows partition, a party
+    knows its own noise, so with two or more parties the noise of one may be subtracted (1)."""
+    return 1 if parties >= 2 else 0
 
 
 def resolve_defaults(spec: JobSpec, load_fraction: float = DEFAULT_LOAD_FRACTION) -> JobSpec:
@@ -766,6 +832,8 @@ def resolve_defaults(spec: JobSpec, load_fraction: float = DEFAULT_LOAD_FRACTION
     if not spec.reproduction and p.corrupt_parties < default_corrupt_parties(spec):
         p = replace(p, corrupt_parties=default_corrupt_parties(spec))
         spec = replace(spec, privacy=p)
+    if p.min_honest_load == 0 and spec.replicated:  # L counts the parties' per-entry noise draws
+        p = replace(p, min_honest_load=max(len(spec.parties) - p.corrupt_parties, 1))
     if p.min_honest_load == 0:
         loads, deduction = honest_row_loads(spec, None, sketch)
         feasible = int((loads - deduction).min())
@@ -776,6 +844,11 @@ def resolve_defaults(spec: JobSpec, load_fraction: float = DEFAULT_LOAD_FRACTION
     if p.min_participants == 0:
         p = replace(p, min_participants=max(1, math.ceil(spec.n / 2)))
     spec = replace(spec, privacy=p)
+    if spec.frac_bits == 0 and spec.replicated:
+        p = spec.privacy
+        return replace(spec, frac_bits=replicated.replicated_frac_bits(
+            n=spec.n, clip_bound=spec.clip_bound, d=spec.width, epsilon=p.epsilon, delta=p.delta,
+            parties=len(spec.parties), corrupt_parties=p.corrupt_parties))
     if spec.frac_bits == 0:
         # The largest f ≤ 32 whose worst-case entry fits the headroom.  The plan depends on f (the
         # rounding widens the sensitivity by √(s·W)·2^-f), so each candidate f is planned anew;

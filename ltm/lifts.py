@@ -24,7 +24,9 @@ must state, and what the rest of the system relies on:
   symmetric D × D matrix).
 
 Lifts are defined for the ``rows`` partition only: in the ``columns`` partition no party holds a
-whole client vector, so products across parties' columns are not local.
+whole client vector, so products across parties' columns are not local.  There a ``gram`` job is
+the replicated release instead (:mod:`ltm.replicated`: three servers compute the products from
+replicated shares, under an honest-majority assumption the job must state).
 
 The ``gram`` lift.  For z ∈ R^D it uploads the upper triangle of z zᵀ, row by row
 (``numpy.triu_indices(D)`` order), with the off-diagonal entries multiplied by √2:

@@ -38,8 +38,14 @@ kind's error is smaller by a factor ≈ n/(tr(Σ⁻¹)·…) that grows with n. 
 by traffic: a client uploads D(D+1)/2 values for ``gram`` against s·D for a sparse sketch; kinds
 whose upload exceeds ``max_upload_values`` are not candidates (random features make D large).
 
-Columns partition: no party holds a whole client vector, so nothing can be lifted; the planner
-tunes the sparse sketch's m by the formula above.
+Columns partition: no party holds a whole client vector, so nothing can be lifted by a party; the
+planner tunes the sparse sketch's m by the formula above.  The ``gram`` candidate there is the
+replicated degree-2 release (:mod:`ltm.replicated`): the same noisy Gram, computed by k = 3 servers
+from replicated shares, with per-party noise (v = P·σ_c², L = P − corrupt parties honest draws per
+entry) on the unscaled triangle (off-diagonal noise variance v, not v/2).  It is private only
+against an honest majority of servers (one of three), so it is *feasible* only when the job allows
+that (``colluding_servers``); either way the plan's reason states the assumption its choice rests
+on and what the other assumption would give (:func:`_trust_note`).
 
 Low rank (no label): predicted is the spectral-norm error of the second-moment estimate relative
 to its top eigenvalue (gram: ‖E‖ ≈ √(2Dv); sketch: cross term ≈ √(2 v_e n λ₁) + NᵀN fluctuation
@@ -116,6 +122,11 @@ class PlanInputs:
     servers: int = 3
     max_party_upload_bytes: int = 0
     utility_tolerance: float = 0.01
+    #: columns partition, the replicated release: servers k, the colluding servers the job tolerates
+    #: (None: k − 1), parties P and the corrupt parties its noise tolerates.
+    colluding_servers: int | None = None
+    parties: int = 0
+    replicated_corrupt_parties: int = 1
 
 
 @dataclass(frozen=True)
@@ -148,7 +159,20 @@ class Plan:
     assumptions: tuple[str, ...]
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """Strict-JSON dict: an infeasible candidate's prediction is None (it says ``feasible: false``
+        and why in ``note``), never an infinite float."""
+        return _finite_or_none(asdict(self))
+
+
+def _finite_or_none(obj: Any) -> Any:
+    """``obj`` with every non-finite float replaced by None (recursively through dicts, lists, tuples)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite_or_none(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite_or_none(v) for v in obj]
+    return obj
 
 
 # -------------------------------------------------------------------- the model's moments
@@ -224,8 +248,7 @@ def _gram_candidate(inp: PlanInputs, mom: _Moments) -> Candidate:
     W = gram_width(D)
     sens = gram_sensitivity(inp.mechanism, inp.clip_bound)
     if inp.partition != "rows":
-        return Candidate("gram", 1, 1, math.inf, upload_values=W, feasible=False,
-                         note="columns partition: no party holds a whole client vector to lift")
+        return _replicated_candidate(inp, mom)
     if W > inp.max_upload_values:
         return Candidate("gram", 1, 1, math.inf, upload_values=W, feasible=False,
                          note=f"upload D(D+1)/2 = {W} values per client exceeds the cap {inp.max_upload_values}")
@@ -311,6 +334,80 @@ def _sketch_candidate(inp: PlanInputs, mom: _Moments, kind: str) -> Candidate:
                      note=f"m minimises the predicted error over [{lo}, {hi}]")
 
 
+def _tolerated(inp: PlanInputs) -> int:
+    return inp.servers - 1 if inp.colluding_servers is None else inp.colluding_servers
+
+
+def _replicated_candidate(inp: PlanInputs, mom: _Moments) -> Candidate:
+    """The columns partition's ``gram`` kind: the replicated degree-2 release (ltm/replicated.py).
+
+    Predicted like the rows gram (:func:`_gram_candidate`) with the replicated release's noise:
+    P parties each add σ_c² per entry of the unscaled triangle, σ_c for L = P − c honest draws and
+    the sensitivity √2·C²; off-diagonal noise variance v (not v/2), so c = v(1 + ‖w‖²) and the
+    ridge edge τ = 2√(pv).  Always predicted (the plan's explanation quotes it); feasible only when
+    the job allows an honest majority of k = 3 servers.
+    """
+    from ltm.replicated import REPLICATED_SERVERS, honest_majority, replicated_noise_plan
+
+    D, n = inp.width, inp.n
+    W = gram_width(D)
+    P = max(inp.parties, 1)
+    c_par = min(inp.replicated_corrupt_parties, P - 1)
+    if inp.mechanism != "gaussian":
+        return Candidate("gram", 1, 1, math.inf, upload_values=D, feasible=False,
+                         note="the replicated release supports the gaussian mechanism only")
+    plan = replicated_noise_plan(epsilon=inp.epsilon, delta=inp.delta, clip_bound=inp.clip_bound, d=D, parties=P,
+                                 corrupt_parties=c_par, frac_bits=20)
+    v = P * plan.sigma_client**2
+    if inp.task == "lowrank":
+        ex = 2.0 * math.sqrt(D * v) / (n * mom.top)
+        terms = {"noise_spectral": ex}
+        est = "top eigenvectors of the noisy ZᵀZ"
+    else:
+        p = D - 1
+        mu, w2 = mom.mu, mom.w2
+        c = v * (1.0 + float(w2.sum()))
+        tau = 2.0 * math.sqrt(p * v)
+        lam = max(0.0, tau - n * float(mu.min()))
+        var = float(np.sum(mu * c / (n * mu + lam) ** 2))
+        bias = float(np.sum(mu * lam**2 * w2 / (n * mu + lam) ** 2))
+        ex = min((var + bias) / mom.y2, float(np.sum(mu * w2)) / mom.y2)
+        terms = {"noise": var / mom.y2, "ridge_bias": bias / mom.y2}
+        est = f"ridge, AdaSSP-style λ on the noisy XᵀX (predicted λ ≈ {lam:.4g})"
+    t, k = _tolerated(inp), inp.servers
+    ok = k == REPLICATED_SERVERS and honest_majority(k, t)
+    note = (f"replicated release (columns partition): {P} parties each add noise, {c_par} may be corrupt; "
+            f"released per-entry noise variance v = {v:.4g}; private if at most 1 of {REPLICATED_SERVERS} "
+            f"servers is corrupt")
+    if not ok:
+        note += (f"; not allowed: the job tolerates {t} colluding servers of {k}"
+                 if k == REPLICATED_SERVERS else f"; needs k = {REPLICATED_SERVERS} servers (got {k})")
+    return Candidate("gram", 1, 1, ex, terms, est, D, feasible=ok, note=note)
+
+
+def _trust_note(inp: PlanInputs, mom: _Moments, cands: list[Candidate], best: Candidate) -> str:
+    """Columns partition: which trust assumption the choice rests on, and what the other would give
+    (predicted R² in the transformed space = explained share wᵀΣw/E[y²] minus the predicted loss)."""
+    if inp.partition != "columns" or inp.task != "regression":
+        return ""
+    explained = float(np.sum(mom.mu * mom.w2)) / mom.y2
+    rep = next((c for c in cands if c.kind == "gram"), None)
+    sketch = next((c for c in cands if c.kind != "gram" and math.isfinite(c.predicted_excess)), None)
+    t, k = _tolerated(inp), inp.servers
+    if best.kind == "gram":
+        other = (f"; if any {k - 1} of {k} servers may collude (the default), the sparse sketch would reach "
+                 f"about {explained - sketch.predicted_excess:.3g} R²" if sketch else "")
+        return (f" Trust: this choice rests on an honest majority (at most {t} of {k} servers corrupt; two "
+                f"colluding servers would reconstruct every party's data); it should reach about "
+                f"{explained - best.predicted_excess:.3g} R²{other}.")
+    if rep is None or not math.isfinite(rep.predicted_excess):
+        return f" Trust: this choice rests on any {t} of {k} servers possibly colluding."
+    return (f" Trust: this choice rests on the job's assumption that up to {t} of {k} servers may collude "
+            f"(about {explained - best.predicted_excess:.3g} R²); a replicated release would reach about "
+            f"{explained - rep.predicted_excess:.3g} R² if 1 of 3 servers may be corrupt "
+            f"(set colluding_servers = 1 to allow it).")
+
+
 # -------------------------------------------------------------------- the planner
 def _check(inp: PlanInputs) -> None:
     problems = []
@@ -354,7 +451,8 @@ def plan_release(inp: PlanInputs) -> Plan:
         reason += (" A gram release's error does not grow with n (noisy ZᵀZ), a sketch's cross term (SX)ᵀN "
                    "grows like √n.")
     elif inp.partition == "columns":
-        reason += " Columns partition: lifting needs whole client vectors, so the sketch is tuned."
+        reason += " Columns partition: no party holds a whole client vector, so the sketch is tuned."
+    reason += _trust_note(inp, mom, cands, best)
     assumptions = (
         f"second moment: {mom.source}",
         f"ε = {inp.epsilon:g}, δ = {inp.delta:g}, {inp.mechanism}, C = {inp.clip_bound:g}, "

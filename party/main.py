@@ -50,6 +50,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                   "benchmark source (synthetic:ridge?d=10&n=1000000&seed=1, or a *.synth.json)")
     p.add_argument("--max-epsilon", type=float, help="largest ε this party accepts (default 1)")
     p.add_argument("--max-delta", type=float, help="largest δ this party accepts (default 1e-5)")
+    p.add_argument("--min-colluding-servers", type=int, default=None,
+                   help="the fewest colluding servers a job must tolerate (default: k − 1); 1 lets this party "
+                        "join the replicated release of the columns partition (private against 1 of 3 servers)")
     p.add_argument("--min-corrupt-parties", type=int,
                    help="fewest corrupt parties a rows job with multi-client parties must tolerate (default 1)")
     p.add_argument("--upload-mode", choices=("per-client", "aggregate"),
@@ -187,7 +190,9 @@ async def participate(args: argparse.Namespace) -> dict:
                          expected_servers=tuple(server_ids),
                          allow_reproduction_calibration=bool(args.allow_paper_calibration),
                          allow_reproduction=bool(args.allow_reproduction),
-                         upload_mode=args.upload_mode or "")
+                         upload_mode=args.upload_mode or "",
+                         min_colluding_servers=args.min_colluding_servers)
+
     budget = Budget(args.budget_epsilon if args.budget_epsilon is not None else DEFAULT_BUDGET_EPSILON,
                     args.budget_delta if args.budget_delta is not None else DEFAULT_BUDGET_DELTA)
     wait_s = args.wait if args.wait is not None else 30.0

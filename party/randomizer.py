@@ -232,6 +232,9 @@ def make_batches(spec: JobSpec, party_id: str, table: Mapping[str, np.ndarray] |
     by chunk), so a party's memory is O(batch) whatever its client count.  Both give bit-identical
     batches for the same data.
     """
+    if spec.replicated:
+        raise ValueError("a replicated job (columns partition, kind gram) is shared by party/replicated.py, "
+                         "not in sketch batches")
     if spec.upload_mode == "aggregate":  # one aggregated upload per party (party/aggregate.py)
         from party.aggregate import aggregate_batches
         yield from aggregate_batches(spec, party_id, table, randomness, plan=plan,

@@ -52,6 +52,10 @@ class PartyPolicy:
     the job's t′ and on the smallest participant set its servers may release.  A job marked as a
     reproduction (it may accept seeded, NOT private randomness) is refused unless
     ``allow_reproduction``; a seeded party (``seeded=True``) joins only reproduction jobs.
+    ``min_colluding_servers``: the fewest colluding servers a job must tolerate (its trust
+    assumption, ``JobSpec.colluding_servers``); None means k − 1, every server but one, so by
+    default a party refuses the replicated release (private only against one server of three) and
+    joins it only when its operator lowers this to 1.
     """
 
     max_epsilon: float = 1.0
@@ -64,6 +68,7 @@ class PartyPolicy:
     allow_reproduction: bool = False
     #: The upload mode this party runs (``per-client`` or ``aggregate``; empty: whatever the job says).
     upload_mode: str = ""
+    min_colluding_servers: int | None = None
 
     def check(self, spec: JobSpec, *, seeded: bool = False) -> None:
         p = spec.privacy
@@ -78,6 +83,10 @@ class PartyPolicy:
         if spec.partition == "rows" and p.t_prime < self.min_t_prime:
             problems.append(f"the job tolerates t′ = {p.t_prime} corrupt clients, this party requires at least "
                             f"{self.min_t_prime}")
+        required = spec.k - 1 if self.min_colluding_servers is None else self.min_colluding_servers
+        if spec.tolerated_colluding_servers < required:
+            problems.append(f"the job is private only if at most {spec.tolerated_colluding_servers} of {spec.k} servers "
+                            f"collude; this party requires tolerance of {required} (its policy's trust assumption)")
         if p.min_participants < self.min_participants:
             problems.append(f"the job may be released over as few as {p.min_participants} participants, this "
                             f"party requires at least {self.min_participants}")

@@ -103,6 +103,9 @@ class ServerCore:
             validate_job(spec)
         except JobSpecError as exc:
             raise ProtocolError("INVALID_ARGUMENT", str(exc)) from exc
+        if spec.replicated:  # its uploads are replicated shares, not sketch batches (server/replicated.py)
+            raise ProtocolError("FAILED_PRECONDITION", "the replicated release of the columns partition runs in process "
+                                                 "only so far (ltm simulate); there is no gRPC path for it yet")
         self.server_index(spec)
         existing = self.store.get_job(spec.job_id)
         if existing is not None:

@@ -372,7 +372,7 @@ def run_operate(args: argparse.Namespace) -> int:
            "privacy": report["privacy"], "analyst_model": report["model"],
            **report_for_release(cfg, spec, release, training_matrix(spec, train), test, rng),
            "timing_s": {**phases, "analyst": report["timing_s"]}}
-    print(json.dumps(out, indent=2) if args.json else
+    print(json.dumps(out, indent=2, allow_nan=False) if args.json else
           f"released {out['release_sha256']} over {out['participants']} clients; R² {out['metrics']['r2']:.4f} "
           f"(non-private {out['baselines']['nonprivate']['r2']:.4f}); {out['privacy']['guarantee']}")
     return 0
@@ -404,7 +404,9 @@ def run(args: argparse.Namespace) -> int:
     with stop_on_termination():  # SIGTERM/SIGHUP clean up like Ctrl-C: no actor or directory left behind
         report = run_demo(args)
     if args.json:
-        print(json.dumps(report, indent=2, default=lambda o: o.item() if hasattr(o, "item") else str(o)))
+        # strict JSON: a non-finite number is a bug to fix where it arises, never a bare Infinity
+        print(json.dumps(report, indent=2, default=lambda o: o.item() if hasattr(o, "item") else str(o),
+                         allow_nan=False))
     else:
         print_summary(report)
     return 0

@@ -99,6 +99,9 @@ def run_inprocess(spec: JobSpec, party_data: Mapping[str, Mapping[str, np.ndarra
             party whose ledger cannot afford the job raises :class:`party.ledger.BudgetExceeded`
             (before any party has sent anything).
     """
+    if spec.replicated:  # columns partition, degree-2: three servers on replicated shares
+        from sim.replicated_run import run_replicated
+        return run_replicated(spec, party_data, randomness, policies=policies, ledgers=ledgers, budget=budget)
     timing: dict[str, float] = {}
     t0 = time.perf_counter()
     analysis = validate_job(spec)

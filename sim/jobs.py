@@ -10,7 +10,7 @@ from ltm.calibration import analytic_gaussian_sigma
 from ltm.dp.defaults import DEFAULT_CLIP_BOUND, DEFAULT_DELTA
 from ltm.dp.sensitivity import sketch_l2
 from ltm.jobspec import (INTERCEPT_NAME, ColumnSpec, JobSpec, PartySpec, PrivacySpec, ServerSpec, SketchSpec,
-                         corrupt_parties_default, resolve_defaults)
+                         corrupt_parties_default, replicated_corrupt_parties_default, resolve_defaults)
 from ltm.lifts import get_lift
 from ltm.planner import PlanInputs, plan_release
 from ltm.randomness import Randomness
@@ -95,7 +95,8 @@ def build_job(table: Table | ModelTable, *, job_id: str, randomness: Randomness,
               frac_bits: int = 0, min_honest_load: int = 0, endpoints: list[str] | None = None,
               rff: RFFOptions | None = None, whiten: PublicSecondMoment | None = None,
               whiten_eta: float = 0.05, whiten_radius: float | None = None,
-              reproduction: bool | None = None, upload_mode: str = "per-client") -> tuple[JobSpec, JobChoices]:
+              reproduction: bool | None = None, upload_mode: str = "per-client",
+              colluding_servers: int | None = None) -> tuple[JobSpec, JobChoices]:
     """A resolved, validated job spec for a table, and the choices made.
 
     ``corrupt_parties`` None: the default (:func:`ltm.jobspec.default_corrupt_parties`: one when
@@ -108,6 +109,12 @@ def build_job(table: Table | ModelTable, *, job_id: str, randomness: Randomness,
     ``whiten``: a PUBLIC second moment (Cao & Zhang; :func:`whiten_columns`): parties whiten their
     raw features with ``Σ̂_B^{-1/2}`` and divide the label by ``σ̂_B`` before clipping.
     ``upload_mode``: ``per-client``, ``aggregate`` or ``auto`` (:func:`ltm.jobspec.default_upload_mode`).
+    ``colluding_servers``: the trust assumption (None: k − 1); with an honest majority (1 of 3) the
+    columns partition's ``gram`` kind is the replicated degree-2 release (:mod:`ltm.replicated`),
+    and the planner (``kind="auto"``) may choose it.
+
+    Columns partition: each party clips its block to its share of C² by the public transform's
+    budget shares (:func:`budget_shares`: label q, each regressor (1 − q)/p), so Σ_j C_j² = C².
     """
     n = table.n
     if isinstance(table, ModelTable) and (whiten is not None or rff is not None):
@@ -115,6 +122,9 @@ def build_job(table: Table | ModelTable, *, job_id: str, randomness: Randomness,
                          "its columns' moments")
     if reproduction is None:
         reproduction = randomness.reproducible
+    replicated_default = replicated_corrupt_parties_default(parties) if partition == "columns" else 0
+    if corrupt_parties is None and partition == "columns" and kind == "gram":
+        corrupt_parties = replicated_default
     if corrupt_parties is None:
         corrupt_parties = corrupt_parties_default(
             partition, [b - a for a, b in split_parties(n, parties)] if partition == "rows" else [])
@@ -144,8 +154,11 @@ def build_job(table: Table | ModelTable, *, job_id: str, randomness: Randomness,
             party_sizes=sizes, corrupt_parties=corrupt_parties, t_prime=t_prime,
             kinds=("gram", "sparse") if calibration != "paper" else ("sparse",),
             upload_mode=_planned_upload_mode(upload_mode, sizes if partition == "rows" else (n,) * parties, t_prime),
-            servers=k))
+            servers=k, colluding_servers=colluding_servers, parties=parties,
+            replicated_corrupt_parties=max(corrupt_parties, replicated_default)))
         kind, m, s = plan.kind, (m if m is not None and plan.kind != "gram" else plan.m), plan.s
+        if partition == "columns" and kind == "gram":
+            corrupt_parties = max(corrupt_parties, replicated_default)
         rule = f"planner: {plan.reason}"
     elif get_lift(kind) is not None:
         m, s, rule = 1, 1, f"{kind}: the public map is the sum over clients (m = s = 1)"
@@ -163,9 +176,10 @@ def build_job(table: Table | ModelTable, *, job_id: str, randomness: Randomness,
         if parties > len(names):
             raise ValueError(f"columns partition: {parties} parties but only {len(names)} columns")
         blocks = np.array_split(np.arange(len(names)), parties)
+        shares = budget_shares(columns)
         party_specs = tuple(
             PartySpec(f"party-{i}", 0, n, tuple(names[j] for j in block),
-                      clip_bound * math.sqrt(party_budget.get(i, len(block) / len(names))) * (1 - 1e-12))
+                      clip_bound * math.sqrt(party_budget.get(i, float(sum(shares[j] for j in block)))) * (1 - 1e-12))
             for i, block in enumerate(blocks))
     else:
         raise ValueError(f"unknown partition {partition!r}; choose rows or columns")
@@ -179,9 +193,22 @@ def build_job(table: Table | ModelTable, *, job_id: str, randomness: Randomness,
                             min_honest_load=min_honest_load),
         servers=tuple(ServerSpec(f"server-{i}", (endpoints or [""] * k)[i]) for i in range(k)),
         clip_norm="l1" if mechanism == "laplace" else "l2", share_mode=share_mode, transforms=transforms, upload_mode=upload_mode,
-        reproduction=reproduction,
+        reproduction=reproduction, colluding_servers=colluding_servers,
     )
     return resolve_defaults(spec), JobChoices(m, rule, plan.to_dict() if plan is not None else None)
+
+
+def budget_shares(columns: tuple[ColumnSpec, ...]) -> list[float]:
+    """Each raw column's share of the clip budget C² under :func:`sim.data.public_columns`'s public
+    transform: the label q = 1/(1 + √p), each of the p regressors (features and an intercept)
+    (1 − q)/p; without a label, 1/D each.  The shares sum to 1, so party clip bounds
+    C_j = C·√(Σ of its columns' shares) satisfy Σ_j C_j² = C² (the joint vector stays within C:
+    the release's sensitivity is unchanged; docs/planner.md, "Budget-share clipping")."""
+    regressors = sum(1 for c in columns if c.role != "label")
+    if not any(c.role == "label" for c in columns):
+        return [1.0 / len(columns)] * len(columns)
+    q = 1.0 / (1.0 + math.sqrt(regressors))
+    return [q if c.role == "label" else (1.0 - q) / regressors for c in columns]
 
 
 def _rff_columns(table: Table, rff: RFFOptions, partition: str, parties: int, clip_bound: float,

@@ -7,6 +7,7 @@ non-private, central (SSP / AdaSSP / MOD-SULQ) and local baselines on the same t
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -78,6 +79,8 @@ class SimulateConfig:
     budget_delta: float | None = None
     #: the parties' persistent ledger directory (``ltm party --ledger-dir``); None: in memory, per run
     ledger_dir: str | None = None
+    #: the trust assumption: colluding servers tolerated (None: k − 1); 1 of 3 admits the replicated release
+    colluding_servers: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -150,6 +153,7 @@ def simulate(cfg: SimulateConfig) -> dict[str, Any]:
         calibration=cfg.calibration, interpolate_p=cfg.interpolate_p, t_prime=cfg.t_prime,
         corrupt_parties=cfg.corrupt_parties, intercept=cfg.intercept and cfg.model != "lowrank",
         clip_bound=cfg.clip, share_mode=cfg.share_mode, upload_mode=cfg.upload_mode,
+        colluding_servers=cfg.colluding_servers,
         rff=(RFFOptions(cfg.features_n, cfg.bandwidth, cfg.feature_map, cfg.kernel, cfg.label_share)
              if cfg.model == "rf_ridge" else None))
     t_spec = time.perf_counter() - t
@@ -231,10 +235,34 @@ def central_baselines(A: np.ndarray, b: np.ndarray, epsilon: float, delta: float
             "SSP": ssp_ridge(A, b, 0.0, epsilon, delta, clip_bound, rng, tight=True)}
 
 
+def own_scale_lambda(model: str, release, ridge_lam: float, ridge_rule: str) -> tuple[float, str]:
+    """λ for the model's own Hessian.  Ridge solves (XᵀX + λI)w = Xᵀy; Wu et al.'s RMGM-OLS and
+    DGM-OLS solve (XᵀX/n + λI)w = Xᵀy/n, so the same regularisation is λ_ridge/n on their scale
+    (passing λ_ridge itself, 166 to 45,000, shrank every coefficient to 0: R² = 0.000).  RMGM-OLS on
+    a sketch does not subtract the noise Gram E[NᵀN] ≈ v·I, which already regularises like a ridge
+    of v: it keeps the paper's λ = 1e-5."""
+    if model not in ("rmgm_ols", "dgm_ols"):
+        return ridge_lam, ridge_rule
+    if model == "rmgm_ols" and not release.lifted:
+        return 1e-5, "Wu et al.'s λ = 1e-5 (the un-subtracted noise Gram v·I/n regularises RMGM-OLS)"
+    n = max(int(release.n), 1)
+    if model == "dgm_ols" and not release.lifted:
+        # De-biased: X̃ᵀX̃ − v·I keeps NᵀN − E[NᵀN], whose spectrum reaches the Wishart edge
+        # v_e(2√(m·p) + p) (the floor analyst.estimators.Ridge clamps to): adding it keeps the
+        # Hessian positive definite where the ridge's clamp would act.
+        m, p = release.matrix.shape[0], len(release.feature_indices)
+        edge = release.noise_variance_per_column / max(m, 1) * (2.0 * math.sqrt(m * p) + p)
+        return (ridge_lam + edge) / n, (f"(λ_ridge + v_e(2√(mp) + p))/n on the XᵀX/n + λI scale (the de-biased "
+                                        f"noise Gram's spectral edge added); λ_ridge from {ridge_rule}")
+    return ridge_lam / n, f"λ_ridge/n on the XᵀX/n + λI scale; λ_ridge from {ridge_rule}"
+
+
 def _regression_report(cfg: SimulateConfig, spec: JobSpec, release, V, test: Table, rng) -> dict[str, Any]:
     lam, lam_rule = release_lambda(release)
     if cfg.lam is not None:
         lam, lam_rule = cfg.lam, "given"
+    fit_lam, fit_rule = (own_scale_lambda(cfg.model, release, lam, lam_rule) if cfg.lam is None
+                         else (lam, lam_rule))
 
     def estimator(lam_: float):
         if cfg.model == "rf_ridge":  # ridge on the mapped vectors; predicts on raw inputs
@@ -243,7 +271,7 @@ def _regression_report(cfg: SimulateConfig, spec: JobSpec, release, V, test: Tab
 
     # Coefficients over the release's regressors → a model that predicts raw rows.
     wrap = (lambda w: FeatureSpaceModel(w, spec)) if spec.transforms else (lambda w: linear_predictor(w, release))
-    model = estimator(lam).fit(release)
+    model = estimator(fit_lam).fit(release)
     label = spec.label_index
     A = V[:, [j for j in range(spec.width) if j != label]]
     b = V[:, label]
@@ -261,8 +289,8 @@ def _regression_report(cfg: SimulateConfig, spec: JobSpec, release, V, test: Tab
     return {
         "coef": [float(c) for c in model.coef_],
         "intercept": float(model.intercept_),
-        "lambda": lam,
-        "lambda_rule": lam_rule,
+        "lambda": fit_lam,
+        "lambda_rule": fit_rule,
         "debias": bool(getattr(model, "debias", False)),
         "metrics": metrics,
         "baselines": {

@@ -132,6 +132,12 @@ def privacy_lines(pr: dict[str, Any], release_kind: str = "") -> list[str]:
     "gram": the loads are of the released statistics' entries, there are no sketch rows)."""
     lines = [f"  privacy: {pr.get('guarantee', '')}"]
     eps, delta, achieved = pr.get("epsilon"), pr.get("delta"), pr.get("achieved_delta")
+    if str(pr.get("release", "")).startswith("replicated"):
+        lines.append(f"    δ requested {_fmt(delta, '.3g')}, achieved {_fmt(achieved, '.3g')} at ε = {_fmt(eps, 'g')}: every "
+                     f"released entry carries the noise of {pr.get('honest_noise_draws')} honest parties (σ = "
+                     f"{_fmt(pr.get('sigma_party'), '.4g')} each); trust: at most {pr.get('colluding_servers')} of "
+                     f"{pr.get('servers')} servers corrupt")
+        return lines
     if isinstance(achieved, (int, float)) and pr.get("mechanism", "gaussian") == "gaussian":
         lines.append(f"    δ requested {_fmt(delta, '.3g')}, achieved {achieved:.3g} at ε = {_fmt(eps, 'g')}: the weakest "
                      f"{'released entry' if release_kind == 'gram' else 'sketch row'} carries the noise of {pr.get('min_honest_load')} honest clients (promised "

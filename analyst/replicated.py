@@ -1,0 +1,66 @@
+"""The analyst's side of the replicated degree-2 release: three output shares → a ``gram`` release.
+
+The sum of the servers' output shares is triu(ẐᵀẐ) + Σ_p e_p on the grid 2^-2f (ltm/replicated.py).
+It is returned as a :class:`~analyst.release.ReleasedSketch` of kind ``gram`` (the √2-scaled
+triangle the gram estimators read), so every gram estimator fits it unchanged.  Its noise is i.i.d.
+per triangle entry with variance v = P·σ_c², so the Gram's off-diagonal entries carry v (not the
+rows gram's v/2): ``noise_variance_per_column`` is set to 2v, which makes the gram convention
+(off-diagonal = half of it) and the AdaSSP-style λ edge right and overstates the diagonal's
+variance by 2 (nothing subtracts it: the noise has zero mean).  Both are in the privacy report.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from analyst.release import ReleasedSketch
+from ltm.dp import accounting
+from ltm.jobspec import JobSpec
+from ltm.lifts import gram_indices
+from ltm.replicated import reconstruct_triangle
+
+
+def replicated_privacy_report(spec: JobSpec, *, randomness: str) -> dict[str, Any]:
+    """What the replicated release guarantees, against whom, and how it was checked."""
+    plan = spec.noise_plan()
+    p = spec.privacy
+    honest = len(spec.parties) - p.corrupt_parties
+    rho = accounting.kls_rho(math.sqrt(plan.grid_sigma2), honest, plan.grid_sensitivity, plan.grid_l1_sensitivity)
+    achieved_delta = min(1.0, accounting.zcdp_delta(rho, p.epsilon))
+    calibrated = achieved_delta <= p.delta * (1 + 1e-9)
+    seeded = randomness.startswith("seeded")
+    t = spec.tolerated_colluding_servers
+    guarantee = (f"({p.epsilon:g}, {achieved_delta:.3g})-DP per client (replace-one), against at most {t} of "
+                 f"{spec.k} servers (an honest majority: two colluding servers reconstruct the data) together "
+                 f"with up to {p.corrupt_parties} corrupt parties")
+    return {
+        "release": "replicated degree-2 (columns partition)",
+        "mechanism": str(plan.mechanism), "calibration": str(plan.calibration),
+        "epsilon": p.epsilon, "delta": p.delta, "achieved_delta": achieved_delta, "zcdp_rho": rho,
+        "sensitivity": plan.sensitivity, "sigma_party": plan.sigma_client,
+        "noise_variance_per_entry": len(spec.parties) * plan.sigma_client**2,
+        "honest_noise_draws": honest, "parties": len(spec.parties), "corrupt_parties": p.corrupt_parties,
+        "colluding_servers": t, "servers": spec.k, "frac_bits": spec.frac_bits,
+        "product_frac_bits": plan.frac_bits,
+        "calibration_verified": bool(calibrated),
+        "dp_verified": bool(calibrated and not seeded),
+        "guarantee": guarantee if not seeded else "NOT private: seeded (reproducible) randomness; " + guarantee,
+        "randomness": randomness,
+    }
+
+
+def replicated_release(spec: JobSpec, outputs: list[np.ndarray], *, randomness: str) -> ReleasedSketch:
+    """The ``gram`` release from the three servers' output shares (module docstring)."""
+    triangle, digest = reconstruct_triangle(outputs, spec.frac_bits)
+    i, j = gram_indices(spec.width)
+    vector = np.where(i == j, triangle, math.sqrt(2.0) * triangle)
+    privacy = replicated_privacy_report(spec, randomness=randomness)
+    return ReleasedSketch(
+        matrix=vector[None, :], columns=spec.vector_names,
+        centers=np.array([e.center for e in spec.layout]), scales=np.array([e.scale for e in spec.layout]),
+        label=spec.label_index, intercept=spec.intercept_index, n=spec.n,
+        noise_variance_per_column=2.0 * privacy["noise_variance_per_entry"], privacy=privacy, sha256=digest,
+        kind="gram",
+    )

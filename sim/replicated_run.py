@@ -1,0 +1,77 @@
+"""The replicated degree-2 release in process: parties → three servers → analyst as direct calls.
+
+The same pure cores a networked run would use (party/replicated.py, server/replicated.py,
+analyst/replicated.py); :func:`sim.inprocess.run_inprocess` hands a replicated job (columns
+partition, kind ``gram``) to :func:`run_replicated`.  Every party's policy and ledger vet the job
+before any party sends anything, as for a sketch job.  Every party must take part: the servers
+need every block of the joint vector (there is no partial participation in the columns partition).
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+
+import numpy as np
+
+from analyst.replicated import replicated_release
+from ltm.client_set import ClientSet
+from ltm.jobspec import JobSpec, validate_job
+from ltm.randomness import Randomness
+from party.ledger import Budget, PrivacyLedger
+from party.randomizer import party_randomness
+from party.replicated import replicated_uploads
+from party.uploader import PartyPolicy, PolicyViolation
+from server.replicated import ReplicatedServer
+
+
+def run_replicated(spec: JobSpec, party_data: Mapping[str, Mapping[str, np.ndarray]], randomness: Randomness, *,
+                   policies: Mapping[str, PartyPolicy] | None = None,
+                   ledgers: Mapping[str, PrivacyLedger] | None = None, budget: Budget | None = None,
+                   noise: bool = True):
+    """Run one replicated job end to end; returns a :class:`sim.inprocess.InProcessRun`.
+
+    A refusing or absent party means no release (every block is needed): ValueError naming it.
+    ``noise=False`` (exactness checks only) skips the parties' noise but keeps their masks.
+    """
+    from sim.inprocess import InProcessRun  # the run record lives with the sketch transport
+
+    timing: dict[str, float] = {}
+    t0 = time.perf_counter()
+    validate_job(spec)
+    servers = [ReplicatedServer(spec, i) for i in range(spec.k)]
+    timing["create"] = time.perf_counter() - t0
+    refused: dict[str, str] = {}
+    for party in spec.parties:
+        if party.party_id not in party_data:
+            refused[party.party_id] = "absent"
+            continue
+        policy = (policies or {}).get(party.party_id)
+        if policy is not None:
+            try:
+                policy.check(spec, seeded=randomness.reproducible)
+            except PolicyViolation as exc:
+                refused[party.party_id] = str(exc)
+    if refused:
+        raise ValueError(f"the replicated release needs every party's block; not sent by: {refused}")
+    admissions = {}
+    for party in spec.parties:
+        ledger = (ledgers or {}).get(party.party_id) or PrivacyLedger.in_memory(
+            party.party_id, party_data[party.party_id], budget)
+        admissions[party.party_id] = ledger.admit(spec, seeded=randomness.reproducible).to_json()
+    timing["ledger"] = time.perf_counter() - t0 - timing["create"]
+    sent = [0] * spec.k
+    t = time.perf_counter()
+    for party in spec.parties:
+        ups = replicated_uploads(spec, party.party_id, party_data[party.party_id],
+                                 party_randomness(randomness, spec, party.party_id), noise=noise)
+        for server, up in zip(servers, ups):
+            server.accept(party.party_id, up)
+            sent[up.server] += up.nbytes
+    timing["randomize_and_share"] = time.perf_counter() - t
+    t = time.perf_counter()
+    outputs = [server.output() for server in servers]
+    timing["release"] = time.perf_counter() - t
+    t = time.perf_counter()
+    release = replicated_release(spec, outputs, randomness=randomness.label)
+    timing["reconstruct"] = time.perf_counter() - t
+    return InProcessRun(release, ClientSet.full(spec.n), timing, sent, outputs, {}, admissions)
