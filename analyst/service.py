@@ -26,7 +26,7 @@ from ltm.identifiers import id_problem
 from ltm.jobfile import MAX_COLUMNS, MAX_DEADLINE_S, MODELS, FitSpec
 from ltm.jobspec import JobSpec, JobSpecError
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
-from server.limits import ServerLimits, parse_spec
+from ltm.limits import ServerLimits, parse_spec
 from transport.tls import authenticate
 
 log = logging.getLogger("ltm.analyst")

@@ -74,7 +74,7 @@ _PREJOB_KEYS = {"kind", "job_id", "digest", "epsilon", "delta"}
 # at once, in one line: its size and nesting on the raw text (tomllib recurses once per level: an
 # array nested 100 000 deep would end in RecursionError), then the counts and sizes that later
 # steps loop over (validation walks all n clients once).  The counts equal a server's default
-# limits (server.limits.ServerLimits): a job above them would be refused by every default server.
+# limits (ltm.limits.ServerLimits): a job above them would be refused by every default server.
 #: Largest job file read (bytes): 100 000 parties of ~45 bytes each fit.
 MAX_JOB_FILE_BYTES = 8 << 20
 #: Deepest nesting of arrays and inline tables (a job file needs 3: [[privacy.prejob]] → range),

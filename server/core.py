@@ -17,6 +17,7 @@ from ltm.client_set import ClientSet
 from ltm.errors import ProtocolError
 from ltm.identifiers import id_problem
 from ltm.jobspec import JobSpec, JobSpecError, validate_job
+from ltm.limits import SLOT_CACHE_BYTES
 from ltm.sketch import Sketch
 from server.release_gate import ANALYST_ROLE, check_release
 from server.result_share import result_share
@@ -37,7 +38,6 @@ class Receipt:
 #: A job's sketch slots (8·pieces·n bytes) are cached when at most this large: a 10⁶-client job
 #: (8 MB at s = 1) releases without re-deriving its placement; larger jobs derive it chunk by chunk,
 #: so a server holds nothing n-sized.
-SLOT_CACHE_BYTES = 64 << 20
 
 
 def participants_digest(mask: np.ndarray) -> str:

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from server.core import ServerCore
-from server.limits import ServerLimits
+from ltm.limits import ServerLimits
 from server.service import MAX_BATCH_BYTES, ServerService, add_to_server
 from transport.config import REQUIRED_TITLE, ConfigError, add_actor_arguments, load_config, merge, relax_required
 from transport.logs import setup_logging
@@ -61,7 +61,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-batch-bytes", type=int, help=f"largest accepted batch (default {MAX_BATCH_BYTES})")
     p.add_argument("--limit", action="append", metavar="NAME=VALUE",
                    help="a resource limit, repeatable (e.g. stream_idle_seconds=30); names and defaults: "
-                        "see server/limits.py and docs")
+                        "see ltm/limits.py and docs")
     p.add_argument("--check", action=_OfflineAction,
                    help="verify --data-dir offline (every blob and release record against its digest) and exit")
     p.add_argument("--repair", action=_OfflineAction,

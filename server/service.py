@@ -14,7 +14,7 @@ once) and its party's share of it (the budget over the parties uploading, so one
 crowd out the others); a stream must keep a minimum rate, a silent stream's reservation goes to
 a party that waits for it, and a party over its share must finish its batches promptly while
 another waits; each stream has an idle and a total deadline; concurrent streams are capped per
-party and in total (:class:`server.limits.ServerLimits`, docs/servers.md).  A batch is acknowledged only after the
+party and in total (:class:`ltm.limits.ServerLimits`, docs/servers.md).  A batch is acknowledged only after the
 store has made it durable.
 """
 from __future__ import annotations
@@ -40,7 +40,7 @@ from ltm.jobspec import JobSpecError
 from ltm.sharing import SEED_BYTES, Share
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
 from server.core import ServerCore
-from server.limits import ServerLimits, parse_spec
+from ltm.limits import ServerLimits, parse_spec
 from transport.memory import return_free_memory
 from transport.metering import ByteMeter
 from transport.tls import authenticate

@@ -45,7 +45,7 @@ from ltm.v1 import ltm_pb2, ltm_pb2_grpc
 from party.randomizer import PartyDataError, client_vectors, make_batches, party_randomness
 from party.uploader import batch_header
 from server.core import ServerCore
-from server.limits import ServerLimits
+from ltm.limits import ServerLimits
 from server.service import MAX_BATCH_BYTES, ServerService
 from server.sqlite_store import SqliteStore
 from sim.data import synthetic_ridge
@@ -1292,7 +1292,7 @@ def test_a_leaf_under_an_intermediate_ca_is_refused(processes, tmp_path):
 
 
 def test_server_limits_parse_and_refuse_unknown_names():
-    from server.limits import ServerLimits
+    from ltm.limits import ServerLimits
 
     lim = ServerLimits.parse(["stream_idle_seconds=2.5", "max-jobs=7", "max_spec_bytes=0x100000"], max_batch_bytes=99)
     assert (lim.stream_idle_seconds, lim.max_jobs, lim.max_spec_bytes, lim.max_batch_bytes) == (2.5, 7, 1 << 20, 99)

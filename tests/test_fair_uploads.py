@@ -20,7 +20,7 @@ from ltm.randomness import Randomness
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
 from party.randomizer import make_batches, party_randomness
 from party.uploader import batch_header
-from server.limits import ServerLimits
+from ltm.limits import ServerLimits
 from sim.data import synthetic_ridge
 from sim.jobs import build_job, party_tables
 from sim.launcher import ProcessGroup

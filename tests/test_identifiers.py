@@ -21,7 +21,7 @@ from ltm.identifiers import (MAX_COLUMN_CHARS, MAX_ID_CHARS, IdentifierError, ch
                              column_problem, id_problem, party_id_problem, server_id_problem)
 from ltm.jobfile import JobFileError, load_toml, parse_job_file, read_job_text, render_job_file, toml_nesting
 from ltm.jobspec import INTERCEPT_NAME, ColumnSpec, JobSpecError, PartySpec, ServerSpec, validate_job
-from server.limits import ServerLimits
+from ltm.limits import ServerLimits
 from transport.certs import ACTOR_RE
 
 REPO = Path(__file__).resolve().parent.parent

@@ -13,7 +13,7 @@ import grpc
 import pytest
 
 from server.core import ServerCore
-from server.limits import ServerLimits
+from ltm.limits import ServerLimits
 from server.service import ServerService, UploadTicket
 
 

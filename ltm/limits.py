@@ -1,5 +1,8 @@
 """A server's resource limits: what one caller may make it hold, parse or wait for.
 
+In the core, not in ``server/``, because the analyst bounds the specs its callers submit by the same
+limits (:func:`parse_spec`), and actors never import each other.
+
 Every limit has a default that suits a real deployment on a modest machine and can be changed per
 server (``ltm server --limit NAME=VALUE``, repeatable, or ``limit = ["NAME=VALUE", …]`` in the
 config file).  Requests beyond a limit are refused *before* the large allocation or the long
@@ -83,7 +86,10 @@ from dataclasses import dataclass
 
 from ltm.errors import ProtocolError, bounded
 from ltm.jobspec import JobSpec, JobSpecError
-from server.core import SLOT_CACHE_BYTES
+
+#: A server caches a job's sketch slots (8 bytes per piece and client) only up to this size; larger
+#: jobs derive the placement per chunk (server/core.py).  Here because the spec checks use it too.
+SLOT_CACHE_BYTES = 64 << 20
 
 MiB = 1 << 20
 GiB = 1 << 30
