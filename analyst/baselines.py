@@ -12,7 +12,7 @@ Conventions shared by every function here:
 * The input rows are the transformed client rows (features, optional intercept column, label):
   for regression the rows of ``[A b]`` are clipped to ℓ2 norm ≤ ``clip_norm`` = C (a no-op for
   rows the pipeline already clipped); the sensitivities below rely on that clip.
-* Every Gaussian is calibrated with :func:`ltm.calibration.analytic_gaussian_sigma` (Balle & Wang
+* Every Gaussian is calibrated with :func:`ltm.dp.calibration.analytic_gaussian_sigma` (Balle & Wang
   2018) for the stated replace-one ℓ2 sensitivity — except MOD-SULQ's optional ``"paper"`` mode,
   which reproduces Chaudhuri–Sarwate–Sinha's own noise formula.
 * Symmetric noise matrices carry i.i.d. N(0, σ²) on and above the diagonal, mirrored below, so
@@ -33,7 +33,7 @@ import numpy as np
 
 from analyst.gram import solve_gram
 from analyst.release import ReleasedSketch
-from ltm.calibration import analytic_gaussian_sigma
+from ltm.dp.calibration import analytic_gaussian_sigma
 from ltm.clipping import clip_rows
 from ltm.dp.sensitivity import (gram_l2, gram_l2_triangle, joint_cross_moment_l2, min_eigenvalue_sensitivity,
                                  vector_sensitivity)

@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from ltm.calibration import analytic_gaussian_sigma
+from ltm.dp.calibration import analytic_gaussian_sigma
 from ltm.dp.sensitivity import reference_code_rf_sensitivity, sgd_sensitivity, vector_sensitivity
 from ltm.randomness import Randomness
 from ltm.transforms import RandomFeatures, rff_spec

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from analyst.release import ReleasedSketch
-from ltm.calibration import NoisePlan, gaussian_delta
+from ltm.dp.calibration import NoisePlan, gaussian_delta
 from ltm.client_set import ClientSet
 from ltm.dp import accounting
 from ltm.jobspec import JobSpec, honest_row_loads, participant_set

@@ -31,7 +31,7 @@ import numpy as np
 
 from analyst.reconstruct import privacy_report
 from analyst.release import ReleasedSketch
-from ltm.calibration import CalibrationError
+from ltm.dp.calibration import CalibrationError
 from ltm.client_set import ClientSet
 from ltm.jobspec import MAX_FRAC_BITS, MIN_FRAC_BITS, ColumnSpec, JobSpec, JobSpecError, PartySpec, PrivacySpec, \
     ServerSpec, SketchSpec, resolve_defaults, worst_entry_magnitude

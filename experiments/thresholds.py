@@ -36,7 +36,7 @@ edges of that promise on the real cores.
       places them worst: all in the least-loaded row (a client has at most one non-zero per row),
       so the weakest entry keeps ``min_load − t′_actual`` honest draws, σ = σ_c·√(that), and the
       actual guarantee is the Gaussian mechanism's: ``delta_actual`` =
-      :func:`ltm.calibration.gaussian_delta` at the claimed ε, ``eps_actual`` at the claimed δ.
+      :func:`ltm.dp.calibration.gaussian_delta` at the claimed ε, ``eps_actual`` at the claimed δ.
     * ``part = "utility"`` — the price of a larger t′_assumed: synthetic ridge data (Burkhardt
       §6.3) released through the real pipeline at t′_assumed, ridge fitted on the release (the
       simulator's default de-biased analyst), R² and φ beside the non-private (OLS) and central (the better of AdaSSP and SSP, each with its own λ)
@@ -54,7 +54,7 @@ from analyst.estimators import default_ridge_lambda
 from experiments.registry import register
 from experiments.seeds import numpy_rng, subseed
 from experiments.wu import gaussian_epsilon
-from ltm.calibration import gaussian_delta
+from ltm.dp.calibration import gaussian_delta
 from ltm.dp.sensitivity import sketch_l2
 from ltm.dp import accounting
 from ltm.jobspec import JobSpec, resolve_defaults, validate_job

@@ -71,7 +71,7 @@ import numpy as np
 from analyst.estimators import DGMOLS, RMGMOLS
 from experiments.registry import register
 from experiments.seeds import numpy_rng, subseed
-from ltm.calibration import gaussian_delta, plan_noise
+from ltm.dp.calibration import gaussian_delta, plan_noise
 from ltm.jobspec import MAX_FRAC_BITS, ColumnSpec, JobSpec, worst_entry_magnitude
 from ltm.randomness import Randomness, keystream_uint64
 from ltm.ring import HEADROOM_LIMIT
@@ -135,7 +135,7 @@ def k_rule(n: int, epsilon: float, delta: float, multiplier: float) -> int:
 
 def gaussian_epsilon(sigma: float, delta: float, sensitivity: float) -> float:
     """The smallest ε for which N(0, σ²) with ℓ2 sensitivity Δ is (ε, δ)-DP (exact, by bisection
-    on :func:`ltm.calibration.gaussian_delta`, which is decreasing in ε).  ``inf`` if σ = 0."""
+    on :func:`ltm.dp.calibration.gaussian_delta`, which is decreasing in ε).  ``inf`` if σ = 0."""
     if sigma <= 0:
         return math.inf
     if gaussian_delta(sigma, 1e-12, sensitivity) <= delta:

@@ -321,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
     command = next((a for a in argv if not a.startswith("-")), None)
     parser = build_parser(command)
     args = parser.parse_args(argv)
-    from ltm.calibration import CalibrationError
+    from ltm.dp.calibration import CalibrationError
     from ltm.errors import CommandError
     from ltm.jobspec import JobSpecError
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ltm.calibration import CalibrationError, NoisePlan, plan_noise
+from ltm.dp.calibration import CalibrationError, NoisePlan, plan_noise
 from ltm.client_set import ClientSet
 from ltm.dp.defaults import DEFAULT_CLIP_BOUND, DEFAULT_DELTA, DEFAULT_LOAD_FRACTION
 from ltm.identifiers import spec_id_problems

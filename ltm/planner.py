@@ -59,7 +59,7 @@ from typing import Any
 
 import numpy as np
 
-from ltm.calibration import plan_noise
+from ltm.dp.calibration import plan_noise
 from ltm.dp.defaults import DEFAULT_CLIP_BOUND, DEFAULT_LOAD_FRACTION
 from ltm.dp.sensitivity import gram_sensitivity
 from ltm.lifts import gram_width

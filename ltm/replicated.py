@@ -49,7 +49,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ltm.calibration import NoisePlan, plan_noise
+from ltm.dp.sensitivity import rounded_gram_l2
+from ltm.dp.calibration import NoisePlan, plan_noise
 from ltm.dp.grid import round_to_grid
 from ltm.dp.noise import noise_tail_bound, sample_noise
 from ltm.randomness import Randomness
@@ -61,7 +62,6 @@ __all__ = [
     "MAX_REPLICATED_FRAC_BITS",
     "honest_majority",
     "triangle_width",
-    "triangle_sensitivity",
     "replicated_noise_plan",
     "replicated_frac_bits",
     "entry_bound",
@@ -92,22 +92,12 @@ def triangle_width(d: int) -> int:
     return d * (d + 1) // 2
 
 
-def triangle_sensitivity(clip_bound: float, d: int, frac_bits: int) -> float:
-    """Replace-one ℓ2 sensitivity of Σ_clients T(ẑ) for clipped, grid-rounded ẑ: √2·(C + √D·2^-f/2)².
-
-    ‖T(z) − T(z')‖² = ½‖zzᵀ − z'z'ᵀ‖_F² + ½Σ_a (z_a² − z'_a²)² ≤ ½·2C⁴ + ½·2C⁴ (docs/planner.md);
-    rounding moves ‖z‖ by at most √D·2^-f/2.
-    """
-    radius = float(clip_bound) + 0.5 * math.sqrt(d) * math.ldexp(1.0, -int(frac_bits))
-    return math.sqrt(2.0) * radius * radius
-
-
 def replicated_noise_plan(*, epsilon: float, delta: float, clip_bound: float, d: int, parties: int,
                           corrupt_parties: int, frac_bits: int) -> NoisePlan:
     """The per-party noise of the replicated release, in units of 2^-2f (``plan.frac_bits = 2f``).
 
     L = parties − corrupt_parties honest per-entry draws; the sensitivity is
-    :func:`triangle_sensitivity` (the plan adds √W·2^-2f more for its own rounding term: harmless).
+    :func:`ltm.dp.sensitivity.rounded_gram_l2` (the plan adds √W·2^-2f more for its own rounding term: harmless).
     """
     honest = parties - corrupt_parties
     if honest < 1:
@@ -115,7 +105,7 @@ def replicated_noise_plan(*, epsilon: float, delta: float, clip_bound: float, d:
                          f"(parties={parties}, corrupt_parties={corrupt_parties})")
     return plan_noise(mechanism="gaussian", calibration="tight", epsilon=epsilon, delta=delta,
                       clip_norm=clip_bound, s=1, min_honest_load=honest, sketch_kind="sum", m=1, d=d,
-                      sensitivity=triangle_sensitivity(clip_bound, d, frac_bits), frac_bits=2 * frac_bits,
+                      sensitivity=rounded_gram_l2(clip_bound, d, frac_bits), frac_bits=2 * frac_bits,
                       width=triangle_width(d))
 
 

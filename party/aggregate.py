@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterator, Mapping
 import numpy as np
 
 from ltm.batch import ShareBatch
-from ltm.calibration import NoisePlan
+from ltm.dp.calibration import NoisePlan
 from ltm.dp.grid import round_to_grid
 from ltm.dp.noise import sample_noise
 from ltm.jobspec import JobSpec, PartySpec

@@ -105,7 +105,7 @@ LEDGER_FORMAT = "ltm.ledger.v2"
 #: The budget every party starts with; ``--new-source NAME`` opens another (see the module docstring).
 DEFAULT_SOURCE = "default"
 #: Default lifetime budget of one source.  ε = 4 admits about 12 default (1, 1e-6) Gaussian
-#: jobs (they compose sub-linearly: two cost 1.45, eight 3.11) or 4 pure-ε Laplace jobs at ε = 1;
+#: jobs (they compose sub-linearly in zCDP: two cost 1.45, eight 3.09, twelve 3.86) or 4 pure-ε Laplace jobs at ε = 1;
 #: lifetime budgets in the low single digits are what is generally considered a meaningful
 #: guarantee.  δ = 1e-6 is the default job δ, so one default job spends exactly its advertised ε,
 #: and it stays far below 1/n for the data sizes LTM is meant for.

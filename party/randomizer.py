@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ltm.batch import ShareBatch
-from ltm.calibration import NoisePlan
+from ltm.dp.calibration import NoisePlan
 from ltm.clipping import clip_rows
 from ltm.jobspec import JobSpec, PartySpec
 from ltm.dp.grid import round_to_grid

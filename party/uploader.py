@@ -23,6 +23,7 @@ import numpy as np
 from ltm.batch import CSPRNG_MODE, SEEDED_MODE, ShareBatch
 from ltm.identifiers import spec_id_problems
 from ltm.dp.grid import noise_grid_problem
+from ltm.dp.noise import MAX_GRID_SCALE, widest_noise_draw
 from ltm.jobspec import JobSpec, default_corrupt_parties
 from ltm.randomness import Randomness
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
@@ -92,9 +93,18 @@ class PartyPolicy:
                             f"party requires at least {self.min_participants}")
         # Defence in depth (validate_job checks it too, but a party trusts no analyst's tooling):
         # the per-client noise must be many grid steps wide (ltm.dp.grid).
-        grid = noise_grid_problem(spec.noise_plan().grid_noise_sd, spec.frac_bits)
+        plan = spec.noise_plan()
+        grid = noise_grid_problem(plan.grid_noise_sd, spec.frac_bits)
         if grid is not None:
             problems.append(grid)
+        # The exact sampler's range, checked before the ledger is charged (else the sampler would
+        # refuse after the charge: budget spent, nothing released).  An aggregated upload draws a
+        # party's noise for up to all its clients at once.
+        many = max(q.size for q in spec.parties) if spec.upload_mode == "aggregate" else 1
+        widest = widest_noise_draw(plan, many)
+        if widest > MAX_GRID_SCALE:
+            problems.append(f"a noise draw would be {widest:.3g} grid steps wide, beyond the exact sampler's range "
+                            f"2^44: the job needs fewer fraction bits (now {spec.frac_bits}) or a larger ε")
         if p.calibration == "paper" and not self.allow_reproduction_calibration:
             problems.append("calibration 'paper' is a reproduction mode; this party does not accept it")
         if seeded and not spec.reproduction:

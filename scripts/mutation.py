@@ -40,7 +40,7 @@ PACKAGES = ["ltm", "party", "server", "analyst", "sim", "experiments", "transpor
 MODULES: dict[str, list[str]] = {
     "ltm/ring.py": ["tests/test_ring_sharing.py", "tests/test_kills_ring.py"],
     "ltm/sharing.py": ["tests/test_ring_sharing.py", "tests/test_kills_sharing.py"],
-    "ltm/calibration.py": ["tests/test_calibration.py", "tests/test_kills_calibration.py"],
+    "ltm/dp/calibration.py": ["tests/test_calibration.py", "tests/test_kills_calibration.py"],
     "server/release_gate.py": ["tests/test_release_gate.py", "tests/test_kills_release_gate.py"],
     "analyst/reconstruct.py": ["tests/test_pipeline_exact.py", "tests/test_kills_reconstruct.py"],
     "ltm/sketch.py": ["tests/test_sketch_golden.py", "tests/test_kills_sketch.py"],

@@ -55,7 +55,7 @@ from typing import Any
 
 import numpy as np
 
-from ltm.calibration import NoisePlan, gaussian_delta
+from ltm.dp.calibration import NoisePlan, gaussian_delta
 from ltm.client_set import ClientSet
 from ltm.dp.defaults import DEFAULT_CLIP_BOUND, DEFAULT_DELTA
 from ltm.dp.sensitivity import sketch_l1

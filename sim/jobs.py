@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ltm.calibration import analytic_gaussian_sigma
+from ltm.dp.calibration import analytic_gaussian_sigma
 from ltm.dp.defaults import DEFAULT_CLIP_BOUND, DEFAULT_DELTA
 from ltm.dp.sensitivity import sketch_l2
 from ltm.jobspec import (INTERCEPT_NAME, ColumnSpec, JobSpec, PartySpec, PrivacySpec, ServerSpec, SketchSpec,

@@ -17,7 +17,7 @@ from analyst.replicated import replicated_release
 from ltm.client_set import ClientSet
 from ltm.jobspec import JobSpec, validate_job
 from ltm.randomness import Randomness
-from party.ledger import Budget, PrivacyLedger
+from party.ledger import source_fingerprint, Budget, PrivacyLedger
 from party.randomizer import party_randomness
 from party.replicated import replicated_uploads
 from party.uploader import PartyPolicy, PolicyViolation
@@ -55,9 +55,10 @@ def run_replicated(spec: JobSpec, party_data: Mapping[str, Mapping[str, np.ndarr
         raise ValueError(f"the replicated release needs every party's block; not sent by: {refused}")
     admissions = {}
     for party in spec.parties:
-        ledger = (ledgers or {}).get(party.party_id) or PrivacyLedger.in_memory(
-            party.party_id, party_data[party.party_id], budget)
-        admissions[party.party_id] = ledger.admit(spec, seeded=randomness.reproducible).to_json()
+        ledger = (ledgers or {}).get(party.party_id) or PrivacyLedger.in_memory(party.party_id, budget)
+        admissions[party.party_id] = ledger.admit(spec, seeded=randomness.reproducible,
+                                                  data_fingerprint=source_fingerprint(party_data[party.party_id])
+                                                  ).to_json()
     timing["ledger"] = time.perf_counter() - t0 - timing["create"]
     sent = [0] * spec.k
     t = time.perf_counter()

@@ -22,7 +22,7 @@ from analyst.baselines import (
 from analyst.estimators import DGMOLS, OLS
 from analyst.metrics import ridge_optimum
 from analyst.release import ReleasedSketch
-from ltm.calibration import analytic_gaussian_sigma
+from ltm.dp.calibration import analytic_gaussian_sigma
 
 EPS_HUGE = 1e8
 DELTA = 1e-5

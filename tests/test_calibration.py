@@ -1,4 +1,4 @@
-"""Tests for ltm.calibration: analytic Gaussian σ cross-checked against dp_accounting's PLD,
+"""Tests for ltm.dp.calibration: analytic Gaussian σ cross-checked against dp_accounting's PLD,
 δ(σ) against scipy, the paper's formulas against hand computation, and plan_noise (DESIGN §4)."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import scipy.special as scipy_special
 import scipy.stats as scipy_stats
 
-from ltm.calibration import (
+from ltm.dp.calibration import (
     CalibrationError,
     NoisePlan,
     analytic_gaussian_sigma,

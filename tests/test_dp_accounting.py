@@ -13,7 +13,7 @@ import pytest
 from dp_accounting import dp_event
 from dp_accounting.rdp.rdp_privacy_accountant import DEFAULT_RDP_ORDERS, RdpAccountant
 
-from ltm.calibration import plan_noise
+from ltm.dp.calibration import plan_noise
 from ltm.dp import accounting
 from ltm.dp.grid import MIN_NOISE_GRID_STEPS, noise_grid_problem, rounding_widening, round_to_grid
 
@@ -144,7 +144,7 @@ def test_continuous_plans_have_no_event_and_bad_inputs_are_refused():
         accounting.rho_for(0.0, 1e-6)
     with pytest.raises(ValueError, match="rho_for needs"):
         accounting.rho_for(1.0, 1.0)
-    from ltm.calibration import CalibrationError
+    from ltm.dp.calibration import CalibrationError
     with pytest.raises(CalibrationError, match="needs width="):
         plan_noise(mechanism="gaussian", calibration="tight", epsilon=1.0, delta=1e-6, clip_norm=1.0, s=1,
                    min_honest_load=4, frac_bits=8)

@@ -227,7 +227,7 @@ def test_the_largest_scale_is_accepted():
 
 
 def test_sample_noise_multiplicity_scales_the_variance_and_is_checked():
-    from ltm.calibration import plan_noise
+    from ltm.dp.calibration import plan_noise
     from ltm.dp.noise import sample_noise
 
     plan = plan_noise(mechanism="gaussian", calibration="tight", epsilon=1.0, delta=1e-6, clip_norm=1.0, s=1,
@@ -336,7 +336,7 @@ def test_acceptance_margin_counts_the_exponent_error_and_the_absolute_floor(monk
 
 
 def test_noise_tail_bounds():
-    from ltm.calibration import plan_noise
+    from ltm.dp.calibration import plan_noise
     from ltm.dp.noise import GAUSSIAN_TAIL_SIGMAS, LAPLACE_TAIL_SCALES, noise_tail_bound
 
     g = plan_noise(mechanism="gaussian", calibration="tight", epsilon=1.0, delta=1e-6, clip_norm=1.0, s=1,
@@ -398,7 +398,7 @@ def test_the_exact_path_alone_gives_the_exact_distribution(monkeypatch):
 
 
 def test_sample_noise_scalar_multiplicity_shapes_and_messages():
-    from ltm.calibration import plan_noise
+    from ltm.dp.calibration import plan_noise
     from ltm.dp.noise import sample_noise
 
     plan = plan_noise(mechanism="gaussian", calibration="tight", epsilon=1.0, delta=1e-6, clip_norm=1.0, s=1,
@@ -427,3 +427,32 @@ def test_an_acceptance_ambiguous_at_64_bits_draws_more_bits_from_the_stream():
         ok = noise._accept_exp_neg(s, np.array([0.75]), np.array([0.0]), lambda i: r)
         v = mpmath.mpf(lo * 2**64 + ext) / mpmath.mpf(2) ** 128
         assert bool(ok[0]) is bool(v < mpmath.exp(-mpmath.mpf(3) / 4)) and s.taken >= 2
+
+
+class _ScriptedStream:
+    """A stream whose first words are given and whose later words are all ``fill``: the exact path
+    refines V with later words, the float path never reads them."""
+
+    def __init__(self, first: list[int], fill: int) -> None:
+        self.first, self.fill = list(first), fill
+
+    def uint64(self, shape):
+        count = int(np.prod(shape, dtype=np.int64))
+        take, self.first = self.first[:count], self.first[count:]
+        return np.array(take + [self.fill] * (count - len(take)), dtype=np.uint64).reshape(shape)
+
+
+@pytest.mark.parametrize("word", [(1 << 12) + 1, 1 << 20, (1 << 20) + 3, (1 << 25) + 7])
+def test_a_geometric_draw_from_a_small_word_is_finished_exactly(word):
+    # V ∈ [U, U+1)·2^-64: for U < 2^52 the word alone does not pin ⌊−t·ln V⌋ when t is large (the
+    # range of G it leaves is about t/U wide), so the draw must read further words; the float path
+    # (the defect a review found with a 2^12 cut) answered the same value whatever came after.
+    t = 2.0**30
+    low = noise._geometric_float(_ScriptedStream([word], 0), t, 1)[0]
+    high = noise._geometric_float(_ScriptedStream([word], (1 << 64) - 1), t, 1)[0]
+    assert low != high
+    # and both lie in G's range for V ∈ [U, U+1)·2^-64, computed here with mpmath
+    mpmath.mp.prec = 200
+    top = math.floor(-t * mpmath.log(mpmath.mpf(word) / 2**64))
+    bottom = math.floor(-t * mpmath.log(mpmath.mpf(word + 1) / 2**64))
+    assert bottom <= min(low, high) and max(low, high) <= top

@@ -14,7 +14,7 @@ import pytest
 
 from analyst.estimators import DGMOLS, RMGMOLS
 from experiments import wu
-from ltm.calibration import analytic_gaussian_sigma, gaussian_delta
+from ltm.dp.calibration import analytic_gaussian_sigma, gaussian_delta
 from ltm.randomness import Randomness
 from ltm.sketch import Sketch
 from sim.data import DataError

@@ -154,3 +154,24 @@ def test_ltm_audit_on_lattice_aligned_data_finds_no_epsilon_above_the_claim():
     r = run_audit(AuditConfig(runs=300, clip=1 / 16, frac_bits=8, seed="ci-lattice"))
     assert r["job"]["frac_bits"] == 8 and r["job"]["clip"] == 1 / 16
     assert r["violation"] is False and r["epsilon_lb"] <= r["claimed"]["epsilon"]
+
+
+def test_a_job_whose_noise_draw_exceeds_the_exact_sampler_is_refused_before_any_ledger_is_charged():
+    # σ_c beyond 2^44 grid steps (ε = 0.001 at frac_bits = 60) passed the party's policy and made its
+    # sampler raise after the ledger was charged: nothing released, budget spent.
+    from dataclasses import replace as _replace
+
+    from ltm.dp.noise import MAX_GRID_SCALE, widest_noise_draw
+    from ltm.randomness import Randomness
+    from party.uploader import PartyPolicy, PolicyViolation
+    from sim.data import synthetic_ridge
+    from sim.jobs import build_job
+
+    r = Randomness.seeded_insecure("sampler-range")
+    spec, _ = build_job(synthetic_ridge(2000, 3, r), job_id="wide", randomness=r, parties=2, k=2, m=16)
+    policy = PartyPolicy(max_epsilon=1.0, allow_reproduction=True)
+    policy.check(spec, seeded=True)
+    wide = _replace(spec, privacy=_replace(spec.privacy, epsilon=0.001), frac_bits=60)
+    assert widest_noise_draw(wide.noise_plan()) > MAX_GRID_SCALE
+    with pytest.raises(PolicyViolation, match=r"beyond the exact sampler's range 2\^44"):
+        policy.check(wide, seeded=True)

@@ -19,7 +19,7 @@ from ltm.randomness import Randomness  # noqa: F401
 # --- analyst/baselines.py: each baseline re-derived from its documented algorithm ------------------
 
 from analyst import baselines as bl  # noqa: E402
-from ltm.calibration import analytic_gaussian_sigma  # noqa: E402
+from ltm.dp.calibration import analytic_gaussian_sigma  # noqa: E402
 
 
 def _clip(W: np.ndarray, C: float) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""Mutation-kill tests for ``ltm/calibration.py`` (scripts/mutation.sh, docs/testing.md).
+"""Mutation-kill tests for ``ltm/dp/calibration.py`` (scripts/mutation.sh, docs/testing.md).
 
 Each test checks behaviour against a value computed independently (a closed form written out
 again, numpy/scipy in the clear, a second route through the code), never a recorded output.
@@ -16,10 +16,10 @@ from kill_helpers import exact as _exact, gate_spec as _gate_spec  # noqa: F401
 from ltm import sharing  # noqa: F401
 from ltm.randomness import Randomness  # noqa: F401
 
-# --- ltm/calibration.py ---------------------------------------------------------------------------
+# --- ltm/dp/calibration.py ---------------------------------------------------------------------------
 
 
-from ltm import calibration as cal  # noqa: E402
+from ltm.dp import calibration as cal  # noqa: E402
 
 _GOOD = {
     "gaussian_delta": dict(sigma=2.0, epsilon=1.0, sensitivity=1.0),

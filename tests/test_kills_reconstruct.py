@@ -20,11 +20,11 @@ from ltm.randomness import Randomness  # noqa: F401
 
 from analyst.reconstruct import privacy_report, reconstruct_release, release_sha256  # noqa: E402
 from ltm.jobspec import honest_row_loads  # noqa: E402
-from ltm.calibration import gaussian_delta  # noqa: E402
+from ltm.dp.calibration import gaussian_delta  # noqa: E402
 
 
 def _phi_delta(sigma: float, eps: float, sens: float) -> float:
-    """Balle & Wang's δ(ε) with scipy, independently of ltm.calibration."""
+    """Balle & Wang's δ(ε) with scipy, independently of ltm.dp.calibration."""
     from scipy.stats import norm
 
     return float(norm.cdf(sens / (2 * sigma) - eps * sigma / sens)

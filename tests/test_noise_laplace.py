@@ -13,7 +13,7 @@ import mpmath
 import numpy as np
 import pytest
 
-from ltm.calibration import plan_noise
+from ltm.dp.calibration import plan_noise
 from ltm.dp.noise import LAPLACE_TAIL_SCALES, noise_tail_bound, sample_noise
 from ltm.randomness import Randomness
 

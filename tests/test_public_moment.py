@@ -16,7 +16,7 @@ from scipy import stats
 
 from analyst.public_moment import (NotPrivateWarning, dp_olse, dp_pmt_olse, dp_pmtse, olse_sigmas, pmt,
                                    pmt_olse_sigmas)
-from ltm.calibration import gaussian_delta
+from ltm.dp.calibration import gaussian_delta
 from ltm.second_moment import (PublicSecondMoment, epsilon_to_zcdp, inv_sqrt_spd, kappa_bar, pmt_radius,
                                zcdp_gaussian_sigma, zcdp_to_epsilon)
 

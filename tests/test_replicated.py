@@ -14,13 +14,15 @@ import math
 
 import numpy as np
 import pytest
+
+from ltm.dp.sensitivity import rounded_gram_l2
 from scipy import stats
 
 from ltm.dp.grid import round_to_grid
 from ltm.randomness import Randomness
 from ltm.replicated import (REPLICATED_SERVERS, clear_triangle, entry_bound, honest_majority, party_uploads,
                             reconstruct_triangle, replicated_frac_bits, replicated_noise_plan, server_output,
-                            share_block, triangle_sensitivity, triangle_to_gram, triangle_width)
+                            share_block, triangle_to_gram, triangle_width)
 from ltm.ring import HEADROOM_LIMIT
 
 P_REJECT = 1e-9
@@ -178,7 +180,7 @@ def test_sensitivity_bound_is_attained_and_not_exceeded():
     attained = float(np.linalg.norm(np.outer(e1, e1)[i, j] - np.outer(e2, e2)[i, j]))
     assert worst <= math.sqrt(2) + 1e-12
     assert attained == pytest.approx(math.sqrt(2))
-    assert triangle_sensitivity(1.0, d, 60) == pytest.approx(math.sqrt(2))
+    assert rounded_gram_l2(1.0, d, 60) == pytest.approx(math.sqrt(2))
 
 
 @pytest.mark.parametrize("n", [10**4, 10**6, 1 << 30])

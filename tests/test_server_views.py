@@ -47,7 +47,7 @@ import pytest
 import scipy.stats
 
 import party.randomizer as randomizer
-from ltm.calibration import NoisePlan
+from ltm.dp.calibration import NoisePlan
 from ltm.jobspec import ColumnSpec, JobSpec, PartySpec, PrivacySpec, ServerSpec, SketchSpec, resolve_defaults
 from ltm.randomness import Randomness
 from ltm.ring import encode

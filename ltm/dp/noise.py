@@ -43,6 +43,7 @@ __all__ = [
     "discrete_gaussian",
     "discrete_laplace",
     "MAX_GRID_SCALE",
+    "widest_noise_draw",
     "sample_noise",
     "noise_tail_bound",
 ]
@@ -157,16 +158,17 @@ def _geometric_float(stream: RandomStream, t: float, count: int) -> np.ndarray:
     with np.errstate(divide="ignore"):
         np.log(x, out=x)
     x *= -t
-    # V ∈ [U, U+1)·2^-64 lies within a relative 2^-51 of a = float(U)·2^-64 when U ≥ 2^12, so
-    # ln V is within 2^-50 of ln a, a 4-ulp log adds |ln a|·2^-50, the product |x̂|·2^-53: −t·ln V
-    # is within (t·(|ln a| + 1) + x̂)·2^-50 = (2x̂ + t)·2^-50 of x̂ (x̂ = t·|ln a|), and _LOG_SLACK
-    # counts 4× that.  Smaller U (probability 2^-52) and the draws within that error of an integer
-    # boundary go to the exact path.
+    # V ∈ [U, U+1)·2^-64 lies within a relative 1/U ≤ 2^-52 of U·2^-64 when U ≥ 2^52, and float(U)
+    # rounds U by a relative 2^-53 more, so ln V is within 2^-50 of ln a (a = float(U)·2^-64), a 4-ulp
+    # log adds |ln a|·2^-50, the product |x̂|·2^-53: −t·ln V is within (t·(|ln a| + 1) + x̂)·2^-50 =
+    # (2x̂ + t)·2^-50 of x̂ (x̂ = t·|ln a|), and _LOG_SLACK counts 4× that.  Smaller U (probability
+    # 2^-12: below 2^52 the word alone does not pin V closely enough, as a review found for the old
+    # 2^12 cut) and the draws within that error of an integer boundary go to the exact path.
     g = np.floor(x)
     err = x * (2.0 * _LOG_SLACK)
     err += t * _LOG_SLACK
     frac = x - g
-    unsure = (frac < err) | (frac + err >= 1.0) | (words < np.uint64(1 << 12))
+    unsure = (frac < err) | (frac + err >= 1.0) | (words < np.uint64(1 << 52))
     if unsure.any():
         tf = Fraction(t)
         for i in np.flatnonzero(unsure):
@@ -318,7 +320,7 @@ def _multiplicities(multiplicity, shape: tuple[int, ...]) -> np.ndarray | None:
 
 
 def sample_noise(stream: RandomStream, plan, shape: tuple[int, ...], *, multiplicity=1) -> np.ndarray:
-    """Integer noise in grid steps (int64, ``shape``) for a grid :class:`~ltm.calibration.NoisePlan`.
+    """Integer noise in grid steps (int64, ``shape``) for a grid :class:`~ltm.dp.calibration.NoisePlan`.
 
     Gaussian: each element is N_Z(0, M·σ_c²) with M its ``multiplicity`` (an int or an int array
     broadcastable to ``shape``; M = 1: one client's draw).  For M > 1 the element stands in for the
@@ -340,8 +342,20 @@ def sample_noise(stream: RandomStream, plan, shape: tuple[int, ...], *, multipli
     flat = mult.reshape(-1)
     for m in np.unique(flat):
         where = np.flatnonzero(flat == m)
-        out[where] = discrete_gaussian(stream, plan.grid_sigma2 * float(m), where.size)
+        # rounded up: the product may round down by half an ulp, and more noise is post-processing
+        out[where] = discrete_gaussian(stream, math.nextafter(plan.grid_sigma2 * float(m), math.inf), where.size)
     return out.reshape(shape)
+
+
+def widest_noise_draw(plan, multiplicity: int = 1) -> float:
+    """The largest scale (grid steps) one draw of ``plan`` has: σ_c·√multiplicity for the discrete
+    Gaussian, t for the discrete Laplace (whose multiplicity is always one whole draw); 0 for a
+    continuous plan.  :func:`sample_noise` refuses a scale above :data:`MAX_GRID_SCALE`."""
+    if not plan.on_grid:
+        return 0.0
+    if plan.mechanism == "laplace":
+        return plan.grid_scale
+    return math.sqrt(plan.grid_sigma2 * multiplicity)
 
 
 def noise_tail_bound(plan, multiplicity: int = 1) -> float:

@@ -309,3 +309,12 @@ def reference_code_rf_sensitivity(ref_delta_c: float, n_features: int) -> float:
         ref_delta_c: c > 0; n_features: N ≥ 1 random features.
     """
     return _positive("ref_delta_c", ref_delta_c) / math.sqrt(_count("n_features", n_features))
+
+
+def rounded_gram_l2(clip_norm: float, width: int, frac_bits: int) -> float:
+    """``√2·(C + √D·2^-f/2)²``: :func:`gram_l2` of vectors clipped to C and then rounded to the
+    nearest point of the grid 2^-f, coordinate by coordinate (the replicated release rounds z, then
+    multiplies exactly: ``ltm/replicated.py``).  Rounding moves each of the D coordinates by at most
+    2^-f/2, so ‖ẑ‖ ≤ C + √D·2^-f/2, and two neighbours' rounded vectors are any two vectors of at most
+    that norm."""
+    return gram_l2(float(clip_norm) + 0.5 * math.sqrt(width) * math.ldexp(1.0, -int(frac_bits)))
