@@ -238,6 +238,15 @@ def parse_spec(data: bytes, limits: ServerLimits) -> JobSpec:
     """Parse and bound-check a job spec received from a caller (may take tens of ms for a large
     spec: call it off the event loop).  Raises ProtocolError with a precise status."""
     limits.check_spec_size(len(data))
+    spec = decode_spec(data)
+    limits.check_spec(spec)
+    return spec
+
+
+def decode_spec(data: bytes) -> JobSpec:
+    """A job spec from untrusted bytes, strictly (UTF-8, bounded nesting, int64 integers, finite
+    numbers), without any server's capacity limits: what a party reads from a server it has not
+    yet pinned.  Raises ProtocolError (INVALID_ARGUMENT) with one line, never RecursionError."""
     try:
         text = bytes(data).decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -254,5 +263,4 @@ def parse_spec(data: bytes, limits: ServerLimits) -> JobSpec:
         spec = JobSpec.from_dict(obj)
     except (JobSpecError, TypeError, ValueError) as exc:
         raise ProtocolError("INVALID_ARGUMENT", bounded(str(exc))) from None
-    limits.check_spec(spec)
     return spec

@@ -24,7 +24,9 @@ from ltm.batch import CSPRNG_MODE, SEEDED_MODE, ShareBatch
 from ltm.identifiers import spec_id_problems
 from ltm.dp.grid import noise_grid_problem
 from ltm.dp.noise import MAX_GRID_SCALE, widest_noise_draw
+from ltm.errors import ProtocolError
 from ltm.jobspec import JobSpec, default_corrupt_parties
+from ltm.limits import decode_spec
 from ltm.randomness import Randomness
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
 from party.data_source import PartySource
@@ -176,7 +178,14 @@ async def fetch_job(stubs: list[ltm_pb2_grpc.ServerStub], job_id: str, timeout: 
     digests = {r.job_digest for r in replies}
     if len(digests) != 1:
         raise PolicyViolation(f"servers disagree about job {job_id!r} (digests {sorted(d[:12] for d in digests)})")
-    spec = JobSpec.from_json(replies[0].spec_json)
+    try:
+        # Parsed strictly: the first fetch is from whoever answers at the endpoints (identities are
+        # pinned only after it), and a hostile spec (nested 200 000 deep, a 10⁵-digit integer) must
+        # end in this party's one-line refusal, not a traceback.
+        spec = decode_spec(replies[0].spec_json)
+    except ProtocolError as exc:
+        raise PolicyViolation(f"refusing the job: the servers serve a job spec that is not valid: {exc.message}") \
+            from None
     if spec.digest != replies[0].job_digest:
         raise PolicyViolation("the served job spec does not hash to the digest the server states")
     return spec
