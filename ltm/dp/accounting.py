@@ -25,8 +25,20 @@ from __future__ import annotations
 import functools
 import math
 
-from dp_accounting import dp_event
-from dp_accounting.rdp.rdp_privacy_accountant import RdpAccountant
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # dp_accounting (with scipy) costs ~1 s to import: only the functions that use it load it
+    from dp_accounting import dp_event
+
+
+def _rdp_accountant():
+    from dp_accounting.rdp.rdp_privacy_accountant import RdpAccountant
+    return RdpAccountant()
+
+
+def _dp_event():
+    from dp_accounting import dp_event
+    return dp_event
 
 __all__ = [
     "zcdp_epsilon",
@@ -52,12 +64,12 @@ _SIGMA_BUMP = 1e-12
 
 def zcdp_epsilon(rho: float, delta: float) -> float:
     """ε at δ of a ρ-zCDP mechanism, by dp_accounting's RDP accountant."""
-    return RdpAccountant().compose(dp_event.ZCDpEvent(rho)).get_epsilon(delta)
+    return _rdp_accountant().compose(_dp_event().ZCDpEvent(rho)).get_epsilon(delta)
 
 
 def zcdp_delta(rho: float, epsilon: float) -> float:
     """δ at ε of a ρ-zCDP mechanism, by dp_accounting's RDP accountant."""
-    return RdpAccountant().compose(dp_event.ZCDpEvent(rho)).get_delta(epsilon)
+    return _rdp_accountant().compose(_dp_event().ZCDpEvent(rho)).get_delta(epsilon)
 
 
 @functools.lru_cache(maxsize=256)
@@ -140,12 +152,12 @@ def discrete_laplace_scale(epsilon: float, l1_sensitivity: float) -> float:
 
 def gaussian_event(sigma: float, load: int, l2_sensitivity: float, l1_sensitivity: float) -> dp_event.DpEvent:
     """The release's ``ZCDpEvent``: the L-fold discrete Gaussian sum at σ (grid steps)."""
-    return dp_event.ZCDpEvent(kls_rho(sigma, load, l2_sensitivity, l1_sensitivity))
+    return _dp_event().ZCDpEvent(kls_rho(sigma, load, l2_sensitivity, l1_sensitivity))
 
 
 def laplace_event(scale: float, l1_sensitivity: float) -> dp_event.DpEvent:
     """The release's ``DiscreteLaplaceDpEvent``: one DLap(t) per entry, integer sensitivity ⌈Δ₁⌉."""
-    return dp_event.DiscreteLaplaceDpEvent(1.0 / scale, math.ceil(l1_sensitivity))
+    return _dp_event().DiscreteLaplaceDpEvent(1.0 / scale, math.ceil(l1_sensitivity))
 
 
 def job_event(spec) -> dp_event.DpEvent:  # spec: ltm.jobspec.JobSpec (imported lazily: no cycle)
