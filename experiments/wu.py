@@ -282,6 +282,17 @@ def minmax_01(M: np.ndarray) -> np.ndarray:
 # --------------------------------------------------------------------------------------------
 
 
+def wu_split(dataset: str, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Wu et al.'s split of a dataset: features and label min-max scaled to [0, 1] together, then a
+    seeded 80/20 train/test permutation; returns (train, test), the label last."""
+    X_raw, y_raw, _ = DATASETS[dataset]()
+    D_all = minmax_01(np.column_stack([X_raw, y_raw]))
+    N = D_all.shape[0]
+    order = numpy_rng(seed, "wu-split").permutation(N)
+    n = int(math.floor(0.8 * N))
+    return D_all[order[:n]], D_all[order[n:]]
+
+
 def column_blocks(width: int, parties: int) -> list[np.ndarray]:
     """The parties' column blocks, as :func:`sim.jobs.build_job` splits them (label last)."""
     return np.array_split(np.arange(width), parties)
@@ -497,13 +508,9 @@ def table1_cell(params: dict, seed: int) -> list[dict]:
     max_work = float(params.get("pipeline_max_work", 0))
     if dataset not in DATASETS:
         raise ValueError(f"unknown dataset {dataset!r}; choose one of {sorted(DATASETS)}")
-    X_raw, y_raw, _ = DATASETS[dataset]()
-    D_all = minmax_01(np.column_stack([X_raw, y_raw]))
-    N, width = D_all.shape
+    D, D_test = wu_split(dataset, seed)
+    n, width = D.shape
     d = width - 1
-    order = numpy_rng(seed, "wu-split").permutation(N)
-    n = int(math.floor(0.8 * N))
-    D, D_test = D_all[order[:n]], D_all[order[n:]]
     X, y = D[:, :d], D[:, d]
     X_test, y_test = D_test[:, :d], D_test[:, d]
     blocks = column_blocks(width, parties)

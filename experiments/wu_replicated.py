@@ -23,8 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from analyst.estimators import make_estimator, release_lambda
-from experiments.seeds import numpy_rng
-from experiments.wu import DATASETS, WU_DELTA, _table_of, clipped_mse, minmax_01
+from experiments.wu import DATASETS, WU_DELTA, _table_of, clipped_mse, wu_split
 from ltm.jobspec import ColumnSpec, validate_job
 from ltm.randomness import Randomness
 from sim.jobs import build_job, party_tables
@@ -35,13 +34,9 @@ EPSILONS = (1.0, 0.3, 0.1)
 
 def cell(dataset: str, epsilon: float, seed: int, parties: int = 5) -> dict:
     """One split: the replicated release's clipped test MSE, OLS's and the zero predictor's."""
-    X_raw, y_raw, _ = DATASETS[dataset]()
-    D_all = minmax_01(np.column_stack([X_raw, y_raw]))
-    N, width = D_all.shape
+    D, D_test = wu_split(dataset, seed)
+    n, width = D.shape
     d = width - 1
-    order = numpy_rng(seed, "wu-split").permutation(N)
-    n = int(math.floor(0.8 * N))
-    D, D_test = D_all[order[:n]], D_all[order[n:]]
     C = math.sqrt(width)
     spec, _ = build_job(_table_of(D), job_id=f"wu-rep-{dataset}-{seed}", randomness=Randomness.seeded_insecure(seed),
                         partition="columns", parties=parties, k=3, kind="gram", colluding_servers=1,
