@@ -1,7 +1,7 @@
 """The analyst's durable job table: SQLite (WAL, ``synchronous=FULL``), one file ``analyst.db``.
 
 Everything the analyst must not forget across a crash is committed here before it is relied on
-(DESIGN §5, "the analyst persists its jobs and their state like the servers do"):
+(docs/architecture.md §6):
 
 * a submitted job — its canonical spec, what to fit, the randomness label, and the *absolute*
   time at which intake closes — before it is published to any server;

@@ -280,7 +280,7 @@ def _run_bench_paper(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------- main
 #: Every subcommand: name → ("module:function" that adds its parser, one-line help).  Only the
 #: module of the subcommand being run is imported, and only then is its parser built; the others
-#: appear in ``ltm --help`` as stubs (DESIGN §2: ``ltm server`` must not load the simulator, the
+#: appear in ``ltm --help`` as stubs (docs/architecture.md §1: ``ltm server`` must not load the simulator, the
 #: other actors or the experiments).  To add a subcommand, add one entry here and keep the heavy
 #: imports of its module inside the functions (``tests/test_cli_lean.py`` checks what is loaded).
 COMMANDS = {

@@ -2,8 +2,8 @@
 
 Two lifted release kinds (registered in :data:`ltm.lifts.LIFTS`) release, for every column of
 the job, the noisy count of clients whose value falls in each bin of a public grid, as the sum
-over clients of one-hot vectors (DESIGN §1: "per-column histograms on a public bin grid, released
-as a summation of one-hot vectors").  The grid is applied to the column's transformed value
+over clients of one-hot vectors, through the same shares, servers and release gate as any job
+(docs/bounds.md).  The grid is applied to the column's transformed value
 ``z = (x − center) / scale`` (the job spec's public column transform):
 
 * ``hist_log``: a signed, coarse log-scale grid, for when nothing is known: edges

@@ -1,6 +1,6 @@
 """The job spec: the public, canonical description of one release, its digest and its validation.
 
-A job fixes everything every actor must agree on (DESIGN §1): the partition, who holds which
+A job fixes everything every actor must agree on (docs/architecture.md §2): the partition, who holds which
 clients or columns, the column layout and its public transforms, the clip bound, the fixed-point
 format, the sketch, the privacy parameters, the servers and the share mode.  Its canonical JSON
 (sorted keys, no whitespace) is hashed with SHA-256; the digest is bound into every message.
@@ -164,7 +164,7 @@ class JobSpec:
     #: canonical JSON when empty, so specs without transforms keep their digests.
     transforms: tuple[TransformSpec, ...] = ()
     #: the DP pre-jobs whose releases chose this job's column centres and scales (public
-    #: provenance, DESIGN §1); omitted from the canonical JSON when empty, like ``transforms``
+    #: provenance, docs/bounds.md); omitted from the canonical JSON when empty, like ``transforms``
     prejobs: tuple[PrejobSpec, ...] = ()
     #: How parties upload (:data:`UPLOAD_MODES`): ``per-client`` (one noisy copy per client and
     #: piece, summed by the servers) or ``aggregate`` (each party uploads its partial of the public
@@ -773,7 +773,7 @@ def validate_job(spec: JobSpec, sketch: Sketch | None = None) -> JobAnalysis:
 
 
 def default_corrupt_parties(spec: JobSpec) -> int:
-    """The fewest corrupt parties a job must tolerate under the realistic threat (DESIGN §4).
+    """The fewest corrupt parties a job must tolerate under the realistic threat (docs/architecture.md §8).
 
     In the rows partition a party generates, and so knows, its own clients' noise: a curious party
     that subtracts it leaves the *other* parties' clients under less noise than calibrated (the

@@ -1,4 +1,4 @@
-"""Client-side lifts for the "sum over clients" release kinds (DESIGN §3, issue #11).
+"""Client-side lifts for the "sum over clients" release kinds (docs/architecture.md §3, issue #11).
 
 A *lifted* release kind replaces the sketch S by the public map "sum over clients" — a degenerate
 sketch with one row in which every client has the entry +1 (``Sketch(kind="sum")``) — and has each

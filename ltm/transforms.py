@@ -1,4 +1,4 @@
-"""Public transforms named in the job spec, applied by parties before clipping (DESIGN §3).
+"""Public transforms named in the job spec, applied by parties before clipping (docs/architecture.md §2).
 
 A job's raw columns (``JobSpec.columns``: features, optional intercept, label) are first mapped by
 their public affine ``x' = (x − center) / scale``.  The job's ``transforms`` (a tuple of

@@ -1,4 +1,4 @@
-"""The release gate (DESIGN §4): every server checks it on its own before returning a result share.
+"""The release gate (docs/architecture.md §5): every server checks it on its own before returning a result share.
 
 No server trusts the analyst.  A malicious analyst could ask for a release over one client (and
 read that client's data under almost no noise) or ask twice and difference the releases.  So the

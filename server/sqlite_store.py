@@ -13,7 +13,7 @@ Layout of a store directory::
 Everything is private by file mode (directories 0700, files 0600: the blobs and the database hold
 shares and helper-share seeds).
 
-Durability (DESIGN §5): every mutating method returns only after its effect is committed to disk,
+Durability (docs/architecture.md §6): every mutating method returns only after its effect is committed to disk,
 so a process killed at any point (``kill -9``, power loss) and reopened has every acknowledged item.
 
 * ``put_batch`` writes the share data to a uniquely named temp file next to its final path

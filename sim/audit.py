@@ -1,4 +1,4 @@
-"""``ltm audit``: an empirical lower bound on the ε of the LTM release (DESIGN §8).
+"""``ltm audit``: an empirical lower bound on the ε of the LTM release (docs/testing.md).
 
 Standard black-box auditing (Jagielski, Ullman & Oprea 2020; Nasr et al. 2021), on a small job run
 through the real cores many times:

@@ -1,4 +1,4 @@
-"""Bad input against running servers (DESIGN §5, §8): every malformed, hostile or misaddressed
+"""Bad input against running servers (docs/servers.md; docs/testing.md): every malformed, hostile or misaddressed
 request gets a specific gRPC status and a message a person can act on, the server keeps serving,
 and its stored state is untouched.
 

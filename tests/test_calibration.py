@@ -1,5 +1,5 @@
 """Tests for ltm.dp.calibration: analytic Gaussian σ cross-checked against dp_accounting's PLD,
-δ(σ) against scipy, the paper's formulas against hand computation, and plan_noise (DESIGN §4)."""
+δ(σ) against scipy, the paper's formulas against hand computation, and plan_noise (docs/architecture.md §4)."""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,4 @@
-"""`ltm <actor> --help` loads only that actor: no simulator, experiments or other actor (DESIGN §2).
+"""`ltm <actor> --help` loads only that actor: no simulator, experiments or other actor (docs/architecture.md §1).
 
 The real command runs in a subprocess under ``python -X importtime``, whose stderr names every
 module the interpreter imported; the test reads the loaded top-level packages from it.

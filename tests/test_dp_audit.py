@@ -1,4 +1,4 @@
-"""An empirical DP audit of the release (DESIGN §8): ε_lb stays below the claimed ε for the default
+"""An empirical DP audit of the release (docs/testing.md): ε_lb stays below the claimed ε for the default
 mechanism and exceeds it for an under-calibrated negative control (``sim/audit.py``).
 
 CI size: 5000 releases per neighbouring dataset for the default mechanism, 1000 for the control

@@ -1,4 +1,4 @@
-"""Release-gate attacks against real `ltm server` processes (DESIGN §4): every server refuses on
+"""Release-gate attacks against real `ltm server` processes (docs/architecture.md §5): every server refuses on
 its own, and a refusal changes nothing — in particular it does not use up the once-only release.
 
 * before close, a tiny or empty participant set, a set that starves a sketch row below the

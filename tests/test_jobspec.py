@@ -1,5 +1,5 @@
 """The job spec (ltm.jobspec): canonical JSON and digest, validation messages, the ring headroom
-refusal, resolve_defaults, and the corrupt-party deduction of the honest row loads (DESIGN §1, §3, §4).
+refusal, resolve_defaults, and the corrupt-party deduction of the honest row loads (docs/architecture.md §2–5).
 
 All arithmetic: fixed seeds, deterministic.
 """

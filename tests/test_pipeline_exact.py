@@ -1,4 +1,4 @@
-"""Reconstruction equals S·(X + G) computed in the clear, bit for bit (DESIGN §8)."""
+"""Reconstruction equals S·(X + G) computed in the clear, bit for bit (docs/architecture.md §3)."""
 import numpy as np
 import pytest
 

@@ -1,5 +1,5 @@
 """Tests for ltm.randomness: reproducibility, independence of children, random access into the
-keystream, a pinned golden vector, and the distributions of the samplers (DESIGN §3, §8).
+keystream, a pinned golden vector, and the distributions of the samplers (docs/architecture.md §3, §4).
 
 Flake-rate policy.  Tests about *arithmetic* (reproducibility, random access, golden vectors) use
 fixed seeds and are deterministic.  Tests about *distributions* use a seeded source too (so CI is

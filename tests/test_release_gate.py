@@ -1,4 +1,4 @@
-"""The release gate and the server core's refusals (DESIGN §4, §5, §8): gate attacks (tiny
+"""The release gate and the server core's refusals (docs/architecture.md §5): gate attacks (tiny
 participant sets, double release, mismatched sets, clients not held, wrong role or digest, release
 before close) and upload refusals (wrong party or range, conflicting and overlapping batches,
 upload after close, wrong shape), each with its status code and with the stored state untouched.

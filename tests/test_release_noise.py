@@ -1,4 +1,4 @@
-"""The released noise matches the calibration (DESIGN §4, §8).
+"""The released noise matches the calibration (docs/architecture.md §4).
 
 Many small in-process jobs (parties → 2 servers → analyst) on a table whose rows are all zero, so
 the reconstructed UNSCALED release Y = Σ_l S_l (V + G_l) is pure noise.  Entry (r, c) is the signed

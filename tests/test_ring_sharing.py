@@ -1,5 +1,5 @@
 """Property tests for the fixed-point ring (ltm.ring) and additive sharing (ltm.sharing) at the
-ring's edges (DESIGN §3, §8).
+ring's edges (docs/architecture.md §3).
 
 Everything here is arithmetic, so randomness is seeded (hypothesis draws the seeds) except the one
 uniformity test, whose χ² threshold bounds its false-failure probability (see there).

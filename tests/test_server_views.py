@@ -1,4 +1,4 @@
-"""A coalition of up to k−1 servers sees uniform noise; all k together reconstruct (DESIGN §3, §8).
+"""A coalition of up to k−1 servers sees uniform noise; all k together reconstruct (docs/architecture.md §3).
 
 What is tested.  Real party batches (``party.randomizer.make_batches``: clip → noisy copies →
 fixed point → k shares, primary rotating over servers) on data with the strongest structure we

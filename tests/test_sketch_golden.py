@@ -1,5 +1,5 @@
 """The public sketch (ltm.sketch): pinned golden vectors, an independent re-derivation, structural
-properties and the uniformity of row choice, piece assignment and signs (DESIGN §3, §8).
+properties and the uniformity of row choice, piece assignment and signs (docs/architecture.md §3).
 
 Golden vectors and structure are arithmetic (fixed seeds, deterministic).  Uniformity tests use
 χ² with rejection only at p < 1e-6: for a correct sketch and ANY seed each fails with probability

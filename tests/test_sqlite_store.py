@@ -1,4 +1,4 @@
-"""SqliteStore: same behaviour as MemoryStore, durable across restarts and kill -9 (DESIGN §5)."""
+"""SqliteStore: same behaviour as MemoryStore, durable across restarts and kill -9 (docs/architecture.md §6)."""
 from __future__ import annotations
 
 import dataclasses

@@ -1,4 +1,4 @@
-"""Noise calibration for the LTM release (DESIGN §4, spec §2.7/§2.8).
+"""Noise calibration for the LTM release (docs/architecture.md §4).
 
 Pure functions, no I/O, no global state.  Everything here is closed-form or a one-dimensional root
 search in float64 using only :mod:`math` (no scipy at runtime).
