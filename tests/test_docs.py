@@ -3,6 +3,7 @@ repository, and every `ltm …` command line in a shell block names a real subco
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shlex
 from pathlib import Path
@@ -87,3 +88,62 @@ def test_what_the_readme_calls_a_runtime_dependency_is_one() -> None:
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     claimed = {m.lower() for m in re.findall(r"`([A-Za-z0-9_.-]+)` is a runtime dependency", text)}
     assert claimed <= names, f"README calls {sorted(claimed - names)} runtime dependencies; pyproject: {sorted(names)}"
+
+
+# ----------------------------------------------------------------------------- docs by reader (#25)
+README_MAX_LINES = 200
+#: Markdown links and images, `[text](target)`; a target with a scheme or only an anchor is not a file.
+_LINK = re.compile(r"!?\[[^\]\n]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
+
+
+def test_the_readme_stays_short() -> None:
+    # The README says what LTM is, the two commands, the threat model and where to go next; everything
+    # else lives in the document its reader opens (docs/, deploy/README.md).
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").count("\n")
+    assert lines <= README_MAX_LINES, f"README.md has {lines} lines (at most {README_MAX_LINES}): move detail to docs/"
+
+
+def _relative_links(doc: Path) -> list[str]:
+    text = re.sub(r"```.*?```", "", doc.read_text(encoding="utf-8"), flags=re.S)  # code is not a link
+    return [t for t in _LINK.findall(text) if not re.match(r"^[a-z][a-z0-9+.-]*:|^#", t)]
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=_doc_id)
+def test_every_relative_link_resolves(doc: Path) -> None:
+    broken = [t for t in _relative_links(doc) if not (doc.parent / t.split("#", 1)[0]).exists()]
+    assert not broken, f"{_doc_id(doc)} links to files that do not exist: {broken}"
+
+
+def test_the_link_check_sees_a_broken_link(tmp_path: Path) -> None:
+    (tmp_path / "here.md").write_text("x")
+    doc = tmp_path / "doc.md"
+    doc.write_text("[a](here.md) [b](gone.md#x) ![c](img/none.png) [d](https://x.org/y) [e](#top)\n"
+                   "```\n[f](in-code.md)\n```\n")
+    assert _relative_links(doc) == ["here.md", "gone.md#x", "img/none.png"]
+
+
+#: Built in two halves so that this file does not itself hold what it looks for.
+_OUTSIDE_CITATION = "DESIGN" + " §"
+_SKIP_DIRS = {".git", ".venv", ".mutation", "__pycache__", "node_modules", "build", "dist", ".pytest_cache",
+              ".hypothesis"}
+
+
+def test_nothing_cites_the_design_notes_outside_the_repository() -> None:
+    # Code comments and docs point to docs/architecture.md, which every reader of the repository has.
+    hits = []
+    for top, dirs, files in os.walk(ROOT):
+        dirs[:] = [d for d in dirs if d not in _SKIP_DIRS and not d.endswith(".egg-info")]  # not walked
+        for name in files:
+            path = Path(top) / name
+            if path.suffix in {".py", ".md", ".toml", ".txt", ".sh", ".yml", ".yaml", ".proto", ".cfg", ""}:
+                hits += _citations(path)
+    assert not hits, f"cite docs/architecture.md instead of the design notes: {hits}"
+
+
+def _citations(path: Path) -> list[str]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (UnicodeDecodeError, OSError):  # binary data, or a file that vanished: nothing a reader cites
+        return []
+    rel = path.relative_to(ROOT)
+    return [f"{rel}:{i}" for i, line in enumerate(text.splitlines(), 1) if _OUTSIDE_CITATION in line]
