@@ -72,7 +72,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--new-source", metavar="NAME",
                    help="charge this job to a NEW, separate budget NAME, logged in the ledger with the time and "
                         "--new-source-reason; only for genuinely new data about disjoint individuals, never a "
-                        "copy, subset, re-sort or edit of data already charged (README, 'Privacy')")
+                        "copy, subset, re-sort or edit of data already charged (docs/architecture.md §8)")
     p.add_argument("--new-source-reason", metavar="TEXT",
                    help="why the --new-source data is new (required with --new-source; kept in the ledger)")
     p.add_argument("--source", metavar="NAME",
