@@ -31,6 +31,7 @@ import numpy as np
 from analyst.reconstruct import reconstruct_release
 from analyst.release import ReleasedSketch
 from ltm.client_set import ClientSet, ClientSetError
+from ltm.errors import LtmError
 from ltm.jobspec import JobSpec
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
 
@@ -38,11 +39,13 @@ log = logging.getLogger("ltm.analyst")
 T = TypeVar("T")
 
 
-class ReleaseFailed(Exception):
+class ReleaseFailed(LtmError):
     """A release that could not be completed; the message says which server refused and why.
 
     ``coverage`` (when known) says which clients reached which servers (see :func:`coverage_report`).
     """
+
+    code = "FAILED_PRECONDITION"
 
     def __init__(self, message: str, coverage: dict | None = None) -> None:
         super().__init__(message)
@@ -88,6 +91,8 @@ class ServerUnreachable(ReleaseFailed):
 
 class NotPublished(ReleaseFailed):
     """A job that could not be published because a server stayed unreachable."""
+
+    code = "UNAVAILABLE"
 
 
 Retries = dict[str, dict[str, int]]  # server id → call name → transient failures retried

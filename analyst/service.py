@@ -21,7 +21,7 @@ import numpy as np
 from analyst.coordinator import DEFAULT_RETRY, NotPublished, ReleaseFailed, RetryPolicy, Retries, grpc_links
 from analyst.jobs import UNDECLARED_RANDOMNESS, JobRunner, fit_model, release_of, release_to_json  # noqa: F401
 from analyst.store import AnalystStore
-from ltm.errors import ProtocolError
+from ltm.errors import LtmError, ProtocolError
 from ltm.identifiers import id_problem
 from ltm.jobfile import MAX_COLUMNS, MAX_DEADLINE_S, MODELS, FitSpec
 from ltm.jobspec import JobSpec, JobSpecError
@@ -101,16 +101,10 @@ class AnalystService(ltm_pb2_grpc.AnalystServicer):
 
     async def _refuse(self, context, exc: Exception) -> None:
         """Abort the call with the status that fits ``exc`` (and a message a person can act on)."""
-        if isinstance(exc, NotPublished):
-            await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
-        if isinstance(exc, ReleaseFailed):
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
-        if isinstance(exc, JobSpecError):
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        if isinstance(exc, LtmError) and exc.code != "INTERNAL":  # the status each error class names
+            await context.abort(grpc.StatusCode[exc.code], exc.status_message())
         if isinstance(exc, KeyError):
             await context.abort(grpc.StatusCode.ALREADY_EXISTS, exc.args[0])
-        if isinstance(exc, ProtocolError):
-            await context.abort(getattr(grpc.StatusCode, exc.code), exc.message)
         if isinstance(exc, grpc.aio.AioRpcError):
             await context.abort(exc.code(), f"a server refused the job: {exc.details()}")
         raise exc

@@ -38,7 +38,7 @@ from typing import Any
 from ltm.jobspec import (CALIBRATIONS, INTERCEPT_NAME, MECHANISMS, PARTITIONS, RELEASE_KINDS, ROLES, ColumnSpec,
                          JobSpec, JobSpecError, PartySpec, PrejobSpec, PrivacySpec, ServerSpec, SketchSpec,
                          UPLOAD_MODES, default_upload_mode, resolve_defaults, validate_job)
-from ltm.errors import bounded
+from ltm.errors import LtmError, bounded
 from ltm.identifiers import column_problem, endpoint_problem, id_problem, party_id_problem, server_id_problem
 from ltm.lifts import get_lift
 from ltm.jobspec import _typed as typed_record
@@ -91,8 +91,10 @@ MAX_SKETCH_ROWS = 1 << 20
 MAX_PIECES = 64
 
 
-class JobFileError(ValueError):
+class JobFileError(LtmError, ValueError):
     """A job file that cannot run; ``problems`` has one actionable line per problem."""
+
+    exit_code = 2
 
     #: at most this many problems are shown, each cut to MAX_PROBLEM_CHARS (a hostile file may have
     #: 200 000 unknown keys, or a key a megabyte long); ``problems`` keeps them all

@@ -23,11 +23,14 @@ from pathlib import Path
 
 import numpy as np
 
+from ltm.errors import LtmError
 from ltm.randomness import Randomness
 
 
-class DataSourceError(ValueError):
+class DataSourceError(LtmError, ValueError):
     """A data file a party cannot read; the message names the file and the problem."""
+
+    exit_code = 2
 
 
 def _sniff_delimiter(sample: str) -> str:

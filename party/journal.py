@@ -45,6 +45,7 @@ from hashlib import sha256
 from pathlib import Path
 
 from ltm.batch import ShareBatch
+from ltm.errors import LtmError
 from ltm.jobspec import JobSpec
 from ltm.randomness import DERIVED_MODE, Randomness
 from transport.files import fsync_dir
@@ -56,9 +57,12 @@ JOURNAL_SUFFIX = ".journal.json"
 SEEDED = "seeded"
 
 
-class JournalError(Exception):
+class JournalError(LtmError):
     """The journal cannot be used for this upload (another job, batch size or randomness mode, or
     data that changed since a batch was first sent); the message says what to do."""
+
+    exit_code = 6
+    prefix = "upload journal: "
 
 
 _SAFE = re.compile(r"[A-Za-z0-9_.-]")

@@ -89,6 +89,7 @@ from typing import Any
 
 import numpy as np
 
+from ltm.errors import LtmError
 from ltm.jobspec import JobSpec
 from party.data_source import FINGERPRINT_TAG, PartySource, fingerprint_column_header
 from party.journal import _component, party_journals
@@ -121,16 +122,23 @@ ACCOUNTANT = ("zCDP (ρ add up; dp_accounting's RDP accountant converts the sum)
 _GENESIS = hashlib.sha256(LEDGER_FORMAT.encode()).hexdigest()
 
 
-class BudgetExceeded(Exception):
+class BudgetExceeded(LtmError):
     """The job would take the ledger past its budget; nothing was sent."""
 
+    exit_code = 3
 
-class AccountantUnavailable(Exception):
+
+class AccountantUnavailable(LtmError):
     """``dp_accounting`` is not installed: the party cannot account and must not upload."""
 
+    exit_code = 3
 
-class LedgerError(Exception):
+
+class LedgerError(LtmError):
     """The ledger cannot be used (unreadable, another party's, a source misused); nothing was sent."""
+
+    exit_code = 7  # never a reset: the party refuses until a person restores or explains the ledger
+    prefix = "privacy ledger: "
 
 
 class LedgerCorrupt(LedgerError):

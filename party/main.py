@@ -28,6 +28,10 @@ from transport.tls import check_certificates, make_channel
 log = logging.getLogger("ltm.party")
 #: While fetching the job spec these mean "not yet": the job is not published or a server is not up.
 RETRY_FETCH = (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+#: The refusals a party logs (one JSON line, then its exit status: 3 policy or budget, 5 upload
+#: incomplete, 6 journal, 7 ledger); its other errors (bad data: 4) are the command's one line.
+LOGGED_REFUSALS = (PolicyViolation, BudgetExceeded, AccountantUnavailable, LedgerError, UploadIncomplete,
+                   JournalError)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -308,23 +312,15 @@ def run(args: argparse.Namespace) -> int:
     setup_logging(args.id, args.log_level or "info")
     try:
         result = asyncio.run(participate(args))
-    except (PolicyViolation, BudgetExceeded, AccountantUnavailable) as exc:
-        log.error(str(exc))
-        return 3
-    except LedgerError as exc:  # missing, corrupt, another party's, a source misused: never a reset
-        log.error(f"privacy ledger: {exc}")
-        return 7
-    except PartyDataError as exc:
-        raise CommandError(f"bad data: {exc}", status=4) from None
+    except LOGGED_REFUSALS as exc:
+        # A party often runs unattended: its refusals are JSON log lines (what operators collect);
+        # the ltm command then only exits with the class's status (ltm/errors.py).
+        log.error(f"{exc.prefix}{exc}")
+        exc.reported = True
+        raise
     except grpc.aio.AioRpcError as exc:
         log.error("upload refused", extra={"code": exc.code().name, "details": exc.details()})
         return 5
-    except UploadIncomplete as exc:
-        log.error(f"upload incomplete: {exc}")
-        return 5
-    except JournalError as exc:
-        log.error(f"upload journal: {exc}")
-        return 6
     if args.summary_file:
         Path(args.summary_file).write_text(json.dumps(result))
     print("\n".join(summary_lines(result)), flush=True)

@@ -24,7 +24,7 @@ from ltm.batch import CSPRNG_MODE, SEEDED_MODE, ShareBatch
 from ltm.identifiers import spec_id_problems
 from ltm.dp.grid import noise_grid_problem
 from ltm.dp.noise import MAX_GRID_SCALE, widest_noise_draw
-from ltm.errors import ProtocolError
+from ltm.errors import LtmError, ProtocolError
 from ltm.jobspec import JobSpec, default_corrupt_parties
 from ltm.limits import decode_spec
 from ltm.randomness import Randomness
@@ -40,8 +40,10 @@ RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grp
              grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN}
 
 
-class PolicyViolation(Exception):
+class PolicyViolation(LtmError):
     """The job asks for something this party's policy does not accept; nothing was sent."""
+
+    exit_code = 3
 
 
 @dataclass(frozen=True)
@@ -168,8 +170,11 @@ class UploadSummary:
     finished_unix: float = 0.0
 
 
-class UploadIncomplete(Exception):
+class UploadIncomplete(LtmError):
     """A batch could not be delivered to every server; the message says which servers have it."""
+
+    exit_code = 5
+    prefix = "upload incomplete: "
 
 
 async def fetch_job(stubs: list[ltm_pb2_grpc.ServerStub], job_id: str, timeout: float = 10.0) -> JobSpec:

@@ -140,7 +140,7 @@ def repair(data_dir: str) -> int:
         done = repair_directory(data_dir)
     except StoreError as exc:
         print(f"ltm server --repair: {exc}", file=sys.stderr)
-        return 3
+        return exc.exit_code
     for line in done:
         print(line)
     print(f"ltm server --repair {data_dir}: {len(done)} change(s); nothing was deleted")
@@ -168,5 +168,5 @@ def run(args: argparse.Namespace) -> int:
     except StoreError as exc:
         log.error("cannot open the data directory", extra={"reason": str(exc)})
         print(f"ltm server: {exc}", file=sys.stderr)
-        return 3
+        return exc.exit_code
     return 0

@@ -2,8 +2,9 @@
 
 Every RPC authenticates the caller from its mTLS certificate (``transport.tls``), hands the
 request to the pure core in a worker thread (numpy work must not block the event loop), and maps
-:class:`ltm.errors.ProtocolError` to the gRPC status it names (damaged storage → ``DATA_LOSS``;
-anything unexpected → ``INTERNAL``, logged; messages cut to a bounded length).  Requests that do
+each :class:`ltm.errors.LtmError` to the gRPC status its class names (a refused request's status;
+damaged storage → ``DATA_LOSS``; anything unexpected → ``INTERNAL``, logged; messages cut to a
+bounded length).  Requests that do
 not decode as protobuf are refused with ``INVALID_ARGUMENT`` (:func:`add_to_server` installs
 decoders that never raise).  Job specs are size-checked before they are parsed and parsed in a
 worker thread, so one caller's spec cannot stall the others.  Uploads are validated from their
@@ -35,8 +36,7 @@ import numpy as np
 
 from ltm.batch import RANDOMNESS_MODES, SEEDED_MODE, ShareBatch
 from ltm.client_set import ClientSet, ClientSetError
-from ltm.errors import DataLossError, ProtocolError, bounded
-from ltm.jobspec import JobSpecError
+from ltm.errors import LtmError, ProtocolError, bounded
 from ltm.sharing import SEED_BYTES, Share
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
 from server.core import ServerCore
@@ -59,13 +59,10 @@ async def _abort(context: grpc.aio.ServicerContext, exc: BaseException) -> None:
     """End the call with the status ``exc`` names (its message bounded in length)."""
     if isinstance(exc, (asyncio.CancelledError, grpc.aio.AbortError)):
         raise exc
-    if isinstance(exc, ProtocolError):
-        await context.abort(getattr(grpc.StatusCode, exc.code), bounded(exc.message))
-    if isinstance(exc, JobSpecError):
-        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, bounded(str(exc)))
-    if isinstance(exc, DataLossError):
-        log.error("stored state damaged", extra={"reason": str(exc)})
-        await context.abort(grpc.StatusCode.DATA_LOSS, bounded(str(exc)))
+    if isinstance(exc, LtmError) and exc.code != "INTERNAL":  # the status each error class names
+        if exc.code == "DATA_LOSS":
+            log.error("stored state damaged", extra={"reason": str(exc)})
+        await context.abort(grpc.StatusCode[exc.code], bounded(exc.status_message()))
     log.exception("internal error", exc_info=exc)
     await context.abort(grpc.StatusCode.INTERNAL, bounded(f"internal server error ({type(exc).__name__}); "
                                                           f"the server logged the details"))

@@ -71,7 +71,7 @@ from pathlib import Path
 import numpy as np
 
 from ltm.batch import ShareBatch
-from ltm.errors import DataLossError, ProtocolError
+from ltm.errors import DataLossError, LtmError, ProtocolError
 from ltm.jobspec import JobSpec
 from ltm.sharing import SEED_BYTES, Share
 from server.coverage import Coverage
@@ -135,8 +135,10 @@ _BATCH_COLUMNS = ("party_id, batch_index, start, stop, columns, server, shape, c
                   "seeded")
 
 
-class StoreError(RuntimeError):
+class StoreError(LtmError, RuntimeError):
     """The store cannot be used: bad directory, in use elsewhere, wrong schema, failed or closed."""
+
+    exit_code = 3  # `ltm server` refuses to start (docs/servers.md)
 
 
 class StoreCorruptError(StoreError, DataLossError):
