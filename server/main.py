@@ -121,7 +121,7 @@ def jobs(n: int) -> str:
 
 def check(data_dir: str) -> int:
     """``ltm server --check``: print what was verified and every problem; 0 = intact, 3 = damaged."""
-    from server.sqlite_store import check_directory
+    from server.fsck import check_directory
 
     problems, counts = check_directory(data_dir)
     summary = ", ".join(f"{v} {k}" for k, v in counts.items())
@@ -134,7 +134,8 @@ def check(data_dir: str) -> int:
 
 def repair(data_dir: str) -> int:
     """``ltm server --repair``: print what was moved or retired; 0 = startable now, 3 = not repairable."""
-    from server.sqlite_store import StoreError, repair_directory
+    from server.fsck import repair_directory
+    from server.sqlite_store import StoreError
 
     try:
         done = repair_directory(data_dir)
