@@ -121,6 +121,9 @@ class AnalystService(ltm_pb2_grpc.AnalystServicer):
         return ltm_pb2.SubmitJobResponse(job_id=spec.job_id, job_digest=record.digest)
 
     async def RunJob(self, request, context):
+        """Run a submitted job now and wait for it (operator only), with the fit the request gives (if
+        any); returns its report, FAILED_PRECONDITION if it does not end done.
+        """
         await authenticate(context, {"operator"}, insecure=self.insecure)
         await _check_job_id(context, request.job_id)
         try:
@@ -142,6 +145,9 @@ class AnalystService(ltm_pb2_grpc.AnalystServicer):
         return ltm_pb2.RunJobResponse(job_id=record.job_id, report_json=record.outputs["report.json"])
 
     async def Submit(self, request, context):
+        """Accept a job (operator only): its spec, fit and deadline are checked, it is stored, published
+        on every server and run in the background; returns its status.
+        """
         await authenticate(context, {"operator"}, insecure=self.insecure)
         try:
             spec = await asyncio.to_thread(parse_spec, request.spec_json, self.limits)
@@ -163,6 +169,7 @@ class AnalystService(ltm_pb2_grpc.AnalystServicer):
                                release_sha256=st["release_sha256"], progress_json=json.dumps(st["progress"]))
 
     async def GetStatus(self, request, context):
+        """The status of one job, or of every job the analyst holds when the request names none."""
         await authenticate(context, {"operator"}, insecure=self.insecure)
         if request.job_id:  # empty: every job
             await _check_job_id(context, request.job_id)
@@ -174,6 +181,7 @@ class AnalystService(ltm_pb2_grpc.AnalystServicer):
         return ltm_pb2.GetStatusResponse(jobs=infos)
 
     async def GetResult(self, request, context):
+        """A finished job's output files and release hash; FAILED_PRECONDITION while it runs or if it failed."""
         await authenticate(context, {"operator"}, insecure=self.insecure)
         await _check_job_id(context, request.job_id)
         record = await asyncio.to_thread(self.store.get, request.job_id)
@@ -193,6 +201,7 @@ class AnalystService(ltm_pb2_grpc.AnalystServicer):
         return await asyncio.to_thread(release_of, record)
 
     async def GetRelease(self, request, context):
+        """The job's released sketch: float64 (m, D) little-endian bytes, its SHA-256 and privacy report."""
         await authenticate(context, {"operator"}, insecure=self.insecure)
         await _check_job_id(context, request.job_id)
         release = await self._release(request.job_id, context)
@@ -202,6 +211,7 @@ class AnalystService(ltm_pb2_grpc.AnalystServicer):
                                           privacy_json=json.dumps(release.privacy))
 
     async def Fit(self, request, context):
+        """Fit another model on a finished job's release (post-processing: no privacy cost); returns it as JSON."""
         await authenticate(context, {"operator"}, insecure=self.insecure)
         await _check_job_id(context, request.job_id)
         release = await self._release(request.job_id, context)

@@ -77,6 +77,7 @@ def _component(name: str) -> str:
 
 
 def journal_path(state_dir: str | os.PathLike[str], job_id: str, party_id: str) -> Path:
+    """The journal file of ``party_id``'s upload of ``job_id`` under ``state_dir``."""
     return Path(state_dir) / f"{_component(party_id)}--{_component(job_id)}{JOURNAL_SUFFIX}"
 
 
@@ -182,6 +183,7 @@ class UploadJournal:
 
     # ------------------------------------------------------------------ state
     def done_batches(self) -> set[int]:
+        """The indices of the batches every server has acknowledged."""
         with self._lock:
             return {b for b, e in self._entries.items() if e.done}
 

@@ -236,6 +236,7 @@ class Spend:
     seeded_jobs: int = 0
 
     def to_json(self) -> dict[str, Any]:
+        """The spend as JSON (an infinite ε as null)."""
         return {"epsilon": self.epsilon if math.isfinite(self.epsilon) else None, "delta": self.delta,
                 "jobs": self.jobs, "seeded_jobs": self.seeded_jobs}
 
@@ -315,6 +316,9 @@ class Admission:
     source: str = DEFAULT_SOURCE
 
     def to_json(self) -> dict[str, Any]:
+        """The admission as JSON: the job, whether it was charged, the spend before and after, the
+        budget, the accountant, the ledger file and the source.
+        """
         budget = {"epsilon": self.budget.epsilon if math.isfinite(self.budget.epsilon) else None,
                   "delta": self.budget.delta}
         return {"job_id": self.job_id, "charged": self.charged, "before": self.before.to_json(),
@@ -469,6 +473,7 @@ class PrivacyLedger:
 
     @classmethod
     def in_memory(cls, party_id: str, budget: Budget | None = None) -> "PrivacyLedger":
+        """A ledger that is never written (simulations and tests: nothing survives the process)."""
         return cls(party_id, budget)
 
     # ------------------------------------------------------------------ state

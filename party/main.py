@@ -35,6 +35,7 @@ LOGGED_REFUSALS = (PolicyViolation, BudgetExceeded, AccountantUnavailable, Ledge
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Add the ``ltm party`` subcommand (its flags, and the ``--config`` keys they mirror) to ``sub``."""
     p = sub.add_parser("party", help="run a party: fetch and vet a job, upload shares to every server",
                        description="A data owner's process. It fetches the job a server publishes, refuses it "
                                    "unless it meets this party's policy (ε, δ, corruption tolerance, calibration) "
@@ -172,6 +173,10 @@ async def _fetch_with_wait(stubs, job_id: str, deadline: float, pinned: list[str
 
 
 async def participate(args: argparse.Namespace) -> dict:
+    """Fetch the job from every server, vet it against the policy, check the data, charge the ledger
+    and upload; returns the run's summary (clients, batches, bytes per server, seconds, the ledger
+    entry, resource use).  Refusals raise (see :data:`LOGGED_REFUSALS`).
+    """
     endpoints = [e.strip() for e in args.servers.split(",") if e.strip()]
     server_ids = [s.strip() for s in (args.server_ids or "").split(",") if s.strip()]
     if server_ids and len(server_ids) != len(endpoints):
@@ -294,6 +299,9 @@ def summary_lines(r: dict) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    """``ltm party``: check the flags and certificates before contacting anyone, participate, print
+    the summary; returns the exit status (refusals exit with their class's, ltm/errors.py).
+    """
     args = merge(args, load_config(args.config), required=("id", "servers", "job", "data"))
     if not args.insecure and not args.certs:
         raise SystemExit("ltm party: --certs is required (or --insecure for a plaintext test run)")

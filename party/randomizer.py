@@ -177,6 +177,7 @@ def effective_batch_clients(spec: JobSpec, party: PartySpec, requested: int = DE
 
 
 def plan_batches(party: PartySpec, batch_clients: int = DEFAULT_BATCH_CLIENTS) -> BatchPlan:
+    """The party's clients cut into batches of at most ``batch_clients``: (index, start, stop) each."""
     if batch_clients < 1:
         raise ValueError("batch size must be ≥ 1")
     ranges = tuple((i, a, min(a + batch_clients, party.stop))

@@ -76,6 +76,10 @@ class PartyPolicy:
     min_colluding_servers: int | None = None
 
     def check(self, spec: JobSpec, *, seeded: bool = False) -> None:
+        """Refuse the job (:class:`PolicyViolation`, every reason listed) unless it meets this policy:
+        ε and δ limits, corruption tolerance, colluding servers, t′, participants, calibration, the
+        expected servers, reproduction and seeded randomness, the upload mode.
+        """
         p = spec.privacy
         problems = []
         if p.epsilon > self.max_epsilon:
@@ -256,6 +260,7 @@ class Progress:
         self.start = time.monotonic()
 
     def advance(self, amount: int) -> None:
+        """Count ``amount`` more clients sent and redraw the progress bar on stderr (after the first second)."""
         self.done += amount
         if self.enabled and time.monotonic() - self.start > 1.0:
             frac = self.done / max(self.total, 1)

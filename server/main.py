@@ -41,6 +41,7 @@ class _OfflineAction(argparse.Action):
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Add the ``ltm server`` subcommand (its flags, and the ``--config`` keys they mirror) to ``sub``."""
     p = sub.add_parser("server", help="run an LTM server (stores shares, enforces the release gate)",
                        description="One of the job's k non-colluding servers. It publishes the jobs the analyst "
                                    "creates, stores the shares parties upload (durably, in --data-dir), and at "
@@ -72,6 +73,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 async def serve(args: argparse.Namespace, limits: ServerLimits) -> None:
+    """Serve until SIGTERM/SIGINT: open the store in ``--data-dir``, serve the gRPC service (mutual
+    TLS unless ``--insecure``) on ``--listen`` (and a plaintext health probe on ``--health-listen``
+    if given), and print a startup and a shutdown line for a person.
+    """
     from server.sqlite_store import SqliteStore
 
     store = SqliteStore(Path(args.data_dir))
@@ -116,6 +121,7 @@ def startup_line(args: argparse.Namespace, port: int, held: int) -> str:
 
 
 def jobs(n: int) -> str:
+    """``n`` jobs in words for the startup line ("1 job", "3 jobs")."""
     return f"{n} job" if n == 1 else f"{n} jobs"
 
 
@@ -149,6 +155,9 @@ def repair(data_dir: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    """``ltm server``: ``--check``/``--repair`` a stopped server's data directory, or serve; returns
+    the exit status (3: the data directory cannot be opened, see docs/servers.md).
+    """
     if args.check or args.repair:
         args = merge(args, load_config(args.config), required=("data_dir",))
         return check(args.data_dir) if args.check else repair(args.data_dir)

@@ -170,6 +170,9 @@ class ServerService(ltm_pb2_grpc.ServerServicer):
 
     # ------------------------------------------------------------------ jobs
     async def CreateJob(self, request, context):
+        """Publish a job (analyst only): the spec is size-checked, parsed off the event loop and stored;
+        re-creating the identical job is a no-op, another job under the same id is refused.
+        """
         who = await authenticate(context, {"analyst"}, insecure=self.insecure)
         await _check_decoded(context, request)
         try:
@@ -185,6 +188,7 @@ class ServerService(ltm_pb2_grpc.ServerServicer):
         return ltm_pb2.CreateJobResponse(job_id=spec.job_id, job_digest=digest)
 
     async def GetJob(self, request, context):
+        """The published job spec (canonical JSON), its digest and whether intake is closed (any actor)."""
         await authenticate(context, insecure=self.insecure)
         await _check_decoded(context, request)
         try:
@@ -195,6 +199,9 @@ class ServerService(ltm_pb2_grpc.ServerServicer):
                                       closed=self.core.store.is_closed(spec.job_id))
 
     async def Status(self, request, context):
+        """A job's public progress: closed, released, clients held, batches stored, bytes received and sent
+        (this process, all jobs) and seconds spent storing and releasing.
+        """
         await authenticate(context, insecure=self.insecure)
         await _check_decoded(context, request)
         try:
@@ -214,6 +221,10 @@ class ServerService(ltm_pb2_grpc.ServerServicer):
 
     # ------------------------------------------------------------------ upload
     async def Upload(self, request_iterator: AsyncIterator[ltm_pb2.UploadChunk], context):
+        """Receive one party's batch stream (parties only): a header, then share chunks; at most
+        ``max_streams_per_party`` streams per party and ``max_streams`` in all, and the batch waits for
+        room in ``max_inflight_bytes`` before its data is read (see the module docstring).
+        """
         who = await authenticate(context, {"party"}, insecure=self.insecure)
         lim = self.limits
         if self._streams[who.actor] >= lim.max_streams_per_party:
@@ -548,6 +559,9 @@ class ServerService(ltm_pb2_grpc.ServerServicer):
             raise ProtocolError("INVALID_ARGUMENT", f"participant_ranges: {exc}") from None
 
     async def Close(self, request, context):
+        """Stop intake of a job (analyst only, the digest must match) and answer the clients this server
+        holds (ranges) and the parties whose batches are seeded (reproducible, not private).
+        """
         who = await authenticate(context, {"analyst"}, insecure=self.insecure)
         await _check_decoded(context, request)
         try:
@@ -562,6 +576,9 @@ class ServerService(ltm_pb2_grpc.ServerServicer):
                                      seeded_parties=self.core.seeded_parties(request.job_id))
 
     async def Release(self, request, context):
+        """The job's result share (analyst only): uint64 (m, D), little-endian, streamed in chunks of
+        :data:`RELEASE_CHUNK_BYTES`; gated and once-only (:meth:`server.core.ServerCore.release`).
+        """
         who = await authenticate(context, {"analyst"}, insecure=self.insecure)
         await _check_decoded(context, request)
         try:

@@ -379,12 +379,15 @@ class SqliteStore:
             self._coverage[spec.job_id] = Coverage(parsed.n, parsed.upload_width)
 
     def get_job(self, job_id: str) -> JobSpec | None:
+        """The stored spec of ``job_id`` (None if this store never held it)."""
         return self._jobs.get(job_id)
 
     def job_count(self) -> int:
+        """How many jobs the store holds."""
         return len(self._jobs)
 
     def set_closed(self, job_id: str) -> None:
+        """Record (durably, committed before returning) that the job's intake is closed; idempotent."""
         with self._lock:
             conn = self._check_usable()
             self._job(job_id)
@@ -400,10 +403,12 @@ class SqliteStore:
             self._closed_jobs.add(job_id)
 
     def is_closed(self, job_id: str) -> bool:
+        """Whether the job's intake is closed."""
         return job_id in self._closed_jobs
 
     # ------------------------------------------------------------------ batches
     def get_batch_digest(self, job_id: str, party_id: str, batch_index: int) -> str | None:
+        """The stored content digest (hex) of a party's batch, or None if that batch is not stored."""
         with self._lock:
             conn = self._reader()
             self._job(job_id)

@@ -176,6 +176,7 @@ class Identity:
 
     @classmethod
     def of(cls, actor: str) -> "Identity":
+        """The identity of ``actor`` with the role its name gives (``server-0`` → server)."""
         return cls(actor, role_of(actor))
 
 
