@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import sys
 import time
 from pathlib import Path
 
@@ -141,13 +140,8 @@ def check(data_dir: str) -> int:
 def repair(data_dir: str) -> int:
     """``ltm server --repair``: print what was moved or retired; 0 = startable now, 3 = not repairable."""
     from server.fsck import repair_directory
-    from server.sqlite_store import StoreError
 
-    try:
-        done = repair_directory(data_dir)
-    except StoreError as exc:
-        print(f"ltm server --repair: {exc}", file=sys.stderr)
-        return exc.exit_code
+    done = repair_directory(data_dir)  # not repairable: StoreError, which the ltm command exits 3 with
     for line in done:
         print(line)
     print(f"ltm server --repair {data_dir}: {len(done)} change(s); nothing was deleted")
@@ -177,6 +171,5 @@ def run(args: argparse.Namespace) -> int:
         asyncio.run(serve(args, limits))
     except StoreError as exc:
         log.error("cannot open the data directory", extra={"reason": str(exc)})
-        print(f"ltm server: {exc}", file=sys.stderr)
-        return exc.exit_code
+        raise  # the ltm command prints it as one line and exits with its status, 3
     return 0
