@@ -53,6 +53,10 @@ class Draft:
 
     @staticmethod
     def parse(text: str, source: str = "draft") -> "Draft":
+        """Read a draft job file: the job-file limits apply, every part but the unknown columns'
+        transforms is validated now, and a draft with no column left to estimate is refused
+        (:class:`~ltm.jobfile.JobFileError`).
+        """
         doc = load_toml(text, source)  # the job-file limits: size and nesting before tomllib
         columns = doc.get("columns", [])
         unknown = tuple(c.get("name", "") for c in columns if isinstance(c, dict) and c.get("role") != "intercept"
@@ -70,6 +74,7 @@ class Draft:
 
     @property
     def job_id(self) -> str:
+        """The main job's id as the draft gives it ("" when it gives none)."""
         return str(self.doc.get("job", {}).get("id", ""))
 
     def prejob_doc(self, round_: int, kind: str, transforms: dict[str, tuple[float, float]], epsilon: float,
@@ -196,6 +201,9 @@ async def run_bounds(stub, draft: Draft, *, epsilon: float, delta: float, rounds
 
 # ---------------------------------------------------------------------------- the command
 def add_bounds_parser(jsub: argparse._SubParsersAction, connection) -> None:
+    """Add ``ltm job bounds`` to the ``ltm job`` subcommands ``jsub``; ``connection`` adds the
+    analyst connection flags shared with the other ``ltm job`` commands.
+    """
     b = jsub.add_parser("bounds", help="DP pre-job: estimate the missing column centres/spreads of a draft job "
                                        "file from per-column histograms, and write the main job file")
     b.add_argument("draft", help="the main job file, with no transform for the columns nobody has bounds for")
@@ -213,6 +221,10 @@ def add_bounds_parser(jsub: argparse._SubParsersAction, connection) -> None:
 
 
 def run_bounds_command(args: argparse.Namespace) -> int:
+    """``ltm job bounds``: run the DP pre-job(s) on the analyst for the draft's columns without
+    bounds, then write the main job file with the estimated centres and spreads; returns the exit
+    status.
+    """
     from analyst.operator import _with_analyst
 
     path = Path(args.draft)

@@ -31,6 +31,7 @@ import numpy as np
 from analyst.reconstruct import reconstruct_release
 from analyst.release import ReleasedSketch
 from ltm.client_set import ClientSet, ClientSetError
+from ltm.errors import LtmError
 from ltm.jobspec import JobSpec
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
 
@@ -38,11 +39,13 @@ log = logging.getLogger("ltm.analyst")
 T = TypeVar("T")
 
 
-class ReleaseFailed(Exception):
+class ReleaseFailed(LtmError):
     """A release that could not be completed; the message says which server refused and why.
 
     ``coverage`` (when known) says which clients reached which servers (see :func:`coverage_report`).
     """
+
+    code = "FAILED_PRECONDITION"
 
     def __init__(self, message: str, coverage: dict | None = None) -> None:
         super().__init__(message)
@@ -88,6 +91,8 @@ class ServerUnreachable(ReleaseFailed):
 
 class NotPublished(ReleaseFailed):
     """A job that could not be published because a server stayed unreachable."""
+
+    code = "UNAVAILABLE"
 
 
 Retries = dict[str, dict[str, int]]  # server id → call name → transient failures retried
@@ -240,6 +245,10 @@ def describe_coverage(cov: dict) -> str:
 
 
 def no_release_message(spec: JobSpec, down: list[ServerUnreachable], cov: dict, *, phase: str = "close") -> str:
+    """The one-line explanation that no release is possible because the servers ``down`` are
+    unreachable (k-of-k sharing needs every result share), with what ``cov`` says each server held;
+    ``phase`` "release" adds that a rerun returns the same bytes.
+    """
     names = ", ".join(d.server_id for d in down)
     verb = "is" if len(down) == 1 else "are"
     after = ("" if phase == "close" else
@@ -298,10 +307,17 @@ class ServerLink(Protocol):
     #: after ``close``: the parties this server holds seeded (reproducible, NOT private) batches of
     seeded_parties: list[str]
 
-    async def create(self, spec: JobSpec) -> str: ...
-    async def held_count(self, spec: JobSpec) -> int | None: ...
-    async def close(self, spec: JobSpec) -> ClientSet: ...
-    async def release(self, spec: JobSpec, participants: ClientSet) -> tuple[np.ndarray, int]: ...
+    async def create(self, spec: JobSpec) -> str:
+        """Publish the job on the server; returns the job digest it stored."""
+
+    async def held_count(self, spec: JobSpec) -> int | None:
+        """How many clients the server holds complete, or None when it cannot be asked right now."""
+
+    async def close(self, spec: JobSpec) -> ClientSet:
+        """Stop the server's intake; returns the clients it holds (the coordinator intersects them)."""
+
+    async def release(self, spec: JobSpec, participants: ClientSet) -> tuple[np.ndarray, int]:
+        """The server's result share for ``participants``: uint64 (m, D), and the bytes it streamed."""
 
 
 @dataclass
@@ -317,6 +333,7 @@ class GrpcServerLink:
     seeded_parties: list[str] = field(default_factory=list)
 
     async def create(self, spec: JobSpec) -> str:
+        """``CreateJob`` (retried under the policy); returns the job digest the server stored."""
         reply = await call_with_retry(
             lambda: self.stub.CreateJob(ltm_pb2.CreateJobRequest(spec_json=spec.canonical_json()), timeout=30.0),
             server_id=self.server_id, endpoint=self.endpoint, what="CreateJob", policy=self.policy,
@@ -324,6 +341,7 @@ class GrpcServerLink:
         return reply.job_digest
 
     async def held_count(self, spec: JobSpec) -> int | None:
+        """``Status``'s clients held; None on a transient failure (a server restarting is not an error here)."""
         try:
             reply = await self.stub.Status(ltm_pb2.StatusRequest(job_id=spec.job_id), timeout=5.0)
         except grpc.aio.AioRpcError as exc:
@@ -333,6 +351,7 @@ class GrpcServerLink:
         return int(reply.clients_held)
 
     async def close(self, spec: JobSpec) -> ClientSet:
+        """``Close`` (retried); remembers the server's seeded parties and returns the clients it holds."""
         request = ltm_pb2.CloseRequest(job_id=spec.job_id, job_digest=spec.digest)
         reply = await call_with_retry(lambda: self.stub.Close(request, timeout=30.0), server_id=self.server_id,
                                       endpoint=self.endpoint, what="Close", policy=self.policy, retries=self.retries)
@@ -340,6 +359,9 @@ class GrpcServerLink:
         return _held_set(spec, self.index, reply)
 
     async def release(self, spec: JobSpec, participants: ClientSet) -> tuple[np.ndarray, int]:
+        """``Release`` (retried): the result share, uint64 (m, D), and the bytes streamed
+        (:func:`fetch_result_share`).
+        """
         return await fetch_result_share(self.stub, spec, participants, server_index=self.index, policy=self.policy,
                                         retries=self.retries)
 

@@ -246,12 +246,17 @@ class DPRandomFeatureRegressor:
         return RandomFeatures(spec, d)
 
     def transform(self, X: np.ndarray) -> np.ndarray:
+        """The random-feature map of ``X`` (rows, d): float64 (rows, feature entries)."""
         X = np.asarray(X, dtype=np.float64)
         if X.ndim != 2:
             raise ValueError(f"X must be 2-D (rows, d), got shape {X.shape}")
         return self._map(X.shape[1]).apply(X)
 
     def fit(self, X: np.ndarray, y: np.ndarray) -> "DPRandomFeatureRegressor":
+        """Fit Algorithm 1 on ``X`` (rows, d) and ``y`` (rows,): minimum-norm coefficients in feature
+        space, clipped to the calibrated radius, then Gaussian output perturbation (``coef_``);
+        ``certified`` mode clips ``y`` to ±``label_bound`` first.  Returns self.
+        """
         A = self.transform(X)
         y = np.asarray(y, dtype=np.float64).reshape(-1)
         if y.shape[0] != A.shape[0]:
@@ -277,6 +282,9 @@ class DPRandomFeatureRegressor:
         return self
 
     def predict(self, X: np.ndarray, *, nonprivate: bool = False) -> np.ndarray:
+        """Predictions (rows,) for raw ``X`` (rows, d) from the private ``coef_`` (``nonprivate``: from the
+        unperturbed coefficients, for experiments only).
+        """
         if not hasattr(self, "coef_"):
             raise RuntimeError("DPRandomFeatureRegressor is not fitted; call fit() first")
         return self.transform(X) @ (self.nonprivate_coef_ if nonprivate else self.coef_)

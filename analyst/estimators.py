@@ -70,7 +70,8 @@ class ColumnTransform(Protocol):
     intercept: int | None
 
     @property
-    def feature_indices(self) -> list[int]: ...
+    def feature_indices(self) -> list[int]:
+        """The indices of the regressor columns (every column but the label)."""
 
 
 # --------------------------------------------------------------------------------------------

@@ -59,6 +59,10 @@ def fit_model(release: ReleasedSketch, model: str, *, lam: float = 0.0, rank: in
 
 
 def release_to_json(release: ReleasedSketch) -> dict[str, Any]:
+    """The released sketch as ``release.json``'s JSON object: columns, the (m, D) matrix as nested
+    lists, n, per-column centres and scales, the label and intercept indices, the noise variance
+    per column, the SHA-256 and the sketch kind.
+    """
     return {"columns": list(release.columns), "matrix": release.matrix.tolist(), "n": release.n,
             "centers": release.centers.tolist(), "scales": release.scales.tolist(), "label": release.label,
             "intercept": release.intercept, "noise_variance_per_column": release.noise_variance_per_column,
@@ -179,6 +183,7 @@ class JobRunner:
         return ids
 
     async def stop(self) -> None:
+        """Cancel every running job task and wait for them to end (their state stays in the store)."""
         for task in self.tasks.values():
             task.cancel()
         await asyncio.gather(*self.tasks.values(), return_exceptions=True)

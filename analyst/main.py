@@ -19,6 +19,7 @@ SERVICE_NAME = "ltm.v1.Analyst"
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Add the ``ltm analyst`` subcommand (its flags, and the ``--config`` keys they mirror) to ``sub``."""
     p = sub.add_parser("analyst", help="run the analyst: coordinates jobs, reconstructs releases, fits models",
                        description="The analyst service. The operator submits a job to it (`ltm job submit`); it "
                                    "publishes the job on every server, waits for the parties, closes the job, "
@@ -41,6 +42,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 async def serve(args: argparse.Namespace) -> None:
+    """Run the analyst service until SIGTERM/SIGINT: the job store under ``--out``, links to the
+    servers (mTLS, each endpoint checked against the server it names) and the gRPC service on
+    ``--listen``; running jobs resume after a restart.
+    """
     insecure = bool(args.insecure)
 
     def connect(endpoint: str, server_id: str):
@@ -62,6 +67,7 @@ async def serve(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """``ltm analyst``: check the certificates, set up JSON logging and serve; returns 0."""
     args = merge(args, load_config(args.config), required=("listen", "out"))
     if not args.insecure and not args.certs:
         raise SystemExit("ltm analyst: --certs is required (or --insecure for a plaintext test run)")

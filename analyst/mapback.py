@@ -33,10 +33,14 @@ class RawColumns:
 
     @property
     def feature_indices(self) -> list[int]:
+        """The indices of the regressor columns (every column but the label)."""
         return [j for j in range(len(self.columns)) if j != self.label]
 
     @classmethod
     def from_spec(cls, spec: JobSpec) -> "RawColumns":
+        """The public scaling of a job's columns: names, centres and scales (float64 (D,)), and the
+        indices of the label and the intercept (None when absent).
+        """
         roles = [c.role for c in spec.columns]
         return cls(columns=tuple(c.name for c in spec.columns),
                    centers=np.array([c.center for c in spec.columns], dtype=np.float64),

@@ -27,6 +27,7 @@ from ltm.jobfile import JobFile, JobFileError, parse_job_file, read_job_text, sp
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Add ``ltm job`` and its subcommands (check, submit, status, result, bounds) to ``sub``."""
     p = sub.add_parser("job", help="check, submit and follow jobs written as job files (public information only)",
                        description="The operator's side of a real job: a job file (TOML) written from public "
                                    "information only, checked locally, run by the analyst.")
@@ -77,6 +78,9 @@ def read_job_file(path: str) -> JobFile:
 
 
 def run_check(args: argparse.Namespace) -> int:
+    """``ltm job check``: validate a job file locally and print its digest, resolved choices and noise
+    plan (``--json``: as JSON); returns 0 (a bad file raises :class:`~ltm.jobfile.JobFileError`).
+    """
     jf = read_job_file(args.file)
     summary = spec_summary(jf)
     plan = jf.spec.noise_plan()
@@ -134,12 +138,14 @@ async def _with_analyst(args: argparse.Namespace, fn):
 
 
 def info_dict(info) -> dict[str, Any]:
+    """A ``JobInfo`` message as a plain dict (its ``progress_json`` decoded)."""
     return {"job_id": info.job_id, "job_digest": info.job_digest, "state": info.state, "phase": info.phase,
             "error": info.error, "submitted_at": info.submitted_at, "close_at": info.close_at,
             "release_sha256": info.release_sha256, "progress": json.loads(info.progress_json or "{}")}
 
 
 async def submit_job(stub, jf: JobFile, randomness: str = "") -> dict[str, Any]:
+    """Submit the job file's spec, fit and deadline to the analyst; returns the job's status dict."""
     from ltm.v1 import ltm_pb2
 
     info = await stub.Submit(ltm_pb2.SubmitRequest(spec_json=jf.spec.canonical_json(),
@@ -149,6 +155,7 @@ async def submit_job(stub, jf: JobFile, randomness: str = "") -> dict[str, Any]:
 
 
 async def job_status(stub, job_id: str = "") -> list[dict[str, Any]]:
+    """The status dicts of one job (``job_id``) or of every job the analyst holds ("")."""
     from ltm.v1 import ltm_pb2
 
     reply = await stub.GetStatus(ltm_pb2.GetStatusRequest(job_id=job_id), timeout=30.0)
@@ -176,6 +183,7 @@ async def wait_done(stub, job_id: str, timeout: float, poll_s: float = 0.5) -> d
 
 
 async def job_result(stub, job_id: str) -> tuple[str, dict[str, str]]:
+    """A finished job's release SHA-256 and its output files (name → text)."""
     from ltm.v1 import ltm_pb2
 
     reply = await stub.GetResult(ltm_pb2.GetResultRequest(job_id=job_id), timeout=60.0)
@@ -183,6 +191,9 @@ async def job_result(stub, job_id: str) -> tuple[str, dict[str, str]]:
 
 
 def run_submit(args: argparse.Namespace) -> int:
+    """``ltm job submit``: submit a job file, optionally wait until it ends; returns 0, or 1 when
+    the job failed.
+    """
     jf = read_job_file(args.file)
 
     async def go(stub):
@@ -204,6 +215,7 @@ def run_submit(args: argparse.Namespace) -> int:
 
 
 def run_status(args: argparse.Namespace) -> int:
+    """``ltm job status``: print one job's or every job's state and progress; returns 0."""
     rows = asyncio.run(_with_analyst(args, lambda stub: job_status(stub, args.job_id)))
     if args.json:
         print(json.dumps(rows if not args.job_id else rows[0], indent=2))
@@ -220,6 +232,9 @@ def run_status(args: argparse.Namespace) -> int:
 
 
 def run_result(args: argparse.Namespace) -> int:
+    """``ltm job result``: fetch a finished job's files into ``--out`` (names from the analyst are
+    checked: no directories, no dot files) and print the release hash and the model; returns 0.
+    """
     sha, files = asyncio.run(_with_analyst(args, lambda stub: job_result(stub, args.job_id)))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

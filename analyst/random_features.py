@@ -83,6 +83,9 @@ class RFRidge(FeatureSpaceModel):
         self.pipeline = FeaturePipeline.for_spec(spec)
 
     def fit(self, release: ReleasedSketch) -> "RFRidge":
+        """Fit ridge on the release of this job's random-feature vectors (λ: ``lam``, or the default rule
+        from the release's noise variance and m); returns self.
+        """
         if tuple(release.columns) != tuple(self.spec.vector_names):
             raise ValueError("the release's columns are not this job's client-vector entries "
                              "(fit the release of the job whose spec you passed)")

@@ -21,7 +21,7 @@ import numpy as np
 from analyst.coordinator import DEFAULT_RETRY, NotPublished, ReleaseFailed, RetryPolicy, Retries, grpc_links
 from analyst.jobs import UNDECLARED_RANDOMNESS, JobRunner, fit_model, release_of, release_to_json  # noqa: F401
 from analyst.store import AnalystStore
-from ltm.errors import ProtocolError
+from ltm.errors import LtmError, ProtocolError
 from ltm.identifiers import id_problem
 from ltm.jobfile import MAX_COLUMNS, MAX_DEADLINE_S, MODELS, FitSpec
 from ltm.jobspec import JobSpec, JobSpecError
@@ -101,16 +101,10 @@ class AnalystService(ltm_pb2_grpc.AnalystServicer):
 
     async def _refuse(self, context, exc: Exception) -> None:
         """Abort the call with the status that fits ``exc`` (and a message a person can act on)."""
-        if isinstance(exc, NotPublished):
-            await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
-        if isinstance(exc, ReleaseFailed):
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
-        if isinstance(exc, JobSpecError):
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        if isinstance(exc, LtmError) and exc.code != "INTERNAL":  # the status each error class names
+            await context.abort(grpc.StatusCode[exc.code], exc.status_message())
         if isinstance(exc, KeyError):
             await context.abort(grpc.StatusCode.ALREADY_EXISTS, exc.args[0])
-        if isinstance(exc, ProtocolError):
-            await context.abort(getattr(grpc.StatusCode, exc.code), exc.message)
         if isinstance(exc, grpc.aio.AioRpcError):
             await context.abort(exc.code(), f"a server refused the job: {exc.details()}")
         raise exc
@@ -127,6 +121,9 @@ class AnalystService(ltm_pb2_grpc.AnalystServicer):
         return ltm_pb2.SubmitJobResponse(job_id=spec.job_id, job_digest=record.digest)
 
     async def RunJob(self, request, context):
+        """Run a submitted job now and wait for it (operator only), with the fit the request gives (if
+        any); returns its report, FAILED_PRECONDITION if it does not end done.
+        """
         await authenticate(context, {"operator"}, insecure=self.insecure)
         await _check_job_id(context, request.job_id)
         try:
@@ -148,6 +145,9 @@ class AnalystService(ltm_pb2_grpc.AnalystServicer):
         return ltm_pb2.RunJobResponse(job_id=record.job_id, report_json=record.outputs["report.json"])
 
     async def Submit(self, request, context):
+        """Accept a job (operator only): its spec, fit and deadline are checked, it is stored, published
+        on every server and run in the background; returns its status.
+        """
         await authenticate(context, {"operator"}, insecure=self.insecure)
         try:
             spec = await asyncio.to_thread(parse_spec, request.spec_json, self.limits)
@@ -169,6 +169,7 @@ class AnalystService(ltm_pb2_grpc.AnalystServicer):
                                release_sha256=st["release_sha256"], progress_json=json.dumps(st["progress"]))
 
     async def GetStatus(self, request, context):
+        """The status of one job, or of every job the analyst holds when the request names none."""
         await authenticate(context, {"operator"}, insecure=self.insecure)
         if request.job_id:  # empty: every job
             await _check_job_id(context, request.job_id)
@@ -180,6 +181,7 @@ class AnalystService(ltm_pb2_grpc.AnalystServicer):
         return ltm_pb2.GetStatusResponse(jobs=infos)
 
     async def GetResult(self, request, context):
+        """A finished job's output files and release hash; FAILED_PRECONDITION while it runs or if it failed."""
         await authenticate(context, {"operator"}, insecure=self.insecure)
         await _check_job_id(context, request.job_id)
         record = await asyncio.to_thread(self.store.get, request.job_id)
@@ -199,6 +201,7 @@ class AnalystService(ltm_pb2_grpc.AnalystServicer):
         return await asyncio.to_thread(release_of, record)
 
     async def GetRelease(self, request, context):
+        """The job's released sketch: float64 (m, D) little-endian bytes, its SHA-256 and privacy report."""
         await authenticate(context, {"operator"}, insecure=self.insecure)
         await _check_job_id(context, request.job_id)
         release = await self._release(request.job_id, context)
@@ -208,6 +211,7 @@ class AnalystService(ltm_pb2_grpc.AnalystServicer):
                                           privacy_json=json.dumps(release.privacy))
 
     async def Fit(self, request, context):
+        """Fit another model on a finished job's release (post-processing: no privacy cost); returns it as JSON."""
         await authenticate(context, {"operator"}, insecure=self.insecure)
         await _check_job_id(context, request.job_id)
         release = await self._release(request.job_id, context)

@@ -139,6 +139,7 @@ class AnalystStore:
         self._lock = threading.Lock()
 
     def close(self) -> None:
+        """Close the database and release the directory lock."""
         with self._lock:
             self._db.close()
         self._lock_file.close()  # releases the flock
@@ -196,6 +197,7 @@ class AnalystStore:
                      header.encode() + b"\n" + blob, json.dumps(outputs), time.time(), job_id))
 
     def get(self, job_id: str) -> JobRecord | None:
+        """The stored record of ``job_id``, or None (a row that no longer parses is damage: exit 3)."""
         with _damage_reported(self._path):
             with self._lock:
                 row = self._db.execute("SELECT job_id, digest, spec_json, fit_json, randomness, submitted_at, "
@@ -204,6 +206,7 @@ class AnalystStore:
             return None if row is None else _record(row)
 
     def job_ids(self, state: str | None = None) -> list[str]:
+        """The ids of the stored jobs (only those in ``state`` if given), oldest submission first."""
         with self._lock, _damage_reported(self._path):
             if state is None:
                 rows = self._db.execute("SELECT job_id FROM jobs ORDER BY submitted_at").fetchall()

@@ -29,6 +29,8 @@ import sys
 from collections import deque
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
+from ltm.errors import LtmError
+
 T = TypeVar("T")
 
 EXECUTORS = ("local", "dask")
@@ -36,8 +38,10 @@ DASK_INSTALL_HINT = "pip install 'ltm[dask]'"
 DEFAULT_CONNECT_TIMEOUT = 10.0  # seconds to reach a --scheduler before giving up
 
 
-class ExecutorUnavailable(RuntimeError):
+class ExecutorUnavailable(LtmError, RuntimeError):
     """The chosen executor cannot run here (its package is missing, or its cluster is unreachable)."""
+
+    exit_code = 2  # what `ltm experiment run` exits with (experiments/runner.py)
 
 
 class Executor:

@@ -14,10 +14,13 @@ import numpy as np
 
 from experiments.registry import SERIES_STYLES
 from experiments.spec import ExperimentSpec
+from ltm.errors import LtmError
 
 
-class PlotsUnavailable(RuntimeError):
+class PlotsUnavailable(LtmError, RuntimeError):
     """matplotlib is not installed."""
+
+    exit_code = 2  # what `ltm experiment run` exits with (experiments/runner.py)
 
 
 # ---------------------------------------------------------------------------------- aggregation

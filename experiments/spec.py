@@ -63,14 +63,17 @@ from pathlib import Path
 from typing import Any
 
 from experiments.seeds import canonical, derive_seed
+from ltm.errors import LtmError
 
 SPEC_DIR = Path(__file__).resolve().parent / "specs"
 _TOP_KEYS = {"name", "title", "scenario", "module", "repetitions", "base_seed", "networked", "notes",
              "params", "grid", "reduced", "summary", "plot", "paper", "description"}
 
 
-class SpecError(ValueError):
+class SpecError(LtmError, ValueError):
     """A spec file that cannot be used; the message says what to fix."""
+
+    exit_code = 2
 
 
 @dataclass(frozen=True)

@@ -321,18 +321,19 @@ def main(argv: list[str] | None = None) -> int:
     command = next((a for a in argv if not a.startswith("-")), None)
     parser = build_parser(command)
     args = parser.parse_args(argv)
-    from ltm.dp.calibration import CalibrationError
-    from ltm.errors import CommandError
-    from ltm.jobspec import JobSpecError
+    from ltm.errors import LtmError
 
     try:
         return int(args.func(args) or 0)
-    except CommandError as exc:
-        print(f"ltm {args.command}: error: {_one_line(exc)}", file=sys.stderr)
-        return exc.status
-    except (JobSpecError, CalibrationError, ValueError) as exc:
-        print(f"ltm {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+    except (LtmError, ValueError) as exc:
+        # The one place an error becomes an exit status (ltm/errors.py lists them): the class's
+        # exit_code, and one line unless the actor has logged it already.  A ValueError from outside
+        # the project (a value a library refused) is a usage error, 2.  A list of problems (a job
+        # spec's, a job file's) keeps one per line.
+        if not getattr(exc, "reported", False):
+            text = str(exc) if hasattr(exc, "problems") or not isinstance(exc, LtmError) else _one_line(exc)
+            print(f"ltm {args.command}: error: {getattr(exc, 'prefix', '')}{text}", file=sys.stderr)
+        return int(getattr(exc, "exit_code", 2))
     except KeyboardInterrupt as exc:
         # Ctrl-C, or SIGTERM/SIGHUP where a command maps them to it (sim.launcher.stop_on_termination):
         # its cleanup has run; one line and the shell's status for death by that signal (128 + signum).

@@ -19,12 +19,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ltm.errors import LtmError
+
 #: Clients per step when a set is expanded into masks (digest, :meth:`ClientSet.to_mask` chunks).
 _MASK_CHUNK = 1 << 23  # a multiple of 8, so packed chunks concatenate to the packed whole
 
 
-class ClientSetError(ValueError):
+class ClientSetError(LtmError, ValueError):
     """A malformed client set (out of range, unsorted, overlapping, or the wrong encoding)."""
+
+    exit_code = 2
 
 
 def _merge(ranges: np.ndarray) -> np.ndarray:

@@ -31,6 +31,8 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from ltm.errors import LtmError
+
 #: Longest job or party id (a DNS label is at most 63 characters; a file name has room to spare).
 MAX_ID_CHARS = 64
 #: Longest column name (or transform name prefix).
@@ -49,8 +51,10 @@ COLUMN_RULE = (f"1–{MAX_COLUMN_CHARS} characters of letters, digits, spaces an
                f"letter, digit, '_' or '(', without '..', double or trailing spaces")
 
 
-class IdentifierError(ValueError):
+class IdentifierError(LtmError, ValueError):
     """An id outside the grammar (the message says which id, where, and the rule)."""
+
+    exit_code = 2
 
 
 def _shown(value: Any) -> str:

@@ -38,7 +38,7 @@ from typing import Any
 from ltm.jobspec import (CALIBRATIONS, INTERCEPT_NAME, MECHANISMS, PARTITIONS, RELEASE_KINDS, ROLES, ColumnSpec,
                          JobSpec, JobSpecError, PartySpec, PrejobSpec, PrivacySpec, ServerSpec, SketchSpec,
                          UPLOAD_MODES, default_upload_mode, resolve_defaults, validate_job)
-from ltm.errors import bounded
+from ltm.errors import LtmError, bounded
 from ltm.identifiers import column_problem, endpoint_problem, id_problem, party_id_problem, server_id_problem
 from ltm.lifts import get_lift
 from ltm.jobspec import _typed as typed_record
@@ -91,8 +91,10 @@ MAX_SKETCH_ROWS = 1 << 20
 MAX_PIECES = 64
 
 
-class JobFileError(ValueError):
+class JobFileError(LtmError, ValueError):
     """A job file that cannot run; ``problems`` has one actionable line per problem."""
+
+    exit_code = 2
 
     #: at most this many problems are shown, each cut to MAX_PROBLEM_CHARS (a hostile file may have
     #: 200 000 unknown keys, or a key a megabyte long); ``problems`` keeps them all
@@ -346,6 +348,9 @@ def parse_job_file(text: str, *, source: str = "job file", resolve: bool = True)
     size and nesting before TOML parsing, the number of parties, columns and servers before any
     entry is read, each count of clients, m and s as it is read, and every id against
     :mod:`ltm.identifiers`; only then does validation loop over the n clients.
+
+    Each section is read by its own function, in the file's order, into one list of problems; the
+    file is refused with all of them at once.
     """
     doc = load_toml(text, source)
     counts = [_over(len(v), limit, f"[[{name}]] tables") for name, limit in
@@ -354,6 +359,53 @@ def parse_job_file(text: str, *, source: str = "job file", resolve: bool = True)
     if any(counts):
         raise JobFileError([c for c in counts if c], source)
     p = _Problems()
+    tables, arrays = _sections(p, doc)
+    job, privacy = _job_keys(p, tables["job"]), _privacy_keys(p, tables["privacy"])
+    cols = _columns_section(p, arrays["columns"], job.clip_bound)
+    party_specs, n = _parties_section(p, tables["job"], arrays["parties"], job, cols, source)
+    kind, m, s, seed = _release_keys(p, tables["release"], job.job_id)
+    server_specs = _servers_section(p, arrays["servers"])
+    fit = _fit_keys(p, tables["fit"], cols)
+    transforms = _transforms_section(p, arrays["transforms"])
+
+    if p.items:
+        raise JobFileError(p.items, source)
+    privacy_t = tables["privacy"]
+    spec = JobSpec(
+        job_id=job.job_id, partition=job.partition, n=n, columns=tuple(cols.specs), parties=tuple(party_specs),
+        clip_bound=job.clip_bound, frac_bits=job.frac_bits,
+        sketch=SketchSpec(kind=kind, m=m or 1, s=s, seed=seed),  # kind 'auto': the planner decides below
+        privacy=PrivacySpec(epsilon=privacy.epsilon, delta=privacy.delta, mechanism=privacy.mechanism,
+                            calibration=privacy.calibration, interpolate_p=privacy.interpolate_p,
+                            t_prime=_integer(p, privacy_t, "t_prime", "[privacy]", 0),
+                            corrupt_parties=_integer(p, privacy_t, "corrupt_parties", "[privacy]", 0),
+                            min_honest_load=_integer(p, privacy_t, "min_honest_load", "[privacy]", 0),
+                            min_participants=_integer(p, privacy_t, "min_participants", "[privacy]", 0)),
+        servers=tuple(server_specs), clip_norm="l1" if privacy.mechanism == "laplace" else "l2",
+        share_mode=job.share_mode, prejobs=privacy.prejobs, transforms=tuple(transforms),
+        reproduction=bool(job.reproduction), upload_mode=job.upload_mode,
+        # the trust assumption (JobSpec.colluding_servers): absent = k − 1
+        colluding_servers=_integer(p, privacy_t, "colluding_servers", "[privacy]", None),
+    )
+    if p.items:
+        raise JobFileError(p.items, source)
+    plan_reason = ""
+    if spec.upload_mode == "auto":
+        spec = replace(spec, upload_mode=default_upload_mode(spec))
+    if kind == "auto":
+        spec, plan_reason = _planned(spec, m, cols.labelled, job.max_party_upload_bytes or 0)
+    if resolve:
+        try:
+            spec = resolve_defaults(spec)
+            validate_job(spec)
+        except JobSpecError as exc:
+            raise JobFileError(exc.problems, source) from None
+    return JobFile(spec, fit, job.deadline_s, plan_reason)
+
+
+def _sections(p: _Problems, doc: dict[str, Any]) -> tuple[dict[str, dict], dict[str, list[dict]]]:
+    """The file's ``[section]`` tables and ``[[array]]`` entries by name (empty where absent or of
+    the wrong shape, which is a problem), each checked for unknown keys."""
     p.unknown("the file", doc, set(_SECTIONS) | set(_ARRAYS))
     tables: dict[str, dict] = {}
     for name in _SECTIONS:
@@ -372,8 +424,26 @@ def parse_job_file(text: str, *, source: str = "job file", resolve: bool = True)
         for i, entry in enumerate(value):
             p.unknown(f"[[{name}]] #{i + 1}", entry, _ARRAYS[name])
         arrays[name] = value
+    return tables, arrays
 
-    job, release, privacy, fit_t = tables["job"], tables["release"], tables["privacy"], tables["fit"]
+
+@dataclass(frozen=True)
+class _JobKeys:
+    """The ``[job]`` table's keys as read (a key of the wrong type reads as its default)."""
+
+    job_id: str
+    partition: str
+    clip_bound: Any
+    share_mode: str
+    frac_bits: Any
+    deadline_s: Any
+    reproduction: bool
+    upload_mode: str
+    max_party_upload_bytes: Any
+
+
+def _job_keys(p: _Problems, job: dict) -> _JobKeys:
+    """``[job]``: id, partition, clip bound, share and upload modes, deadline (``rows`` is read with the parties)."""
     job_id = p.get(job, "id", str, "[job]", "", required=True)
     if job_id and (bad := id_problem(job_id, "[job].id")):
         p.add(bad + " (it names files and directories of every actor)")
@@ -399,8 +469,24 @@ def parse_job_file(text: str, *, source: str = "job file", resolve: bool = True)
     if not (isinstance(deadline_s, float) and 0 < deadline_s <= MAX_DEADLINE_S):
         p.add(f"[job].deadline_s must be a positive number of seconds, at most {MAX_DEADLINE_S:g} (30 days), "
               f"got {deadline_s!r}")
+    return _JobKeys(job_id, partition, clip_bound, share_mode, frac_bits, deadline_s, reproduction, upload_mode,
+                    max_party_upload_bytes)
 
-    # ---- privacy
+
+@dataclass(frozen=True)
+class _PrivacyKeys:
+    """The ``[privacy]`` keys that shape the noise (the trust keys are read when the spec is built)."""
+
+    mechanism: str
+    epsilon: Any
+    delta: Any
+    calibration: str
+    interpolate_p: Any
+    prejobs: tuple
+
+
+def _privacy_keys(p: _Problems, privacy: dict) -> _PrivacyKeys:
+    """``[privacy]``: mechanism, ε and δ, calibration, and the pre-jobs."""
     mechanism = p.get(privacy, "mechanism", str, "[privacy]", "gaussian")
     if mechanism not in MECHANISMS:
         p.add(f"[privacy].mechanism must be one of {', '.join(MECHANISMS)}, got {mechanism!r}")
@@ -414,9 +500,25 @@ def parse_job_file(text: str, *, source: str = "job file", resolve: bool = True)
     if calibration == "interpolate" and interpolate_p is None:
         p.add("[privacy].calibration 'interpolate' needs interpolate_p (0 = local model, 1 = distributed)")
     prejobs = _prejobs(p, privacy.get("prejob", []))
+    return _PrivacyKeys(mechanism, epsilon, delta, calibration, interpolate_p, prejobs)
 
-    # ---- columns
-    columns = arrays["columns"]
+
+@dataclass(frozen=True)
+class _Columns:
+    """The ``[[columns]]`` as read: names and roles in file order (one per entry, valid or not), the
+    squared-clip-budget shares of a regressor (``share_p``) and of the label (``share_q``), and the
+    column specs that could be built."""
+
+    names: list[str]
+    roles: list[str]
+    labelled: bool
+    share_p: float
+    share_q: float
+    specs: list[ColumnSpec]
+
+
+def _columns_section(p: _Problems, columns: list[dict], clip_bound: Any) -> _Columns:
+    """``[[columns]]``: each column's name and role, then its range or center (:func:`_column`)."""
     if not columns:
         p.add("the job has no columns: add one '[[columns]]' table per column (name, role, and a range or center)")
     names: list[str] = []
@@ -445,9 +547,16 @@ def parse_job_file(text: str, *, source: str = "job file", resolve: bool = True)
                       share_q if roles[i] == "label" else share_p, clip_bound)
         if col is not None:
             col_specs.append(col)
+    return _Columns(names, roles, labelled, share_p, share_q, col_specs)
 
-    # ---- parties
-    parties = arrays["parties"]
+
+def _parties_section(p: _Problems, job: dict, parties: list[dict], keys: _JobKeys, cols: _Columns,
+                     source: str) -> tuple[list[PartySpec], int]:
+    """``[[parties]]`` (and ``[job].rows``): the party specs and n.  In the rows partition each
+    party's clients follow the previous party's; n above the limit is refused at once, before
+    validation would walk n clients.  In the columns partition a party without a clip bound gets
+    the share of ``[job].clip_bound`` its block of columns carries."""
+    partition, clip_bound = keys.partition, keys.clip_bound
     if not parties:
         p.add("the job has no parties: add one '[[parties]]' table per party (id, and clients or columns)")
     rows = _integer(p, job, "rows", "[job]", None, required=partition == "columns")
@@ -487,14 +596,18 @@ def parse_job_file(text: str, *, source: str = "job file", resolve: bool = True)
                 p.add(f"{where}.columns must be a list of column names")
                 block = []
             party_clip = _number(p, q, "clip_bound", where, None)
-            if party_clip is None and col_specs and clip_bound:
+            if party_clip is None and cols.specs and clip_bound:
                 # Split C² in proportion to the block's share of the columns' budget.
-                shares = {n: (share_q if r == "label" else share_p) for n, r in zip(names, roles)}
+                shares = {n: (cols.share_q if r == "label" else cols.share_p) for n, r in zip(cols.names, cols.roles)}
                 party_clip = clip_bound * math.sqrt(sum(shares.get(b, 0.0) for b in block)) * (1 - 1e-12)
             party_specs.append(PartySpec(pid, 0, rows or 0, tuple(block), party_clip or 0.0))
     n = start if partition == "rows" else (rows or 0)
+    return party_specs, n
 
-    # ---- release
+
+def _release_keys(p: _Problems, release: dict, job_id: str) -> tuple[str, Any, Any, str | None]:
+    """``[release]``: ``(kind, m, s, seed)``; a lifted kind is a sum over clients (m = s = 1), a
+    dense sketch has s = m, and a job without a seed gets :func:`derived_seed` of its id."""
     kind = p.get(release, "kind", str, "[release]", "auto")
     if kind not in RELEASE_KINDS + ("auto",):
         p.add(f"[release].kind must be auto or one of {', '.join(RELEASE_KINDS)}, got {kind!r}")
@@ -511,9 +624,11 @@ def parse_job_file(text: str, *, source: str = "job file", resolve: bool = True)
     seed = p.get(release, "seed", str, "[release]", None)
     if seed is None and job_id:
         seed = derived_seed(job_id)
+    return kind, m, s, seed
 
-    # ---- servers
-    servers = arrays["servers"]
+
+def _servers_section(p: _Problems, servers: list[dict]) -> list[ServerSpec]:
+    """``[[servers]]``: id and endpoint of each; at least two (additive sharing)."""
     server_specs = []
     for i, sv in enumerate(servers):
         where = f"[[servers]] #{i + 1}"
@@ -527,24 +642,31 @@ def parse_job_file(text: str, *, source: str = "job file", resolve: bool = True)
     if len(servers) < 2:
         p.add(f"at least 2 servers are needed for additive sharing; the file names {len(servers)} "
               f"(add '[[servers]]' tables with id and endpoint)")
+    return server_specs
 
-    # ---- fit
-    model = p.get(fit_t, "model", str, "[fit]", "ridge" if labelled else "lowrank")
+
+def _fit_keys(p: _Problems, fit_t: dict, cols: _Columns) -> FitSpec:
+    """``[fit]``: the model (ridge with a label, low rank without), λ, rank and de-biasing."""
+    model = p.get(fit_t, "model", str, "[fit]", "ridge" if cols.labelled else "lowrank")
     if model not in MODELS:
         p.add(f"[fit].model must be one of {', '.join(MODELS)}, got {model!r}")
-    elif model not in ("lowrank", "none") and not labelled:
+    elif model not in ("lowrank", "none") and not cols.labelled:
         p.add(f"[fit].model {model!r} is a regression: give one column role = \"label\", or use model = \"lowrank\"")
     lam = _number(p, fit_t, "lambda", "[fit]", 0.0)
     rank = _integer(p, fit_t, "rank", "[fit]", 5)
-    if isinstance(rank, int) and model == "lowrank" and not 1 <= rank <= max(len(names), 1):
-        p.add(f"[fit].rank must be in [1, {len(names)}] (the number of columns), got {rank}")
+    if isinstance(rank, int) and model == "lowrank" and not 1 <= rank <= max(len(cols.names), 1):
+        p.add(f"[fit].rank must be in [1, {len(cols.names)}] (the number of columns), got {rank}")
     if isinstance(lam, float) and lam < 0:
         p.add(f"[fit].lambda must be ≥ 0 (0 = the default rule), got {lam}")
     debias = p.get(fit_t, "debias", bool, "[fit]", True)
+    return FitSpec(model, lam, rank, debias)
 
+
+def _transforms_section(p: _Problems, entries: list[dict]) -> list[TransformSpec]:
+    """``[[transforms]]``: each a :class:`~ltm.transforms.TransformSpec`, the client vector's width bounded."""
     transforms = []
     outputs = 0  # transform outputs so far (sincos doubles them): the client vector's width is bounded
-    for i, entry in enumerate(arrays["transforms"]):
+    for i, entry in enumerate(entries):
         try:  # the fields of ltm.transforms.TransformSpec, checked with the spec (transform_problems)
             t = typed_record(TransformSpec, entry, f"[[transforms]] #{i + 1}")
         except JobSpecError as exc:
@@ -558,38 +680,7 @@ def parse_job_file(text: str, *, source: str = "job file", resolve: bool = True)
             p.add(bad)
         else:
             transforms.append(t)
-
-    if p.items:
-        raise JobFileError(p.items, source)
-    spec = JobSpec(
-        job_id=job_id, partition=partition, n=n, columns=tuple(col_specs), parties=tuple(party_specs),
-        clip_bound=clip_bound, frac_bits=frac_bits,
-        sketch=SketchSpec(kind=kind, m=m or 1, s=s, seed=seed),  # kind 'auto': the planner decides below
-        privacy=PrivacySpec(epsilon=epsilon, delta=delta, mechanism=mechanism, calibration=calibration,
-                            interpolate_p=interpolate_p, t_prime=_integer(p, privacy, "t_prime", "[privacy]", 0),
-                            corrupt_parties=_integer(p, privacy, "corrupt_parties", "[privacy]", 0),
-                            min_honest_load=_integer(p, privacy, "min_honest_load", "[privacy]", 0),
-                            min_participants=_integer(p, privacy, "min_participants", "[privacy]", 0)),
-        servers=tuple(server_specs), clip_norm="l1" if mechanism == "laplace" else "l2", share_mode=share_mode,
-        prejobs=prejobs, transforms=tuple(transforms), reproduction=bool(reproduction), upload_mode=upload_mode,
-        # the trust assumption (JobSpec.colluding_servers): absent = k − 1
-        colluding_servers=_integer(p, privacy, "colluding_servers", "[privacy]", None),
-    )
-    if p.items:
-        raise JobFileError(p.items, source)
-    plan_reason = ""
-    if spec.upload_mode == "auto":
-        spec = replace(spec, upload_mode=default_upload_mode(spec))
-    if kind == "auto":
-        spec, plan_reason = _planned(spec, m, labelled, max_party_upload_bytes or 0)
-    if resolve:
-        try:
-            spec = resolve_defaults(spec)
-            validate_job(spec)
-        except JobSpecError as exc:
-            raise JobFileError(exc.problems, source) from None
-    return JobFile(spec, FitSpec(model, lam, rank, debias), deadline_s, plan_reason)
-
+    return transforms
 
 def _planned(spec: JobSpec, m: int | None, labelled: bool, max_party_upload_bytes: int = 0) -> tuple[JobSpec, str]:
     """``[release] kind = "auto"``: the planner's kind and parameters (ltm.planner, public inputs only)."""

@@ -32,6 +32,7 @@ from ltm import replicated
 from ltm.sharing import SHARE_MODES
 from ltm.sketch import CHUNK_CLIENTS, SKETCH_KINDS, Sketch
 from ltm.transforms import TransformSpec, VectorEntry, transform_problems, vector_layout
+from ltm.errors import LtmError
 
 #: Release kinds a job spec's ``sketch.kind`` may name: the LTM sketches and the lifted kinds
 #: (:mod:`ltm.lifts`; their public map is the one-row ``sum`` sketch).
@@ -49,8 +50,11 @@ MIN_FRAC_BITS = 8
 _EXACT_PARTY_LOAD_CELLS = 20_000_000
 
 
-class JobSpecError(ValueError):
+class JobSpecError(LtmError, ValueError):
     """A job spec that must not run; ``problems`` lists every reason."""
+
+    exit_code = 2
+    code = "INVALID_ARGUMENT"
 
     def __init__(self, problems: list[str]) -> None:
         self.problems = list(problems)

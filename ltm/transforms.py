@@ -46,6 +46,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from ltm.errors import LtmError
 from ltm.randomness import RandomStream, xof
 
 __all__ = [
@@ -68,8 +69,10 @@ __all__ = [
 ]
 
 
-class TransformError(ValueError):
+class TransformError(LtmError, ValueError):
     """A transform that cannot be built or applied; the message says what to change."""
+
+    exit_code = 2
 
 
 @dataclass(frozen=True)

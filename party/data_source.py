@@ -23,11 +23,14 @@ from pathlib import Path
 
 import numpy as np
 
+from ltm.errors import LtmError
 from ltm.randomness import Randomness
 
 
-class DataSourceError(ValueError):
+class DataSourceError(LtmError, ValueError):
     """A data file a party cannot read; the message names the file and the problem."""
+
+    exit_code = 2
 
 
 def _sniff_delimiter(sample: str) -> str:
@@ -54,6 +57,7 @@ class NonNumeric:
     numeric_cells: int
 
     def describe(self, source: str) -> str:
+        """The one-line refusal naming the cell: data row, file line, column and value."""
         return (f"{source}: data row {self.row} (line {self.row + 1}), column {self.column!r}: "
                 f"{self.value!r} is not a number "
                 f"(fix the cell, or leave it empty or NA to mark it missing)")
@@ -177,6 +181,7 @@ class PartySource:
 
     @property
     def rows(self) -> int:
+        """The number of data rows."""
         raise NotImplementedError
 
     #: the numeric 1-D columns, set by each source (see :attr:`columns`)
@@ -253,11 +258,13 @@ class TableSource(PartySource):
 
     @property
     def rows(self) -> int:
+        """The number of rows (every column must have it)."""
         if self._rows < 0:
             raise DataSourceError(f"{self.description}: columns of different lengths")
         return self._rows
 
     def read(self, start: int, stop: int, names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+        """Rows ``[start, stop)`` of the named columns (all by default): name → float64 (stop − start,)."""
         names = self._check_range(start, stop, names)
         return {k: self.table[k][start:stop] for k in names}
 
@@ -416,6 +423,7 @@ class SyntheticRidge:
 
     @property
     def names(self) -> tuple[str, ...]:
+        """The column names: ``x0`` … ``x{d-1}``, then ``y``."""
         return (*(f"x{j}" for j in range(self.d)), "y")
 
     def _root(self) -> Randomness:
@@ -466,10 +474,12 @@ class SyntheticRidgeSource(PartySource):
 
     @property
     def rows(self) -> int:
+        """The number of rows this party holds (n)."""
         return self.n
 
     @property
     def columns(self) -> tuple[str, ...]:
+        """The column names (the model's)."""
         return self.model.names
 
     def _block(self, j: int) -> np.ndarray:
@@ -478,6 +488,9 @@ class SyntheticRidgeSource(PartySource):
         return self._cache[1]
 
     def read(self, start: int, stop: int, names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+        """Rows ``[start, stop)`` of the named columns, generated block by block from the model's seed
+        (the same rows whatever the range asked): name → float64 (stop − start,).
+        """
         names = self._check_range(start, stop, names)
         a, b = self.offset + start, self.offset + stop
         out = {k: np.empty(stop - start) for k in names}

@@ -45,6 +45,7 @@ from hashlib import sha256
 from pathlib import Path
 
 from ltm.batch import ShareBatch
+from ltm.errors import LtmError
 from ltm.jobspec import JobSpec
 from ltm.randomness import DERIVED_MODE, Randomness
 from transport.files import fsync_dir
@@ -56,9 +57,12 @@ JOURNAL_SUFFIX = ".journal.json"
 SEEDED = "seeded"
 
 
-class JournalError(Exception):
+class JournalError(LtmError):
     """The journal cannot be used for this upload (another job, batch size or randomness mode, or
     data that changed since a batch was first sent); the message says what to do."""
+
+    exit_code = 6
+    prefix = "upload journal: "
 
 
 _SAFE = re.compile(r"[A-Za-z0-9_.-]")
@@ -73,6 +77,7 @@ def _component(name: str) -> str:
 
 
 def journal_path(state_dir: str | os.PathLike[str], job_id: str, party_id: str) -> Path:
+    """The journal file of ``party_id``'s upload of ``job_id`` under ``state_dir``."""
     return Path(state_dir) / f"{_component(party_id)}--{_component(job_id)}{JOURNAL_SUFFIX}"
 
 
@@ -178,6 +183,7 @@ class UploadJournal:
 
     # ------------------------------------------------------------------ state
     def done_batches(self) -> set[int]:
+        """The indices of the batches every server has acknowledged."""
         with self._lock:
             return {b for b, e in self._entries.items() if e.done}
 

@@ -89,6 +89,7 @@ from typing import Any
 
 import numpy as np
 
+from ltm.errors import LtmError
 from ltm.jobspec import JobSpec
 from party.data_source import FINGERPRINT_TAG, PartySource, fingerprint_column_header
 from party.journal import _component, party_journals
@@ -121,16 +122,23 @@ ACCOUNTANT = ("zCDP (ρ add up; dp_accounting's RDP accountant converts the sum)
 _GENESIS = hashlib.sha256(LEDGER_FORMAT.encode()).hexdigest()
 
 
-class BudgetExceeded(Exception):
+class BudgetExceeded(LtmError):
     """The job would take the ledger past its budget; nothing was sent."""
 
+    exit_code = 3
 
-class AccountantUnavailable(Exception):
+
+class AccountantUnavailable(LtmError):
     """``dp_accounting`` is not installed: the party cannot account and must not upload."""
 
+    exit_code = 3
 
-class LedgerError(Exception):
+
+class LedgerError(LtmError):
     """The ledger cannot be used (unreadable, another party's, a source misused); nothing was sent."""
+
+    exit_code = 7  # never a reset: the party refuses until a person restores or explains the ledger
+    prefix = "privacy ledger: "
 
 
 class LedgerCorrupt(LedgerError):
@@ -228,6 +236,7 @@ class Spend:
     seeded_jobs: int = 0
 
     def to_json(self) -> dict[str, Any]:
+        """The spend as JSON (an infinite ε as null)."""
         return {"epsilon": self.epsilon if math.isfinite(self.epsilon) else None, "delta": self.delta,
                 "jobs": self.jobs, "seeded_jobs": self.seeded_jobs}
 
@@ -307,6 +316,9 @@ class Admission:
     source: str = DEFAULT_SOURCE
 
     def to_json(self) -> dict[str, Any]:
+        """The admission as JSON: the job, whether it was charged, the spend before and after, the
+        budget, the accountant, the ledger file and the source.
+        """
         budget = {"epsilon": self.budget.epsilon if math.isfinite(self.budget.epsilon) else None,
                   "delta": self.budget.delta}
         return {"job_id": self.job_id, "charged": self.charged, "before": self.before.to_json(),
@@ -461,6 +473,7 @@ class PrivacyLedger:
 
     @classmethod
     def in_memory(cls, party_id: str, budget: Budget | None = None) -> "PrivacyLedger":
+        """A ledger that is never written (simulations and tests: nothing survives the process)."""
         return cls(party_id, budget)
 
     # ------------------------------------------------------------------ state

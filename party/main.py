@@ -28,9 +28,14 @@ from transport.tls import check_certificates, make_channel
 log = logging.getLogger("ltm.party")
 #: While fetching the job spec these mean "not yet": the job is not published or a server is not up.
 RETRY_FETCH = (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+#: The refusals a party logs (one JSON line, then its exit status: 3 policy or budget, 5 upload
+#: incomplete, 6 journal, 7 ledger); its other errors (bad data: 4) are the command's one line.
+LOGGED_REFUSALS = (PolicyViolation, BudgetExceeded, AccountantUnavailable, LedgerError, UploadIncomplete,
+                   JournalError)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Add the ``ltm party`` subcommand (its flags, and the ``--config`` keys they mirror) to ``sub``."""
     p = sub.add_parser("party", help="run a party: fetch and vet a job, upload shares to every server",
                        description="A data owner's process. It fetches the job a server publishes, refuses it "
                                    "unless it meets this party's policy (ε, δ, corruption tolerance, calibration) "
@@ -168,6 +173,10 @@ async def _fetch_with_wait(stubs, job_id: str, deadline: float, pinned: list[str
 
 
 async def participate(args: argparse.Namespace) -> dict:
+    """Fetch the job from every server, vet it against the policy, check the data, charge the ledger
+    and upload; returns the run's summary (clients, batches, bytes per server, seconds, the ledger
+    entry, resource use).  Refusals raise (see :data:`LOGGED_REFUSALS`).
+    """
     endpoints = [e.strip() for e in args.servers.split(",") if e.strip()]
     server_ids = [s.strip() for s in (args.server_ids or "").split(",") if s.strip()]
     if server_ids and len(server_ids) != len(endpoints):
@@ -290,6 +299,9 @@ def summary_lines(r: dict) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    """``ltm party``: check the flags and certificates before contacting anyone, participate, print
+    the summary; returns the exit status (refusals exit with their class's, ltm/errors.py).
+    """
     args = merge(args, load_config(args.config), required=("id", "servers", "job", "data"))
     if not args.insecure and not args.certs:
         raise SystemExit("ltm party: --certs is required (or --insecure for a plaintext test run)")
@@ -308,23 +320,15 @@ def run(args: argparse.Namespace) -> int:
     setup_logging(args.id, args.log_level or "info")
     try:
         result = asyncio.run(participate(args))
-    except (PolicyViolation, BudgetExceeded, AccountantUnavailable) as exc:
-        log.error(str(exc))
-        return 3
-    except LedgerError as exc:  # missing, corrupt, another party's, a source misused: never a reset
-        log.error(f"privacy ledger: {exc}")
-        return 7
-    except PartyDataError as exc:
-        raise CommandError(f"bad data: {exc}", status=4) from None
+    except LOGGED_REFUSALS as exc:
+        # A party often runs unattended: its refusals are JSON log lines (what operators collect);
+        # the ltm command then only exits with the class's status (ltm/errors.py).
+        log.error(f"{exc.prefix}{exc}")
+        exc.reported = True
+        raise
     except grpc.aio.AioRpcError as exc:
         log.error("upload refused", extra={"code": exc.code().name, "details": exc.details()})
         return 5
-    except UploadIncomplete as exc:
-        log.error(f"upload incomplete: {exc}")
-        return 5
-    except JournalError as exc:
-        log.error(f"upload journal: {exc}")
-        return 6
     if args.summary_file:
         Path(args.summary_file).write_text(json.dumps(result))
     print("\n".join(summary_lines(result)), flush=True)

@@ -15,6 +15,7 @@ import numpy as np
 from ltm.batch import ShareBatch
 from ltm.dp.calibration import NoisePlan
 from ltm.clipping import clip_rows
+from ltm.errors import LtmError
 from ltm.jobspec import JobSpec, PartySpec
 from ltm.dp.grid import round_to_grid
 from ltm.dp.noise import sample_noise
@@ -32,8 +33,11 @@ DEFAULT_BATCH_CLIENTS = 1 << 16
 MAX_BATCH_ELEMENTS = 1 << 22
 
 
-class PartyDataError(ValueError):
+class PartyDataError(LtmError, ValueError):
     """The party's data does not fit the job spec (missing columns, NaN, wrong length, …)."""
+
+    exit_code = 4
+    prefix = "bad data: "
 
 
 def _needed_raw_columns(spec: JobSpec, indices: list[int]) -> list[str]:
@@ -173,6 +177,7 @@ def effective_batch_clients(spec: JobSpec, party: PartySpec, requested: int = DE
 
 
 def plan_batches(party: PartySpec, batch_clients: int = DEFAULT_BATCH_CLIENTS) -> BatchPlan:
+    """The party's clients cut into batches of at most ``batch_clients``: (index, start, stop) each."""
     if batch_clients < 1:
         raise ValueError("batch size must be ≥ 1")
     ranges = tuple((i, a, min(a + batch_clients, party.stop))

@@ -24,7 +24,7 @@ from ltm.batch import CSPRNG_MODE, SEEDED_MODE, ShareBatch
 from ltm.identifiers import spec_id_problems
 from ltm.dp.grid import noise_grid_problem
 from ltm.dp.noise import MAX_GRID_SCALE, widest_noise_draw
-from ltm.errors import ProtocolError
+from ltm.errors import LtmError, ProtocolError
 from ltm.jobspec import JobSpec, default_corrupt_parties
 from ltm.limits import decode_spec
 from ltm.randomness import Randomness
@@ -40,8 +40,10 @@ RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grp
              grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN}
 
 
-class PolicyViolation(Exception):
+class PolicyViolation(LtmError):
     """The job asks for something this party's policy does not accept; nothing was sent."""
+
+    exit_code = 3
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,10 @@ class PartyPolicy:
     min_colluding_servers: int | None = None
 
     def check(self, spec: JobSpec, *, seeded: bool = False) -> None:
+        """Refuse the job (:class:`PolicyViolation`, every reason listed) unless it meets this policy:
+        ε and δ limits, corruption tolerance, colluding servers, t′, participants, calibration, the
+        expected servers, reproduction and seeded randomness, the upload mode.
+        """
         p = spec.privacy
         problems = []
         if p.epsilon > self.max_epsilon:
@@ -168,8 +174,11 @@ class UploadSummary:
     finished_unix: float = 0.0
 
 
-class UploadIncomplete(Exception):
+class UploadIncomplete(LtmError):
     """A batch could not be delivered to every server; the message says which servers have it."""
+
+    exit_code = 5
+    prefix = "upload incomplete: "
 
 
 async def fetch_job(stubs: list[ltm_pb2_grpc.ServerStub], job_id: str, timeout: float = 10.0) -> JobSpec:
@@ -251,6 +260,7 @@ class Progress:
         self.start = time.monotonic()
 
     def advance(self, amount: int) -> None:
+        """Count ``amount`` more clients sent and redraw the progress bar on stderr (after the first second)."""
         self.done += amount
         if self.enabled and time.monotonic() - self.start > 1.0:
             frac = self.done / max(self.total, 1)

@@ -66,6 +66,11 @@ class ServerCore:
 
     # ------------------------------------------------------------------ helpers
     def spec(self, job_id: str) -> JobSpec:
+        """The spec of job ``job_id`` on this server.
+
+        Every RPC naming a job comes here first: an id outside the grammar is INVALID_ARGUMENT, a job
+        this server does not hold is NOT_FOUND (:class:`~ltm.errors.ProtocolError`).
+        """
         problem = id_problem(job_id, "job id")  # every RPC naming a job comes here first
         if problem:
             raise ProtocolError("INVALID_ARGUMENT", problem)
@@ -89,6 +94,9 @@ class ServerCore:
         return self._slots[spec.job_id]
 
     def server_index(self, spec: JobSpec) -> int:
+        """This server's index i (0 ≤ i < k) in the job's server list, which says which share it holds;
+        FAILED_PRECONDITION if the job does not name this server.
+        """
         ids = [s.server_id for s in spec.servers]
         if self.server_id not in ids:
             raise ProtocolError("FAILED_PRECONDITION", f"server {self.server_id!r} is not one of the job's servers {ids}")

@@ -113,6 +113,7 @@ class Coverage:
         return out
 
     def copy(self) -> "Coverage":
+        """An independent copy (later adds to either do not show in the other)."""
         out = Coverage(self.n, self.width)
         out._sets = {key: r.copy() for key, r in self._sets.items()}
         out._by_column = {c: list(keys) for c, keys in self._by_column.items()}

@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import sys
 import time
 from pathlib import Path
 
@@ -41,6 +40,7 @@ class _OfflineAction(argparse.Action):
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Add the ``ltm server`` subcommand (its flags, and the ``--config`` keys they mirror) to ``sub``."""
     p = sub.add_parser("server", help="run an LTM server (stores shares, enforces the release gate)",
                        description="One of the job's k non-colluding servers. It publishes the jobs the analyst "
                                    "creates, stores the shares parties upload (durably, in --data-dir), and at "
@@ -72,6 +72,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 async def serve(args: argparse.Namespace, limits: ServerLimits) -> None:
+    """Serve until SIGTERM/SIGINT: open the store in ``--data-dir``, serve the gRPC service (mutual
+    TLS unless ``--insecure``) on ``--listen`` (and a plaintext health probe on ``--health-listen``
+    if given), and print a startup and a shutdown line for a person.
+    """
     from server.sqlite_store import SqliteStore
 
     store = SqliteStore(Path(args.data_dir))
@@ -116,12 +120,13 @@ def startup_line(args: argparse.Namespace, port: int, held: int) -> str:
 
 
 def jobs(n: int) -> str:
+    """``n`` jobs in words for the startup line ("1 job", "3 jobs")."""
     return f"{n} job" if n == 1 else f"{n} jobs"
 
 
 def check(data_dir: str) -> int:
     """``ltm server --check``: print what was verified and every problem; 0 = intact, 3 = damaged."""
-    from server.sqlite_store import check_directory
+    from server.fsck import check_directory
 
     problems, counts = check_directory(data_dir)
     summary = ", ".join(f"{v} {k}" for k, v in counts.items())
@@ -134,13 +139,9 @@ def check(data_dir: str) -> int:
 
 def repair(data_dir: str) -> int:
     """``ltm server --repair``: print what was moved or retired; 0 = startable now, 3 = not repairable."""
-    from server.sqlite_store import StoreError, repair_directory
+    from server.fsck import repair_directory
 
-    try:
-        done = repair_directory(data_dir)
-    except StoreError as exc:
-        print(f"ltm server --repair: {exc}", file=sys.stderr)
-        return 3
+    done = repair_directory(data_dir)  # not repairable: StoreError, which the ltm command exits 3 with
     for line in done:
         print(line)
     print(f"ltm server --repair {data_dir}: {len(done)} change(s); nothing was deleted")
@@ -148,6 +149,9 @@ def repair(data_dir: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    """``ltm server``: ``--check``/``--repair`` a stopped server's data directory, or serve; returns
+    the exit status (3: the data directory cannot be opened, see docs/servers.md).
+    """
     if args.check or args.repair:
         args = merge(args, load_config(args.config), required=("data_dir",))
         return check(args.data_dir) if args.check else repair(args.data_dir)
@@ -167,6 +171,5 @@ def run(args: argparse.Namespace) -> int:
         asyncio.run(serve(args, limits))
     except StoreError as exc:
         log.error("cannot open the data directory", extra={"reason": str(exc)})
-        print(f"ltm server: {exc}", file=sys.stderr)
-        return 3
+        raise  # the ltm command prints it as one line and exits with its status, 3
     return 0

@@ -2,8 +2,9 @@
 
 Every RPC authenticates the caller from its mTLS certificate (``transport.tls``), hands the
 request to the pure core in a worker thread (numpy work must not block the event loop), and maps
-:class:`ltm.errors.ProtocolError` to the gRPC status it names (damaged storage → ``DATA_LOSS``;
-anything unexpected → ``INTERNAL``, logged; messages cut to a bounded length).  Requests that do
+each :class:`ltm.errors.LtmError` to the gRPC status its class names (a refused request's status;
+damaged storage → ``DATA_LOSS``; anything unexpected → ``INTERNAL``, logged; messages cut to a
+bounded length).  Requests that do
 not decode as protobuf are refused with ``INVALID_ARGUMENT`` (:func:`add_to_server` installs
 decoders that never raise).  Job specs are size-checked before they are parsed and parsed in a
 worker thread, so one caller's spec cannot stall the others.  Uploads are validated from their
@@ -35,8 +36,7 @@ import numpy as np
 
 from ltm.batch import RANDOMNESS_MODES, SEEDED_MODE, ShareBatch
 from ltm.client_set import ClientSet, ClientSetError
-from ltm.errors import DataLossError, ProtocolError, bounded
-from ltm.jobspec import JobSpecError
+from ltm.errors import LtmError, ProtocolError, bounded
 from ltm.sharing import SEED_BYTES, Share
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
 from server.core import ServerCore
@@ -59,13 +59,10 @@ async def _abort(context: grpc.aio.ServicerContext, exc: BaseException) -> None:
     """End the call with the status ``exc`` names (its message bounded in length)."""
     if isinstance(exc, (asyncio.CancelledError, grpc.aio.AbortError)):
         raise exc
-    if isinstance(exc, ProtocolError):
-        await context.abort(getattr(grpc.StatusCode, exc.code), bounded(exc.message))
-    if isinstance(exc, JobSpecError):
-        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, bounded(str(exc)))
-    if isinstance(exc, DataLossError):
-        log.error("stored state damaged", extra={"reason": str(exc)})
-        await context.abort(grpc.StatusCode.DATA_LOSS, bounded(str(exc)))
+    if isinstance(exc, LtmError) and exc.code != "INTERNAL":  # the status each error class names
+        if exc.code == "DATA_LOSS":
+            log.error("stored state damaged", extra={"reason": str(exc)})
+        await context.abort(grpc.StatusCode[exc.code], bounded(exc.status_message()))
     log.exception("internal error", exc_info=exc)
     await context.abort(grpc.StatusCode.INTERNAL, bounded(f"internal server error ({type(exc).__name__}); "
                                                           f"the server logged the details"))
@@ -173,6 +170,9 @@ class ServerService(ltm_pb2_grpc.ServerServicer):
 
     # ------------------------------------------------------------------ jobs
     async def CreateJob(self, request, context):
+        """Publish a job (analyst only): the spec is size-checked, parsed off the event loop and stored;
+        re-creating the identical job is a no-op, another job under the same id is refused.
+        """
         who = await authenticate(context, {"analyst"}, insecure=self.insecure)
         await _check_decoded(context, request)
         try:
@@ -188,6 +188,7 @@ class ServerService(ltm_pb2_grpc.ServerServicer):
         return ltm_pb2.CreateJobResponse(job_id=spec.job_id, job_digest=digest)
 
     async def GetJob(self, request, context):
+        """The published job spec (canonical JSON), its digest and whether intake is closed (any actor)."""
         await authenticate(context, insecure=self.insecure)
         await _check_decoded(context, request)
         try:
@@ -198,6 +199,9 @@ class ServerService(ltm_pb2_grpc.ServerServicer):
                                       closed=self.core.store.is_closed(spec.job_id))
 
     async def Status(self, request, context):
+        """A job's public progress: closed, released, clients held, batches stored, bytes received and sent
+        (this process, all jobs) and seconds spent storing and releasing.
+        """
         await authenticate(context, insecure=self.insecure)
         await _check_decoded(context, request)
         try:
@@ -217,6 +221,10 @@ class ServerService(ltm_pb2_grpc.ServerServicer):
 
     # ------------------------------------------------------------------ upload
     async def Upload(self, request_iterator: AsyncIterator[ltm_pb2.UploadChunk], context):
+        """Receive one party's batch stream (parties only): a header, then share chunks; at most
+        ``max_streams_per_party`` streams per party and ``max_streams`` in all, and the batch waits for
+        room in ``max_inflight_bytes`` before its data is read (see the module docstring).
+        """
         who = await authenticate(context, {"party"}, insecure=self.insecure)
         lim = self.limits
         if self._streams[who.actor] >= lim.max_streams_per_party:
@@ -551,6 +559,9 @@ class ServerService(ltm_pb2_grpc.ServerServicer):
             raise ProtocolError("INVALID_ARGUMENT", f"participant_ranges: {exc}") from None
 
     async def Close(self, request, context):
+        """Stop intake of a job (analyst only, the digest must match) and answer the clients this server
+        holds (ranges) and the parties whose batches are seeded (reproducible, not private).
+        """
         who = await authenticate(context, {"analyst"}, insecure=self.insecure)
         await _check_decoded(context, request)
         try:
@@ -565,6 +576,9 @@ class ServerService(ltm_pb2_grpc.ServerServicer):
                                      seeded_parties=self.core.seeded_parties(request.job_id))
 
     async def Release(self, request, context):
+        """The job's result share (analyst only): uint64 (m, D), little-endian, streamed in chunks of
+        :data:`RELEASE_CHUNK_BYTES`; gated and once-only (:meth:`server.core.ServerCore.release`).
+        """
         who = await authenticate(context, {"analyst"}, insecure=self.insecure)
         await _check_decoded(context, request)
         try:

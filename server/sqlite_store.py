@@ -37,8 +37,8 @@ Integrity (never a wrong answer, never a deletion on a guess):
 * on open, a database that is missing or empty while ``blobs/`` or ``releases/`` hold files, a
   blob no row names, a release marker of a job the database does not know, or a committed blob
   that is missing or of the wrong size makes the store refuse to open (:class:`StoreCorruptError`,
-  listing what it found); nothing is deleted.  :func:`check_directory` verifies a directory
-  offline (``ltm server --check``).
+  listing what it found); nothing is deleted.  :func:`server.fsck.check_directory` verifies a
+  directory offline (``ltm server --check``), :func:`server.fsck.repair_directory` repairs it.
 * If a COMMIT itself fails the store cannot know whether the transaction reached the disk; it then
   refuses every further write (:class:`StoreError`) until it is reopened, which re-derives the state
   from what is actually on disk.
@@ -71,7 +71,7 @@ from pathlib import Path
 import numpy as np
 
 from ltm.batch import ShareBatch
-from ltm.errors import DataLossError, ProtocolError
+from ltm.errors import DataLossError, LtmError, ProtocolError
 from ltm.jobspec import JobSpec
 from ltm.sharing import SEED_BYTES, Share
 from server.coverage import Coverage
@@ -135,8 +135,10 @@ _BATCH_COLUMNS = ("party_id, batch_index, start, stop, columns, server, shape, c
                   "seeded")
 
 
-class StoreError(RuntimeError):
+class StoreError(LtmError, RuntimeError):
     """The store cannot be used: bad directory, in use elsewhere, wrong schema, failed or closed."""
+
+    exit_code = 3  # `ltm server` refuses to start (docs/servers.md)
 
 
 class StoreCorruptError(StoreError, DataLossError):
@@ -377,12 +379,15 @@ class SqliteStore:
             self._coverage[spec.job_id] = Coverage(parsed.n, parsed.upload_width)
 
     def get_job(self, job_id: str) -> JobSpec | None:
+        """The stored spec of ``job_id`` (None if this store never held it)."""
         return self._jobs.get(job_id)
 
     def job_count(self) -> int:
+        """How many jobs the store holds."""
         return len(self._jobs)
 
     def set_closed(self, job_id: str) -> None:
+        """Record (durably, committed before returning) that the job's intake is closed; idempotent."""
         with self._lock:
             conn = self._check_usable()
             self._job(job_id)
@@ -398,10 +403,12 @@ class SqliteStore:
             self._closed_jobs.add(job_id)
 
     def is_closed(self, job_id: str) -> bool:
+        """Whether the job's intake is closed."""
         return job_id in self._closed_jobs
 
     # ------------------------------------------------------------------ batches
     def get_batch_digest(self, job_id: str, party_id: str, batch_index: int) -> str | None:
+        """The stored content digest (hex) of a party's batch, or None if that batch is not stored."""
         with self._lock:
             conn = self._reader()
             self._job(job_id)
@@ -843,90 +850,3 @@ def _refusal(d: Path, problems: list[str]) -> str:
     shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
     return (f"store directory {str(d)!r} does not match its database ({len(problems)} problem(s)): {shown}. "
             f"Refusing to start; nothing was deleted (see `ltm server --check --data-dir {d}`)")
-
-
-def check_directory(directory: str | os.PathLike[str]) -> tuple[list[str], dict[str, int]]:
-    """Verify a server data directory offline: the open-time checks plus every blob's content
-    digest and every release record against its marker.  Returns (problems, counts).  The server
-    must be stopped (the directory lock is taken)."""
-    d = Path(directory)
-    if not d.is_dir():
-        return [f"{str(d)!r} is not a directory"], {}
-    from transport.files import mode_problems
-    modes = [f"readable by others: {m}" for m in mode_problems(d)]
-    lost = _database_lost(d)
-    if lost:
-        return [lost, *modes], {}
-    try:
-        store = SqliteStore(d, recover=False)
-    except StoreError as exc:
-        return [str(exc), *modes], {}
-    try:
-        problems, counts = store.check()
-    finally:
-        store.close()
-    return problems + modes, counts
-
-
-def repair_directory(directory: str | os.PathLike[str]) -> list[str]:
-    """``ltm server --repair``: make a directory the server refuses startable again, deleting nothing.
-
-    Blobs no batch row names and stale temp files move to ``quarantine/<UTC time>/`` (same relative
-    paths); release markers stay where they are and the jobs they name are recorded as retired in
-    the database (creating an empty database if it is missing or empty), so their ids can never
-    be released again.  Committed blobs that are missing or damaged cannot be repaired: the
-    directory is left as it is and the problem is reported.  Returns what was done."""
-    import datetime as _dt
-
-    d = Path(directory)
-    if not (d / BLOB_DIR).is_dir() and not (d / RELEASE_DIR).is_dir():
-        raise StoreError(f"{str(d)!r} is not a server data directory")
-    db = d / DB_NAME
-    if _database_lost(d):
-        for name in (DB_NAME, f"{DB_NAME}-wal", f"{DB_NAME}-shm"):
-            p = d / name
-            if p.exists():
-                target = d / "quarantine" / f"{name}.{_dt.datetime.now(_dt.timezone.utc):%Y%m%dT%H%M%S}"
-                private_dir(target.parent)
-                os.replace(p, target)
-                os.chmod(target, PRIVATE_FILE_MODE)
-    touch_private(db)
-    conn = sqlite3.connect(db)
-    try:
-        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        if "schema_version" not in tables:
-            if tables:
-                raise StoreError(f"{str(db)!r} is not a server database")
-            conn.executescript(_SCHEMA + ";\n" + _RETIRED + ";")
-            conn.execute("INSERT INTO schema_version(version) VALUES (?)", (SCHEMA_VERSION,))
-        conn.execute(_RETIRED)
-        jobs = {r[0] for r in conn.execute("SELECT job_id FROM jobs")} | \
-            {r[0] for r in conn.execute("SELECT job_id FROM retired_jobs")}
-        referenced = {r[0]: int(np.prod(json.loads(r[1]), dtype=np.int64)) * 8 for r in conn.execute(
-            "SELECT blob_path, shape FROM batches WHERE blob_path IS NOT NULL")}
-        released = {r[0] for r in conn.execute("SELECT job_id FROM releases")}
-        done: list[str] = []
-        for p in _files_under(d / RELEASE_DIR):
-            marker = _parse_marker(p.read_bytes()) if p.name.endswith(RELEASE_SUFFIX) else None
-            if marker is not None and marker["job_id"] not in jobs:
-                conn.execute("INSERT INTO retired_jobs(job_id, marker) VALUES (?, ?)",
-                             (marker["job_id"], json.dumps(marker, sort_keys=True)))
-                jobs.add(marker["job_id"])
-                done.append(f"retired job id {marker['job_id']!r} (its release marker stays)")
-        conn.commit()
-        pending, stale, problems = _scan(d, referenced, jobs, released)
-        unknown = [d / p.split("'")[1] for p in problems if p.endswith("is not named by any stored batch")]
-        stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
-        for p in unknown + stale:
-            target = d / "quarantine" / stamp / p.relative_to(d)
-            private_dir(target.parent)
-            os.replace(p, target)
-            os.chmod(target, PRIVATE_FILE_MODE)
-            done.append(f"moved {p.relative_to(d).as_posix()} to {target.relative_to(d).as_posix()}")
-        left = [p for p in problems if not p.endswith("is not named by any stored batch")]
-        if left:
-            raise StoreCorruptError(_refusal(d, left).replace("Refusing to start", "Cannot repair these"))
-    finally:
-        conn.close()
-    os.chmod(db, PRIVATE_FILE_MODE)
-    return done

@@ -34,19 +34,44 @@ class ReleaseRecord:
 
 
 class ServerStore(Protocol):
-    def put_job(self, spec: JobSpec) -> None: ...
-    def get_job(self, job_id: str) -> JobSpec | None: ...
-    def job_count(self) -> int: ...
-    def get_batch_digest(self, job_id: str, party_id: str, batch_index: int) -> str | None: ...
-    def batch_count(self, job_id: str) -> int: ...
-    def put_batch(self, job_id: str, stored: StoredBatch) -> None: ...
-    def batches(self, job_id: str) -> Iterator[ShareBatch]: ...
-    def coverage(self, job_id: str) -> Coverage: ...
-    def set_closed(self, job_id: str) -> None: ...
-    def is_closed(self, job_id: str) -> bool: ...
-    def get_release(self, job_id: str) -> ReleaseRecord | None: ...
-    def put_release(self, job_id: str, record: ReleaseRecord) -> None: ...
-    def seeded_parties(self, job_id: str) -> list[str]: ...
+    def put_job(self, spec: JobSpec) -> None:
+        """Store a job spec (durably in a durable store) before the core acknowledges it."""
+
+    def get_job(self, job_id: str) -> JobSpec | None:
+        """The spec of ``job_id``, or None if the store does not hold it."""
+
+    def job_count(self) -> int:
+        """How many jobs the store holds (``max_jobs`` is checked against it)."""
+
+    def get_batch_digest(self, job_id: str, party_id: str, batch_index: int) -> str | None:
+        """The content digest of a stored batch (None: not stored); a re-upload must match it."""
+
+    def batch_count(self, job_id: str) -> int:
+        """How many batches of the job are stored."""
+
+    def put_batch(self, job_id: str, stored: StoredBatch) -> None:
+        """Store an accepted batch and add its cells to the job's coverage."""
+
+    def batches(self, job_id: str) -> Iterator[ShareBatch]:
+        """The job's stored batches, one at a time (share data in memory: one batch)."""
+
+    def coverage(self, job_id: str) -> Coverage:
+        """The job's held cells (which clients' columns are stored)."""
+
+    def set_closed(self, job_id: str) -> None:
+        """Record that the job's intake is closed."""
+
+    def is_closed(self, job_id: str) -> bool:
+        """Whether the job's intake is closed."""
+
+    def get_release(self, job_id: str) -> ReleaseRecord | None:
+        """The once-only release record of the job, or None before its release."""
+
+    def put_release(self, job_id: str, record: ReleaseRecord) -> None:
+        """Record the job's release (once: the participant set's digest and the result bytes)."""
+
+    def seeded_parties(self, job_id: str) -> list[str]:
+        """The sorted ids of the parties that uploaded seeded (reproducible, NOT private) batches."""
 
 
 class MemoryStore:
@@ -60,29 +85,36 @@ class MemoryStore:
         self._releases: dict[str, ReleaseRecord] = {}
 
     def put_job(self, spec: JobSpec) -> None:
+        """Hold ``spec`` with no batches and an empty coverage."""
         self._jobs[spec.job_id] = spec
         self._batches[spec.job_id] = {}
         self._coverage[spec.job_id] = Coverage(spec.n, spec.upload_width)
 
     def get_job(self, job_id: str) -> JobSpec | None:
+        """The spec of ``job_id``, or None."""
         return self._jobs.get(job_id)
 
     def job_count(self) -> int:
+        """How many jobs are held."""
         return len(self._jobs)
 
     def get_batch_digest(self, job_id: str, party_id: str, batch_index: int) -> str | None:
+        """The content digest of a held batch, or None."""
         stored = self._batches[job_id].get((party_id, batch_index))
         return stored.content_digest if stored else None
 
     def batch_count(self, job_id: str) -> int:
+        """How many batches of the job are held."""
         return len(self._batches[job_id])
 
     def put_batch(self, job_id: str, stored: StoredBatch) -> None:
+        """Hold the batch (a re-put of the same key replaces it) and add its cells to the coverage."""
         self._batches[job_id][(stored.batch.party_id, stored.batch.batch_index)] = stored
         batch = stored.batch
         self._coverage[job_id].add(batch.start, batch.stop, batch.columns)
 
     def batches(self, job_id: str) -> Iterator[ShareBatch]:
+        """The job's batches in the order they were first put."""
         for stored in self._batches[job_id].values():
             yield stored.batch
 
@@ -91,16 +123,21 @@ class MemoryStore:
         return self._coverage[job_id].copy()
 
     def set_closed(self, job_id: str) -> None:
+        """Mark the job's intake closed."""
         self._closed.add(job_id)
 
     def is_closed(self, job_id: str) -> bool:
+        """Whether the job's intake is closed."""
         return job_id in self._closed
 
     def get_release(self, job_id: str) -> ReleaseRecord | None:
+        """The job's release record, or None."""
         return self._releases.get(job_id)
 
     def put_release(self, job_id: str, record: ReleaseRecord) -> None:
+        """Hold the job's release record."""
         self._releases[job_id] = record
 
     def seeded_parties(self, job_id: str) -> list[str]:
+        """The sorted ids of the parties with seeded (not private) batches in the job."""
         return sorted({s.batch.party_id for s in self._batches[job_id].values() if s.batch.seeded})

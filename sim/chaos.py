@@ -27,13 +27,14 @@ from pathlib import Path
 
 import grpc
 
+from ltm.errors import LtmError
 from ltm.jobspec import JobSpec, PartySpec
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
 from sim.launcher import ActorProcess, ProcessGroup
 from transport.tls import make_channel
 
 
-class ChaosFailure(RuntimeError):
+class ChaosFailure(LtmError, RuntimeError):
     """The system did not survive a fault (e.g. a restarted server lost acknowledged batches)."""
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ltm.errors import LtmError
 from ltm.jobspec import INTERCEPT_NAME, ColumnSpec
 from ltm.randomness import Randomness
 from party.data_source import DataSourceError, SyntheticRidge, parse_csv
@@ -19,8 +20,10 @@ BUNDLED_FILES = ("household_power_sample100k_part1of2.csv", "household_power_sam
 BUNDLED_LABEL = "Sub_metering_3"
 
 
-class DataError(ValueError):
+class DataError(LtmError, ValueError):
     """A data file or flag that cannot be used; the message says what to change."""
+
+    exit_code = 2
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from ltm.errors import LtmError
 from transport.tls import make_sync_channel
 
 if TYPE_CHECKING:
@@ -72,7 +73,7 @@ def stop_on_termination() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-class LaunchError(RuntimeError):
+class LaunchError(LtmError, RuntimeError):
     """A process that did not start (its log tail is in the message)."""
 
 

@@ -21,8 +21,10 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 
+from ltm.errors import LtmError
 
-class NetnsError(RuntimeError):
+
+class NetnsError(LtmError, RuntimeError):
     """A namespace, bridge or link that could not be set up (the ``ip`` command's error is included)."""
 
 

@@ -61,6 +61,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from ltm.errors import LtmError
 from transport.files import private_dir, write_private
 
 __all__ = [
@@ -260,8 +261,10 @@ def issue_leaf(ca_key, ca_cert: x509.Certificate, actor: str, hosts: Sequence[st
 
 
 # ---------------------------------------------------------------------------- signing requests
-class CSRPolicyError(ValueError):
+class CSRPolicyError(LtmError, ValueError):
     """A certificate signing request the CA refuses: the message says which rule it breaks."""
+
+    exit_code = 2
 
 
 _HOSTNAME_RE = re.compile(r"^(?=.{1,253}$)([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$")

@@ -6,9 +6,13 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from ltm.errors import LtmError
 
-class ConfigError(ValueError):
+
+class ConfigError(LtmError, ValueError):
     """A configuration file that cannot be used; the message names the file and key."""
+
+    exit_code = 2
 
 
 #: Title of the argument group of an actor's required settings (``ltm party --help`` lists them apart).

@@ -11,6 +11,7 @@ from transport.tls import make_sync_channel
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Add the ``ltm health`` subcommand to ``sub``."""
     p = sub.add_parser("health", help="exit 0 if an actor's gRPC health service answers SERVING")
     p.add_argument("--target", required=True, help="host:port")
     p.add_argument("--name", help="the actor expected at the target (e.g. server-0); verified by TLS")
@@ -24,6 +25,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """``ltm health``: probe the target's gRPC health service; returns 0 if it answers SERVING, else 1."""
     options = [("grpc.ssl_target_name_override", args.name)] if args.name and not args.insecure else None
     channel = make_sync_channel(args.target, args.certs, args.actor, insecure=args.insecure, options=options)
     try:

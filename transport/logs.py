@@ -17,6 +17,9 @@ class JsonFormatter(logging.Formatter):
         self.actor = actor
 
     def format(self, record: logging.LogRecord) -> str:
+        """The record as one JSON line: time, level, actor, logger, message, the ``extra`` fields and
+        any traceback.
+        """
         out = {"ts": round(time.time(), 3), "level": record.levelname.lower(), "actor": self.actor,
                "logger": record.name, "msg": record.getMessage()}
         out.update({k: v for k, v in vars(record).items() if k not in _STANDARD})

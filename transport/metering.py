@@ -29,20 +29,24 @@ class ByteMeter(grpc.aio.ServerInterceptor):
 
     @property
     def total_received(self) -> int:
+        """Bytes received by every metered method (request messages, serialized)."""
         with self._lock:
             return sum(self.received.values())
 
     @property
     def total_sent(self) -> int:
+        """Bytes sent by every metered method (response messages, serialized)."""
         with self._lock:
             return sum(self.sent.values())
 
     def snapshot(self) -> dict[str, Any]:
+        """Bytes received and sent per method, and their totals."""
         with self._lock:
             return {"received": dict(self.received), "sent": dict(self.sent),
                     "total_received": sum(self.received.values()), "total_sent": sum(self.sent.values())}
 
     async def intercept_service(self, continuation: Callable, handler_call_details: grpc.HandlerCallDetails):
+        """The gRPC server interceptor: wrap each handler's (de)serializers to count its bytes per method."""
         handler = await continuation(handler_call_details)
         if handler is None:
             return None

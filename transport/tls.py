@@ -41,7 +41,7 @@ import grpc
 import grpc.aio
 from cryptography import x509
 
-from ltm.errors import CommandError
+from ltm.errors import CommandError, LtmError
 from transport.certs import ACTOR_RE, ACTOR_URI_PREFIX, CA_CERT_FILE, role_of
 
 __all__ = [
@@ -176,6 +176,7 @@ class Identity:
 
     @classmethod
     def of(cls, actor: str) -> "Identity":
+        """The identity of ``actor`` with the role its name gives (``server-0`` → server)."""
         return cls(actor, role_of(actor))
 
 
@@ -186,10 +187,10 @@ class InsecureIdentity(Identity):
     verified: bool = False
 
 
-class AuthenticationError(Exception):
+class AuthenticationError(LtmError):
     """No usable, verified peer identity; maps to ``grpc.StatusCode.UNAUTHENTICATED``."""
 
-    code = grpc.StatusCode.UNAUTHENTICATED
+    code = "UNAUTHENTICATED"
 
 
 def _actor_uris(cert: x509.Certificate) -> list[str]:
@@ -297,9 +298,9 @@ def _fail(context: Any, exc: AuthenticationError) -> None:
     ``Unexpected <class ...AuthenticationError>: ...`` and logs a traceback.  In ``grpc.aio``
     handlers prefer ``await authenticate(context)``, which aborts cleanly."""
     if _is_sync_context(context):
-        context.abort(exc.code, str(exc))  # raises
+        context.abort(grpc.StatusCode[exc.code], str(exc))  # raises
     try:
-        context.set_code(exc.code)
+        context.set_code(grpc.StatusCode[exc.code])
         context.set_details(str(exc))
     except Exception:  # pragma: no cover - contexts without set_code (tests' fakes)
         pass

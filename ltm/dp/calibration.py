@@ -32,6 +32,7 @@ from ltm.dp.sensitivity import sketch_l1, sketch_l2
 from ltm.dp import accounting
 from ltm.dp.grid import rounding_widening
 from ltm.dp.mechanisms import CALIBRATIONS, MECHANISMS, Calibration, Mechanism
+from ltm.errors import LtmError
 
 __all__ = [
     "CalibrationError",
@@ -63,8 +64,10 @@ _SIGMA_REL_TOL = 1e-13
 _ULP_SLACK = 32.0 * 2.0**-52
 
 
-class CalibrationError(ValueError):
+class CalibrationError(LtmError, ValueError):
     """A calibration request that cannot be honoured; the message says which input to change."""
+
+    exit_code = 2
 
 
 # --------------------------------------------------------------------------------------------
