@@ -1,15 +1,15 @@
-"""A public second moment and the whitening it defines (Cao & Zhang, *Enhancing DP linear
-regression via public second-moment*; spec ``public-second-moment.md`` §4, §8, §10).
+"""A public second moment and the whitening it defines (Cao & Zhang, *Enhancing Differentially
+Private Linear Regression via Public Second-Moment*: the transform in its §2.3, Alg. 1–3 in §3).
 
 Pure core: no I/O, no actor imports.  Everything here depends only on PUBLIC inputs — a second
 moment ``Σ̂_B = BᵀB/n_B`` and a label RMS ``σ̂_B = sqrt(mean(y_B²))`` computed from public or
 synthetic data (never from the private data), and public sizes — so the radii and the noise
 scales derived from them are data-independent.
 
-* ``Σ̂_B`` is the UNCENTRED second moment and ``σ̂_B`` the RMS (not the std) — spec §9.1.
+* ``Σ̂_B`` is the UNCENTRED second moment and ``σ̂_B`` the RMS (not the std), as §2.3.2 defines them.
 * The whitening matrix is the symmetric ``M = Σ̂_B^{-1/2}`` (via ``eigh``), so the row
-  convention ``Ã = A·M`` and the column convention ``x̃ = M·x`` agree (spec §9.4).
-* Coefficients map back as ``β = σ̂_B · M · β̃`` (spec §4.1, Eq. (1)).
+  convention ``Ã = A·M`` and the column convention ``x̃ = M·x`` agree (a Cholesky factor would not).
+* Coefficients map back as ``β = σ̂_B · M · β̃`` (the paper's Eq. (1), §2.3.2).
 * zCDP helpers (Bun & Steinke 2016, the paper's Lemma 1 and Lemma 3) convert the paper's ρ
   budgets; Alg. 3 and Alg. 4 release TWO statistics at ρ each, so they are 2ρ-zCDP in total.
 """
@@ -36,7 +36,8 @@ def inv_sqrt_spd(S: np.ndarray, eig_floor: float | None = None) -> np.ndarray:
 
     Computed with ``eigh`` (never ``sqrtm``, which may return complex values).  A singular or
     indefinite ``S`` raises ValueError unless ``eig_floor`` is given; then eigen-directions with
-    eigenvalue ≤ ``eig_floor`` are dropped (the pseudo-inverse root; spec §7.1.4 ``"pinv"``).
+    eigenvalue ≤ ``eig_floor`` are dropped (the pseudo-inverse
+    root: our choice for n_B ≤ d, where the paper's method is undefined).
     """
     S = np.asarray(S, dtype=np.float64)
     if S.ndim != 2 or S.shape[0] != S.shape[1] or S.shape[0] == 0:
@@ -58,14 +59,14 @@ def inv_sqrt_spd(S: np.ndarray, eig_floor: float | None = None) -> np.ndarray:
 
 
 def kappa_bar(S: np.ndarray) -> float:
-    """The paper's "averaged condition number" mean(eig(S)) / min(eig(S)) (spec §0; not λ_max/λ_min)."""
+    """The paper's "averaged condition number" mean(eig(S)) / min(eig(S)) (κ̄ of Theorem 4; not λ_max/λ_min)."""
     w = np.linalg.eigvalsh(0.5 * (np.asarray(S, dtype=np.float64) + np.asarray(S, dtype=np.float64).T))
     return float(w.mean() / w[0])
 
 
 def pmt_radius(d: int, n: int, eta_fail: float = 0.05) -> float:
     """Alg. 1's clipping radius ``sqrt(d·(1 + log(2n/η)))`` for d whitened coordinates and n
-    private samples (natural log; η is a failure PROBABILITY, not a bound — spec §9.16)."""
+    private samples (natural log; η is a failure PROBABILITY, not a bound — the paper's Lemma 4)."""
     if d < 1 or n < 1:
         raise ValueError(f"pmt_radius needs d ≥ 1 and n ≥ 1 (got d={d}, n={n})")
     if not 0.0 < eta_fail < 1.0:
@@ -182,6 +183,6 @@ class PublicSecondMoment:
         return self.label_rms * (self._M @ b)  # type: ignore[attr-defined]
 
     def kappa_bar_transformed(self, private_second_moment: np.ndarray) -> float:
-        """κ̄(M Σ̂_A M), the paper's diagnostic of how well the public moment whitens (§6.1)."""
+        """κ̄(M Σ̂_A M), the paper's diagnostic of how well the public moment whitens (§4.1)."""
         M = self._M  # type: ignore[attr-defined]
         return kappa_bar(M @ np.asarray(private_second_moment, dtype=np.float64) @ M)
