@@ -2,9 +2,10 @@
 
 THESE ARE CENTRAL-MODEL SIMULATION ESTIMATORS, NOT PRODUCTION RELEASES (like
 :mod:`analyst.baselines`): they run on plaintext data in one process and draw their noise from the
-caller's seeded ``numpy.random.Generator``.  They exist to reproduce the paper (spec
-``public-second-moment.md``) and as central baselines for the LTM's whitening transform, where
-the parties whiten before clipping and the analyst maps coefficients back.
+caller's seeded ``numpy.random.Generator``.  They exist to reproduce the paper (Cao & Zhang,
+*Enhancing Differentially Private Linear Regression via Public Second-Moment*, Alg. 1–4 of its
+§3) and as central baselines for the LTM's whitening transform, where the parties whiten before
+clipping and the analyst maps coefficients back.
 
 * :func:`pmt` — Alg. 1 (PMT): whiten with the public ``M = Σ̂_B^{-1/2}``, then clip in ℓ2 at the
   data-independent radius ``sqrt(d(1 + log(2n/η)))``.
@@ -18,9 +19,9 @@ the parties whiten before clipping and the analyst maps coefficients back.
   and σ̂_A from the PRIVATE data (``radius_source="private_oracle"``): that radius and the noise
   scale depend on the private data, so that variant is NOT differentially private.**  It exists
   only to reproduce the paper's figures and is labelled ``is_dp=False`` / "NOT DP" everywhere.
-  The default ``radius_source="public"`` uses Tr(Σ̂_B) and σ̂_B², which is DP (spec §3.3).
+  The default ``radius_source="public"`` uses Tr(Σ̂_B) and σ̂_B², which is DP (both are public).
 
-Corrections to the paper applied here (spec §9, §11):
+Corrections to the paper (its Lemma 7 and Alg. 2–4) applied here:
 
 * "GUE(σ²)" is a REAL symmetric matrix: the upper triangle including the diagonal is i.i.d.
   N(0, σ²) and mirrored (:func:`analyst.baselines.symmetric_gaussian`); ``(Z+Zᵀ)/2`` would
@@ -160,7 +161,7 @@ def dp_pmtse(X: np.ndarray, public: PublicSecondMoment, rho: float, rng: np.rand
 
 def pmt_olse_sigmas(d: int, n: int, rho: float, *, eta_fail: float = DEFAULT_ETA_FAIL,
                     gram_sensitivity: Literal["paper", "tight"] = "paper") -> dict[str, float]:
-    """Alg. 3's radii, sensitivities and noise scales (spec §10), from public quantities only:
+    """Alg. 3's radii, sensitivities and noise scales (Theorem 3's proof), from public quantities only:
     ``R_x = sqrt(d(1+L))``, ``R_y = sqrt(1+L)``, L = log(2n/η); ``Δ₁ = 2R_x²/n``,
     ``Δ₂ = 2R_xR_y/n``; ``σ_k = Δ_k/√(2ρ)``."""
     rx, ry = pmt_radius(d, n, eta_fail), pmt_radius(1, n, eta_fail)

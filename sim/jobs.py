@@ -256,7 +256,7 @@ def whiten_columns(table: Table, public: PublicSecondMoment, *, clip_bound: floa
                    eta_fail: float = 0.05, radius: float | None = None, name: str = "w_"
                    ) -> tuple[tuple[ColumnSpec, ...], tuple[TransformSpec, ...]]:
     """Raw features whitened by the public ``M = Σ̂_B^{-1/2}`` and the label divided by the public
-    ``σ̂_B`` (Cao & Zhang's PMT, spec public-second-moment §8.1.1), scaled so that the job's clip at
+    ``σ̂_B`` (Cao & Zhang's PMT, Alg. 1 of their §3.1), scaled so that the job's clip at
     C is the radius ``R`` in whitened units: ``x ↦ (C/R)·M (x − μ_B)`` and ``y ↦ (y − μ_y)·C/(R·σ̂_B)``
     (μ = 0 for the paper's uncentred moment; the public means when ``public`` was built with
     ``center=True``).

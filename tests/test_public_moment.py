@@ -54,7 +54,7 @@ def test_whitening_matrix_is_the_symmetric_inverse_root():
 def test_central_round_trip_recovers_ols_exactly_without_noise():
     """Whiten, solve in whitened coordinates, map back: exactly the OLS of the raw data (OLS is
     affine-equivariant, Eq. (1)).  With no row clipped and negligible noise (ρ = 1e30),
-    DP-PMTOLSE returns the same coefficients (spec §12)."""
+    DP-PMTOLSE returns the same coefficients."""
     rng = np.random.default_rng(1)
     n, d = 3000, 5
     A = rng.standard_normal((n, d)) @ np.linalg.cholesky(_spd(d, rng, 30.0)).T + 0.7
@@ -74,14 +74,14 @@ def test_central_round_trip_recovers_ols_exactly_without_noise():
 
 # ------------------------------------------------------------------------------ calibration
 def test_calibration_hand_values():
-    """spec §12: d = 10, n_A = 3000, η = 0.05, ρ = 2 → σ₁ = 0.04232, σ₂ = 0.01338; table §4.4."""
+    """Alg. 3 (Cao & Zhang §3.3) by hand: d = 10, n_A = 3000, η = 0.05, ρ = 2 → σ₁ = 0.04232, σ₂ = 0.01338."""
     cal = pmt_olse_sigmas(10, 3000, 2.0)
     assert cal["sigma_gram"] == pytest.approx(0.04232, abs=5e-6)
     assert cal["sigma_moment"] == pytest.approx(0.01338, abs=5e-6)
     assert (cal["R_x"], cal["R_y"]) == (pytest.approx(11.27, abs=5e-3), pytest.approx(3.56, abs=5e-3))
     cal = pmt_olse_sigmas(10, 10000, 10.0)
     assert cal["sigma_gram"] == pytest.approx(0.0062, abs=5e-5) and cal["sigma_moment"] == pytest.approx(0.0020, abs=5e-5)
-    # Independent recomputation from the formula sheet (spec §10), not via the module's helpers.
+    # Independent recomputation from Alg. 3's formulas (Theorem 3's proof), not via the module's helpers.
     for d, n, rho in ((10, 3000, 2.0), (11, 4649, 5.0), (3, 50, 0.1)):
         Ln = math.log(2 * n / 0.05)
         cal = pmt_olse_sigmas(d, n, rho)
@@ -239,8 +239,8 @@ def test_pmt_clips_in_whitened_space_at_the_public_radius():
 
 
 def test_pmt_beats_the_papers_baseline_on_the_calibrated_design():
-    """spec §12's trend test (fixed seeds): n_A = 10000, ρ = 10, n_B = 20: the mean DP-PMTOLSE
-    error is below half the paper's DP-OLSE error (spec: 0.15 vs 0.61)."""
+    """The trend of the paper's Fig. 1 (§4.1), fixed seeds: n_A = 10000, ρ = 10, n_B = 20: the mean
+    DP-PMTOLSE error is below half the paper's DP-OLSE error (a prototype measured 0.15 vs 0.61)."""
     from experiments.cao_zhang import S_ORACLE, S_PMT, synthetic_cell
 
     errs: dict[str, list[float]] = {S_PMT: [], S_ORACLE: []}

@@ -72,7 +72,7 @@ def test_round_trip_through_the_party_transform_is_exact_without_noise():
 
 
 def test_non_symmetric_whitening_map_back_uses_the_transpose():
-    """Cholesky whitening x̃ = L⁻¹x (row convention Ã = A L⁻ᵀ): pull_back must apply Wᵀ (spec §9.4)."""
+    """Cholesky whitening x̃ = L⁻¹x (row convention Ã = A L⁻ᵀ): pull_back must apply Wᵀ."""
     table, X, y, public = _data(2000, 2)
     W = np.linalg.inv(np.linalg.cholesky(public.sigma))
     cols = (*_job(table, public).columns,)
