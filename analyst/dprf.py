@@ -1,6 +1,7 @@
 """Liao, Needell & Xue's DP random feature model (Algorithm 1) as a CENTRAL baseline, with the
 sensitivity corrected, and the paper's other baselines (Gamma output perturbation, SGD of [25],
-private RLS).  Spec: ``dp-random-features.md`` §2–§4 (the raw paper is not in the repository).
+private RLS).  Paper: Liao, Needell & Xue, *Differentially Private Random Feature Model*, arXiv
+2412.04785, 2024 (Algorithm 1 in §3.1, Lemma 6 in §3.2, the experiments in §4).
 
 Algorithm 1 is output perturbation of the min-norm interpolant ``c♯ = Φ⁺y``: ``ĉ = c♯ + z``.  A
 trusted curator holds all the data; this module is for comparison with the LTM release
@@ -18,11 +19,11 @@ Modes (``mode=``):
     Δ = 2B_y/√(1−2η) in our normalised parametrisation (= the paper's 2/√(N(1−2η)) for the
     unnormalised e^{i⟨ω,x⟩} with ‖y‖ ≤ 1), no clipping, the classical σ = √(2 ln(1.25/δ))Δ/ε.  The
     bound holds only on the random-matrix event λ_min((1/N)AA*) ≥ 1 − 2η, which fails for N < 4m
-    and for data with duplicate rows (spec §3.4, §7.2): not a worst-case guarantee.
+    and for data with duplicate rows (Lemma 6 holds on Theorem 5's event, §3.2): not a worst-case guarantee.
 ``reference_code_not_dp`` (NOT DP — how the paper's figures were produced)
     The authors' code: Δ = ``ref_delta_c``/√N (4/√N, i.e. η = 3/8) applied to coefficients of the
     normalised √(2/N)·cos map, classical σ, no clipping: the noise is √N times too small in standard
-    deviation (spec §2.5, §7.1).  Reproduces Figs 1–6.
+    deviation (Lemma 6's Δ is for the unnormalised e^{i⟨ω,x⟩}).  Reproduces Figs 1–6.
 
 Every fitted model carries ``privacy_`` with ``dp`` (bool) and a ``guarantee`` string that says
 "NOT DP" for the two reproduction modes.
@@ -69,7 +70,7 @@ SOLVERS = ("gram", "pinv", "kaczmarz")
 # ------------------------------------------------------------------------------------ solvers
 def kaczmarz(A: np.ndarray, y: np.ndarray, iterations: int, randomness: Randomness) -> np.ndarray:
     """Randomised Kaczmarz from x0 = 0 (so iterates stay in the row space and the limit is the
-    min-norm solution), rows drawn uniformly as the authors' code does (spec §2.3).
+    min-norm solution), rows drawn uniformly as the authors' code does (the paper's §4.1).
 
     Each step: ``x ← x + (y_i − ⟨A_i, x⟩)/‖A_i‖² · A_i``.  Sequential by nature: one numpy
     dot/axpy per step (``iterations`` = m in the paper: about one pass, far from interpolating).
@@ -88,7 +89,7 @@ def kaczmarz(A: np.ndarray, y: np.ndarray, iterations: int, randomness: Randomne
 
 def min_norm(A: np.ndarray, y: np.ndarray, solver: str = "gram", *, iterations: int | None = None,
              randomness: Randomness | None = None) -> np.ndarray:
-    """The minimum-norm least-squares solution ``A⁺y`` (spec §2.3).
+    """The minimum-norm least-squares solution ``A⁺y`` (the paper's Eq. (3); its solvers in §4.1).
 
     ``gram``: ``Aᵀ (AAᵀ)⁺ y`` through an eigendecomposition of the m × m Gram matrix (singular when
     rows repeat; eigenvalues below 1e-12·λ_max are treated as zero, like pinv's rcond) — cheap for
@@ -165,7 +166,7 @@ def algorithm1_calibration(mode: str, *, m: int, n_features: int, epsilon: float
     return Algorithm1Calibration(
         mode, sens, sigma, None, False,
         f"NOT DP: the reference code's Δ = {ref_delta_c:g}/√N = {sens:.4g} on √(2/N)·cos coefficients is √N too "
-        f"small (spec §2.5); reproduction of the paper's figures only",
+        f"small (Lemma 6 is for unnormalised features); reproduction of the paper's figures only",
         {"ref_delta_c": ref_delta_c})
 
 
@@ -177,7 +178,7 @@ def gaussian_output_perturbation(c: np.ndarray, sigma: float, randomness: Random
 def gamma_output_perturbation(c: np.ndarray, sensitivity: float, epsilon: float,
                               randomness: Randomness) -> np.ndarray:
     """Chaudhuri et al.'s [20] noise: ``c + R·u``, ``R ~ Γ(shape N, scale Δ/ε)``, u uniform on the
-    sphere (density ∝ exp(−ε‖b‖/Δ): pure ε-DP for ℓ2 sensitivity Δ; spec §7.11)."""
+    sphere (density ∝ exp(−ε‖b‖/Δ): pure ε-DP for ℓ2 sensitivity Δ; the paper's §3.3)."""
     N = c.shape[0]
     g = randomness.child("direction").stream().normal(N)
     R = randomness.child("radius").stream().gamma(float(N), sensitivity / epsilon, 1)[0]
@@ -186,8 +187,9 @@ def gamma_output_perturbation(c: np.ndarray, sensitivity: float, epsilon: float,
 
 def sgd_random_features(A: np.ndarray, y: np.ndarray, *, iterations: int, lr: float, epsilon: float,
                         delta: float, randomness: Randomness) -> tuple[np.ndarray, np.ndarray, float]:
-    """The SGD baseline [25] (spec §4.2): plain single-sample SGD from 0 on ½(A_i c − y_i)², then one
-    Gaussian draw with σ = √(2 ln(2.5/δ))·Δ_SGD/ε.  Returns ``(c_nonprivate, c_private, σ)``.
+    """The SGD baseline [25] (Wang & Guo, as the paper's §4.1 runs it): plain single-sample SGD from 0
+    on ½(A_i c − y_i)², then one Gaussian draw with σ = √(2 ln(2.5/δ))·Δ_SGD/ε.  Returns
+    ``(c_nonprivate, c_private, σ)``.
 
     Not clipped DP-SGD: its guarantee is [25]'s theorem, taken as the paper used it.
     """
@@ -205,7 +207,7 @@ def rls_output_perturbation(X: np.ndarray, y: np.ndarray, lam: float, sigma: flo
                             randomness: Randomness) -> tuple[np.ndarray, np.ndarray]:
     """Private regularised least squares as the paper's fairness section: ``w = (XᵀX + λI)⁻¹Xᵀy``
     plus the same Gaussian noise as the RF model ("equal noise", not a calibrated guarantee for
-    this objective: spec §2.4, §7.19).  Returns ``(w, w + z)``."""
+    this objective: §4.2's 2/(mλ) assumes a normalised one).  Returns ``(w, w + z)``."""
     X = np.asarray(X, dtype=np.float64)
     w = np.linalg.solve(X.T @ X + lam * np.eye(X.shape[1]), X.T @ y)
     return w, gaussian_output_perturbation(w, sigma, randomness)

@@ -118,7 +118,7 @@ def test_reproduction_modes_are_labelled_not_dp():
     ref = algorithm1_calibration("reference_code_not_dp", m=20, n_features=1600, epsilon=0.5, delta=1e-5)
     assert ref.sensitivity == pytest.approx(4 / 40)
     assert ref.sigma == pytest.approx(math.sqrt(2 * math.log(1.25 / 1e-5)) * 0.1 / 0.5)
-    # §2.5's oracle: the reference code's prediction noise is 375.6/(Nε²) at δ = 1e-5, N = 1500, ε = 1
+    # by hand: the reference code's prediction noise 2·ln(1.25/δ)·16/(Nε²) = 375.6/(Nε²) at δ = 1e-5
     assert algorithm1_calibration("reference_code_not_dp", m=1000, n_features=1500, epsilon=1.0,
                                   delta=1e-5).sigma ** 2 == pytest.approx(375.6 / 1500, rel=1e-3)
     with pytest.raises(ValueError, match="eta"):
@@ -135,7 +135,7 @@ def test_noise_laws():
                                                                Randomness.seeded_insecure(f"gm{i}")))
                       for i in range(300)])
     assert abs(norms.mean() - n * sens / eps) < 6 * math.sqrt(n) * sens / eps / math.sqrt(300)
-    # the paper's SGD baseline: the spec's oracle Δ_SGD = 0.1504 for m = T = 1000, lr = 1/m
+    # the paper's SGD baseline: Δ_SGD = 0.1504 for m = T = 1000, lr = 1/m (Wang & Guo's formula by hand)
     assert sgd_sensitivity(1000, 1000, 1e-3, 1e-5) == pytest.approx(0.1504, rel=2e-3)
 
 

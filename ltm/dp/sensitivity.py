@@ -281,8 +281,8 @@ def min_eigenvalue_sensitivity(clip_norm: float) -> float:
 
 # ------------------------------------------------------------------------------------ reproductions
 def sgd_sensitivity(m: int, iterations: int, lr: float, delta: float) -> float:
-    """Δ_SGD of Wang & Guo, as the reference code of Liao, Needell & Xue computes it (spec
-    ``dp-random-features.md`` §4.2; taken as published, NOT re-derived here)::
+    """Δ_SGD of Wang & Guo, as the reference code of Liao, Needell & Xue computes it for the
+    baseline of their §4.1 (taken as published, NOT re-derived here)::
 
         C_T = max(√(3m·log(2m/δ)/T), 3m·log(2m/δ)/T)
         Δ   = 4e·η²·(1 + √(ηT))²·T·(1 + C_T)·(1 + T(1 + C_T)/m) / m
@@ -303,7 +303,8 @@ def sgd_sensitivity(m: int, iterations: int, lr: float, delta: float) -> float:
 def reference_code_rf_sensitivity(ref_delta_c: float, n_features: int) -> float:
     """``c/√N``: the sensitivity the random-feature paper's reference code claims for its
     √(2/N)·cos coefficients (``ref_delta_c`` c = 4: η = 3/8).  NOT a valid bound: it is √N too
-    small (spec ``dp-random-features.md`` §2.5); kept only to reproduce the paper's figures.
+    small (the paper's Lemma 6, §3.2, is for unnormalised e^{i⟨ω,x⟩} features); kept only to
+    reproduce the paper's figures.
 
     Args:
         ref_delta_c: c > 0; n_features: N ≥ 1 random features.
