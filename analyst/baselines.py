@@ -329,8 +329,8 @@ def mod_sulq_noise_scale(
 
     * ``"analytic"`` (default): ``analytic_gaussian_sigma(ε, δ, Δ)`` with the replace-one
       sensitivity of the upper triangle of ``(1/n)AᵀA``: ``Δ = 2/n`` (``tight``: √2/n).
-    * ``"paper"``: Chaudhuri–Sarwate–Sinha (2013), Algorithm MOD-SULQ, as in spec
-      ltm-secure-sketching §6.5:
+    * ``"paper"``: Chaudhuri–Sarwate–Sinha (2013), Algorithm MOD-SULQ, the central
+      baseline of Burkhardt et al. §6.2 (which does not print it):
       ``β = (d+1)/(nε) · sqrt(2 ln((d² + d)/(δ · 2√(2π)))) + 1/(n√ε)``.
     """
     if n < 1 or d < 1:

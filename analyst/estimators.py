@@ -14,7 +14,7 @@ column the w_0 term is absent; ``intercept_`` is then exactly 0.0 when all cente
 otherwise the constant that the public centering implies (a through-the-origin model in the
 transformed space is affine in raw units).
 
-Estimators (spec ltm-secure-sketching §5.2, multiparty-release-ols §3–4):
+Estimators (Burkhardt et al. §5, Theorems 5.4 and 5.8; Wu et al. §4.1–§4.2, Algorithms 1 and 2):
 
 * :class:`OLS` — ``lstsq(X̃, ỹ)`` (minimum norm).
 * :class:`Ridge` — ``(X̃ᵀX̃ + λI)^{-1} X̃ᵀỹ`` with the *same* λ as the original problem: the
@@ -340,7 +340,7 @@ class OLS(_SketchRegressor):
 
 
 class Ridge(_SketchRegressor):
-    """Ridge on the sketch (spec ltm-secure-sketching §5.2), optionally de-biased.
+    """Ridge on the sketch (Burkhardt et al. Theorem 5.8), optionally de-biased.
 
     ``debias=False`` (the paper's faithful analyst): ``x' = (X̃ᵀX̃ + λI)^{-1} X̃ᵀỹ`` with the SAME
     λ as the original problem ``‖Ax − b‖² + λ‖x‖²``; the release noise then acts as extra
@@ -396,7 +396,7 @@ class RMGMOLS(_SketchRegressor):
     """Wu et al.'s RMGM-OLS training step: ``w = (X̃ᵀX̃/n + λI)^{-1} X̃ᵀỹ/n``, n = ``release.n``.
 
     The Hessian is normalised by 1/n (not by the number of sketch rows) before λ is added, as
-    in the authors' code (spec multiparty-release-ols §4.4).  No noise subtraction.
+    in the authors' code (Wu et al.'s Algorithm 2, §4.2).  No noise subtraction.
 
     Args:
         lam: λ ≥ 0 (paper 1e-5).
@@ -432,7 +432,7 @@ class DGMOLS(_SketchRegressor):
     cross-moment X̃ᵀỹ needs no correction (label noise is independent of feature noise).
 
     The de-biased Hessian is a difference of two large quantities and can be indefinite or
-    near-singular ("the small-eigenvalue problem", spec multiparty-release-ols §3.4), so it is
+    near-singular ("the small eigenvalue problem", Wu et al. §4.1), so it is
     solved by LU (not Cholesky) and exposed for inspection.
 
     Attributes (after fitting): ``min_eigenvalue_`` (smallest signed eigenvalue of the
@@ -473,7 +473,7 @@ class DGMOLS(_SketchRegressor):
 class LowRank:
     """Low-rank approximation from the sketch: the top-``rank`` right singular vectors of Ã.
 
-    Fits on ALL D columns of the release (spec ltm-secure-sketching §4.2: plain SVD of Ã, no
+    Fits on ALL D columns of the release (Burkhardt et al. Theorems 5.4 and 5.7: plain SVD of Ã, no
     de-noising).  Signs are fixed deterministically (the largest-|·| entry of each component is
     positive).
 

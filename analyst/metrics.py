@@ -4,14 +4,14 @@ All metrics are evaluated on the *exact* data (the original, unsketched, noise-f
 in the same transformed space the estimators fit in), never on the release.  Everything is
 computed in float64.
 
-* ``ψ = (‖A − A X Xᵀ‖_F² − ‖A − A X_opt X_optᵀ‖_F²) / n`` (spec ltm-secure-sketching §4.6), with
+* ``ψ = (‖A − A X Xᵀ‖_F² − ‖A − A X_opt X_optᵀ‖_F²) / n`` (Burkhardt et al. §6.2), with
   ``X_opt`` the top-k right singular vectors of ``A``.  For an orthonormal ``X``,
   ``‖A − A X Xᵀ‖_F² = ‖A‖_F² − ‖A X‖_F²``, so ``ψ = (‖A X_opt‖_F² − ‖A X‖_F²) / n
   = (Σ top-k eigenvalues of AᵀA − tr(Xᵀ AᵀA X)) / n``; the ``‖A‖_F²`` terms cancel exactly and
   only the d × d Gram matrix ``AᵀA`` is needed, which :func:`gram_matrix` accumulates over row
   chunks (so ψ streams for large n).
-* ``φ = (‖A x − b‖² + λ‖x‖²) / (‖A x_opt − b‖² + λ‖x_opt‖²)`` (spec §5.4), with ``x_opt`` the
-  exact ridge optimum on the true ``(A, b, λ)`` — never the data-generating vector.
+* ``φ = (‖A x − b‖² + λ‖x‖²) / (‖A x_opt − b‖² + λ‖x_opt‖²)`` (the same §6.2), with
+  ``x_opt`` the exact ridge optimum on the true ``(A, b, λ)`` — never the data-generating vector.
 """
 from __future__ import annotations
 

@@ -97,7 +97,7 @@ def _add_simulate(sub: argparse._SubParsersAction) -> None:
     src.add_argument("--label", help="label column of --data")
     src.add_argument("--features", help="comma-separated feature columns (default: every numeric column)")
     src.add_argument("--synthetic", choices=["ridge", "lowrank", "nonlinear"],
-                     help="generate data instead (ridge/lowrank: Burkhardt et al. §6.3; nonlinear: for rf_ridge)")
+                     help="generate data instead (ridge/lowrank: Burkhardt et al. §6.2; nonlinear: for rf_ridge)")
     src.add_argument("--n", type=_positive_int, default=10_000, help="synthetic rows (default 10000)")
     src.add_argument("--d", type=_positive_int, default=10, help="synthetic features (default 10)")
     job = p.add_argument_group("job")

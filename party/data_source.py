@@ -400,7 +400,7 @@ SYNTHETIC_BLOCK_ROWS = 1 << 16
 
 @dataclass(frozen=True)
 class SyntheticRidge:
-    """A deterministic, random-access synthetic ridge dataset (Burkhardt et al. §6.3, the model of
+    """A deterministic, random-access synthetic ridge dataset (Burkhardt et al. §6.2, the model of
     :func:`sim.data.synthetic_ridge`): rows ``x ~ N(0, I_d)``, label ``y = x·β + N(0, noise²)``
     with true coefficients ``β ~ N(0, I_d)``; columns ``x0 … x{d-1}, y``.
 

@@ -26,7 +26,7 @@ from server.result_share import result_share
 
 #: Burkhardt et al. Tables 3-5 (MP-SPDZ on AWS t3.large, m = 100, d = 10): per-server seconds T_MPC
 #: and total traffic C_MPC in MB, keyed by (table, n, s, k).  Table 5's caption says 3 servers
-#: but its traffic matches 2 (spec §6.1), so it is run with k = 2.
+#: but its traffic matches 2 (the paper's §6.1), so it is run with k = 2.
 MP_SPDZ = {
     ("3", 100_000, 1, 3): (0.172, 24.024), ("3", 250_000, 1, 3): (0.457, 60.024),
     ("3", 500_000, 1, 3): (0.861, 120.024), ("3", 750_000, 1, 3): (1.219, 180.024),

@@ -135,7 +135,7 @@ def load_bundled() -> Table:
 
 
 def synthetic_ridge(n: int, d: int, randomness: Randomness, *, label_noise: float = 0.0) -> Table:
-    """Burkhardt et al. §6.3 synthetic ridge data: A ~ N(0,1)^{n×d}, x_gen ~ N(0,1)^d,
+    """Burkhardt et al. §6.2 synthetic ridge data: A ~ N(0,1)^{n×d}, x_gen ~ N(0,1)^d,
     b = A·x_gen (+ N(0, label_noise²); the paper has none, so the non-private R² is 1 up to clipping)."""
     stream = randomness.child("synthetic-ridge").stream()
     A = stream.normal((n, d))
@@ -161,7 +161,7 @@ def synthetic_nonlinear(n: int, d: int, randomness: Randomness, *, label_noise: 
 
 
 def synthetic_lowrank(n: int, d: int, rank: int, randomness: Randomness) -> Table:
-    """Burkhardt et al. §6.3 synthetic low-rank data: A = U' Σ V'ᵀ with the SVD of a Gaussian A',
+    """Burkhardt et al. §6.2 synthetic low-rank data: A = U' Σ V'ᵀ with the SVD of a Gaussian A',
     the first ``rank`` singular values √(n/rank) and the rest 1/n (a large spectral gap)."""
     if not 1 <= rank < d:
         raise DataError(f"rank must satisfy 1 ≤ rank < d (got rank={rank}, d={d})")

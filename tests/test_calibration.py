@@ -277,7 +277,7 @@ def test_paper_sparse_gaussian_hand_computed_with_failure_term():
 
 
 def test_paper_sparse_gaussian_is_below_derived_requirement():
-    # spec §2.7: the printed constant is 4, the derivation gives 16 => σ is half the derived one
+    # Cor 4.7: the printed constant is 4, its proof (§4.2) gives 16 => σ is half the derived one
     eps, delta, eta, n, m, s, d = 0.5, 1e-5, 1.0, 10**6, 100, 1, 11
     paper = paper_sparse_gaussian_sigma(eps, delta, eta, n, m, s, d, 0)
     derived = math.sqrt(16 * s**3 * eta**2 * d**2 * m * math.log(1.25 / (delta / (s * d)))

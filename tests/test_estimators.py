@@ -79,8 +79,8 @@ def test_ols_and_ridge_on_identity_sketch_equal_closed_forms() -> None:
 
 
 def test_ridge_uses_same_lambda_and_does_not_debias() -> None:
-    # A release that claims a large noise variance: Ridge must ignore it (spec §5.2, no
-    # de-biasing) and must not rescale λ by n or m.
+    # A release that claims a large noise variance: Ridge must ignore it (Burkhardt et al.'s
+    # Theorem 5.8: no de-biasing) and must not rescale λ by n or m.
     X, y = _regression(1, n=50)
     rel = _release(np.column_stack([X, y]), n=10_000, noise_variance=123.0)
     lam = 0.5

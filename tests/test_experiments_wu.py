@@ -85,12 +85,12 @@ def test_rmgm_consistent_on_noiseless_data():
 
 # ------------------------------------------------------------------------------ Wu's calibration
 def test_wu_calibration_numbers():
-    # spec multiparty-release-ols §2 table: σ_{ε,δ} at δ = 1e-5 and the std 2√2·σ for d_max = 2.
+    # Wu et al.'s Lemma 1 (§2): σ_{ε,δ} = √(2 ln(1.25/δ))/ε at δ = 1e-5; Algorithm 2's std 2√2·σ, d_max = 2.
     assert wu.sigma_eps_delta(1.0, 1e-5) == pytest.approx(4.8448, abs=1e-4)
     assert wu.sigma_eps_delta(0.1, 1e-5) == pytest.approx(48.448, abs=1e-3)
     assert wu.wu_noise_std(1.0, 1e-5, 2) == pytest.approx(13.70, abs=0.01)
     assert wu.wu_noise_std(0.3, 1e-5, 2) == pytest.approx(45.68, abs=0.01)
-    # k rules (the authors' int truncation): spec §6.4/§6.6 values.
+    # k rules: Wu et al. §5.1's k = √n/σ_{ε,δ} (and 10×), truncated to int as the authors' code does.
     assert wu.k_rule(10**6, 1.0, 1e-5, 1) == 206 and wu.k_rule(3 * 10**6, 1.0, 1e-5, 10) == 3575
     assert wu.k_rule(3 * 10**6, 0.1, 1e-5, 1) == 35 and wu.k_rule(3 * 10**6, 0.1, 1e-5, 10) == 357
     with pytest.raises(ValueError):
@@ -107,7 +107,8 @@ def test_gaussian_epsilon_inverts_the_calibration():
 
 def test_wu_per_individual_guarantee_is_weaker():
     """Wu's (ε, δ) is per party; for one individual's whole row (11 columns, d_max = 2) the same
-    noise gives a larger ε: ε·√(11/2) by the classical formula (spec §1.3), 1.5–1.9·ε exactly."""
+    noise gives a larger ε: ε·√(11/2) by the classical formula, 1.5–1.9·ε exactly (their §3 asks DP of each
+    party's column block, not of an individual's whole row)."""
     expected = {1.0: 1.922, 0.3: 0.5115, 0.1: 0.1545}
     for eps, joint in expected.items():
         assert wu.wu_individual_epsilon(eps, 1e-5, 2, 11) == pytest.approx(joint, rel=1e-3)

@@ -15,7 +15,7 @@ Modes (``plan_noise(calibration=...)``):
 
 ``paper`` (NOT PRIVATE AS PRINTED — reproductions only)
     Burkhardt et al. Corollary 4.7 (sparse, Gaussian) and Corollary 4.10 (dense, Laplace/Gamma)
-    exactly as printed.  Spec §2.7: Cor 4.7's constant is 4 where the paper's own derivation
+    exactly as printed.  Cor 4.7's constant is 4 where its own proof (§4.2, via Lemma 3.3)
     gives 16, so for ``s < 4`` its σ² is below even the per-piece requirement.
 
 ``interpolate(p)`` (Gaussian only)
@@ -277,8 +277,8 @@ def paper_sparse_gaussian_sigma(
 
     σ² = 4 s³ η² · ln(1.25 s / (δ/d − m·exp(−(n − s − t')/(8m)))) · m d² / (ε² (n − s − t')).
 
-    NOT PRIVATE AS PRINTED (spec §2.7, §9 item 6): the paper's own derivation gives the constant
-    16, not 4.  Use only to reproduce the paper.  Raises :class:`CalibrationError` if
+    NOT PRIVATE AS PRINTED: its own proof (§4.2, via Lemma 3.3) gives the constant 16, not 4.
+    Use only to reproduce the paper.  Raises :class:`CalibrationError` if
     n − s − t' ≤ 0 or δ/d ≤ m·exp(−(n − s − t')/(8m)) (n too small: the paper's zero-output
     branch applies, the clients must send zeros instead of noised rows).
     """
