@@ -25,7 +25,7 @@ def test_no_merge_debris_or_links_outside_the_repository(doc: Path) -> None:
     text = doc.read_text(encoding="utf-8")
     markers = [i + 1 for i, line in enumerate(text.splitlines()) if re.match(r"^(<{7}|>{7}|={7})( |$)", line)]
     assert not markers, f"{_doc_id(doc)}: merge conflict markers at lines {markers}"
-    assert "../shared" not in text, f"{_doc_id(doc)} links outside the repository (../shared)"
+    assert _SHARED not in text, f"{_doc_id(doc)} links outside the repository ({_SHARED})"
     # A paragraph that starts with a comma or a full stop lost its beginning in an edit.
     broken = [i + 2 for i, (a, b) in enumerate(zip(text.splitlines(), text.splitlines()[1:]))
               if not a.strip() and re.match(r"^[,.;] ", b)]
@@ -35,7 +35,7 @@ def test_no_merge_debris_or_links_outside_the_repository(doc: Path) -> None:
 def test_readme_cites_only_what_the_repository_holds() -> None:
     # The design notes and paper digests live outside the repository: the README points to docs/.
     text = (ROOT / "README.md").read_text(encoding="utf-8")
-    outside = sorted(set(re.findall(r"DESIGN(?:\.md)? ?§\s*\d+|\bspec §\s*[\d.]+", text)))
+    outside = sorted(set(re.findall(rf"DESIGN(?:\.md)? ?§\s*\d+|\b{_SPEC_CITATION}\s*[\d.]+", text, flags=re.I)))
     assert not outside, f"README.md cites documents that are not in the repository: {outside}"
 
 
@@ -122,14 +122,25 @@ def test_the_link_check_sees_a_broken_link(tmp_path: Path) -> None:
     assert _relative_links(doc) == ["here.md", "gone.md#x", "img/none.png"]
 
 
-#: Built from two words so that this file does not itself hold what it looks for.
-_OUTSIDE_CITATION = " ".join(("DESIGN", "§"))  # joined at run time: not even the .pyc holds it
+#: What no file may cite: the design notes by section, and the paper digests (by section, by file name or
+#: by path), all of which live outside the repository.  Each is joined at run time, so that neither this
+#: file nor its .pyc holds what the test looks for.
+_OUTSIDE_CITATION = " ".join(("DESIGN", "§"))
+_SPEC_CITATION = " ".join(("spec", "§"))  # matched case-insensitively (a capital S too)
+_SHARED = "/".join(("..", "shared"))
+_DIGESTS = tuple("-".join(words) for words in (("public", "second", "moment"), ("dp", "random", "features"),
+                                               ("ltm", "secure", "sketching"), ("multiparty", "release", "ols")))
+#: exp21's lane (#21/#25), where the digest citations are being replaced as the experiments docs are split:
+#: tests/test_experiments_docs.py holds their pages to the same rule; the experiments' code and specs
+#: (and docs/results/, which the runner writes from the specs) are still to do.
+_DIGEST_CITATIONS_PENDING = ("experiments/", "docs/experiments.md", "docs/experiments/", "docs/results/")
 _SKIP_DIRS = {".git", ".venv", ".mutation", "__pycache__", "node_modules", "build", "dist", ".pytest_cache",
               ".hypothesis"}
 
 
-def test_nothing_cites_the_design_notes_outside_the_repository() -> None:
-    # Code comments and docs point to docs/architecture.md, which every reader of the repository has.
+def test_nothing_cites_documents_outside_the_repository() -> None:
+    # Code comments and docs point to what every reader of the repository has: docs/architecture.md,
+    # another repository doc, or the paper itself with its own section, theorem or equation number.
     hits = []
     for top, dirs, files in os.walk(ROOT):
         dirs[:] = [d for d in dirs if d not in _SKIP_DIRS and not d.endswith(".egg-info")]  # not walked
@@ -137,13 +148,34 @@ def test_nothing_cites_the_design_notes_outside_the_repository() -> None:
             path = Path(top) / name
             if path.suffix in {".py", ".md", ".toml", ".txt", ".sh", ".yml", ".yaml", ".proto", ".cfg", ""}:
                 hits += _citations(path)
-    assert not hits, f"cite docs/architecture.md instead of the design notes: {hits}"
+    assert not hits, f"cite the paper (its own §, Eq., Theorem) or a repository doc instead: {hits}"
 
 
-def _citations(path: Path) -> list[str]:
+def _citations(path: Path, root: Path = ROOT) -> list[str]:
     try:
         text = path.read_text(encoding="utf-8")
     except (UnicodeDecodeError, OSError):  # binary data, or a file that vanished: nothing a reader cites
         return []
-    rel = path.relative_to(ROOT)
-    return [f"{rel}:{i}" for i, line in enumerate(text.splitlines(), 1) if _OUTSIDE_CITATION in line]
+    rel = path.relative_to(root).as_posix()
+    digests_checked = not rel.startswith(_DIGEST_CITATIONS_PENDING)
+    hits = []
+    for i, line in enumerate(text.splitlines(), 1):
+        found = [_OUTSIDE_CITATION] if _OUTSIDE_CITATION in line else []
+        if digests_checked:
+            found += [s for s in (_SHARED, *_DIGESTS) if s in line]
+            found += [_SPEC_CITATION] if _SPEC_CITATION in line.lower() else []
+        hits += [f"{rel}:{i} ({s})" for s in found]
+    return hits
+
+
+def test_the_citation_check_sees_each_outside_reference(tmp_path: Path) -> None:
+    lines = [_OUTSIDE_CITATION + "3", "see the " + _SPEC_CITATION + "2.5", _SPEC_CITATION.capitalize() + "2.7",
+             "[x](" + _SHARED + "/spec/a.md)", *(f"spec {d} §4.6" for d in _DIGESTS), "docs/architecture.md §8"]
+    (tmp_path / "a.py").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    found = _citations(tmp_path / "a.py", tmp_path)
+    assert [h.split(" ", 1)[0] for h in found] == [f"a.py:{i}" for i in range(1, len(lines))], found
+    # In exp21's pending files only the design-notes citation is refused (for now).
+    (tmp_path / "experiments").mkdir()
+    (tmp_path / "experiments" / "b.py").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    pending = _citations(tmp_path / "experiments" / "b.py", tmp_path)
+    assert pending == [f"experiments/b.py:1 ({_OUTSIDE_CITATION})"], pending
