@@ -159,25 +159,24 @@ def _print_simulate_summary(r: dict[str, Any]) -> None:
 
 
 # ---------------------------------------------------------------------------- bench
+_JSON_ANYWAY = "print JSON (the default output is JSON too)"
+
+
 def _add_bench(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help=COMMANDS["bench"][1])
     bsub = p.add_subparsers(dest="bench", required=True)
     sk = bsub.add_parser("sketch", help="one server's result-share computation and the bytes it receives")
     sk.add_argument("--n", type=positive_int, default=1_000_000, help="clients (default 1000000)")
     sk.add_argument("--d", type=positive_int, default=10, help="entries per client vector (default 10)")
-    sk.add_argument("--m", type=positive_int, default=100, help="sketch rows (default 100)")
-    sk.add_argument("--s", type=positive_int, default=1,
-                    help="non-zeros per column of a sparse sketch (default 1)")
-    sk.add_argument("--k", type=int, default=3, help="servers the shares are split over (≥ 2, default 3)")
     sk.add_argument("--runs", type=positive_int, default=5, help="timed repetitions (default 5)")
     sk.add_argument("--kind", choices=["sparse", "dense"], default="sparse", help="sketch kind (default sparse)")
-    sk.add_argument("--share-mode", choices=["seed", "full"], default="seed",
-                    help="seed: helper shares travel as 32-byte seeds (default); full: every share explicit")
-    sk.add_argument("--json", action="store_true", help="print JSON (the default output is JSON too)")
+    add_options(sk, "sketch", only=("m", "s", "k", "share_mode"), defaults={"m": 100},
+                helps={"m": "sketch rows (default {default})"})
+    add_options(sk, "output", only=("json",), helps={"json": _JSON_ANYWAY})
     sk.set_defaults(func=_run_bench_sketch)
     grid = bsub.add_parser("paper", help="every cell of Burkhardt et al. Tables 3-5 vs MP-SPDZ (JSON)")
     grid.add_argument("--runs", type=positive_int, default=5, help="timed repetitions per cell (default 5)")
-    grid.add_argument("--json", action="store_true", help="print JSON (the default output is JSON too)")
+    add_options(grid, "output", only=("json",), helps={"json": _JSON_ANYWAY})
     grid.set_defaults(func=_run_bench_paper)
     from sim.bench_e2e import add_parser as add_e2e  # imports grpc; only when `bench` is the command
 

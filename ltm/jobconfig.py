@@ -60,6 +60,7 @@ class Field:
     the parameter is set in job files only).  ``toml``: ``(section, key)`` in a job file (None: a
     command-line option only, such as the data source or the output format).  ``file_default``:
     what an absent key means, when not ``default``; ``file_required``: a job file must state it.
+    ``help`` may say ``{default}``: the default in force is written there.
     """
 
     name: str
@@ -77,6 +78,10 @@ class Field:
     file_required: bool = False
     file_note: str = ""  # why the job file's default differs from the flag's
 
+    def help_text(self, default: Any = SAME) -> str:
+        """The help with ``{default}`` filled in (a command may override the default)."""
+        return _fill(self.help, self.default if default is SAME else default)
+
     @property
     def flag(self) -> str | None:
         """The canonical flag (None: job file only)."""
@@ -91,6 +96,11 @@ class Field:
 def _g(x: float) -> str:
     """A number as help texts write it: 1e-6, not Python's 1e-06."""
     return f"{x:g}".replace("e-0", "e-").replace("e+0", "e+")
+
+
+def _fill(text: str, value: Any) -> str:
+    """``text`` with ``{default}`` replaced by ``value`` as a help text writes it."""
+    return text.replace("{default}", _g(value) if isinstance(value, float) else str(value))
 
 
 def _f(name: str, group: str, help: str, default: Any = None, **kw: Any) -> Field:
@@ -117,15 +127,15 @@ FIELDS: tuple[Field, ...] = (
        flags=("--features",)),
     _f("synthetic", "data", "generate data instead (ridge/lowrank: Burkhardt et al. §6.3; nonlinear: for rf_ridge)",
        choices=("ridge", "lowrank", "nonlinear"), flags=("--synthetic",)),
-    _f("n", "data", "synthetic rows (default 10000)", 10_000, type=positive_int, flags=("--n",), unit="rows"),
-    _f("d", "data", "synthetic features (default 10)", 10, type=positive_int, flags=("--d",), unit="columns"),
+    _f("n", "data", "synthetic rows (default {default})", 10_000, type=positive_int, flags=("--n",), unit="rows"),
+    _f("d", "data", "synthetic features (default {default})", 10, type=positive_int, flags=("--d",), unit="columns"),
     # ---- the job's shape and its release
     _f("partition", "sketch", "rows: each party holds whole rows (default); columns: each holds some columns of "
                               "every row", "rows", choices=("rows", "columns"), flags=("--partition",),
        toml=("job", "partition")),
-    _f("parties", "sketch", "parties the rows are split over (default 4)", 4, type=positive_int,
+    _f("parties", "sketch", "parties the rows are split over (default {default})", 4, type=positive_int,
        flags=("--parties",), unit="parties"),
-    _f("k", "sketch", "number of servers (≥ 2, default 3)", 3, type=int, flags=("--k",), unit="servers"),
+    _f("k", "sketch", "number of servers (≥ 2, default {default})", 3, type=int, flags=("--k",), unit="servers"),
     _f("sketch", "sketch", "release kind: auto (default: the planner chooses from public quantities, "
                            "ltm/planner.py), a sparse or dense sketch, or gram (noisy sufficient statistics ZᵀZ; "
                            "rows partition only)",
@@ -133,15 +143,15 @@ FIELDS: tuple[Field, ...] = (
        toml=("release", "kind")),
     _f("m", "sketch", "sketch rows (default: the planner's, or a rule from n, D and ε; see sim/jobs.py)",
        type=positive_int, flags=("--m",), toml=("release", "m"), unit="rows"),
-    _f("s", "sketch", "non-zeros per column of a sparse sketch (default 1)", 1, type=positive_int, flags=("--s",),
+    _f("s", "sketch", "non-zeros per column of a sparse sketch (default {default})", 1, type=positive_int, flags=("--s",),
        toml=("release", "s")),
     _f("share_mode", "sketch", "seed: helper shares travel as 32-byte seeds (default); full: every share explicit",
        "seed", choices=("seed", "full"), flags=("--share-mode",), toml=("job", "share_mode")),
     # ---- privacy
-    _f("epsilon", "privacy", "the job's ε per client (default 1)", 1.0, type=float, flags=("--epsilon",),
+    _f("epsilon", "privacy", "the job's ε per client (default {default})", 1.0, type=float, flags=("--epsilon",),
        toml=("privacy", "epsilon"), file_required=True,
        file_note="a job file states its privacy parameters: no silent default for ε"),
-    _f("delta", "privacy", f"the job's δ (default {_g(DEFAULT_DELTA)}; with --mechanism laplace the default is 0)",
+    _f("delta", "privacy", f"the job's δ (default {_g(DEFAULT_DELTA)}; 0 for a laplace job)",
        DEFAULT_DELTA, type=float, flags=("--delta",), toml=("privacy", "delta"), file_required=True,
        file_note="a job file states its privacy parameters (a laplace job may omit δ: 0)"),
     _f("mechanism", "privacy", "the clients' noise: gaussian (ε, δ)-DP (default) or laplace (pure ε-DP)",
@@ -151,7 +161,7 @@ FIELDS: tuple[Field, ...] = (
     _f("interpolate_p", "file", "with calibration 'interpolate': 0 = the local model, 1 = distributed "
                                 "(a flag writes it inside --calibration interpolate(p))",
        type=float, toml=("privacy", "interpolate_p")),
-    _f("t_prime", "privacy", "corrupt clients tolerated (default 0)", 0, type=int, flags=("--t-prime",),
+    _f("t_prime", "privacy", "corrupt clients tolerated (default {default})", 0, type=int, flags=("--t-prime",),
        toml=("privacy", "t_prime"), unit="clients"),
     _f("corrupt_parties", "privacy", "corrupt parties tolerated (default: 1 when parties hold several clients "
                                      "each; a private job never tolerates fewer, only a --seed reproduction may)",
@@ -175,7 +185,7 @@ FIELDS: tuple[Field, ...] = (
     _f("ledger_dir", "privacy", "charge the simulated parties' persistent ledgers here, one per party id, across "
                                 "runs (as `ltm party --ledger-dir`); default: a fresh in-memory ledger per run",
        flags=("--ledger-dir",)),
-    _f("clip", "privacy", f"ℓ2 clip bound C on the transformed rows (default {DEFAULT_CLIP_BOUND})",
+    _f("clip", "privacy", "ℓ2 clip bound C on the transformed rows (default {default})",
        DEFAULT_CLIP_BOUND, type=float, flags=("--clip",), toml=("job", "clip_bound")),
     # ---- what the analyst fits (post-processing)
     _f("model", "model", "default: ridge, or lowrank for --synthetic lowrank (a job file: without a label "
@@ -189,7 +199,7 @@ FIELDS: tuple[Field, ...] = (
        file_note="a job file writes the rule as 0 (FitSpec.lam), a number TOML can hold"),
     _f("debias", "model", "ridge: do not subtract the known noise Gram (the paper's faithful analyst)", True,
        action="store_false", flags=("--no-debias",), toml=("fit", "debias")),
-    _f("rank", "model", "components of --model lowrank (default 5)", 5, type=positive_int, flags=("--rank",),
+    _f("rank", "model", "components of --model lowrank (default {default})", 5, type=positive_int, flags=("--rank",),
        toml=("fit", "rank")),
     _f("intercept", "model", "add an explicit intercept column (the public centering already makes the model "
                              "affine)", False, action="store_true", flags=("--intercept",)),
@@ -201,7 +211,7 @@ FIELDS: tuple[Field, ...] = (
        flags=("--bandwidth",)),
     _f("feature_map", "features", "cos: √(2/N)cos(ωx+b), N entries; sincos: [cos ωx, sin ωx]/√N, 2N entries, "
                                   "norm 1", "cos", choices=("cos", "sincos"), flags=("--feature-map",)),
-    _f("kernel", "features", "the shift-invariant kernel the random features approximate (default gaussian)",
+    _f("kernel", "features", "the shift-invariant kernel the random features approximate (default {default})",
        "gaussian", choices=("gaussian", "laplacian"), flags=("--kernel",)),
     # ---- how a run is made and reported (not job parameters: never in a job file)
     _f("seed", "output", "SEEDED MODE: reproducible and NOT private (experiments only)", type=int, flags=("--seed",)),
@@ -290,7 +300,7 @@ def add_options(parser: argparse.ArgumentParser, group: str, *, only: Iterable[s
     defaults, helps, types = defaults or {}, helps or {}, types or {}
     g = parser.add_argument_group(title or GROUPS[group])
     for f in members:
-        kw: dict[str, Any] = {"dest": f.name, "help": helps.get(f.name, f.help)}
+        kw: dict[str, Any] = {"dest": f.name, "help": _fill(helps.get(f.name, f.help), defaults.get(f.name, f.default))}
         if f.action:
             kw["action"] = f.action
             if f.name in defaults:
