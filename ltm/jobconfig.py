@@ -314,7 +314,8 @@ def add_options(parser: argparse.ArgumentParser, group: str, *, only: Iterable[s
                 kw["choices"] = list(f.choices)
             if f.metavar:
                 kw["metavar"] = f.metavar
-        g.add_argument(*f.flags, **kw)
+        action = g.add_argument(*f.flags, **kw)
+        action.job_field = f.name  # type: ignore[attr-defined]  # which field made it (tests/test_jobconfig.py)
     return g
 
 

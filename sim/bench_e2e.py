@@ -78,9 +78,9 @@ def add_parser(bench_sub: argparse._SubParsersAction) -> None:
                         "several clients); both: run per-client and aggregate side by side")
     p.add_argument("--parties", type=int,
                    help="party processes (default: 4 up to 10^7 clients, then n / 6.25e6: 16 at 10^8)")
-    p.add_argument("--corrupt-parties", type=int,
-                   help="corrupt parties the job tolerates (default: the job default, 1; 0 allows --parties 1, "
-                        "e.g. to measure one party holding every client — the bench is a seeded reproduction)")
+    add_options(p, "privacy", only=("corrupt_parties",), helps={
+        "corrupt_parties": "corrupt parties the job tolerates (default: the job default, 1; 0 allows --parties 1, "
+                           "e.g. to measure one party holding every client — the bench is a seeded reproduction)"})
     p.add_argument("--batch-clients", type=int, help="clients per upload batch (default: the party's)")
     add_options(p, "output", defaults={"seed": 1}, helps={
         "seed": "seeded mode (benchmarks need no privacy); also the data seed",
