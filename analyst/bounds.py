@@ -209,7 +209,7 @@ def add_bounds_parser(jsub: argparse._SubParsersAction, connection) -> None:
     b.add_argument("--randomness", help="how the parties draw randomness, for the report")
     b.add_argument("--timeout", type=float, help="seconds to wait for each round (default: its deadline + 300)")
     add_options(b, "model", only=("intercept",), helps={"intercept": "add an intercept column to the main job"})
-    add_options(b, "output", only=("json",), helps={"json": "print the rounds' estimates as JSON"})
+    add_options(b, "run", only=("json",), helps={"json": "print the rounds' estimates as JSON"})
     b.set_defaults(func=run_bounds_command)
 
 

@@ -88,7 +88,7 @@ def _add_simulate(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("simulate", help=COMMANDS["simulate"][1],
                        description="Parties → k servers → analyst in one process, on a CSV, a synthetic "
                                    "generator, or (default) the bundled real dataset.")
-    for group in ("data", "sketch", "privacy", "model", "features", "output"):
+    for group in ("data", "sketch", "privacy", "model", "features", "run"):
         add_options(p, group)  # every flag, help and default from the job-configuration model
     p.set_defaults(func=_run_simulate)
 
@@ -172,11 +172,11 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     sk.add_argument("--kind", choices=["sparse", "dense"], default="sparse", help="sketch kind (default sparse)")
     add_options(sk, "sketch", only=("m", "s", "k", "share_mode"), defaults={"m": 100},
                 helps={"m": "sketch rows (default {default})"})
-    add_options(sk, "output", only=("json",), helps={"json": _JSON_ANYWAY})
+    add_options(sk, "run", only=("json",), helps={"json": _JSON_ANYWAY})
     sk.set_defaults(func=_run_bench_sketch)
     grid = bsub.add_parser("paper", help="every cell of Burkhardt et al. Tables 3-5 vs MP-SPDZ (JSON)")
     grid.add_argument("--runs", type=positive_int, default=5, help="timed repetitions per cell (default 5)")
-    add_options(grid, "output", only=("json",), helps={"json": _JSON_ANYWAY})
+    add_options(grid, "run", only=("json",), helps={"json": _JSON_ANYWAY})
     grid.set_defaults(func=_run_bench_paper)
     from sim.bench_e2e import add_parser as add_e2e  # imports grpc; only when `bench` is the command
 

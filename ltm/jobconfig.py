@@ -7,7 +7,7 @@ choices and unit, the job-file key it is read from (``[section] key``) and the c
 that sets it.  From this table
 
 * :func:`add_options` generates the flags of a command, one call per option group
-  (:data:`GROUPS`: data, sketch, privacy, model, features, output);
+  (:data:`GROUPS`: data, sketch, privacy, model, features, run);
 * :func:`toml_sections` is the job file's key table, and :func:`file_default` the value an absent
   key takes (``ltm.jobfile`` reads and validates the keys with them);
 * :func:`default` gives the simulator's configuration (``sim.simulate.SimulateConfig``) its
@@ -114,7 +114,7 @@ GROUPS: dict[str, str] = {
     "privacy": "privacy",
     "model": "model",
     "features": "random features (--model rf_ridge)",
-    "output": "output",
+    "run": "run",
     "file": "job file only",
 }
 
@@ -143,8 +143,8 @@ FIELDS: tuple[Field, ...] = (
        toml=("release", "kind")),
     _f("m", "sketch", "sketch rows (default: the planner's, or a rule from n, D and ε; see sim/jobs.py)",
        type=positive_int, flags=("--m",), toml=("release", "m"), unit="rows"),
-    _f("s", "sketch", "non-zeros per column of a sparse sketch (default {default})", 1, type=positive_int, flags=("--s",),
-       toml=("release", "s")),
+    _f("s", "sketch", "non-zeros per column of a sparse sketch (default {default})", 1, type=positive_int,
+       flags=("--s",), toml=("release", "s")),
     _f("share_mode", "sketch", "seed: helper shares travel as 32-byte seeds (default); full: every share explicit",
        "seed", choices=("seed", "full"), flags=("--share-mode",), toml=("job", "share_mode")),
     # ---- privacy
@@ -214,8 +214,8 @@ FIELDS: tuple[Field, ...] = (
     _f("kernel", "features", "the shift-invariant kernel the random features approximate (default {default})",
        "gaussian", choices=("gaussian", "laplacian"), flags=("--kernel",)),
     # ---- how a run is made and reported (not job parameters: never in a job file)
-    _f("seed", "output", "SEEDED MODE: reproducible and NOT private (experiments only)", type=int, flags=("--seed",)),
-    _f("json", "output", "print one JSON object", False, action="store_true", flags=("--json",)),
+    _f("seed", "run", "SEEDED MODE: reproducible and NOT private (experiments only)", type=int, flags=("--seed",)),
+    _f("json", "run", "print one JSON object", False, action="store_true", flags=("--json",)),
     # ---- job-file only: the job's identity, structure and intake (a simulation makes its own)
     _f("job_id", "file", "the job id (it names files and directories of every actor)", "", toml=("job", "id"),
        file_required=True),

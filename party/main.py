@@ -88,7 +88,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--wait-for-data", action="store_true", default=None,
                    help="wait (up to --wait) for --data to appear, e.g. while an operator is still writing it; "
                         "without it a missing data file is an error before any server is contacted")
-    add_options(p, "output", only=("seed",))
+    add_options(p, "run", only=("seed",))
     p.add_argument("--state-dir", help="directory for the crash-recovery upload journal (default: "
                                        "<directory of --data>/.ltm-party-state); keep it on persistent storage")
     p.add_argument("--summary-file", help="write a JSON summary of the upload here")

@@ -363,7 +363,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="probability that a reported bound is invalid (Bonferroni over the thresholds)")
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1,
                    help="processes the runs are split over (default: one per core)")
-    add_options(p, "output", only=("seed",), types={"seed": str})  # any text seeds the runs
+    add_options(p, "run", only=("seed",), types={"seed": str})  # any text seeds the runs
     p.set_defaults(func=_run_cli)
 
 

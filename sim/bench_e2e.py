@@ -82,7 +82,7 @@ def add_parser(bench_sub: argparse._SubParsersAction) -> None:
         "corrupt_parties": "corrupt parties the job tolerates (default: the job default, 1; 0 allows --parties 1, "
                            "e.g. to measure one party holding every client — the bench is a seeded reproduction)"})
     p.add_argument("--batch-clients", type=int, help="clients per upload batch (default: the party's)")
-    add_options(p, "output", defaults={"seed": 1}, helps={
+    add_options(p, "run", defaults={"seed": 1}, helps={
         "seed": "seeded mode (benchmarks need no privacy); also the data seed",
         "json": "(the output is always one JSON object)"})
     p.add_argument("--deadline", type=float,

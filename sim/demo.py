@@ -54,7 +54,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                 helps={"parties": "party processes (default {default})", "k": "server processes (default {default})"})
     add_options(p, "privacy", only=("epsilon", "delta"))
     add_options(p, "data", only=("data", "label"), helps={"data": "CSV instead of the bundled dataset (with --label)"})
-    add_options(p, "output")
+    add_options(p, "run")
     p.add_argument("--workdir", help="keep certificates, stores, logs and outputs here (default: a temp dir, removed)")
     p.add_argument("--deadline", type=float, default=60.0, help="seconds the analyst waits for parties")
     p.add_argument("--insecure", action="store_true", help="plaintext transport (testing only)")
@@ -312,7 +312,7 @@ def add_operate_parser(sub: argparse._SubParsersAction) -> None:
     add_options(p, "sketch", only=("parties", "sketch", "m", "s", "partition", "share_mode"))
     add_options(p, "privacy", only=("epsilon", "delta"))
     add_options(p, "data", only=("data", "label"), helps={"data": "CSV instead of the bundled dataset (with --label)"})
-    add_options(p, "output", helps={"seed": "SEEDED MODE (the parties must get the same --seed)"})
+    add_options(p, "run", helps={"seed": "SEEDED MODE (the parties must get the same --seed)"})
     p.add_argument("--deadline", type=float, default=120.0, help="seconds the analyst waits for parties (default 120)")
     p.set_defaults(func=run_operate)
 

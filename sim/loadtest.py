@@ -497,7 +497,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--deadline", type=float, default=600.0, help="stop (and fail) after this many seconds")
     p.add_argument("--workdir", help="keep servers' stores and logs here (default: a temporary directory)")
     p.add_argument("--certs-cache", help="reuse (or create) the certificates in this directory")
-    add_options(p, "output", only=("seed",), types={"seed": str},  # any text seeds the parties
+    add_options(p, "run", only=("seed",), types={"seed": str},  # any text seeds the parties
                 helps={"seed": "SEEDED MODE for the parties' randomness (reproducible, NOT private)"})
     p.set_defaults(func=_run_cli)
 

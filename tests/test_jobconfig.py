@@ -107,7 +107,8 @@ def test_every_key_absent_from_a_job_file_takes_the_fields_file_default(monkeypa
 def test_a_field_with_a_flag_and_a_key_has_one_default_and_one_help():
     both = [f for f in FIELDS if f.flags and f.toml]
     assert {"epsilon", "delta", "partition", "sketch", "m", "s", "share_mode", "clip", "mechanism", "calibration",
-            "t_prime", "corrupt_parties", "colluding_servers", "model", "lam", "rank", "debias"} <= {f.name for f in both}
+            "t_prime", "corrupt_parties", "colluding_servers", "model", "lam", "rank",
+            "debias"} <= {f.name for f in both}
     for f in both:
         # a flag and a key may differ only where the field says why (and never silently)
         if f.file_default is SAME and not f.file_required:
@@ -151,7 +152,7 @@ def test_choices_agree_with_the_core():
 def test_add_options_overrides_fill_the_help_and_refuse_unknown_fields():
     p = argparse.ArgumentParser()
     add_options(p, "sketch", only=("m", "k"), defaults={"k": 2}, helps={"m": "rows (default {default})"})
-    add_options(p, "output", only=("seed",), types={"seed": str})
+    add_options(p, "run", only=("seed",), types={"seed": str})
     a = _actions(p)
     assert a["k"].default == 2 and a["k"].help.endswith("default 2)")
     assert a["m"].help == "rows (default None)" and a["seed"].type is str
