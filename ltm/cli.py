@@ -5,10 +5,13 @@ import argparse
 import difflib
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ltm.dp.defaults import DEFAULT_DELTA
 from ltm.jobconfig import add_options, config_values, positive_int
+
+if TYPE_CHECKING:
+    from sim.simulate import SimulateConfig
 
 
 class LtmParser(argparse.ArgumentParser):
@@ -106,10 +109,12 @@ def _parse_calibration(text: str) -> tuple[str, float | None]:
     return text, None
 
 
-def _run_simulate(args: argparse.Namespace) -> int:
+def simulate_config(args: argparse.Namespace) -> "SimulateConfig":
+    """The simulator's configuration from ``ltm simulate``'s parsed flags: each flag of the job
+    model (:mod:`ltm.jobconfig`) sets the configuration's field of the same name."""
     from dataclasses import fields as dataclass_fields
 
-    from sim.simulate import SimulateConfig, simulate
+    from sim.simulate import SimulateConfig
 
     calibration, p = _parse_calibration(args.calibration)
     values = config_values(args, (f.name for f in dataclass_fields(SimulateConfig)))
@@ -120,7 +125,13 @@ def _run_simulate(args: argparse.Namespace) -> int:
         raise SystemExit("ltm: error: --features-n/--bandwidth need --model rf_ridge")
     if args.mechanism == "laplace" and args.delta == DEFAULT_DELTA:
         cfg.delta = 0.0
-    report = simulate(cfg)
+    return cfg
+
+
+def _run_simulate(args: argparse.Namespace) -> int:
+    from sim.simulate import simulate
+
+    report = simulate(simulate_config(args))
     if args.json:
         _print_json(report)
     else:

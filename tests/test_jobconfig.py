@@ -14,7 +14,7 @@ from dataclasses import MISSING, fields
 import pytest
 
 from ltm import jobconfig, jobfile
-from ltm.cli import build_parser
+from ltm.cli import build_parser, simulate_config
 from ltm.jobconfig import FIELDS, SAME, add_options, default, field, file_default, flag_fields, toml_fields
 from ltm.jobfile import JobFileError, parse_job_file, render_job_file
 from ltm.jobspec import PARTITIONS, RELEASE_KINDS, UPLOAD_MODES
@@ -137,6 +137,35 @@ def test_the_simulate_configuration_takes_the_fields_defaults():
             assert f.default is not MISSING and f.default == default(f.name), f.name
     # every flag of `ltm simulate` reaches the configuration, except the output format
     assert flagged - {f.name for f in fields(SimulateConfig)} == {"json"}
+
+
+def test_every_simulate_flag_reaches_the_simulate_configuration():
+    """Each flag set to a value other than its default arrives in SimulateConfig's field of that name."""
+    argv, expect = ["simulate"], {}
+    for f in flag_fields():
+        if f.action:
+            argv.append(f.flag)
+            expect[f.name] = f.action == "store_true"
+            continue
+        if f.name == "model":
+            value = "rf_ridge"  # --features-n and --bandwidth need it
+        elif f.name == "calibration":
+            value = "paper"
+        elif f.choices:
+            value = next(c for c in f.choices if c != f.default)
+        elif f.type is float:
+            value = 0.375
+        elif f.type is not None:
+            value = 7
+        else:
+            value = "x7"
+        argv += [f.flag, str(value)]
+        expect[f.name] = value
+    expect["features"] = ["x7"]
+    cfg = simulate_config(build_parser("simulate").parse_args(argv))
+    for name, value in expect.items():
+        if name != "json":
+            assert getattr(cfg, name) == value, f"--{name}: {getattr(cfg, name)!r}, given {value!r}"
 
 
 def test_choices_agree_with_the_core():
