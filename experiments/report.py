@@ -91,7 +91,7 @@ def fmt(x: float | None) -> str:
 def fmt_pm(mean: float, std: float, count: int) -> str:
     if count == 0:
         return "—"
-    return fmt(mean) if count == 1 else f"{fmt(mean)} ± {fmt(std)}"
+    return fmt(mean) if count == 1 or math.isinf(mean) else f"{fmt(mean)} ± {fmt(std)}"
 
 
 def _fmt_paper(x: float) -> str:
