@@ -1,6 +1,6 @@
 """Corruption thresholds: what t corrupt servers, and t′ corrupt clients, actually cost.
 
-DESIGN §3–§4 and spec ltm-secure-sketching §1.2: the LTM promises (ε, δ)-DP against any k − 1 of
+docs/architecture.md: the LTM promises (ε, δ)-DP against any k − 1 of
 the k servers together with up to t′ corrupt clients (semi-honest).  These scenarios measure both
 edges of that promise on the real cores.
 

@@ -150,7 +150,7 @@ def _add_simulate(sub: argparse._SubParsersAction) -> None:
     rf = p.add_argument_group("random features (--model rf_ridge)")
     rf.add_argument("--features-n", type=_positive_int,
                     help="random frequencies N (default 16: a sketch's noise grows with the vector width, "
-                         "so keep N ≪ n; see docs/experiments.md, seed 002)")
+                         "so keep N ≪ n; see docs/experiments/liao.md)")
     rf.add_argument("--bandwidth", type=float, help="kernel bandwidth in standardised input units (default √d)")
     rf.add_argument("--feature-map", choices=["cos", "sincos"], default="cos",
                     help="cos: √(2/N)cos(ωx+b), N entries; sincos: [cos ωx, sin ωx]/√N, 2N entries, norm 1")
