@@ -205,7 +205,7 @@ FIELDS: tuple[Field, ...] = (
                              "affine)", False, action="store_true", flags=("--intercept",)),
     # ---- random features (--model rf_ridge)
     _f("features_n", "features", "random frequencies N (default 16: a sketch's noise grows with the vector width, "
-                                 "so keep N ≪ n; see docs/experiments.md, seed 002)",
+                                 "so keep N ≪ n; see docs/experiments/liao.md)",
        type=positive_int, flags=("--features-n",)),
     _f("bandwidth", "features", "kernel bandwidth in standardised input units (default √d)", type=float,
        flags=("--bandwidth",)),
