@@ -36,6 +36,7 @@ import numpy as np
 from ltm.histograms import (HIST_CLIP_BOUND, LIN_BINS, counts_matrix, denoise, mean_and_std, quantiles,
                             robust_centre_spread)
 from ltm.errors import CommandError
+from ltm.jobconfig import add_options
 from ltm.jobfile import (DEFAULT_DEADLINE_S, JobFile, JobFileError, load_toml, parse_job_file, read_job_text,
                          render_job_file)
 from ltm.jobspec import INTERCEPT_NAME
@@ -215,8 +216,8 @@ def add_bounds_parser(jsub: argparse._SubParsersAction, connection) -> None:
     b.add_argument("--out", required=True, help="where to write the main job file")
     b.add_argument("--randomness", help="how the parties draw randomness, for the report")
     b.add_argument("--timeout", type=float, help="seconds to wait for each round (default: its deadline + 300)")
-    b.add_argument("--intercept", action="store_true", help="add an intercept column to the main job")
-    b.add_argument("--json", action="store_true", help="print the rounds' estimates as JSON")
+    add_options(b, "model", only=("intercept",), helps={"intercept": "add an intercept column to the main job"})
+    add_options(b, "run", only=("json",), helps={"json": "print the rounds' estimates as JSON"})
     b.set_defaults(func=run_bounds_command)
 
 

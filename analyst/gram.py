@@ -18,7 +18,7 @@ Estimators (all post-processing of the release):
   the semicircle edge ``τ = √(2pv)`` (E_xx is a Wigner matrix with off-diagonal variance v/2, whose
   spectrum ends at 2·√(v/2)·√p), or (``bound="adassp"``) AdaSSP's own high-probability bound
   ``√v·√(p·log(2p²/ρ))``, ρ = 0.05, about twice as large for p ≈ 10.  Measured on the three real
-  datasets of docs/experiments.md (ε = 1, 6 seeds), the edge gave R² 0.5422 / 0.3798 / 0.6298
+  datasets of docs/experiments/planner_grid.md (ε = 1, 6 seeds), the edge gave R² 0.5422 / 0.3798 / 0.6298
   (power / bike / housing) against 0.5363 / 0.3772 / 0.6275 with AdaSSP's bound;
 * low rank: the top eigenvectors of Ĝ (the noisy second moment; MOD-SULQ's estimator).
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ltm.errors import CommandError
+from ltm.jobconfig import add_options
 from ltm.jobfile import JobFile, JobFileError, parse_job_file, read_job_text, spec_summary
 
 
@@ -35,7 +36,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
     c = jsub.add_parser("check", help="validate a job file and print its digest and resolved choices")
     c.add_argument("file", help="job file (TOML)")
-    c.add_argument("--json", action="store_true", help="print the resolved job as JSON")
+    add_options(c, "run", only=("json",), helps={"json": "print the resolved job as JSON"})
     c.set_defaults(func=run_check)
 
     s = jsub.add_parser("submit", help="submit a job file to the analyst, which publishes and runs it")
@@ -50,7 +51,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     st = jsub.add_parser("status", help="state and phase of a job (or of every job)")
     st.add_argument("job_id", nargs="?", default="", help="job id (default: every job)")
     _connection(st)
-    st.add_argument("--json", action="store_true", help="print the jobs as JSON")
+    add_options(st, "run", only=("json",), helps={"json": "print the jobs as JSON"})
     st.set_defaults(func=run_status)
 
     r = jsub.add_parser("result", help="write a finished job's files (release, privacy report, model, report)")

@@ -31,6 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ltm.jobconfig import add_options
+
 REAL_DATASETS = {
     # name: (ltm simulate arguments, rows, provenance)
     "household power (100k sample)": ([], 100_000, "sim/data/README.md (bundled default)"),
@@ -250,12 +252,11 @@ def main(argv: list[str] | None = None) -> int:
     r = sub.add_parser("real")
     r.add_argument("--out", type=Path, required=True)
     r.add_argument("--runs", type=int, default=5)
-    r.add_argument("--epsilon", type=float, default=1.0)
-    r.add_argument("--delta", type=float, default=1e-6)
+    add_options(r, "privacy", only=("epsilon", "delta"))
     g = sub.add_parser("grid")
     g.add_argument("--out", type=Path, required=True)
     g.add_argument("--reps", type=int, default=3)
-    g.add_argument("--delta", type=float, default=1e-6)
+    add_options(g, "privacy", only=("delta",))
     args = p.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     if args.what == "real":

@@ -45,6 +45,7 @@ CellFunction = Callable[[dict, int], list[dict]]
 SCENARIO_MODULES: tuple[str, ...] = (
     "experiments.burkhardt",
     "experiments.wu",
+    "experiments.wu_replicated",
     "experiments.thresholds",
     "experiments.cao_zhang",
     "experiments.liao",

@@ -62,6 +62,11 @@ def aggregate(rows: list[dict[str, Any]], keys: list[str], metric: str,
             groups[key].append(v)
     out: OrderedDict[tuple, dict[str, Any]] = OrderedDict()
     for key, vals in groups.items():
+        if vals and len(set(vals)) == 1 and math.isinf(vals[0]):
+            # every repetition says the same infinity (e.g. ε against a coalition that holds the
+            # data in the clear): that is the value, not a missing one
+            out[key] = {"mean": vals[0], "std": 0.0, "count": len(vals), "nonfinite": 0, "first": first[key]}
+            continue
         arr = np.array([v for v in vals if math.isfinite(v)])
         out[key] = {
             "mean": float(arr.mean()) if arr.size else float("nan"),
@@ -89,7 +94,7 @@ def fmt(x: float | None) -> str:
 def fmt_pm(mean: float, std: float, count: int) -> str:
     if count == 0:
         return "—"
-    return fmt(mean) if count == 1 else f"{fmt(mean)} ± {fmt(std)}"
+    return fmt(mean) if count == 1 or math.isinf(mean) else f"{fmt(mean)} ± {fmt(std)}"
 
 
 def _fmt_paper(x: float) -> str:

@@ -1,6 +1,6 @@
 """Corruption thresholds: what t corrupt servers, and t′ corrupt clients, actually cost.
 
-docs/architecture.md §4–5 and the secure-sketching paper's §1.2: the LTM promises (ε, δ)-DP against any k − 1 of
+docs/architecture.md: the LTM promises (ε, δ)-DP against any k − 1 of
 the k servers together with up to t′ corrupt clients (semi-honest).  These scenarios measure both
 edges of that promise on the real cores.
 
@@ -27,6 +27,21 @@ edges of that promise on the real cores.
       (simulatable), so it is the release's ε; at t = k the coalition reads each client's s noisy
       copies, each carrying only that client's own draw N(0, σ_c²): ε of the Gaussian mechanism
       with σ_c and sensitivity 2C√s.
+
+``thresholds.replicated`` (spec ``thresholds_replicated.toml``)
+    The same questions for the columns partition's replicated degree-2 release (ltm/replicated.py,
+    k = 3): one job through the real party, server and analyst cores of the replicated release,
+    twice (datasets A and B as above).  Server i's view is the two additive shares (x_i, x_{i+1})
+    of every party's grid-rounded block it receives plus its shares of the parties' noise; a
+    coalition T holds the additive shares H(T) = ∪_{i∈T} {i, i+1 mod 3} and its best combination is
+    their sum.  Per coalition size t = 0..3: ``chi2_p`` (smallest p over every share stream the
+    coalition holds and its sum), ``tv_ab``, ``frac_exact`` (fraction of the grid-rounded data
+    entries the sum equals), ``rmse_decoded`` (against the clean clipped rows), ``gram_error``
+    (largest |triu(ẐᵀẐ) − the clear triangle| over the entries, data units, Ẑ the coalition's
+    decoded sum) and ``eps_vs_coalition`` (t = 1: the release's ε, the view being uniform and
+    independent of the data; t ≥ 2: ∞, the coalition reads every client's rows with no noise at
+    all: the replicated release adds its noise to the Gram, not to the data).  The threshold is
+    t = 2 = ⌈k/2⌉ (an honest majority), where the sketch's is t = k.
 
 ``thresholds.clients`` (spec ``thresholds_clients.toml``), axis ``part``:
 
@@ -58,9 +73,15 @@ from ltm.dp.calibration import gaussian_delta
 from ltm.dp.sensitivity import sketch_l2
 from ltm.dp import accounting
 from ltm.jobspec import JobSpec, resolve_defaults, validate_job
+from analyst.replicated import replicated_release
+from ltm.dp.grid import round_to_grid
 from ltm.randomness import Randomness
+from ltm.replicated import REPLICATED_SERVERS, clear_triangle
 from ltm.ring import decode
+from party.randomizer import party_randomness
+from party.replicated import replicated_uploads
 from server.core import ServerCore
+from server.replicated import ReplicatedServer
 from sim.data import Table, synthetic_ridge
 from sim.inprocess import run_inprocess
 from sim.jobs import build_job, party_tables
@@ -71,6 +92,7 @@ STYLES = {
     "k=3 servers": {"color": "tab:green", "marker": "s"},
     "k=4 servers": {"color": "tab:purple", "marker": "^"},
     "k=5 servers": {"color": "tab:red", "marker": "v"},
+    "replicated k=3": {"color": "tab:brown", "marker": "D"},
     "LTM ridge": {"color": "tab:green", "marker": "s"},
     "non-private": {"color": "black", "linestyle": "--", "marker": "."},
     "central (best of AdaSSP, SSP; own λ)": {"color": "tab:orange", "marker": "^"},
@@ -252,6 +274,167 @@ def servers_cell(params: dict, seed: int) -> list[dict]:
             "epsilon": eps,
         })
         rows.append({"series": "uniform views (null, 99% quantile)", "k": k, "t": t, "tv_ab": tv_null_q99})
+    return rows
+
+
+# --------------------------------------------------------------------------------------------
+# (a′) servers of the replicated release (columns partition, k = 3)
+# --------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class ReplicatedViews:
+    """What each server of one replicated job held, and what the analyst released.
+
+    ``shares[a]``: additive share a of every party's grid-rounded block (uint64, the parties'
+    blocks flattened in party order), as the two servers holding it received it; ``noise[i]``:
+    server i's shares of the parties' noise vectors; ``grid``: the grid-rounded data in the same
+    word order (uint64 ring units of 2^-f); ``clean``: the clipped rows (float64), same order.
+    """
+
+    spec: JobSpec
+    shares: list[np.ndarray]
+    noise: list[np.ndarray]
+    outputs: list[np.ndarray]
+    release_sha256: str
+    grid: np.ndarray
+    clean: np.ndarray
+    blocks: list[tuple[int, ...]]
+
+
+def replicated_views(spec: JobSpec, table: Table, randomness: Randomness) -> ReplicatedViews:
+    """Run a replicated job (``spec.replicated``) through the real party, server and analyst cores
+    with the servers kept, and read back every server's view.  The same calls, in the same order and
+    with the same per-party randomness, as :func:`sim.replicated_run.run_replicated` (without the
+    ledgers), so the release is the in-process run's bit for bit."""
+    if not spec.replicated:
+        raise ValueError(f"job {spec.job_id!r} is not a replicated release")
+    servers = [ReplicatedServer(spec, i) for i in range(spec.k)]
+    tables = party_tables(spec, table)
+    for party in spec.parties:
+        ups = replicated_uploads(spec, party.party_id, tables[party.party_id],
+                                 party_randomness(randomness, spec, party.party_id))
+        for server, up in zip(servers, ups):
+            server.accept(party.party_id, up)
+    outputs = [server.output() for server in servers]
+    release = replicated_release(spec, outputs, randomness=randomness.label)
+    # Additive share a reaches server a (as its first) and server a − 1 (as its second): read it from
+    # server a, and check server a − 1 holds the same words (the replication is what the coalition uses).
+    k = REPLICATED_SERVERS
+    shares, noise = [], []
+    for a in range(k):
+        ups_a = [servers[a].uploads[p.party_id] for p in spec.parties]
+        ups_prev = [servers[(a - 1) % k].uploads[p.party_id] for p in spec.parties]
+        shares.append(np.concatenate([u.first.values().ravel() for u in ups_a]))
+        again = np.concatenate([u.second.values().ravel() for u in ups_prev])
+        if not np.array_equal(shares[a], again):
+            raise AssertionError(f"servers {a} and {(a - 1) % k} hold different copies of additive share {a}")
+        acc = np.zeros(ups_a[0].noise.shape, dtype=np.uint64)
+        for u in ups_a:
+            acc += u.noise.values()
+        noise.append(acc)
+    V = training_matrix(spec, table)
+    blocks = [tuple(spec.party_column_indices(p)) for p in spec.parties]
+    clean = np.concatenate([V[:, list(b)].ravel() for b in blocks])
+    grid = np.concatenate([round_to_grid(V[:, list(b)], spec.frac_bits).ravel() for b in blocks])
+    return ReplicatedViews(spec, shares, noise, outputs, release.sha256,
+                           np.ascontiguousarray(grid, dtype=np.int64).view(np.uint64), clean, blocks)
+
+
+def held_shares(coalition: tuple[int, ...], k: int = REPLICATED_SERVERS) -> list[int]:
+    """The additive shares a coalition of replicated-release servers holds: server i has i and i + 1."""
+    return sorted({a for i in coalition for a in (i, (i + 1) % k)})
+
+
+def _unflatten(words: np.ndarray, n: int, blocks: list[tuple[int, ...]], width: int) -> np.ndarray:
+    """The n × D matrix from the party-ordered flattened blocks (inverse of :class:`ReplicatedViews`' order)."""
+    out = np.zeros((n, width), dtype=words.dtype)
+    start = 0
+    for b in blocks:
+        size = n * len(b)
+        out[:, list(b)] = words[start:start + size].reshape(n, len(b))
+        start += size
+    return out
+
+
+def replicated_job(table: Table, *, parties: int, epsilon: float, delta: float, share_mode: str,
+                   seed: int) -> JobSpec:
+    """The columns partition's replicated release for ``table`` (3 servers, 1 of them may be corrupt)."""
+    spec, _ = build_job(table, job_id=f"thr-rep-{seed:x}", randomness=Randomness.seeded_insecure(seed),
+                        partition="columns", parties=parties, k=REPLICATED_SERVERS, kind="gram",
+                        colluding_servers=1, epsilon=epsilon, delta=delta, share_mode=share_mode)
+    if not spec.replicated:
+        raise AssertionError("build_job did not give the replicated release for colluding_servers = 1")
+    return spec
+
+
+@register("thresholds.replicated", styles=STYLES)
+def replicated_cell(params: dict, seed: int) -> list[dict]:
+    """For t = 0..3 corrupt servers of the replicated release: what the coalition recovers.
+
+    Params: optional ``n`` (16384), ``d`` (4), ``parties`` (3), ``epsilon`` (1), ``delta`` (1e-6),
+    ``share_mode`` ("seed" | "full"), ``null_draws`` (50).  See the module docstring.
+    """
+    k = REPLICATED_SERVERS
+    n, d = int(params.get("n", 16384)), int(params.get("d", 4))
+    parties = int(params.get("parties", 3))
+    eps, delta = float(params.get("epsilon", 1.0)), float(params.get("delta", 1e-6))
+    share_mode = str(params.get("share_mode", "seed"))
+    table_a = synthetic_ridge(n, d, Randomness.seeded_insecure(subseed(seed, "data-a")))
+    spec = replicated_job(table_a, parties=parties, epsilon=eps, delta=delta, share_mode=share_mode,
+                          seed=subseed(seed, "job"))
+    table_b = Table({c: np.full(n, 3.0 * (1 + j)) for j, c in enumerate(table_a.columns)}, table_a.label,
+                    "constant extreme rows")
+    a = replicated_views(spec, table_a, Randomness.seeded_insecure(subseed(seed, "run-a")))
+    b = replicated_views(spec, table_b, Randomness.seeded_insecure(subseed(seed, "run-b")))
+    f = spec.frac_bits
+    words = a.grid.size
+    null = numpy_rng(seed, "tv-null")
+    null_tvs = []
+    for _ in range(int(params.get("null_draws", 50))):
+        u = [decode(np.frombuffer(null.bytes(8 * words), dtype=np.uint64), f) for _ in range(2)]
+        null_tvs.append(total_variation(window_histogram(u[0], spec.clip_bound), window_histogram(u[1], spec.clip_bound)))
+    tv_null, tv_null_q99 = float(np.mean(null_tvs)), float(np.quantile(null_tvs, 0.99))
+    clear = clear_triangle(_unflatten(a.clean, n, a.blocks, spec.width), f).view(np.int64).astype(np.float64)
+    iu = np.triu_indices(spec.width)
+    rows: list[dict] = []
+    for t in range(0, k + 1):
+        coalitions = list(itertools.combinations(range(k), t)) if t else []
+        ps, tvs, exact, rmse, gram_err = [], [], [], [], []
+        for coalition in coalitions:
+            held = held_shares(coalition)
+            sum_a = np.zeros_like(a.grid)
+            sum_b = np.zeros_like(b.grid)
+            for h in held:
+                sum_a += a.shares[h]
+                sum_b += b.shares[h]
+            # every stream the coalition holds (block shares, its noise shares) and the block sum
+            streams = [a.shares[h] for h in held] + [a.noise[i] for i in coalition] + [sum_a]
+            ps.append(min(chi2_uniform_p(byte_histogram(w)) for w in streams))
+            dec_a, dec_b = decode(sum_a, f), decode(sum_b, f)
+            tvs.append(total_variation(window_histogram(dec_a, spec.clip_bound),
+                                       window_histogram(dec_b, spec.clip_bound)))
+            exact.append(float(np.mean(sum_a == a.grid)))
+            rmse.append(float(np.sqrt(np.mean((dec_a - a.clean) ** 2))))
+            Zc = _unflatten(sum_a, n, a.blocks, spec.width)
+            tri = np.einsum("na,nb->ab", Zc, Zc)[iu].view(np.int64).astype(np.float64)
+            gram_err.append(float(np.max(np.abs(tri - clear))) * 2.0 ** (-2 * f))
+        rows.append({
+            "series": "replicated k=3", "k": k, "t": t, "coalitions": len(coalitions),
+            "shares_held": len(held_shares(coalitions[0])) if coalitions else 0,
+            "share_mode": share_mode, "words": int(words), "frac_bits": f,
+            "chi2_p": min(ps) if ps else None,
+            "log10_chi2_p": math.log10(max(min(ps), 1e-300)) if ps else None,
+            "tv_ab": max(tvs) if tvs else 0.0, "tv_null": tv_null, "tv_null_q99": tv_null_q99,
+            "frac_exact": max(exact) if exact else 0.0,
+            "rmse_decoded": min(rmse) if rmse else None,
+            "gram_error": min(gram_err) if gram_err else None,
+            "clip_bound": spec.clip_bound, "grid_step": 2.0**-f,
+            "eps_vs_coalition": eps if 2 * t < k else math.inf,
+            "epsilon": eps, "release_sha256": a.release_sha256,
+        })
+        rows.append({"series": "uniform views (null, 99% quantile)", "k": k, "t": t, "tv_ab": tv_null_q99,
+                     "share_mode": share_mode})
     return rows
 
 

@@ -38,7 +38,7 @@ differs from the pipeline only by the fixed-point rounding (2^-f per entry) and 
 numbers are drawn.  The pipeline itself costs O(n·m·D) noise draws and scatter-adds (about 90 s at
 n = 10⁵, m = 653 on this machine), so it cannot cover n = 3·10⁶, m = 3575.
 
-What differs from Wu et al. (the write-up in ``docs/experiments.md`` says it too):
+What differs from Wu et al. (the write-up in ``docs/experiments/wu.md`` says it too):
 
 * **privacy unit.**  Wu: (ε, δ)-DP per party w.r.t. that party's columns (replace one row of one
   block), classical Gaussian σ_{ε,δ} = √(2 ln(1.25/δ))/ε, sensitivity 2√d_max.  LTM: (ε, δ)-DP per

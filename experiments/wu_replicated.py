@@ -11,6 +11,9 @@ release's default, ``analyst.estimators.release_lambda``).  The guarantee is per
 whole row), where Wu's is per party.
 
     python -m experiments.wu_replicated --out docs/results/wu_replicated [--splits 20]
+
+Wu's Fig. 2 setting (synthetic, six parties, ‖ŵ − w*‖ against n) with the same release is the
+scenario ``wu.synthetic_replicated`` (spec ``wu_fig2_replicated.toml``), run by ``ltm experiment run``.
 """
 from __future__ import annotations
 
@@ -23,8 +26,10 @@ from pathlib import Path
 import numpy as np
 
 from analyst.estimators import make_estimator, release_lambda
-from experiments.wu import DATASETS, WU_DELTA, _table_of, clipped_mse, wu_split
-from ltm.jobspec import ColumnSpec, validate_job
+from experiments.registry import register
+from experiments.seeds import numpy_rng
+from experiments.wu import DATASETS, WU_DELTA, _distance_row, _table_of, clipped_mse, synthetic_data, wu_split
+from ltm.jobspec import ColumnSpec, JobSpec, validate_job
 from ltm.randomness import Randomness
 from sim.jobs import build_job, party_tables
 from sim.replicated_run import run_replicated
@@ -32,23 +37,39 @@ from sim.replicated_run import run_replicated
 EPSILONS = (1.0, 0.3, 0.1)
 
 
-def cell(dataset: str, epsilon: float, seed: int, parties: int = 5) -> dict:
-    """One split: the replicated release's clipped test MSE, OLS's and the zero predictor's."""
-    D, D_test = wu_split(dataset, seed)
-    n, width = D.shape
-    d = width - 1
+def replicated_columns_job(D: np.ndarray, *, job_id: str, epsilon: float, delta: float, parties: int,
+                           seed: int) -> JobSpec:
+    """The replicated release (columns partition, 3 servers, 1 may be corrupt) for Wu's table ``D``
+    (n, width), label last: Wu's identity transform and C = √width, each block clipped at √d_j, so
+    no row is ever clipped (as :func:`experiments.wu.ltm_columns_job`)."""
+    width = D.shape[1]
     C = math.sqrt(width)
-    spec, _ = build_job(_table_of(D), job_id=f"wu-rep-{dataset}-{seed}", randomness=Randomness.seeded_insecure(seed),
+    spec, _ = build_job(_table_of(D), job_id=job_id, randomness=Randomness.seeded_insecure(seed),
                         partition="columns", parties=parties, k=3, kind="gram", colluding_servers=1,
-                        epsilon=epsilon, delta=WU_DELTA, clip_bound=C)
+                        epsilon=epsilon, delta=delta, clip_bound=C)
     identity = tuple(ColumnSpec(c.name, c.role, 0.0, 1.0) for c in spec.columns)
     blocks = tuple(dataclasses.replace(q, clip_bound=C * math.sqrt(len(q.columns) / width) * (1 - 1e-12))
                    for q in spec.parties)
     spec = dataclasses.replace(spec, columns=identity, parties=blocks)
     validate_job(spec)
-    release = run_replicated(spec, party_tables(spec, _table_of(D)), Randomness.seeded_insecure(seed).child("run")).release
+    return spec
+
+
+def _fit(spec: JobSpec, D: np.ndarray, randomness: Randomness):
+    """Run the replicated job in process and fit the ridge with the λ read off the release."""
+    release = run_replicated(spec, party_tables(spec, _table_of(D)), randomness).release
     lam, _ = release_lambda(release)
-    w = make_estimator("ridge", lam=lam).fit(release).coef_scaled_
+    return make_estimator("ridge", lam=lam).fit(release).coef_scaled_, lam, release
+
+
+def cell(dataset: str, epsilon: float, seed: int, parties: int = 5) -> dict:
+    """One split: the replicated release's clipped test MSE, OLS's and the zero predictor's."""
+    D, D_test = wu_split(dataset, seed)
+    n, width = D.shape
+    d = width - 1
+    spec = replicated_columns_job(D, job_id=f"wu-rep-{dataset}-{seed}", epsilon=epsilon, delta=WU_DELTA,
+                                  parties=parties, seed=seed)
+    w, lam, release = _fit(spec, D, Randomness.seeded_insecure(seed).child("run"))
     X, y = D[:, :d], D[:, d]
     w_ols = np.linalg.lstsq(X, y, rcond=None)[0]
     return {"dataset": dataset, "epsilon": epsilon, "split": seed, "n": n, "width": width,
@@ -56,6 +77,33 @@ def cell(dataset: str, epsilon: float, seed: int, parties: int = 5) -> dict:
             "ols_mse": clipped_mse(D_test[:, :d], D_test[:, d], w_ols),
             "zero_mse": clipped_mse(D_test[:, :d], D_test[:, d], np.zeros(d)), "lambda": lam,
             "noise_variance_per_entry": release.privacy["noise_variance_per_entry"]}
+
+
+SERIES_REPLICATED = "replicated release (1 of 3 servers)"
+
+
+@register("wu.synthetic_replicated", styles={SERIES_REPLICATED: {"color": "tab:brown", "marker": "D"}},
+          cost=lambda p: float(p["n"]))
+def synthetic_cell(params: dict, seed: int) -> list[dict]:
+    """Wu Fig. 2's draw (:func:`experiments.wu.synthetic_data`, the same generator and stream as
+    ``wu.synthetic``) released by the replicated release; ‖ŵ − w*‖ of the ridge with the release's λ.
+
+    Params: ``n``, ``epsilon``; optional ``delta`` (1e-5), ``d`` (10), ``parties`` (6).
+    """
+    n, eps = int(params["n"]), float(params["epsilon"])
+    delta = float(params.get("delta", WU_DELTA))
+    d = int(params.get("d", 10))
+    parties = int(params.get("parties", 6))
+    X, y, w_star = synthetic_data(n, d, numpy_rng(seed, "wu-synthetic-data"))
+    D = np.column_stack([X, y])
+    spec = replicated_columns_job(D, job_id=f"wu-rep-syn-{seed:x}", epsilon=eps, delta=delta, parties=parties,
+                                  seed=seed)
+    w, lam, release = _fit(spec, D, Randomness.seeded_insecure(seed).child("run"))
+    return [{"series": SERIES_REPLICATED, "n": n, "epsilon": eps, "w_norm": float(np.linalg.norm(w_star)),
+             **_distance_row(w, w_star), "lambda": lam,
+             "noise_std": math.sqrt(release.privacy["noise_variance_per_entry"]),
+             "calibration_verified": bool(release.privacy.get("calibration_verified", False)),
+             "release_sha256": release.sha256}]
 
 
 def main() -> None:

@@ -5,9 +5,13 @@ import argparse
 import difflib
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ltm.dp.defaults import DEFAULT_CLIP_BOUND, DEFAULT_DELTA
+from ltm.dp.defaults import DEFAULT_DELTA
+from ltm.jobconfig import add_options, config_values, positive_int
+
+if TYPE_CHECKING:
+    from sim.simulate import SimulateConfig
 
 
 class LtmParser(argparse.ArgumentParser):
@@ -74,11 +78,6 @@ class _SubcommandsAction(argparse._SubParsersAction):
         return super().add_parser(name, **kwargs)
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be ≥ 1, got {value}")
-    return value
 
 
 def _print_json(obj: Any) -> None:
@@ -92,72 +91,8 @@ def _add_simulate(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("simulate", help=COMMANDS["simulate"][1],
                        description="Parties → k servers → analyst in one process, on a CSV, a synthetic "
                                    "generator, or (default) the bundled real dataset.")
-    src = p.add_argument_group("data")
-    src.add_argument("--data", help="CSV file (header row; ',' ';' or tab separated)")
-    src.add_argument("--label", help="label column of --data")
-    src.add_argument("--features", help="comma-separated feature columns (default: every numeric column)")
-    src.add_argument("--synthetic", choices=["ridge", "lowrank", "nonlinear"],
-                     help="generate data instead (ridge/lowrank: Burkhardt et al. §6.2; nonlinear: for rf_ridge)")
-    src.add_argument("--n", type=_positive_int, default=10_000, help="synthetic rows (default 10000)")
-    src.add_argument("--d", type=_positive_int, default=10, help="synthetic features (default 10)")
-    job = p.add_argument_group("job")
-    job.add_argument("--partition", choices=["rows", "columns"], default="rows",
-                     help="rows: each party holds whole rows (default); columns: each holds some columns of every row")
-    job.add_argument("--parties", type=_positive_int, default=4, help="simulated parties (default 4)")
-    job.add_argument("--k", type=int, default=3, help="number of servers (≥ 2)")
-    job.add_argument("--sketch", "--release", dest="sketch", choices=["auto", "sparse", "dense", "gram"], default="auto",
-                     help="release kind: auto (default: the planner chooses from public quantities, ltm/planner.py), "
-                          "a sparse or dense sketch, or gram (noisy sufficient statistics ZᵀZ; rows partition only)")
-    job.add_argument("--m", type=_positive_int, help="sketch rows (default: a rule from n, D and ε; see sim/jobs.py)")
-    job.add_argument("--s", type=_positive_int, default=1, help="non-zeros per column of a sparse sketch")
-    job.add_argument("--share-mode", choices=["seed", "full"], default="seed",
-                     help="seed: helper shares travel as 32-byte seeds (default); full: every share explicit")
-    priv = p.add_argument_group("privacy")
-    priv.add_argument("--epsilon", type=float, default=1.0, help="the job's ε per client (default 1)")
-    priv.add_argument("--delta", type=float, default=DEFAULT_DELTA,
-                      help="the job's δ (default 1e-6; with --mechanism laplace the default is 0)")
-    priv.add_argument("--mechanism", choices=["gaussian", "laplace"], default="gaussian",
-                      help="the clients' noise: gaussian (ε, δ)-DP (default) or laplace (pure ε-DP)")
-    priv.add_argument("--calibration", default="tight",
-                      help="tight (default), paper (Cor 4.7/4.10 as printed), or interpolate(p)")
-    priv.add_argument("--t-prime", type=int, default=0, help="corrupt clients tolerated")
-    priv.add_argument("--corrupt-parties", type=int, default=None,
-                      help="corrupt parties tolerated (default: 1 when parties hold several clients each; "
-                           "a private job never tolerates fewer, only a --seed reproduction may)")
-    priv.add_argument("--colluding-servers", type=int, default=None,
-                      help="colluding servers the job tolerates (default: k − 1); 1 of 3 (an honest majority) "
-                           "admits the replicated degree-2 release of the columns partition (--release gram)")
-    priv.add_argument("--budget-epsilon", type=float, default=None,
-                      help="each simulated party's privacy budget ε (default: the party's, 4)")
-    priv.add_argument("--budget-delta", type=float, default=None,
-                      help="the δ of that budget (default: the party's, 1e-6)")
-    priv.add_argument("--ledger-dir", default=None,
-                      help="charge the simulated parties' persistent ledgers here, one per party id, across runs "
-                           "(as `ltm party --ledger-dir`); default: a fresh in-memory ledger per run")
-    priv.add_argument("--clip", type=float, default=None, help="ℓ2 clip bound C on the transformed rows (default 1.0)")
-    mdl = p.add_argument_group("model")
-    mdl.add_argument("--model", choices=["ols", "ridge", "lowrank", "rmgm_ols", "dgm_ols", "rf_ridge"],
-                     help="default: ridge, or lowrank for --synthetic lowrank; rf_ridge: parties map their rows "
-                          "with public random features, the analyst fits ridge in feature space")
-    mdl.add_argument("--lambda", dest="lam", type=float,
-                     help="ridge λ (default: the release's rule, release_lambda in analyst/estimators.py: v·√m for "
-                          "a sketch, AdaSSP-style for gram)")
-    mdl.add_argument("--no-debias", dest="debias", action="store_false",
-                     help="ridge: do not subtract the known noise Gram (the paper's faithful analyst)")
-    mdl.add_argument("--rank", type=_positive_int, default=5, help="components of --model lowrank (default 5)")
-    mdl.add_argument("--intercept", action="store_true",
-                     help="add an explicit intercept column (the public centering already makes the model affine)")
-    rf = p.add_argument_group("random features (--model rf_ridge)")
-    rf.add_argument("--features-n", type=_positive_int,
-                    help="random frequencies N (default 16: a sketch's noise grows with the vector width, "
-                         "so keep N ≪ n; see docs/experiments.md, seed 002)")
-    rf.add_argument("--bandwidth", type=float, help="kernel bandwidth in standardised input units (default √d)")
-    rf.add_argument("--feature-map", choices=["cos", "sincos"], default="cos",
-                    help="cos: √(2/N)cos(ωx+b), N entries; sincos: [cos ωx, sin ωx]/√N, 2N entries, norm 1")
-    rf.add_argument("--kernel", choices=["gaussian", "laplacian"], default="gaussian",
-                    help="the shift-invariant kernel the random features approximate (default gaussian)")
-    p.add_argument("--seed", type=int, help="SEEDED MODE: reproducible and NOT private (experiments only)")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    for group in ("data", "sketch", "privacy", "model", "features", "run"):
+        add_options(p, group)  # every flag, help and default from the job-configuration model
     p.set_defaults(func=_run_simulate)
 
 
@@ -174,28 +109,29 @@ def _parse_calibration(text: str) -> tuple[str, float | None]:
     return text, None
 
 
-def _run_simulate(args: argparse.Namespace) -> int:
-    from sim.simulate import SimulateConfig, simulate
+def simulate_config(args: argparse.Namespace) -> "SimulateConfig":
+    """The simulator's configuration from ``ltm simulate``'s parsed flags: each flag of the job
+    model (:mod:`ltm.jobconfig`) sets the configuration's field of the same name."""
+    from dataclasses import fields as dataclass_fields
+
+    from sim.simulate import SimulateConfig
 
     calibration, p = _parse_calibration(args.calibration)
-    cfg = SimulateConfig(
-        data=args.data, label=args.label,
-        features=[f.strip() for f in args.features.split(",")] if args.features else None,
-        synthetic=args.synthetic, n=args.n, d=args.d, partition=args.partition, parties=args.parties, k=args.k,
-        sketch=args.sketch, m=args.m, s=args.s, epsilon=args.epsilon, delta=args.delta,
-        mechanism=args.mechanism, calibration=calibration, interpolate_p=p, t_prime=args.t_prime,
-        corrupt_parties=args.corrupt_parties, model=args.model, lam=args.lam, debias=args.debias, rank=args.rank,
-        clip=args.clip if args.clip is not None else DEFAULT_CLIP_BOUND, intercept=args.intercept,
-        share_mode=args.share_mode, seed=args.seed, features_n=args.features_n or 16, bandwidth=args.bandwidth,
-        feature_map=args.feature_map, kernel=args.kernel, budget_epsilon=args.budget_epsilon,
-        budget_delta=args.budget_delta, ledger_dir=args.ledger_dir,
-        colluding_servers=args.colluding_servers,
-    )
+    values = config_values(args, (f.name for f in dataclass_fields(SimulateConfig)))
+    cfg = SimulateConfig(**{**values, "features": [f.strip() for f in args.features.split(",")] if args.features
+                            else None, "calibration": calibration, "interpolate_p": p,
+                            "features_n": args.features_n or 16})
     if args.model != "rf_ridge" and (args.bandwidth is not None or args.features_n is not None):
         raise SystemExit("ltm: error: --features-n/--bandwidth need --model rf_ridge")
     if args.mechanism == "laplace" and args.delta == DEFAULT_DELTA:
         cfg.delta = 0.0
-    report = simulate(cfg)
+    return cfg
+
+
+def _run_simulate(args: argparse.Namespace) -> int:
+    from sim.simulate import simulate
+
+    report = simulate(simulate_config(args))
     if args.json:
         _print_json(report)
     else:
@@ -234,25 +170,24 @@ def _print_simulate_summary(r: dict[str, Any]) -> None:
 
 
 # ---------------------------------------------------------------------------- bench
+_JSON_ANYWAY = "print JSON (the default output is JSON too)"
+
+
 def _add_bench(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help=COMMANDS["bench"][1])
     bsub = p.add_subparsers(dest="bench", required=True)
     sk = bsub.add_parser("sketch", help="one server's result-share computation and the bytes it receives")
-    sk.add_argument("--n", type=_positive_int, default=1_000_000, help="clients (default 1000000)")
-    sk.add_argument("--d", type=_positive_int, default=10, help="entries per client vector (default 10)")
-    sk.add_argument("--m", type=_positive_int, default=100, help="sketch rows (default 100)")
-    sk.add_argument("--s", type=_positive_int, default=1,
-                    help="non-zeros per column of a sparse sketch (default 1)")
-    sk.add_argument("--k", type=int, default=3, help="servers the shares are split over (≥ 2, default 3)")
-    sk.add_argument("--runs", type=_positive_int, default=5, help="timed repetitions (default 5)")
+    sk.add_argument("--n", type=positive_int, default=1_000_000, help="clients (default 1000000)")
+    sk.add_argument("--d", type=positive_int, default=10, help="entries per client vector (default 10)")
+    sk.add_argument("--runs", type=positive_int, default=5, help="timed repetitions (default 5)")
     sk.add_argument("--kind", choices=["sparse", "dense"], default="sparse", help="sketch kind (default sparse)")
-    sk.add_argument("--share-mode", choices=["seed", "full"], default="seed",
-                    help="seed: helper shares travel as 32-byte seeds (default); full: every share explicit")
-    sk.add_argument("--json", action="store_true", help="print JSON (the default output is JSON too)")
+    add_options(sk, "sketch", only=("m", "s", "k", "share_mode"), defaults={"m": 100},
+                helps={"m": "sketch rows (default {default})"})
+    add_options(sk, "run", only=("json",), helps={"json": _JSON_ANYWAY})
     sk.set_defaults(func=_run_bench_sketch)
     grid = bsub.add_parser("paper", help="every cell of Burkhardt et al. Tables 3-5 vs MP-SPDZ (JSON)")
-    grid.add_argument("--runs", type=_positive_int, default=5, help="timed repetitions per cell (default 5)")
-    grid.add_argument("--json", action="store_true", help="print JSON (the default output is JSON too)")
+    grid.add_argument("--runs", type=positive_int, default=5, help="timed repetitions per cell (default 5)")
+    add_options(grid, "run", only=("json",), helps={"json": _JSON_ANYWAY})
     grid.set_defaults(func=_run_bench_paper)
     from sim.bench_e2e import add_parser as add_e2e  # imports grpc; only when `bench` is the command
 

@@ -39,6 +39,7 @@ from ltm.jobspec import (CALIBRATIONS, INTERCEPT_NAME, MECHANISMS, PARTITIONS, R
                          JobSpec, JobSpecError, PartySpec, PrejobSpec, PrivacySpec, ServerSpec, SketchSpec,
                          UPLOAD_MODES, default_upload_mode, resolve_defaults, validate_job)
 from ltm.errors import LtmError, bounded
+from ltm.jobconfig import file_default, toml_sections
 from ltm.identifiers import column_problem, endpoint_problem, id_problem, party_id_problem, server_id_problem
 from ltm.lifts import get_lift
 from ltm.jobspec import _typed as typed_record
@@ -50,18 +51,12 @@ from ltm.transforms import TransformSpec
 MODELS: tuple[str, ...] = ("ols", "ridge", "lowrank", "rmgm_ols", "dgm_ols", "none")
 #: Domain separation for a sketch seed derived from the job id when the file gives none.
 SEED_DOMAIN = b"ltm/jobfile/sketch-seed/v1\x00"
-DEFAULT_DEADLINE_S = 600.0
+DEFAULT_DEADLINE_S = float(file_default("deadline_s"))
 #: Longest intake deadline a job may ask for (30 days): a job must end.
 MAX_DEADLINE_S = 30 * 24 * 3600.0
 
-_SECTIONS = {
-    "job": {"id", "partition", "rows", "clip_bound", "share_mode", "frac_bits", "deadline_s", "reproduction",
-            "upload_mode", "max_party_upload_bytes"},
-    "release": {"kind", "m", "s", "seed"},
-    "privacy": {"epsilon", "delta", "mechanism", "calibration", "interpolate_p", "t_prime", "corrupt_parties",
-                "min_honest_load", "min_participants", "prejob", "colluding_servers"},
-    "fit": {"model", "lambda", "rank", "debias"},
-}
+#: The tables and their keys, each key declared once (with its default and help) in ltm.jobconfig.
+_SECTIONS = toml_sections()
 _ARRAYS = {
     "transforms": {f.name for f in fields(TransformSpec)},
     "parties": {"id", "clients", "columns", "clip_bound"},
@@ -377,15 +372,15 @@ def parse_job_file(text: str, *, source: str = "job file", resolve: bool = True)
         sketch=SketchSpec(kind=kind, m=m or 1, s=s, seed=seed),  # kind 'auto': the planner decides below
         privacy=PrivacySpec(epsilon=privacy.epsilon, delta=privacy.delta, mechanism=privacy.mechanism,
                             calibration=privacy.calibration, interpolate_p=privacy.interpolate_p,
-                            t_prime=_integer(p, privacy_t, "t_prime", "[privacy]", 0),
-                            corrupt_parties=_integer(p, privacy_t, "corrupt_parties", "[privacy]", 0),
-                            min_honest_load=_integer(p, privacy_t, "min_honest_load", "[privacy]", 0),
-                            min_participants=_integer(p, privacy_t, "min_participants", "[privacy]", 0)),
+                            t_prime=_integer(p, privacy_t, "t_prime", "[privacy]", file_default("t_prime")),
+                            corrupt_parties=_integer(p, privacy_t, "corrupt_parties", "[privacy]", file_default("corrupt_parties")),
+                            min_honest_load=_integer(p, privacy_t, "min_honest_load", "[privacy]", file_default("min_honest_load")),
+                            min_participants=_integer(p, privacy_t, "min_participants", "[privacy]", file_default("min_participants"))),
         servers=tuple(server_specs), clip_norm="l1" if privacy.mechanism == "laplace" else "l2",
         share_mode=job.share_mode, prejobs=privacy.prejobs, transforms=tuple(transforms),
         reproduction=bool(job.reproduction), upload_mode=job.upload_mode,
         # the trust assumption (JobSpec.colluding_servers): absent = k − 1
-        colluding_servers=_integer(p, privacy_t, "colluding_servers", "[privacy]", None),
+        colluding_servers=_integer(p, privacy_t, "colluding_servers", "[privacy]", file_default("colluding_servers")),
     )
     if p.items:
         raise JobFileError(p.items, source)
@@ -448,22 +443,22 @@ def _job_keys(p: _Problems, job: dict) -> _JobKeys:
     if job_id and (bad := id_problem(job_id, "[job].id")):
         p.add(bad + " (it names files and directories of every actor)")
         job_id = ""  # no seed is derived from it
-    partition = p.get(job, "partition", str, "[job]", "rows")
+    partition = p.get(job, "partition", str, "[job]", file_default("partition"))
     if partition not in PARTITIONS:
         p.add(f"[job].partition must be one of {', '.join(PARTITIONS)}, got {partition!r}")
-    clip_bound = _number(p, job, "clip_bound", "[job]", 1.0)
-    share_mode = p.get(job, "share_mode", str, "[job]", "seed")
+    clip_bound = _number(p, job, "clip_bound", "[job]", file_default("clip"))
+    share_mode = p.get(job, "share_mode", str, "[job]", file_default("share_mode"))
     if share_mode not in SHARE_MODES:
         p.add(f"[job].share_mode must be one of {', '.join(SHARE_MODES)}, got {share_mode!r}")
-    frac_bits = _integer(p, job, "frac_bits", "[job]", 0)
+    frac_bits = _integer(p, job, "frac_bits", "[job]", file_default("frac_bits"))
     deadline_s = _number(p, job, "deadline_s", "[job]", DEFAULT_DEADLINE_S)
     # A reproduction job (JobSpec.reproduction): its servers accept seeded, NOT private batches.
-    reproduction = p.get(job, "reproduction", bool, "[job]", False)
+    reproduction = p.get(job, "reproduction", bool, "[job]", file_default("reproduction"))
     # How parties upload (JobSpec.upload_mode); "auto": ltm.jobspec.default_upload_mode's rule.
-    upload_mode = p.get(job, "upload_mode", str, "[job]", "auto")
+    upload_mode = p.get(job, "upload_mode", str, "[job]", file_default("upload_mode"))
     if upload_mode not in ("auto", *UPLOAD_MODES):
         p.add(f"[job].upload_mode must be one of auto, {', '.join(UPLOAD_MODES)}, got {upload_mode!r}")
-    max_party_upload_bytes = _integer(p, job, "max_party_upload_bytes", "[job]", 0)
+    max_party_upload_bytes = _integer(p, job, "max_party_upload_bytes", "[job]", file_default("max_party_upload_bytes"))
     if isinstance(max_party_upload_bytes, int) and max_party_upload_bytes < 0:
         p.add(f"[job].max_party_upload_bytes must be ≥ 0 (0: no bound), got {max_party_upload_bytes}")
     if not (isinstance(deadline_s, float) and 0 < deadline_s <= MAX_DEADLINE_S):
@@ -487,13 +482,13 @@ class _PrivacyKeys:
 
 def _privacy_keys(p: _Problems, privacy: dict) -> _PrivacyKeys:
     """``[privacy]``: mechanism, ε and δ, calibration, and the pre-jobs."""
-    mechanism = p.get(privacy, "mechanism", str, "[privacy]", "gaussian")
+    mechanism = p.get(privacy, "mechanism", str, "[privacy]", file_default("mechanism"))
     if mechanism not in MECHANISMS:
         p.add(f"[privacy].mechanism must be one of {', '.join(MECHANISMS)}, got {mechanism!r}")
     epsilon = _number(p, privacy, "epsilon", "[privacy]", None, required=True)
     delta = _number(p, privacy, "delta", "[privacy]", 0.0 if mechanism == "laplace" else None,
                     required=mechanism != "laplace")
-    calibration = p.get(privacy, "calibration", str, "[privacy]", "tight")
+    calibration = p.get(privacy, "calibration", str, "[privacy]", file_default("calibration"))
     if calibration not in CALIBRATIONS:
         p.add(f"[privacy].calibration must be one of {', '.join(CALIBRATIONS)}, got {calibration!r}")
     interpolate_p = _number(p, privacy, "interpolate_p", "[privacy]", None)
@@ -608,12 +603,12 @@ def _parties_section(p: _Problems, job: dict, parties: list[dict], keys: _JobKey
 def _release_keys(p: _Problems, release: dict, job_id: str) -> tuple[str, Any, Any, str | None]:
     """``[release]``: ``(kind, m, s, seed)``; a lifted kind is a sum over clients (m = s = 1), a
     dense sketch has s = m, and a job without a seed gets :func:`derived_seed` of its id."""
-    kind = p.get(release, "kind", str, "[release]", "auto")
+    kind = p.get(release, "kind", str, "[release]", file_default("sketch"))
     if kind not in RELEASE_KINDS + ("auto",):
         p.add(f"[release].kind must be auto or one of {', '.join(RELEASE_KINDS)}, got {kind!r}")
     lifted = get_lift(kind) is not None  # a sum over clients: m = s = 1
     m = _integer(p, release, "m", "[release]", 1 if lifted else None, required=kind not in ("auto",) and not lifted)
-    s = _integer(p, release, "s", "[release]", 1)
+    s = _integer(p, release, "s", "[release]", file_default("s"))
     for key, value, limit in (("m", m, MAX_SKETCH_ROWS), ("s", s, MAX_PIECES)):
         if isinstance(value, int) and not 1 <= value <= limit:  # before the sketch is sized by them
             p.add(f"[release].{key} must be in [1, {limit}], got {value}")
@@ -652,13 +647,13 @@ def _fit_keys(p: _Problems, fit_t: dict, cols: _Columns) -> FitSpec:
         p.add(f"[fit].model must be one of {', '.join(MODELS)}, got {model!r}")
     elif model not in ("lowrank", "none") and not cols.labelled:
         p.add(f"[fit].model {model!r} is a regression: give one column role = \"label\", or use model = \"lowrank\"")
-    lam = _number(p, fit_t, "lambda", "[fit]", 0.0)
-    rank = _integer(p, fit_t, "rank", "[fit]", 5)
+    lam = _number(p, fit_t, "lambda", "[fit]", file_default("lam"))
+    rank = _integer(p, fit_t, "rank", "[fit]", file_default("rank"))
     if isinstance(rank, int) and model == "lowrank" and not 1 <= rank <= max(len(cols.names), 1):
         p.add(f"[fit].rank must be in [1, {len(cols.names)}] (the number of columns), got {rank}")
     if isinstance(lam, float) and lam < 0:
         p.add(f"[fit].lambda must be ≥ 0 (0 = the default rule), got {lam}")
-    debias = p.get(fit_t, "debias", bool, "[fit]", True)
+    debias = p.get(fit_t, "debias", bool, "[fit]", file_default("debias"))
     return FitSpec(model, lam, rank, debias)
 
 

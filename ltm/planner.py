@@ -7,7 +7,7 @@ error of the model the analyst fits, chooses the smallest, and says why.  It nev
 
 What is predicted (regression).  The excess risk of the fitted coefficients over the clipped data's
 least-squares fit, per client and relative to the label's second moment, i.e. the predicted loss
-of R² in the transformed space (the quantity the planner grid in docs/experiments.md measures):
+of R² in the transformed space (the quantity the planner grid in docs/experiments/planner_grid.md measures):
 
     excess = E[(ŵ − w)ᵀ Σ (ŵ − w)] / E[y²],     Σ = E[x xᵀ] (regressors), w = Σ⁻¹ E[x y].
 

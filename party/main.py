@@ -13,6 +13,7 @@ from pathlib import Path
 import grpc
 
 from ltm.errors import CommandError
+from ltm.jobconfig import add_options
 from ltm.randomness import Randomness
 from ltm.v1 import ltm_pb2_grpc
 from party.data_source import DataSourceError, PartySource, is_synthetic, open_source
@@ -92,7 +93,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--wait-for-data", action="store_true", default=None,
                    help="wait (up to --wait) for --data to appear, e.g. while an operator is still writing it; "
                         "without it a missing data file is an error before any server is contacted")
-    p.add_argument("--seed", type=int, help="SEEDED MODE: reproducible and NOT private (experiments only)")
+    add_options(p, "run", only=("seed",))
     p.add_argument("--state-dir", help="directory for the crash-recovery upload journal (default: "
                                        "<directory of --data>/.ltm-party-state); keep it on persistent storage")
     p.add_argument("--summary-file", help="write a JSON summary of the upload here")

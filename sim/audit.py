@@ -59,6 +59,7 @@ from ltm.dp.calibration import NoisePlan, gaussian_delta
 from ltm.client_set import ClientSet
 from ltm.dp.defaults import DEFAULT_CLIP_BOUND, DEFAULT_DELTA
 from ltm.dp.sensitivity import sketch_l1
+from ltm.jobconfig import add_options
 from ltm.jobspec import (ColumnSpec, JobSpec, PartySpec, PrivacySpec, ServerSpec, SketchSpec, resolve_defaults,
                          validate_job)
 from ltm.randomness import Randomness
@@ -352,21 +353,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--controls", default="0.1",
                    help="comma-separated σ factors of negative controls to audit too (default 0.1; '' = none)")
     p.add_argument("--control-runs", type=int, help="runs per dataset for the controls (default: --runs)")
-    p.add_argument("--epsilon", type=float, default=1.0, help="the audited job's ε (default 1)")
-    p.add_argument("--delta", type=float, default=DEFAULT_DELTA, help="the audited job's δ (default 1e-6)")
+    add_options(p, "privacy", only=("epsilon", "delta", "clip"), helps={
+        "clip": "clip bound C (default {default}; a power of two puts the data on the grid)"})
     p.add_argument("--n", type=int, default=48, help="clients in the audited job")
-    p.add_argument("--m", type=int, default=4, help="sketch rows (default 4)")
-    p.add_argument("--s", type=int, default=1, help="non-zeros per column of the sparse sketch (default 1)")
-    p.add_argument("--clip", type=float, default=DEFAULT_CLIP_BOUND, help="clip bound C (a power of two puts the data on the grid)")
     p.add_argument("--frac-bits", type=int, default=0, help="fraction bits of the grid (0: the default)")
-    p.add_argument("--k", type=int, default=2, help="servers")
-    p.add_argument("--share-mode", choices=["seed", "full"], default="seed",
-                   help="seed: helper shares travel as 32-byte seeds (default); full: every share explicit")
+    add_options(p, "sketch", only=("m", "s", "k", "share_mode"), defaults={"m": 4, "k": 2},
+                helps={"m": "sketch rows (default {default})"})
     p.add_argument("--alpha", type=float, default=1e-6,
                    help="probability that a reported bound is invalid (Bonferroni over the thresholds)")
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1,
                    help="processes the runs are split over (default: one per core)")
-    p.add_argument("--seed", help="SEEDED MODE: reproducible runs (NOT private randomness)")
+    add_options(p, "run", only=("seed",), types={"seed": str})  # any text seeds the runs
     p.set_defaults(func=_run_cli)
 
 

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from ltm.jobconfig import add_options
 from ltm.randomness import Randomness
 from party.data_source import SyntheticRidge
 from sim.demo import _operate
@@ -68,9 +69,7 @@ def add_parser(bench_sub: argparse._SubParsersAction) -> None:
     p.add_argument("--n", type=parse_counts, default=[1_000_000],
                    help="clients: 1000000, 1e8, or a series 1e6,1e7,1e8 (default 1e6)")
     p.add_argument("--d", type=int, default=10, help="features per client (default 10)")
-    p.add_argument("--m", type=int, help="sketch rows (default: the planner's, or default_m for --release sparse)")
-    p.add_argument("--s", type=int, default=1, help="non-zeros per column of a sparse sketch (default 1)")
-    p.add_argument("--k", type=int, default=3, help="server processes (default 3)")
+    add_options(p, "sketch", only=("m", "s", "k"), helps={"k": "server processes (default {default})"})
     p.add_argument("--release", "--kind", dest="kind", choices=["sparse", "dense", "gram", "auto"], default="auto",
                    help="release kind (default auto: the planner's default job; gram: clients upload D(D+1)/2 "
                         "lifted values, the map is the sum; m, s unused)")
@@ -79,15 +78,16 @@ def add_parser(bench_sub: argparse._SubParsersAction) -> None:
                         "several clients); both: run per-client and aggregate side by side")
     p.add_argument("--parties", type=int,
                    help="party processes (default: 4 up to 10^7 clients, then n / 6.25e6: 16 at 10^8)")
-    p.add_argument("--corrupt-parties", type=int,
-                   help="corrupt parties the job tolerates (default: the job default, 1; 0 allows --parties 1, "
-                        "e.g. to measure one party holding every client — the bench is a seeded reproduction)")
+    add_options(p, "privacy", only=("corrupt_parties",), helps={
+        "corrupt_parties": "corrupt parties the job tolerates (default: the job default, 1; 0 allows --parties 1, "
+                           "e.g. to measure one party holding every client — the bench is a seeded reproduction)"})
     p.add_argument("--batch-clients", type=int, help="clients per upload batch (default: the party's)")
-    p.add_argument("--seed", type=int, default=1, help="seeded mode (benchmarks need no privacy); also the data seed")
+    add_options(p, "run", defaults={"seed": 1}, helps={
+        "seed": "seeded mode (benchmarks need no privacy); also the data seed",
+        "json": "(the output is always one JSON object)"})
     p.add_argument("--deadline", type=float,
                    help="seconds the analyst waits for the parties (default 600 + 20 µs per client)")
     p.add_argument("--workdir", help="keep certificates, stores and logs here (default: a temp dir, removed)")
-    p.add_argument("--json", action="store_true", help="(the output is always one JSON object)")
     p.add_argument("--plot", help="write a PNG of wall time and peak RSS against n (needs matplotlib)")
     p.add_argument("--from-json", nargs="+", metavar="JSON",
                    help="with --plot: plot these saved outputs (single runs or series) instead of running")

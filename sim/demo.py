@@ -28,8 +28,8 @@ import grpc
 import numpy as np
 
 from analyst.release import ReleasedSketch
-from ltm.dp.defaults import DEFAULT_DELTA
 from ltm.errors import CommandError
+from ltm.jobconfig import add_options
 from ltm.jobspec import JobSpec
 from ltm.randomness import Randomness
 from party.ledger import describe_admission
@@ -50,27 +50,16 @@ SCALES_FROM = ("the training data's means and standard deviations, computed by t
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="run a whole networked job on loopback: certs, servers, analyst, parties")
-    p.add_argument("--parties", type=int, default=4, help="party processes (default 4)")
-    p.add_argument("--k", type=int, default=3, help="server processes (default 3)")
-    p.add_argument("--epsilon", type=float, default=1.0, help="the job's ε per client (default 1)")
-    p.add_argument("--delta", type=float, default=DEFAULT_DELTA, help="the job's δ (default 1e-6)")
-    p.add_argument("--m", type=int, help="sketch rows (default: the rule of sim/jobs.py)")
-    p.add_argument("--s", type=int, default=1, help="non-zeros per column of a sparse sketch (default 1)")
-    p.add_argument("--sketch", "--release", dest="sketch", choices=["auto", "sparse", "dense", "gram"], default="auto",
-                   help="release kind (default auto: the planner chooses, ltm/planner.py)")
-    p.add_argument("--partition", choices=["rows", "columns"], default="rows",
-                   help="rows: each party holds whole rows (default); columns: each holds some columns of every row")
-    p.add_argument("--share-mode", choices=["seed", "full"], default="seed",
-                   help="seed: helper shares travel as 32-byte seeds (default); full: every share explicit")
-    p.add_argument("--data", help="CSV instead of the bundled dataset (with --label)")
-    p.add_argument("--label", help="label column of --data (the model predicts it from the other columns)")
-    p.add_argument("--seed", type=int, help="SEEDED MODE: reproducible and NOT private (experiments only)")
+    add_options(p, "sketch", only=("parties", "k", "sketch", "m", "s", "partition", "share_mode"),
+                helps={"parties": "party processes (default {default})", "k": "server processes (default {default})"})
+    add_options(p, "privacy", only=("epsilon", "delta"))
+    add_options(p, "data", only=("data", "label"), helps={"data": "CSV instead of the bundled dataset (with --label)"})
+    add_options(p, "run")
     p.add_argument("--workdir", help="keep certificates, stores, logs and outputs here (default: a temp dir, removed)")
     p.add_argument("--deadline", type=float, default=60.0, help="seconds the analyst waits for parties")
     p.add_argument("--insecure", action="store_true", help="plaintext transport (testing only)")
     p.add_argument("--chaos", action="store_true",
                    help="SIGKILL and restart a server mid-upload and another mid-release; the release must not change")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
 
@@ -320,22 +309,11 @@ def add_operate_parser(sub: argparse._SubParsersAction) -> None:
                    help="write the job as a job file here (for `ltm job submit`) with the party files, and stop")
     p.add_argument("--certs", help="certificate directory (the operator authenticates as 'operator')")
     p.add_argument("--insecure", action="store_true", help="plaintext transport (testing only)")
-    p.add_argument("--parties", type=int, default=4, help="parties to split the rows over (default 4)")
-    p.add_argument("--epsilon", type=float, default=1.0, help="the job's ε per client (default 1)")
-    p.add_argument("--delta", type=float, default=DEFAULT_DELTA, help="the job's δ (default 1e-6)")
-    p.add_argument("--m", type=int, help="sketch rows (default: the rule of sim/jobs.py)")
-    p.add_argument("--s", type=int, default=1, help="non-zeros per column of a sparse sketch (default 1)")
-    p.add_argument("--sketch", "--release", dest="sketch", choices=["auto", "sparse", "dense", "gram"], default="auto",
-                   help="release kind (default auto: the planner chooses, ltm/planner.py)")
-    p.add_argument("--partition", choices=["rows", "columns"], default="rows",
-                   help="rows: each party holds whole rows (default); columns: each holds some columns of every row")
-    p.add_argument("--share-mode", choices=["seed", "full"], default="seed",
-                   help="seed: helper shares travel as 32-byte seeds (default); full: every share explicit")
-    p.add_argument("--data", help="CSV instead of the bundled dataset (with --label)")
-    p.add_argument("--label", help="label column of --data")
-    p.add_argument("--seed", type=int, help="SEEDED MODE (the parties must get the same --seed)")
+    add_options(p, "sketch", only=("parties", "sketch", "m", "s", "partition", "share_mode"))
+    add_options(p, "privacy", only=("epsilon", "delta"))
+    add_options(p, "data", only=("data", "label"), helps={"data": "CSV instead of the bundled dataset (with --label)"})
+    add_options(p, "run", helps={"seed": "SEEDED MODE (the parties must get the same --seed)"})
     p.add_argument("--deadline", type=float, default=120.0, help="seconds the analyst waits for parties (default 120)")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run_operate)
 
 

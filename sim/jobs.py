@@ -265,7 +265,7 @@ def whiten_columns(table: Table, public: PublicSecondMoment, *, clip_bound: floa
     and the label at R_y separately; the LTM clips the joint vector at ``sqrt(R_x² + R_y²) = R``).
     That radius almost never clips, but its noise is ≈ (1 + log(2n/η))× the typical squared norm
     d + 1; ``radius = sqrt(d + 1)`` (the typical whitened norm) clips the larger rows and adds far
-    less noise (docs/experiments.md, *Cao & Zhang in the LTM*).
+    less noise (docs/experiments/cao_zhang.md, *Cao & Zhang in the LTM*).
 
     ``public`` must come from public or synthetic data, never from the table being released; its
     d × d matrix is over ``table.features`` in that order.

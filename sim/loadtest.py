@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from ltm.client_set import ClientSet
+from ltm.jobconfig import add_options
 from ltm.jobspec import (ColumnSpec, JobSpec, PartySpec, PrivacySpec, ServerSpec, SketchSpec, resolve_defaults,
                          validate_job)
 from ltm.randomness import Randomness
@@ -489,16 +490,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--parties", type=int, default=1000, help="concurrent parties P (default 1000)")
     p.add_argument("--clients-per-party", type=int, default=4, help="clients in each party's batch (default 4)")
     p.add_argument("--width", type=int, default=4, help="columns per client vector")
-    p.add_argument("--m", type=int, default=16, help="sketch rows (default 16)")
-    p.add_argument("--k", type=int, default=3, help="servers")
-    p.add_argument("--share-mode", choices=["seed", "full"], default="seed",
-                   help="seed: helper shares travel as 32-byte seeds (default); full: every share explicit")
+    add_options(p, "sketch", only=("m", "k", "share_mode"), defaults={"m": 16},
+                helps={"m": "sketch rows (default {default})"})
     p.add_argument("--drivers", type=int, default=1, help="driver processes the parties are split over")
     p.add_argument("--no-duplicate", dest="duplicate", action="store_false", help="skip the re-upload round")
     p.add_argument("--deadline", type=float, default=600.0, help="stop (and fail) after this many seconds")
     p.add_argument("--workdir", help="keep servers' stores and logs here (default: a temporary directory)")
     p.add_argument("--certs-cache", help="reuse (or create) the certificates in this directory")
-    p.add_argument("--seed", help="SEEDED MODE for the parties' randomness (reproducible, NOT private)")
+    add_options(p, "run", only=("seed",), types={"seed": str},  # any text seeds the parties
+                helps={"seed": "SEEDED MODE for the parties' randomness (reproducible, NOT private)"})
     p.set_defaults(func=_run_cli)
 
 

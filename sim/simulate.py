@@ -20,7 +20,8 @@ from analyst.estimators import (LowRank, default_ridge_lambda, linear_predictor,
 from analyst.metrics import phi, psi, r2, mse
 from analyst.random_features import FeatureSpaceModel, RFRidge
 from ltm.clipping import clip_rows
-from ltm.dp.defaults import DEFAULT_CLIP_BOUND, DEFAULT_DELTA
+from ltm.dp.defaults import DEFAULT_DELTA
+from ltm.jobconfig import default
 from ltm.jobspec import JobSpec
 from ltm.randomness import Randomness
 from ltm.transforms import FeaturePipeline
@@ -37,50 +38,51 @@ SPLIT_SEED = 20240601
 
 @dataclass
 class SimulateConfig:
-    """Every knob of ``ltm simulate`` (the CLI flags map one to one)."""
+    """Every knob of ``ltm simulate``: the job parameters' defaults come from :mod:`ltm.jobconfig`, which
+    also generates the command's flags (same names, one to one)."""
 
-    data: str | None = None
-    label: str | None = None
-    features: list[str] | None = None
-    synthetic: str | None = None  # "ridge" | "lowrank" | "nonlinear"
-    n: int = 10_000
-    d: int = 10
-    partition: str = "rows"
-    parties: int = 4
-    k: int = 3
-    sketch: str = "auto"
-    m: int | None = None
-    s: int = 1
-    epsilon: float = 1.0
-    delta: float = DEFAULT_DELTA
-    mechanism: str = "gaussian"
-    calibration: str = "tight"
+    data: str | None = default("data")
+    label: str | None = default("label")
+    features: list[str] | None = default("features")
+    synthetic: str | None = default("synthetic")  # "ridge" | "lowrank" | "nonlinear"
+    n: int = default("n")
+    d: int = default("d")
+    partition: str = default("partition")
+    parties: int = default("parties")
+    k: int = default("k")
+    sketch: str = default("sketch")
+    m: int | None = default("m")
+    s: int = default("s")
+    epsilon: float = default("epsilon")
+    delta: float = default("delta")
+    mechanism: str = default("mechanism")
+    calibration: str = default("calibration")
     interpolate_p: float | None = None
-    t_prime: int = 0
-    corrupt_parties: int | None = None  # None: the default (1 when parties hold several clients each)
-    model: str | None = None
-    lam: float | None = None
-    debias: bool = True
-    rank: int = 5
-    clip: float = DEFAULT_CLIP_BOUND
-    intercept: bool = False
-    share_mode: str = "seed"
+    t_prime: int = default("t_prime")
+    corrupt_parties: int | None = default("corrupt_parties")  # None: 1 when parties hold several clients each
+    model: str | None = default("model")
+    lam: float | None = default("lam")
+    debias: bool = default("debias")
+    rank: int = default("rank")
+    clip: float = default("clip")
+    intercept: bool = default("intercept")
+    share_mode: str = default("share_mode")
     upload_mode: str = "per-client"  # or "aggregate" / "auto" (ltm.jobspec.default_upload_mode)
     # rf_ridge: public random features applied by the parties (ltm.transforms)
     features_n: int = 16
-    bandwidth: float | None = None
-    feature_map: str = "cos"
-    kernel: str = "gaussian"
+    bandwidth: float | None = default("bandwidth")
+    feature_map: str = default("feature_map")
+    kernel: str = default("kernel")
     label_share: float | None = None
-    seed: int | None = None
+    seed: int | None = default("seed")
     job_id: str = "simulate"
     #: each simulated party's privacy budget (None: the party's default, ``party.ledger.Budget``)
-    budget_epsilon: float | None = None
-    budget_delta: float | None = None
+    budget_epsilon: float | None = default("budget_epsilon")
+    budget_delta: float | None = default("budget_delta")
     #: the parties' persistent ledger directory (``ltm party --ledger-dir``); None: in memory, per run
-    ledger_dir: str | None = None
+    ledger_dir: str | None = default("ledger_dir")
     #: the trust assumption: colluding servers tolerated (None: k − 1); 1 of 3 admits the replicated release
-    colluding_servers: int | None = None
+    colluding_servers: int | None = default("colluding_servers")
     extra: dict[str, Any] = field(default_factory=dict)
 
 

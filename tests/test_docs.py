@@ -13,7 +13,8 @@ import pytest
 from ltm.cli import COMMANDS, build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = [ROOT / "README.md", ROOT / "deploy" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", ROOT / "deploy" / "README.md", *sorted((ROOT / "docs").glob("*.md")),
+        *sorted((ROOT / "docs" / "experiments").glob("*.md"))]
 
 
 def _doc_id(p: Path) -> str:

@@ -107,3 +107,49 @@ def test_utility_falls_as_t_prime_assumed_grows():
         r2[frac] = by["LTM ridge"]["r2"]
         assert by["non-private"]["r2"] > 0.99  # same λ for every t′: the baseline does not move
     assert r2[0.95] < r2[0.0] - 0.05
+
+
+# ------------------------------------------------------------------------------ servers of the replicated release
+@pytest.mark.parametrize("share_mode", ["seed", "full"])
+def test_replicated_one_server_learns_nothing_two_learn_everything(share_mode):
+    """The replicated release's threshold is t = 2 of 3: one server's streams are uniform and the
+    same under two very different datasets; any two hold the grid-rounded data bit for bit."""
+    rows = thr.replicated_cell({"n": 2048, "d": 3, "share_mode": share_mode, "null_draws": 20}, seed=21)
+    coal = {r["t"]: r for r in rows if r["series"] == "replicated k=3"}
+    null = {r["t"]: r["tv_ab"] for r in rows if r["series"].startswith("uniform")}
+    assert sorted(coal) == [0, 1, 2, 3]
+    one = coal[1]
+    assert one["coalitions"] == 3 and one["shares_held"] == 2
+    assert one["chi2_p"] > 1e-4  # every stream one server holds, and their sum, look uniform (fixed seed)
+    assert one["tv_ab"] <= 2 * null[1] + 1e-3  # A and B indistinguishable: at the uniform floor
+    assert one["frac_exact"] == 0.0
+    assert one["rmse_decoded"] > 1e6 and one["gram_error"] > 1e3  # ring-sized garbage
+    assert one["eps_vs_coalition"] == 1.0
+    for t in (2, 3):
+        r = coal[t]
+        assert r["shares_held"] == 3
+        assert r["chi2_p"] < 1e-12  # the sum of all three shares is the (non-uniform) encoded data
+        assert r["frac_exact"] == 1.0  # every client's grid-rounded entry, bit for bit, before any noise
+        assert 0.0 < r["rmse_decoded"] <= r["grid_step"] / 2  # the clean rows up to the grid rounding
+        assert r["gram_error"] == 0.0  # and the exact Gram
+        assert r["tv_ab"] > 20 * null[t]
+        assert math.isinf(r["eps_vs_coalition"])
+
+
+def test_replicated_views_are_the_inprocess_release():
+    """The scenario reads its views off the same cores, calls and randomness as the in-process
+    transport: the release and every server's output share agree bit for bit."""
+    from ltm.randomness import Randomness
+    from sim.data import synthetic_ridge
+    from sim.inprocess import run_inprocess
+    from sim.jobs import party_tables
+
+    table = synthetic_ridge(1024, 3, Randomness.seeded_insecure(5))
+    spec = thr.replicated_job(table, parties=3, epsilon=1.0, delta=1e-6, share_mode="seed", seed=6)
+    views = thr.replicated_views(spec, table, Randomness.seeded_insecure(7))
+    run = run_inprocess(spec, party_tables(spec, table), Randomness.seeded_insecure(7))
+    assert views.release_sha256 == run.release.sha256
+    for ours, theirs in zip(views.outputs, run.result_shares):
+        np.testing.assert_array_equal(ours, theirs)
+    assert thr.held_shares((0,)) == [0, 1] and thr.held_shares((2,)) == [0, 2]
+    assert thr.held_shares((0, 2)) == [0, 1, 2]
