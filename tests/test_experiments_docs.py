@@ -43,7 +43,7 @@ def test_links_resolve_inside_the_repository(page: Path) -> None:
 @pytest.mark.parametrize("page", [INDEX, *PAGES], ids=lambda p: str(p.relative_to(ROOT)))
 def test_no_citation_of_documents_outside_the_repository(page: Path) -> None:
     text = page.read_text(encoding="utf-8")
-    outside = re.findall(r"DESIGN(?:\.md)? ?§|\bspec §|\bspec ltm-|\.\./shared|/work/", text)
+    outside = re.findall(r"DESIGN(?:\.md)? ?§|\bspec[ ]§|\bspec ltm-|\.\./shared|/work/", text)
     assert not outside, f"{page.relative_to(ROOT)} cites documents outside the repository: {outside}"
 
 
