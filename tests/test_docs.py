@@ -131,6 +131,8 @@ _SPEC_CITATION = " ".join(("spec", "§"))  # matched case-insensitively (a capit
 _SHARED = "/".join(("..", "shared"))
 _DIGESTS = tuple("-".join(words) for words in (("public", "second", "moment"), ("dp", "random", "features"),
                                                ("ltm", "secure", "sketching"), ("multiparty", "release", "ols")))
+#: The digests number the papers as seeds 000–004, which mean nothing inside the repository.
+_SEED_NUMBER = re.compile(r"\bseed[ -]00[0-4]\b", flags=re.I)
 #: exp21's lane (#21/#25), where the digest citations are being replaced as the experiments docs are split:
 #: tests/test_experiments_docs.py holds their pages to the same rule; the experiments' code and specs
 #: (and docs/results/, which the runner writes from the specs) are still to do.
@@ -165,16 +167,18 @@ def _citations(path: Path, root: Path = ROOT) -> list[str]:
         if digests_checked:
             found += [s for s in (_SHARED, *_DIGESTS) if s in line]
             found += [_SPEC_CITATION] if _SPEC_CITATION in line.lower() else []
+            found += _SEED_NUMBER.findall(line)
         hits += [f"{rel}:{i} ({s})" for s in found]
     return hits
 
 
 def test_the_citation_check_sees_each_outside_reference(tmp_path: Path) -> None:
     lines = [_OUTSIDE_CITATION + "3", "see the " + _SPEC_CITATION + "2.5", _SPEC_CITATION.capitalize() + "2.7",
-             "[x](" + _SHARED + "/spec/a.md)", *(f"spec {d} §4.6" for d in _DIGESTS), "docs/architecture.md §8"]
+             "[x](" + _SHARED + "/spec/a.md)", *(f"spec {d} §4.6" for d in _DIGESTS), "the paper (" + "Seed" + " 003)",
+             "docs/architecture.md §8", "--seed 7"]  # the last two are fine
     (tmp_path / "a.py").write_text("\n".join(lines) + "\n", encoding="utf-8")
     found = _citations(tmp_path / "a.py", tmp_path)
-    assert [h.split(" ", 1)[0] for h in found] == [f"a.py:{i}" for i in range(1, len(lines))], found
+    assert [h.split(" ", 1)[0] for h in found] == [f"a.py:{i}" for i in range(1, len(lines) - 1)], found
     # In exp21's pending files only the design-notes citation is refused (for now).
     (tmp_path / "experiments").mkdir()
     (tmp_path / "experiments" / "b.py").write_text("\n".join(lines) + "\n", encoding="utf-8")
