@@ -66,6 +66,12 @@ __all__ = [
     "replicated_frac_bits",
     "entry_bound",
     "BlockUpload",
+    "PART_FIRST",
+    "PART_SECOND",
+    "PART_NOISE",
+    "REPLICATED_PARTS",
+    "upload_parts",
+    "upload_from_parts",
     "share_block",
     "share_noise",
     "party_uploads",
@@ -151,6 +157,40 @@ class BlockUpload:
     def nbytes(self) -> int:
         """Payload bytes on the wire."""
         return self.first.nbytes + self.second.nbytes + self.noise.nbytes
+
+
+#: Over gRPC (docs/architecture.md, "The replicated release") a party's upload to server i travels as
+#: three uploads of the ordinary ``Upload`` RPC, told apart by ``BatchHeader.batch_index``: the
+#: additive share x_i of its block, x_{i+1}, and its share of the noise vector.  Each is one Share
+#: (an explicit array or a 32-byte seed), so seed compression works as for a sketch batch.
+PART_FIRST, PART_SECOND, PART_NOISE = 0, 1, 2
+REPLICATED_PARTS = 3
+
+
+def _wire(s: Share, shape: tuple[int, ...], server: int) -> Share:
+    """``s``'s values with another shape of the same size, addressed to ``server`` (a seed's
+    expansion is in C order, so reshaping a seed share is reshaping its values)."""
+    if s.seed is not None:
+        return Share(server, shape, seed=s.seed)
+    return Share(server, shape, data=np.ascontiguousarray(s.data).reshape(shape))
+
+
+def upload_parts(upload: BlockUpload) -> list[Share]:
+    """The three wire shares of one upload (part order): blocks as (1, n, d_p), noise as (1, 1, W);
+    each is addressed to the upload's server (the second block share is x_{i+1}, held by server i)."""
+    n, d = upload.first.shape
+    block = (1, int(n), int(d))
+    return [_wire(upload.first, block, upload.server), _wire(upload.second, block, upload.server),
+            _wire(upload.noise, (1, 1, int(upload.noise.shape[0])), upload.server)]
+
+
+def upload_from_parts(server: int, columns: tuple[int, ...], parts: list[Share]) -> BlockUpload:
+    """A :class:`BlockUpload` from the three wire shares (:func:`upload_parts`' inverse)."""
+    if len(parts) != REPLICATED_PARTS:
+        raise ValueError(f"a replicated upload is {REPLICATED_PARTS} parts, got {len(parts)}")
+    first, second, noise = parts
+    return BlockUpload(server, tuple(columns), _wire(first, tuple(first.shape[1:]), server),
+                       _wire(second, tuple(second.shape[1:]), server), _wire(noise, (int(noise.shape[-1]),), server))
 
 
 def _ring(grid_units: np.ndarray) -> np.ndarray:

@@ -162,13 +162,23 @@ def test_job_file_auto_release_follows_the_trust_assumption(table):
     assert allowed.spec.frac_bits <= 24 and allowed.spec.privacy.min_honest_load == 3  # reproduction: c kept at 0
 
 
-def test_sketch_servers_refuse_a_replicated_job_until_there_is_a_networked_path(table):
+def test_a_server_core_holds_a_replicated_job_only_with_every_part(table):
+    """The networked path (tests/test_replicated_grpc.py runs it over gRPC): a server core takes the
+    job, and counts its clients as held only once every party's three parts are stored."""
+    from party.replicated import replicated_batches
     from server.core import ServerCore
     from server.release_gate import ANALYST_ROLE
 
     spec = _job(table)
-    with pytest.raises(Exception, match="no gRPC path"):
-        ServerCore("server-0").create_job(spec, caller_role=ANALYST_ROLE)
+    core = ServerCore("server-1")
+    core.create_job(spec, caller_role=ANALYST_ROLE)
+    data = party_tables(spec, table)
+    for i, p in enumerate(spec.parties):
+        assert core.held(spec.job_id).count == 0
+        parts = replicated_batches(spec, p.party_id, data[p.party_id], Randomness.seeded_insecure(12).child(i))[1]
+        for part in parts:
+            core.accept(part, spec.job_id, caller_role="party", caller_id=p.party_id)
+    assert core.held(spec.job_id).count == spec.n
 
 
 def test_replicated_server_checks_every_upload(table):
