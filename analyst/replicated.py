@@ -16,7 +16,9 @@ from typing import Any
 
 import numpy as np
 
+from analyst.reconstruct import reconstruct_release
 from analyst.release import ReleasedSketch
+from ltm.client_set import ClientSet
 from ltm.dp import accounting
 from ltm.jobspec import JobSpec
 from ltm.lifts import gram_indices
@@ -69,3 +71,15 @@ def replicated_release(spec: JobSpec, outputs: list[np.ndarray], *, randomness: 
         noise_variance_per_column=2.0 * privacy["noise_variance_per_entry"], privacy=privacy, sha256=digest,
         kind="gram",
     )
+
+
+def release_from_shares(spec: JobSpec, shares: list[np.ndarray], participants: ClientSet, *, randomness: str,
+                        seeded_parties: Sequence[str] = ()) -> ReleasedSketch:
+    """The release from the servers' result shares, whichever kind the job is: the replicated
+    release's three output shares, or a sketch job's shares (:func:`analyst.reconstruct.reconstruct_release`).
+    The coordinator and a finished job's stored shares (analyst/jobs.py) both come here."""
+    if spec.replicated:
+        return replicated_release(spec, [np.asarray(s).reshape(-1) for s in shares], randomness=randomness,
+                                  seeded_parties=seeded_parties)
+    return reconstruct_release(spec, shares, participants, spec.noise_plan(), randomness=randomness,
+                               seeded_parties=seeded_parties)

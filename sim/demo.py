@@ -60,6 +60,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="release kind (default auto: the planner chooses, ltm/planner.py)")
     p.add_argument("--partition", choices=["rows", "columns"], default="rows",
                    help="rows: each party holds whole rows (default); columns: each holds some columns of every row")
+    p.add_argument("--colluding-servers", type=int, default=None,
+                   help="colluding servers the job tolerates (default k − 1); 1 of 3, an honest majority, lets "
+                        "--partition columns run the replicated degree-2 release (and its parties accept it)")
     p.add_argument("--share-mode", choices=["seed", "full"], default="seed",
                    help="seed: helper shares travel as 32-byte seeds (default); full: every share explicit")
     p.add_argument("--data", help="CSV instead of the bundled dataset (with --label)")
@@ -92,7 +95,7 @@ def prepare_job(cfg: SimulateConfig, train, randomness: Randomness, endpoints: l
     spec, choices = build_job(train, job_id=DEMO_JOB_ID, randomness=randomness, partition=cfg.partition,
                               parties=cfg.parties, k=cfg.k, kind=cfg.sketch, m=cfg.m, s=cfg.s,
                               epsilon=cfg.epsilon, delta=cfg.delta, clip_bound=cfg.clip,
-                              share_mode=cfg.share_mode, endpoints=endpoints)
+                              share_mode=cfg.share_mode, endpoints=endpoints, colluding_servers=cfg.colluding_servers)
     for pid, table in party_tables(spec, train).items():
         where = data_dir / pid if per_party_dirs else data_dir
         where.mkdir(parents=True, exist_ok=True)
@@ -146,7 +149,9 @@ async def _operate(analyst_endpoint: str, certs: Path | None, insecure: bool, sp
             matrix=matrix, columns=spec.vector_names, centers=np.array([e.center for e in spec.layout]),
             scales=np.array([e.scale for e in spec.layout]), label=spec.label_index,
             intercept=spec.intercept_index, n=int(report["participants"]),
-            noise_variance_per_column=int(report["participants"]) * spec.noise_plan().sigma_client**2,
+            noise_variance_per_column=(2.0 * json.loads(got.privacy_json)["noise_variance_per_entry"]
+                                       if spec.replicated else  # analyst/replicated.py's convention
+                                       int(report["participants"]) * spec.noise_plan().sigma_client**2),
             privacy=json.loads(got.privacy_json), sha256=got.release_sha256, kind=spec.sketch.kind)
         return report, release, phases
     finally:
@@ -164,7 +169,8 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
         randomness = Randomness.seeded_insecure(args.seed) if args.seed is not None else Randomness.system()
         cfg = SimulateConfig(data=args.data, label=args.label, partition=args.partition, parties=args.parties,
                              k=args.k, sketch=args.sketch, m=args.m, s=args.s, epsilon=args.epsilon,
-                             delta=args.delta, share_mode=args.share_mode, seed=args.seed, model="ridge")
+                             delta=args.delta, share_mode=args.share_mode, seed=args.seed, model="ridge",
+                             colluding_servers=args.colluding_servers)
         train, test = load_table(cfg, randomness)
 
         t = time.monotonic()
@@ -195,6 +201,8 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
                         "--summary-file", str(data_dir / f"{p.party_id}.summary.json"), "--no-progress"]
                 if args.seed is not None:
                     argv += ["--seed", str(args.seed)]
+                if spec.colluding_servers is not None:  # these parties accept the job's trust assumption
+                    argv += ["--min-colluding-servers", str(spec.colluding_servers)]
                 parties.append(group.start_task("party", p.party_id, argv))
 
         chaos = Chaos(group, servers, spec, certs, args.insecure, start_some) if args.chaos else None
@@ -329,6 +337,9 @@ def add_operate_parser(sub: argparse._SubParsersAction) -> None:
                    help="release kind (default auto: the planner chooses, ltm/planner.py)")
     p.add_argument("--partition", choices=["rows", "columns"], default="rows",
                    help="rows: each party holds whole rows (default); columns: each holds some columns of every row")
+    p.add_argument("--colluding-servers", type=int, default=None,
+                   help="colluding servers the job tolerates (default k − 1); 1 of 3, an honest majority, lets "
+                        "--partition columns run the replicated degree-2 release (and its parties accept it)")
     p.add_argument("--share-mode", choices=["seed", "full"], default="seed",
                    help="seed: helper shares travel as 32-byte seeds (default); full: every share explicit")
     p.add_argument("--data", help="CSV instead of the bundled dataset (with --label)")
@@ -349,7 +360,8 @@ def run_operate(args: argparse.Namespace) -> int:
     randomness = Randomness.seeded_insecure(args.seed) if args.seed is not None else Randomness.system()
     cfg = SimulateConfig(data=args.data, label=args.label, partition=args.partition, parties=args.parties,
                          k=len(servers), sketch=args.sketch, m=args.m, s=args.s, epsilon=args.epsilon,
-                         delta=args.delta, share_mode=args.share_mode, seed=args.seed, model="ridge")
+                         delta=args.delta, share_mode=args.share_mode, seed=args.seed, model="ridge",
+                         colluding_servers=args.colluding_servers)
     if args.write_job:
         return write_demo_job(args, cfg, randomness, [x[1] for x in servers])
     if not args.analyst:

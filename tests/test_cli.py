@@ -90,6 +90,18 @@ def test_demo_and_simulate_release_the_same_bytes_under_a_seed(capsys):
     assert r["metrics"] == s["metrics"]
 
 
+def test_demo_columns_runs_the_replicated_release_as_simulate_does(capsys):
+    """`ltm demo --partition columns --colluding-servers 1`: the replicated degree-2 release with real
+    server, analyst and party processes over TLS, the same bytes and model as in process (#21)."""
+    args = ["--partition", "columns", "--colluding-servers", "1", "--parties", "3", "--seed", "7"]
+    r, _ = _demo(*args)
+    s = run_json(capsys, ["simulate", *args, "--json"])
+    assert r["release_kind"] == "gram" and r["privacy"]["release"].startswith("replicated")
+    assert r["privacy"]["colluding_servers"] == 1 and "1 of 3 servers" in r["plan"]["reason"]
+    assert r["release_sha256"] == s["release_sha256"]
+    assert r["metrics"] == s["metrics"]
+
+
 def test_bench_e2e_smoke():
     """A small networked benchmark runs and reports phases, wire bytes and peak RSS (no timing asserts)."""
     out = subprocess.run([sys.executable, "-m", "ltm.cli", "bench", "e2e", "--n", "20000", "--parties", "2",

@@ -6,6 +6,8 @@ output shares add up to the clear Gram; every server enforces its own gate; a se
 malformed part.  (`ltm demo --partition columns` with real party and analyst processes is in
 tests/test_cli.py.)"""
 import asyncio
+import subprocess
+import sys
 from dataclasses import replace
 
 import grpc
@@ -27,7 +29,7 @@ from sim.jobs import build_job, party_tables
 from sim.launcher import ProcessGroup
 from transport.certs import write_certs
 from transport.tls import make_channel
-from ltm.v1 import ltm_pb2_grpc
+from ltm.v1 import ltm_pb2, ltm_pb2_grpc
 
 K = 3
 PARTIES = [f"party-{i}" for i in range(3)]
@@ -176,3 +178,41 @@ def test_a_server_refuses_a_malformed_part(deployment):
     changed = replace(part, share=replace(part.share, data=part.share.data + np.uint64(1)))
     with pytest.raises(grpc.aio.AioRpcError, match="already stored with different content"):
         asyncio.run(send(changed))
+
+
+def test_a_party_process_refuses_a_weaker_trust_assumption_than_its_policy(deployment, tmp_path):
+    """`ltm party` (a real process over TLS) refuses the replicated job by default (its policy asks
+    for any k − 1 colluding servers), sends nothing, and joins it with --min-colluding-servers 1."""
+    from sim.demo import write_party_csv
+
+    spec, tables, randomness = _job(deployment, "rep-policy", seed=25, n=300)
+
+    async def publish_it():
+        a_ch, analyst = _stubs(deployment, "analyst")
+        try:
+            await publish(analyst, spec)
+        finally:
+            await _close(a_ch)
+
+    asyncio.run(publish_it())
+    data = tmp_path / "party-0.csv"
+    write_party_csv(data, tables["party-0"])
+    argv = [sys.executable, "-m", "ltm.cli", "party", "--id", "party-0", "--certs", str(deployment["certs"]),
+            "--servers", ",".join(s.endpoint for s in deployment["servers"]), "--job", spec.job_id,
+            "--data", str(data), "--no-progress", "--seed", "25", "--allow-reproduction",
+            "--ledger-dir", str(tmp_path / "ledger"), "--state-dir", str(tmp_path / "state")]
+    refused = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 3, refused.stderr[-2000:]
+    assert "at most 1 of 3 servers" in refused.stderr
+
+    async def batches():
+        a_ch, analyst = _stubs(deployment, "analyst")
+        try:
+            return [(await s.Status(ltm_pb2.StatusRequest(job_id=spec.job_id))).batches for s in analyst]
+        finally:
+            await _close(a_ch)
+
+    assert asyncio.run(batches()) == [0, 0, 0]  # nothing was sent
+    joined = subprocess.run(argv + ["--min-colluding-servers", "1"], capture_output=True, text=True, timeout=120)
+    assert joined.returncode == 0, joined.stderr[-2000:]
+    assert asyncio.run(batches()) == [3, 3, 3]  # its three parts on every server
