@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from ltm.clipping import clip_rows
-from ltm.jobfile import job_file_doc, parse_job_file, render_job_file
+from ltm.jobfile import JobFileError, job_file_doc, parse_job_file, render_job_file
 from ltm.jobspec import JobSpec, JobSpecError, validate_job
 from ltm.planner import PlanInputs, plan_release
 from ltm.randomness import Randomness
@@ -215,3 +215,20 @@ def test_wu_setting_replicated_release_beats_the_zero_predictor():
 
     row = cell("insurance", 1.0, 1)
     assert row["ols_mse"] < row["replicated_mse"] < 0.8 * row["zero_mse"]
+
+
+def test_the_example_columns_job_file_is_a_replicated_release():
+    """examples/jobs/power-columns-replicated.toml asks for the replicated release and states its
+    trust assumption; a party with the default policy refuses it, one that accepts 1 of 3 joins."""
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "examples" / "jobs" / "power-columns-replicated.toml"
+    job = parse_job_file(path.read_text())
+    spec = job.spec
+    assert spec.partition == "columns" and spec.replicated and spec.tolerated_colluding_servers == 1
+    assert [len(p.columns) for p in spec.parties] == [2, 2, 3]
+    with pytest.raises(PolicyViolation, match="at most 1 of 3 servers"):
+        PartyPolicy(max_epsilon=1.0, max_delta=1e-5).check(spec)
+    PartyPolicy(max_epsilon=1.0, max_delta=1e-5, min_colluding_servers=1).check(spec)
+    with pytest.raises(JobFileError, match="honest majority"):  # kind gram without the assumption
+        parse_job_file(path.read_text().replace("colluding_servers = 1", ""))
