@@ -232,3 +232,16 @@ def test_the_example_columns_job_file_is_a_replicated_release():
     PartyPolicy(max_epsilon=1.0, max_delta=1e-5, min_colluding_servers=1).check(spec)
     with pytest.raises(JobFileError, match="honest majority"):  # kind gram without the assumption
         parse_job_file(path.read_text().replace("colluding_servers = 1", ""))
+
+
+def test_job_check_states_the_trust_assumption(capsys):
+    from pathlib import Path
+
+    from ltm.cli import main
+
+    examples = Path(__file__).resolve().parent.parent / "examples" / "jobs"
+    assert main(["job", "check", str(examples / "power-columns-replicated.toml")]) == 0
+    assert "trust: private if at most 1 of 3 servers collude (an honest majority" in capsys.readouterr().out
+    assert main(["job", "check", str(examples / "power-ridge.toml")]) == 0
+    out = capsys.readouterr().out
+    assert "trust: private if at most 2 of 3 servers collude\n" in out and "honest majority" not in out
