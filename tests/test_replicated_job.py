@@ -245,3 +245,41 @@ def test_job_check_states_the_trust_assumption(capsys):
     assert main(["job", "check", str(examples / "power-ridge.toml")]) == 0
     out = capsys.readouterr().out
     assert "trust: private if at most 2 of 3 servers collude\n" in out and "honest majority" not in out
+
+
+def test_a_durable_server_keeps_a_replicated_job_across_a_restart(table, tmp_path):
+    """The parts are stored like batches (SQLite + blobs): a server reopened on its directory still
+    holds every client, releases the same output share as an in-memory server, and only once."""
+    from party.replicated import replicated_batches
+    from server.core import ServerCore
+    from server.release_gate import ANALYST_ROLE
+    from server.sqlite_store import SqliteStore
+
+    from ltm.client_set import ClientSet
+    from ltm.errors import ProtocolError
+
+    spec = _job(table)
+    data = party_tables(spec, table)
+    parts = {p.party_id: replicated_batches(spec, p.party_id, data[p.party_id],
+                                            Randomness.seeded_insecure(13).child(i))[2]
+             for i, p in enumerate(spec.parties)}
+    memory = ServerCore("server-2")
+    with SqliteStore(tmp_path / "s2") as store:
+        durable = ServerCore("server-2", store)
+        for core in (memory, durable):
+            core.create_job(spec, caller_role=ANALYST_ROLE)
+            for pid, batches in parts.items():
+                for b in batches:
+                    core.accept(b, spec.job_id, caller_role="party", caller_id=pid)
+            core.close(spec.job_id, caller_role=ANALYST_ROLE)
+    with SqliteStore(tmp_path / "s2") as store:
+        again = ServerCore("server-2", store)
+        assert again.held(spec.job_id).count == spec.n
+        everyone = ClientSet.full(spec.n)
+        out = again.release(spec.job_id, everyone, caller_role=ANALYST_ROLE, job_digest=spec.digest)
+        np.testing.assert_array_equal(
+            out, memory.release(spec.job_id, everyone, caller_role=ANALYST_ROLE, job_digest=spec.digest))
+    with SqliteStore(tmp_path / "s2") as store:
+        with pytest.raises(ProtocolError, match="already been released"):
+            ServerCore("server-2", store).release(spec.job_id, ClientSet.from_mask(np.arange(spec.n) > 0),
+                                                  caller_role=ANALYST_ROLE, job_digest=spec.digest)
