@@ -28,8 +28,8 @@ from typing import Protocol, TypeVar
 import grpc
 import numpy as np
 
-from analyst.reconstruct import reconstruct_release
 from analyst.release import ReleasedSketch
+from analyst.replicated import release_from_shares
 from ltm.client_set import ClientSet, ClientSetError
 from ltm.errors import LtmError
 from ltm.jobspec import JobSpec
@@ -450,8 +450,8 @@ async def coordinate(links: list[ServerLink], spec: JobSpec, *, deadline_s: floa
     report("reconstructing", {})
     # every party any server saw upload seeded (NOT private) batches: named in the report, never DP
     seeded = sorted({p for link in links for p in getattr(link, "seeded_parties", ())})
-    release = reconstruct_release(spec, [r[0] for r in shares], participants, spec.noise_plan(),
-                                  randomness=randomness_label, seeded_parties=seeded)
+    release = release_from_shares(spec, [r[0] for r in shares], participants, randomness=randomness_label,
+                                  seeded_parties=seeded)
     timing["reconstruct"] = time.monotonic() - t
     return JobRun(release, participants, [h.count for h in held], timing, [r[1] for r in shares],
                   coverage, retries, [r[0] for r in shares])

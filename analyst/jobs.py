@@ -24,7 +24,7 @@ from typing import Any
 
 from analyst.coordinator import JobRun, Retries, ServerLink, coordinate, publish_links
 from analyst.estimators import LowRank, make_estimator, release_lambda
-from analyst.reconstruct import reconstruct_release
+from analyst.replicated import release_from_shares
 from analyst.release import ReleasedSketch
 from analyst.store import AnalystStore, JobRecord
 from ltm.client_set import ClientSet
@@ -74,8 +74,7 @@ def release_of(record: JobRecord) -> ReleasedSketch:
     if record.state != "done" or record.shares is None or record.participants is None:
         raise KeyError(f"job {record.job_id!r} has no release yet (state {record.state})")
     spec = record.spec
-    release = reconstruct_release(spec, record.shares, record.participants, spec.noise_plan(),
-                                  randomness=record.randomness)
+    release = release_from_shares(spec, record.shares, record.participants, randomness=record.randomness)
     stored = (record.outputs or {}).get("privacy_report.json")  # as reported when the job finished
     return replace(release, privacy=json.loads(stored)) if stored else release
 

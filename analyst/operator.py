@@ -102,6 +102,10 @@ def run_check(args: argparse.Namespace) -> int:
     print(f"  privacy: ({pr.epsilon:g}, {pr.delta:g})-DP {pr.mechanism} ({pr.calibration}), promised honest load "
           f"L={pr.min_honest_load}, t′={pr.t_prime}, corrupt parties={pr.corrupt_parties}, "
           f"σ_client={plan.sigma_client:.4g}, σ_release={plan.sigma_release:.4g}")
+    t = s.tolerated_colluding_servers
+    print(f"  trust: private if at most {t} of {s.k} servers collude"
+          + (" (an honest majority: the replicated release; parties must accept it, "
+             "`ltm party --min-colluding-servers`)" if s.replicated else ""))
     for c in s.columns:
         print(f"  column {c.name!r:28s} {c.role:9s} x' = (x − {c.center:.6g}) / {c.scale:.6g}")
     for x in s.prejobs:

@@ -11,26 +11,31 @@ variance by 2 (nothing subtracts it: the noise has zero mean).  Both are in the 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from analyst.reconstruct import reconstruct_release
 from analyst.release import ReleasedSketch
+from ltm.client_set import ClientSet
 from ltm.dp import accounting
 from ltm.jobspec import JobSpec
 from ltm.lifts import gram_indices
 from ltm.replicated import reconstruct_triangle
 
 
-def replicated_privacy_report(spec: JobSpec, *, randomness: str) -> dict[str, Any]:
-    """What the replicated release guarantees, against whom, and how it was checked."""
+def replicated_privacy_report(spec: JobSpec, *, randomness: str, seeded_parties: Sequence[str] = ()) -> dict[str, Any]:
+    """What the replicated release guarantees, against whom, and how it was checked.  A release
+    with any party's seeded (reproducible, NOT private) uploads (``seeded_parties``, as the servers
+    report them) is never DP, whatever ``randomness`` the operator declared."""
     plan = spec.noise_plan()
     p = spec.privacy
     honest = len(spec.parties) - p.corrupt_parties
     rho = accounting.kls_rho(math.sqrt(plan.grid_sigma2), honest, plan.grid_sensitivity, plan.grid_l1_sensitivity)
     achieved_delta = min(1.0, accounting.zcdp_delta(rho, p.epsilon))
     calibrated = achieved_delta <= p.delta * (1 + 1e-9)
-    seeded = randomness.startswith("seeded")
+    seeded = randomness.startswith("seeded") or bool(seeded_parties)
     t = spec.tolerated_colluding_servers
     guarantee = (f"({p.epsilon:g}, {achieved_delta:.3g})-DP per client (replace-one), against at most {t} of "
                  f"{spec.k} servers (an honest majority: two colluding servers reconstruct the data) together "
@@ -48,15 +53,17 @@ def replicated_privacy_report(spec: JobSpec, *, randomness: str) -> dict[str, An
         "dp_verified": bool(calibrated and not seeded),
         "guarantee": guarantee if not seeded else "NOT private: seeded (reproducible) randomness; " + guarantee,
         "randomness": randomness,
+        "seeded_parties": sorted(set(seeded_parties)),
     }
 
 
-def replicated_release(spec: JobSpec, outputs: list[np.ndarray], *, randomness: str) -> ReleasedSketch:
+def replicated_release(spec: JobSpec, outputs: list[np.ndarray], *, randomness: str,
+                       seeded_parties: Sequence[str] = ()) -> ReleasedSketch:
     """The ``gram`` release from the three servers' output shares (module docstring)."""
     triangle, digest = reconstruct_triangle(outputs, spec.frac_bits)
     i, j = gram_indices(spec.width)
     vector = np.where(i == j, triangle, math.sqrt(2.0) * triangle)
-    privacy = replicated_privacy_report(spec, randomness=randomness)
+    privacy = replicated_privacy_report(spec, randomness=randomness, seeded_parties=seeded_parties)
     return ReleasedSketch(
         matrix=vector[None, :], columns=spec.vector_names,
         centers=np.array([e.center for e in spec.layout]), scales=np.array([e.scale for e in spec.layout]),
@@ -64,3 +71,15 @@ def replicated_release(spec: JobSpec, outputs: list[np.ndarray], *, randomness: 
         noise_variance_per_column=2.0 * privacy["noise_variance_per_entry"], privacy=privacy, sha256=digest,
         kind="gram",
     )
+
+
+def release_from_shares(spec: JobSpec, shares: list[np.ndarray], participants: ClientSet, *, randomness: str,
+                        seeded_parties: Sequence[str] = ()) -> ReleasedSketch:
+    """The release from the servers' result shares, whichever kind the job is: the replicated
+    release's three output shares, or a sketch job's shares (:func:`analyst.reconstruct.reconstruct_release`).
+    The coordinator and a finished job's stored shares (analyst/jobs.py) both come here."""
+    if spec.replicated:
+        return replicated_release(spec, [np.asarray(s).reshape(-1) for s in shares], randomness=randomness,
+                                  seeded_parties=seeded_parties)
+    return reconstruct_release(spec, shares, participants, spec.noise_plan(), randomness=randomness,
+                               seeded_parties=seeded_parties)

@@ -3,7 +3,7 @@
 # against `ltm demo --seed N` with the same parameters, check who holds which key, check who reaches
 # whom (a party only the servers, the operator only the analyst, no server another), tear it all down.
 #
-#   deploy/testbed.sh [--seed N] [--keep] [--build-only]
+#   deploy/testbed.sh [--seed N] [--columns] [--keep] [--build-only]
 #
 # Needs a Docker engine.  Run as root on a Debian machine without one, it installs Debian's
 # docker.io, docker-compose and mmdebstrap and starts dockerd in the background (log in
@@ -15,6 +15,9 @@
 #
 # The testbed job runs in SEEDED MODE (deploy/compose.seeded.yml): reproducible and NOT private,
 # which is what makes the comparison with `ltm demo --seed N` possible.
+#   --columns     the columns partition's replicated release (deploy/compose.columns.yml over the
+#                 seeded overlay; honest-majority trust: at most 1 of 3 servers corrupt), checked
+#                 against `ltm demo --partition columns --colluding-servers 1`
 #   --keep        leave the containers and volumes up (tear down later with the command printed)
 #   --build-only  build the image and stop
 set -euo pipefail
@@ -22,11 +25,13 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
 SEED=7
 KEEP=0
+COLUMNS=0
 BUILD_ONLY=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --seed) SEED="$2"; shift 2 ;;
     --keep) KEEP=1; shift ;;
+    --columns) COLUMNS=1; shift ;;
     --build-only) BUILD_ONLY=1; shift ;;
     -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) echo "testbed.sh: unknown argument $1" >&2; exit 2 ;;
@@ -35,6 +40,11 @@ done
 PROJECT="${LTM_TESTBED_PROJECT:-ltm-testbed}"
 # the parameters demo-data's `ltm operate --write-job` gets in docker-compose.yml (defaults otherwise)
 DEMO_PARAMS=""
+OVERLAYS="-f deploy/compose.seeded.yml"
+if [ "$COLUMNS" = 1 ]; then
+  DEMO_PARAMS="--partition columns --colluding-servers 1"
+  OVERLAYS="$OVERLAYS -f deploy/compose.columns.yml"
+fi
 WORK="${LTM_TESTBED_DIR:-/var/tmp/ltm-testbed}"
 mkdir -p "$WORK"
 PYTHON="${PYTHON:-python3}"
@@ -85,7 +95,7 @@ if docker compose version >/dev/null 2>&1; then
 else
   COMPOSE_BIN=(docker-compose)
 fi
-COMPOSE="${COMPOSE_BIN[*]} -p $PROJECT -f docker-compose.yml -f deploy/compose.seeded.yml"
+COMPOSE="${COMPOSE_BIN[*]} -p $PROJECT -f docker-compose.yml $OVERLAYS"
 say "engine $(docker version --format '{{.Server.Version}}'), storage $(docker info --format '{{.Driver}}'), compose: $(${COMPOSE_BIN[*]} version --short 2>/dev/null || true)"
 PHASE[engine]=$(since "$t")
 

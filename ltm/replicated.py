@@ -53,7 +53,7 @@ from ltm.dp.sensitivity import rounded_gram_l2
 from ltm.dp.calibration import NoisePlan, plan_noise
 from ltm.dp.grid import round_to_grid
 from ltm.dp.noise import noise_tail_bound, sample_noise
-from ltm.randomness import Randomness
+from ltm.randomness import KeystreamBuffer, Randomness
 from ltm.ring import HEADROOM_LIMIT
 from ltm.sharing import Share, reconstruct, share
 
@@ -66,6 +66,12 @@ __all__ = [
     "replicated_frac_bits",
     "entry_bound",
     "BlockUpload",
+    "PART_FIRST",
+    "PART_SECOND",
+    "PART_NOISE",
+    "REPLICATED_PARTS",
+    "upload_parts",
+    "upload_from_parts",
     "share_block",
     "share_noise",
     "party_uploads",
@@ -153,6 +159,40 @@ class BlockUpload:
         return self.first.nbytes + self.second.nbytes + self.noise.nbytes
 
 
+#: Over gRPC (docs/architecture.md, "The replicated release") a party's upload to server i travels as
+#: three uploads of the ordinary ``Upload`` RPC, told apart by ``BatchHeader.batch_index``: the
+#: additive share x_i of its block, x_{i+1}, and its share of the noise vector.  Each is one Share
+#: (an explicit array or a 32-byte seed), so seed compression works as for a sketch batch.
+PART_FIRST, PART_SECOND, PART_NOISE = 0, 1, 2
+REPLICATED_PARTS = 3
+
+
+def _wire(s: Share, shape: tuple[int, ...], server: int) -> Share:
+    """``s``'s values with another shape of the same size, addressed to ``server`` (a seed's
+    expansion is in C order, so reshaping a seed share is reshaping its values)."""
+    if s.seed is not None:
+        return Share(server, shape, seed=s.seed)
+    return Share(server, shape, data=np.ascontiguousarray(s.data).reshape(shape))
+
+
+def upload_parts(upload: BlockUpload) -> list[Share]:
+    """The three wire shares of one upload (part order): blocks as (1, n, d_p), noise as (1, 1, W);
+    each is addressed to the upload's server (the second block share is x_{i+1}, held by server i)."""
+    n, d = upload.first.shape
+    block = (1, int(n), int(d))
+    return [_wire(upload.first, block, upload.server), _wire(upload.second, block, upload.server),
+            _wire(upload.noise, (1, 1, int(upload.noise.shape[0])), upload.server)]
+
+
+def upload_from_parts(server: int, columns: tuple[int, ...], parts: list[Share]) -> BlockUpload:
+    """A :class:`BlockUpload` from the three wire shares (:func:`upload_parts`' inverse)."""
+    if len(parts) != REPLICATED_PARTS:
+        raise ValueError(f"a replicated upload is {REPLICATED_PARTS} parts, got {len(parts)}")
+    first, second, noise = parts
+    return BlockUpload(server, tuple(columns), _wire(first, tuple(first.shape[1:]), server),
+                       _wire(second, tuple(second.shape[1:]), server), _wire(noise, (int(noise.shape[-1]),), server))
+
+
 def _ring(grid_units: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(grid_units, dtype=np.int64).view(np.uint64)
 
@@ -188,29 +228,52 @@ def party_uploads(block: np.ndarray, columns: tuple[int, ...], *, width: int, fr
 
 
 # -------------------------------------------------------------------- the servers' side
+#: Clients per chunk of a server's products: the servers hold two chunk × D blocks, never n × D.
+OUTPUT_CHUNK_CLIENTS = 1 << 16
+
+
+def _rows(s: Share, a: int, b: int, buffer: KeystreamBuffer) -> np.ndarray:
+    """Rows a..b−1 of a 2-D share (n × d): a slice of its data, or of its seed's keystream."""
+    d = int(s.shape[1])
+    if s.seed is None:
+        return s.data[a:b]
+    return buffer.words(s.seed, (b - a) * d, a * d).reshape(b - a, d)
+
+
 def server_output(server: int, uploads: list[BlockUpload], n: int, d: int) -> np.ndarray:
     """Server ``server``'s output share (W,) uint64: triu(A_iᵀA_i + A_iᵀA_{i+1} + A_{i+1}ᵀA_i) plus
     every party's noise share.  ``uploads``: this server's upload from each party (blocks must tile
-    the D columns).  Local: no other server's data is needed."""
-    first = np.zeros((n, d), dtype=np.uint64)
-    second = np.zeros((n, d), dtype=np.uint64)
+    the D columns).  Local: no other server's data is needed.  Streams the clients in chunks of
+    :data:`OUTPUT_CHUNK_CLIENTS` (seeds expanded chunk by chunk), so memory is O(chunk · D) beyond
+    the uploads; ring sums are exact in any order, so the bytes do not depend on the chunking."""
     seen = np.zeros(d, dtype=np.int64)
     W = triangle_width(d)
     noise = np.zeros(W, dtype=np.uint64)
     for up in uploads:
         if up.server != server:
             raise ValueError(f"an upload for server {up.server} was given to server {server}")
-        cols = list(up.columns)
-        first[:, cols] = up.first.values()
-        second[:, cols] = up.second.values()
-        seen[cols] += 1
+        if up.first.shape != (n, len(up.columns)) or up.second.shape != (n, len(up.columns)):
+            raise ValueError(f"block shares must be ({n}, {len(up.columns)})")
+        seen[list(up.columns)] += 1
         noise += up.noise.values()
     if not np.all(seen == 1):
         raise ValueError("the parties' blocks must cover every column of the joint vector exactly once")
-    # A_iᵀ(A_i + A_{i+1}) + A_{i+1}ᵀA_i: two products.  einsum's integer loops wrap mod 2^64 (the
-    # ring) and are ~15× faster than uint64 matmul.
-    prod = np.einsum("na,nb->ab", first, first + second)
-    prod += np.einsum("na,nb->ab", second, first)
+    chunk = min(OUTPUT_CHUNK_CLIENTS, max(n, 1))
+    buffer = KeystreamBuffer(chunk * max((len(up.columns) for up in uploads), default=1))
+    first = np.empty((chunk, d), dtype=np.uint64)
+    second = np.empty((chunk, d), dtype=np.uint64)
+    prod = np.zeros((d, d), dtype=np.uint64)
+    for a in range(0, n, chunk):
+        b = min(a + chunk, n)
+        x, y = first[:b - a], second[:b - a]
+        for up in uploads:
+            cols = list(up.columns)
+            x[:, cols] = _rows(up.first, a, b, buffer)
+            y[:, cols] = _rows(up.second, a, b, buffer)
+        # A_iᵀ(A_i + A_{i+1}) + A_{i+1}ᵀA_i: two products.  einsum's integer loops wrap mod 2^64 (the
+        # ring) and are ~15× faster than uint64 matmul.
+        prod += np.einsum("na,nb->ab", x, x + y)
+        prod += np.einsum("na,nb->ab", y, x)
     i, j = np.triu_indices(d)
     return prod[i, j] + noise
 

@@ -20,6 +20,7 @@ from party.data_source import DataSourceError, PartySource, is_synthetic, open_s
 from party.journal import JournalError, UploadJournal
 from party.ledger import (DEFAULT_BUDGET_DELTA, DEFAULT_BUDGET_EPSILON, DEFAULT_SOURCE, AccountantUnavailable,
                           Budget, BudgetExceeded, LedgerError, PrivacyLedger, source_fingerprint)
+from party.replicated import run_replicated_upload
 from party.randomizer import DEFAULT_BATCH_CLIENTS, PartyDataError, check_source, party_randomness
 from party.uploader import PartyPolicy, PolicyViolation, UploadIncomplete, fetch_job, run_upload
 from transport.config import REQUIRED_TITLE, add_actor_arguments, load_config, merge
@@ -250,10 +251,13 @@ async def participate(args: argparse.Namespace) -> dict:
                                         "randomness": randomness.label, "ledger_before": admission.before.to_json(),
                                         "ledger_after": admission.after.to_json()})
         batch_clients = args.batch_clients or DEFAULT_BATCH_CLIENTS
-        journal = UploadJournal.open(state_dir, spec, args.id, batch_clients=batch_clients, seeded=seeded)
         cpu_before = process_usage()["cpu_s"]
-        summary = await run_upload(stubs, spec, args.id, source, randomness, batch_clients=batch_clients,
-                                   progress=not args.no_progress, journal=journal, endpoints=endpoints)
+        if spec.replicated:  # the columns partition's degree-2 release: three parts per server (party/replicated.py)
+            summary = await run_replicated_upload(stubs, spec, args.id, source, randomness, endpoints=endpoints)
+        else:
+            journal = UploadJournal.open(state_dir, spec, args.id, batch_clients=batch_clients, seeded=seeded)
+            summary = await run_upload(stubs, spec, args.id, source, randomness, batch_clients=batch_clients,
+                                       progress=not args.no_progress, journal=journal, endpoints=endpoints)
         upload_cpu_s = process_usage()["cpu_s"] - cpu_before
     finally:
         for c in channels:

@@ -19,6 +19,7 @@ from ltm.identifiers import id_problem
 from ltm.jobspec import JobSpec, JobSpecError, validate_job
 from ltm.limits import SLOT_CACHE_BYTES
 from ltm.sketch import Sketch
+from server import replicated
 from server.release_gate import ANALYST_ROLE, check_release
 from server.result_share import result_share
 from server.store import MemoryStore, ReleaseRecord, ServerStore, StoredBatch
@@ -111,9 +112,6 @@ class ServerCore:
             validate_job(spec)
         except JobSpecError as exc:
             raise ProtocolError("INVALID_ARGUMENT", str(exc)) from exc
-        if spec.replicated:  # its uploads are replicated shares, not sketch batches (server/replicated.py)
-            raise ProtocolError("FAILED_PRECONDITION", "the replicated release of the columns partition runs in process "
-                                                 "only so far (ltm simulate); there is no gRPC path for it yet")
         self.server_index(spec)
         existing = self.store.get_job(spec.job_id)
         if existing is not None:
@@ -141,6 +139,13 @@ class ServerCore:
         if not (party.start <= start < stop <= party.stop):
             raise ProtocolError("PERMISSION_DENIED", f"party {caller_id!r} may upload clients [{party.start}, "
                                                      f"{party.stop}) only, not [{start}, {stop})")
+        if spec.replicated:  # three wire parts per party, told apart by batch_index (server/replicated.py)
+            if server != self.server_index(spec):
+                raise ProtocolError("INVALID_ARGUMENT", f"this share is addressed to server index {server}, "
+                                                        f"this is server {self.server_id!r}")
+            replicated.check_part(spec, party, part=batch_index, start=start, stop=stop, columns=columns,
+                                  shape=shape, aggregate=aggregate)
+            return
         if not 0 <= batch_index < 1 << 63:  # stored as a signed 64-bit integer
             raise ProtocolError("INVALID_ARGUMENT", f"batch_index {batch_index} is outside [0, 2^63); "
                                                     f"number a party's batches 0, 1, 2, …")
@@ -204,7 +209,8 @@ class ServerCore:
                                                   f"stored with different content; a batch cannot be replaced")
         if self.store.is_closed(job_id):
             raise ProtocolError("FAILED_PRECONDITION", f"job {job_id!r} is closed to uploads")
-        if self.store.coverage(job_id).overlaps(batch.start, batch.stop, expected_cols):
+        # (a replicated job's three parts cover the same cells: the key (party, part) counts each once)
+        if not spec.replicated and self.store.coverage(job_id).overlaps(batch.start, batch.stop, expected_cols):
             raise ProtocolError("ALREADY_EXISTS", f"clients [{batch.start}, {batch.stop}) of party {batch.party_id!r} "
                                                   f"were already uploaded in another batch; refusing to count them twice")
         self.store.put_batch(job_id, StoredBatch(batch, digest))
@@ -212,7 +218,12 @@ class ServerCore:
 
     # ------------------------------------------------------------------ close and release
     def held(self, job_id: str) -> ClientSet:
-        """The clients whose complete vector (every column) this server holds."""
+        """The clients whose complete vector (every column) this server holds (a replicated job:
+        every client once every party's three parts are in, none before)."""
+        spec = self.spec(job_id)
+        if spec.replicated:
+            return replicated.holds_every_part(
+                spec, lambda party, part: self.store.get_batch_digest(job_id, party, part) is not None)
         return self.store.coverage(job_id).held()
 
     def close(self, job_id: str, *, caller_role: str) -> ClientSet:
@@ -244,10 +255,17 @@ class ServerCore:
             record = None
         if not self.store.is_closed(job_id) and caller_role == ANALYST_ROLE:
             raise ProtocolError("FAILED_PRECONDITION", f"job {job_id!r} must be closed before it is released")
-        check_release(spec, caller_role=caller_role, job_digest=job_digest,
-                      participants=participants if members is None else members,
-                      held=self.held(job_id), already_released=record is not None, sketch=self._sketch(spec),
-                      slots=self._slots_of(spec))
-        result = result_share(spec, self.store.batches(job_id), members, self._sketch(spec), self._slots_of(spec))
+        if spec.replicated:  # its own gate, then the local degree-2 output share (server/replicated.py)
+            replicated.check_replicated_release(spec, caller_role=caller_role, job_digest=job_digest,
+                                                participants=members, held=self.held(job_id),
+                                                already_released=record is not None)
+            result = replicated.stored_output(spec, self.server_index(spec), self.store.batches(job_id))
+        else:
+            check_release(spec, caller_role=caller_role, job_digest=job_digest,
+                          participants=participants if members is None else members,
+                          held=self.held(job_id), already_released=record is not None, sketch=self._sketch(spec),
+                          slots=self._slots_of(spec))
+            result = result_share(spec, self.store.batches(job_id), members, self._sketch(spec),
+                                  self._slots_of(spec))
         self.store.put_release(job_id, ReleaseRecord(pdigest, result.copy()))
         return result

@@ -5,13 +5,28 @@ party's grid-rounded block and the party's share of its noise, and computes its 
 triu(ZᵀZ) + noise locally (:func:`ltm.replicated.server_output`): it never talks to the other
 servers.  It refuses a job that is not a replicated release, and an upload for another server,
 another job, or a party it already holds.
+
+Over gRPC the same class computes the output share: :class:`server.core.ServerCore` stores each
+party's three wire parts as ordinary batches (``BatchHeader.batch_index`` = the part,
+:data:`ltm.replicated.PART_FIRST` …), checks each header with :func:`check_part`, counts a job's
+clients as held only when every party's three parts are in (:func:`holds_every_part`), applies
+:func:`check_replicated_release` (its own release gate) and then :func:`stored_output`, which
+feeds the stored parts to :class:`ReplicatedServer` — one implementation for both paths.
 """
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+
 import numpy as np
 
-from ltm.jobspec import JobSpec, validate_job
-from ltm.replicated import BlockUpload, server_output
+from ltm.batch import ShareBatch
+from ltm.client_set import ClientSet
+from ltm.errors import ProtocolError
+from ltm.jobspec import JobSpec, PartySpec, validate_job
+from ltm.replicated import (PART_NOISE, REPLICATED_PARTS, BlockUpload, server_output, triangle_width,
+                            upload_from_parts)
+from server.release_gate import ANALYST_ROLE, GateRefusal
 
 
 class ReplicatedServer:
@@ -51,3 +66,80 @@ class ReplicatedServer:
         if missing:
             raise ValueError(f"server {self.server}: no upload yet from {missing}; every party's block is needed")
         return server_output(self.server, list(self.uploads.values()), self.spec.n, self.spec.width)
+
+
+# -------------------------------------------------------------------- the networked path
+def part_shape(spec: JobSpec, part: int, columns: int) -> tuple[int, int, int]:
+    """The wire shape of part ``part`` of an upload: (1, n, columns) for a block share, (1, 1, W)
+    for the noise share (W = D(D+1)/2 released entries)."""
+    return (1, 1, triangle_width(spec.width)) if part == PART_NOISE else (1, spec.n, int(columns))
+
+
+def check_part(spec: JobSpec, party: PartySpec, *, part: int, start: int, stop: int, columns: tuple[int, ...],
+               shape: tuple[int, ...], aggregate: bool) -> None:
+    """Everything one wire part's header must satisfy (:class:`ProtocolError` INVALID_ARGUMENT
+    otherwise): a part index 0..2, the party's whole range [0, n), its column block, the part's shape."""
+    if not 0 <= part < REPLICATED_PARTS:
+        raise ProtocolError("INVALID_ARGUMENT", f"a replicated job takes parts 0, 1, 2 per party (x_i, x_(i+1), "
+                                                f"noise share) as batch_index; got {part}")
+    if aggregate:
+        raise ProtocolError("INVALID_ARGUMENT", "a replicated job takes no aggregated uploads")
+    if (start, stop) != (party.start, party.stop):
+        raise ProtocolError("INVALID_ARGUMENT", f"a replicated part covers the party's whole range [{party.start}, "
+                                                f"{party.stop}), not [{start}, {stop})")
+    cols = tuple(spec.party_column_indices(party))
+    if tuple(columns) != cols:
+        raise ProtocolError("INVALID_ARGUMENT", f"party {party.party_id!r} uploaded columns {tuple(columns)}, "
+                                                f"the job gives it {cols}")
+    expected = part_shape(spec, part, len(cols))
+    if tuple(shape) != expected:
+        raise ProtocolError("INVALID_ARGUMENT", f"replicated part {part} has shape {tuple(shape)}, expected {expected}")
+
+
+def holds_every_part(spec: JobSpec, has_part: Callable[[str, int], bool]) -> ClientSet:
+    """The clients a server holds in a replicated job: all n once every party's three parts are
+    stored (``has_part(party_id, part)``), none before (every block of the joint vector is needed)."""
+    complete = all(has_part(p.party_id, part) for p in spec.parties for part in range(REPLICATED_PARTS))
+    return ClientSet.full(spec.n) if complete else ClientSet.empty(spec.n)
+
+
+def check_replicated_release(spec: JobSpec, *, caller_role: str, job_digest: str, participants: ClientSet | None,
+                             held: ClientSet, already_released: bool) -> None:
+    """The release gate of a replicated job, checked by every server on its own (GateRefusal).
+
+    As for a sketch job: only the analyst, this job's digest, once.  Then the participant set must
+    be every client, held here: the release is one Gram over the joint vectors, and the parties'
+    noise (L = parties − corrupt_parties honest draws per entry) is calibrated for all of them.
+    """
+    if caller_role != ANALYST_ROLE:
+        raise GateRefusal("PERMISSION_DENIED", f"only the analyst may request a release (caller role {caller_role!r})")
+    if job_digest != spec.digest:
+        raise GateRefusal("FAILED_PRECONDITION", "the job digest in the request does not match this job's spec")
+    if already_released:
+        raise GateRefusal("FAILED_PRECONDITION", f"job {spec.job_id!r} has already been released once; "
+                                                 "a second release would let differencing cancel the noise")
+    if participants is None or participants.n != spec.n:
+        raise GateRefusal("INVALID_ARGUMENT", f"the participant set must be over the job's n = {spec.n} clients")
+    if held.count != spec.n:
+        raise GateRefusal("FAILED_PRECONDITION", f"job {spec.job_id!r} is a replicated release: every party's three "
+                                                 f"parts are needed and this server does not hold them all")
+    if participants.count != spec.n:
+        raise GateRefusal("FAILED_PRECONDITION", f"a replicated release is over every client ({spec.n}); the "
+                                                 f"participant set holds {participants.count}")
+    if spec.n < spec.privacy.min_participants:
+        raise GateRefusal("FAILED_PRECONDITION", f"participant set of {spec.n} clients is below the job's minimum of "
+                                                 f"{spec.privacy.min_participants}")
+
+
+def stored_output(spec: JobSpec, server: int, batches: Iterable[ShareBatch]) -> np.ndarray:
+    """Server ``server``'s output share (1, W) uint64 from its stored wire parts: regrouped per party
+    and handed to :class:`ReplicatedServer` (the in-process path's class, so its checks apply)."""
+    parts: dict[str, dict[int, ShareBatch]] = defaultdict(dict)
+    for batch in batches:
+        parts[batch.party_id][int(batch.batch_index)] = batch
+    core = ReplicatedServer(spec, server)
+    for party_id, got in parts.items():
+        if sorted(got) != list(range(REPLICATED_PARTS)):
+            raise ValueError(f"party {party_id!r}: parts {sorted(got)} stored, need 0, 1, 2")
+        core.accept(party_id, upload_from_parts(server, got[0].columns, [got[i].share for i in range(REPLICATED_PARTS)]))
+    return core.output()[None, :]

@@ -75,6 +75,7 @@ from ltm.errors import DataLossError, LtmError, ProtocolError
 from ltm.jobspec import JobSpec
 from ltm.sharing import SEED_BYTES, Share
 from server.coverage import Coverage
+from server.replicated import part_shape
 from server.store import ReleaseRecord, StoredBatch
 from transport.files import PRIVATE_FILE_MODE, create_private, fsync_dir, private_dir, touch_private
 
@@ -441,7 +442,11 @@ class SqliteStore:
         if not batch.columns or any(not 0 <= c < spec.upload_width for c in batch.columns):
             raise ValueError(f"batch columns {batch.columns} outside [0, {spec.upload_width})")
         shape = _as_int_tuple(batch.share.shape)
-        if spec.aggregated:  # one party's (1, m, columns) partial of the map (party/aggregate.py)
+        if spec.replicated:  # one of a party's three wire parts (server/replicated.py)
+            expected = part_shape(spec, int(batch.batch_index), len(batch.columns))
+            if shape != expected:
+                raise ValueError(f"replicated part {batch.batch_index} has shape {shape}, expected {expected}")
+        elif spec.aggregated:  # one party's (1, m, columns) partial of the map (party/aggregate.py)
             if shape != (1, spec.sketch.m, len(batch.columns)):
                 raise ValueError(f"aggregate share shape {shape} is not (1, m, {len(batch.columns)})")
         elif len(shape) != 3 or shape[1:] != (batch.count, len(batch.columns)):
@@ -510,7 +515,7 @@ class SqliteStore:
                 if job_id in self._closed_jobs:
                     raise ProtocolError("FAILED_PRECONDITION", f"job {job_id!r} is closed to uploads")
                 coverage = self._coverage[job_id]
-                if coverage.overlaps(batch.start, batch.stop, columns):
+                if not spec.replicated and coverage.overlaps(batch.start, batch.stop, columns):
                     raise ProtocolError("ALREADY_EXISTS", f"clients [{batch.start}, {batch.stop}) of party "
                                                           f"{batch.party_id!r} were already uploaded in another "
                                                           f"batch; refusing to count them twice")

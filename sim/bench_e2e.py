@@ -76,6 +76,12 @@ def add_parser(bench_sub: argparse._SubParsersAction) -> None:
     p.add_argument("--upload-mode", choices=["auto", "per-client", "aggregate", "both"], default="auto",
                    help="how parties upload (default auto: the job's default rule, aggregate when every party holds "
                         "several clients); both: run per-client and aggregate side by side")
+    p.add_argument("--partition", choices=["rows", "columns"], default="rows",
+                   help="rows (default): each party holds some clients; columns: each holds some columns of every "
+                        "client (with --colluding-servers 1: the replicated degree-2 release)")
+    p.add_argument("--colluding-servers", type=int,
+                   help="colluding servers the job tolerates (default k − 1); 1 of 3 lets --partition columns use "
+                        "the replicated release (its parties accept it)")
     p.add_argument("--parties", type=int,
                    help="party processes (default: 4 up to 10^7 clients, then n / 6.25e6: 16 at 10^8)")
     add_options(p, "privacy", only=("corrupt_parties",), helps={
@@ -243,7 +249,9 @@ def run_e2e(args: argparse.Namespace, n: int | None = None, upload_mode: str | N
                                   m=getattr(args, "m", None), s=args.s, kind=getattr(args, "kind", "sparse"),
                                   endpoints=[s.endpoint for s in servers],
                                   corrupt_parties=getattr(args, "corrupt_parties", None),
-                                  upload_mode=upload_mode or getattr(args, "upload_mode", "auto"))
+                                  upload_mode=upload_mode or getattr(args, "upload_mode", "auto"),
+                                  partition=getattr(args, "partition", "rows"),
+                                  colluding_servers=getattr(args, "colluding_servers", None))
         data = workdir / "party-data"
         data.mkdir(parents=True, exist_ok=True)
         for p in spec.parties:  # a descriptor per party: it generates rows [start, stop) itself
@@ -257,6 +265,7 @@ def run_e2e(args: argparse.Namespace, n: int | None = None, upload_mode: str | N
         pieces = spec.make_sketch().pieces
         # the primary shares (the other servers get 32-byte seeds): per client and piece, or one (m, W) per party
         expected = (len(spec.parties) * spec.sketch.m * spec.upload_width * 8 if spec.aggregated
+                    else 2 * n * spec.width * 8 if spec.replicated  # each explicit block share goes to 2 servers
                     else n * pieces * spec.upload_width * 8)
 
         cpu_at_start: dict[str, float | None] = {}
@@ -270,6 +279,8 @@ def run_e2e(args: argparse.Namespace, n: int | None = None, upload_mode: str | N
                         ",".join(s.actor for s in servers), "--job", spec.job_id,
                         "--data", str(data / f"{p.party_id}.synth.json"), "--seed", str(args.seed), "--no-progress",
                         "--summary-file", str(data / f"{p.party_id}.summary.json")]
+                if spec.colluding_servers is not None:  # these parties accept the job's trust assumption
+                    argv += ["--min-colluding-servers", str(spec.colluding_servers)]
                 if getattr(args, "batch_clients", None):
                     argv += ["--batch-clients", str(args.batch_clients)]
                 parties.append(group.start_task("party", p.party_id, argv))
@@ -329,6 +340,8 @@ def run_e2e(args: argparse.Namespace, n: int | None = None, upload_mode: str | N
                  "analyst": sum(by_role("analyst", upload_cpu))}
     out = {
         "benchmark": "e2e", "n": n, "d": args.d, "kind": spec.sketch.kind, "m": spec.sketch.m,
+        "partition": spec.partition, "replicated": spec.replicated,
+        "colluding_servers": spec.tolerated_colluding_servers,
         "upload_mode": spec.upload_mode, "planner": choices.m_rule,
         "bytes_per_party": [sum(s["bytes_per_server"]) for s in summaries],
         "s": pieces, "k": args.k, "client_vector_width": spec.width,

@@ -52,7 +52,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="run a whole networked job on loopback: certs, servers, analyst, parties")
     add_options(p, "sketch", only=("parties", "k", "sketch", "m", "s", "partition", "share_mode"),
                 helps={"parties": "party processes (default {default})", "k": "server processes (default {default})"})
-    add_options(p, "privacy", only=("epsilon", "delta"))
+    add_options(p, "privacy", only=("epsilon", "delta", "colluding_servers"))
     add_options(p, "data", only=("data", "label"), helps={"data": "CSV instead of the bundled dataset (with --label)"})
     add_options(p, "run")
     p.add_argument("--workdir", help="keep certificates, stores, logs and outputs here (default: a temp dir, removed)")
@@ -81,7 +81,7 @@ def prepare_job(cfg: SimulateConfig, train, randomness: Randomness, endpoints: l
     spec, choices = build_job(train, job_id=DEMO_JOB_ID, randomness=randomness, partition=cfg.partition,
                               parties=cfg.parties, k=cfg.k, kind=cfg.sketch, m=cfg.m, s=cfg.s,
                               epsilon=cfg.epsilon, delta=cfg.delta, clip_bound=cfg.clip,
-                              share_mode=cfg.share_mode, endpoints=endpoints)
+                              share_mode=cfg.share_mode, endpoints=endpoints, colluding_servers=cfg.colluding_servers)
     for pid, table in party_tables(spec, train).items():
         where = data_dir / pid if per_party_dirs else data_dir
         where.mkdir(parents=True, exist_ok=True)
@@ -135,7 +135,9 @@ async def _operate(analyst_endpoint: str, certs: Path | None, insecure: bool, sp
             matrix=matrix, columns=spec.vector_names, centers=np.array([e.center for e in spec.layout]),
             scales=np.array([e.scale for e in spec.layout]), label=spec.label_index,
             intercept=spec.intercept_index, n=int(report["participants"]),
-            noise_variance_per_column=int(report["participants"]) * spec.noise_plan().sigma_client**2,
+            noise_variance_per_column=(2.0 * json.loads(got.privacy_json)["noise_variance_per_entry"]
+                                       if spec.replicated else  # analyst/replicated.py's convention
+                                       int(report["participants"]) * spec.noise_plan().sigma_client**2),
             privacy=json.loads(got.privacy_json), sha256=got.release_sha256, kind=spec.sketch.kind)
         return report, release, phases
     finally:
@@ -153,7 +155,8 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
         randomness = Randomness.seeded_insecure(args.seed) if args.seed is not None else Randomness.system()
         cfg = SimulateConfig(data=args.data, label=args.label, partition=args.partition, parties=args.parties,
                              k=args.k, sketch=args.sketch, m=args.m, s=args.s, epsilon=args.epsilon,
-                             delta=args.delta, share_mode=args.share_mode, seed=args.seed, model="ridge")
+                             delta=args.delta, share_mode=args.share_mode, seed=args.seed, model="ridge",
+                             colluding_servers=args.colluding_servers)
         train, test = load_table(cfg, randomness)
 
         t = time.monotonic()
@@ -184,6 +187,8 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
                         "--summary-file", str(data_dir / f"{p.party_id}.summary.json"), "--no-progress"]
                 if args.seed is not None:
                     argv += ["--seed", str(args.seed)]
+                if spec.colluding_servers is not None:  # these parties accept the job's trust assumption
+                    argv += ["--min-colluding-servers", str(spec.colluding_servers)]
                 parties.append(group.start_task("party", p.party_id, argv))
 
         chaos = Chaos(group, servers, spec, certs, args.insecure, start_some) if args.chaos else None
@@ -310,7 +315,7 @@ def add_operate_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--certs", help="certificate directory (the operator authenticates as 'operator')")
     p.add_argument("--insecure", action="store_true", help="plaintext transport (testing only)")
     add_options(p, "sketch", only=("parties", "sketch", "m", "s", "partition", "share_mode"))
-    add_options(p, "privacy", only=("epsilon", "delta"))
+    add_options(p, "privacy", only=("epsilon", "delta", "colluding_servers"))
     add_options(p, "data", only=("data", "label"), helps={"data": "CSV instead of the bundled dataset (with --label)"})
     add_options(p, "run", helps={"seed": "SEEDED MODE (the parties must get the same --seed)"})
     p.add_argument("--deadline", type=float, default=120.0, help="seconds the analyst waits for parties (default 120)")
@@ -327,7 +332,8 @@ def run_operate(args: argparse.Namespace) -> int:
     randomness = Randomness.seeded_insecure(args.seed) if args.seed is not None else Randomness.system()
     cfg = SimulateConfig(data=args.data, label=args.label, partition=args.partition, parties=args.parties,
                          k=len(servers), sketch=args.sketch, m=args.m, s=args.s, epsilon=args.epsilon,
-                         delta=args.delta, share_mode=args.share_mode, seed=args.seed, model="ridge")
+                         delta=args.delta, share_mode=args.share_mode, seed=args.seed, model="ridge",
+                         colluding_servers=args.colluding_servers)
     if args.write_job:
         return write_demo_job(args, cfg, randomness, [x[1] for x in servers])
     if not args.analyst:

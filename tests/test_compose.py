@@ -1,6 +1,6 @@
 """The compose testbed, checked without a Docker engine (deploy/testbed.sh runs it with one).
 
-What is checked here, fast: the file (and the seeded overlay merged over it) parses; the image is
+What is checked here, fast: the file (and the seeded and columns overlays merged over it) parses; the image is
 built once, from deploy/Dockerfile, on a digest-pinned base; start-up order uses health and
 completion conditions; every command and health check is an `ltm` invocation the real parser
 accepts; every actor runs with its own certificates; certs-init is the only holder of the CA key.
@@ -29,15 +29,17 @@ from ltm.cli import build_parser
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
 SEEDED = yaml.safe_load((ROOT / "deploy" / "compose.seeded.yml").read_text())
+#: the overlays deploy/testbed.sh runs over docker-compose.yml (name → parsed file)
+OVERLAYS = {"seeded": SEEDED, "columns": yaml.safe_load((ROOT / "deploy" / "compose.columns.yml").read_text())}
 SERVICES = COMPOSE["services"]
 DIGEST_REF = re.compile(r"^[\w./-]+:[\w.-]+@sha256:[0-9a-f]{64}$")
 
 
-def merged_services() -> dict[str, dict]:
-    """docker-compose.yml with deploy/compose.seeded.yml over it (an overlay's command replaces)."""
+def merged_services(overlay: str = "seeded") -> dict[str, dict]:
+    """docker-compose.yml with deploy/compose.<overlay>.yml over it (an overlay's command replaces)."""
     out = {name: dict(svc) for name, svc in SERVICES.items()}
-    for name, svc in SEEDED["services"].items():
-        assert name in out, f"the seeded overlay names an unknown service {name}"
+    for name, svc in OVERLAYS[overlay]["services"].items():
+        assert name in out, f"the {overlay} overlay names an unknown service {name}"
         out[name].update(svc)
     return out
 
@@ -227,11 +229,11 @@ def network_problems(services: dict[str, dict], networks: dict[str, dict]) -> li
     return bad
 
 
-@pytest.mark.parametrize("overlay", [False, True], ids=["plain", "seeded"])
+@pytest.mark.parametrize("overlay", [None, "seeded", "columns"], ids=["plain", "seeded", "columns"])
 def test_every_container_is_hardened_like_the_k8s_manifests(overlay):
     """read_only with a /tmp tmpfs, cap_drop ALL (the two root init containers add CHOWN alone),
     no-new-privileges, and the manifests' CPU and memory limits, on every service."""
-    assert hardening_problems(merged_services() if overlay else SERVICES) == []
+    assert hardening_problems(merged_services(overlay) if overlay else SERVICES) == []
 
 
 def test_per_role_networks():
@@ -269,10 +271,10 @@ def compose_binary() -> list[str] | None:
 
 @pytest.mark.skipif(compose_binary() is None, reason="neither `docker compose` nor docker-compose is installed "
                                                      "(the pure-YAML tests above check the same properties)")
-@pytest.mark.parametrize("overlay", [False, True], ids=["plain", "seeded"])
+@pytest.mark.parametrize("overlay", [None, "seeded", "columns"], ids=["plain", "seeded", "columns"])
 def test_docker_compose_config_shows_the_hardening(overlay):
     """What Compose itself makes of the files (merge keys, the overlay), as the testbed runs them."""
-    files = ["-f", "docker-compose.yml"] + (["-f", "deploy/compose.seeded.yml"] if overlay else [])
+    files = ["-f", "docker-compose.yml"] + (["-f", f"deploy/compose.{overlay}.yml"] if overlay else [])
     r = subprocess.run([*compose_binary(), "-p", "ltm-config-check", *files, "config"], cwd=ROOT,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
@@ -282,16 +284,16 @@ def test_docker_compose_config_shows_the_hardening(overlay):
     assert network_problems(config["services"], config["networks"]) == []
 
 
-@pytest.mark.parametrize("overlay", [False, True], ids=["plain", "seeded"])
+@pytest.mark.parametrize("overlay", [None, "seeded", "columns"], ids=["plain", "seeded", "columns"])
 @pytest.mark.parametrize("service", sorted(SERVICES))
 def test_every_command_is_a_valid_ltm_invocation(service, overlay):
-    svc = merged_services()[service] if overlay else SERVICES[service]
+    svc = merged_services(overlay)[service] if overlay else SERVICES[service]
     argvs = ltm_argv(svc)
     assert argvs, f"{service} runs no ltm command"
     for argv in argvs:
         args = build_parser(argv[0]).parse_args([interpolate(w) for w in argv])  # SystemExit on a bad flag
         assert callable(args.func)
-    if overlay and service in SEEDED["services"]:
+    if overlay and service in OVERLAYS[overlay]["services"]:
         seeded = flag(argvs[0], "--randomness") if service == "operator" else flag(argvs[0], "--seed")
         assert seeded is not None and "${LTM_SEED:-7}" in seeded
 
@@ -469,28 +471,60 @@ def test_certs_init_gives_each_actor_only_its_bundle(tmp_path):
     assert (tb.volume("certs-server-0") / "ca.pem").read_bytes() == before
 
 
-def test_the_compose_commands_run_a_job_on_loopback(tmp_path):
+def run_on_loopback(tmp_path, services: dict[str, dict]) -> str:
+    """Run the testbed's commands (``services``: the compose file, an overlay merged over it) as
+    local processes; returns the operator's output (asserting every actor exited 0)."""
     tb = LoopbackTestbed(tmp_path)
     issue_certificates(tb)
     try:
-        for service in sorted(n for n in SERVICES if n.startswith("server-")):
+        for service in sorted(n for n in services if n.startswith("server-")):
             tb.serve(service)
         tb.serve("analyst")
-        (argv,) = ltm_argv(SERVICES["demo-data"])  # after the servers: their endpoints go into the job file
-        r = subprocess.run([sys.executable, "-m", "ltm.cli", *tb.local("demo-data", argv)],
+        (argv,) = ltm_argv(services["demo-data"])  # after the servers: their endpoints go into the job file
+        r = subprocess.run([sys.executable, "-m", "ltm.cli", *tb.local("demo-data", [interpolate(w) for w in argv])],
                            capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, r.stderr
-        parties = {name: tb.start(name, SERVICES[name]["command"], tmp_path / "logs" / f"{name}.log")
-                   for name in sorted(SERVICES) if name.startswith("party-")}
+        parties = {name: tb.start(name, [interpolate(w) for w in services[name]["command"]],
+                                  tmp_path / "logs" / f"{name}.log")
+                   for name in sorted(services) if name.startswith("party-")}
         operator = subprocess.run([sys.executable, "-m", "ltm.cli",
-                                   *tb.local("operator", SERVICES["operator"]["command"])],
+                                   *tb.local("operator", [interpolate(w) for w in services["operator"]["command"]])],
                                   capture_output=True, text=True, timeout=300)
         assert operator.returncode == 0, operator.stderr[-2000:]
         assert "done" in operator.stdout and "release sha256" in operator.stdout, operator.stdout
         for name, p in parties.items():
             assert p.wait(timeout=120) == 0, (tmp_path / "logs" / f"{name}.log").read_text()[-2000:]
+        return operator.stdout
     finally:
         tb.stop()
+
+
+def test_the_compose_commands_run_a_job_on_loopback(tmp_path):
+    run_on_loopback(tmp_path, SERVICES)
+
+
+def test_the_columns_overlay_asks_for_the_replicated_release_and_its_parties_accept_it():
+    services = merged_services("columns")
+    (write,) = ltm_argv(services["demo-data"])
+    assert flag(write, "--partition") == "columns" and flag(write, "--colluding-servers") == "1"
+    for name in (n for n in services if n.startswith("party-")):
+        assert flag(services[name]["command"], "--min-colluding-servers") == "1", name
+
+
+@pytest.mark.slow
+def test_the_columns_overlay_releases_what_simulate_releases_on_loopback(tmp_path, capsys):
+    """The columns overlay's commands, run as local processes: the replicated release over gRPC,
+    the same bytes as `ltm simulate` with the same parameters (deploy/testbed.sh --columns runs it
+    in containers against `ltm demo`)."""
+    import json
+
+    from ltm.cli import main
+
+    out = run_on_loopback(tmp_path, merged_services("columns"))
+    sha = re.search(r"release sha256 ([0-9a-f]{64})", out).group(1)
+    assert main(["simulate", "--seed", "7", "--partition", "columns", "--colluding-servers", "1", "--parties", "4",
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["release_sha256"] == sha
 
 
 @pytest.mark.parametrize("release", ["auto", "sparse"])

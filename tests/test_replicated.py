@@ -57,6 +57,25 @@ def test_release_equals_clear_triangle_bit_for_bit(mode):
     np.testing.assert_allclose(triangle_to_gram(tri, 5), Z.T @ Z, rtol=0, atol=400 * 2.0**-f)
 
 
+@pytest.mark.parametrize("mode", ["seed", "full"])
+def test_chunked_output_shares_do_not_depend_on_the_chunk(mode, monkeypatch):
+    """Servers stream the clients in chunks (seeds expanded per chunk, at an offset): with chunks
+    of 64 and of 7 clients (400 is a multiple of neither) each server's share is the
+    same bytes as in one chunk, and the sum is the clear triangle."""
+    import ltm.replicated as rep
+
+    Z = _data(11)
+    f = 18
+    monkeypatch.setattr(rep, "OUTPUT_CHUNK_CLIENTS", 1 << 20)
+    _, whole = _release(Z, f, Randomness.seeded_insecure(12), mode=mode)
+    for chunk in (64, 7):
+        monkeypatch.setattr(rep, "OUTPUT_CHUNK_CLIENTS", chunk)
+        _, outs = _release(Z, f, Randomness.seeded_insecure(12), mode=mode)
+        for a, b in zip(outs, whole):
+            np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(outs[0] + outs[1] + outs[2], clear_triangle(Z, f))
+
+
 def test_negative_and_extreme_values_decode():
     Z = np.array([[-1.0, 0.0, 0.0, 0.0, 0.0], [0.0, -0.5, 0.5, -0.5, 0.5]] * 50)
     _, outs = _release(Z, 24, Randomness.seeded_insecure(3))

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from ltm.clipping import clip_rows
-from ltm.jobfile import job_file_doc, parse_job_file, render_job_file
+from ltm.jobfile import JobFileError, job_file_doc, parse_job_file, render_job_file
 from ltm.jobspec import JobSpec, JobSpecError, validate_job
 from ltm.planner import PlanInputs, plan_release
 from ltm.randomness import Randomness
@@ -162,13 +162,23 @@ def test_job_file_auto_release_follows_the_trust_assumption(table):
     assert allowed.spec.frac_bits <= 24 and allowed.spec.privacy.min_honest_load == 3  # reproduction: c kept at 0
 
 
-def test_sketch_servers_refuse_a_replicated_job_until_there_is_a_networked_path(table):
+def test_a_server_core_holds_a_replicated_job_only_with_every_part(table):
+    """The networked path (tests/test_replicated_grpc.py runs it over gRPC): a server core takes the
+    job, and counts its clients as held only once every party's three parts are stored."""
+    from party.replicated import replicated_batches
     from server.core import ServerCore
     from server.release_gate import ANALYST_ROLE
 
     spec = _job(table)
-    with pytest.raises(Exception, match="no gRPC path"):
-        ServerCore("server-0").create_job(spec, caller_role=ANALYST_ROLE)
+    core = ServerCore("server-1")
+    core.create_job(spec, caller_role=ANALYST_ROLE)
+    data = party_tables(spec, table)
+    for i, p in enumerate(spec.parties):
+        assert core.held(spec.job_id).count == 0
+        parts = replicated_batches(spec, p.party_id, data[p.party_id], Randomness.seeded_insecure(12).child(i))[1]
+        for part in parts:
+            core.accept(part, spec.job_id, caller_role="party", caller_id=p.party_id)
+    assert core.held(spec.job_id).count == spec.n
 
 
 def test_replicated_server_checks_every_upload(table):
@@ -205,3 +215,71 @@ def test_wu_setting_replicated_release_beats_the_zero_predictor():
 
     row = cell("insurance", 1.0, 1)
     assert row["ols_mse"] < row["replicated_mse"] < 0.8 * row["zero_mse"]
+
+
+def test_the_example_columns_job_file_is_a_replicated_release():
+    """examples/jobs/power-columns-replicated.toml asks for the replicated release and states its
+    trust assumption; a party with the default policy refuses it, one that accepts 1 of 3 joins."""
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "examples" / "jobs" / "power-columns-replicated.toml"
+    job = parse_job_file(path.read_text())
+    spec = job.spec
+    assert spec.partition == "columns" and spec.replicated and spec.tolerated_colluding_servers == 1
+    assert [len(p.columns) for p in spec.parties] == [2, 2, 3]
+    with pytest.raises(PolicyViolation, match="at most 1 of 3 servers"):
+        PartyPolicy(max_epsilon=1.0, max_delta=1e-5).check(spec)
+    PartyPolicy(max_epsilon=1.0, max_delta=1e-5, min_colluding_servers=1).check(spec)
+    with pytest.raises(JobFileError, match="honest majority"):  # kind gram without the assumption
+        parse_job_file(path.read_text().replace("colluding_servers = 1", ""))
+
+
+def test_job_check_states_the_trust_assumption(capsys):
+    from pathlib import Path
+
+    from ltm.cli import main
+
+    examples = Path(__file__).resolve().parent.parent / "examples" / "jobs"
+    assert main(["job", "check", str(examples / "power-columns-replicated.toml")]) == 0
+    assert "trust: private if at most 1 of 3 servers collude (an honest majority" in capsys.readouterr().out
+    assert main(["job", "check", str(examples / "power-ridge.toml")]) == 0
+    out = capsys.readouterr().out
+    assert "trust: private if at most 2 of 3 servers collude\n" in out and "honest majority" not in out
+
+
+def test_a_durable_server_keeps_a_replicated_job_across_a_restart(table, tmp_path):
+    """The parts are stored like batches (SQLite + blobs): a server reopened on its directory still
+    holds every client, releases the same output share as an in-memory server, and only once."""
+    from party.replicated import replicated_batches
+    from server.core import ServerCore
+    from server.release_gate import ANALYST_ROLE
+    from server.sqlite_store import SqliteStore
+
+    from ltm.client_set import ClientSet
+    from ltm.errors import ProtocolError
+
+    spec = _job(table)
+    data = party_tables(spec, table)
+    parts = {p.party_id: replicated_batches(spec, p.party_id, data[p.party_id],
+                                            Randomness.seeded_insecure(13).child(i))[2]
+             for i, p in enumerate(spec.parties)}
+    memory = ServerCore("server-2")
+    with SqliteStore(tmp_path / "s2") as store:
+        durable = ServerCore("server-2", store)
+        for core in (memory, durable):
+            core.create_job(spec, caller_role=ANALYST_ROLE)
+            for pid, batches in parts.items():
+                for b in batches:
+                    core.accept(b, spec.job_id, caller_role="party", caller_id=pid)
+            core.close(spec.job_id, caller_role=ANALYST_ROLE)
+    with SqliteStore(tmp_path / "s2") as store:
+        again = ServerCore("server-2", store)
+        assert again.held(spec.job_id).count == spec.n
+        everyone = ClientSet.full(spec.n)
+        out = again.release(spec.job_id, everyone, caller_role=ANALYST_ROLE, job_digest=spec.digest)
+        np.testing.assert_array_equal(
+            out, memory.release(spec.job_id, everyone, caller_role=ANALYST_ROLE, job_digest=spec.digest))
+    with SqliteStore(tmp_path / "s2") as store:
+        with pytest.raises(ProtocolError, match="already been released"):
+            ServerCore("server-2", store).release(spec.job_id, ClientSet.from_mask(np.arange(spec.n) > 0),
+                                                  caller_role=ANALYST_ROLE, job_digest=spec.digest)

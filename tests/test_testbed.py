@@ -23,10 +23,11 @@ def engine_available() -> bool:
 
 @pytest.mark.slow
 @pytest.mark.skipif(not engine_available(), reason="no Docker engine (and not root with dockerd installed)")
-def test_testbed_releases_what_ltm_demo_releases():
+@pytest.mark.parametrize("extra", [[], ["--columns"]], ids=["rows", "columns"])
+def test_testbed_releases_what_ltm_demo_releases(extra):
     # PYTHON: the wheelhouse and `ltm demo` use this interpreter's packages (a system python3
-    # may lack them, or pin other versions)
-    r = subprocess.run(["bash", str(ROOT / "deploy" / "testbed.sh"), "--seed", "7"], cwd=ROOT,
+    # may lack them, or pin other versions).  --columns: the replicated release (deploy/compose.columns.yml)
+    r = subprocess.run(["bash", str(ROOT / "deploy" / "testbed.sh"), "--seed", "7", *extra], cwd=ROOT,
                        capture_output=True, text=True, timeout=1800, env={**os.environ, "PYTHON": sys.executable})
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     lines = dict(l.split(" release_sha256 ", 1) for l in r.stdout.splitlines() if " release_sha256 " in l)
