@@ -76,15 +76,10 @@ def add_parser(bench_sub: argparse._SubParsersAction) -> None:
     p.add_argument("--upload-mode", choices=["auto", "per-client", "aggregate", "both"], default="auto",
                    help="how parties upload (default auto: the job's default rule, aggregate when every party holds "
                         "several clients); both: run per-client and aggregate side by side")
-    p.add_argument("--partition", choices=["rows", "columns"], default="rows",
-                   help="rows (default): each party holds some clients; columns: each holds some columns of every "
-                        "client (with --colluding-servers 1: the replicated degree-2 release)")
-    p.add_argument("--colluding-servers", type=int,
-                   help="colluding servers the job tolerates (default k − 1); 1 of 3 lets --partition columns use "
-                        "the replicated release (its parties accept it)")
+    add_options(p, "sketch", only=("partition",))
     p.add_argument("--parties", type=int,
                    help="party processes (default: 4 up to 10^7 clients, then n / 6.25e6: 16 at 10^8)")
-    add_options(p, "privacy", only=("corrupt_parties",), helps={
+    add_options(p, "privacy", only=("corrupt_parties", "colluding_servers"), helps={
         "corrupt_parties": "corrupt parties the job tolerates (default: the job default, 1; 0 allows --parties 1, "
                            "e.g. to measure one party holding every client — the bench is a seeded reproduction)"})
     p.add_argument("--batch-clients", type=int, help="clients per upload batch (default: the party's)")
