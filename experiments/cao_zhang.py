@@ -186,7 +186,8 @@ def compare(A: np.ndarray, y: np.ndarray, B: np.ndarray, yB: np.ndarray, ref: np
             *, eta_fail: float, methods: list[str], diag_moment: np.ndarray) -> list[dict[str, Any]]:
     """Every requested method on the same data, each with its own noise stream."""
     public, singular = _public(B, yB)
-    tran = public.whitening @ diag_moment @ public.whitening  # M Σ̂_A M, un-clipped and noise-free (§9.14)
+    # M Σ̂_A M, un-clipped and noise-free: the quantity whose κ̄ the paper reports
+    tran = public.whitening @ diag_moment @ public.whitening
     diag = {"kbar_pri": kappa_bar(diag_moment),
             "kbar_tran": math.nan if singular else public.kappa_bar_transformed(diag_moment),
             "lam_min_tran": math.nan if singular else float(np.linalg.eigvalsh(tran)[0]),

@@ -22,7 +22,7 @@ Series of the paper's figures (same non-private solution c♯, independent noise
 * ``Ours certified (DP)`` — the corrected Algorithm 1 (``analyst.dprf``, mode ``certified``): labels
   clipped to |y| ≤ B, c♯ clipped to R = B√m/√(1−2η), analytic Gaussian for Δ = 2R;
 * ``Gamma [20] (ref. Δ)`` — Chaudhuri et al.'s noise with the code's Δ (pure ε-DP only if Δ were right);
-* ``SGD [25] …`` — Wang & Guo's private SGD as the code computes it (§4.2);
+* ``SGD [25] …`` — Wang & Guo's private SGD as the code computes it (§4.1);
 * ``Non-private`` (the same c♯), ``predict zero`` and ``predict train mean``
   references (ours, not in the paper: on the real data the non-private RF model is sometimes no
   better than they are).
