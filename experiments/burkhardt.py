@@ -1,4 +1,4 @@
-"""Burkhardt, Keller, Orlandi, Schwiegelshohn — the paper's utility experiments (spec §6.2–6.5).
+"""Burkhardt, Keller, Orlandi, Schwiegelshohn — the paper's utility experiments (its §6.2).
 
 Scenarios (each returns one row per series):
 
@@ -12,12 +12,13 @@ Series (``params["series"]``; ridge and low rank share the LTM keys):
 ==================  =========================================================================
 ``tight``           LTM Gaussian, the project's correct calibration (analytic Gaussian, L = the
                     smallest row load) — the paper's "ours", p = 1.  (Low rank: ``gauss_tight``.)
-``paper``           LTM Gaussian, Cor 4.7 EXACTLY AS PRINTED (not private as printed, spec §2.7);
+``paper``           LTM Gaussian, Cor 4.7 EXACTLY AS PRINTED (not private as printed:
+                    see ``docs/experiments/burkhardt.md``);
                     below its threshold n ≤ 8m·ln(dm/δ)+s+t′ the paper's zero-output branch
                     applies (release = 0).  (Low rank: ``gauss_paper``.)
-``p0.9`` … ``p0``   LTM Gaussian with ``interpolate(p)``: σ_c² = σ_Y²·L^(−p) (spec §6.2's
-                    σ² ∝ n^(−p) family; p = 1 is ``tight``, p = 0 is every client fully noised
-                    but still sketched).
+``p0.9`` … ``p0``   LTM Gaussian with ``interpolate(p)``: σ_c² = σ_Y²·L^(−p) (the paper's §6.2
+                    σ² ∝ n^(−p) family, its constant unstated there; p = 1 is ``tight``,
+                    p = 0 is every client fully noised but still sketched).
 ``debiased``        ridge only: the ``tight`` release with our de-biased ridge (an extra series,
                     not in the paper).
 ``local``           the local model: every client adds the full Gaussian noise (σ for Δ = 2C)
@@ -37,7 +38,8 @@ Series (``params["series"]``; ridge and low rank share the LTM keys):
 ``zero``            ridge reference: x = 0 (φ of predicting nothing).
 ==================  =========================================================================
 
-Defaults follow spec §6.5: δ = 1e-5, m = 100, s = 1, t′ = 0, η = C = 1 with the data divided by
+Our defaults where the paper's §6.2 is silent (it states neither δ, m, s, t′ nor the scaling; its
+MPC runs use m = 100): δ = 1e-5, m = 100, s = 1, t′ = 0, η = C = 1 with the data divided by
 its largest row norm (``scaling``), the faithful analyst (plain ridge with the original λ, plain
 SVD; no de-biasing).  Every LTM job is a real job spec; ``path`` says whether it is released by
 the real party/server/analyst cores or by the exact fast path (experiments/ltmjobs.py).
@@ -115,9 +117,9 @@ def _ridge_scaling_columns(table: Table, scaling: str):
 
 
 def synthetic_ridge_table(n: int, d: int, scaling: str, seed: int) -> Table:
-    """Spec §6.3: A ~ N(0,1), x_gen ~ N(0, μ²), b = A·x_gen (no label noise).  μ² = n for the
-    paper's figures (``maxnorm-mu2n``; with ``standardise`` μ does not matter), μ² = 1 for
-    ``maxnorm-mu21``."""
+    """The paper's §6.2 synthetic ridge data: A ~ N(0,1), x_gen ~ N(0, μ²), b = A·x_gen (no label
+    noise).  μ² = n for the paper's figures (``maxnorm-mu2n``; with ``standardise`` μ does not
+    matter), μ² = 1 for ``maxnorm-mu21``."""
     table = synthetic_ridge(n, d, Randomness.seeded_insecure(subseed(seed, "data")))
     if scaling == "maxnorm-mu2n":
         table.columns["y"] = table.columns["y"] * np.sqrt(n)

@@ -1,24 +1,25 @@
 """Cao & Zhang, *Enhancing DP linear regression via public second-moment*, reproduced (central model).
 
-Spec: ``public-second-moment.md`` (§4 the method, §6 the experiments, §7 the missing details, §9 the
-pitfalls).  Estimators: :mod:`analyst.public_moment` (Alg. 3 DP-PMTOLSE, Alg. 4 DP-OLSE) on top of
-:class:`ltm.second_moment.PublicSecondMoment`.  Four scenarios:
+Paper sections: §3 the method (Alg. 1–3; Alg. 4 the DP-OLSE baseline), §4 the experiments; the details
+the paper leaves out are our choices, named where used.  Estimators: :mod:`analyst.public_moment`
+(Alg. 3 DP-PMTOLSE, Alg. 4 DP-OLSE) on top of :class:`ltm.second_moment.PublicSecondMoment`.  Four scenarios:
 
 ``cao_zhang.synthetic`` (Fig. 1)
-    d = 10, x ~ N(μ, Ψ), Ψ_ij = 0.71^|i−j|, μ = 1.28·1 (the spec's calibrated design: the paper
+    d = 10, x ~ N(μ, Ψ), Ψ_ij = 0.71^|i−j|, μ = 1.28·1 (our calibrated design: the paper
     gives neither μ nor Ψ, only κ̄(Σ̂_pri) = 15.32 and λ_min = 0.17, which this design reproduces),
     β ~ N(0, I_d) redrawn per repetition, y = xᵀβ + N(0, 0.05²); n_B = 20 public rows from the same
     model, fresh per repetition.  Metric ‖β̂ − β‖ against the TRUE β.
 ``cao_zhang.synthetic_public_sweep`` (Figs. 2 and 3)
     the same model; one repetition draws one private set and one public pool and evaluates
-    DP-PMTOLSE on nested prefixes n_B of the pool (spec §7.1.8), so the curves are smooth.  For
-    n_B ≤ d the public moment is singular: the pseudo-inverse root is used (spec §7.1.4 "pinv"),
-    so the curve shows the failure region.
+    DP-PMTOLSE on nested prefixes n_B of the pool (our choice; the paper does not say), so the
+    curves are smooth.  For n_B ≤ d the public moment is singular: the pseudo-inverse root is used
+    (our choice: the paper's method is undefined there, yet Fig. 2 shows those points), so the
+    curve shows the failure region.
 ``cao_zhang.wine`` (Fig. 4)
     white wine (``experiments/data/winequality-white.csv``), optionally without the extreme row
     2781, every column z-scored with the full-data mean and std, one seeded split 249 public /
     rest private fixed across repetitions; per repetition a fresh subsample of n_A private rows.
-    Metric ‖β̂ − β̂_A‖ against the non-private OLS on the WHOLE private set (spec §6.2).
+    Metric ‖β̂ − β̂_A‖ against the non-private OLS on the WHOLE private set (Cao & Zhang §4.2).
 ``cao_zhang.wine_public_sweep`` (Fig. 5)
     all private rows, DP-PMTOLSE on nested prefixes of a per-repetition permutation of the 249
     public rows.
@@ -56,9 +57,11 @@ DATA_DIR = Path(__file__).resolve().parent / "data"
 WINE_FILE = "winequality-white.csv"
 WINE_SHA256 = "76c3f809815c17c07212622f776311faeb31e87610d52c26d87d6e361b169836"
 WINE_SHAPE = (4898, 12)
-#: 0-based index of the extreme white-wine row (residual sugar 65.8, density 1.03898; spec §6.4e).
+#: 0-based index of the extreme white-wine row (residual sugar 65.8, density 1.03898): without it in the
+#: private set z-scoring gives κ̄(Σ̂_pri) ≈ 67, near the paper's 68.4 (§4.2); with it ≈ 47
+#: (docs/experiments/cao_zhang.md).
 WINE_OUTLIER_ROW = 2781
-#: Full-data column means of the UCI white-wine file (checked by the loader; spec §6.4e).
+#: Full-data column means of the UCI white-wine file (checked by the loader against the UCI statistics).
 WINE_MEANS = {"fixed acidity": 6.854787668436097, "quality": 5.87790935075541}
 REPORT_DELTA = 1e-5
 #: Eigenvalue floor of the pseudo-inverse root used when the public moment is singular (n_B < d).
@@ -85,7 +88,9 @@ for _rho, _c in zip((2, 5, 10, 15, 20, 25, 30, 50, 500), ("C0", "C1", "C2", "C3"
 
 
 def synthetic_design(d: int = 10, corr: float = 0.71, mean: float = 1.28) -> tuple[np.ndarray, np.ndarray]:
-    """(μ, Ψ) of the calibrated design: Ψ_ij = corr^|i−j| (AR(1)), μ = mean·1 (spec §6.4a)."""
+    """(μ, Ψ) of the calibrated design: Ψ_ij = corr^|i−j| (AR(1)), μ = mean·1;
+    the defaults reproduce the paper's reported κ̄(Σ̂_pri) = 15.32 and λ_min = 0.17 (§4.1),
+    which is all it says of μ and Ψ."""
     idx = np.arange(d)
     return np.full(d, float(mean)), corr ** np.abs(np.subtract.outer(idx, idx))
 
@@ -127,8 +132,9 @@ def load_white_wine(path: Path | None = None) -> tuple[np.ndarray, list[str]]:
 
 
 def wine_split(drop_outlier: bool, split_seed: int, n_public: int = 249) -> dict[str, Any]:
-    """Preprocess (spec §6.4e): optionally drop row 2781, z-score every column with the mean and
-    std of the remaining full data, then a seeded split ``n_public`` public / rest private."""
+    """Preprocess (our reading of §4.2, which does not say): optionally drop row 2781,
+    z-score every column with the mean and std of the remaining full data, then a seeded split
+    ``n_public`` public / rest private."""
     table, _ = load_white_wine()
     if drop_outlier:
         table = np.delete(table, WINE_OUTLIER_ROW, axis=0)
@@ -180,7 +186,8 @@ def compare(A: np.ndarray, y: np.ndarray, B: np.ndarray, yB: np.ndarray, ref: np
             *, eta_fail: float, methods: list[str], diag_moment: np.ndarray) -> list[dict[str, Any]]:
     """Every requested method on the same data, each with its own noise stream."""
     public, singular = _public(B, yB)
-    tran = public.whitening @ diag_moment @ public.whitening  # M Σ̂_A M, un-clipped and noise-free (§9.14)
+    # M Σ̂_A M, un-clipped and noise-free: the quantity whose κ̄ the paper reports
+    tran = public.whitening @ diag_moment @ public.whitening
     diag = {"kbar_pri": kappa_bar(diag_moment),
             "kbar_tran": math.nan if singular else public.kappa_bar_transformed(diag_moment),
             "lam_min_tran": math.nan if singular else float(np.linalg.eigvalsh(tran)[0]),
@@ -365,7 +372,7 @@ def ltm_cell(params: dict, seed: int) -> list[dict]:
 
 
 # --------------------------------------------------------------------------------------------
-# Medians for the write-up (means are dominated by rare blow-ups; spec §7.1.5)
+# Medians for the write-up (means are dominated by rare blow-ups of the noisy Gram's inverse)
 # --------------------------------------------------------------------------------------------
 
 
@@ -403,7 +410,7 @@ def write_medians(results_csv: str | Path, out_csv: str | Path, keys: list[str],
 
 def plot_medians(medians_csv: str | Path, out_png: str | Path, *, x: str, series: str, title: str,
                  facet: str | None = None, logx: bool = False) -> Path:
-    """The median variant of a figure (spec §7.1.9): median ‖β̂ − β‖ per ``x`` and ``series``
+    """The median variant of a figure (ours; the paper plots means): median ‖β̂ − β‖ per ``x`` and ``series``
     from a :func:`write_medians` CSV, log y, one panel per ``facet`` value."""
     from experiments.report import _import_matplotlib
 

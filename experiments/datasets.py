@@ -40,5 +40,6 @@ def load_dataset(name: str) -> Table:
 
 
 def features_only(table: Table) -> Table:
-    """The table without its label (the low-rank experiments use the feature columns, spec §6.3)."""
+    """The table without its label (the low-rank experiments use the feature columns,
+    Burkhardt et al. §6.2)."""
     return Table({c: v for c, v in table.columns.items() if c != table.label}, None, table.source + " (features)")

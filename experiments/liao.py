@@ -1,5 +1,6 @@
 """Liao, Needell & Xue, *Differentially private random feature model* — reproduced, with the
-sensitivity corrected, and random features through the LTM (spec ``dp-random-features.md``).
+sensitivity corrected, and random features through the LTM (arXiv 2412.04785 v1; write-up
+``docs/experiments/liao.md``).
 
 Scenarios (one cell = one repetition; rows carry ``series`` and ``test_error`` = MSE on the
 paper's normalised label scale unless stated):
@@ -16,12 +17,15 @@ paper's normalised label scale unless stated):
 Series of the paper's figures (same non-private solution c♯, independent noise streams):
 
 * ``Ours (reference code, NOT DP)`` — Algorithm 1 as the authors' code runs it: √(2/N)·cos
-  features, Δ = 4/√N (2/√N for Fig 5 medical), classical σ: √N too little noise (spec §2.5);
+  features, Δ = 4/√N (2/√N for Fig 5 medical), classical σ: √N too little noise,
+  since Lemma 6's Δ is for the unnormalised features (``docs/experiments/liao.md``);
 * ``Ours certified (DP)`` — the corrected Algorithm 1 (``analyst.dprf``, mode ``certified``): labels
   clipped to |y| ≤ B, c♯ clipped to R = B√m/√(1−2η), analytic Gaussian for Δ = 2R;
 * ``Gamma [20] (ref. Δ)`` — Chaudhuri et al.'s noise with the code's Δ (pure ε-DP only if Δ were right);
-* ``SGD [25] …`` — Wang & Guo's private SGD as the code computes it (§4.2);
-* ``Non-private`` (the same c♯), ``predict zero`` and ``predict train mean`` references (spec §7.17).
+* ``SGD [25] …`` — Wang & Guo's private SGD as the code computes it (§4.1);
+* ``Non-private`` (the same c♯), ``predict zero`` and ``predict train mean``
+  references (ours, not in the paper: on the real data the non-private RF model is sometimes no
+  better than they are).
 
 Features: the code's ``RF_Gaussian(gamma)`` draws ω with std 2γ; we use that std (``omega_std``),
 i.e. ``bandwidth = 1/omega_std`` of :class:`ltm.transforms.RandomFeatures` (``cos`` map), with a

@@ -3,8 +3,9 @@
 * the **real path** (``path="real"``): the job goes through the actual party → server → analyst
   cores via :func:`experiments.transport.current` (in process, or the gRPC actors under
   ``--networked``);
-* the **fast path** (``path="fast"``, simulation only): the exact distributional shortcut of spec
-  ltm-secure-sketching §2.7.  The noiseless part ``Σ_l S_l V`` is computed in float64 from the
+* the **fast path** (``path="fast"``, simulation only): the exact distributional shortcut of the
+  Gaussian release (Burkhardt et al. §4.2, Cor 4.7: the noise is added before the linear sketch).
+  The noiseless part ``Σ_l S_l V`` is computed in float64 from the
   same public sketch, and the noise of release entry (r, c) is drawn directly:
 
   - Gaussian: the honest noise landing in row r is a sum of ``load_r`` independent
@@ -71,8 +72,9 @@ class Mechanism:
 
 # ---------------------------------------------------------------------------------- columns
 def maxnorm_columns(table: Table, *, norm: str = "l2", names: Sequence[str] | None = None) -> tuple[ColumnSpec, ...]:
-    """Spec §6.5's default normalisation: every column divided by the largest row norm (ℓ2 or ℓ1)
-    of the whole client vector, no centring, so every row has norm ≤ 1 (= the clip bound C, η)."""
+    """Our default normalisation where Burkhardt et al. §6.2 states none: every column divided
+    by the largest row norm (ℓ2 or ℓ1) of the whole client vector, no centring, so every row has
+    norm ≤ 1 (= the clip bound C, η)."""
     names = list(names or table.columns)
     X = np.column_stack([table.columns[c] for c in names])
     row = np.sqrt(np.einsum("ij,ij->i", X, X)) if norm == "l2" else np.abs(X).sum(axis=1)
@@ -81,8 +83,8 @@ def maxnorm_columns(table: Table, *, norm: str = "l2", names: Sequence[str] | No
 
 
 def minmax_columns(table: Table, *, norm: str = "l2") -> tuple[ColumnSpec, ...]:
-    """Spec §6.5's alternative: each column min–max mapped to [−1, 1], then every column divided by
-    the largest row norm of the mapped rows (so rows have norm ≤ 1)."""
+    """The alternative normalisation: each column min–max mapped to [−1, 1], then every column
+    divided by the largest row norm of the mapped rows (so rows have norm ≤ 1)."""
     names = list(table.columns)
     X = np.column_stack([table.columns[c] for c in names])
     lo, hi = X.min(axis=0), X.max(axis=0)

@@ -53,7 +53,7 @@ edges of that promise on the real cores.
       actual guarantee is the Gaussian mechanism's: ``delta_actual`` =
       :func:`ltm.dp.calibration.gaussian_delta` at the claimed ε, ``eps_actual`` at the claimed δ.
     * ``part = "utility"`` — the price of a larger t′_assumed: synthetic ridge data (Burkhardt
-      §6.3) released through the real pipeline at t′_assumed, ridge fitted on the release (the
+      et al. §6.2) released through the real pipeline at t′_assumed, ridge fitted on the release (the
       simulator's default de-biased analyst), R² and φ beside the non-private (OLS) and central (the better of AdaSSP and SSP, each with its own λ)
       baselines.
 """

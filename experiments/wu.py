@@ -1,6 +1,6 @@
 """Wu et al. (UAI 2022), *DP multi-party data release for linear regression*, reproduced through LTM.
 
-Spec: ``../shared/spec/multiparty-release-ols.md`` (§3 DGM/BGM, §4 RMGM, §6 experiments, §8 pitfalls).
+Paper sections: §4.1 DGM-OLS (and its BGM baseline), §4.2 RMGM-OLS (Algorithm 2), §5 experiments.
 Two scenarios (specs ``experiments/specs/wu_fig2.toml`` and ``wu_table1.toml``):
 
 ``wu.synthetic`` (Fig. 2)
@@ -16,7 +16,7 @@ Every cell compares, on the SAME data:
 * ``DGM-OLS`` / ``BGM-OLS`` — Wu's per-party Gaussian mechanism on the raw rows (every party adds
   N(0, 4·d_max·σ²_{ε,δ}) to its own block), de-biased resp. plain OLS (fresh noise for BGM);
 * ``RMGM-OLS Wu`` — **Wu's calibration, reproduction path**: each party releases
-  ``B·D^j/√k + R^j`` with ``R^j ~ N(0, 4·d_max·σ²_{ε,δ})`` (spec §4.3), computed here in numpy
+  ``B·D^j/√k + R^j`` with ``R^j ~ N(0, 4·d_max·σ²_{ε,δ})`` (Algorithm 2, §4.2), computed here in numpy
   (Wu's protocol has no servers: each party publishes its block).  ``B`` is the LTM job's own
   seeded dense ±1 sketch, so this path and the next see the identical ``B·D``;
 * ``RMGM-OLS LTM`` — **the LTM release**: a job spec from :func:`sim.jobs.build_job` with
@@ -32,7 +32,7 @@ Every cell compares, on the SAME data:
 The exact shortcut.  In the columns partition with a dense sketch every client sits in every row,
 so release entry (r, c) carries the independent noise of all n honest (client, piece) draws of the
 party owning column c: ``Ã = B·V/√m + N``, ``N`` i.i.d. ``N(0, n·σ_c²/m)`` exactly (signs do not
-change a centred Gaussian; spec ltm-secure-sketching §2.7).  The shortcut computes ``B·V`` with the
+change a centred Gaussian; Burkhardt et al. §4.2, Cor 4.7).  The shortcut computes ``B·V`` with the
 job's own sketch (:func:`dense_sketch_product`) and draws N with σ_c from the job's noise plan.  It
 differs from the pipeline only by the fixed-point rounding (2^-f per entry) and by which random
 numbers are drawn.  The pipeline itself costs O(n·m·D) noise draws and scatter-adds (about 90 s at
@@ -47,7 +47,8 @@ What differs from Wu et al. (the write-up in ``docs/experiments/wu.md`` says it 
   calibration for Δ = 2C·√m on the unscaled release (≈ 7% above the analytic Gaussian's σ;
   docs/architecture.md §4).  Per released entry the LTM noise std is 1.6–2.0× Wu's, for a guarantee
   Wu's release only gives at a larger per-individual ε — ε·√((d+1)/d_max) by the classical formula
-  (spec §1.3), 1.92 / 0.51 / 0.15 exactly for ε = 1 / 0.3 / 0.1 (:func:`wu_individual_epsilon`).
+  (our conversion of Wu's per-party guarantee, §3 "Privacy constraint"),
+  1.92 / 0.51 / 0.15 exactly for ε = 1 / 0.3 / 0.1 (:func:`wu_individual_epsilon`).
 * **who adds the noise.**  Wu: each party adds one noise matrix to its own k × d_j block.  LTM:
   each party adds one small draw per (client, piece), secret-shares, and k servers sum; the
   release has the same Gaussian form but only the sum is ever seen.
@@ -240,8 +241,9 @@ BIKE_FEATURES = ("instant", "season", "yr", "mnth", "hr", "holiday", "weekday", 
 
 def load_bike(path: Path | None = None) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """Bike sharing ``hour.csv`` (UCI, 17379 rows; bundled as ``bike_sharing_hour.csv``): the 13 features of :data:`BIKE_FEATURES` (the 12
-    usual predictors plus ``instant``, spec §6.3) and the label ``cnt``; ``casual``/``registered``
-    (which sum to ``cnt``) and the date string are left out."""
+    usual predictors plus ``instant``: Wu et al. §5.3 counts 13 features without naming the 13th)
+    and the label ``cnt``; ``casual``/``registered`` (which sum to ``cnt``) and the date string are
+    left out."""
     header, rows = _read_csv(path or DATA_DIR / BIKE_FILE, None if path else BIKE_SHA256)
     col = {h: i for i, h in enumerate(header)}
     X = np.array([[_bike_float(r[col[f]], f, i) for f in BIKE_FEATURES] for i, r in enumerate(rows)])
@@ -573,7 +575,7 @@ def table1_cell(params: dict, seed: int) -> list[dict]:
 def best_k_table(results_csv: str | Path, metric: str = "mse") -> list[dict]:
     """Table 1 as the paper reports it: per (dataset, ε, series) the mean ``metric`` over seeds,
     with RMGM at the k of lowest mean (selected on the TEST split, as the authors did — optimistic
-    and not privacy-accounted; spec §6.3).  Rows: dataset, epsilon, series, k, mean, std, reps."""
+    and not privacy-accounted; Wu et al. §5.3).  Rows: dataset, epsilon, series, k, mean, std, reps."""
     groups: dict[tuple, list[float]] = defaultdict(list)
     with open(results_csv, newline="") as fh:
         for r in csv.DictReader(fh):

@@ -133,10 +133,6 @@ _DIGESTS = tuple("-".join(words) for words in (("public", "second", "moment"), (
                                                ("ltm", "secure", "sketching"), ("multiparty", "release", "ols")))
 #: The digests number the papers as seeds 000–004, which mean nothing inside the repository.
 _SEED_NUMBER = re.compile(r"\bseed[ -]00[0-4]\b", flags=re.I)
-#: exp21's lane (#21/#25), where the digest citations are being replaced as the experiments docs are split:
-#: tests/test_experiments_docs.py holds their pages to the same rule; the experiments' code and specs
-#: (and docs/results/, which the runner writes from the specs) are still to do.
-_DIGEST_CITATIONS_PENDING = ("experiments/", "docs/experiments.md", "docs/experiments/", "docs/results/")
 _SKIP_DIRS = {".git", ".venv", ".mutation", "__pycache__", "node_modules", "build", "dist", ".pytest_cache",
               ".hypothesis"}
 
@@ -160,14 +156,12 @@ def _citations(path: Path, root: Path = ROOT) -> list[str]:
     except (UnicodeDecodeError, OSError):  # binary data, or a file that vanished: nothing a reader cites
         return []
     rel = path.relative_to(root).as_posix()
-    digests_checked = not rel.startswith(_DIGEST_CITATIONS_PENDING)
     hits = []
     for i, line in enumerate(text.splitlines(), 1):
         found = [_OUTSIDE_CITATION] if _OUTSIDE_CITATION in line else []
-        if digests_checked:
-            found += [s for s in (_SHARED, *_DIGESTS) if s in line]
-            found += [_SPEC_CITATION] if _SPEC_CITATION in line.lower() else []
-            found += _SEED_NUMBER.findall(line)
+        found += [s for s in (_SHARED, *_DIGESTS) if s in line]
+        found += [_SPEC_CITATION] if _SPEC_CITATION in line.lower() else []
+        found += _SEED_NUMBER.findall(line)
         hits += [f"{rel}:{i} ({s})" for s in found]
     return hits
 
@@ -179,8 +173,7 @@ def test_the_citation_check_sees_each_outside_reference(tmp_path: Path) -> None:
     (tmp_path / "a.py").write_text("\n".join(lines) + "\n", encoding="utf-8")
     found = _citations(tmp_path / "a.py", tmp_path)
     assert [h.split(" ", 1)[0] for h in found] == [f"a.py:{i}" for i in range(1, len(lines) - 1)], found
-    # In exp21's pending files only the design-notes citation is refused (for now).
+    # The experiments (code, specs, the summaries written from them) are held to the same rule.
     (tmp_path / "experiments").mkdir()
     (tmp_path / "experiments" / "b.py").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    pending = _citations(tmp_path / "experiments" / "b.py", tmp_path)
-    assert pending == [f"experiments/b.py:1 ({_OUTSIDE_CITATION})"], pending
+    assert _citations(tmp_path / "experiments" / "b.py", tmp_path) == [f"experiments/b{h[1:]}" for h in found]
