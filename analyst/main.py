@@ -8,6 +8,7 @@ from pathlib import Path
 
 from analyst.coordinator import DEFAULT_RETRY, RetryPolicy
 from analyst.service import AnalystService
+from ltm.jobspec import warm_validation_in_background
 from ltm.v1 import ltm_pb2_grpc
 from transport.config import REQUIRED_TITLE, add_actor_arguments, load_config, merge
 from transport.logs import setup_logging
@@ -58,7 +59,7 @@ async def serve(args: argparse.Namespace) -> None:
         log.info("resumed jobs", extra={"jobs": resumed})
     await serve_until_signal(server, service_name=SERVICE_NAME, listen=args.listen, cert_dir=args.certs,
                              actor="analyst", insecure=insecure, port_file=args.port_file,
-                             health_listen=args.health_listen)
+                             health_listen=args.health_listen, on_serving=lambda port: warm_validation_in_background())
 
 
 def run(args: argparse.Namespace) -> int:

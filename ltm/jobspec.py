@@ -14,6 +14,7 @@ import functools
 import hashlib
 import json
 import math
+import threading
 from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from typing import Any
 
@@ -828,6 +829,23 @@ def validate_job(spec: JobSpec, sketch: Sketch | None = None) -> JobAnalysis:
         min_row_load=int(loads.min()), max_row_load=int(loads.max()), max_deduction=int(deduction.max()),
         max_feasible_load=feasible, noise_plan=plan, headroom_bits=headroom_bits,
     )
+
+
+def warm_validation_in_background() -> threading.Thread:
+    """Load, on a daemon thread, what the first :func:`validate_job` of a process imports lazily
+    (the privacy accountant: dp_accounting with scipy, ~1 s on a quiet host and several on a
+    loaded one).  A server or analyst calls it once it serves, so the first job's publication does
+    not pay the import while the analyst and parties wait (every actor validates the spec)."""
+    def warm() -> None:
+        try:
+            from ltm.dp import accounting
+            accounting.zcdp_epsilon(1.0, 1e-6)
+        except Exception:  # a warm-up must never take an actor down; validation reports real errors
+            pass
+
+    thread = threading.Thread(target=warm, name="ltm-warm-validation", daemon=True)
+    thread.start()
+    return thread
 
 
 def default_corrupt_parties(spec: JobSpec) -> int:
