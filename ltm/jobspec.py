@@ -47,8 +47,6 @@ ROLES = ("feature", "intercept", "label")
 INTERCEPT_NAME = "(intercept)"
 MAX_FRAC_BITS = 32
 MIN_FRAC_BITS = 8
-#: Above this many (party × row) cells, the corrupt-party deduction uses the party-size bound.
-_EXACT_PARTY_LOAD_CELLS = 20_000_000
 
 
 class JobSpecError(ValueError):
@@ -482,7 +480,7 @@ def honest_row_loads(spec: JobSpec, participants: "ClientSet | np.ndarray | None
     ``participants``: a ClientSet, a bool mask (n,), an index array, or None (everyone).
 
     Cost: O(parties + m) whenever it can be, which is what lets a 10⁸–10⁹-client job be built,
-    validated, gated and reported in seconds (docs/performance.md, "Row loads at 10⁸ clients"):
+    validated, gated and reported in seconds (docs/performance.md, "Row loads at 10⁸–10⁹ clients"):
 
     * the lifted kinds' ``sum`` map and the dense sketch place every client exactly once in every
       row, so a party's load in each row is its number of participants (a ClientSet rank);
@@ -490,48 +488,43 @@ def honest_row_loads(spec: JobSpec, participants: "ClientSet | np.ndarray | None
       (:func:`_segment_loads`, cached) and a party whose clients all participate — every party of an
       aggregated job, and of a per-client job whose uploads all arrived — reuses them;
     * only a party whose clients partly participate is counted chunk by chunk over its members
-      (:data:`~ltm.sketch.CHUNK_CLIENTS` clients at a time: memory O(m + one chunk) at any n;
-      ``slots``, the sketch's precomputed :meth:`Sketch.slots`, a server's cache for small jobs,
-      saves re-deriving the placement).
+      (:data:`~ltm.sketch.CHUNK_CLIENTS` clients at a time; ``slots``, the sketch's precomputed
+      :meth:`Sketch.slots`, a server's cache for small jobs, saves re-deriving the placement).
+
+    The corrupt-party deduction is exact at any size: the parties' loads stream through a running
+    top-``corrupt_parties`` per row, so memory is O(corrupt_parties·m) beyond the cached table.
     """
     sketch = sketch or spec.make_sketch()
     members = participant_set(spec.n, participants)
     m = sketch.m
     segments = _load_segments(spec)
-    bounds = np.array([a for a, _ in segments] + [segments[-1][1]], dtype=np.int64) if spec.partition == "rows" \
-        else np.array([0, spec.n], dtype=np.int64)
+    bounds = np.array([a for a, _ in segments] + [segments[-1][1]], dtype=np.int64)
     counts = members.counts_between(bounds)  # participants per segment (per party in the rows partition)
     c = spec.privacy.corrupt_parties if spec.partition == "rows" else 0
-    exact = c > 0 and len(spec.parties) * m <= _EXACT_PARTY_LOAD_CELLS
     deduction = np.full(m, spec.privacy.t_prime if spec.partition == "rows" else 0, dtype=np.int64)
     if sketch.kind in ("sum", "dense"):
         # One non-zero of every client in every row: each row's load is the participant count, and
-        # a party's load in every row is its participant count (so the exact per-row deduction and
-        # the party-size bound coincide).
+        # a party's load in every row is its participant count.
         loads = np.full(m, members.count, dtype=np.int64)
         if c > 0:
             deduction += int(np.sort(counts)[-c:].sum())
         return loads, deduction
     table = _segment_loads(sketch, segments) if bool((counts == np.diff(bounds)).any()) else None
     loads = np.zeros(m, dtype=np.int64)
-    party_loads = np.zeros((len(segments), m), dtype=np.int64) if exact else None
+    top = np.zeros((c, m), dtype=np.int64)  # the c largest party loads seen so far, per row, ascending
     for i, (a, b) in enumerate(segments):
         if counts[i] == 0:
             continue
         if counts[i] == b - a and table is not None:
-            seg = table[i]
+            seg = table[i].astype(np.int64)
         else:
             seg = range_row_loads(sketch, a, b, members, slots)
         loads += seg
-        if party_loads is not None:
-            party_loads[i] = seg
-    if c > 0:
-        if party_loads is not None:
-            deduction += np.sort(party_loads, axis=0)[-c:, :].sum(axis=0)
-        else:
-            # Too many parties for an exact table: a party holds at most one non-zero per client
-            # per row, so its load in any row is at most its number of participating clients.
-            deduction += int(np.sort(counts)[-c:].sum())
+        if c == 1:
+            np.maximum(top[0], seg, out=top[0])
+        elif c > 1:
+            top = np.sort(np.vstack([top, seg[None, :]]), axis=0)[1:]
+    deduction += top.sum(axis=0)
     return loads, deduction
 
 
@@ -561,24 +554,34 @@ def range_row_loads(sketch: Sketch, start: int, stop: int, members: ClientSet | 
     return loads
 
 
-#: Per-party row loads at full participation are cached (per process, a few jobs) when the table
-#: has at most this many cells (8 bytes each: 32 MiB).  Larger tables are re-derived per use.
-_LOAD_TABLE_CELLS = 4_000_000
+#: The per-party row loads at full participation are cached (per process, a few jobs) when they
+#: fit in this many bytes, each party's row stored in the smallest unsigned type that holds its
+#: largest load (a 10⁹-client, 64-party job's 606 331-row sketch: loads ≲ 100, 39 MB as uint8).
+#: Larger tables are re-derived per use.
+_LOAD_TABLE_BYTES = 64 << 20
 
 
 @functools.lru_cache(maxsize=4)
-def _cached_segment_loads(sketch: Sketch, segments: tuple[tuple[int, int], ...]) -> np.ndarray:
-    table = np.stack([range_row_loads(sketch, a, b) for a, b in segments])
+def _cached_segment_loads(sketch: Sketch, segments: tuple[tuple[int, int], ...]) -> np.ndarray | None:
+    rows: list[np.ndarray] = []
+    for a, b in segments:
+        load = range_row_loads(sketch, a, b)
+        rows.append(load.astype(np.min_scalar_type(int(load.max()))))
+        if len(segments) * sketch.m * max(r.itemsize for r in rows) > _LOAD_TABLE_BYTES:
+            return None  # too large to keep: the callers derive each party's loads per use
+    table = np.zeros((len(segments), sketch.m), dtype=np.result_type(*rows))
+    for i, r in enumerate(rows):
+        table[i] = r
     table.flags.writeable = False  # shared by every caller in this process
     return table
 
 
 def _segment_loads(sketch: Sketch, segments: tuple[tuple[int, int], ...]) -> np.ndarray | None:
-    """Each segment's row loads at full participation, int64 (segments, m), derived once per
-    process (cached) when the table is small enough (:data:`_LOAD_TABLE_CELLS`); None otherwise
-    (callers derive what they need range by range).  The placement is public, derived from the
-    job's seed, so every actor computes the same table."""
-    if len(segments) * sketch.m > _LOAD_TABLE_CELLS:
+    """Each segment's row loads at full participation, (segments, m) of the smallest unsigned type
+    that holds them, derived once per process (cached) when they fit :data:`_LOAD_TABLE_BYTES`;
+    None otherwise (callers derive what they need range by range).  The placement is public,
+    derived from the job's seed, so every actor computes the same table."""
+    if len(segments) * sketch.m > _LOAD_TABLE_BYTES:  # even one byte per cell is too many
         return None
     return _cached_segment_loads(sketch, segments)
 

@@ -1,7 +1,7 @@
 """``honest_row_loads``' shortcuts (closed forms for the sum and dense maps, the cached per-party
-table of a sparse sketch, the signless row derivation) against a direct count from the public
-placement, over every kind, both partitions, full, party-aligned and ragged participant sets,
-and both corrupt-party deductions (exact per row, and the party-size bound)."""
+table of a sparse sketch, the signless row derivation, the streaming top-c deduction) against a
+direct count from the public placement, over every kind, both partitions, full, party-aligned and
+ragged participant sets, cached and uncached."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -33,7 +33,7 @@ def _spec(kind: str, m: int, s: int, sizes: list[int], partition: str = "rows", 
                    servers=(ServerSpec("server-0", ""), ServerSpec("server-1", "")))
 
 
-def _direct(spec: JobSpec, mask: np.ndarray, exact: bool) -> tuple[np.ndarray, np.ndarray]:
+def _direct(spec: JobSpec, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The definition: count every participant's non-zeros from the placement, per party."""
     sketch = spec.make_sketch()
     rows, _ = sketch.placement(0, spec.n)
@@ -49,11 +49,7 @@ def _direct(spec: JobSpec, mask: np.ndarray, exact: bool) -> tuple[np.ndarray, n
     deduction = np.full(m, spec.privacy.t_prime, dtype=np.int64)
     c = spec.privacy.corrupt_parties
     if c > 0:
-        if exact:
-            deduction += np.sort(np.stack(per_party), axis=0)[-c:].sum(axis=0)
-        else:
-            sizes = [int(mask[p.start:p.stop].sum()) for p in spec.parties]
-            deduction += sum(sorted(sizes)[-c:])
+        deduction += np.sort(np.stack(per_party), axis=0)[-c:].sum(axis=0)
     return loads, deduction
 
 
@@ -73,16 +69,16 @@ CASES = [("sparse", 13, 1), ("sparse", 13, 3), ("dense", 5, 5), ("sum", 1, 1)]
 
 
 @pytest.mark.parametrize("kind,m,s", CASES)
-@pytest.mark.parametrize("exact", [True, False])
-@pytest.mark.parametrize("corrupt,t_prime", [(1, 0), (2, 1), (0, 0)])
-def test_rows_partition_matches_direct_count(kind, m, s, exact, corrupt, t_prime, monkeypatch):
-    if not exact:  # force the party-size bound: no exact (party × row) table
-        monkeypatch.setattr(jobspec, "_EXACT_PARTY_LOAD_CELLS", 0)
+@pytest.mark.parametrize("cached", [True, False])
+@pytest.mark.parametrize("corrupt,t_prime", [(1, 0), (2, 1), (3, 0), (0, 0)])
+def test_rows_partition_matches_direct_count(kind, m, s, cached, corrupt, t_prime, monkeypatch):
+    if not cached:  # no per-party table: every party's loads derived per use
+        monkeypatch.setattr(jobspec, "_LOAD_TABLE_BYTES", 0)
     spec = _spec(kind, m, s, [150, 70, 200, 1, 90], t_prime=t_prime, corrupt=corrupt)
     rng = np.random.default_rng(3)
     for mask in _masks(spec, rng):
         got = honest_row_loads(spec, ClientSet.from_mask(mask))
-        want = _direct(spec, mask, exact)
+        want = _direct(spec, mask)
         assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1]), (kind, mask.sum())
         # the mask form, and the server's cached slots, give the same answer
         slots = spec.make_sketch().slots()
@@ -95,7 +91,7 @@ def test_columns_partition_matches_direct_count(kind, m, s):
     spec = _spec(kind, m, s, [333], partition="columns")
     for mask in (np.ones(333, dtype=bool), np.random.default_rng(5).random(333) < 0.5):
         got = honest_row_loads(spec, mask)
-        want = _direct(spec, mask, True)
+        want = _direct(spec, mask)
         assert np.array_equal(got[0], want[0]) and not got[1].any()
 
 
@@ -103,9 +99,20 @@ def test_uncached_table_matches(monkeypatch):
     """Above the cache's size the per-party loads are derived per use: same answer."""
     spec = _spec("sparse", 13, 1, [150, 70, 200])
     want = honest_row_loads(spec)
-    monkeypatch.setattr(jobspec, "_LOAD_TABLE_CELLS", 0)
+    monkeypatch.setattr(jobspec, "_LOAD_TABLE_BYTES", 0)
     got = honest_row_loads(spec)
     assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+
+
+def test_cached_table_is_compact_and_read_only():
+    """Each party's loads in the smallest unsigned type holding them (uint8 at ~n/m per row), frozen."""
+    spec = _spec("sparse", 13, 1, [150, 70, 200])
+    segments = jobspec._load_segments(spec)
+    small = jobspec._segment_loads(spec.make_sketch(), segments)
+    assert small.dtype == np.uint8 and not small.flags.writeable
+    big = _spec("sparse", 2, 1, [700, 300])  # ~350 per row: uint16
+    table = jobspec._segment_loads(big.make_sketch(), jobspec._load_segments(big))
+    assert table.dtype == np.uint16 and table.sum() == 1000
 
 
 @pytest.mark.parametrize("kind,m,s", [("sparse", 7, 1), ("sparse", 1000, 1), ("sparse", 9, 4), ("dense", 6, 6)])
