@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from ltm.jobspec import warm_validation_in_background
 from ltm.randomness import Randomness
 from party.data_source import SyntheticRidge
 from sim.demo import _operate
@@ -290,6 +291,7 @@ def run_e2e(args: argparse.Namespace, n: int | None = None, upload_mode: str | N
     cpu: dict[str, float | None] = {}
     disk: dict[str, int] = {}
     try:  # from here on an interrupt (Ctrl-C, or SIGTERM: see run) stops every actor and removes workdir
+        warm_validation_in_background()  # the accountant's import overlaps the certificates and start-up
         randomness = Randomness.seeded_insecure(args.seed)
         model = SyntheticRidge(args.d, seed=args.seed)
         table = ModelTable.synthetic_ridge(n, model)
