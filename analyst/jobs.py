@@ -58,11 +58,33 @@ def fit_model(release: ReleasedSketch, model: str, *, lam: float = 0.0, rank: in
             "target": release.columns[release.label] if release.label is not None else None}
 
 
-def release_to_json(release: ReleasedSketch) -> dict[str, Any]:
-    return {"columns": list(release.columns), "matrix": release.matrix.tolist(), "n": release.n,
+def release_to_json(release: ReleasedSketch, with_matrix: bool = True) -> dict[str, Any]:
+    """The release as JSON-ready values (``with_matrix=False``: the matrix as None, for
+    :func:`release_json`, which encodes it in blocks)."""
+    return {"columns": list(release.columns), "matrix": release.matrix.tolist() if with_matrix else None,
+            "n": release.n,
             "centers": release.centers.tolist(), "scales": release.scales.tolist(), "label": release.label,
             "intercept": release.intercept, "noise_variance_per_column": release.noise_variance_per_column,
             "sha256": release.sha256, "kind": release.kind}
+
+
+#: Rows of the release matrix JSON-encoded at a time by :func:`release_json`.
+_JSON_ROW_BLOCK = 4096
+
+
+def release_json(release: ReleasedSketch) -> str:
+    """``json.dumps(release_to_json(release))``, byte for byte, encoding the matrix a block of
+    rows at a time: a 63 911-row sparse release (10⁸ clients) then peaks at about twice its
+    14.6 MB of text instead of the ~60 MB of one ``tolist()`` and one encoder pass (each float a
+    Python object and an encoded fragment at once), which kept the analyst above 256 MB."""
+    matrix = release.matrix
+    blocks = (json.dumps(matrix[i:i + _JSON_ROW_BLOCK].tolist())[1:-1]
+              for i in range(0, matrix.shape[0], _JSON_ROW_BLOCK))
+    text = "[" + ", ".join(blocks) + "]"
+    head = json.dumps(release_to_json(release, with_matrix=False))
+    # Keys keep release_to_json's order ("matrix" second); the placeholder is the one "matrix": null
+    # outside a string (a quote inside an encoded string is always escaped).
+    return head.replace('"matrix": null', '"matrix": ' + text, 1)
 
 
 def release_of(record: JobRecord) -> ReleasedSketch:
@@ -232,7 +254,7 @@ class JobRunner:
                   "fit": {**fit.to_dict(), **({"lambda": model["lambda"]} if "lambda" in model else {})},
                   "model": model, "timing_s": run.timing_s, "coverage": run.coverage,
                   "server_retries": run.retries}
-        return {"release.json": json.dumps(release_to_json(run.release)),
+        return {"release.json": release_json(run.release),
                 "privacy_report.json": json.dumps(run.release.privacy, indent=2),
                 "model.json": json.dumps(model, indent=2),
                 "report.json": json.dumps(report, indent=2, default=json_default)}
