@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from analyst.coordinator import GrpcServerLink, ReleaseFailed, coordinate, coverage_report
-from analyst.jobs import JobRunner
+from analyst.jobs import JobRunner, result_files
 from analyst.store import AnalystStore
 from ltm.client_set import ClientSet
 from ltm.jobfile import FitSpec
@@ -104,7 +104,9 @@ def test_a_job_of_1e8_clients_runs_through_the_runner_and_store_without_an_n_siz
     cov = report["coverage"]
     assert (cov["reached_every_server"], cov["reached_some_not_all"], cov["reached_none"]) == (expected.count, 1062, 0)
     assert report["privacy"]["participants"] == expected.count
-    assert json.loads(record.outputs["release.json"])["n"] == expected.count
+    written = (tmp_path / "out" / spec.job_id / "release.json").read_text()
+    assert json.loads(written)["n"] == expected.count and "release.json" not in record.outputs
+    assert result_files(record)["release.json"] == written  # re-derived from the stored shares, byte for byte
     store.close()
 
 
