@@ -554,14 +554,14 @@ def range_row_loads(sketch: Sketch, start: int, stop: int, members: ClientSet | 
     return loads
 
 
-#: The per-party row loads at full participation are cached (per process, a few jobs) when they
+#: The per-party row loads at full participation are cached (per process) when they
 #: fit in this many bytes, each party's row stored in the smallest unsigned type that holds its
 #: largest load (a 10⁹-client, 64-party job's 606 331-row sketch: loads ≲ 100, 39 MB as uint8).
-#: Larger tables are re-derived per use.
+#: Larger tables are re-derived per use.  At most two jobs' tables are kept (128 MiB at worst).
 _LOAD_TABLE_BYTES = 64 << 20
 
 
-@functools.lru_cache(maxsize=4)
+@functools.lru_cache(maxsize=2)
 def _cached_segment_loads(sketch: Sketch, segments: tuple[tuple[int, int], ...]) -> np.ndarray | None:
     rows: list[np.ndarray] = []
     for a, b in segments:
