@@ -8,9 +8,11 @@ from pathlib import Path
 
 from analyst.coordinator import DEFAULT_RETRY, RetryPolicy
 from analyst.service import AnalystService
+from ltm.jobspec import warm_validation_in_background
 from ltm.v1 import ltm_pb2_grpc
 from transport.config import REQUIRED_TITLE, add_actor_arguments, load_config, merge
 from transport.logs import setup_logging
+from transport.memory import share_one_malloc_arena
 from transport.serve import serve_until_signal
 from transport.tls import check_certificates, make_channel, make_server
 
@@ -63,7 +65,7 @@ async def serve(args: argparse.Namespace) -> None:
         log.info("resumed jobs", extra={"jobs": resumed})
     await serve_until_signal(server, service_name=SERVICE_NAME, listen=args.listen, cert_dir=args.certs,
                              actor="analyst", insecure=insecure, port_file=args.port_file,
-                             health_listen=args.health_listen)
+                             health_listen=args.health_listen, on_serving=lambda port: warm_validation_in_background())
 
 
 def run(args: argparse.Namespace) -> int:
@@ -74,5 +76,8 @@ def run(args: argparse.Namespace) -> int:
     if not args.insecure:
         check_certificates(args.certs, "analyst")  # before the output directory is created
     setup_logging("analyst", args.log_level or "info")
+    # Its worker threads (validation, reconstruction, outputs) then reuse each other's freed blocks:
+    # a 10⁸-client sparse job's analyst peaked 41 MB lower in process (transport/memory.py).
+    share_one_malloc_arena()
     asyncio.run(serve(args))
     return 0

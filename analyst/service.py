@@ -19,7 +19,7 @@ import grpc
 import numpy as np
 
 from analyst.coordinator import DEFAULT_RETRY, NotPublished, ReleaseFailed, RetryPolicy, Retries, grpc_links
-from analyst.jobs import UNDECLARED_RANDOMNESS, JobRunner, fit_model, release_of, release_to_json  # noqa: F401
+from analyst.jobs import UNDECLARED_RANDOMNESS, JobRunner, fit_model, release_of, release_to_json, result_files  # noqa: F401
 from analyst.store import AnalystStore
 from ltm.errors import LtmError, ProtocolError
 from ltm.identifiers import id_problem
@@ -191,8 +191,8 @@ class AnalystService(ltm_pb2_grpc.AnalystServicer):
             detail = f": {record.error}" if record.error else ""
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
                                 f"job {request.job_id!r} has no result: it is {record.state}{detail}")
-        return ltm_pb2.GetResultResponse(job_id=record.job_id, release_sha256=record.release_sha256,
-                                         files=record.outputs)
+        files = await asyncio.to_thread(result_files, record)
+        return ltm_pb2.GetResultResponse(job_id=record.job_id, release_sha256=record.release_sha256, files=files)
 
     async def _release(self, job_id: str, context):
         record = await asyncio.to_thread(self.store.get, job_id)

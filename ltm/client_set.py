@@ -133,8 +133,14 @@ class ClientSet:
         Independent of the representation: equals the digest of the same set given as a mask.
         """
         h = hashlib.sha256()
+        ones: bytes | None = None
         for a in range(0, self.n, _MASK_CHUNK):
-            h.update(np.packbits(self.mask(a, min(a + _MASK_CHUNK, self.n))).tobytes())
+            b = min(a + _MASK_CHUNK, self.n)
+            if b - a == _MASK_CHUNK and self.covers(a, b):  # a whole chunk of members packs to 0xFF bytes:
+                ones = ones or b"\xff" * (_MASK_CHUNK // 8)  # no n-sized mask for the common full set
+                h.update(ones)
+            else:
+                h.update(np.packbits(self.mask(a, b)).tobytes())
         return h.hexdigest()
 
     # ------------------------------------------------------------------ queries

@@ -14,6 +14,7 @@ import functools
 import hashlib
 import json
 import math
+import threading
 from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from typing import Any
 
@@ -30,6 +31,7 @@ from ltm.dp.noise import noise_tail_bound
 from ltm.ring import HEADROOM_LIMIT
 from ltm import replicated
 from ltm.sharing import SHARE_MODES
+from ltm.randomness import KeystreamBuffer
 from ltm.sketch import CHUNK_CLIENTS, SKETCH_KINDS, Sketch
 from ltm.transforms import TransformSpec, VectorEntry, transform_problems, vector_layout
 from ltm.errors import LtmError
@@ -46,8 +48,6 @@ ROLES = ("feature", "intercept", "label")
 INTERCEPT_NAME = "(intercept)"
 MAX_FRAC_BITS = 32
 MIN_FRAC_BITS = 8
-#: Above this many (party × row) cells, the corrupt-party deduction uses the party-size bound.
-_EXACT_PARTY_LOAD_CELLS = 20_000_000
 
 
 class JobSpecError(LtmError, ValueError):
@@ -481,51 +481,113 @@ def honest_row_loads(spec: JobSpec, participants: "ClientSet | np.ndarray | None
     together.  Columns partition: every entry's noise comes from the one party owning its column;
     the guarantee covers the honest parties' columns, so there is nothing to deduct (t′ must be 0).
 
-    ``participants``: a ClientSet, a bool mask (n,), an index array, or None (everyone).  The
-    placement is derived chunk by chunk (:data:`~ltm.sketch.CHUNK_CLIENTS` clients) over the chunks
-    that hold participants, so memory is O(m + one chunk) at any n; ``slots``, the sketch's
-    precomputed :meth:`Sketch.slots` (a server's cache for small jobs), saves re-deriving it.
+    ``participants``: a ClientSet, a bool mask (n,), an index array, or None (everyone).
+
+    Cost: O(parties + m) whenever it can be, which is what lets a 10⁸–10⁹-client job be built,
+    validated, gated and reported in seconds (docs/performance.md, "Row loads at 10⁸–10⁹ clients"):
+
+    * the lifted kinds' ``sum`` map and the dense sketch place every client exactly once in every
+      row, so a party's load in each row is its number of participants (a ClientSet rank);
+    * a sparse sketch's per-party loads at full participation are derived once per process and job
+      (:func:`_segment_loads`, cached) and a party whose clients all participate — every party of an
+      aggregated job, and of a per-client job whose uploads all arrived — reuses them;
+    * only a party whose clients partly participate is counted chunk by chunk over its members
+      (:data:`~ltm.sketch.CHUNK_CLIENTS` clients at a time; ``slots``, the sketch's precomputed
+      :meth:`Sketch.slots`, a server's cache for small jobs, saves re-deriving the placement).
+
+    The corrupt-party deduction is exact at any size: the parties' loads stream through a running
+    top-``corrupt_parties`` per row, so memory is O(corrupt_parties·m) beyond the cached table.
     """
     sketch = sketch or spec.make_sketch()
     members = participant_set(spec.n, participants)
     m = sketch.m
-    loads = np.zeros(m, dtype=np.int64)
+    segments = _load_segments(spec)
+    bounds = np.array([a for a, _ in segments] + [segments[-1][1]], dtype=np.int64)
+    counts = members.counts_between(bounds)  # participants per segment (per party in the rows partition)
     c = spec.privacy.corrupt_parties if spec.partition == "rows" else 0
-    exact = c > 0 and len(spec.parties) * m <= _EXACT_PARTY_LOAD_CELLS
-    party_loads = np.zeros((len(spec.parties), m), dtype=np.int64) if exact else None
-    starts = np.array([p.start for p in spec.parties], dtype=np.int64)
-    for a, b in member_chunks(members, CHUNK_CLIENTS):
-        rows = slots[:, a:b] >> 1 if slots is not None else sketch.placement(a, b)[0]
-        keep = None if members.covers(a, b) else members.mask(a, b)
-        r = rows if keep is None else rows[:, keep]
-        loads += np.bincount(r.ravel(), minlength=m)
-        if party_loads is not None:
-            clients = np.arange(a, b) if keep is None else np.arange(a, b)[keep]
-            owner = np.searchsorted(starts, clients, side="right") - 1
-            cells = (np.broadcast_to(owner, r.shape) * m + r).ravel()
-            party_loads += np.bincount(cells, minlength=party_loads.size).reshape(party_loads.shape)
     deduction = np.full(m, spec.privacy.t_prime if spec.partition == "rows" else 0, dtype=np.int64)
-    if c > 0:
-        if party_loads is not None:
-            top = np.sort(party_loads, axis=0)[-c:, :]
-            deduction += top.sum(axis=0)
+    if sketch.kind in ("sum", "dense"):
+        # One non-zero of every client in every row: each row's load is the participant count, and
+        # a party's load in every row is its participant count.
+        loads = np.full(m, members.count, dtype=np.int64)
+        if c > 0:
+            deduction += int(np.sort(counts)[-c:].sum())
+        return loads, deduction
+    table = _segment_loads(sketch, segments) if bool((counts == np.diff(bounds)).any()) else None
+    loads = np.zeros(m, dtype=np.int64)
+    top = np.zeros((c, m), dtype=np.int64)  # the c largest party loads seen so far, per row, ascending
+    for i, (a, b) in enumerate(segments):
+        if counts[i] == 0:
+            continue
+        if counts[i] == b - a and table is not None:
+            seg = table[i].astype(np.int64)
         else:
-            # Too many parties for an exact table: a party holds at most one non-zero per client
-            # per row, so its load in any row is at most its number of participating clients.
-            stops = np.array([p.stop for p in spec.parties], dtype=np.int64)
-            sizes = members.rank(stops) - members.rank(starts)
-            deduction += int(np.sort(sizes)[-c:].sum())
+            seg = range_row_loads(sketch, a, b, members, slots)
+        loads += seg
+        if c == 1:
+            np.maximum(top[0], seg, out=top[0])
+        elif c > 1:
+            top = np.sort(np.vstack([top, seg[None, :]]), axis=0)[1:]
+    deduction += top.sum(axis=0)
     return loads, deduction
 
 
-def member_chunks(members: ClientSet, size: int = CHUNK_CLIENTS):
-    """The aligned chunks ``[a, min(a + size, n))`` (a a multiple of ``size``) that hold at least
-    one member, in order: where a pass over a participant set derives the sketch placement."""
-    last = -1
-    for start, stop in members.ranges.tolist():
-        for i in range(max(start // size, last + 1), (stop - 1) // size + 1):
-            yield i * size, min((i + 1) * size, members.n)
-            last = i
+def _load_segments(spec: JobSpec) -> tuple[tuple[int, int], ...]:
+    """The client ranges whose loads :func:`honest_row_loads` keeps apart: each party's in the rows
+    partition (the corrupt-party deduction needs them), the whole [0, n) in the columns partition
+    (every party holds every client there)."""
+    if spec.partition == "rows":
+        return tuple((p.start, p.stop) for p in spec.parties)
+    return ((0, spec.n),)
+
+
+def range_row_loads(sketch: Sketch, start: int, stop: int, members: ClientSet | None = None,
+                    slots: np.ndarray | None = None) -> np.ndarray:
+    """The row loads (int64 (m,)) of the clients in ``[start, stop)`` — of its ``members`` only
+    when given — chunk by chunk (:data:`~ltm.sketch.CHUNK_CLIENTS`): memory O(m + one chunk).
+    ``slots``: the sketch's precomputed :meth:`Sketch.slots` (read instead of derived)."""
+    loads = np.zeros(sketch.m, dtype=np.int64)
+    ranges = [(start, stop)] if members is None else members.within(start, stop).tolist()
+    buffer = KeystreamBuffer(CHUNK_CLIENTS * 3) if slots is None and sketch.kind == "sparse" and sketch.s == 1 \
+        else None
+    for lo, hi in ranges:
+        for a in range(lo, hi, CHUNK_CLIENTS):
+            b = min(a + CHUNK_CLIENTS, hi)
+            rows = slots[:, a:b] >> 1 if slots is not None else sketch.rows(a, b, buffer)
+            loads += np.bincount(rows.ravel(), minlength=sketch.m)
+    return loads
+
+
+#: The per-party row loads at full participation are cached (per process) when they
+#: fit in this many bytes, each party's row stored in the smallest unsigned type that holds its
+#: largest load (a 10⁹-client, 64-party job's 606 331-row sketch: loads ≲ 100, 39 MB as uint8).
+#: Larger tables are re-derived per use.  At most two jobs' tables are kept (128 MiB at worst).
+_LOAD_TABLE_BYTES = 64 << 20
+
+
+@functools.lru_cache(maxsize=2)
+def _cached_segment_loads(sketch: Sketch, segments: tuple[tuple[int, int], ...]) -> np.ndarray | None:
+    rows: list[np.ndarray] = []
+    for a, b in segments:
+        load = range_row_loads(sketch, a, b)
+        rows.append(load.astype(np.min_scalar_type(int(load.max()))))
+        if len(segments) * sketch.m * max(r.itemsize for r in rows) > _LOAD_TABLE_BYTES:
+            return None  # too large to keep: the callers derive each party's loads per use
+    table = np.zeros((len(segments), sketch.m), dtype=np.result_type(*rows))
+    for i, r in enumerate(rows):
+        table[i] = r
+    table.flags.writeable = False  # shared by every caller in this process
+    return table
+
+
+def _segment_loads(sketch: Sketch, segments: tuple[tuple[int, int], ...]) -> np.ndarray | None:
+    """Each segment's row loads at full participation, (segments, m) of the smallest unsigned type
+    that holds them, derived once per process (cached) when they fit :data:`_LOAD_TABLE_BYTES`;
+    None otherwise (callers derive what they need range by range).  The placement is public,
+    derived from the job's seed, so every actor computes the same table."""
+    if len(segments) * sketch.m > _LOAD_TABLE_BYTES:  # even one byte per cell is too many
+        return None
+    return _cached_segment_loads(sketch, segments)
 
 
 # -------------------------------------------------------------------- validation
@@ -774,6 +836,23 @@ def validate_job(spec: JobSpec, sketch: Sketch | None = None) -> JobAnalysis:
         min_row_load=int(loads.min()), max_row_load=int(loads.max()), max_deduction=int(deduction.max()),
         max_feasible_load=feasible, noise_plan=plan, headroom_bits=headroom_bits,
     )
+
+
+def warm_validation_in_background() -> threading.Thread:
+    """Load, on a daemon thread, what the first :func:`validate_job` of a process imports lazily
+    (the privacy accountant: dp_accounting with scipy, ~1 s on a quiet host and several on a
+    loaded one).  A server or analyst calls it once it serves, so the first job's publication does
+    not pay the import while the analyst and parties wait (every actor validates the spec)."""
+    def warm() -> None:
+        try:
+            from ltm.dp import accounting
+            accounting.zcdp_epsilon(1.0, 1e-6)
+        except Exception:  # a warm-up must never take an actor down; validation reports real errors
+            pass
+
+    thread = threading.Thread(target=warm, name="ltm-warm-validation", daemon=True)
+    thread.start()
+    return thread
 
 
 def default_corrupt_parties(spec: JobSpec) -> int:

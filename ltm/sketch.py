@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ltm.randomness import keystream_uint64, xof
+from ltm.randomness import KeystreamBuffer, keystream_uint64, xof
 
 SKETCH_KINDS = ("sparse", "dense", "sum")
 #: Clients processed per step when deriving or applying the sketch (bounds temporary memory).
@@ -145,6 +145,24 @@ class Sketch:
                 rows[jj, clients] = rows[i]
                 rows[i] = picked
         return rows, self._signs(sign_words, count)
+
+    def rows(self, start: int, stop: int, buffer: KeystreamBuffer | None = None) -> np.ndarray:
+        """The rows of clients ``start..stop−1`` (``placement(start, stop)[0]``) without their signs:
+        int64 (pieces, stop − start), a view valid until ``buffer``'s next use when one is given.
+
+        What a row-load count needs.  For a sparse sketch with s = 1 the row is the client's first
+        keystream word mod m, so this skips the signs and, with a reused ``buffer``
+        (:class:`~ltm.randomness.KeystreamBuffer` of at least ``(stop − start)·3`` words, warm pages),
+        runs about twice as fast as :meth:`placement` — the difference a 10⁸-client job's
+        validation and release gate feel."""
+        if not 0 <= start <= stop <= self.n:
+            raise ValueError(f"client range [{start}, {stop}) outside [0, {self.n})")
+        if self.kind == "sparse" and self.s == 1:
+            width, count = self._words_per_client, stop - start
+            words = (buffer.words(self._key, count * width, start * width) if buffer is not None
+                     else keystream_uint64(self._key, count * width, start * width))
+            return (words[0::width] % np.uint64(self.m)).view(np.int64).reshape(1, count)
+        return self.placement(start, stop)[0]
 
     def chunks(self, start: int, stop: int, size: int = CHUNK_CLIENTS):
         """Yield ``(chunk_start, chunk_stop, rows, negative)`` over a client range, in chunks."""

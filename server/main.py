@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from server.core import ServerCore
+from ltm.jobspec import warm_validation_in_background
 from ltm.limits import ServerLimits
 from server.service import MAX_BATCH_BYTES, ServerService, add_to_server
 from transport.config import REQUIRED_TITLE, ConfigError, add_actor_arguments, load_config, merge, relax_required
@@ -98,7 +99,8 @@ async def serve(args: argparse.Namespace, limits: ServerLimits) -> None:
     await serve_until_signal(server, service_name=SERVICE_NAME, listen=args.listen, cert_dir=args.certs,
                              actor=args.id, insecure=bool(args.insecure), port_file=args.port_file,
                              health_listen=args.health_listen,
-                             on_serving=lambda port: say(startup_line(args, port, store.job_count())))
+                             on_serving=lambda port: (say(startup_line(args, port, store.job_count())),
+                                                      warm_validation_in_background()))
     say(f"ltm server {args.id}: stopped after {time.monotonic() - started:.0f} s; {jobs(store.job_count())} "
         f"held in {Path(args.data_dir).absolute()}")
 

@@ -20,6 +20,7 @@ import asyncio
 import json
 import math
 import os
+import resource
 import shutil
 import sys
 import tempfile
@@ -31,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from ltm.jobconfig import add_options
+from ltm.jobspec import warm_validation_in_background
 from ltm.randomness import Randomness
 from party.data_source import SyntheticRidge
 from sim.demo import _operate
@@ -82,6 +84,10 @@ def add_parser(bench_sub: argparse._SubParsersAction) -> None:
     add_options(p, "privacy", only=("corrupt_parties", "colluding_servers"), helps={
         "corrupt_parties": "corrupt parties the job tolerates (default: the job default, 1; 0 allows --parties 1, "
                            "e.g. to measure one party holding every client — the bench is a seeded reproduction)"})
+    p.add_argument("--max-running-parties", type=int,
+                   help="party processes running at once (default 2 × cores: each imports numpy, grpc and the "
+                        "crypto stack, ~100 MB and a second of CPU before it starts work, so 64 at once on 2 cores "
+                        "only thrash; the next starts as one exits; 0: all at once)")
     p.add_argument("--batch-clients", type=int, help="clients per upload batch (default: the party's)")
     add_options(p, "run", defaults={"seed": 1}, helps={
         "seed": "seeded mode (benchmarks need no privacy); also the data seed",
@@ -145,6 +151,59 @@ def server_wire_bytes(group: ProcessGroup, ap: ActorProcess, job_id: str) -> dic
         channel.close()
 
 
+# ------------------------------------------------------------------ bounded party start
+def default_max_running_parties() -> int:
+    """Party processes the bench runs at once by default: two per core (one computes while the
+    other starts up or waits on the network)."""
+    return 2 * (os.cpu_count() or 1)
+
+
+class PartyFeeder:
+    """Starts party processes with at most ``limit`` running at once: the first ``limit`` at once,
+    then the next each time one exits (a background thread polls every 20 ms).  Every party of
+    the job still runs and uploads; the analyst waits for all of them (its deadline), and in an
+    aggregated job a party's upload is one message, so running them in waves changes no figure
+    but the wall time, and keeps 64 parties from holding 64 interpreters' memory at once."""
+
+    def __init__(self, start_one, argvs: list[tuple[str, list[str]]], limit: int) -> None:
+        self._start_one, self._pending = start_one, list(argvs)
+        self.limit = limit if limit > 0 else len(argvs)
+        self.started: list[ActorProcess] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def add(self, actor: str, argv: list[str]) -> None:
+        """Queue a party (started by :meth:`start`, or as soon as a slot frees after it)."""
+        self._pending.append((actor, argv))
+
+    def _running(self) -> int:
+        return sum(1 for ap in self.started if ap.proc.poll() is None)
+
+    def _fill(self) -> None:
+        while self._pending and self._running() < self.limit and not self._stop.is_set():
+            actor, argv = self._pending.pop(0)
+            self.started.append(self._start_one(actor, argv))
+
+    def start(self) -> None:
+        self._fill()
+        if not self._pending:
+            return
+
+        def loop() -> None:
+            while self._pending and not self._stop.wait(0.02):
+                self._fill()
+
+        self._thread = threading.Thread(target=loop, name="bench-party-feeder", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> list[str]:
+        """Stop starting parties; returns the ids of those never started."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        return [actor for actor, _ in self._pending]
+
+
 # ------------------------------------------------------------------ progress on stderr
 class PhaseDisplay:
     """Phase lines on stderr with the elapsed time; during the upload, a line every ``every`` s with
@@ -197,6 +256,13 @@ def _fit_quality(release, model: SyntheticRidge) -> dict[str, Any]:
             "coef_rel_error": float(np.linalg.norm(coef - beta) / np.linalg.norm(beta)), "lambda": fit["lambda"]}
 
 
+def _rss_summary(values: list[int]) -> dict[str, Any]:
+    """Peak RSS of one actor kind: max, min, mean over its processes, and how many reported."""
+    if not values:
+        return {"max": None, "min": None, "mean": None, "processes": 0}
+    return {"max": max(values), "min": min(values), "mean": round(sum(values) / len(values)), "processes": len(values)}
+
+
 def _bottleneck(cpu: dict[str, float], upload_s: float) -> dict[str, Any]:
     """Which role's CPU dominates the upload phase (``cpu``: CPU seconds per role within it), and
     whether the machine's cores were saturated over its ``upload_s`` seconds (parties' start to release)."""
@@ -226,6 +292,7 @@ def run_e2e(args: argparse.Namespace, n: int | None = None, upload_mode: str | N
     cpu: dict[str, float | None] = {}
     disk: dict[str, int] = {}
     try:  # from here on an interrupt (Ctrl-C, or SIGTERM: see run) stops every actor and removes workdir
+        warm_validation_in_background()  # the accountant's import overlaps the certificates and start-up
         randomness = Randomness.seeded_insecure(args.seed)
         model = SyntheticRidge(args.d, seed=args.seed)
         table = ModelTable.synthetic_ridge(n, model)
@@ -254,7 +321,10 @@ def run_e2e(args: argparse.Namespace, n: int | None = None, upload_mode: str | N
                 {"generator": "ridge", "d": model.d, "seed": model.seed, "noise": model.noise,
                  "offset": p.start, "n": p.size}))
         phases["job_spec_and_party_data"] = time.monotonic() - t
-        parties: list[ActorProcess] = []
+        limit = getattr(args, "max_running_parties", None)
+        limit = default_max_running_parties() if limit is None else limit
+        feeder = PartyFeeder(lambda actor, argv: group.start_task("party", actor, argv), [], limit)
+        parties = feeder.started
         endpoints = ",".join(s.endpoint for s in servers)
         started_unix: list[float] = []
         pieces = spec.make_sketch().pieces
@@ -268,7 +338,8 @@ def run_e2e(args: argparse.Namespace, n: int | None = None, upload_mode: str | N
         def start_parties() -> None:
             started_unix.append(time.time())
             cpu_at_start.update({ap.actor: cpu_seconds(ap) for ap in servers + [analyst]})
-            show.say(f"job published; {len(spec.parties)} parties generating and uploading {n:,} clients")
+            show.say(f"job published; {len(spec.parties)} parties generating and uploading {n:,} clients"
+                     + (f" (at most {feeder.limit} running at once)" if feeder.limit < len(spec.parties) else ""))
             for p in spec.parties:
                 argv = ["party", "--id", p.party_id, "--servers", endpoints, "--server-ids",
                         ",".join(s.actor for s in servers), "--job", spec.job_id,
@@ -278,12 +349,13 @@ def run_e2e(args: argparse.Namespace, n: int | None = None, upload_mode: str | N
                     argv += ["--min-colluding-servers", str(spec.colluding_servers)]
                 if getattr(args, "batch_clients", None):
                     argv += ["--batch-clients", str(args.batch_clients)]
-                parties.append(group.start_task("party", p.party_id, argv))
+                feeder.add(p.party_id, argv)
+            feeder.start()
 
             def poll() -> str:
                 received = sum(server_wire_bytes(group, s, spec.job_id)["received"] for s in servers)
                 running = sum(1 for p in parties if p.proc.poll() is None)
-                return (f"upload: {running}/{len(parties)} parties running; servers received "
+                return (f"upload: {running} parties running, {len(parties)}/{len(spec.parties)} started; servers received "
                         f"{received / 1e9:.2f} GB of ≈ {expected / 1e9:.2f} GB ({min(received / expected, 1):.0%})")
             show.watch_upload(poll)
 
@@ -293,6 +365,9 @@ def run_e2e(args: argparse.Namespace, n: int | None = None, upload_mode: str | N
                                                        randomness.label, deadline))
         finally:
             show.stop()
+            never = feeder.stop()
+        if never:
+            raise RuntimeError(f"the analyst released before parties {never} were started")
         phases.update(op)
         show.say("released; collecting metrics")
         exits = [p.proc.wait(timeout=120) for p in parties]
@@ -324,6 +399,7 @@ def run_e2e(args: argparse.Namespace, n: int | None = None, upload_mode: str | N
         rss[s["party_id"]] = s.get("peak_rss_bytes")
         cpu[s["party_id"]] = s.get("cpu_s")
         upload_cpu[s["party_id"]] = s.get("upload_cpu_s")
+    harness_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
     upload_s = max(s["finished_unix"] for s in summaries) - min(s["started_unix"] for s in summaries)
     parties_s = max(s["finished_unix"] for s in summaries) - started_unix[0]
     received = sum(w["received"] for w in wire)
@@ -370,7 +446,14 @@ def run_e2e(args: argparse.Namespace, n: int | None = None, upload_mode: str | N
         "disk_bytes_note": "sum of file sizes under each server's --data-dir after the release (du --apparent-size)",
         "peak_rss_bytes": rss,
         "peak_rss_max_bytes": {"server": max(by_role("server-", rss), default=None),
-                               "analyst": rss.get("analyst"), "party": max(by_role("party-", rss), default=None)},
+                               "analyst": rss.get("analyst"), "party": max(by_role("party-", rss), default=None),
+                               "harness": harness_rss},
+        "peak_rss_by_kind": {kind: _rss_summary(by_role(prefix, rss))
+                             for kind, prefix in (("server", "server-"), ("analyst", "analyst"), ("party", "party-"))},
+        "peak_rss_note": "VmHWM of each process (servers and analyst read from /proc before they stop, parties "
+                         "report their own); harness: this bench process (it builds and validates the job spec), "
+                         "ru_maxrss over its lifetime so far",
+        "max_running_parties": feeder.limit,
         "cpu_s": {k: (round(v, 3) if v is not None else None) for k, v in cpu.items()},
         "cpu_s_upload_phase": {k: (round(v, 3) if v is not None else None) for k, v in upload_cpu.items()},
         "cpu_note": "cpu_s: each process's lifetime user+system CPU; cpu_s_upload_phase: parties during their "

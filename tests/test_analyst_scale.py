@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 
 from analyst.coordinator import GrpcServerLink, ReleaseFailed, coordinate, coverage_report
-from analyst.jobs import JobRunner
+from analyst.jobs import JobRunner, result_files
 from analyst.store import AnalystStore
 from ltm.client_set import ClientSet
 from ltm.jobfile import FitSpec
-from ltm.jobspec import ColumnSpec, JobSpec, PartySpec, PrivacySpec, ServerSpec, SketchSpec
+from ltm.jobspec import ColumnSpec, JobSpec, PartySpec, PrivacySpec, ServerSpec, SketchSpec, warm_validation_in_background
 from ltm.randomness import Randomness
 from ltm.v1 import ltm_pb2
 
@@ -86,6 +86,7 @@ def test_a_job_of_1e8_clients_runs_through_the_runner_and_store_without_an_n_siz
         await runner.submit(spec, FitSpec(model="none"), deadline_s=0.0, randomness="seeded (test)")
         await runner.tasks[spec.job_id]
 
+    warm_validation_in_background().join()  # the accountant's one-time import is not the job's memory
     tracemalloc.start()
     try:
         asyncio.run(run())
@@ -103,7 +104,9 @@ def test_a_job_of_1e8_clients_runs_through_the_runner_and_store_without_an_n_siz
     cov = report["coverage"]
     assert (cov["reached_every_server"], cov["reached_some_not_all"], cov["reached_none"]) == (expected.count, 1062, 0)
     assert report["privacy"]["participants"] == expected.count
-    assert json.loads(record.outputs["release.json"])["n"] == expected.count
+    written = (tmp_path / "out" / spec.job_id / "release.json").read_text()
+    assert json.loads(written)["n"] == expected.count and "release.json" not in record.outputs
+    assert result_files(record)["release.json"] == written  # re-derived from the stored shares, byte for byte
     store.close()
 
 
@@ -185,3 +188,23 @@ def test_a_malformed_held_set_is_a_clear_release_failure(bad, why):
     with pytest.raises(ReleaseFailed, match="server-1") as err:
         grpc_run(spec, [good, broken, good])
     assert why in str(err.value)
+
+
+@pytest.mark.parametrize("rows", [1, 4095, 4096, 4097, 9000])
+def test_release_json_is_json_dumps_byte_for_byte(rows, monkeypatch):
+    """The block-wise encoding of the release matrix (bounded memory) writes exactly the bytes of
+    ``json.dumps(release_to_json(release))``, including non-finite values and awkward column names."""
+    from dataclasses import replace as dc_replace
+
+    from analyst import jobs
+    from analyst.release import ReleasedSketch
+
+    monkeypatch.setattr(jobs, "_JSON_ROW_BLOCK", 1000)
+    matrix = np.random.default_rng(rows).standard_normal((rows, 3)) * 1e5
+    matrix[0, 0] = 1e-300
+    release = ReleasedSketch(matrix=matrix, columns=('a"matrix": null', "b", "y"), centers=np.zeros(3),
+                             scales=np.ones(3), label=2, intercept=None, n=10, noise_variance_per_column=0.5,
+                             privacy={}, sha256="00", kind="sparse")
+    assert jobs.release_json(release) == json.dumps(jobs.release_to_json(release))
+    inf = dc_replace(release, matrix=np.where(matrix > 1e5, np.inf, matrix))
+    assert jobs.release_json(inf) == json.dumps(jobs.release_to_json(inf))

@@ -104,16 +104,20 @@ def test_demo_columns_runs_the_replicated_release_as_simulate_does(capsys):
 
 def test_bench_e2e_smoke():
     """A small networked benchmark runs and reports phases, wire bytes and peak RSS (no timing asserts)."""
-    out = subprocess.run([sys.executable, "-m", "ltm.cli", "bench", "e2e", "--n", "20000", "--parties", "2",
-                          "--json"], capture_output=True, text=True, timeout=300)
+    out = subprocess.run([sys.executable, "-m", "ltm.cli", "bench", "e2e", "--n", "20000", "--parties", "3",
+                          "--max-running-parties", "2", "--json"], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     r = json.loads(out.stdout)
     assert r["participants"] == 20000
     assert all(w["received"] > 0 and w["sent"] > 0 for w in r["wire_bytes_per_server"])
     assert all(v and v > 0 for v in r["peak_rss_bytes"].values())
     # parties generated their rows (no table in the bench) and report their own memory and CPU
-    assert set(r["peak_rss_bytes"]) == {"server-0", "server-1", "server-2", "analyst", "party-0", "party-1"}
-    assert r["peak_rss_max_bytes"]["party"] == max(r["peak_rss_bytes"]["party-0"], r["peak_rss_bytes"]["party-1"])
+    assert set(r["peak_rss_bytes"]) == {"server-0", "server-1", "server-2", "analyst", "party-0", "party-1", "party-2"}
+    parties = [r["peak_rss_bytes"][f"party-{i}"] for i in range(3)]
+    assert r["peak_rss_max_bytes"]["party"] == max(parties) and r["max_running_parties"] == 2
+    assert r["peak_rss_by_kind"]["party"] == {"max": max(parties), "min": min(parties),
+                                              "mean": round(sum(parties) / 3), "processes": 3}
+    assert r["peak_rss_by_kind"]["server"]["processes"] == 3 and r["peak_rss_max_bytes"]["harness"] > 0
     assert all(v > 0 for v in r["cpu_s_upload_phase"].values())
     # every server stored at least its seed shares; the primary-share holders far more
     assert all(b > 0 for b in r["disk_bytes_per_server"].values())
@@ -136,6 +140,34 @@ def test_bench_e2e_runs_the_replicated_release():
     assert r["participants"] == 20000 and r["fit"]["test_r2"] > 0.9
     # each party's explicit share reaches two servers (n·d_j·8 bytes each), seeds the third
     assert sum(r["bytes_party_to_server"]) >= 2 * 20000 * r["client_vector_width"] * 8
+
+
+def test_bench_party_feeder_bounds_the_running_parties(tmp_path):
+    """At most ``limit`` party processes run at once, and every queued one is started."""
+    import time
+
+    from sim.bench_e2e import PartyFeeder
+    from sim.launcher import ActorProcess
+
+    running_max = []
+
+    def start_one(actor, argv):
+        proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.3)"])
+        ap = ActorProcess("party", actor, proc, tmp_path / f"{actor}.log")
+        running_max.append(sum(1 for x in feeder.started if x.proc.poll() is None) + 1)
+        return ap
+
+    feeder = PartyFeeder(start_one, [], 2)
+    for i in range(5):
+        feeder.add(f"party-{i}", [])
+    feeder.start()
+    end = time.monotonic() + 30
+    while len(feeder.started) < 5 and time.monotonic() < end:
+        time.sleep(0.05)
+    assert feeder.stop() == [] and [ap.actor for ap in feeder.started] == [f"party-{i}" for i in range(5)]
+    for ap in feeder.started:
+        ap.proc.wait(timeout=10)
+    assert max(running_max) == 2
 
 
 def test_bench_e2e_counts_series_and_plot(tmp_path):

@@ -123,3 +123,13 @@ def test_from_bytes_enforces_the_range_limit_and_coerce_checks_shapes():
     with pytest.raises(ClientSetError):
         ClientSet.from_ranges(10, [(0, 11)])
     assert ClientSet.coerce(10, None) == ClientSet.full(10)
+
+
+@pytest.mark.parametrize("ranges", [[[0, None]], [[0, 1 << 23]], [[1, None]], [[0, (1 << 23) - 1], [1 << 23, None]],
+                                    [[5, (1 << 24) + 2]]])
+def test_digest_of_whole_member_chunks_equals_the_packed_mask(ranges):
+    """Whole 2^23-client chunks of members hash as constant 0xFF bytes (no mask): the same digest."""
+    from ltm import client_set
+    n = 2 * client_set._MASK_CHUNK + 5
+    cs = ClientSet.from_ranges(n, [[a, n if b is None else b] for a, b in ranges])
+    assert cs.digest() == hashlib.sha256(np.packbits(cs.to_mask()).tobytes()).hexdigest()

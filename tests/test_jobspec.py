@@ -389,19 +389,6 @@ def test_corrupt_party_deduction_matches_brute_force(c, t_prime, kind):
         np.testing.assert_array_equal(d2, ref_deduction)
 
 
-def test_corrupt_party_deduction_fallback_is_conservative(monkeypatch):
-    """Above the exact-table size the deduction uses party sizes (a party's load in a row is at most
-    its number of participating clients): never smaller than the exact deduction."""
-    spec = make_spec(n=300, m=7, s=3, parties=PARTIES, min_honest_load=1, corrupt_parties=2, t_prime=1)
-    mask = np.random.default_rng(5).random(300) < 0.7
-    _, exact = honest_row_loads(spec, mask)
-    monkeypatch.setattr(jobspec, "_EXACT_PARTY_LOAD_CELLS", 0)
-    loads, fallback = honest_row_loads(spec, mask)
-    sizes = sorted((int(mask[a:b].sum()) for a, b in PARTIES), reverse=True)
-    np.testing.assert_array_equal(fallback, np.full(7, 1 + sizes[0] + sizes[1]))
-    assert np.all(fallback >= exact)
-
-
 def test_corrupt_parties_must_be_fewer_than_parties():
     assert_names(make_spec(min_honest_load=1, corrupt_parties=3), "corrupt_parties")
     assert_names(make_spec(min_honest_load=1, corrupt_parties=-1), "corrupt_parties")
