@@ -18,7 +18,6 @@ import numpy as np
 from analyst.release import ReleasedSketch
 from ltm.dp import accounting
 from ltm.jobspec import JobSpec
-from ltm.lifts import gram_indices
 from ltm.replicated import reconstruct_triangle
 
 
@@ -54,8 +53,7 @@ def replicated_privacy_report(spec: JobSpec, *, randomness: str) -> dict[str, An
 def replicated_release(spec: JobSpec, outputs: list[np.ndarray], *, randomness: str) -> ReleasedSketch:
     """The ``gram`` release from the three servers' output shares (module docstring)."""
     triangle, digest = reconstruct_triangle(outputs, spec.frac_bits)
-    i, j = gram_indices(spec.width)
-    vector = np.where(i == j, triangle, math.sqrt(2.0) * triangle)
+    vector = triangle  # the unweighted upper triangle: the gram release's own layout (ltm/lifts.py)
     privacy = replicated_privacy_report(spec, randomness=randomness)
     return ReleasedSketch(
         matrix=vector[None, :], columns=spec.vector_names,

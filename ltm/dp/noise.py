@@ -328,6 +328,8 @@ def sample_noise(stream: RandomStream, plan, shape: tuple[int, ...], *, multipli
     their sum, and :func:`ltm.dp.accounting.job_event` accounts only M = 1 draws (the L-fold sum) —
     per-entry draws need their own accounting (the heterogeneous sum of discrete Gaussians).
     Laplace: each element is one whole DLap(t), whatever M (one draw alone makes an entry ε-DP).
+    A plan with per-entry ``noise_factors`` (W,) scales element j of the last axis to
+    N_Z(0, M·factor_j·σ_c²) (the gram release's ½ off the diagonal).
     """
     if not plan.on_grid:
         raise ValueError("a continuous noise plan (frac_bits = 0) cannot be sampled: a party needs a grid plan")
@@ -336,14 +338,22 @@ def sample_noise(stream: RandomStream, plan, shape: tuple[int, ...], *, multipli
     mult = _multiplicities(multiplicity, shape)
     if plan.mechanism == "laplace":
         return discrete_laplace(stream, plan.grid_scale, count).reshape(shape)
-    if mult is None:
+    factors = getattr(plan, "noise_factors", None)
+    if mult is None and factors is None:
         return discrete_gaussian(stream, plan.grid_sigma2, count).reshape(shape)
+    flat = (mult if mult is not None else np.ones(shape, dtype=np.int64)).reshape(-1)
+    if factors is None:
+        variance = plan.grid_sigma2 * flat.astype(np.float64)
+    else:  # per-entry scales along the last axis (the gram release: ltm/lifts.py)
+        if not shape or shape[-1] != len(factors):
+            raise ValueError(f"the plan has {len(factors)} per-entry noise factors; the last axis of "
+                             f"shape {shape} must match")
+        variance = (np.broadcast_to(np.asarray(factors), shape).reshape(-1) * plan.grid_sigma2) * flat
     out = np.empty(count, dtype=np.int64)
-    flat = mult.reshape(-1)
-    for m in np.unique(flat):
-        where = np.flatnonzero(flat == m)
-        # rounded up: the product may round down by half an ulp, and more noise is post-processing
-        out[where] = discrete_gaussian(stream, math.nextafter(plan.grid_sigma2 * float(m), math.inf), where.size)
+    for v in np.unique(variance):
+        where = np.flatnonzero(variance == v)
+        # rounded up: the products may round down by half an ulp, and more noise is post-processing
+        out[where] = discrete_gaussian(stream, math.nextafter(float(v), math.inf), where.size)
     return out.reshape(shape)
 
 
