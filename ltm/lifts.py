@@ -65,7 +65,7 @@ from typing import Any
 import numpy as np
 
 from ltm import histograms as h
-from ltm.dp.grid import gram_input_frac_bits, round_to_grid, rounded_radius
+from ltm.dp.grid import gram_input_frac_bits, rounded_radius
 from ltm.dp.sensitivity import gram_sensitivity, rounded_gram_sensitivity
 
 __all__ = ["Lift", "LIFTS", "LIFTED_KINDS", "get_lift", "gram_width", "gram_indices", "gram_from_vector",
@@ -125,7 +125,10 @@ def gram_round(spec: Any, z: np.ndarray) -> np.ndarray:
     g = gram_input_bits(spec)
     if g == 0:
         return np.asarray(z, dtype=np.float64)
-    return round_to_grid(z, g).astype(np.float64)
+    # Round to nearest, ties to even, as ltm.dp.grid.round_to_grid does; the clipped input is
+    # finite and ≤ C in magnitude, so the units are exact integers far below 2^53 (no range check).
+    units = np.ldexp(np.asarray(z, dtype=np.float64), g)
+    return np.rint(units, out=units)
 
 
 def gram_triangle(units: np.ndarray) -> np.ndarray:

@@ -101,6 +101,8 @@ def _gram_chunk(spec: JobSpec, vectors: np.ndarray, out: np.ndarray, upper: tupl
     clipped vectors (c, D), c ≤ :func:`gram_chunk_clients` (module docstring)."""
     units = gram_round(spec, vectors)
     block = units.T @ units  # integer-valued and exact: every partial sum ≤ c·B_g ≤ 2^53
+    if not np.isfinite(block).all():  # NaN/∞ would propagate here (the per-client path refuses them too)
+        raise ValueError("cannot encode NaN or infinite values")
     tri = block[upper].astype(np.int64)
     tri <<= spec.frac_bits - 2 * gram_input_bits(spec)
     out[0] += tri.view(np.uint64)
