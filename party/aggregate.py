@@ -45,6 +45,7 @@ mode, and the release gate's honest-load check means the same.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -148,6 +149,16 @@ def _chunk_partial(sketch: Sketch, a: int, ring: np.ndarray, out: np.ndarray, lo
     loads += np.bincount((slots >> 1).ravel(), minlength=sketch.m)
 
 
+def _one_blas_thread(gram: bool):
+    """One BLAS thread for the gram block: an (11 × 2^16) product gains nothing from a second
+    thread, and OpenBLAS's spinning idle threads burned as much CPU again (measured loaded: 0.56
+    against 0.31 CPU-µs per client) that the servers and other parties on the machine need."""
+    if not gram:
+        return contextlib.nullcontext()
+    from threadpoolctl import threadpool_limits  # a core dependency (pyproject.toml)
+    return threadpool_limits(limits=1, user_api="blas")
+
+
 class PartyAggregate:
     """A party's partial of the public map over its clients: ``values`` uint64 (m, W), the ring sum
     (noise included unless built without), and ``loads`` int64 (m,), the (client, piece) pairs of
@@ -185,20 +196,21 @@ def aggregate_party(spec: JobSpec, party_id: str, table: Mapping[str, np.ndarray
     if gram and width != gram_width(spec.width):  # pragma: no cover - a gram party uploads the whole triangle
         raise ValueError(f"a gram upload has {gram_width(spec.width)} values, the party's columns give {width}")
     tally = timings if timings is not None else {}
-    for lo in range(0, party.size, step):
-        hi = min(lo + step, party.size)
-        t0 = time.perf_counter()
-        chunk = source.read(lo, hi, needed)
-        t1 = time.perf_counter()
-        vectors = release_vectors(spec, party, pipeline, chunk, columns, rows=hi - lo,
-                                  streamed=streamed, row_offset=lo, lifted=not gram)
-        if gram:
-            _gram_chunk(spec, vectors, out, upper)
-            loads[0] += hi - lo
-        else:
-            _chunk_partial(sketch, party.start + lo, round_to_grid(vectors, spec.frac_bits), out, loads, bound)
-        tally["read"] = tally.get("read", 0.0) + (t1 - t0)
-        tally["map"] = tally.get("map", 0.0) + (time.perf_counter() - t1)
+    with _one_blas_thread(gram):
+        for lo in range(0, party.size, step):
+            hi = min(lo + step, party.size)
+            t0 = time.perf_counter()
+            chunk = source.read(lo, hi, needed)
+            t1 = time.perf_counter()
+            vectors = release_vectors(spec, party, pipeline, chunk, columns, rows=hi - lo,
+                                      streamed=streamed, row_offset=lo, lifted=not gram)
+            if gram:
+                _gram_chunk(spec, vectors, out, upper)
+                loads[0] += hi - lo
+            else:
+                _chunk_partial(sketch, party.start + lo, round_to_grid(vectors, spec.frac_bits), out, loads, bound)
+            tally["read"] = tally.get("read", 0.0) + (t1 - t0)
+            tally["map"] = tally.get("map", 0.0) + (time.perf_counter() - t1)
     if noise is not None:
         t0 = time.perf_counter()
         reached = np.flatnonzero(loads)
