@@ -11,6 +11,11 @@ release's sensitivity, whatever formula the release kind states for unrounded ve
 
 and calibration uses the widened value.  The noise then is an integer number of grid steps
 (:mod:`ltm.dp.noise`), so what the servers sum is exactly the rounded data plus exact noise.
+
+The ``gram`` kind rounds *before* its lift instead (:func:`gram_input_frac_bits`, ltm/lifts.py):
+z to 2^-g, then exact products on 2^-2g ⊆ 2^-f, so its sensitivity is stated for the rounded
+input (:func:`rounded_radius`; ``ltm.dp.sensitivity.rounded_gram_l2``/``rounded_gram_l1``) and the
+second rounding to 2^-f moves nothing (the plan keeps its widening as slack).
 """
 from __future__ import annotations
 
