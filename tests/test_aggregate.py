@@ -75,7 +75,7 @@ def test_exact_chunk_bound_holds():
     assert c >= 1
 
 
-@pytest.mark.parametrize("frac_bits", [16, 32, 60])
+@pytest.mark.parametrize("frac_bits", [16, 31, 32, 60])
 def test_gram_block_is_exact_across_chunks_at_the_clip_boundary(monkeypatch, frac_bits):
     """The BLAS Gram block over chunks equals Σ_clients ẑ_aẑ_b·2^(f−2g) computed in Python integers
     (mod 2^64), for clients on the clip sphere (the largest products), with tiny chunks (many chunk
