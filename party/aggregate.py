@@ -54,7 +54,7 @@ import numpy as np
 
 from ltm.batch import ShareBatch
 from ltm.dp.calibration import NoisePlan
-from ltm.dp.grid import round_to_grid
+from ltm.dp.grid import round_to_grid, rounded_radius
 from ltm.dp.noise import sample_noise
 from ltm.jobspec import JobSpec, PartySpec
 from ltm.lifts import gram_indices, gram_input_bits, gram_round, gram_width
@@ -93,7 +93,7 @@ def gram_chunk_clients(spec: JobSpec) -> int:
     """Clients per chunk of the gram kind's exact float64 Gram block: the largest c with
     c·⌈R·2^g⌉² ≤ 2^53 (module docstring), capped for memory."""
     g = gram_input_bits(spec)
-    radius_units = math.ceil(math.ldexp(spec.clip_bound + 0.5 * math.sqrt(spec.width) * math.ldexp(1.0, -g), g))
+    radius_units = math.ceil(math.ldexp(rounded_radius(spec.clip_bound, spec.width, g), g))
     return max(1, min(_MAX_CHUNK_CLIENTS, _EXACT_FLOAT // (radius_units * radius_units)))
 
 
