@@ -1,8 +1,8 @@
 """The analyst's side of the replicated degree-2 release: three output shares → a ``gram`` release.
 
 The sum of the servers' output shares is triu(ẐᵀẐ) + Σ_p e_p on the grid 2^-2f (ltm/replicated.py).
-It is returned as a :class:`~analyst.release.ReleasedSketch` of kind ``gram`` (the √2-scaled
-triangle the gram estimators read), so every gram estimator fits it unchanged.  Its noise is i.i.d.
+It is returned as a :class:`~analyst.release.ReleasedSketch` of kind ``gram`` (the unweighted
+triangle, the gram release's own layout: ltm/lifts.py), so every gram estimator fits it unchanged.  Its noise is i.i.d.
 per triangle entry with variance v = P·σ_c², so the Gram's off-diagonal entries carry v (not the
 rows gram's v/2): ``noise_variance_per_column`` is set to 2v, which makes the gram convention
 (off-diagonal = half of it) and the AdaSSP-style λ edge right and overstates the diagonal's
@@ -21,7 +21,6 @@ from analyst.release import ReleasedSketch
 from ltm.client_set import ClientSet
 from ltm.dp import accounting
 from ltm.jobspec import JobSpec
-from ltm.lifts import gram_indices
 from ltm.replicated import reconstruct_triangle
 
 
@@ -61,8 +60,7 @@ def replicated_release(spec: JobSpec, outputs: list[np.ndarray], *, randomness: 
                        seeded_parties: Sequence[str] = ()) -> ReleasedSketch:
     """The ``gram`` release from the three servers' output shares (module docstring)."""
     triangle, digest = reconstruct_triangle(outputs, spec.frac_bits)
-    i, j = gram_indices(spec.width)
-    vector = np.where(i == j, triangle, math.sqrt(2.0) * triangle)
+    vector = triangle  # the unweighted upper triangle: the gram release's own layout (ltm/lifts.py)
     privacy = replicated_privacy_report(spec, randomness=randomness, seeded_parties=seeded_parties)
     return ReleasedSketch(
         matrix=vector[None, :], columns=spec.vector_names,

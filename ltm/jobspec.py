@@ -304,6 +304,7 @@ class JobSpec:
             t_prime=p.t_prime, sketch_kind=self.make_sketch().kind,
             sensitivity=None if self.lift is None else self.lift.sensitivity(self),
             frac_bits=self.frac_bits, width=self.upload_width,
+            noise_factors=None if self.lift is None or not self.frac_bits else self.lift.noise_factors(self),
         )
 
     # ---------------------------------------------------------------- serialisation
@@ -822,7 +823,7 @@ def validate_job(spec: JobSpec, sketch: Sketch | None = None) -> JobAnalysis:
     else:
         worst = worst_entry_magnitude(float(loads.max()), spec.entry_bound, plan) * 2.0**spec.frac_bits
     headroom_bits = math.log2(HEADROOM_LIMIT / worst)
-    grid = noise_grid_problem(plan.grid_noise_sd, spec.frac_bits)
+    grid = noise_grid_problem(plan.grid_noise_sd_min, spec.frac_bits)
     if grid is not None:
         raise JobSpecError([grid])
     if headroom_bits <= 0:

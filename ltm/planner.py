@@ -467,15 +467,21 @@ def plan_release(inp: PlanInputs) -> Plan:
 
 
 # -------------------------------------------------------------------- cost (issue #22)
-#: Per-operation rates (seconds) measured on the 2-core development machine while it was shared
-#: (docs/performance.md): what the cost model multiplies.  Only their ratios matter for the choice.
+#: Per-operation rates (CPU seconds) measured on the 2-core development machine while it was shared
+#: (docs/performance.md, docs/planner.md "Cost"): what the cost model multiplies.  Only their ratios
+#: matter for the choice.  Measured as process CPU time (the machine's load inflates wall times).
 COST_RATES: dict[str, float] = {
-    "client_vector": 0.4e-6,   # read + public transforms + clip, per client
-    "round_value": 0.02e-6,    # rounding one value to the grid
-    "lift_value": 0.04e-6,     # one lifted (gram) value of one client
+    "client_vector": 0.2e-6,   # read (the bench generates its rows) + public transforms + clip, per client
+    "round_value": 0.005e-6,   # rounding one value to the grid
+    "lift_value": 0.04e-6,     # per-client mode: one lifted (gram) value of one client, rounded
+    "gram_block_value": 0.001e-6,  # aggregate mode: one gram value of one client in the BLAS block ẐᵀẐ
     "noise_share_value": 0.1e-6,  # per-client mode: one exact noise draw + secret sharing, per value
-    "map_value": 0.015e-6,     # aggregate mode: one value scattered into the party's partial
+    "map_value": 0.018e-6,     # aggregate mode: one value scattered into the party's sketch partial
     "server_value": 0.09e-6,   # per-client mode: TLS, hashing, durable write and map, per value per server set
+    # A sketch's row loads, outside the parties and O(n·s) in either mode: the job spec's and the
+    # publication's row loads, each server's release gate, the analyst's reconstruction (10^8
+    # clients, s = 1: 80 s, docs/performance.md).  The gram release's one row needs none.
+    "row_load_piece": 0.8e-6,
 }
 #: Bytes per second the cost model charges for the wire (loopback TLS on the same machine).
 WIRE_BYTES_PER_S = 400e6
@@ -494,26 +500,35 @@ def candidate_cost(inp: PlanInputs, c: Candidate) -> dict[str, float]:
     Per-client: each client uploads ``upload_values`` values (8 bytes each to the primary server,
     a 32-byte seed to each helper per batch of 2^16 clients); a server stores and maps each value.
     Aggregate: a party uploads its (rows × W) partial once — independent of its client count — and
-    pays only for building, rounding and mapping its clients' values.
+    pays only for building, rounding and mapping its clients' values (gram: rounding D values and
+    the exact BLAS Gram block, party/aggregate.py).  A sketch also costs its O(n·s) row loads
+    outside the parties (``server_cpu_s`` counts them).
     """
-    width = c.upload_values // max(c.s, 1) if c.kind != "gram" else c.upload_values
-    rows = 1 if c.kind == "gram" else c.m
-    per_client = COST_RATES["client_vector"] + c.upload_values * COST_RATES["round_value"]
-    if c.kind == "gram":
-        per_client += c.upload_values * COST_RATES["lift_value"]
+    gram = c.kind == "gram"
+    width = c.upload_values // max(c.s, 1) if not gram else c.upload_values
+    rows = 1 if gram else c.m
+    aggregate = inp.upload_mode == "aggregate"
+    if gram:  # round z (D values), then the lift: the BLAS block (aggregate) or per-client products
+        d = inp.width
+        per_client = COST_RATES["client_vector"] + d * COST_RATES["round_value"] + c.upload_values * (
+            COST_RATES["gram_block_value"] if aggregate else COST_RATES["lift_value"] + COST_RATES["round_value"])
+    else:
+        per_client = COST_RATES["client_vector"] + c.upload_values * COST_RATES["round_value"]
+    row_loads = 0.0 if gram else inp.n * c.s * COST_RATES["row_load_piece"]
     sizes = _party_sizes(inp)
     largest = max(sizes)
     helpers = max(inp.servers - 1, 0)
-    if inp.upload_mode == "aggregate":
+    if aggregate:
+        mapped = 0.0 if gram else c.upload_values * COST_RATES["map_value"]  # the gram block is in per_client
         party_bytes = rows * width * 8 + helpers * _SEED_BYTES
-        party_cpu = largest * (per_client + c.upload_values * COST_RATES["map_value"])
-        server_cpu = len(sizes) * rows * width * COST_RATES["map_value"] * inp.servers
-        all_party_cpu = inp.n * (per_client + c.upload_values * COST_RATES["map_value"])
+        party_cpu = largest * (per_client + mapped)
+        server_cpu = len(sizes) * rows * width * COST_RATES["map_value"] * inp.servers + row_loads
+        all_party_cpu = inp.n * (per_client + mapped)
     else:
         batches = -(-largest // (1 << 16))
         party_bytes = largest * c.upload_values * 8 + batches * helpers * _SEED_BYTES
         party_cpu = largest * (per_client + c.upload_values * COST_RATES["noise_share_value"])
-        server_cpu = inp.n * c.upload_values * COST_RATES["server_value"]
+        server_cpu = inp.n * c.upload_values * COST_RATES["server_value"] + row_loads
         all_party_cpu = inp.n * (per_client + c.upload_values * COST_RATES["noise_share_value"])
     wire = party_bytes * len(sizes) / WIRE_BYTES_PER_S
     return {"party_upload_bytes": float(party_bytes), "party_cpu_s": party_cpu, "server_cpu_s": server_cpu,

@@ -552,20 +552,20 @@ class FeaturePipeline:
                 raise TransformError("no raw columns given: pass rows=")
             rows = len(next(iter(raw.values())))
         need = {s for j in entries for s in self.entries[j].sources}
-        names: list[str] = []
-        cols: list[np.ndarray] = []
-        for c in self.columns:
-            if c.name not in need:
-                continue
+        used = [c for c in self.columns if c.name in need]
+        names: list[str] = [c.name for c in used]
+        # Written column by column into one array (no per-column temporaries, no column_stack copy):
+        # the same (value − center)/scale in float64, so the same bits (a party's hot path).
+        M = np.empty((rows, len(used)), order="F")  # columns contiguous: each write is one sweep
+        for k, c in enumerate(used):
             if c.role == "intercept":
                 value = np.ones(rows)
             else:
                 if c.name not in raw:
                     raise TransformError(f"column {c.name!r} is needed but missing")
                 value = np.asarray(raw[c.name], dtype=np.float64)
-            names.append(c.name)
-            cols.append((value - c.center) / c.scale)
-        M = np.column_stack(cols) if cols else np.empty((rows, 0))
+            np.subtract(value, c.center, out=M[:, k])
+            np.divide(M[:, k], c.scale, out=M[:, k])
         for i, t in enumerate(self.transforms):
             present = [c in names for c in t.columns]
             if not any(present):
@@ -583,7 +583,10 @@ class FeaturePipeline:
                      + [names[j] for j in keep[at:]])
         index = {n: j for j, n in enumerate(names)}
         try:
-            return M[:, [index[self.entries[j].name] for j in entries]]
+            order = [index[self.entries[j].name] for j in entries]
+            if order == list(range(M.shape[1])):  # already in vector order: no gather copy
+                return M
+            return M[:, order]
         except KeyError as exc:
             raise TransformError(f"entry {exc.args[0]!r} cannot be computed from the given columns") from None
 

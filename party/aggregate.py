@@ -4,7 +4,8 @@ A party that holds many clients applies its own block of the job's public linear
 uploads k shares of that one (m, W) partial instead of one noisy copy per client and piece:
 
 * a sketch kind (``sparse``, ``dense``): its columns of the sketch, ``Σ_l S_l[:, own] · Ṽ_own``;
-* a lifted kind (``gram``, histograms: the one-row ``sum`` map): ``Σ_own lift(z)`` rounded per client.
+* the ``gram`` kind: the integer Gram block ``ẐᵀẐ`` of the party's rounded client vectors (BLAS);
+* the histogram kinds (the one-row ``sum`` map): ``Σ_own lift(z)`` rounded per client.
 
 **Exactly the servers' map.**  Every client's vector is built, clipped, lifted and rounded to the
 grid 2^-f by the same functions as in per-client mode (:func:`party.randomizer.release_vectors`,
@@ -23,7 +24,16 @@ represents every integer of magnitude ≤ 2^53 exactly, and the sum of two such 
 exact sum is ≤ 2^53 in magnitude is computed exactly (no rounding occurs), so with
 ``c·B ≤ 2^53`` (:func:`exact_chunk_clients`) the float result *is* the integer result; it is then
 converted to int64 and added into the uint64 accumulator with wrap-around (the ring's addition).
-The lifted kinds are summed in int64 directly (a column sum; the lift itself is the cost).
+The histogram kinds are summed in int64 directly (a column sum of one-hot rows).
+
+**The gram kind at BLAS speed.**  The gram lift rounds z first (to 2^-g) and lifts exactly
+(ltm/lifts.py), so a client's uploaded entry (a, b) is ẑ_a ẑ_b·2^(f−2g) grid steps, ẑ in integer
+units of 2^-g with |ẑ_a ẑ_b| ≤ ‖ẑ‖² ≤ B_g = ⌈R·2^g⌉² (R = C + √D·2^-g/2).  The party's sum is
+``2^(f−2g)·ẐᵀẐ``: one float64 matrix product per chunk of c clients with c·B_g ≤ 2^53 (every
+partial sum, in whatever order BLAS adds, is an integer ≤ c·B_g in magnitude, so exact), its upper
+triangle converted to int64, shifted and added in uint64.  Per-client mode uploads
+``round_to_grid(lift(z), f)`` = the same integers per client, so the aggregate is their ring sum bit
+for bit.
 
 **Noise once per released entry.**  In per-client mode each (client, piece) of the party adds one
 draw of variance σ_c² to its row.  The aggregate adds, to each entry of a row r that the party's
@@ -35,6 +45,7 @@ mode, and the release gate's honest-load check means the same.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -43,9 +54,10 @@ import numpy as np
 
 from ltm.batch import ShareBatch
 from ltm.dp.calibration import NoisePlan
-from ltm.dp.grid import round_to_grid
+from ltm.dp.grid import round_to_grid, rounded_radius
 from ltm.dp.noise import sample_noise
 from ltm.jobspec import JobSpec, PartySpec
+from ltm.lifts import gram_indices, gram_input_bits, gram_round, gram_width
 from ltm.randomness import Randomness
 from ltm.sharing import share
 from ltm.sketch import Sketch
@@ -75,6 +87,26 @@ def exact_chunk_clients(spec: JobSpec, sketch: Sketch | None = None) -> int:
     if sketch.kind == "dense":
         cap = max(1, min(cap, _DENSE_MATRIX_ELEMENTS // sketch.m))
     return max(1, min(cap, _EXACT_FLOAT // _value_bound(spec)))
+
+
+def gram_chunk_clients(spec: JobSpec) -> int:
+    """Clients per chunk of the gram kind's exact float64 Gram block: the largest c with
+    c·⌈R·2^g⌉² ≤ 2^53 (module docstring), capped for memory."""
+    g = gram_input_bits(spec)
+    radius_units = math.ceil(math.ldexp(rounded_radius(spec.clip_bound, spec.width, g), g))
+    return max(1, min(_MAX_CHUNK_CLIENTS, _EXACT_FLOAT // (radius_units * radius_units)))
+
+
+def _gram_chunk(spec: JobSpec, vectors: np.ndarray, out: np.ndarray, upper: tuple[np.ndarray, np.ndarray]) -> None:
+    """Add 2^(f−2g)·ẐᵀẐ's upper triangle (mod 2^64) into ``out`` (uint64 (1, W)) for one chunk of
+    clipped vectors (c, D), c ≤ :func:`gram_chunk_clients` (module docstring)."""
+    units = gram_round(spec, vectors)
+    block = units.T @ units  # integer-valued and exact: every partial sum ≤ c·B_g ≤ 2^53
+    if not np.isfinite(block).all():  # NaN/∞ would propagate here (the per-client path refuses them too)
+        raise ValueError("cannot encode NaN or infinite values")
+    tri = block[upper].astype(np.int64)
+    tri <<= spec.frac_bits - 2 * gram_input_bits(spec)
+    out[0] += tri.view(np.uint64)
 
 
 def _chunk_partial(sketch: Sketch, a: int, ring: np.ndarray, out: np.ndarray, loads: np.ndarray,
@@ -117,6 +149,16 @@ def _chunk_partial(sketch: Sketch, a: int, ring: np.ndarray, out: np.ndarray, lo
     loads += np.bincount((slots >> 1).ravel(), minlength=sketch.m)
 
 
+def _one_blas_thread(gram: bool):
+    """One BLAS thread for the gram block: an (11 × 2^16) product gains nothing from a second
+    thread, and OpenBLAS's spinning idle threads burned as much CPU again (measured loaded: 0.56
+    against 0.31 CPU-µs per client) that the servers and other parties on the machine need."""
+    if not gram:
+        return contextlib.nullcontext()
+    from threadpoolctl import threadpool_limits  # a core dependency (pyproject.toml)
+    return threadpool_limits(limits=1, user_api="blas")
+
+
 class PartyAggregate:
     """A party's partial of the public map over its clients: ``values`` uint64 (m, W), the ring sum
     (noise included unless built without), and ``loads`` int64 (m,), the (client, piece) pairs of
@@ -146,19 +188,29 @@ def aggregate_party(spec: JobSpec, party_id: str, table: Mapping[str, np.ndarray
     source, streamed, needed, pipeline, columns = open_source(spec, party, table)
     out = np.zeros((sketch.m, width), dtype=np.uint64)
     loads = np.zeros(sketch.m, dtype=np.int64)
-    step = exact_chunk_clients(spec, sketch)
+    # The gram kind of a grid job: the exact BLAS Gram block (module docstring).
+    gram = sketch.kind == "sum" and spec.sketch.kind == "gram" and gram_input_bits(spec) > 0
+    step = gram_chunk_clients(spec) if gram else exact_chunk_clients(spec, sketch)
     bound = _value_bound(spec)
+    upper = gram_indices(spec.width) if gram else None
+    if gram and width != gram_width(spec.width):  # pragma: no cover - a gram party uploads the whole triangle
+        raise ValueError(f"a gram upload has {gram_width(spec.width)} values, the party's columns give {width}")
     tally = timings if timings is not None else {}
-    for lo in range(0, party.size, step):
-        hi = min(lo + step, party.size)
-        t0 = time.perf_counter()
-        chunk = source.read(lo, hi, needed)
-        t1 = time.perf_counter()
-        vectors = release_vectors(spec, party, pipeline, chunk, columns, rows=hi - lo,
-                                  streamed=streamed, row_offset=lo)
-        _chunk_partial(sketch, party.start + lo, round_to_grid(vectors, spec.frac_bits), out, loads, bound)
-        tally["read"] = tally.get("read", 0.0) + (t1 - t0)
-        tally["map"] = tally.get("map", 0.0) + (time.perf_counter() - t1)
+    with _one_blas_thread(gram):
+        for lo in range(0, party.size, step):
+            hi = min(lo + step, party.size)
+            t0 = time.perf_counter()
+            chunk = source.read(lo, hi, needed)
+            t1 = time.perf_counter()
+            vectors = release_vectors(spec, party, pipeline, chunk, columns, rows=hi - lo,
+                                      streamed=streamed, row_offset=lo, lifted=not gram)
+            if gram:
+                _gram_chunk(spec, vectors, out, upper)
+                loads[0] += hi - lo
+            else:
+                _chunk_partial(sketch, party.start + lo, round_to_grid(vectors, spec.frac_bits), out, loads, bound)
+            tally["read"] = tally.get("read", 0.0) + (t1 - t0)
+            tally["map"] = tally.get("map", 0.0) + (time.perf_counter() - t1)
     if noise is not None:
         t0 = time.perf_counter()
         reached = np.flatnonzero(loads)

@@ -199,17 +199,19 @@ def open_source(spec: JobSpec, party: PartySpec, table: Mapping[str, np.ndarray]
 
 
 def release_vectors(spec: JobSpec, party: PartySpec, pipeline: FeaturePipeline, chunk: Mapping[str, np.ndarray],
-                    columns: tuple[int, ...], *, rows: int, streamed: bool, row_offset: int) -> np.ndarray:
+                    columns: tuple[int, ...], *, rows: int, streamed: bool, row_offset: int,
+                    lifted: bool = True) -> np.ndarray:
     """The vectors a chunk of the party's clients release (before rounding and noise): float64
     (rows, W).  Built by the public transforms, clipped, and lifted for a lifted release kind;
     one implementation for per-client batches and aggregated uploads.  ``row_offset``: the party
-    row of the chunk's first row (a streamed chunk's values are checked here, naming that row)."""
+    row of the chunk's first row (a streamed chunk's values are checked here, naming that row).
+    ``lifted=False``: the clipped vectors before the lift (party/aggregate.py lifts a gram chunk itself)."""
     if streamed:
         chunk = {k: _checked_column(k, v, rows, party.party_id, row_offset) for k, v in chunk.items()}
     # Transform and clip per chunk: random-feature vectors are wide, the raw columns are not.
     vectors = pipeline.vectors(chunk, columns, rows=rows)
     vectors = clip_rows(vectors, party.clip_bound, spec.clip_norm)
-    if spec.lift is not None:  # a lifted release kind uploads lift(z) of the clipped z (ltm/lifts.py)
+    if lifted and spec.lift is not None:  # a lifted release kind uploads lift(z) of the clipped z (ltm/lifts.py)
         vectors = spec.lift.apply(spec, vectors)
     return vectors
 

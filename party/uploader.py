@@ -102,7 +102,7 @@ class PartyPolicy:
         # Defence in depth (validate_job checks it too, but a party trusts no analyst's tooling):
         # the per-client noise must be many grid steps wide (ltm.dp.grid).
         plan = spec.noise_plan()
-        grid = noise_grid_problem(plan.grid_noise_sd, spec.frac_bits)
+        grid = noise_grid_problem(plan.grid_noise_sd_min, spec.frac_bits)
         if grid is not None:
             problems.append(grid)
         # The exact sampler's range, checked before the ledger is charged (else the sampler would

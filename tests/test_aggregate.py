@@ -75,6 +75,40 @@ def test_exact_chunk_bound_holds():
     assert c >= 1
 
 
+@pytest.mark.parametrize("frac_bits", [16, 31, 32, 60])
+def test_gram_block_is_exact_across_chunks_at_the_clip_boundary(monkeypatch, frac_bits):
+    """The BLAS Gram block over chunks equals Σ_clients ẑ_aẑ_b·2^(f−2g) computed in Python integers
+    (mod 2^64), for clients on the clip sphere (the largest products), with tiny chunks (many chunk
+    boundaries) and with the largest exact chunk; and the chunk bound c·⌈R·2^g⌉² ≤ 2^53 holds."""
+    import math
+    from ltm.lifts import gram_input_bits
+
+    spec, tables, _ = _job("gram", frac_bits=frac_bits)
+    party = spec.parties[0]
+    table = {k: v.copy() for k, v in tables[party.party_id].items()}
+    g = gram_input_bits(spec)
+    radius_units = math.ceil((spec.clip_bound + 0.5 * math.sqrt(spec.width) * 2.0**-g) * 2.0**g)
+    c = aggregate.gram_chunk_clients(spec)
+    assert c * radius_units**2 <= 2**53 and c >= 1
+    for name in table:  # blow every row up far beyond the clip: all clipped vectors lie on the sphere
+        table[name] = table[name] * 1e3
+    vectors = randomizer.clip_rows(randomizer.client_vectors(spec, party, table), party.clip_bound, spec.clip_norm)
+    units = [[int(round(math.ldexp(x, g))) for x in row] for row in vectors.tolist()]
+    assert np.abs(np.ldexp(np.array(units, dtype=np.float64), -g) - vectors).max() <= 2.0 ** (-g - 1)
+    i, j = np.triu_indices(spec.width)
+    expected = np.array([sum(u[a] * u[b] for u in units) << (spec.frac_bits - 2 * g) for a, b in zip(i, j)])
+    expected = np.array([int(x) % 2**64 for x in expected], dtype=np.uint64)
+    for cap in (37, None):
+        if cap is not None:
+            monkeypatch.setattr(aggregate, "_MAX_CHUNK_CLIENTS", cap)
+        got = aggregate_party(spec, party.party_id, table, None)
+        np.testing.assert_array_equal(got.values[0], expected)
+        assert got.loads.tolist() == [party.size]
+    # and per-client mode rounds the same lift to the same integers
+    lifted = randomizer.round_to_grid(spec.lift.apply(spec, vectors), spec.frac_bits)
+    np.testing.assert_array_equal(lifted.sum(axis=0).view(np.uint64), expected)
+
+
 def test_server_refuses_a_mode_mismatch():
     spec, tables, randomness = _job("sparse")
     agg_spec = replace(spec, upload_mode="aggregate")
@@ -96,20 +130,24 @@ def _noise_of(with_noise: np.ndarray, without: np.ndarray) -> np.ndarray:
     return (with_noise - without).view(np.int64).astype(np.float64)
 
 
-def test_each_entry_has_the_per_client_noise_variance(monkeypatch):
-    """χ²: summed over R repetitions and every reached entry, noise²/(load·σ_c²) is χ² with R·E
-    degrees of freedom in both modes (the aggregate's one draw per entry, and the per-client
-    mode's load draws per entry).  Two-sided, 2e-7 per side: both modes together flake < 1e-6."""
+@pytest.mark.parametrize("kind", ["sparse", "gram"])
+def test_each_entry_has_the_per_client_noise_variance(monkeypatch, kind):
+    """χ²: summed over R repetitions and every reached entry, noise²/(load·factor·σ_c²) is χ² with
+    R·E degrees of freedom in both modes (the aggregate's one draw per entry, and the per-client
+    mode's load draws per entry; gram: factor ½ off the diagonal).  Two-sided, 1e-7 per side: both
+    modes of both kinds together flake < 1e-6."""
     from scipy.stats import chi2
 
-    spec, tables, randomness = _job("sparse")
+    spec, tables, randomness = _job(kind)
     plan = spec.noise_plan()
     party = spec.parties[0]
     table = tables[party.party_id]
     sketch = spec.make_sketch()
     clean = aggregate_party(spec, party.party_id, table, None)
     reached = clean.loads > 0
-    expected = clean.loads[reached][:, None] * plan.grid_sigma2
+    factors = np.ones(clean.values.shape[1]) if plan.noise_factors is None else np.asarray(plan.noise_factors)
+    assert (kind == "gram") == (plan.noise_factors is not None)
+    expected = clean.loads[reached][:, None] * plan.grid_sigma2 * factors[None, :]
     reps = 40
 
     def per_client_partial(rand):
@@ -125,7 +163,7 @@ def test_each_entry_has_the_per_client_noise_variance(monkeypatch):
         stats["per-client"] += float((_noise_of(per_client_partial(rand), clean.values)[reached] ** 2
                                       / expected).sum())
     dof = reps * clean.values[reached].size
-    lo, hi = chi2.ppf(2e-7, dof), chi2.isf(2e-7, dof)
+    lo, hi = chi2.ppf(1e-7, dof), chi2.isf(1e-7, dof)
     for mode, stat in stats.items():
         assert lo < stat < hi, f"{mode}: χ² = {stat:.1f} outside [{lo:.1f}, {hi:.1f}] ({dof} dof)"
 

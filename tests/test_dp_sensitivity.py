@@ -99,18 +99,59 @@ def test_sketch_bounds_are_the_brute_force_maximum(kind, m, s, clip):
     assert sens.sketch_sensitivity("laplace", clip, pieces) == sens.sketch_l1(clip, pieces)
 
 
+def gram_spec(d: int, clip: float, frac_bits: int = 0, mechanism: str = "gaussian"):
+    """The fields of a job spec the gram lift reads (f = 0: a continuous job, no rounding)."""
+    from types import SimpleNamespace
+    return SimpleNamespace(frac_bits=frac_bits, clip_bound=clip, width=d, privacy=SimpleNamespace(mechanism=mechanism))
+
+
+def weighted(lifted: np.ndarray) -> np.ndarray:
+    """The gram lift's entries in the norm its Gaussian noise weighs: off-diagonals × √2
+    (variance factor ½, ltm.lifts.gram_noise_factors), i.e. the Frobenius norm of ẑẑᵀ."""
+    d = int(round((math.sqrt(8 * lifted.shape[1] + 1) - 1) / 2))
+    i, j = np.triu_indices(d)
+    return lifted * np.where(i == j, 1.0, math.sqrt(2.0))
+
+
 @pytest.mark.parametrize("clip", [1.0, 0.6, 2.5])
 def test_gram_bounds_are_the_brute_force_maximum_of_the_lift(clip):
     apply = get_lift("gram").apply
-    got_l2 = max_pair_distance(apply(None, l2_ball_grid(2, clip)), 2)
+    got_l2 = max_pair_distance(weighted(apply(gram_spec(2, clip), l2_ball_grid(2, clip))), 2)
     assert sens.gram_l2(clip) == pytest.approx(got_l2, rel=1e-12)
     assert sens.gram_sensitivity("gaussian", clip) == sens.gram_l2(clip)
-    got_l1 = max_pair_distance(apply(None, l1_ball_grid(3, clip)), 1)
+    got_l1 = max_pair_distance(apply(gram_spec(3, clip), l1_ball_grid(3, clip)), 1)  # unweighted triangle
     assert sens.gram_l1(clip) == pytest.approx(got_l1, rel=1e-12)
     assert sens.gram_sensitivity("laplace", clip) == sens.gram_l1(clip)
     # in three dimensions random points stay below the bound, and orthogonal boundary points reach it
-    pts = apply(None, l2_ball_grid(3, clip))
+    pts = weighted(apply(gram_spec(3, clip), l2_ball_grid(3, clip)))
     assert max_pair_distance(pts, 2) <= sens.gram_l2(clip) * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("clip", [1.0, 0.6, 2.5])
+@pytest.mark.parametrize("frac_bits", [8, 10])
+def test_rounded_gram_bounds_hold_for_the_rounded_lift(clip, frac_bits):
+    """Round to 2^-g, then lift: the widened bounds √2·(C + √D·2^-g/2)² (Frobenius) and
+    2·(C + D·2^-g/2)² (ℓ1 of the unweighted triangle) hold over clipped points on and off the grid,
+    checked against an mpmath evaluation of the formulas."""
+    from ltm.dp.grid import gram_input_frac_bits
+    apply = get_lift("gram").apply
+    for d in (2, 3):
+        g = gram_input_frac_bits(frac_bits, clip, d)
+        assert g == frac_bits // 2
+        half = mpmath.mpf(2) ** (-g) / 2
+        l2 = float(mpmath.sqrt(2) * (mpmath.mpf(clip) + mpmath.sqrt(d) * half) ** 2)
+        l1 = float(2 * (mpmath.mpf(clip) + d * half) ** 2)
+        assert sens.rounded_gram_l2(clip, d, g) == pytest.approx(l2, rel=1e-15)
+        assert sens.rounded_gram_l1(clip, d, g) == pytest.approx(l1, rel=1e-15)
+        assert sens.rounded_gram_sensitivity("gaussian", clip, d, g) == sens.rounded_gram_l2(clip, d, g)
+        assert sens.rounded_gram_sensitivity("laplace", clip, d, g) == sens.rounded_gram_l1(clip, d, g)
+        # off-grid points: the grids scaled by an irrational factor, clipped to the ball
+        pts2 = l2_ball_grid(d, clip) * (1 - 1 / math.pi**8)
+        pts1 = l1_ball_grid(d, clip) * (1 - 1 / math.pi**8)
+        spec = gram_spec(d, clip, frac_bits)
+        assert max_pair_distance(weighted(apply(spec, pts2)), 2) <= l2
+        assert max_pair_distance(apply(gram_spec(d, clip, frac_bits, "laplace"), pts1), 1) <= l1
+        assert max_pair_distance(weighted(apply(spec, pts2)), 2) > sens.gram_l2(clip) * 0.99  # not vacuous
 
 
 @pytest.mark.parametrize("clip", [1.0, 0.6])

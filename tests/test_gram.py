@@ -22,7 +22,7 @@ from analyst.estimators import OLS, LowRank, Ridge
 from analyst.gram import adassp_lambda, gram_blocks, solve_gram
 from ltm.errors import ProtocolError
 from ltm.jobspec import JobSpecError, honest_row_loads, validate_job
-from ltm.lifts import LIFTS, gram_from_vector, gram_width
+from ltm.lifts import LIFTS, gram_from_vector, gram_noise_factors, gram_width
 from ltm.randomness import Randomness
 from ltm.ring import decode, encode
 from party.randomizer import clip_rows, client_vectors, noisy_copies, plan_batches, party_randomness
@@ -45,36 +45,58 @@ def gram_job(n=300, d=4, seed="gram", **kw):
 
 
 # ------------------------------------------------------------------------------ the lift
-def test_gram_lift_is_an_isometry_and_unlifts_to_the_gram_matrix():
+def test_gram_lift_rounds_then_lifts_exactly_and_unlifts_to_the_gram_matrix():
+    """Round z to 2^-g, then the unweighted triangle of ẑẑᵀ: every entry an exact product on the
+    job's grid (rounding it to 2^-f moves nothing), the sum unlifts to ẐᵀẐ, bounded by R²."""
+    from ltm.dp.grid import round_to_grid
+    from ltm.lifts import gram_input_bits
+
     rng = np.random.default_rng(0)
     spec, _, _ = gram_job(d=5)
+    g = gram_input_bits(spec)
+    assert 2 <= g <= spec.frac_bits // 2
     Z = clip_rows(rng.normal(size=(200, spec.width)), spec.clip_bound)
     U = GRAM.apply(spec, Z)
     assert U.shape == (200, gram_width(spec.width)) == (200, spec.upload_width)
-    np.testing.assert_allclose(np.linalg.norm(U, axis=1), np.sum(Z * Z, axis=1), rtol=1e-12)
-    np.testing.assert_allclose(gram_from_vector(U.sum(axis=0), spec.width), Z.T @ Z, rtol=1e-12, atol=1e-12)
-    assert np.abs(U).max() <= spec.entry_bound * (1 + 1e-12)
+    Zh = np.ldexp(np.rint(np.ldexp(Z, g)), -g)  # rounded independently of the lift's helpers
+    assert np.abs(Zh - Z).max() <= 2.0 ** (-g - 1)
+    i, j = np.triu_indices(spec.width)
+    np.testing.assert_array_equal(U, Zh[:, i] * Zh[:, j])
+    grid = round_to_grid(U, spec.frac_bits)
+    np.testing.assert_array_equal(np.ldexp(grid.astype(np.float64), -spec.frac_bits), U)  # already on 2^-f
+    np.testing.assert_allclose(gram_from_vector(U.sum(axis=0), spec.width), Zh.T @ Zh, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(gram_from_vector(U.sum(axis=0), spec.width), Z.T @ Z, atol=200 * 2.0 ** -g)
+    assert np.abs(U).max() <= spec.entry_bound
+    radius = spec.clip_bound + 0.5 * math.sqrt(spec.width) * 2.0**-g
+    assert spec.entry_bound == pytest.approx(radius**2, rel=1e-15)
 
 
 def test_gram_sensitivity_bound_holds_and_is_attained():
-    """‖u(z) − u(z')‖ = ‖zzᵀ − z'z'ᵀ‖_F ≤ √2·C² for clipped z, z'; orthogonal z ⊥ z' of norm C attain it."""
+    """‖ẑẑᵀ − ẑ'ẑ'ᵀ‖_F (the noise's weighted norm: off-diagonal entries count twice, their noise
+    variance is half) ≤ √2·(C + √D·2^-g/2)² for clipped and rounded z, z'; orthogonal z ⊥ z' of
+    norm C on the grid attain √2·C²."""
+    from ltm.lifts import gram_input_bits, gram_noise_factors
+
     spec, _, _ = gram_job(d=3)
-    C = spec.clip_bound
+    C, g = spec.clip_bound, gram_input_bits(spec)
     sens = GRAM.sensitivity(spec)
-    assert sens == pytest.approx(math.sqrt(2.0) * C * C, rel=1e-15)
+    radius = C + 0.5 * math.sqrt(spec.width) * 2.0**-g
+    assert sens == pytest.approx(math.sqrt(2.0) * radius**2, rel=1e-15)
+    weight = 1.0 / np.sqrt(gram_noise_factors(spec.width))  # 1 on the diagonal, √2 off it
+    d = spec.width
+    np.testing.assert_array_equal(gram_noise_factors(d), np.where(np.eye(d)[np.triu_indices(d)] == 1, 1.0, 0.5))
     rng = np.random.default_rng(1)
     Z = clip_rows(rng.normal(size=(20000, spec.width)) * rng.uniform(0.1, 3, size=(20000, 1)), C)
     Zp = clip_rows(rng.normal(size=(20000, spec.width)) * rng.uniform(0.1, 3, size=(20000, 1)), C)
-    diff = np.linalg.norm(GRAM.apply(spec, Z) - GRAM.apply(spec, Zp), axis=1)
-    assert diff.max() <= sens * (1 + 1e-12)
-    # the closed form ‖z‖⁴ + ‖z'‖⁴ − 2(zᵀz')², checked against the lifted vectors
-    closed = np.sqrt(np.sum(Z * Z, 1) ** 2 + np.sum(Zp * Zp, 1) ** 2 - 2 * np.sum(Z * Zp, 1) ** 2)
+    diff = np.linalg.norm((GRAM.apply(spec, Z) - GRAM.apply(spec, Zp)) * weight, axis=1)
+    assert diff.max() <= sens
+    # the weighted norm is the Frobenius norm of the change: ‖ẑ‖⁴ + ‖ẑ'‖⁴ − 2(ẑᵀẑ')²
+    Zh, Zph = (np.ldexp(np.rint(np.ldexp(A, g)), -g) for A in (Z, Zp))
+    closed = np.sqrt(np.sum(Zh * Zh, 1) ** 2 + np.sum(Zph * Zph, 1) ** 2 - 2 * np.sum(Zh * Zph, 1) ** 2)
     np.testing.assert_allclose(diff, closed, rtol=1e-9, atol=1e-12)
     e = np.eye(spec.width) * C
-    attained = np.linalg.norm(GRAM.apply(spec, e[:1]) - GRAM.apply(spec, e[1:2]))
-    assert attained == pytest.approx(sens, rel=1e-12)
-    # the unscaled triangle would need the same Δ but give off-diagonals twice the relative noise;
-    # the naive bound 2C² (triangle inequality) is what the scaling lets us avoid
+    attained = np.linalg.norm((GRAM.apply(spec, e[:1]) - GRAM.apply(spec, e[1:2])) * weight)
+    assert attained == pytest.approx(math.sqrt(2.0) * C * C, rel=1e-12) and attained <= sens
     assert sens < 2 * C * C
 
 
@@ -172,7 +194,9 @@ def test_gram_released_noise_variance_matches_the_calibration():
         plan = spec.noise_plan()
         assert plan.sigma_client * math.sqrt(spec.privacy.min_honest_load) == pytest.approx(plan.sigma_release,
                                                                                             rel=1e-14)
-        values.append(Y.ravel() / (math.sqrt(N_ZERO) * plan.sigma_client))
+        # per-entry scales: variance σ_c² on the diagonal, σ_c²/2 off it (ltm/lifts.py)
+        np.testing.assert_array_equal(plan.noise_factors, gram_noise_factors(WIDTH_ZERO))
+        values.append(Y.ravel() / (math.sqrt(N_ZERO) * plan.sigma_client * np.sqrt(plan.noise_factors)))
     z = np.concatenate(values)
     n = z.size
     assert n == JOBS * gram_width(WIDTH_ZERO)
@@ -185,22 +209,25 @@ def test_gram_released_noise_variance_matches_the_calibration():
 # ------------------------------------------------------------------------------ calibration
 @pytest.mark.parametrize("eps,delta", [(0.3, 1e-6), (1.0, 1e-6), (4.0, 1e-9)])
 def test_gram_sigma_matches_dp_accounting(eps, delta):
-    """The gram job's σ_c, checked independently: the stated Δ₂ = √2·C² widened by the rounding
-    (√W·2^-f, W = D(D+1)/2 uploaded values), the L-fold discrete Gaussian sum's zCDP ρ
-    (Kairouz–Liu–Steinke, in mpmath), and dp_accounting's module-level RDP conversion: δ at ε is
-    the target, neither above (not private) nor below by more than 1e-6 (not over-noised)."""
+    """The gram job's σ_c, checked independently: Δ₂ = √2·(C + √D·2^-g/2)² of the input rounded to
+    2^-g (g = ⌊f/2⌋), plus the plan's own harmless √W·2^-f; the L-fold discrete Gaussian sum's zCDP
+    ρ per coordinate (Kairouz–Liu–Steinke, in mpmath), τ at the smallest scale σ_c/√2; and
+    dp_accounting's module-level RDP conversion: δ at ε is the target, neither above (not private)
+    nor below by more than 1e-6 (not over-noised)."""
     import mpmath
     from dp_accounting.rdp.rdp_privacy_accountant import DEFAULT_RDP_ORDERS, compute_delta
 
     spec, _, _ = gram_job(epsilon=eps, delta=delta, clip_bound=0.7)
     plan = spec.noise_plan()
-    base = math.sqrt(2.0) * 0.7**2
+    g = spec.frac_bits // 2
+    base = float(mpmath.sqrt(2) * (mpmath.mpf("0.7") + mpmath.sqrt(spec.width) * mpmath.mpf(2) ** (-g) / 2) ** 2)
     W = spec.upload_width
     assert plan.base_sensitivity == pytest.approx(base, rel=1e-15)
     assert plan.sensitivity == pytest.approx(base + math.sqrt(W) * 2.0**-spec.frac_bits, rel=1e-15)
     L = spec.privacy.min_honest_load
     sigma = mpmath.sqrt(mpmath.mpf(plan.grid_sigma2))
-    tau = 10 * mpmath.fsum(mpmath.exp(-2 * mpmath.pi**2 * sigma**2 * k / (k + 1)) for k in range(1, min(L, 200)))
+    smallest = sigma / mpmath.sqrt(2)  # the off-diagonal entries' scale
+    tau = 10 * mpmath.fsum(mpmath.exp(-2 * mpmath.pi**2 * smallest**2 * k / (k + 1)) for k in range(1, min(L, 200)))
     d2 = mpmath.mpf(plan.sensitivity) * 2**spec.frac_bits
     eps_c = d2 / (mpmath.sqrt(L) * sigma) + tau * mpmath.sqrt(2 * W) * d2
     rho = float(eps_c**2 / 2)
@@ -212,11 +239,14 @@ def test_gram_sigma_matches_dp_accounting(eps, delta):
 def test_gram_laplace_uses_the_l1_sensitivity():
     spec, _, _ = gram_job(mechanism="laplace", delta=0.0, clip_bound=1.5)
     plan = spec.noise_plan()
-    assert plan.sensitivity == pytest.approx(2 * 1.5**2) and plan.laplace_scale == pytest.approx(2 * 1.5**2)
-    assert plan.base_sensitivity == 2 * 1.5**2  # ℓ1, before the rounding widening W·2^-f
+    g = spec.frac_bits // 2
+    radius = 1.5 + spec.width * 2.0 ** (-g) / 2  # ℓ1: each of the D coordinates moves ≤ 2^-g/2
+    assert plan.noise_factors is None  # Laplace: i.i.d. draws
+    assert plan.sensitivity == pytest.approx(2 * 1.5**2, rel=1e-3) and plan.laplace_scale == pytest.approx(2 * 1.5**2, rel=1e-3)
+    assert plan.base_sensitivity == pytest.approx(2 * radius**2, rel=1e-15)  # ℓ1 of the unweighted triangle
     rng = np.random.default_rng(3)
     Z = clip_rows(rng.laplace(size=(5000, spec.width)), 1.5, "l1")
-    assert np.abs(GRAM.apply(spec, Z)).sum(axis=1).max() <= 1.5**2 * (1 + 1e-12)
+    assert np.abs(GRAM.apply(spec, Z)).sum(axis=1).max() <= radius**2
 
 
 # ------------------------------------------------------------------------------ spec, gate, corruption

@@ -90,8 +90,8 @@ LAPLACE_ATTACKS = [
 def test_the_party_and_validate_job_refuse_noise_below_the_grid(kind, mechanism, clip, frac_bits, n, m, partition):
     spec = attack_job(kind, mechanism, clip, frac_bits, n, m, partition)
     plan = spec.noise_plan()
-    assert plan.grid_noise_sd < ltm.dp.grid.MIN_NOISE_GRID_STEPS  # the attack job's noise is sub-grid
-    reason = (f"per-client noise sd is {plan.grid_noise_sd:.3g} grid steps of 2^-{spec.frac_bits}, below the "
+    assert plan.grid_noise_sd_min < ltm.dp.grid.MIN_NOISE_GRID_STEPS  # sub-grid (the smallest per-entry scale: the gram off-diagonals)
+    reason = (f"per-client noise sd is {plan.grid_noise_sd_min:.3g} grid steps of 2^-{spec.frac_bits}, below the "
               f"minimum 8")
     with pytest.raises(PolicyViolation, match=reason.replace(".", r"\.").replace("^", r"\^")):
         PartyPolicy(max_epsilon=1.0, max_delta=1e-5).check(spec)

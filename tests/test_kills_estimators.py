@@ -217,7 +217,7 @@ def _gram_release(seed=4, n=300, v=0.0):
     Z[:, 3] = Z[:, 0] - Z[:, 1] + 0.3 * rng.normal(size=n)
     G = Z.T @ Z
     i, j = np.triu_indices(4)
-    vector = G[i, j] * np.where(i == j, 1.0, math.sqrt(2.0))  # the lift's √2 on off-diagonal entries
+    vector = G[i, j]  # the lift's unweighted upper triangle (ltm/lifts.py)
     rel = ReleasedSketch(matrix=vector[None, :], columns=("a", "b", "one", "y"), centers=np.zeros(4),
                          scales=np.ones(4), label=3, intercept=2, n=n, noise_variance_per_column=v,
                          privacy={}, sha256="", kind="gram")
@@ -309,7 +309,7 @@ def test_ridge_on_gram_releases_flags_a_singular_design():
     # noise can make the released XᵀX indefinite: one negative eigenvalue, the others positive
     G = np.array([[5.0, 0.0, 0.0, 1.0], [0.0, -1.0, 0.0, 1.0], [0.0, 0.0, 3.0, 1.0], [1.0, 1.0, 1.0, 10.0]])
     i, j = np.triu_indices(4)
-    vector = G[i, j] * np.where(i == j, 1.0, math.sqrt(2.0))
+    vector = G[i, j]  # the unweighted upper triangle (ltm/lifts.py)
     singular = ReleasedSketch(matrix=vector[None, :], columns=("a", "b", "one", "y"), centers=np.zeros(4),
                               scales=np.ones(4), label=3, intercept=2, n=40, noise_variance_per_column=0.0,
                               privacy={}, sha256="", kind="gram")

@@ -134,3 +134,23 @@ def test_a_job_can_bound_the_bytes_a_party_uploads():
     assert p.kind == "sparse"
     with pytest.raises(ValueError, match="no release kind is feasible"):
         _costed(10**6, "per-client", max_party_upload_bytes=100)
+
+
+@pytest.mark.parametrize("n", [10**6, 10**7, 10**8, 10**9])
+def test_the_default_job_at_scale_is_the_gram_aggregate(n):
+    """With the gram aggregate at BLAS speed (round D values + one W-value block per client) and a
+    sketch's O(n·s) row loads counted, the default job (d = 10 + label, aggregate) is gram at every
+    n: cheaper and more accurate; its cost per client is the measured one (0.31–0.40 CPU-µs loaded)."""
+    from ltm.planner import COST_RATES
+
+    p = _costed(n, "aggregate")
+    assert p.kind == "gram"
+    gram = next(c for c in p.candidates if c.kind == "gram")
+    sparse = next(c for c in p.candidates if c.kind == "sparse")
+    per_client = (COST_RATES["client_vector"] + 11 * COST_RATES["round_value"]
+                  + 66 * COST_RATES["gram_block_value"])
+    assert gram.cost["total_s"] == pytest.approx(n * per_client, rel=1e-3)
+    assert 0.25e-6 < per_client < 0.45e-6
+    assert sparse.cost["server_cpu_s"] >= n * sparse.s * COST_RATES["row_load_piece"]
+    assert gram.cost["total_s"] < sparse.cost["total_s"]
+    assert "gram" in p.reason and "B/party" in p.reason

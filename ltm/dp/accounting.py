@@ -113,21 +113,26 @@ def kls_tau(sigma: float, load: int) -> float:
     return math.exp(max(log_tau, _LOG_TAU_FLOOR))
 
 
-def kls_rho(sigma: float, load: int, l2_sensitivity: float, l1_sensitivity: float) -> float:
+def kls_rho(sigma: float, load: int, l2_sensitivity: float, l1_sensitivity: float,
+            tau_ratio: float = 1.0) -> float:
     """ρ of the sum of ``load`` i.i.d. N_Z(0, σ²) (σ in grid steps) for shifts bounded by the given
-    sensitivities (grid steps): ½(Δ₂/(√L·σ) + τ·Δ₁)²."""
-    eps_c = l2_sensitivity / (math.sqrt(load) * sigma) + kls_tau(sigma, load) * l1_sensitivity
+    sensitivities (grid steps): ½(Δ₂/(√L·σ) + τ·Δ₁)².
+
+    ``tau_ratio`` r ≤ 1: per-entry scales σ_j ∈ [rσ, σ] (the gram release, docs/architecture.md
+    "Per-entry noise scales"): Δ₂ is then the bound on √(Σ_j μ_j²·σ²/σ_j²) and τ is evaluated at
+    the smallest scale rσ (τ decreases in σ, so that term bounds every coordinate's)."""
+    eps_c = l2_sensitivity / (math.sqrt(load) * sigma) + kls_tau(sigma * tau_ratio, load) * l1_sensitivity
     return 0.5 * eps_c * eps_c
 
 
 def calibrate_discrete_gaussian(epsilon: float, delta: float, l2_sensitivity: float, load: int,
-                                l1_sensitivity: float) -> float:
+                                l1_sensitivity: float, tau_ratio: float = 1.0) -> float:
     """The smallest σ_c (grid steps, to a relative ~1e-12, rounded up) whose L-fold sum is
-    (ε, δ)-DP by :func:`kls_rho` and the accountant: ``kls_rho(σ_c, …) ≤ rho_for(ε, δ)``."""
+    (ε, δ)-DP by :func:`kls_rho` and the accountant: ``kls_rho(σ_c, …, tau_ratio) ≤ rho_for(ε, δ)``."""
     target = math.sqrt(2.0 * rho_for(epsilon, delta))
 
     def eps_c(sigma: float) -> float:
-        return l2_sensitivity / (math.sqrt(load) * sigma) + kls_tau(sigma, load) * l1_sensitivity
+        return l2_sensitivity / (math.sqrt(load) * sigma) + kls_tau(sigma * tau_ratio, load) * l1_sensitivity
 
     lo = l2_sensitivity / (math.sqrt(load) * target)  # τ ≥ 0: no smaller σ can do
     hi = lo
@@ -140,7 +145,7 @@ def calibrate_discrete_gaussian(epsilon: float, delta: float, l2_sensitivity: fl
         else:
             lo = mid
     sigma = hi * (1.0 + _SIGMA_BUMP)
-    if kls_rho(sigma, load, l2_sensitivity, l1_sensitivity) > 0.5 * target * target:  # pragma: no cover
+    if kls_rho(sigma, load, l2_sensitivity, l1_sensitivity, tau_ratio) > 0.5 * target * target:  # pragma: no cover
         raise ValueError(f"could not verify the discrete Gaussian sigma for epsilon={epsilon!r}, delta={delta!r}")
     return sigma
 
@@ -150,9 +155,11 @@ def discrete_laplace_scale(epsilon: float, l1_sensitivity: float) -> float:
     return math.ceil(l1_sensitivity) / epsilon
 
 
-def gaussian_event(sigma: float, load: int, l2_sensitivity: float, l1_sensitivity: float) -> dp_event.DpEvent:
-    """The release's ``ZCDpEvent``: the L-fold discrete Gaussian sum at σ (grid steps)."""
-    return _dp_event().ZCDpEvent(kls_rho(sigma, load, l2_sensitivity, l1_sensitivity))
+def gaussian_event(sigma: float, load: int, l2_sensitivity: float, l1_sensitivity: float,
+                   tau_ratio: float = 1.0) -> dp_event.DpEvent:
+    """The release's ``ZCDpEvent``: the L-fold discrete Gaussian sum at σ (grid steps; per-entry
+    scales down to ``tau_ratio``·σ, :func:`kls_rho`)."""
+    return _dp_event().ZCDpEvent(kls_rho(sigma, load, l2_sensitivity, l1_sensitivity, tau_ratio))
 
 
 def laplace_event(scale: float, l1_sensitivity: float) -> dp_event.DpEvent:

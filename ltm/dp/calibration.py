@@ -357,6 +357,10 @@ class NoisePlan:
         grid_sigma2: Gaussian: σ_c² in grid steps² (the discrete Gaussian's parameter); else 0.
         grid_scale: Laplace: t in grid steps (the discrete Laplace's parameter); else 0.
         grid_l1_sensitivity: Δ₁ of the release in grid steps (Gaussian: ≤ √(2·pieces·W)·Δ₂).
+        noise_factors: Gaussian per-entry variance factors (W,) in (0, 1]: entry j of a draw has
+            variance factor_j·σ_c² (the gram release: 1 on the diagonal, ½ off it,
+            docs/architecture.md "Per-entry noise scales"); ``sensitivity`` is then the bound on
+            √(Σ_j μ_j²/factor_j).  None: i.i.d. noise (every factor 1).
     """
 
     mechanism: Mechanism
@@ -376,11 +380,20 @@ class NoisePlan:
     grid_sigma2: float = 0.0
     grid_scale: float = 0.0
     grid_l1_sensitivity: float = 0.0
+    noise_factors: tuple[float, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.noise_factors is not None and not isinstance(self.noise_factors, tuple):  # from JSON: a list
+            object.__setattr__(self, "noise_factors", tuple(float(x) for x in self.noise_factors))
 
     def to_dict(self) -> dict:
-        """JSON-friendly dict (plain str/int/float/None values)."""
+        """JSON-friendly dict (plain str/int/float/None values; ``noise_factors`` a list, absent when None)."""
         out = asdict(self)
         out["mechanism"], out["calibration"] = str(self.mechanism), str(self.calibration)
+        if self.noise_factors is None:  # i.i.d. plans keep the dict they always had
+            del out["noise_factors"]
+        else:
+            out["noise_factors"] = list(self.noise_factors)
         return out
 
     @property
@@ -394,6 +407,16 @@ class NoisePlan:
         return math.ldexp(self.sigma_client, self.frac_bits)
 
     @property
+    def min_noise_factor(self) -> float:
+        """The smallest per-entry variance factor (1.0 for i.i.d. noise)."""
+        return min(self.noise_factors) if self.noise_factors else 1.0
+
+    @property
+    def grid_noise_sd_min(self) -> float:
+        """The smallest per-entry noise sd in grid steps (what :func:`ltm.dp.grid.noise_grid_problem` checks)."""
+        return self.grid_noise_sd * math.sqrt(self.min_noise_factor)
+
+    @property
     def grid_sensitivity(self) -> float:
         """The release's Δ₂ (Gaussian) or Δ₁ (Laplace) in grid steps."""
         return math.ldexp(self.sensitivity, self.frac_bits)
@@ -403,7 +426,7 @@ class NoisePlan:
         if self.mechanism != Mechanism.GAUSSIAN or not self.on_grid:
             raise ValueError("zcdp_rho is defined for Gaussian grid plans only")
         return accounting.kls_rho(math.sqrt(self.grid_sigma2), self.min_honest_load, self.grid_sensitivity,
-                                  self.grid_l1_sensitivity)
+                                  self.grid_l1_sensitivity, math.sqrt(self.min_noise_factor))
 
     def dp_event(self):
         """The dp-accounting ``DpEvent`` of the release under the gate's guarantee (grid plans only)."""
@@ -411,7 +434,8 @@ class NoisePlan:
             raise ValueError("a continuous noise plan (frac_bits = 0) has no discrete dp event")
         if self.mechanism == Mechanism.GAUSSIAN:
             return accounting.gaussian_event(math.sqrt(self.grid_sigma2), self.min_honest_load,
-                                             self.grid_sensitivity, self.grid_l1_sensitivity)
+                                             self.grid_sensitivity, self.grid_l1_sensitivity,
+                                             math.sqrt(self.min_noise_factor))
         return accounting.laplace_event(self.grid_scale, self.grid_sensitivity)
 
 
@@ -447,6 +471,7 @@ def plan_noise(
     sensitivity: float | None = None,
     frac_bits: int = 0,
     width: int | None = None,
+    noise_factors=None,
 ) -> NoisePlan:
     """Calibrate the per-(client, piece) noise of one release (docs/architecture.md, "The noise").
 
@@ -474,6 +499,9 @@ def plan_noise(
             job a party runs); 0 gives a continuous plan (no rounding, float mechanisms).
         width: W, the values each client uploads per piece (needed with ``frac_bits``: the
             rounding widening is √(s·W)·2^-f in ℓ2, s·W·2^-f in ℓ1).
+        noise_factors: Gaussian only: per-entry variance factors (W values in (0, 1]) of each draw;
+            ``sensitivity`` must then bound √(Σ_j μ_j²/factor_j) of a change μ (the gram lift's
+            Frobenius bound).  τ is evaluated at the smallest scale (:func:`ltm.dp.accounting.kls_rho`).
 
     Tight Gaussian: σ_c from the distributed discrete Gaussian's zCDP (Kairouz, Liu & Steinke 2021)
     and dp_accounting's conversion (:func:`ltm.dp.accounting.calibrate_discrete_gaussian`); a
@@ -524,6 +552,16 @@ def plan_noise(
                 f"lower s or raise m"
             )
 
+    factors = None
+    if noise_factors is not None:
+        factors = tuple(float(x) for x in noise_factors)
+        if mech != Mechanism.GAUSSIAN:
+            raise CalibrationError("noise_factors are for the Gaussian mechanism (Laplace draws are i.i.d.)")
+        if sensitivity is None or (w_ is not None and len(factors) != w_) \
+                or not all(0.0 < x <= 1.0 for x in factors):
+            raise CalibrationError(f"noise_factors must be {w_} values in (0, 1] with an explicit sensitivity, "
+                                   f"got {len(factors)} values")
+    tau_ratio = math.sqrt(min(factors)) if factors else 1.0
     sens_given = None if sensitivity is None else _positive("sensitivity", sensitivity)
     if sens_given is not None and calib == Calibration.PAPER:
         raise CalibrationError(
@@ -572,7 +610,8 @@ def plan_noise(
             )
         else:
             if f_:
-                sigma_c_tight = accounting.calibrate_discrete_gaussian(eps, dlt, sens_g, load, l1_g) / scale
+                sigma_c_tight = accounting.calibrate_discrete_gaussian(eps, dlt, sens_g, load, l1_g,
+                                                                       tau_ratio) / scale
             else:  # continuous plans describe the float Gaussian, for which the analytic calibration is exact
                 sigma_c_tight = analytic_gaussian_sigma(eps, dlt, sens) / math.sqrt(load)
             sigma_c = sigma_c_tight if calib == Calibration.TIGHT else sigma_c_tight * math.sqrt(load) ** (1 - p)
@@ -587,7 +626,7 @@ def plan_noise(
             **common, delta=dlt, sensitivity=float(sens), sigma_client=float(sigma_c),
             sigma_release=float(sigma_r), laplace_scale=0.0, gamma_shape=0.0,
             base_sensitivity=float(base), rounding_widening=float(widen), grid_sigma2=float(sigma2_g),
-            grid_l1_sensitivity=float(l1_g),
+            grid_l1_sensitivity=float(l1_g), noise_factors=factors,
         )
 
     # laplace

@@ -11,6 +11,11 @@ release's sensitivity, whatever formula the release kind states for unrounded ve
 
 and calibration uses the widened value.  The noise then is an integer number of grid steps
 (:mod:`ltm.dp.noise`), so what the servers sum is exactly the rounded data plus exact noise.
+
+The ``gram`` kind rounds *before* its lift instead (:func:`gram_input_frac_bits`, ltm/lifts.py):
+z to 2^-g, then exact products on 2^-2g ⊆ 2^-f, so its sensitivity is stated for the rounded
+input (:func:`rounded_radius`; ``ltm.dp.sensitivity.rounded_gram_l2``/``rounded_gram_l1``) and the
+second rounding to 2^-f moves nothing (the plan keeps its widening as slack).
 """
 from __future__ import annotations
 
@@ -18,7 +23,8 @@ import math
 
 import numpy as np
 
-__all__ = ["MIN_NOISE_GRID_STEPS", "grid_step", "rounding_widening", "round_to_grid", "noise_grid_problem"]
+__all__ = ["MIN_NOISE_GRID_STEPS", "grid_step", "rounding_widening", "round_to_grid", "noise_grid_problem",
+           "rounded_radius", "gram_input_frac_bits"]
 
 #: The least per-client noise standard deviation, in grid steps, a job may use.  The proof needs
 #: none (rounding is inside the sensitivity and the noise is exact), but a noise within a few steps
@@ -60,6 +66,36 @@ def round_to_grid(values: np.ndarray, frac_bits: int) -> np.ndarray:
     if scaled.size and np.max(np.abs(scaled)) >= 2.0**62:
         raise ValueError(f"value too large for fixed point with {frac_bits} fraction bits")
     return scaled.astype(np.int64)
+
+
+#: A rounded client vector of the ``gram`` kind has ‖ẑ‖₂·2^g ≤ 2^26, so every product ẑ_a ẑ_b of its
+#: integer grid units is below 2^52: exact in float64 (the lift) and in int64.
+_GRAM_UNIT_PRODUCT_BITS = 52
+
+
+def rounded_radius(clip_norm: float, width: int, frac_bits: int, norm: str = "l2") -> float:
+    """A bound on the norm of a vector of norm ≤ C after rounding each of its D coordinates to the
+    nearest point of 2^-g: each moves by ≤ 2^-g/2, so ‖ẑ‖₂ ≤ C + √D·2^-g/2 (ℓ1: C + D·2^-g/2)."""
+    half = 0.5 * grid_step(frac_bits)
+    if norm == "l2":
+        return float(clip_norm) + math.sqrt(width) * half
+    if norm == "l1":
+        return float(clip_norm) + width * half
+    raise ValueError(f"norm must be 'l2' or 'l1', got {norm!r}")
+
+
+def gram_input_frac_bits(frac_bits: int, clip_norm: float, width: int) -> int:
+    """g, the grid 2^-g the ``gram`` kind rounds a client vector to before lifting it exactly
+    (ltm/lifts.py): the largest g ≤ ⌊f/2⌋ with (R_g·2^g)² ≤ 2^52, R_g = :func:`rounded_radius`
+    (ℓ2; an ℓ1 clip bounds ℓ2 too).  The lifted entries ẑ_a ẑ_b are then integers on 2^-2g ⊆ 2^-f
+    (times 2^(f−2g)), each below 2^52 grid units of 2^-2g: exact as float64 and as int64."""
+    f = int(frac_bits)
+    if f < 2 or width < 1 or not clip_norm > 0:
+        raise ValueError(f"gram_input_frac_bits needs f >= 2, D >= 1, C > 0 (got {frac_bits}, {width}, {clip_norm})")
+    for g in range(f // 2, 0, -1):
+        if math.ldexp(rounded_radius(clip_norm, width, g), g) ** 2 <= 2.0**_GRAM_UNIT_PRODUCT_BITS:
+            return g
+    raise ValueError(f"clip bound {clip_norm:g} too large for an exact gram lift (products beyond 2^52 grid units)")
 
 
 def noise_grid_problem(grid_noise_sd: float, frac_bits: int) -> str | None:

@@ -328,6 +328,8 @@ def sample_noise(stream: RandomStream, plan, shape: tuple[int, ...], *, multipli
     their sum, and :func:`ltm.dp.accounting.job_event` accounts only M = 1 draws (the L-fold sum) —
     per-entry draws need their own accounting (the heterogeneous sum of discrete Gaussians).
     Laplace: each element is one whole DLap(t), whatever M (one draw alone makes an entry ε-DP).
+    A plan with per-entry ``noise_factors`` (W,) scales element j of the last axis to
+    N_Z(0, M·factor_j·σ_c²) (the gram release's ½ off the diagonal).
     """
     if not plan.on_grid:
         raise ValueError("a continuous noise plan (frac_bits = 0) cannot be sampled: a party needs a grid plan")
@@ -336,6 +338,9 @@ def sample_noise(stream: RandomStream, plan, shape: tuple[int, ...], *, multipli
     mult = _multiplicities(multiplicity, shape)
     if plan.mechanism == "laplace":
         return discrete_laplace(stream, plan.grid_scale, count).reshape(shape)
+    factors = getattr(plan, "noise_factors", None)
+    if factors is not None:  # per-entry scales along the last axis (the gram release: ltm/lifts.py)
+        return _sample_scaled(stream, plan.grid_sigma2, np.asarray(factors, dtype=np.float64), shape, mult)
     if mult is None:
         return discrete_gaussian(stream, plan.grid_sigma2, count).reshape(shape)
     out = np.empty(count, dtype=np.int64)
@@ -345,6 +350,34 @@ def sample_noise(stream: RandomStream, plan, shape: tuple[int, ...], *, multipli
         # rounded up: the product may round down by half an ulp, and more noise is post-processing
         out[where] = discrete_gaussian(stream, math.nextafter(plan.grid_sigma2 * float(m), math.inf), where.size)
     return out.reshape(shape)
+
+
+def _sample_scaled(stream: RandomStream, sigma2: float, factors: np.ndarray, shape: tuple[int, ...],
+                   mult: np.ndarray | None) -> np.ndarray:
+    """:func:`sample_noise` for a plan with per-entry variance ``factors`` (W,) on the last axis:
+    one vectorised draw per factor class (the W columns sharing a factor) and multiplicity."""
+    if not shape or shape[-1] != factors.size:
+        raise ValueError(f"the plan has {factors.size} per-entry noise factors; the last axis of "
+                         f"shape {shape} must match")
+    out = np.empty(shape, dtype=np.int64)
+    for factor in np.unique(factors):
+        cols = np.flatnonzero(factors == factor)
+        sub_shape = (*shape[:-1], cols.size)
+        if mult is None:
+            # σ²·factor: exact for a power of two (the gram's 1 and ½), else rounded up
+            variance = sigma2 * float(factor)
+            if math.frexp(float(factor))[0] != 0.5:
+                variance = math.nextafter(variance, math.inf)
+            out[..., cols] = discrete_gaussian(stream, variance, math.prod(sub_shape)).reshape(sub_shape)
+            continue
+        m_flat = mult[..., cols].reshape(-1)
+        flat = np.empty(m_flat.size, dtype=np.int64)
+        for m in np.unique(m_flat):
+            where = np.flatnonzero(m_flat == m)
+            flat[where] = discrete_gaussian(stream, math.nextafter(sigma2 * float(factor) * float(m), math.inf),
+                                            where.size)
+        out[..., cols] = flat.reshape(sub_shape)
+    return out
 
 
 def widest_noise_draw(plan, multiplicity: int = 1) -> float:

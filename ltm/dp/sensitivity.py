@@ -22,6 +22,8 @@ import math
 import operator
 from typing import Any
 
+from ltm.dp.grid import rounded_radius
+
 __all__ = [
     "vector_sensitivity",
     "sketch_l2",
@@ -31,6 +33,9 @@ __all__ = [
     "gram_l2_triangle",
     "gram_l1",
     "gram_sensitivity",
+    "rounded_gram_l2",
+    "rounded_gram_l1",
+    "rounded_gram_sensitivity",
     "histogram_l2",
     "histogram_l1",
     "histogram_sensitivity",
@@ -319,3 +324,25 @@ def rounded_gram_l2(clip_norm: float, width: int, frac_bits: int) -> float:
     2^-f/2, so ‖ẑ‖ ≤ C + √D·2^-f/2, and two neighbours' rounded vectors are any two vectors of at most
     that norm."""
     return gram_l2(float(clip_norm) + 0.5 * math.sqrt(width) * math.ldexp(1.0, -int(frac_bits)))
+
+
+def rounded_gram_l1(clip_norm: float, width: int, frac_bits: int) -> float:
+    """``2·(C + D·2^-g/2)²``: ℓ1 sensitivity of the *unweighted* upper triangle
+    T(ẑ) = (ẑ_a ẑ_b)_{a≤b} of vectors clipped to ‖z‖₁ ≤ C and then rounded coordinate by
+    coordinate to the grid 2^-g (``frac_bits`` = g; the ``gram`` lift, ltm/lifts.py).
+
+    Rounding moves each of the D coordinates by ≤ 2^-g/2, so ‖ẑ‖₁ ≤ R₁ = C + D·2^-g/2; and
+    ‖T(ẑ)‖₁ = Σ_a ẑ_a² + Σ_{a<b} |ẑ_a ẑ_b| ≤ Σ_a ẑ_a² + 2Σ_{a<b} |ẑ_a ẑ_b| = ‖ẑ‖₁² ≤ R₁², so
+    ‖T(ẑ) − T(ẑ')‖₁ ≤ 2R₁² (attained for g → ∞ by z = C·e₁, z' = C·e₂)."""
+    r = rounded_radius(_positive("clip_norm", clip_norm), _count("width", width), frac_bits, "l1")
+    return 2.0 * r * r
+
+
+def rounded_gram_sensitivity(mechanism: Any, clip_norm: float, width: int, frac_bits: int) -> float:
+    """The ``gram`` lift's sensitivity for ``mechanism`` with its input rounded to 2^-g
+    (``frac_bits`` = g): :func:`rounded_gram_l2` (Gaussian, in the Frobenius norm of the change of
+    ẑẑᵀ: the noise plan gives the unweighted off-diagonal entries variance ½, ltm/lifts.py) or
+    :func:`rounded_gram_l1` (Laplace, ℓ1 of the unweighted triangle)."""
+    if _is_l2(mechanism):
+        return rounded_gram_l2(clip_norm, width, frac_bits)
+    return rounded_gram_l1(clip_norm, width, frac_bits)
