@@ -277,3 +277,74 @@ def test_expand_seed_is_deterministic_and_seed_dependent(seed, other, shape):
 def test_expand_seed_rejects_wrong_key_length():
     with pytest.raises(ValueError, match="32 bytes"):
         expand_seed(bytes(16), (4,))
+
+
+# ====== mutation-kill tests for ltm/ring.py (scripts/mutation.sh; were tests/test_kills_ring.py) ======
+# Each test checks behaviour against a value computed independently (a closed form written out
+# again, numpy/scipy in the clear, a second route through the code), never a recorded output.
+import warnings  # noqa: E402
+from ltm import ring  # noqa: E402
+
+
+def test_encode_uses_float64_even_for_narrow_float_input():
+    # float16 cannot hold 1.5 * 2^20; encoding must widen first, so the result equals the float64 one.
+    half = np.array([1.5, -2.25], dtype=np.float16)
+    assert np.array_equal(ring.encode(half, 20), ring.encode(half.astype(np.float64), 20))
+    assert ring.decode(ring.encode(half, 20), 20).tolist() == [1.5, -2.25]
+
+
+def test_encode_overflow_is_a_value_error_not_a_warning():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError):  # 1e308·2^40 overflows float64 to inf inside encode
+            ring.encode(np.array([1e308]), 40)
+        with pytest.raises(ValueError, match="too large for fixed point"):
+            ring.encode(np.array([2.0**70]), 0)
+        with pytest.raises(ValueError, match="^cannot encode NaN or infinite values$"):
+            ring.encode(np.array([np.inf, np.nan]), 16)
+
+
+def test_decode_and_negate_accept_any_integer_ring_array():
+    # Ring elements given as a narrower unsigned type or a Python list mean the same residues.
+    narrow = np.array([5, 7], dtype=np.uint32)
+    assert ring.decode(narrow, 0).tolist() == [5.0, 7.0]
+    assert ring.decode(narrow, 0).dtype == np.float64
+    neg = ring.negate([1, 2])
+    assert neg.dtype == np.uint64
+    assert neg.tolist() == [2**64 - 1, 2**64 - 2]
+    assert ring.negate(narrow).tolist() == [2**64 - 5, 2**64 - 7]
+
+
+# ====== mutation-kill tests for ltm/sharing.py (scripts/mutation.sh; were tests/test_kills_sharing.py) ======
+from tests.helpers.kill_helpers import exact as _exact  # noqa: E402
+from ltm import sharing  # noqa: E402
+
+
+def test_share_defaults_are_seed_mode_with_server_0_primary():
+    x = np.arange(6, dtype=np.uint64).reshape(2, 3)
+    shares = sharing.share(x, 3, Randomness.system())
+    assert shares[0].data is not None and shares[0].seed is None
+    assert all(s.seed is not None and s.data is None for s in shares[1:])
+    assert np.array_equal(sharing.reconstruct(shares), x)
+
+
+def test_share_and_reconstruct_accept_python_integers():
+    # Python ints (e.g. from JSON) are ring elements too: the result is the uint64 residue.
+    for values in ([1, 2], [1, 2**63, 2**64 - 1]):
+        for mode in sharing.SHARE_MODES:
+            shares = sharing.share(values, 2, Randomness.system(), mode=mode)
+            assert sharing.reconstruct(shares).tolist() == values
+    total = sharing.reconstruct([[1, 2], [3, 2**64 - 1]])
+    assert total.dtype == np.uint64 and total.tolist() == [4, 1]
+
+
+def test_sharing_error_messages_are_exact():
+    stream = Randomness.system()
+    with pytest.raises(ValueError, match=_exact("additive sharing needs at least 2 servers")):
+        sharing.share(np.zeros(2, np.uint64), 1, stream)
+    with pytest.raises(ValueError, match=_exact("nothing to reconstruct")):
+        sharing.reconstruct([])
+    with pytest.raises(ValueError, match=_exact("a share holds exactly one of data or seed")):
+        sharing.Share(0, (1,))
+    with pytest.raises(ValueError, match=_exact("share data does not match its declared shape")):
+        sharing.Share(0, (2,), data=np.zeros(3, np.uint64))
