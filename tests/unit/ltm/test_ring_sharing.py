@@ -279,7 +279,7 @@ def test_expand_seed_rejects_wrong_key_length():
         expand_seed(bytes(16), (4,))
 
 
-# ====== mutation-kill tests for ltm/ring.py (scripts/mutation.sh; were tests/test_kills_ring.py) ======
+# ====== mutation-kill tests for ltm/ring.py (scripts/mutation.sh), formerly test_kills_ring.py
 # Each test checks behaviour against a value computed independently (a closed form written out
 # again, numpy/scipy in the clear, a second route through the code), never a recorded output.
 import warnings  # noqa: E402
@@ -315,7 +315,7 @@ def test_decode_and_negate_accept_any_integer_ring_array():
     assert ring.negate(narrow).tolist() == [2**64 - 5, 2**64 - 7]
 
 
-# ====== mutation-kill tests for ltm/sharing.py (scripts/mutation.sh; were tests/test_kills_sharing.py) ======
+# ====== mutation-kill tests for ltm/sharing.py (scripts/mutation.sh), formerly test_kills_sharing.py
 from tests.helpers.kill_helpers import exact as _exact  # noqa: E402
 from ltm import sharing  # noqa: E402
 
