@@ -1,4 +1,5 @@
-"""Helpers shared by the mutation-kill tests (``tests/test_kills_*.py``)."""
+"""Helpers shared by the mutation-kill tests (scripts/mutation.sh), kept with the tests of the modules they
+protect."""
 from __future__ import annotations
 
 import re

@@ -1,4 +1,4 @@
-"""Mutation-kill tests for ``server/coverage.py`` (scripts/mutation.sh, docs/testing.md): checked
+"""``server/coverage.py``'s tests, written to kill its mutants (scripts/mutation.sh, docs/testing.md): checked
 against the (n, W) bool table that Coverage replaces, built independently here."""
 from __future__ import annotations
 

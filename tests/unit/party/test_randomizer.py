@@ -1,4 +1,4 @@
-"""Mutation-kill tests for ``party/randomizer.py`` (scripts/mutation.sh, docs/testing.md)."""
+"""``party/randomizer.py``'s tests, written to kill its mutants (scripts/mutation.sh, docs/testing.md)."""
 from __future__ import annotations
 
 import numpy as np

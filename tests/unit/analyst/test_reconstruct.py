@@ -1,4 +1,4 @@
-"""Mutation-kill tests for ``analyst/reconstruct.py`` (scripts/mutation.sh, docs/testing.md).
+"""``analyst/reconstruct.py``'s tests, written to kill its mutants (scripts/mutation.sh, docs/testing.md).
 
 Each test checks behaviour against a value computed independently (a closed form written out
 again, numpy/scipy in the clear, a second route through the code), never a recorded output.
