@@ -55,6 +55,7 @@ from transport.certs import write_certs
 from transport.tls import add_secure_port, make_server, make_sync_channel
 
 from tests.helpers import party_runs  # tests/helpers/party_runs.py
+from tests.helpers.jobs import seeded_job
 
 K = 2
 N = 200
@@ -149,10 +150,8 @@ class World:
 
 
 def _job(job_id: str, partition: str, endpoints=None):
-    randomness = Randomness.seeded_insecure(f"bad-input-{job_id}")
-    table = synthetic_ridge(N, 3, randomness)
-    spec, _ = build_job(table, job_id=job_id, randomness=randomness, partition=partition, parties=2, k=K, m=8,
-                        s=2, endpoints=endpoints)
+    spec, table, randomness = seeded_job(f"bad-input-{job_id}", N, 3, job_id=job_id, partition=partition, parties=2,
+                                         k=K, m=8, s=2, endpoints=endpoints)
     tables = party_tables(spec, table)
     batches = {}
     for p in spec.parties:

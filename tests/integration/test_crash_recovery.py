@@ -36,9 +36,9 @@ from sim.data import synthetic_ridge
 from sim.demo import write_party_csv
 from sim.inprocess import run_inprocess
 from sim.jobs import build_job, party_tables
-from sim.launcher import ProcessGroup
-from transport.certs import write_certs
 from transport.tls import make_channel
+
+from tests.helpers.jobs import seeded_job
 
 K = 3
 BATCH = 100
@@ -48,24 +48,15 @@ FAST = RetryPolicy(deadline_s=20.0, base_delay_s=0.05, max_delay_s=0.5)
 
 
 @pytest.fixture(scope="module")
-def dep(tmp_path_factory):
-    work = tmp_path_factory.mktemp("crash")
-    certs = work / "certs"
-    write_certs(certs, [f"server-{i}" for i in range(K)] + PARTIES + ["analyst", "operator"])
-    group = ProcessGroup(work, certs)
-    try:
-        servers = group.start_servers(K)
-        yield {"work": work, "certs": certs, "group": group, "servers": servers}
-    finally:
-        group.stop_all()
+def dep(start_servers):
+    started = start_servers("crash", K, PARTIES + ["analyst", "operator"])
+    return {"work": started.work, "certs": started.certs, "group": started.group, "servers": started.servers}
 
 
 # ---------------------------------------------------------------------------- helpers
 def _job(dep, job_id, seed, n, parties=2, **kw):
-    randomness = Randomness.seeded_insecure(seed)
-    table = synthetic_ridge(n, 4, randomness)
-    spec, _ = build_job(table, job_id=job_id, randomness=randomness, parties=parties, k=K, m=16,
-                        endpoints=[s.endpoint for s in dep["servers"]], **kw)
+    spec, table, randomness = seeded_job(seed, n, job_id=job_id, parties=parties, k=K, m=16,
+                                         endpoints=[s.endpoint for s in dep["servers"]], **kw)
     tables = party_tables(spec, table)
     data_dir = dep["work"] / job_id
     data_dir.mkdir()

@@ -26,18 +26,16 @@ import numpy as np
 import pytest
 
 from ltm.client_set import ClientSet
-from ltm.randomness import Randomness
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
 from party.randomizer import make_batches, party_randomness
 from party.uploader import batch_header
 from server.release_gate import check_release
-from sim.data import synthetic_ridge
-from sim.jobs import build_job, party_tables
+from sim.jobs import party_tables
 from sim.launcher import ProcessGroup
-from transport.certs import write_certs
 from transport.tls import make_sync_channel
 
 from tests.helpers import party_runs  # tests/helpers/party_runs.py
+from tests.helpers.jobs import seeded_job
 
 K = 3
 N = 1200
@@ -48,14 +46,11 @@ FP = "FAILED_PRECONDITION"
 
 # ------------------------------------------------------------------------------ deployment
 @pytest.fixture(scope="module")
-def deployment(tmp_path_factory):
-    work = tmp_path_factory.mktemp("gate")
-    certs = work / "certs"
-    write_certs(certs, [f"server-{i}" for i in range(K)] + ["party-0", "party-1", "analyst", "operator"])
-    group = ProcessGroup(work, certs)
+def deployment(start_servers):
+    started = start_servers("gate", K, ["party-0", "party-1", "analyst", "operator"])
+    work, certs, group, servers = started.work, started.certs, started.group, started.servers
     channels = []
     try:
-        servers = group.start_servers(K)
 
         def stubs(actor):
             out = []
@@ -73,17 +68,14 @@ def deployment(tmp_path_factory):
     finally:
         for ch in channels:
             ch.close()
-        group.stop_all()
 
 
 def make_job(dep, job_id: str, privacy: dict | None = None, **kw):
     """A job on the deployment.  Seeded randomness makes it a reproduction job (the tests upload
     seeded batches themselves) unless ``reproduction=False``; ``privacy`` overrides privacy fields
     after the defaults were resolved."""
-    randomness = Randomness.seeded_insecure(f"gate-{job_id}")
-    table = synthetic_ridge(N, 4, randomness)
-    spec, _ = build_job(table, job_id=job_id, randomness=randomness, parties=2, k=K, m=8,
-                        endpoints=[s.endpoint for s in dep["servers"]], **kw)
+    spec, table, randomness = seeded_job(f"gate-{job_id}", N, job_id=job_id, parties=2, k=K, m=8,
+                                         endpoints=[s.endpoint for s in dep["servers"]], **kw)
     if privacy:
         spec = replace(spec, privacy=replace(spec.privacy, **privacy))
     return spec, party_tables(spec, table), randomness

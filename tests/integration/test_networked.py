@@ -18,26 +18,20 @@ from party.uploader import fetch_job, run_upload, upload_batch
 from sim.data import synthetic_ridge
 from sim.inprocess import run_inprocess
 from sim.jobs import build_job, party_tables
-from sim.launcher import ProcessGroup
 from transport.certs import write_certs
 from transport.tls import make_channel
+
+from tests.helpers.jobs import seeded_job
 
 K = 3
 
 
 @pytest.fixture(scope="module")
-def deployment(tmp_path_factory):
-    work = tmp_path_factory.mktemp("net")
-    certs = work / "certs"
-    write_certs(certs, [f"server-{i}" for i in range(K)] + ["party-0", "party-1", "analyst", "operator"])
-    foreign = work / "foreign"
+def deployment(start_servers):
+    started = start_servers("net", K, ["party-0", "party-1", "analyst", "operator"])
+    foreign = started.work / "foreign"
     write_certs(foreign, ["party-0", "analyst"])  # same names, another CA
-    group = ProcessGroup(work, certs)
-    try:
-        servers = group.start_servers(K)
-        yield {"certs": certs, "foreign": foreign, "servers": servers, "group": group}
-    finally:
-        group.stop_all()
+    return {"certs": started.certs, "foreign": foreign, "servers": started.servers, "group": started.group}
 
 
 def _stubs(dep, actor, cert_dir=None):
@@ -47,11 +41,7 @@ def _stubs(dep, actor, cert_dir=None):
 
 
 def _job(dep, job_id, seed):
-    randomness = Randomness.seeded_insecure(seed)
-    table = synthetic_ridge(3000, 4, randomness)
-    spec, _ = build_job(table, job_id=job_id, randomness=randomness, parties=2, k=K, m=16,
-                        endpoints=[s.endpoint for s in dep["servers"]])
-    return spec, table, randomness
+    return seeded_job(seed, 3000, job_id=job_id, parties=2, k=K, m=16, endpoints=[s.endpoint for s in dep["servers"]])
 
 
 async def _close(channels):

@@ -130,14 +130,11 @@ def test_reconstruct_release_sums_decodes_and_scales():
 
 
 def _job(**kw):
-    from sim.data import synthetic_ridge
-    from sim.jobs import build_job
+    from tests.helpers.jobs import seeded_job
 
-    randomness = Randomness.seeded_insecure("report-kills")
     # the report's arithmetic with the flat t′ deduction: no corrupt party (a reproduction job may ask)
-    spec, _ = build_job(synthetic_ridge(400, 3, randomness), job_id="report-kills", randomness=randomness,
-                        parties=2, k=2, m=8, **{"corrupt_parties": 0, **kw})
-    return spec
+    return seeded_job("report-kills", 400, 3, job_id="report-kills", parties=2, k=2, m=8,
+                      **{"corrupt_parties": 0, **kw})[0]
 
 
 def test_privacy_report_laplace_and_other_labels():
