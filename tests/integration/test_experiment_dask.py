@@ -29,7 +29,8 @@ def _run(out: Path, **kw) -> dict:
 
 @pytest.fixture(scope="module")
 def distributed():
-    return pytest.importorskip("distributed")
+    return pytest.importorskip("distributed",
+                               reason="dask.distributed is not installed (the dask extra: pip install -e '.[dask]')")
 
 
 @pytest.fixture(scope="module")
