@@ -15,7 +15,7 @@
 
   then the analyst's ``1/√pieces`` scaling.  The only difference from the real path is the
   fixed-point rounding of the ring encoding (≤ load·2^-f per entry) and that noise comes from
-  numpy instead of the AES-CTR stream.  ``tests/test_experiments.py`` checks that both paths agree
+  numpy instead of the AES-CTR stream.  ``tests/unit/experiments/test_experiments.py`` checks that both paths agree
   exactly in the noiseless part and in distribution in the noise.
 
 ``path="auto"`` takes the real path unless the noisy copies the parties must draw,

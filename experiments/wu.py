@@ -23,7 +23,7 @@ Every cell compares, on the SAME data:
   ``partition="columns"``, a dense Rademacher sketch of ``m = k`` rows and the default ``tight``
   calibration; ``RMGMOLS`` (:mod:`analyst.estimators`) fits on the release.  Our dense sketch is
   ``Σ_l S_l`` with entries ±1, scaled by ``1/√m`` after reconstruction — exactly Wu's ``B/√k``
-  (checked bit for bit in ``tests/test_experiments_wu.py``).  Where the work ``n·m`` is at most
+  (checked bit for bit in ``tests/unit/experiments/test_experiments_wu.py``).  Where the work ``n·m`` is at most
   ``pipeline_max_work`` the release runs through the REAL party → k servers → analyst cores
   (``experiments.transport.current()``: in process, or the gRPC actors under ``--networked``),
   series ``RMGM-OLS LTM pipeline``; every cell also computes the series ``RMGM-OLS LTM`` by the

@@ -217,7 +217,7 @@ def _run_bench_paper(args: argparse.Namespace) -> int:
 #: module of the subcommand being run is imported, and only then is its parser built; the others
 #: appear in ``ltm --help`` as stubs (docs/architecture.md §1: ``ltm server`` must not load the simulator, the
 #: other actors or the experiments).  To add a subcommand, add one entry here and keep the heavy
-#: imports of its module inside the functions (``tests/test_cli_lean.py`` checks what is loaded).
+#: imports of its module inside the functions (``tests/integration/test_cli_lean.py`` checks what is loaded).
 COMMANDS = {
     "simulate": ("ltm.cli:_add_simulate", "run one LTM job in process and compare it with baselines"),
     "bench": ("ltm.cli:_add_bench", "benchmarks that print JSON"),

@@ -1,6 +1,6 @@
 """The one error base of the project, :class:`LtmError`, and the errors every actor shares.
 
-Every exception class the project defines derives from :class:`LtmError` (``tests/test_errors.py``
+Every exception class the project defines derives from :class:`LtmError` (``tests/unit/ltm/test_errors.py``
 walks the packages to check it), which carries two things:
 
 * ``code``: the gRPC status name a service answers with when the error ends a call

@@ -16,7 +16,7 @@ that sets it.  From this table
 A field has a flag, a job-file key, or both.  Where both exist they share one default and one help
 text; the few fields whose absent key means something the flag's default cannot say (the file must
 state ε and δ; ``corrupt_parties``/``lambda``: an explicit 0 instead of "the rule") name their
-file default and why in ``file_note``.  ``tests/test_jobconfig.py`` checks all of it.
+file default and why in ``file_note``.  ``tests/unit/ltm/test_jobconfig.py`` checks all of it.
 
 This module is part of the core and imports nothing above it (no actor, no simulator), and nothing
 heavy: every ``ltm`` command builds its parser from it.
@@ -315,7 +315,7 @@ def add_options(parser: argparse.ArgumentParser, group: str, *, only: Iterable[s
             if f.metavar:
                 kw["metavar"] = f.metavar
         action = g.add_argument(*f.flags, **kw)
-        action.job_field = f.name  # type: ignore[attr-defined]  # which field made it (tests/test_jobconfig.py)
+        action.job_field = f.name  # type: ignore[attr-defined]  # which field made it (tests/unit/ltm/test_jobconfig.py)
     return g
 
 

@@ -12,7 +12,7 @@ grid 2^-f by the same functions as in per-client mode (:func:`party.randomizer.r
 :func:`ltm.dp.grid.round_to_grid`), and the placement of its non-zeros is the public
 :meth:`ltm.sketch.Sketch.placement`.  So without noise the aggregate is, bit for bit, the sum in
 Z_2^64 of what the servers would compute from the party's per-client uploads
-(``tests/test_aggregate.py``).
+(``tests/unit/party/test_aggregate.py``).
 
 **BLAS speed, integer exactness.**  A client's rounded entries are integers with
 ``|ṽ| ≤ B = ⌈entry_bound·2^f⌉ + 1`` (clipping bounds the value by the release kind's entry bound,

@@ -47,7 +47,7 @@ to exactly ε reads at most ε by construction (the calibration bisects on the s
 a bisection's last bit and a Laplace scale's Δ/(Δ/ε) may round by an ulp either way: without the
 tolerance a job whose ε is exactly the remaining budget could be refused.  The RDP conversion is an
 upper bound on the true ε, so an admitted composition's true ε is never more than ``B·(1 + 1e-6)``:
-that is the stated tolerance (tests/test_ledger_file.py checks both directions).
+that is the stated tolerance (tests/unit/party/test_ledger_file.py checks both directions).
 
 **The file and its integrity.**  ``<dir>/<party>.ledger.json`` holds a list of records — ``source``
 (a budget opened: name, time, reason) and ``charge`` (a job: its cost, source, data fingerprint,

@@ -21,7 +21,7 @@ other field, so a manifest change that needs more fails loudly here rather than 
 * objects annotated ``config.kubernetes.io/local-config: "true"`` feed replacements and are left out
   of the output.
 
-Where a real kustomize exists, tests/test_k8s.py checks that this renders the same objects
+Where a real kustomize exists, tests/integration/deploy/test_k8s.py checks that this renders the same objects
 (``kubectl kustomize``).  Usage: ``python3 deploy/k8s/render.py deploy/k8s/overlays/local``.
 """
 from __future__ import annotations

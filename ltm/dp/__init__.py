@@ -2,7 +2,7 @@
 sensitivity and privacy default, the grid and its rounding, the exact integer noise samplers and the
 accounting of a job's release.
 
-Nothing outside this package computes a sensitivity (``tests/test_dp_sensitivity.py`` greps the
+Nothing outside this package computes a sensitivity (``tests/unit/ltm/dp/test_dp_sensitivity.py`` greps the
 source tree for one).  Import from the modules themselves (``ltm.dp.sensitivity``,
 ``ltm.dp.defaults``, ``ltm.dp.noise``, …): this package re-exports nothing.
 """

@@ -4,7 +4,7 @@ A sensitivity bounds how far one release can move when ONE client is replaced by
 project's neighbouring relation, "replace-one"): ℓ2 for the Gaussian mechanism, ℓ1 for Laplace.
 Each function here states the release it is for, its arguments and the derivation; the noise is
 calibrated for the returned value, so a bound that is too small is a privacy bug and one that is
-too large only costs utility.  ``tests/test_dp_sensitivity.py`` checks every bound against a
+too large only costs utility.  ``tests/unit/ltm/dp/test_dp_sensitivity.py`` checks every bound against a
 brute-force maximum over neighbouring clipped vectors run through the real maps, and greps the
 source tree so that no module outside :mod:`ltm.dp` computes a sensitivity of its own.
 

@@ -1,0 +1,218 @@
+"""The replicated degree-2 release of the columns partition over gRPC (issue #21, item 5): three real
+`ltm server` processes with mutual TLS and SQLite stores; this process plays the analyst and the
+parties through the same upload and coordination code the `ltm party` and `ltm analyst` processes
+run.  Seeded, the release equals the in-process one bit for bit; with the noise off the three
+output shares add up to the clear Gram; every server enforces its own gate; a server refuses a
+malformed part.  (`ltm demo --partition columns` with real party and analyst processes is in
+tests/integration/test_cli.py.)"""
+import asyncio
+import subprocess
+import sys
+from dataclasses import replace
+
+import grpc
+import numpy as np
+import pytest
+
+from analyst.coordinator import close_all, fetch_result_share, publish, run_job
+from ltm.client_set import ClientSet
+from ltm.clipping import clip_rows
+from ltm.randomness import Randomness
+from ltm.replicated import clear_triangle
+from party import replicated as party_replicated
+from party.randomizer import client_vectors, party_randomness
+from party.replicated import replicated_batches, run_replicated_upload
+from party.uploader import fetch_job, upload_batch
+from sim.data import synthetic_ridge
+from sim.inprocess import run_inprocess
+from sim.jobs import build_job, party_tables
+from sim.launcher import ProcessGroup
+from transport.certs import write_certs
+from transport.tls import make_channel
+from ltm.v1 import ltm_pb2, ltm_pb2_grpc
+
+K = 3
+PARTIES = [f"party-{i}" for i in range(3)]
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory):
+    work = tmp_path_factory.mktemp("rep")
+    certs = work / "certs"
+    write_certs(certs, [f"server-{i}" for i in range(K)] + PARTIES + ["analyst", "operator"])
+    group = ProcessGroup(work, certs)
+    try:
+        yield {"certs": certs, "servers": group.start_servers(K)}
+    finally:
+        group.stop_all()
+
+
+def _stubs(dep, actor):
+    channels = [make_channel(s.endpoint, dep["certs"], actor, options=[("grpc.ssl_target_name_override", s.actor)])
+                for s in dep["servers"]]
+    return channels, [ltm_pb2_grpc.ServerStub(c) for c in channels]
+
+
+async def _close(channels):
+    for c in channels:
+        await c.close()
+
+
+def _job(dep, job_id, seed, n=1500):
+    randomness = Randomness.seeded_insecure(seed)
+    table = synthetic_ridge(n, 5, randomness.child("data"))
+    spec, _ = build_job(table, job_id=job_id, randomness=randomness, partition="columns", parties=3, k=K,
+                        kind="gram", colluding_servers=1, endpoints=[s.endpoint for s in dep["servers"]])
+    assert spec.replicated and spec.reproduction
+    return spec, party_tables(spec, table), randomness
+
+
+def _networked(dep, spec, tables, randomness, parties=None):
+    async def go():
+        a_ch, analyst = _stubs(dep, "analyst")
+        try:
+            await publish(analyst, spec)
+            for pid in parties or [p.party_id for p in spec.parties]:
+                p_ch, stubs = _stubs(dep, pid)
+                try:
+                    fetched = await fetch_job(stubs, spec.job_id)
+                    assert fetched.digest == spec.digest
+                    await run_replicated_upload(stubs, fetched, pid, tables[pid],
+                                                party_randomness(randomness, spec, pid))
+                finally:
+                    await _close(p_ch)
+            return await run_job(analyst, spec, deadline_s=5 if parties else 20, randomness_label=randomness.label)
+        finally:
+            await _close(a_ch)
+
+    return asyncio.run(go())
+
+
+def test_the_same_release_in_process_and_over_grpc(deployment):
+    spec, tables, randomness = _job(deployment, "rep-equivalence", seed=21)
+    run = _networked(deployment, spec, tables, randomness)
+    local = run_inprocess(spec, tables, randomness)
+    assert run.participants.count == spec.n
+    assert run.release.kind == local.release.kind == "gram"
+    assert run.release.sha256 == local.release.sha256
+    np.testing.assert_array_equal(run.release.matrix, local.release.matrix)
+    for wire, mine in zip(run.result_shares, local.result_shares):
+        np.testing.assert_array_equal(wire.reshape(-1), mine)  # each server's own output share, too
+    assert run.release.privacy["colluding_servers"] == 1 and not run.release.privacy["dp_verified"]
+
+
+def test_output_shares_add_up_to_the_clear_gram_over_grpc(deployment, monkeypatch):
+    """With the parties' noise off, Σ of the three servers' output shares is triu(ẐᵀẐ) exactly."""
+    real = party_replicated.party_uploads
+    monkeypatch.setattr(party_replicated, "party_uploads", lambda *a, **kw: real(*a, **{**kw, "plan": None}))
+    spec, tables, randomness = _job(deployment, "rep-clear", seed=22, n=800)
+    run = _networked(deployment, spec, tables, randomness)
+    Z = np.zeros((spec.n, spec.width))
+    for party in spec.parties:
+        idx = spec.party_column_indices(party)
+        Z[:, idx] = clip_rows(client_vectors(spec, party, tables[party.party_id]), party.clip_bound, spec.clip_norm)
+    total = sum(s.reshape(-1) for s in run.result_shares[1:]) + run.result_shares[0].reshape(-1)
+    np.testing.assert_array_equal(total, clear_triangle(Z, spec.frac_bits))
+    # no server's share is the sum: each is masked by the parties' zero-sharing
+    assert all(not np.array_equal(s.reshape(-1), total) for s in run.result_shares)
+
+
+def test_each_server_gates_its_release(deployment):
+    spec, tables, randomness = _job(deployment, "rep-gate-missing", seed=23, n=600)
+    with pytest.raises(Exception, match="three parts are needed"):  # party-2 never uploads
+        _networked(deployment, spec, tables, randomness, parties=PARTIES[:2])
+
+    spec, tables, randomness = _job(deployment, "rep-gate", seed=23, n=600)
+
+    async def go():
+        a_ch, analyst = _stubs(deployment, "analyst")
+        try:
+            await publish(analyst, spec)
+            for pid in PARTIES:
+                p_ch, stubs = _stubs(deployment, pid)
+                await run_replicated_upload(stubs, spec, pid, tables[pid], party_randomness(randomness, spec, pid))
+                await _close(p_ch)
+            held = await close_all(analyst, spec)
+            assert all(h.count == spec.n for h in held)
+            with pytest.raises(grpc.aio.AioRpcError, match="over every client"):
+                await fetch_result_share(analyst[0], spec, ClientSet.from_mask(np.arange(spec.n) < spec.n - 1))
+            first, _ = await fetch_result_share(analyst[0], spec, ClientSet.full(spec.n))
+            again, _ = await fetch_result_share(analyst[0], spec, ClientSet.full(spec.n))
+            return first, again
+        finally:
+            await _close(a_ch)
+
+    first, again = asyncio.run(go())
+    np.testing.assert_array_equal(first, again)  # a retried release returns the stored bytes
+    assert first.shape == (1, spec.width * (spec.width + 1) // 2)
+
+
+def test_a_server_refuses_a_malformed_part(deployment):
+    spec, tables, randomness = _job(deployment, "rep-parts", seed=24, n=400)
+    per_server = replicated_batches(spec, "party-0", tables["party-0"], party_randomness(randomness, spec, "party-0"))
+    part = next(b for b in per_server[0] if b.share.data is not None and b.batch_index == 0)
+
+    async def send(batch, server=0):
+        a_ch, analyst = _stubs(deployment, "analyst")
+        p_ch, stubs = _stubs(deployment, "party-0")
+        try:
+            await publish(analyst, spec)
+            return await upload_batch(stubs[server], batch, spec.job_id, attempts=1)
+        finally:
+            await _close(a_ch)
+            await _close(p_ch)
+
+    bad_part = replace(part, batch_index=3)
+    with pytest.raises(grpc.aio.AioRpcError, match="parts 0, 1, 2"):
+        asyncio.run(send(bad_part))
+    short = replace(part, stop=part.stop - 1,
+                    share=replace(part.share, shape=(1, part.count - 1, len(part.columns)),
+                                  data=part.share.data[:, :-1]))
+    with pytest.raises(grpc.aio.AioRpcError, match="whole range"):
+        asyncio.run(send(short))
+    with pytest.raises(grpc.aio.AioRpcError, match="addressed to server index 0"):
+        asyncio.run(send(part, server=1))
+    receipt, _ = asyncio.run(send(part))
+    assert receipt.batch_index == 0
+    # a changed part under the same key is refused: shares cannot be swapped after the fact
+    changed = replace(part, share=replace(part.share, data=part.share.data + np.uint64(1)))
+    with pytest.raises(grpc.aio.AioRpcError, match="already stored with different content"):
+        asyncio.run(send(changed))
+
+
+def test_a_party_process_refuses_a_weaker_trust_assumption_than_its_policy(deployment, tmp_path):
+    """`ltm party` (a real process over TLS) refuses the replicated job by default (its policy asks
+    for any k − 1 colluding servers), sends nothing, and joins it with --min-colluding-servers 1."""
+    from sim.demo import write_party_csv
+
+    spec, tables, randomness = _job(deployment, "rep-policy", seed=25, n=300)
+
+    async def publish_it():
+        a_ch, analyst = _stubs(deployment, "analyst")
+        try:
+            await publish(analyst, spec)
+        finally:
+            await _close(a_ch)
+
+    asyncio.run(publish_it())
+    data = tmp_path / "party-0.csv"
+    write_party_csv(data, tables["party-0"])
+    argv = [sys.executable, "-m", "ltm.cli", "party", "--id", "party-0", "--certs", str(deployment["certs"]),
+            "--servers", ",".join(s.endpoint for s in deployment["servers"]), "--job", spec.job_id,
+            "--data", str(data), "--no-progress", "--seed", "25", "--allow-reproduction",
+            "--ledger-dir", str(tmp_path / "ledger"), "--state-dir", str(tmp_path / "state")]
+    refused = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 3, refused.stderr[-2000:]
+    assert "at most 1 of 3 servers" in refused.stderr
+
+    async def batches():
+        a_ch, analyst = _stubs(deployment, "analyst")
+        try:
+            return [(await s.Status(ltm_pb2.StatusRequest(job_id=spec.job_id))).batches for s in analyst]
+        finally:
+            await _close(a_ch)
+
+    assert asyncio.run(batches()) == [0, 0, 0]  # nothing was sent
+    joined = subprocess.run(argv + ["--min-colluding-servers", "1"], capture_output=True, text=True, timeout=120)
+    assert joined.returncode == 0, joined.stderr[-2000:]
+    assert asyncio.run(batches()) == [3, 3, 3]  # its three parts on every server

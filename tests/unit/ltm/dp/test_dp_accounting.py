@@ -1,0 +1,203 @@
+"""ltm.dp.accounting and the grid plans, each number checked against an independent computation.
+
+Independent: mpmath at 60 digits for τ and the σ solves; dp_accounting used differently for ρ*
+(the RDP conversion's own per-order formula, inverted in closed form: ε(ρ) ≤ ε ⇔ some order α has
+αρ + log(1 − 1/α) − log(δα)/(α − 1) ≤ ε, so ρ* = max_α (ε − c_α)/α).  Agreement within 1e-9 relative.
+"""
+from __future__ import annotations
+
+import math
+
+import mpmath
+import pytest
+from dp_accounting import dp_event
+from dp_accounting.rdp.rdp_privacy_accountant import DEFAULT_RDP_ORDERS, RdpAccountant
+
+from ltm.dp.calibration import plan_noise
+from ltm.dp import accounting
+from ltm.dp.grid import MIN_NOISE_GRID_STEPS, noise_grid_problem, rounding_widening, round_to_grid
+
+mpmath.mp.dps = 60
+REL = 1e-9
+
+
+def rho_star_closed_form(eps: float, delta: float) -> float:
+    best = mpmath.mpf(-1)
+    for a in DEFAULT_RDP_ORDERS:
+        if a <= 1.01:
+            continue
+        a = mpmath.mpf(a)
+        c = mpmath.log(1 - 1 / a) - mpmath.log(mpmath.mpf(delta) * a) / (a - 1)
+        best = max(best, (mpmath.mpf(eps) - c) / a)
+    return float(best)
+
+
+def tau_exact(sigma, load: int):
+    s2 = mpmath.mpf(sigma) ** 2
+    return 10 * mpmath.fsum(mpmath.exp(-2 * mpmath.pi**2 * s2 * k / (k + 1)) for k in range(1, load))
+
+
+@pytest.mark.parametrize("eps, delta", [(1.0, 1e-6), (0.1, 1e-5), (4.0, 1e-9), (8.0, 1e-6)])
+def test_rho_star_matches_the_conversion_inverted_in_closed_form(eps, delta):
+    got = accounting.rho_for(eps, delta)
+    assert abs(got / rho_star_closed_form(eps, delta) - 1) < REL
+    assert accounting.zcdp_epsilon(got, delta) <= eps  # feasible by the accountant itself
+    assert abs(accounting.zcdp_delta(got, eps) / delta - 1) < 1e-6  # and the inverse conversion agrees
+
+
+@pytest.mark.parametrize("sigma, load", [(0.6, 2), (1.0, 7), (1.3, 65), (1.3, 66), (1.5, 10_000), (3.0, 10**8)])
+def test_kls_tau_is_an_upper_bound_and_exact_for_short_sums(sigma, load):
+    got = accounting.kls_tau(sigma, load)
+    exact = tau_exact(sigma, min(load, 65))
+    assert got >= float(tau_exact(sigma, min(load, 3000))) * (1 - 1e-12)  # an upper bound on the true τ
+    if load > 65:  # the first 64 terms exactly, each of the other L − 65 bounded by the 65th (k = 65)
+        a = 2 * mpmath.pi**2 * mpmath.mpf(sigma) ** 2
+        exact += 10 * (load - 65) * mpmath.exp(-a * 65 / 66)
+    if exact > mpmath.exp(-700):
+        assert abs(got / float(exact) - 1) < REL
+    assert accounting.kls_tau(sigma, 1) == 0.0
+    assert accounting.kls_tau(40.0, 10**8) == math.exp(-700)  # below e^-700: reported as e^-700 (upper bound)
+
+
+@pytest.mark.parametrize("eps, delta, d2, load, d1", [
+    (1.0, 1e-6, 2.0**33, 9500, 2.0**36),   # today's default scale: τ negligible
+    (1.0, 1e-6, 40.0, 3800, 400.0),         # the gram attack job: τ forces σ up
+    (0.5, 1e-9, 9.0, 1, 20.0),
+    (1.0, 1e-6, 10.0, 3800, 100.0),         # σ₀ ≈ 0.73 steps: τ dominates, the solve moves σ up
+    (1.0, 1e-6, 3.0, 50, 20.0),
+    (8.0, 1e-6, 9.0, 1, 20.0),              # √(2ρ*) > 1: the bracket's lower end is Δ₂/(√L·√(2ρ*))
+])
+def test_discrete_gaussian_sigma_matches_an_mpmath_solve(eps, delta, d2, load, d1):
+    target = mpmath.sqrt(2 * mpmath.mpf(rho_star_closed_form(eps, delta)))
+
+    def excess(sigma):
+        return mpmath.mpf(d2) / (mpmath.sqrt(load) * sigma) + tau_exact(sigma, min(load, 200)) * d1 - target \
+            if load <= 200 else \
+            mpmath.mpf(d2) / (mpmath.sqrt(load) * sigma) + (tau_exact(sigma, 65) + 10 * (load - 65) * mpmath.exp(
+                -2 * mpmath.pi**2 * sigma**2 * 65 / 66)) * d1 - target
+
+    guess = mpmath.mpf(d2) / (mpmath.sqrt(load) * target)
+    exact = mpmath.findroot(excess, (guess, guess * 4), solver="anderson") if excess(guess) > 0 else guess
+    got = accounting.calibrate_discrete_gaussian(eps, delta, d2, load, d1)
+    assert abs(got / float(exact) - 1) < REL
+    assert accounting.kls_rho(got, load, d2, d1) <= accounting.rho_for(eps, delta)
+
+
+def test_grid_gaussian_plan_fields_and_its_event():
+    f, W, s, L, C = 20, 6, 2, 400, 1.5
+    plan = plan_noise(mechanism="gaussian", calibration="tight", epsilon=1.0, delta=1e-6, clip_norm=C, s=s,
+                      min_honest_load=L, frac_bits=f, width=W)
+    widen = math.sqrt(s * W) * 2.0**-f
+    assert plan.rounding_widening == widen == rounding_widening("l2", W, s, f)
+    assert plan.base_sensitivity == 2 * C * math.sqrt(s) and plan.sensitivity == plan.base_sensitivity + widen
+    d2 = plan.sensitivity * 2**f
+    assert plan.grid_l1_sensitivity == pytest.approx(math.sqrt(2 * s * W) * d2, rel=1e-15)
+    exact = float(mpmath.mpf(d2) / (mpmath.sqrt(L) * mpmath.sqrt(2 * mpmath.mpf(rho_star_closed_form(1.0, 1e-6)))))
+    assert abs(math.sqrt(plan.grid_sigma2) / exact - 1) < REL
+    assert plan.sigma_client == pytest.approx(math.sqrt(plan.grid_sigma2) * 2.0**-f, rel=1e-15)
+    assert plan.sigma_release == pytest.approx(plan.sigma_client * math.sqrt(L), rel=1e-15)
+    event = plan.dp_event()
+    assert isinstance(event, dp_event.ZCDpEvent) and event.rho == plan.zcdp_rho()
+    got = RdpAccountant().compose(event).get_epsilon(1e-6)
+    assert 1.0 - 1e-9 <= got <= 1.0  # exactly the job's ε: calibrated, not over-noised
+    assert noise_grid_problem(plan.grid_noise_sd, f) is None
+
+
+def test_interpolate_and_paper_events_are_the_true_loss():
+    base = dict(epsilon=1.0, delta=1e-6, clip_norm=1.0, s=1, min_honest_load=100, frac_bits=16, width=3)
+    tight = plan_noise(mechanism="gaussian", calibration="tight", **base)
+    local = plan_noise(mechanism="gaussian", calibration="interpolate", interpolate_p=0.0, **base)
+    assert local.sigma_client == pytest.approx(tight.sigma_client * 10, rel=1e-12)  # σ_c² = σ_Y²·L^-p
+    assert local.zcdp_rho() == pytest.approx(tight.zcdp_rho() / 100, rel=1e-9)  # 10× the noise: ρ/100
+    paper = plan_noise(mechanism="gaussian", calibration="paper", n=10**6, m=50, d=3,
+                       **{**base, "min_honest_load": 100})
+    assert paper.zcdp_rho() == accounting.kls_rho(math.sqrt(paper.grid_sigma2), 100, paper.grid_sensitivity,
+                                                  paper.grid_l1_sensitivity)
+
+
+def test_grid_laplace_event_is_exactly_epsilon():
+    plan = plan_noise(mechanism="laplace", calibration="tight", epsilon=0.7, delta=0.0, clip_norm=0.25, s=3,
+                      min_honest_load=9, frac_bits=10, width=4)
+    event = plan.dp_event()
+    assert isinstance(event, dp_event.DiscreteLaplaceDpEvent)
+    d1 = (2 * 3 * 0.25 + 3 * 4 * 2.0**-10) * 2**10
+    assert event.sensitivity == math.ceil(d1) and abs(event.noise_parameter * math.ceil(d1) / 0.7 - 1) < 1e-12
+    assert accounting.discrete_laplace_scale(0.7, d1) == math.ceil(d1) / 0.7
+
+
+def test_job_event_is_the_specs_plan_event():
+    from tests.helpers.kill_helpers import gate_spec
+
+    spec = gate_spec(min_participants=1)
+    assert accounting.job_event(spec) == spec.noise_plan().dp_event()
+
+
+def test_continuous_plans_have_no_event_and_bad_inputs_are_refused():
+    plan = plan_noise(mechanism="gaussian", calibration="tight", epsilon=1.0, delta=1e-6, clip_norm=1.0, s=1,
+                      min_honest_load=4)
+    assert not plan.on_grid
+    with pytest.raises(ValueError, match="continuous noise plan"):
+        plan.dp_event()
+    with pytest.raises(ValueError, match="Gaussian grid plans only"):
+        plan.zcdp_rho()
+    with pytest.raises(ValueError, match="rho_for needs"):
+        accounting.rho_for(0.0, 1e-6)
+    with pytest.raises(ValueError, match="rho_for needs"):
+        accounting.rho_for(1.0, 1.0)
+    from ltm.dp.calibration import CalibrationError
+    with pytest.raises(CalibrationError, match="needs width="):
+        plan_noise(mechanism="gaussian", calibration="tight", epsilon=1.0, delta=1e-6, clip_norm=1.0, s=1,
+                   min_honest_load=4, frac_bits=8)
+
+
+def test_grid_rounding_and_widening_helpers():
+    import numpy as np
+
+    x = np.array([[0.3, -1.25, 2.0**-9, 3 * 2.0**-9]])
+    assert round_to_grid(x, 8).tolist() == [[77, -320, 0, 2]]  # nearest, ties to even
+    assert rounding_widening("l1", 5, 2, 4) == 10 / 16 and rounding_widening("l2", 8, 2, 2) == 1.0
+    for bad in [np.nan, np.inf]:
+        with pytest.raises(ValueError, match="NaN or infinite"):
+            round_to_grid(np.array([bad]), 8)
+    with pytest.raises(ValueError, match="too large"):
+        round_to_grid(np.array([2.0**62]), 1)
+    with pytest.raises(ValueError, match="norm must be"):
+        rounding_widening("linf", 1, 1, 8)
+    with pytest.raises(ValueError, match="width and pieces"):
+        rounding_widening("l2", 0, 1, 8)
+    assert noise_grid_problem(MIN_NOISE_GRID_STEPS, 8) is None
+    assert noise_grid_problem(7.99, 12) == (
+        "per-client noise sd is 7.99 grid steps of 2^-12, below the minimum 8: raise frac_bits, the clip bound "
+        "or the noise (lower epsilon), or lower min_honest_load")
+
+
+def test_round_to_grid_limits_and_its_float64_arithmetic():
+    import re
+    import warnings
+
+    import numpy as np
+
+    # the magnitude limit is 2^62 grid steps, inclusive (the ring bound's margin)
+    assert round_to_grid(np.array([2.0**62 - 512]), 0).tolist() == [2**62 - 512]
+    with pytest.raises(ValueError, match=re.escape("value too large for fixed point with 1 fraction bits")):
+        round_to_grid(np.array([2.0**61]), 1)
+    # float32 input is computed in float64: 1e30·2^40 is finite there (too large), inf in float32
+    with pytest.raises(ValueError, match="^value too large for fixed point with 40 fraction bits$"):
+        round_to_grid(np.array([1e30], dtype=np.float32), 40)
+    with pytest.raises(ValueError, match="^cannot encode NaN or infinite values$"):
+        round_to_grid(np.array([1.0, np.nan]), 8)
+    # overflow to inf is reported as the ValueError, never as a floating-point warning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match="^cannot encode NaN or infinite values$"):
+            round_to_grid(np.array([1e300]), 60)
+
+
+@pytest.mark.parametrize("sigma, load, d2, d1", [(1.0, 3800, 10.0, 100.0), (0.8, 20, 3.0, 7.0)])
+def test_kls_rho_includes_the_tau_term(sigma, load, d2, d1):
+    tau = tau_exact(sigma, min(load, 65))
+    if load > 65:
+        tau += 10 * (load - 65) * mpmath.exp(-2 * mpmath.pi**2 * mpmath.mpf(sigma) ** 2 * 65 / 66)
+    exact = (mpmath.mpf(d2) / (mpmath.sqrt(load) * sigma) + tau * d1) ** 2 / 2
+    assert abs(accounting.kls_rho(sigma, load, d2, d1) / float(exact) - 1) < REL
+    assert tau * d1 > 1e-3 * d2 / (math.sqrt(load) * sigma)  # the τ term matters here
