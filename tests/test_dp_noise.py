@@ -456,3 +456,38 @@ def test_a_geometric_draw_from_a_small_word_is_finished_exactly(word):
     top = math.floor(-t * mpmath.log(mpmath.mpf(word) / 2**64))
     bottom = math.floor(-t * mpmath.log(mpmath.mpf(word + 1) / 2**64))
     assert bottom <= min(low, high) and max(low, high) <= top
+
+
+def test_short_words_extended_in_bulk_keep_the_distribution(monkeypatch):
+    """Words below the cut get one more word each in a vectorised draw (V to 128 bits); with the cut
+    raised to 2^63 half of all candidates take that route, and both samplers must still fit exactly."""
+    monkeypatch.setattr(noise, "_TWO_P52", np.uint64(1 << 63))
+    g = discrete_gaussian(_stream("short-g"), 9.0, 100_000)
+    assert _chi_square_p(g, _dgauss_pmf(9.0)) > ALPHA
+    lap = discrete_laplace(_stream("short-l"), 2.0, 100_000)
+    assert _chi_square_p(lap, _dlap_pmf(2.0)) > ALPHA
+
+
+@pytest.mark.parametrize("t", [3.0, 2.0**30])
+def test_extended_short_words_near_a_boundary_and_zero_words_are_finished_exactly(monkeypatch, t):
+    """A short word's 128-bit V: decided in float when far from a boundary, by the exact path
+    (starting from all 128 bits) when within the allowance; a zero word always goes exact."""
+    calls = []
+    original = noise._geometric_exact
+    monkeypatch.setattr(noise, "_geometric_exact", lambda lazy, *a: calls.append(lazy.bits) or original(lazy, *a))
+    mpmath.mp.prec = 400
+    rest = _stream(f"short-{t}")
+    for first in (0, 1, 77, (1 << 52) - 1):
+        for second in (0, 1 << 63, (1 << 64) - 1, 0x243F6A8885A308D3):
+            calls.clear()
+            s = _Words([first, second], rest)
+            g = noise._geometric_float(s, t, 1)[0]
+            v = mpmath.mpf((first << 64) + second) / mpmath.mpf(2) ** 128
+            x = -t * mpmath.log(v) if v > 0 else mpmath.inf
+            near = first == 0 or min(x - mpmath.floor(x), mpmath.ceil(x) - x) < (2 * x + t) * 2.0**-48
+            assert bool(calls) is bool(near), (first, second)
+            if calls:
+                assert calls == [128]  # the exact path starts from both words
+            top = mpmath.mpf((first << 64) + second + 1) / mpmath.mpf(2) ** 128
+            if not near:  # the two words alone decide G: it is their floor
+                assert g == mpmath.floor(x) == mpmath.floor(-t * mpmath.log(top))
