@@ -444,6 +444,7 @@ def plan_noise(
     sensitivity: float | None = None,
     frac_bits: int = 0,
     width: int | None = None,
+    zcdp_rho: float | None = None,
 ) -> NoisePlan:
     """Calibrate the per-(client, piece) noise of one release (docs/architecture.md, "The noise").
 
@@ -471,6 +472,10 @@ def plan_noise(
             job a party runs); 0 gives a continuous plan (no rounding, float mechanisms).
         width: W, the values each client uploads per piece (needed with ``frac_bits``: the
             rounding widening is √(s·W)·2^-f in ℓ2, s·W·2^-f in ℓ1).
+        zcdp_rho: the zCDP target ρ of a Gaussian grid plan when the job states it (the job spec's
+            ``privacy.zcdp_rho``, :func:`ltm.dp.accounting.rho_for` of (ε, δ), which the parties
+            check with the accountant): σ_c is then solved from it without the accountant.  None:
+            the accountant computes it here.
 
     Tight Gaussian: σ_c from the distributed discrete Gaussian's zCDP (Kairouz, Liu & Steinke 2021)
     and dp_accounting's conversion (:func:`ltm.dp.accounting.calibrate_discrete_gaussian`); a
@@ -521,6 +526,12 @@ def plan_noise(
                 f"lower s or raise m"
             )
 
+    rho = None if zcdp_rho is None else _positive("zcdp_rho", zcdp_rho)
+    if rho is not None and (mech != Mechanism.GAUSSIAN or calib == Calibration.PAPER):
+        raise CalibrationError(
+            f"zcdp_rho is the zCDP target of the tight or interpolated Gaussian; drop it for "
+            f"mechanism={mech.value!r} with calibration={calib.value!r}"
+        )
     sens_given = None if sensitivity is None else _positive("sensitivity", sensitivity)
     if sens_given is not None and calib == Calibration.PAPER:
         raise CalibrationError(
@@ -569,7 +580,7 @@ def plan_noise(
             )
         else:
             if f_:
-                sigma_c_tight = accounting.calibrate_discrete_gaussian(eps, dlt, sens_g, load, l1_g) / scale
+                sigma_c_tight = accounting.calibrate_discrete_gaussian(eps, dlt, sens_g, load, l1_g, rho) / scale
             else:  # continuous plans describe the float Gaussian, for which the analytic calibration is exact
                 sigma_c_tight = analytic_gaussian_sigma(eps, dlt, sens) / math.sqrt(load)
             sigma_c = sigma_c_tight if calib == Calibration.TIGHT else sigma_c_tight * math.sqrt(load) ** (1 - p)

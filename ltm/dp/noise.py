@@ -28,7 +28,7 @@ every decision is the exact one; floats only make the common case fast.
 **Vectorised.**  Candidates are drawn in numpy rounds of at most 2^15 (≈ 1.3 candidates per
 discrete Gaussian), small enough that a round's temporaries stay in the CPU cache; the rare words
 too short for the float logarithm (U < 2^52) get their second word in the same vectorised round, and
-the exact fallback is a Python loop over the ambiguous elements only (about one in 10^5 at σ = 10^9).
+the exact fallback is a Python loop over the ambiguous elements only (about 2 in 10^5 at σ = 10^9).
 """
 from __future__ import annotations
 
