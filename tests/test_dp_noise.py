@@ -491,3 +491,22 @@ def test_extended_short_words_near_a_boundary_and_zero_words_are_finished_exactl
             top = mpmath.mpf((first << 64) + second + 1) / mpmath.mpf(2) ** 128
             if not near:  # the two words alone decide G: it is their floor
                 assert g == mpmath.floor(x) == mpmath.floor(-t * mpmath.log(top))
+
+
+def test_word_floats_are_within_the_stated_error_of_the_words():
+    """x = 2·float(⌊U/2⌋): |x − U| ≤ U·2^-53 + 1, the bound the geometric's and the acceptance's
+    allowances count (checked in exact integers, at the extremes and on random words)."""
+    words = np.array([0, 1, 2, 3, 2**52 - 1, 2**52 + 1, 2**63 - 1, 2**63, 2**63 + 1, 2**64 - 2, 2**64 - 1],
+                     dtype=np.uint64)
+    words = np.concatenate([words, _stream("wf").uint64(10_000)])
+    out = noise._word_floats(words, np.empty(words.size, np.int64), np.empty(words.size))
+    for u, x in zip(words.tolist(), out.tolist()):
+        assert x == int(x) and abs(int(x) - u) <= u * 2.0**-53 + 1, (u, x)
+    assert out[0] == 0.0 and out[1] == 0.0 and out[3] == 2.0  # the dropped low bit
+
+
+def test_apply_signs_negates_exactly_the_marked_values():
+    values = np.array([0.0, 1.0, 2.0**52, 7.0, 2.0**53 - 1])
+    negative = np.array([True, False, True, True, False])
+    noise._apply_signs(values, negative, np.empty(5))
+    assert values.tolist() == [0.0, 1.0, -(2.0**52), -7.0, 2.0**53 - 1]
