@@ -510,3 +510,25 @@ def test_apply_signs_negates_exactly_the_marked_values():
     negative = np.array([True, False, True, True, False])
     noise._apply_signs(values, negative, np.empty(5))
     assert values.tolist() == [0.0, 1.0, -(2.0**52), -7.0, 2.0**53 - 1]
+
+
+@pytest.mark.parametrize("sigma2", [2.25, 1e16 + 12345.0])
+def test_the_gaussian_hands_the_acceptance_its_certified_exponent_error(monkeypatch, sigma2):
+    """γ̂ = (|y| − c)²/(2σ²) with c = fl(σ²/t) is within (γ̂ + c²/(2σ²))·2^-49 of the exact γ (the
+    derivation in discrete_gaussian); the allowance handed to the acceptance is 4× that, and every
+    γ̂ really is within it of the exact rational γ (checked in Fractions)."""
+    seen = []
+    original = noise._accept_exp_neg
+
+    def spy(stream, gamma, gamma_err, exact_gamma, scratch=None):
+        seen.append((gamma.copy(), gamma_err.copy(), [exact_gamma(i) for i in range(min(64, gamma.size))]))
+        return original(stream, gamma, gamma_err, exact_gamma, scratch)
+
+    monkeypatch.setattr(noise, "_accept_exp_neg", spy)
+    discrete_gaussian(_stream(f"err-{sigma2}"), sigma2, 500)
+    t = math.floor(math.sqrt(sigma2)) + 1
+    c = sigma2 / t
+    gamma, err, exact = seen[0]
+    np.testing.assert_allclose(err, (gamma + c * c * (0.5 / sigma2)) * 2.0**-47, rtol=1e-12, atol=0)
+    for i, r in enumerate(exact):
+        assert abs(Fraction(float(gamma[i])) - r) <= Fraction(float(err[i])) / 4  # the derived bound itself
