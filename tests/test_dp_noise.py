@@ -532,3 +532,30 @@ def test_the_gaussian_hands_the_acceptance_its_certified_exponent_error(monkeypa
     np.testing.assert_allclose(err, (gamma + c * c * (0.5 / sigma2)) * 2.0**-47, rtol=1e-12, atol=0)
     for i, r in enumerate(exact):
         assert abs(Fraction(float(gamma[i])) - r) <= Fraction(float(err[i])) / 4  # the derived bound itself
+
+
+@pytest.mark.parametrize("t, offset", [(3.0, 1e-14), (3.0, -1e-14), (2.0**30, 1e-7), (2.0**30, -1e-7)])
+def test_a_short_word_routed_to_the_exact_path_keeps_both_words_as_the_top_of_v(monkeypatch, t, offset):
+    """U = 1 with a second word W putting x̂ = −t·ln((U + W·2^-64)·2^-64) just off an integer k: the
+    float certificate cannot decide, the exact path starts from V's first 128 bits (U, W) and the
+    magnitude is the floor of −t·ln V for the bits it ends with (mpmath)."""
+    mpmath.mp.prec = 600
+    lazies = []
+    original = noise._geometric_exact
+    monkeypatch.setattr(noise, "_geometric_exact", lambda lazy, *a: lazies.append(lazy) or original(lazy, *a))
+    top = -t * mpmath.log(mpmath.mpf(1) / 2**64)  # x̂ at W = 0; it falls as W grows
+    k = int(mpmath.floor(top)) - 1
+    lo, hi = 0, (1 << 64) - 1  # bisection on W for x̂ ≈ k + offset
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if -t * mpmath.log((1 + mpmath.mpf(mid) / 2**64) / 2**64) > k + offset:
+            lo = mid
+        else:
+            hi = mid
+    g = noise._geometric_float(_Words([1, lo], _stream(f"routed-{t}-{offset}")), t, 1)[0]
+    assert len(lazies) == 1 and lazies[0].bits >= 128
+    lazy = lazies[0]
+    assert lazy.v >> (lazy.bits - 128) == (1 << 64) | lo  # U and W are V's first 128 bits
+    v_lo = mpmath.mpf(lazy.v) / mpmath.mpf(2) ** lazy.bits
+    v_hi = mpmath.mpf(lazy.v + 1) / mpmath.mpf(2) ** lazy.bits
+    assert g == mpmath.floor(-t * mpmath.log(v_lo)) == mpmath.floor(-t * mpmath.log(v_hi))
