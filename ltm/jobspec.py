@@ -115,6 +115,13 @@ class PrivacySpec:
     corrupt_parties: int = 0
     min_honest_load: int = 0
     min_participants: int = 0
+    #: The zCDP target ρ of a Gaussian job's noise: the largest ρ whose ε at δ is the job's ε by
+    #: dp_accounting's conversion (:func:`ltm.dp.accounting.rho_for`), filled by
+    #: :func:`resolve_defaults`.  Public and in the digest, so servers and the analyst plan the noise
+    #: (headroom, grid and the fit) from it without loading the accountant; every party checks it
+    #: with the accountant before its ledger charges (:func:`party.ledger.job_loss`).  None: every
+    #: actor computes it with the accountant.  Omitted from the canonical JSON when None.
+    zcdp_rho: float | None = None
 
     def __post_init__(self) -> None:
         _canonical_floats(self)
@@ -295,7 +302,8 @@ class JobSpec:
         if self.replicated:  # per-party noise on the product grid 2^-2f (ltm/replicated.py)
             return replicated.replicated_noise_plan(
                 epsilon=p.epsilon, delta=p.delta, clip_bound=self.clip_bound, d=self.width,
-                parties=len(self.parties), corrupt_parties=p.corrupt_parties, frac_bits=self.frac_bits)
+                parties=len(self.parties), corrupt_parties=p.corrupt_parties, frac_bits=self.frac_bits,
+                zcdp_rho=p.zcdp_rho)
         pieces = self.make_sketch().pieces
         return plan_noise(
             mechanism=p.mechanism, calibration=p.calibration, epsilon=p.epsilon, delta=p.delta,
@@ -303,7 +311,7 @@ class JobSpec:
             interpolate_p=p.interpolate_p, n=self.n, m=self.sketch.m, d=self.width,
             t_prime=p.t_prime, sketch_kind=self.make_sketch().kind,
             sensitivity=None if self.lift is None else self.lift.sensitivity(self),
-            frac_bits=self.frac_bits, width=self.upload_width,
+            frac_bits=self.frac_bits, width=self.upload_width, zcdp_rho=p.zcdp_rho,
             noise_factors=None if self.lift is None or not self.frac_bits else self.lift.noise_factors(self),
         )
 
@@ -317,6 +325,8 @@ class JobSpec:
             del d["upload_mode"]
         if d["colluding_servers"] is None:
             del d["colluding_servers"]
+        if d["privacy"]["zcdp_rho"] is None:
+            del d["privacy"]["zcdp_rho"]
         return d
 
     def canonical_json(self) -> bytes:
@@ -701,6 +711,12 @@ def _check_structure(spec: JobSpec) -> list[str]:
         problems.append(f"delta must satisfy 0 < delta < 1 for the gaussian mechanism (got {p.delta})")
     if p.mechanism == "laplace" and p.delta != 0:
         problems.append("the laplace mechanism is pure ε-DP: set delta to 0")
+    if p.zcdp_rho is not None:
+        if not (p.zcdp_rho > 0 and math.isfinite(p.zcdp_rho)):
+            problems.append(f"zcdp_rho must be a positive finite number (got {p.zcdp_rho})")
+        if p.mechanism != "gaussian" or p.calibration == "paper":
+            problems.append(f"zcdp_rho is the zCDP target of a tight or interpolated gaussian job; drop it for "
+                            f"mechanism {p.mechanism!r} with calibration {p.calibration!r}")
     if not 0 <= p.t_prime < spec.n:
         problems.append(f"t_prime (corrupt clients tolerated) must satisfy 0 ≤ t′ < n={spec.n} (got {p.t_prime})")
     if spec.partition == "columns" and p.t_prime:
@@ -927,6 +943,10 @@ def resolve_defaults(spec: JobSpec, load_fraction: float = DEFAULT_LOAD_FRACTION
         p = replace(p, min_honest_load=max(1, int(math.floor(load_fraction * feasible))))
     if p.min_participants == 0:
         p = replace(p, min_participants=max(1, math.ceil(spec.n / 2)))
+    if p.zcdp_rho is None and p.mechanism == "gaussian" and p.calibration != "paper":
+        # the one accountant call of a job: every actor but the parties plans from this number
+        from ltm.dp.accounting import rho_for
+        p = replace(p, zcdp_rho=rho_for(p.epsilon, p.delta))
     spec = replace(spec, privacy=p)
     if spec.frac_bits == 0 and spec.replicated:
         p = spec.privacy

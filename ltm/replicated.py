@@ -99,7 +99,7 @@ def triangle_width(d: int) -> int:
 
 
 def replicated_noise_plan(*, epsilon: float, delta: float, clip_bound: float, d: int, parties: int,
-                          corrupt_parties: int, frac_bits: int) -> NoisePlan:
+                          corrupt_parties: int, frac_bits: int, zcdp_rho: float | None = None) -> NoisePlan:
     """The per-party noise of the replicated release, in units of 2^-2f (``plan.frac_bits = 2f``).
 
     L = parties − corrupt_parties honest per-entry draws; the sensitivity is
@@ -112,7 +112,7 @@ def replicated_noise_plan(*, epsilon: float, delta: float, clip_bound: float, d:
     return plan_noise(mechanism="gaussian", calibration="tight", epsilon=epsilon, delta=delta,
                       clip_norm=clip_bound, s=1, min_honest_load=honest, sketch_kind="sum", m=1, d=d,
                       sensitivity=rounded_gram_l2(clip_bound, d, frac_bits), frac_bits=2 * frac_bits,
-                      width=triangle_width(d))
+                      width=triangle_width(d), zcdp_rho=zcdp_rho)
 
 
 def entry_bound(n: int, clip_bound: float, d: int, frac_bits: int, plan: NoisePlan, parties: int) -> float:

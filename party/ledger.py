@@ -208,6 +208,11 @@ def job_loss(spec: JobSpec, *, seeded: bool = False) -> JobLoss:
     plan (frac_bits = 0: the papers' float mechanisms, seeded reproductions only) is recorded by its
     own σ/Δ₂ or Δ₁/b, which are exact for those mechanisms.
     """
+    p = spec.privacy
+    if p.zcdp_rho is not None:  # servers and the analyst plan from the job's stated ρ: the party checks it
+        problem = _dp_accounting().zcdp_target_problem(p.zcdp_rho, p.epsilon, p.delta)
+        if problem is not None:
+            raise LedgerError(f"refusing job {spec.job_id!r}: {problem}")
     plan = spec.noise_plan()
     load = max(spec.privacy.min_honest_load, 1)
     if plan.on_grid:
@@ -246,8 +251,8 @@ class Spend:
 
 def _dp_accounting():
     try:
-        import dp_accounting  # noqa: F401  (ltm.dp.accounting drives it; a party without it must refuse)
         from ltm.dp import accounting
+        accounting.load_accountant()  # only the submodules it drives; a party without them must refuse
     except ImportError as exc:  # the party refuses rather than skip accounting
         raise AccountantUnavailable(
             "the privacy accountant (the dp-accounting package) is not installed: this party cannot "

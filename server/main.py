@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 from server.core import ServerCore
-from ltm.jobspec import warm_validation_in_background
 from ltm.limits import ServerLimits
 from server.service import MAX_BATCH_BYTES, ServerService, add_to_server
 from transport.config import REQUIRED_TITLE, ConfigError, add_actor_arguments, load_config, merge, relax_required
@@ -99,8 +98,9 @@ async def serve(args: argparse.Namespace, limits: ServerLimits) -> None:
     await serve_until_signal(server, service_name=SERVICE_NAME, listen=args.listen, cert_dir=args.certs,
                              actor=args.id, insecure=bool(args.insecure), port_file=args.port_file,
                              health_listen=args.health_listen,
-                             on_serving=lambda port: (say(startup_line(args, port, store.job_count())),
-                                                      warm_validation_in_background()))
+                             # no accountant warm-up: a job states its zCDP target (privacy.zcdp_rho),
+                             # so a server plans the noise without dp_accounting
+                             on_serving=lambda port: say(startup_line(args, port, store.job_count())))
     say(f"ltm server {args.id}: stopped after {time.monotonic() - started:.0f} s; {jobs(store.job_count())} "
         f"held in {Path(args.data_dir).absolute()}")
 

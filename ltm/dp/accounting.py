@@ -23,22 +23,61 @@ and adding further independent draws is post-processing.  t = ⌈Δ₁⌉/ε; th
 from __future__ import annotations
 
 import functools
+import importlib
+import importlib.util
 import math
+import sys
+import threading
 
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # dp_accounting (with scipy) costs ~1 s to import: only the functions that use it load it
+if TYPE_CHECKING:  # dp_accounting costs 0.4-1.4 s to import: only the functions that use it load it (load_accountant())
     from dp_accounting import dp_event
+
+_LOAD_LOCK = threading.Lock()
+
+
+def load_accountant():
+    """``(RdpAccountant, dp_event)`` from dp_accounting, importing only what the zCDP conversion needs.
+
+    The package's ``__init__`` imports every accountant it has (the PLD one with scipy.signal and
+    scipy.stats: ~1.4 s of CPU); this module needs two submodules (~0.4 s, scipy.special).  When
+    nothing has imported the package yet, its module object is created without running the
+    ``__init__`` while the two load, and then removed, so a later ``import dp_accounting`` runs the
+    real ``__init__`` (which reuses the submodules already loaded: one ``dp_event``, one class per
+    event).  Raises ImportError when dp-accounting is not installed (or is blocked in sys.modules).
+    """
+    with _LOAD_LOCK:
+        if "dp_accounting" in sys.modules and sys.modules["dp_accounting"] is None:
+            raise ImportError("import of dp_accounting halted; None in sys.modules", name="dp_accounting")
+        events = sys.modules.get("dp_accounting.dp_event")
+        rdp = sys.modules.get("dp_accounting.rdp.rdp_privacy_accountant")
+        if events is not None and rdp is not None:
+            return rdp.RdpAccountant, events
+        if "dp_accounting" not in sys.modules:
+            found = importlib.util.find_spec("dp_accounting")
+            if found is None or found.submodule_search_locations is None:
+                raise ImportError("No module named 'dp_accounting'", name="dp_accounting")
+            bare = importlib.util.module_from_spec(found)
+            sys.modules["dp_accounting"] = bare
+            try:
+                events = importlib.import_module("dp_accounting.dp_event")
+                rdp = importlib.import_module("dp_accounting.rdp.rdp_privacy_accountant")
+            finally:
+                if sys.modules.get("dp_accounting") is bare:
+                    del sys.modules["dp_accounting"]
+        else:
+            events = importlib.import_module("dp_accounting.dp_event")
+            rdp = importlib.import_module("dp_accounting.rdp.rdp_privacy_accountant")
+        return rdp.RdpAccountant, events
 
 
 def _rdp_accountant():
-    from dp_accounting.rdp.rdp_privacy_accountant import RdpAccountant
-    return RdpAccountant()
+    return load_accountant()[0]()
 
 
 def _dp_event():
-    from dp_accounting import dp_event
-    return dp_event
+    return load_accountant()[1]
 
 __all__ = [
     "zcdp_epsilon",
@@ -47,6 +86,8 @@ __all__ = [
     "kls_tau",
     "kls_rho",
     "calibrate_discrete_gaussian",
+    "zcdp_target_problem",
+    "load_accountant",
     "discrete_laplace_scale",
     "gaussian_event",
     "laplace_event",
@@ -125,11 +166,32 @@ def kls_rho(sigma: float, load: int, l2_sensitivity: float, l1_sensitivity: floa
     return 0.5 * eps_c * eps_c
 
 
+def zcdp_target_problem(rho: float, epsilon: float, delta: float) -> str | None:
+    """Why a job's stated zCDP target ρ (``privacy.zcdp_rho``) does not buy its (ε, δ), or None.
+
+    The job builder sets ρ = :func:`rho_for` (ε, δ) so that servers and the analyst plan the noise
+    without the accountant; a party, which owns the privacy, checks it here by the accountant
+    before its ledger charges: ``zcdp_epsilon(ρ, δ) ≤ ε``, the very test :func:`rho_for` keeps.
+    """
+    if not (isinstance(rho, float) and math.isfinite(rho) and rho > 0.0):
+        return f"the job's zCDP target rho must be a positive finite number, got {rho!r}"
+    achieved = zcdp_epsilon(rho, delta)
+    if achieved > epsilon:
+        return (f"the job's zCDP target rho = {rho!r} gives epsilon = {achieved:.6g} at delta = {delta:g} by the "
+                f"accountant, more than the job's epsilon = {epsilon:g}")
+    return None
+
+
 def calibrate_discrete_gaussian(epsilon: float, delta: float, l2_sensitivity: float, load: int,
-                                l1_sensitivity: float, tau_ratio: float = 1.0) -> float:
+                                l1_sensitivity: float, tau_ratio: float = 1.0, rho: float | None = None) -> float:
     """The smallest σ_c (grid steps, to a relative ~1e-12, rounded up) whose L-fold sum is
-    (ε, δ)-DP by :func:`kls_rho` and the accountant: ``kls_rho(σ_c, …, tau_ratio) ≤ rho_for(ε, δ)``."""
-    target = math.sqrt(2.0 * rho_for(epsilon, delta))
+    (ε, δ)-DP by :func:`kls_rho` and the accountant: ``kls_rho(σ_c, …, tau_ratio) ≤ rho_for(ε, δ)``.
+
+    ``tau_ratio``: τ is evaluated at ``σ_c·tau_ratio`` (the smallest of per-entry noise scales).
+    ``rho``: the zCDP target when the job states it (``privacy.zcdp_rho``, checked by the parties
+    with :func:`zcdp_target_problem`); then no accountant is needed here.
+    """
+    target = math.sqrt(2.0 * (rho_for(epsilon, delta) if rho is None else rho))
 
     def eps_c(sigma: float) -> float:
         return l2_sensitivity / (math.sqrt(load) * sigma) + kls_tau(sigma * tau_ratio, load) * l1_sensitivity

@@ -472,6 +472,7 @@ def plan_noise(
     frac_bits: int = 0,
     width: int | None = None,
     noise_factors=None,
+    zcdp_rho: float | None = None,
 ) -> NoisePlan:
     """Calibrate the per-(client, piece) noise of one release (docs/architecture.md, "The noise").
 
@@ -502,6 +503,10 @@ def plan_noise(
         noise_factors: Gaussian only: per-entry variance factors (W values in (0, 1]) of each draw;
             ``sensitivity`` must then bound √(Σ_j μ_j²/factor_j) of a change μ (the gram lift's
             Frobenius bound).  τ is evaluated at the smallest scale (:func:`ltm.dp.accounting.kls_rho`).
+        zcdp_rho: the zCDP target ρ of a Gaussian grid plan when the job states it (the job spec's
+            ``privacy.zcdp_rho``, :func:`ltm.dp.accounting.rho_for` of (ε, δ), which the parties
+            check with the accountant): σ_c is then solved from it without the accountant.  None:
+            the accountant computes it here.
 
     Tight Gaussian: σ_c from the distributed discrete Gaussian's zCDP (Kairouz, Liu & Steinke 2021)
     and dp_accounting's conversion (:func:`ltm.dp.accounting.calibrate_discrete_gaussian`); a
@@ -562,6 +567,12 @@ def plan_noise(
             raise CalibrationError(f"noise_factors must be {w_} values in (0, 1] with an explicit sensitivity, "
                                    f"got {len(factors)} values")
     tau_ratio = math.sqrt(min(factors)) if factors else 1.0
+    rho = None if zcdp_rho is None else _positive("zcdp_rho", zcdp_rho)
+    if rho is not None and (mech != Mechanism.GAUSSIAN or calib == Calibration.PAPER):
+        raise CalibrationError(
+            f"zcdp_rho is the zCDP target of the tight or interpolated Gaussian; drop it for "
+            f"mechanism={mech.value!r} with calibration={calib.value!r}"
+        )
     sens_given = None if sensitivity is None else _positive("sensitivity", sensitivity)
     if sens_given is not None and calib == Calibration.PAPER:
         raise CalibrationError(
@@ -611,7 +622,7 @@ def plan_noise(
         else:
             if f_:
                 sigma_c_tight = accounting.calibrate_discrete_gaussian(eps, dlt, sens_g, load, l1_g,
-                                                                       tau_ratio) / scale
+                                                                       tau_ratio, rho) / scale
             else:  # continuous plans describe the float Gaussian, for which the analytic calibration is exact
                 sigma_c_tight = analytic_gaussian_sigma(eps, dlt, sens) / math.sqrt(load)
             sigma_c = sigma_c_tight if calib == Calibration.TIGHT else sigma_c_tight * math.sqrt(load) ** (1 - p)

@@ -25,8 +25,10 @@ stream and compares it with an interval ``exp_neg_bounds(r, bits)`` computed in 
 (a fixed-point Taylor series with its remainder, :func:`exp_neg_bounds`) until the two separate.  So
 every decision is the exact one; floats only make the common case fast.
 
-**Vectorised.**  Candidates are drawn in numpy rounds over all pending outputs (≈ 1.3 candidates
-per discrete Gaussian); the exact fallback is a Python loop over the rare ambiguous elements only.
+**Vectorised.**  Candidates are drawn in numpy rounds of at most 2^15 (≈ 1.3 candidates per
+discrete Gaussian), small enough that a round's temporaries stay in the CPU cache; the rare words
+too short for the float logarithm (U < 2^52) get their second word in the same vectorised round, and
+the exact fallback is a Python loop over the ambiguous elements only (about 2 in 10^5 at σ = 10^9).
 """
 from __future__ import annotations
 
@@ -52,6 +54,8 @@ __all__ = [
 #: the range where int64 and float64 hold integers exactly (|Y| < 2^53 barring a 2^-40 tail).
 MAX_GRID_SCALE = 2.0**44
 _TWO_M64 = 2.0**-64
+_TWO_P52 = np.uint64(1 << 52)
+_ONE = np.uint64(1)
 #: Certified relative error allowances of the float decisions: each is ≥ 4× the worst case of the
 #: roundings it covers even if numpy's log/exp were off by 4 ulps (they are within 1–2), plus the
 #: int→float conversion of U and a handful of products.
@@ -62,6 +66,9 @@ _EXP_SLACK = 2.0**-46
 _MAX_EXPONENT_ERR = 1e-3
 #: Oversampling of one vectorised round (the discrete Gaussian accepts ≈ 0.76 of its candidates).
 _ROUND_FACTOR = 1.4
+#: Candidates per vectorised round at most: a round's float64 temporaries (256 KiB each) stay in
+#: the CPU cache, and its numpy passes are memory-bound on larger arrays (≈ 2× slower per draw).
+_CHUNK = 1 << 15
 
 
 # -------------------------------------------------------------------------------------------------
@@ -120,10 +127,10 @@ def exp_neg_bounds(r: Fraction | int, bits: int) -> tuple[int, int]:
 class _LazyUniform:
     """A uniform V on (0, 1) of which only the first ``bits`` bits (the integer ``v``) are drawn so far."""
 
-    def __init__(self, stream: RandomStream, first_word: int) -> None:
+    def __init__(self, stream: RandomStream, first_word: int, bits: int = 64) -> None:
         self._stream = stream
         self.v = int(first_word)
-        self.bits = 64
+        self.bits = bits
 
     def below_exp_neg(self, r: Fraction) -> bool:
         """Whether V < exp(−r), decided exactly (drawing more bits of V while it is ambiguous)."""
@@ -149,30 +156,75 @@ def _check_scale(name: str, value: float) -> float:
     return x
 
 
-def _geometric_float(stream: RandomStream, t: float, count: int) -> np.ndarray:
+class _Scratch:
+    """Warm work buffers for the rounds of one sampler call (at most ``n`` candidates each).
+
+    Every vectorised step writes into these (``out=``) instead of fresh arrays: a fresh 256 KiB
+    output costs its page faults again in every round, which made the samplers' passes ~4× slower.
+    """
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.ints = np.empty(n, dtype=np.int64)
+        self.f = [np.empty(n) for _ in range(7)]
+        self.b = [np.empty(n, dtype=bool) for _ in range(3)]
+
+
+def _word_floats(words: np.ndarray, ints: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """``out`` ≈ U for uint64 words U: 2·float(⌊U/2⌋), within U·2^-53 + 1 of U (⌊U/2⌋ < 2^63 converts
+    as an int64, about 5× faster than numpy's uint64 cast)."""
+    np.right_shift(words, _ONE, out=ints.view(np.uint64))
+    out[...] = ints
+    out *= 2.0
+    return out
+
+
+def _geometric_float(stream: RandomStream, t: float, count: int, scratch: _Scratch | None = None) -> np.ndarray:
     """``count`` i.i.d. G ≥ 0 with P(G ≥ k) = exp(−k/t), exactly: G = ⌊−t·ln V⌋, as float64 (exact
-    integers < 2^53)."""
+    integers < 2^53).  With ``scratch``, the result is a view into its buffers (valid until its next use)."""
+    s = scratch if scratch is not None else _Scratch(count)
+    x, g, err = s.f[0][:count], s.f[1][:count], s.f[2][:count]
+    unsure, other = s.b[0][:count], s.b[1][:count]
     words = stream.uint64(count)
-    x = words.astype(np.float64)
+    _word_floats(words, s.ints[:count], x)
+    # V ∈ [U, U+1)·2^-64 lies within a relative 2/U of x = 2·float(⌊U/2⌋) (|x − U| ≤ U·2^-53 + 1,
+    # plus the cell), too loose below U = 2^52 (probability 2^-12; as a review found for the old 2^12
+    # cut).  Those words get one more word W each, in one vectorised draw: V ∈ [U·2^64 + W,
+    # U·2^64 + W + 1)·2^-128, within a relative 2^-64 of U + W·2^-64 for U ≥ 1, which float(U) +
+    # float(W)·2^-64 (U exact, two roundings of 2^-53) gives to a relative 2^-52.  U = 0 (2^-64)
+    # stays unsure.
+    np.less(words, _TWO_P52, out=other)
+    short = np.flatnonzero(other)
+    extra = stream.uint64(short.size) if short.size else None
+    if short.size:
+        x[short] = words[short].astype(np.float64) + extra.astype(np.float64) * _TWO_M64
     x *= _TWO_M64
     with np.errstate(divide="ignore"):
         np.log(x, out=x)
     x *= -t
-    # V ∈ [U, U+1)·2^-64 lies within a relative 1/U ≤ 2^-52 of U·2^-64 when U ≥ 2^52, and float(U)
-    # rounds U by a relative 2^-53 more, so ln V is within 2^-50 of ln a (a = float(U)·2^-64), a 4-ulp
-    # log adds |ln a|·2^-50, the product |x̂|·2^-53: −t·ln V is within (t·(|ln a| + 1) + x̂)·2^-50 =
-    # (2x̂ + t)·2^-50 of x̂ (x̂ = t·|ln a|), and _LOG_SLACK counts 4× that.  Smaller U (probability
-    # 2^-12: below 2^52 the word alone does not pin V closely enough, as a review found for the old
-    # 2^12 cut) and the draws within that error of an integer boundary go to the exact path.
-    g = np.floor(x)
-    err = x * (2.0 * _LOG_SLACK)
+    # With a = x·2^-64 within a relative 2^-53 + 2^-51 < 2^-50 of V (above), ln V is within 2^-50
+    # of ln a, a 4-ulp log adds |ln a|·2^-50, the product |x̂|·2^-53: −t·ln V is within
+    # (t·(|ln a| + 1) + x̂)·2^-50 = (2x̂ + t)·2^-50 of x̂ (x̂ = t·|ln a|), and _LOG_SLACK counts 4×
+    # that.  Draws within that error of an integer boundary (and U = 0) go to the exact path.
+    np.floor(x, out=g)
+    np.multiply(x, 2.0 * _LOG_SLACK, out=err)
     err += t * _LOG_SLACK
-    frac = x - g
-    unsure = (frac < err) | (frac + err >= 1.0) | (words < np.uint64(1 << 52))
+    with np.errstate(invalid="ignore"):  # x = inf (U = W = 0) gives NaN here: U = 0 is unsure below
+        x -= g  # the fractional part
+    np.less(x, err, out=unsure)
+    x += err
+    np.greater_equal(x, 1.0, out=other)
+    unsure |= other
+    if short.size:
+        unsure[short[words[short] == 0]] = True
     if unsure.any():
         tf = Fraction(t)
+        where = {int(i): int(w) for i, w in zip(short, extra)} if short.size else {}
         for i in np.flatnonzero(unsure):
-            g[i] = _geometric_exact(_LazyUniform(stream, int(words[i])), t, tf)
+            i = int(i)
+            lazy = (_LazyUniform(stream, (int(words[i]) << 64) | where[i], 128) if i in where
+                    else _LazyUniform(stream, int(words[i])))
+            g[i] = _geometric_exact(lazy, t, tf)
     return g
 
 
@@ -205,23 +257,42 @@ def _signs(stream: RandomStream, count: int) -> np.ndarray:
     return np.unpackbits(stream.uint64((count + 63) // 64).view(np.uint8), count=count).astype(bool)
 
 
+def _apply_signs(values: np.ndarray, negative: np.ndarray, work: np.ndarray) -> None:
+    """``values[negative] *= −1`` in place (values are integers < 2^53 as floats: exact), as
+    arithmetic: numpy's masked ``negative(where=)`` is ~30× slower than three plain passes."""
+    np.multiply(negative, -2.0, out=work)
+    work += 1.0
+    values *= work
+
+
 def _accept_exp_neg(stream: RandomStream, gamma: np.ndarray, gamma_err: np.ndarray,
-                    exact_gamma) -> np.ndarray:
+                    exact_gamma, scratch: _Scratch | None = None) -> np.ndarray:
     """Bernoulli(exp(−γ)) per element, exactly; ``gamma``: float64 values within ``gamma_err`` of
-    the exact rationals ``exact_gamma(i)`` (used only on the ambiguous elements)."""
-    words = stream.uint64(gamma.size)
-    a = words.astype(np.float64)
+    the exact rationals ``exact_gamma(i)`` (used only on the ambiguous elements).  With ``scratch``
+    (whose ``f[3:]`` and ``b`` it uses), the result is a view into its buffers."""
+    n = gamma.size
+    s = scratch if scratch is not None else _Scratch(n)
+    a, g, margin, tmp = s.f[3][:n], s.f[4][:n], s.f[5][:n], s.f[6][:n]
+    accept, unsure = s.b[2][:n], s.b[0][:n]
+    words = stream.uint64(n)
+    _word_floats(words, s.ints[:n], a)
     a *= _TWO_M64
-    g = np.exp(-gamma)
+    np.negative(gamma, out=g)
+    np.exp(g, out=g)
     # |g − e^{−γ}| ≤ g·(2·gamma_err + ulps) while gamma_err ≤ 1e-3; the cell of V is within
-    # a·2^-52 + 2^-64 of a.  The margin over-counts both.
-    margin = gamma_err * 2.0
+    # a·2^-52 + 2^-63 of a (U rounded, its halving's dropped bit, the cell).  The margin over-counts both.
+    np.multiply(gamma_err, 2.0, out=margin)
     margin += _EXP_SLACK
     margin *= g
-    margin += a * _EXP_SLACK
+    np.multiply(a, _EXP_SLACK, out=tmp)
+    margin += tmp
     margin += 2.0**-60
-    accept = a + margin < g
-    unsure = (~accept & (a - margin < g)) | (gamma_err > _MAX_EXPONENT_ERR)
+    np.add(a, margin, out=tmp)
+    np.less(tmp, g, out=accept)
+    np.subtract(a, margin, out=tmp)
+    np.less(tmp, g, out=unsure)
+    unsure &= ~accept
+    unsure |= gamma_err > _MAX_EXPONENT_ERR
     if unsure.any():
         for i in np.flatnonzero(unsure):
             accept[i] = _LazyUniform(stream, int(words[i])).below_exp_neg(exact_gamma(int(i)))
@@ -235,16 +306,17 @@ def discrete_laplace(stream: RandomStream, scale: float, count: int) -> np.ndarr
     """
     t = _check_scale("the discrete Laplace scale", scale)
     out = np.empty(count, dtype=np.int64)
+    scratch = _Scratch(min(max(8, count + count // 4), _CHUNK))
     filled = 0
     while filled < count:
         want = count - filled
-        draws = max(8, want + want // 4)
-        g = _geometric(stream, t, draws)
+        draws = min(max(8, want + want // 4), scratch.n)
+        g = _geometric_float(stream, t, draws, scratch)
         negative = _signs(stream, draws)
-        keep = ~(negative & (g == 0))  # (−, 0) is rejected so that 0 is not counted twice
-        np.negative(g, out=g, where=negative)
+        keep = ~(negative & (g == 0.0))  # (−, 0) is rejected so that 0 is not counted twice
+        _apply_signs(g, negative, scratch.f[0][:draws])
         y = g[keep][:want]
-        out[filled:filled + y.size] = y
+        out[filled:filled + y.size] = y  # exact integers < 2^53: the int64 cast is exact
         filled += y.size
     return out
 
@@ -261,35 +333,35 @@ def discrete_gaussian(stream: RandomStream, sigma2: float, count: int) -> np.nda
     c = s2 / t  # σ²/t, rounded once: relative error ≤ 2^-53
     s2_exact, t_exact = Fraction(s2), Fraction(t)
     inv_2s2 = 0.5 / s2
+    # γ = (|y| − σ²/t)²/(2σ²).  c = σ²/t is rounded once and diff = |y| − c once, so
+    # |diff − (|y| − σ²/t)| ≤ e = (c + |diff|)·2^-52 (|y| < 2^53 is exact); then
+    # |γ̂ − γ| ≤ (2|diff|·e + e²)/(2σ²) + 3 ulps of γ̂ ≤ (c + |diff|)²/(2σ²)·2^-51 + 3·2^-53·γ̂, and
+    # (c + |diff|)² ≤ 2c² + 2diff² makes that ≤ (γ̂ + c²/(2σ²))·2^-49.  The allowance counts 4× it.
+    err_floor = c * c * inv_2s2 * 2.0**-47
     out = np.empty(count, dtype=np.int64)
+    scratch = _Scratch(min(max(8, int(count * _ROUND_FACTOR)), _CHUNK))
     filled = 0
     while filled < count:
         want = count - filled
-        draws = max(8, int(want * _ROUND_FACTOR))
-        mag = _geometric_float(stream, t, draws)
+        draws = min(max(8, int(want * _ROUND_FACTOR)), scratch.n)
+        mag = _geometric_float(stream, t, draws, scratch)  # in scratch.f[1]
         negative = _signs(stream, draws)
-        keep = ~(negative & (mag == 0.0))  # (−, 0) is rejected so that 0 is not counted twice
-        mag, negative = mag[keep], negative[keep]
-        # γ = (|y| − σ²/t)²/(2σ²).  c = σ²/t is rounded once and diff = |y| − c once, so
-        # |diff − (|y| − σ²/t)| ≤ e = (c + |diff|)·2^-52 (|y| < 2^53 is exact); then
-        # |γ̂ − γ| ≤ (2|diff|·e + e²)/(2σ²) + 3 ulps of γ̂ ≤ (c + |diff|)²/(2σ²)·2^-49.
-        diff = mag - c
-        gamma = diff * diff
+        gamma, gamma_err = scratch.f[0][:draws], scratch.f[2][:draws]
+        np.subtract(mag, c, out=gamma)
+        gamma *= gamma
         gamma *= inv_2s2
-        gamma_err = np.abs(diff)
-        gamma_err += c
-        gamma_err *= gamma_err
-        gamma_err *= inv_2s2 * 2.0**-49
+        np.multiply(gamma, 2.0**-47, out=gamma_err)
+        gamma_err += err_floor
 
         def exact_gamma(i: int, _mag=mag) -> Fraction:
             d = int(_mag[i]) - s2_exact / t_exact
             return d * d / (2 * s2_exact)
 
-        ok = _accept_exp_neg(stream, gamma, gamma_err, exact_gamma)
-        y = mag[ok].astype(np.int64)
-        np.negative(y, out=y, where=negative[ok])
-        y = y[:want]
-        out[filled:filled + y.size] = y
+        ok = _accept_exp_neg(stream, gamma, gamma_err, exact_gamma, scratch)
+        ok &= ~(negative & (mag == 0.0))  # (−, 0) is rejected so that 0 is not counted twice
+        _apply_signs(mag, negative, scratch.f[0][:draws])
+        y = mag[ok][:want]
+        out[filled:filled + y.size] = y  # exact integers < 2^53: the int64 cast is exact
         filled += y.size
     return out
 

@@ -456,3 +456,106 @@ def test_a_geometric_draw_from_a_small_word_is_finished_exactly(word):
     top = math.floor(-t * mpmath.log(mpmath.mpf(word) / 2**64))
     bottom = math.floor(-t * mpmath.log(mpmath.mpf(word + 1) / 2**64))
     assert bottom <= min(low, high) and max(low, high) <= top
+
+
+def test_short_words_extended_in_bulk_keep_the_distribution(monkeypatch):
+    """Words below the cut get one more word each in a vectorised draw (V to 128 bits); with the cut
+    raised to 2^63 half of all candidates take that route, and both samplers must still fit exactly."""
+    monkeypatch.setattr(noise, "_TWO_P52", np.uint64(1 << 63))
+    g = discrete_gaussian(_stream("short-g"), 9.0, 100_000)
+    assert _chi_square_p(g, _dgauss_pmf(9.0)) > ALPHA
+    lap = discrete_laplace(_stream("short-l"), 2.0, 100_000)
+    assert _chi_square_p(lap, _dlap_pmf(2.0)) > ALPHA
+
+
+@pytest.mark.parametrize("t", [3.0, 2.0**30])
+def test_extended_short_words_near_a_boundary_and_zero_words_are_finished_exactly(monkeypatch, t):
+    """A short word's 128-bit V: decided in float when far from a boundary, by the exact path
+    (starting from all 128 bits) when within the allowance; a zero word always goes exact."""
+    calls = []
+    original = noise._geometric_exact
+    monkeypatch.setattr(noise, "_geometric_exact", lambda lazy, *a: calls.append(lazy.bits) or original(lazy, *a))
+    mpmath.mp.prec = 400
+    rest = _stream(f"short-{t}")
+    for first in (0, 1, 77, (1 << 52) - 1):
+        for second in (0, 1 << 63, (1 << 64) - 1, 0x243F6A8885A308D3):
+            calls.clear()
+            s = _Words([first, second], rest)
+            g = noise._geometric_float(s, t, 1)[0]
+            v = mpmath.mpf((first << 64) + second) / mpmath.mpf(2) ** 128
+            x = -t * mpmath.log(v) if v > 0 else mpmath.inf
+            near = first == 0 or min(x - mpmath.floor(x), mpmath.ceil(x) - x) < (2 * x + t) * 2.0**-48
+            assert bool(calls) is bool(near), (first, second)
+            if calls:
+                assert calls == [128]  # the exact path starts from both words
+            top = mpmath.mpf((first << 64) + second + 1) / mpmath.mpf(2) ** 128
+            if not near:  # the two words alone decide G: it is their floor
+                assert g == mpmath.floor(x) == mpmath.floor(-t * mpmath.log(top))
+
+
+def test_word_floats_are_within_the_stated_error_of_the_words():
+    """x = 2·float(⌊U/2⌋): |x − U| ≤ U·2^-53 + 1, the bound the geometric's and the acceptance's
+    allowances count (checked in exact integers, at the extremes and on random words)."""
+    words = np.array([0, 1, 2, 3, 2**52 - 1, 2**52 + 1, 2**63 - 1, 2**63, 2**63 + 1, 2**64 - 2, 2**64 - 1],
+                     dtype=np.uint64)
+    words = np.concatenate([words, _stream("wf").uint64(10_000)])
+    out = noise._word_floats(words, np.empty(words.size, np.int64), np.empty(words.size))
+    for u, x in zip(words.tolist(), out.tolist()):
+        assert x == int(x) and abs(int(x) - u) <= u * 2.0**-53 + 1, (u, x)
+    assert out[0] == 0.0 and out[1] == 0.0 and out[3] == 2.0  # the dropped low bit
+
+
+def test_apply_signs_negates_exactly_the_marked_values():
+    values = np.array([0.0, 1.0, 2.0**52, 7.0, 2.0**53 - 1])
+    negative = np.array([True, False, True, True, False])
+    noise._apply_signs(values, negative, np.empty(5))
+    assert values.tolist() == [0.0, 1.0, -(2.0**52), -7.0, 2.0**53 - 1]
+
+
+@pytest.mark.parametrize("sigma2", [2.25, 1e16 + 12345.0])
+def test_the_gaussian_hands_the_acceptance_its_certified_exponent_error(monkeypatch, sigma2):
+    """γ̂ = (|y| − c)²/(2σ²) with c = fl(σ²/t) is within (γ̂ + c²/(2σ²))·2^-49 of the exact γ (the
+    derivation in discrete_gaussian); the allowance handed to the acceptance is 4× that, and every
+    γ̂ really is within it of the exact rational γ (checked in Fractions)."""
+    seen = []
+    original = noise._accept_exp_neg
+
+    def spy(stream, gamma, gamma_err, exact_gamma, scratch=None):
+        seen.append((gamma.copy(), gamma_err.copy(), [exact_gamma(i) for i in range(min(64, gamma.size))]))
+        return original(stream, gamma, gamma_err, exact_gamma, scratch)
+
+    monkeypatch.setattr(noise, "_accept_exp_neg", spy)
+    discrete_gaussian(_stream(f"err-{sigma2}"), sigma2, 500)
+    t = math.floor(math.sqrt(sigma2)) + 1
+    c = sigma2 / t
+    gamma, err, exact = seen[0]
+    np.testing.assert_allclose(err, (gamma + c * c * (0.5 / sigma2)) * 2.0**-47, rtol=1e-12, atol=0)
+    for i, r in enumerate(exact):
+        assert abs(Fraction(float(gamma[i])) - r) <= Fraction(float(err[i])) / 4  # the derived bound itself
+
+
+@pytest.mark.parametrize("t, offset", [(3.0, 1e-14), (3.0, -1e-14), (2.0**30, 1e-7), (2.0**30, -1e-7)])
+def test_a_short_word_routed_to_the_exact_path_keeps_both_words_as_the_top_of_v(monkeypatch, t, offset):
+    """U = 1 with a second word W putting x̂ = −t·ln((U + W·2^-64)·2^-64) just off an integer k: the
+    float certificate cannot decide, the exact path starts from V's first 128 bits (U, W) and the
+    magnitude is the floor of −t·ln V for the bits it ends with (mpmath)."""
+    mpmath.mp.prec = 600
+    lazies = []
+    original = noise._geometric_exact
+    monkeypatch.setattr(noise, "_geometric_exact", lambda lazy, *a: lazies.append(lazy) or original(lazy, *a))
+    top = -t * mpmath.log(mpmath.mpf(1) / 2**64)  # x̂ at W = 0; it falls as W grows
+    k = int(mpmath.floor(top)) - 1
+    lo, hi = 0, (1 << 64) - 1  # bisection on W for x̂ ≈ k + offset
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if -t * mpmath.log((1 + mpmath.mpf(mid) / 2**64) / 2**64) > k + offset:
+            lo = mid
+        else:
+            hi = mid
+    g = noise._geometric_float(_Words([1, lo], _stream(f"routed-{t}-{offset}")), t, 1)[0]
+    assert len(lazies) == 1 and lazies[0].bits >= 128
+    lazy = lazies[0]
+    assert lazy.v >> (lazy.bits - 128) == (1 << 64) | lo  # U and W are V's first 128 bits
+    v_lo = mpmath.mpf(lazy.v) / mpmath.mpf(2) ** lazy.bits
+    v_hi = mpmath.mpf(lazy.v + 1) / mpmath.mpf(2) ** lazy.bits
+    assert g == mpmath.floor(-t * mpmath.log(v_lo)) == mpmath.floor(-t * mpmath.log(v_hi))
