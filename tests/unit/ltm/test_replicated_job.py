@@ -222,7 +222,7 @@ def test_the_example_columns_job_file_is_a_replicated_release():
     trust assumption; a party with the default policy refuses it, one that accepts 1 of 3 joins."""
     from pathlib import Path
 
-    path = Path(__file__).resolve().parent.parent / "examples" / "jobs" / "power-columns-replicated.toml"
+    path = Path(__file__).resolve().parents[3] / "examples" / "jobs" / "power-columns-replicated.toml"
     job = parse_job_file(path.read_text())
     spec = job.spec
     assert spec.partition == "columns" and spec.replicated and spec.tolerated_colluding_servers == 1
@@ -239,7 +239,7 @@ def test_job_check_states_the_trust_assumption(capsys):
 
     from ltm.cli import main
 
-    examples = Path(__file__).resolve().parent.parent / "examples" / "jobs"
+    examples = Path(__file__).resolve().parents[3] / "examples" / "jobs"
     assert main(["job", "check", str(examples / "power-columns-replicated.toml")]) == 0
     assert "trust: private if at most 1 of 3 servers collude (an honest majority" in capsys.readouterr().out
     assert main(["job", "check", str(examples / "power-ridge.toml")]) == 0
