@@ -54,6 +54,19 @@ def _client_set(spec: JobSpec, members: ClientSet | np.ndarray, what: str) -> Cl
     return ClientSet.from_mask(mask.astype(bool))
 
 
+def check_release_request(spec: JobSpec, *, caller_role: str, job_digest: str, already_released: bool) -> None:
+    """The checks every release request passes first, whatever the release kind: only the analyst,
+    for this job's digest, and only once (a second release would let differencing cancel the noise).
+    Raises :class:`GateRefusal`."""
+    if caller_role != ANALYST_ROLE:
+        raise GateRefusal("PERMISSION_DENIED", f"only the analyst may request a release (caller role {caller_role!r})")
+    if job_digest != spec.digest:
+        raise GateRefusal("FAILED_PRECONDITION", "the job digest in the request does not match this job's spec")
+    if already_released:
+        raise GateRefusal("FAILED_PRECONDITION", f"job {spec.job_id!r} has already been released once; "
+                                                 "a second release would let differencing cancel the noise")
+
+
 def check_release(spec: JobSpec, *, caller_role: str, job_digest: str, participants: ClientSet | np.ndarray,
                   held: ClientSet | np.ndarray, already_released: bool, sketch: Sketch | None = None,
                   slots: np.ndarray | None = None) -> GateDecision:
@@ -65,13 +78,7 @@ def check_release(spec: JobSpec, *, caller_role: str, job_digest: str, participa
         slots: the job's cached :meth:`Sketch.slots`, if the server keeps one (small jobs); the
             row loads are otherwise derived chunk by chunk (:func:`honest_row_loads`).
     """
-    if caller_role != ANALYST_ROLE:
-        raise GateRefusal("PERMISSION_DENIED", f"only the analyst may request a release (caller role {caller_role!r})")
-    if job_digest != spec.digest:
-        raise GateRefusal("FAILED_PRECONDITION", "the job digest in the request does not match this job's spec")
-    if already_released:
-        raise GateRefusal("FAILED_PRECONDITION", f"job {spec.job_id!r} has already been released once; "
-                                                 "a second release would let differencing cancel the noise")
+    check_release_request(spec, caller_role=caller_role, job_digest=job_digest, already_released=already_released)
     participants = _client_set(spec, participants, "participant")
     held = _client_set(spec, held, "held")
     extra = participants - held

@@ -26,7 +26,7 @@ from ltm.errors import ProtocolError
 from ltm.jobspec import JobSpec, PartySpec, validate_job
 from ltm.replicated import (PART_NOISE, REPLICATED_PARTS, BlockUpload, server_output, triangle_width,
                             upload_from_parts)
-from server.release_gate import ANALYST_ROLE, GateRefusal
+from server.release_gate import GateRefusal, check_release_request
 
 
 class ReplicatedServer:
@@ -111,13 +111,7 @@ def check_replicated_release(spec: JobSpec, *, caller_role: str, job_digest: str
     be every client, held here: the release is one Gram over the joint vectors, and the parties'
     noise (L = parties − corrupt_parties honest draws per entry) is calibrated for all of them.
     """
-    if caller_role != ANALYST_ROLE:
-        raise GateRefusal("PERMISSION_DENIED", f"only the analyst may request a release (caller role {caller_role!r})")
-    if job_digest != spec.digest:
-        raise GateRefusal("FAILED_PRECONDITION", "the job digest in the request does not match this job's spec")
-    if already_released:
-        raise GateRefusal("FAILED_PRECONDITION", f"job {spec.job_id!r} has already been released once; "
-                                                 "a second release would let differencing cancel the noise")
+    check_release_request(spec, caller_role=caller_role, job_digest=job_digest, already_released=already_released)
     if participants is None or participants.n != spec.n:
         raise GateRefusal("INVALID_ARGUMENT", f"the participant set must be over the job's n = {spec.n} clients")
     if held.count != spec.n:
