@@ -657,3 +657,19 @@ def test_widest_noise_draw_is_the_scale_of_one_draw():
     continuous = plan_noise(mechanism="gaussian", calibration="tight", epsilon=1.0, delta=1e-6, clip_norm=1.0,
                             s=1, min_honest_load=4)
     assert widest_noise_draw(continuous) == 0.0 and isinstance(widest_noise_draw(continuous), float)
+
+
+def test_per_entry_factors_apply_along_the_last_axis_of_any_shape():
+    """A (2, 3, 4) or (4,) draw is the (6, 4) one reshaped (same stream, same classes, same order),
+    with or without multiplicities: the factors follow the last axis whatever the leading ones."""
+    import dataclasses
+
+    from ltm.dp.noise import sample_noise
+
+    plan = dataclasses.replace(_grid_plan(), noise_factors=(1.0, 0.5, 0.75, 0.5))
+    flat = sample_noise(_stream("nd"), plan, (6, 4))
+    np.testing.assert_array_equal(sample_noise(_stream("nd"), plan, (2, 3, 4)).reshape(6, 4), flat)
+    np.testing.assert_array_equal(sample_noise(_stream("nd"), plan, (4,)), sample_noise(_stream("nd"), plan, (1, 4))[0])
+    mult = np.array([1, 2, 2, 1, 3, 1]).reshape(2, 3, 1)
+    np.testing.assert_array_equal(sample_noise(_stream("nd-m"), plan, (2, 3, 4), multiplicity=mult).reshape(6, 4),
+                                  sample_noise(_stream("nd-m"), plan, (6, 4), multiplicity=mult.reshape(6, 1)))
