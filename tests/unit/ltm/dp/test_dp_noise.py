@@ -673,3 +673,18 @@ def test_per_entry_factors_apply_along_the_last_axis_of_any_shape():
     mult = np.array([1, 2, 2, 1, 3, 1]).reshape(2, 3, 1)
     np.testing.assert_array_equal(sample_noise(_stream("nd-m"), plan, (2, 3, 4), multiplicity=mult).reshape(6, 4),
                                   sample_noise(_stream("nd-m"), plan, (6, 4), multiplicity=mult.reshape(6, 1)))
+
+
+@pytest.mark.parametrize("bits, below", [(20, 1e-9), (64, 1e-9)])
+def test_exp_neg_bounds_stay_below_a_value_just_under_an_integer(bits, below):
+    """r chosen so 2^bits·e^{−r} = m − 10⁻⁹ units: lo must be m − 1, not m.  A lower bound built
+    from e^{−x}'s *upper* Taylor bound (or one not floored far enough) lands on m, above the value."""
+    mpmath.mp.prec = 600
+    m = int(0.6 * 2**bits)
+    value = mpmath.mpf(m) - below
+    r_mp = -mpmath.log(value / mpmath.mpf(2) ** bits)
+    r = Fraction(int(mpmath.floor(r_mp * mpmath.mpf(2) ** 400)), 2**400)
+    exact = mpmath.exp(-mpmath.mpf(r.numerator) / r.denominator) * mpmath.mpf(2) ** bits
+    assert mpmath.mpf(m) - 2 * below < exact < m  # the construction: just under the integer m
+    lo, hi = exp_neg_bounds(r, bits)
+    assert lo <= exact <= hi and lo == m - 1 and hi - lo <= 4
