@@ -313,3 +313,38 @@ def test_load_accountant_refuses_a_missing_or_blocked_package(monkeypatch):
         with pytest.raises(ImportError, match=r"^No module named 'dp_accounting'$") as err:
             accounting.load_accountant()
         assert err.value.name == "dp_accounting" and "dp_accounting" not in sys.modules
+
+
+def test_load_accountant_reuses_loaded_submodules_without_the_import_system(monkeypatch):
+    """Both submodules loaded: no import machinery is touched (the servers' and parties' hot path);
+    only one of them loaded: the other is imported, never a None handed back."""
+    import importlib
+    import importlib.util
+    import sys
+
+    R, ev = accounting.load_accountant()
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("load_accountant used the import system with both submodules loaded")
+
+    with monkeypatch.context() as m:
+        m.setattr(importlib.util, "find_spec", refuse)
+        m.setattr(importlib, "import_module", refuse)
+        assert accounting.load_accountant() == (R, ev)
+    for keep in ("dp_accounting.dp_event", "dp_accounting.rdp.rdp_privacy_accountant"):
+        with monkeypatch.context() as m:
+            kept = sys.modules[keep]
+            _forget_dp_accounting(m)
+            m.setitem(sys.modules, keep, kept)
+            R2, ev2 = accounting.load_accountant()
+            assert R2.__name__ == "RdpAccountant" and ev2.__name__ == "dp_accounting.dp_event"
+            assert (ev2 is kept) if keep.endswith("dp_event") else (R2 is kept.RdpAccountant)
+
+
+def test_gaussian_event_defaults_to_tau_at_sigma_and_a_small_l1_is_verified():
+    sigma, load, d2, d1 = 0.8, 20, 3.0, 7.0
+    assert accounting.gaussian_event(sigma, load, d2, d1).rho == accounting.kls_rho(sigma, load, d2, d1, 1.0) \
+        < accounting.gaussian_event(sigma, load, d2, d1, 0.5).rho
+    # Δ₁ below one grid step (and below tau_ratio): the final check uses Δ₁ itself
+    s = accounting.calibrate_discrete_gaussian(16.0, 1e-6, d2, load, 0.05)
+    assert accounting.kls_rho(s, load, d2, 0.05) <= accounting.rho_for(16.0, 1e-6) < accounting.kls_rho(s, load, d2, 1.0)
