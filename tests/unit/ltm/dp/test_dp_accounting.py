@@ -201,3 +201,150 @@ def test_kls_rho_includes_the_tau_term(sigma, load, d2, d1):
     exact = (mpmath.mpf(d2) / (mpmath.sqrt(load) * sigma) + tau * d1) ** 2 / 2
     assert abs(accounting.kls_rho(sigma, load, d2, d1) / float(exact) - 1) < REL
     assert tau * d1 > 1e-3 * d2 / (math.sqrt(load) * sigma)  # the τ term matters here
+
+
+@pytest.mark.parametrize("ratio", [0.5 ** 0.5, 0.5])
+def test_kls_rho_and_the_calibration_evaluate_tau_at_the_smallest_scale(ratio):
+    """tau_ratio r: ½(Δ₂/(√L σ) + τ(rσ)·Δ₁)² (mpmath), larger than r = 1's; the calibrated σ is the
+    smallest meeting ρ*(ε, δ) with that τ (a hair less fails), and a larger σ than r = 1 needs."""
+    sigma, load, d2, d1 = 0.8, 20, 3.0, 7.0
+    exact = (mpmath.mpf(d2) / (mpmath.sqrt(load) * sigma) + tau_exact(sigma * ratio, load) * d1) ** 2 / 2
+    got = accounting.kls_rho(sigma, load, d2, d1, ratio)
+    assert abs(got / float(exact) - 1) < REL
+    assert got > accounting.kls_rho(sigma, load, d2, d1) * (1 + 1e-3) == accounting.kls_rho(sigma, load, d2, d1, 1.0) \
+        * (1 + 1e-3)
+    eps, delta = 16.0, 1e-6
+    target = accounting.rho_for(eps, delta)
+    s = accounting.calibrate_discrete_gaussian(eps, delta, d2, load, d1, ratio)
+    assert accounting.kls_rho(s, load, d2, d1, ratio) <= target < accounting.kls_rho(s * (1 - 1e-9), load, d2, d1, ratio)
+    assert s > accounting.calibrate_discrete_gaussian(eps, delta, d2, load, d1) * (1 + 1e-6)
+    assert accounting.gaussian_event(s, load, d2, d1, ratio).rho == accounting.kls_rho(s, load, d2, d1, ratio)
+
+
+def test_a_stated_rho_replaces_the_accountants_target_in_the_calibration():
+    """rho = ρ*(ε, δ) gives the same σ bit for bit; another ρ is met as tightly (ε, δ ignored)."""
+    d2, load, d1 = 3.0, 20, 7.0
+    star = accounting.rho_for(1.0, 1e-6)
+    base = accounting.calibrate_discrete_gaussian(1.0, 1e-6, d2, load, d1)
+    assert accounting.calibrate_discrete_gaussian(1.0, 1e-6, d2, load, d1, rho=star) == base
+    for rho in (star / 4, 0.02):
+        s = accounting.calibrate_discrete_gaussian(1.0, 1e-6, d2, load, d1, rho=rho)
+        assert accounting.kls_rho(s, load, d2, d1) <= rho < accounting.kls_rho(s * (1 - 1e-9), load, d2, d1)
+    assert accounting.calibrate_discrete_gaussian(1.0, 1e-6, d2, load, d1, rho=star / 4) == pytest.approx(2 * base,
+                                                                                                          rel=1e-9)
+
+
+def test_zcdp_target_problem_accepts_exactly_the_targets_the_accountant_buys():
+    eps, delta = 1.0, 1e-6
+    star = accounting.rho_for(eps, delta)
+    assert accounting.zcdp_target_problem(star, eps, delta) is None
+    assert accounting.zcdp_target_problem(star / 2, eps, delta) is None
+    # a ρ whose ε lands on the job's ε exactly is accepted (≤), the next float up refused (>)
+    exact_eps = accounting.zcdp_epsilon(star, delta)
+    assert accounting.zcdp_target_problem(star, exact_eps, delta) is None
+    greedy = star * 1.001
+    achieved = accounting.zcdp_epsilon(greedy, delta)
+    assert achieved > eps
+    assert accounting.zcdp_target_problem(greedy, eps, delta) == (
+        f"the job's zCDP target rho = {greedy!r} gives epsilon = {achieved:.6g} at delta = 1e-06 by the "
+        "accountant, more than the job's epsilon = 1")
+    for bad in (0.0, -1.0, math.inf, math.nan, 1, None):
+        assert accounting.zcdp_target_problem(bad, eps, delta) == \
+            f"the job's zCDP target rho must be a positive finite number, got {bad!r}"
+    assert accounting.zcdp_target_problem(5e-324, eps, delta) is None  # the smallest positive float is fine
+
+
+def _forget_dp_accounting(monkeypatch):
+    """Take every dp_accounting module out of sys.modules for one test (monkeypatch puts them back)."""
+    import sys
+
+    for name in [m for m in sys.modules if m == "dp_accounting" or m.startswith("dp_accounting.")]:
+        monkeypatch.delitem(sys.modules, name)
+
+
+def test_load_accountant_returns_the_loaded_classes_and_imports_only_its_submodules(monkeypatch):
+    import sys
+
+    from dp_accounting.rdp import rdp_privacy_accountant as loaded_rdp
+
+    R, ev = accounting.load_accountant()
+    assert R is RdpAccountant is loaded_rdp.RdpAccountant and ev is dp_event  # already loaded: reused
+    _forget_dp_accounting(monkeypatch)
+    R, ev = accounting.load_accountant()
+    assert R is not RdpAccountant and R.__name__ == "RdpAccountant" and ev.__name__ == "dp_accounting.dp_event"
+    assert "dp_accounting" not in sys.modules  # the bare package object is gone again
+    assert sys.modules["dp_accounting.dp_event"] is ev and sys.modules["dp_accounting.rdp.rdp_privacy_accountant"].RdpAccountant is R
+    assert "dp_accounting.pld" not in sys.modules
+    assert accounting.load_accountant() == (R, ev)  # and reused on the next call
+    import dp_accounting  # the real package __init__ then runs, reusing the two submodules
+
+    assert dp_accounting.ZCDpEvent is ev.ZCDpEvent and dp_accounting.rdp.RdpAccountant is R
+    assert R().compose(ev.ZCDpEvent(0.5)).get_epsilon(1e-6) == RdpAccountant().compose(
+        dp_event.ZCDpEvent(0.5)).get_epsilon(1e-6)
+
+
+def test_load_accountant_with_the_package_loaded_imports_the_missing_submodules(monkeypatch):
+    import sys
+
+    import dp_accounting
+
+    _forget_dp_accounting(monkeypatch)
+    monkeypatch.setitem(sys.modules, "dp_accounting", dp_accounting)  # the package alone is loaded
+    R, ev = accounting.load_accountant()
+    assert sys.modules["dp_accounting"] is dp_accounting  # left in place (not the bare object's cleanup)
+    assert sys.modules["dp_accounting.dp_event"] is ev and R.__name__ == "RdpAccountant"
+    assert sys.modules["dp_accounting.rdp.rdp_privacy_accountant"].RdpAccountant is R
+
+
+def test_load_accountant_refuses_a_missing_or_blocked_package(monkeypatch):
+    import importlib.util
+    import sys
+
+    _forget_dp_accounting(monkeypatch)
+    monkeypatch.setitem(sys.modules, "dp_accounting", None)
+    with pytest.raises(ImportError, match=r"^import of dp_accounting halted; None in sys.modules$") as err:
+        accounting.load_accountant()
+    assert err.value.name == "dp_accounting"
+    monkeypatch.delitem(sys.modules, "dp_accounting")
+    real_find = importlib.util.find_spec
+    for found in (None, real_find("textwrap")):  # absent, or a plain module rather than a package
+        monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a, _f=found: _f if name == "dp_accounting"
+                            else real_find(name, *a))
+        with pytest.raises(ImportError, match=r"^No module named 'dp_accounting'$") as err:
+            accounting.load_accountant()
+        assert err.value.name == "dp_accounting" and "dp_accounting" not in sys.modules
+
+
+def test_load_accountant_reuses_loaded_submodules_without_the_import_system(monkeypatch):
+    """Both submodules loaded: no import machinery is touched (the servers' and parties' hot path);
+    only one of them loaded: the other is imported, never a None handed back."""
+    import importlib
+    import importlib.util
+    import sys
+
+    R, ev = accounting.load_accountant()
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("load_accountant used the import system with both submodules loaded")
+
+    with monkeypatch.context() as m:
+        m.setattr(importlib.util, "find_spec", refuse)
+        m.setattr(importlib, "import_module", refuse)
+        assert accounting.load_accountant() == (R, ev)
+    for keep in ("dp_accounting.dp_event", "dp_accounting.rdp.rdp_privacy_accountant"):
+        with monkeypatch.context() as m:
+            kept = sys.modules[keep]
+            _forget_dp_accounting(m)
+            m.setitem(sys.modules, keep, kept)
+            R2, ev2 = accounting.load_accountant()
+            assert R2.__name__ == "RdpAccountant" and ev2.__name__ == "dp_accounting.dp_event"
+            assert (ev2 is kept) if keep.endswith("dp_event") else (R2 is kept.RdpAccountant)
+
+
+def test_gaussian_event_defaults_to_tau_at_sigma_and_a_small_l1_is_verified():
+    sigma, load, d2, d1 = 0.8, 20, 3.0, 7.0
+    assert accounting.gaussian_event(sigma, load, d2, d1).rho == accounting.kls_rho(sigma, load, d2, d1, 1.0) \
+        < accounting.gaussian_event(sigma, load, d2, d1, 0.5).rho
+    # Δ₁ below one grid step (and below tau_ratio): the final check uses Δ₁ itself
+    s = accounting.calibrate_discrete_gaussian(16.0, 1e-6, d2, load, 0.05)
+    assert accounting.kls_rho(s, load, d2, 0.05) <= accounting.rho_for(16.0, 1e-6) < accounting.kls_rho(s, load, d2, 1.0)

@@ -8,6 +8,7 @@ distribution must stay exactly the same.
 from __future__ import annotations
 
 import math
+import re
 from fractions import Fraction
 
 import mpmath
@@ -559,3 +560,131 @@ def test_a_short_word_routed_to_the_exact_path_keeps_both_words_as_the_top_of_v(
     v_lo = mpmath.mpf(lazy.v) / mpmath.mpf(2) ** lazy.bits
     v_hi = mpmath.mpf(lazy.v + 1) / mpmath.mpf(2) ** lazy.bits
     assert g == mpmath.floor(-t * mpmath.log(v_lo)) == mpmath.floor(-t * mpmath.log(v_hi))
+
+
+def _grid_plan(mechanism: str = "gaussian", **kw):
+    from ltm.dp.calibration import plan_noise
+
+    return plan_noise(mechanism=mechanism, calibration="tight", epsilon=1.0, delta=1e-6 if mechanism == "gaussian"
+                      else 0.0, clip_norm=1.0, s=1, min_honest_load=4, frac_bits=8, width=4, **kw)
+
+
+def _spy_gaussian(monkeypatch):
+    """Record every (variance, count, draws) the real discrete Gaussian sampler is asked for."""
+    calls = []
+    real = noise.discrete_gaussian
+
+    def spy(stream, sigma2, n):
+        out = real(stream, sigma2, n)
+        calls.append((sigma2, n, out.copy()))
+        return out
+
+    monkeypatch.setattr(noise, "discrete_gaussian", spy)
+    return calls
+
+
+def test_per_entry_factors_draw_each_column_class_once_at_its_exact_variance(monkeypatch):
+    """noise_factors (1, ½, ¾, ½): one draw per factor class, ascending; σ²·factor exactly for a
+    power of two (½, 1) and rounded up one ulp otherwise (¾: the product may round down); each
+    class's draws fill exactly its columns, row-major (the output is rebuilt from the calls)."""
+    import dataclasses
+
+    from ltm.dp.noise import sample_noise
+
+    plan = dataclasses.replace(_grid_plan(), noise_factors=(1.0, 0.5, 0.75, 0.5))
+    s2 = plan.grid_sigma2
+    assert math.frexp(s2)[0] != 0.5  # σ² not a power of two: the ¾ product is a real rounding
+    calls = _spy_gaussian(monkeypatch)
+    y = sample_noise(_stream("factors"), plan, (5, 4))
+    assert y.dtype == np.int64 and y.shape == (5, 4)
+    assert [(c[0], c[1]) for c in calls] == [(s2 * 0.5, 10), (math.nextafter(s2 * 0.75, math.inf), 5), (s2, 5)]
+    np.testing.assert_array_equal(y[:, [1, 3]], calls[0][2].reshape(5, 2))
+    np.testing.assert_array_equal(y[:, 2], calls[1][2])
+    np.testing.assert_array_equal(y[:, 0], calls[2][2])
+    # the same stream, the same draws: reproducible, and the stream is really consumed
+    np.testing.assert_array_equal(y, sample_noise(_stream("factors"), plan, (5, 4)))
+
+
+def test_per_entry_factors_with_multiplicities_draw_per_class_and_multiplicity(monkeypatch):
+    """With multiplicities M (rows 1, 3, 1): per factor class, one draw per distinct M at
+    nextafter(σ²·factor·M) (rounded up), filling exactly the entries with that class and M."""
+    import dataclasses
+
+    from ltm.dp.noise import sample_noise
+
+    plan = dataclasses.replace(_grid_plan(), noise_factors=(1.0, 0.5, 0.75, 0.5))
+    s2 = plan.grid_sigma2
+    mult = np.array([[1], [3], [1]])
+    calls = _spy_gaussian(monkeypatch)
+    y = sample_noise(_stream("factors-m"), plan, (3, 4), multiplicity=mult)
+    assert y.dtype == np.int64 and y.shape == (3, 4)
+    up = lambda v: math.nextafter(v, math.inf)  # noqa: E731
+    assert [(c[0], c[1]) for c in calls] == [(up(s2 * 0.5 * 1.0), 4), (up(s2 * 0.5 * 3.0), 2),
+                                             (up(s2 * 0.75 * 1.0), 2), (up(s2 * 0.75 * 3.0), 1),
+                                             (up(s2 * 1.0 * 1.0), 2), (up(s2 * 1.0 * 3.0), 1)]
+    want = np.empty((3, 4), dtype=np.int64)
+    want[[0, 0, 2, 2], [1, 3, 1, 3]] = calls[0][2]
+    want[1, [1, 3]] = calls[1][2]
+    want[[0, 2], 2] = calls[2][2]
+    want[1, 2] = calls[3][2][0]
+    want[[0, 2], 0] = calls[4][2]
+    want[1, 0] = calls[5][2][0]
+    np.testing.assert_array_equal(y, want)
+
+
+def test_per_entry_factors_need_a_matching_last_axis():
+    import dataclasses
+
+    from ltm.dp.noise import sample_noise
+
+    plan = dataclasses.replace(_grid_plan(), noise_factors=(1.0, 0.5, 0.75, 0.5))
+    for shape in ((3, 5), (4, 3), ()):
+        with pytest.raises(ValueError, match=rf"^the plan has 4 per-entry noise factors; the last axis of shape "
+                                             rf"{re.escape(str(shape))} must match$"):
+            sample_noise(_stream("bad-shape"), plan, shape)
+    assert sample_noise(_stream("ok-shape"), plan, (3, 4)).shape == (3, 4)
+
+
+def test_widest_noise_draw_is_the_scale_of_one_draw():
+    from ltm.dp.calibration import plan_noise
+    from ltm.dp.noise import widest_noise_draw
+
+    g = _grid_plan()
+    assert widest_noise_draw(g) == math.sqrt(g.grid_sigma2) == widest_noise_draw(g, 1)
+    assert widest_noise_draw(g, 9) == math.sqrt(g.grid_sigma2 * 9)
+    lap = _grid_plan("laplace")
+    assert widest_noise_draw(lap) == widest_noise_draw(lap, 9) == lap.grid_scale > 1.0
+    continuous = plan_noise(mechanism="gaussian", calibration="tight", epsilon=1.0, delta=1e-6, clip_norm=1.0,
+                            s=1, min_honest_load=4)
+    assert widest_noise_draw(continuous) == 0.0 and isinstance(widest_noise_draw(continuous), float)
+
+
+def test_per_entry_factors_apply_along_the_last_axis_of_any_shape():
+    """A (2, 3, 4) or (4,) draw is the (6, 4) one reshaped (same stream, same classes, same order),
+    with or without multiplicities: the factors follow the last axis whatever the leading ones."""
+    import dataclasses
+
+    from ltm.dp.noise import sample_noise
+
+    plan = dataclasses.replace(_grid_plan(), noise_factors=(1.0, 0.5, 0.75, 0.5))
+    flat = sample_noise(_stream("nd"), plan, (6, 4))
+    np.testing.assert_array_equal(sample_noise(_stream("nd"), plan, (2, 3, 4)).reshape(6, 4), flat)
+    np.testing.assert_array_equal(sample_noise(_stream("nd"), plan, (4,)), sample_noise(_stream("nd"), plan, (1, 4))[0])
+    mult = np.array([1, 2, 2, 1, 3, 1]).reshape(2, 3, 1)
+    np.testing.assert_array_equal(sample_noise(_stream("nd-m"), plan, (2, 3, 4), multiplicity=mult).reshape(6, 4),
+                                  sample_noise(_stream("nd-m"), plan, (6, 4), multiplicity=mult.reshape(6, 1)))
+
+
+@pytest.mark.parametrize("bits, below", [(20, 1e-9), (64, 1e-9)])
+def test_exp_neg_bounds_stay_below_a_value_just_under_an_integer(bits, below):
+    """r chosen so 2^bits·e^{−r} = m − 10⁻⁹ units: lo must be m − 1, not m.  A lower bound built
+    from e^{−x}'s *upper* Taylor bound (or one not floored far enough) lands on m, above the value."""
+    mpmath.mp.prec = 600
+    m = int(0.6 * 2**bits)
+    value = mpmath.mpf(m) - below
+    r_mp = -mpmath.log(value / mpmath.mpf(2) ** bits)
+    r = Fraction(int(mpmath.floor(r_mp * mpmath.mpf(2) ** 400)), 2**400)
+    exact = mpmath.exp(-mpmath.mpf(r.numerator) / r.denominator) * mpmath.mpf(2) ** bits
+    assert mpmath.mpf(m) - 2 * below < exact < m  # the construction: just under the integer m
+    lo, hi = exp_neg_bounds(r, bits)
+    assert lo <= exact <= hi and lo == m - 1 and hi - lo <= 4
