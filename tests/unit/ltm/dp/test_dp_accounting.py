@@ -348,3 +348,56 @@ def test_gaussian_event_defaults_to_tau_at_sigma_and_a_small_l1_is_verified():
     # Δ₁ below one grid step (and below tau_ratio): the final check uses Δ₁ itself
     s = accounting.calibrate_discrete_gaussian(16.0, 1e-6, d2, load, 0.05)
     assert accounting.kls_rho(s, load, d2, 0.05) <= accounting.rho_for(16.0, 1e-6) < accounting.kls_rho(s, load, d2, 1.0)
+
+
+def test_rounded_radius_is_the_clip_plus_half_a_step_per_coordinate():
+    from fractions import Fraction
+
+    from ltm.dp.grid import rounded_radius
+
+    # exact in binary: C + √D·2^-g/2 (ℓ2) and C + D·2^-g/2 (ℓ1), evaluated in rationals
+    for clip, width, g in [(1.0, 4, 3), (0.75, 9, 2), (2.5, 16, 5)]:
+        half = Fraction(1, 2 ** (g + 1))
+        root = Fraction(math.isqrt(width))
+        assert Fraction(rounded_radius(clip, width, g)) == Fraction(clip) + root * half
+        assert Fraction(rounded_radius(clip, width, g, "l1")) == Fraction(clip) + width * half
+    with pytest.raises(ValueError, match="^norm must be 'l2' or 'l1', got 'linf'$"):
+        rounded_radius(1.0, 4, 3, "linf")
+
+
+def _largest_exact_gram_g(frac_bits: int, clip: float, width: int) -> int | None:
+    """The definition of gram_input_frac_bits, in rationals (√D exact for square D)."""
+    from fractions import Fraction
+
+    root = Fraction(math.isqrt(width))
+    assert root * root == width
+    for g in range(frac_bits // 2, 0, -1):
+        radius = Fraction(clip) + root / 2 ** (g + 1)
+        if (radius * 2**g) ** 2 <= 2**52:
+            return g
+    return None
+
+
+@pytest.mark.parametrize("frac_bits, clip, width", [
+    (16, 1.0, 4),                    # small clip: g = ⌊f/2⌋
+    (16, 2.0**24, 1),                # only g = 1 keeps the products below 2^52
+    (40, 2.0**14, 9),                # an interior g
+    (2, (2.0**26 - 1) / 2, 4),       # (R_g·2^g)² is exactly 2^52 at g = 1: allowed (≤)
+])
+def test_gram_input_frac_bits_is_the_largest_exact_g(frac_bits, clip, width):
+    from ltm.dp.grid import gram_input_frac_bits
+
+    expected = _largest_exact_gram_g(frac_bits, clip, width)
+    assert expected is not None and gram_input_frac_bits(frac_bits, clip, width) == expected
+
+
+def test_gram_input_frac_bits_refusals():
+    from ltm.dp.grid import gram_input_frac_bits
+
+    assert _largest_exact_gram_g(16, 2.0**25, 1) is None  # the case below has no exact g
+    with pytest.raises(ValueError, match="^clip bound 3.35544e[+]07 too large for an exact gram lift"):
+        gram_input_frac_bits(16, 2.0**25, 1)
+    assert gram_input_frac_bits(2, 1.0, 1) == 1  # the least valid f and D
+    for f, d, c in [(1, 5, 1.0), (8, 0, 1.0), (8, 5, 0.0), (8, 5, -1.0)]:
+        with pytest.raises(ValueError, match=r"^gram_input_frac_bits needs f >= 2, D >= 1, C > 0 \(got "):
+            gram_input_frac_bits(f, c, d)
