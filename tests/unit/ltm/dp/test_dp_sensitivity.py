@@ -269,7 +269,8 @@ def test_non_positive_or_non_finite_radii_are_refused(bad):
                        ("feature_radius", lambda: sens.cross_moment_l2(bad, 1.0)),
                        ("label_radius", lambda: sens.cross_moment_l2(1.0, bad)),
                        ("lr", lambda: sens.sgd_sensitivity(10, 10, bad, 0.1)),
-                       ("ref_delta_c", lambda: sens.reference_code_rf_sensitivity(bad, 4))]:
+                       ("ref_delta_c", lambda: sens.reference_code_rf_sensitivity(bad, 4)),
+                       ("clip_norm", lambda: sens.rounded_gram_l1(bad, 4, 5))]:
         with pytest.raises(ValueError, match=rf"^{name} must be finite and > 0, got {re.escape(repr(bad))}$"):
             call()
 
@@ -291,7 +292,8 @@ def test_counts_must_be_integers_at_least_one(bad):
                        ("columns", lambda: sens.histogram_l2(bad)), ("columns", lambda: sens.histogram_l1(bad)),
                        ("m", lambda: sens.sgd_sensitivity(bad, 10, 0.1, 0.1)),
                        ("iterations", lambda: sens.sgd_sensitivity(10, bad, 0.1, 0.1)),
-                       ("n_features", lambda: sens.reference_code_rf_sensitivity(4.0, bad))]:
+                       ("n_features", lambda: sens.reference_code_rf_sensitivity(4.0, bad)),
+                       ("width", lambda: sens.rounded_gram_l1(1.0, bad, 5))]:
         with pytest.raises(ValueError, match=rf"^{name} must be an integer >= 1, got {re.escape(repr(bad))}$"):
             call()
 
