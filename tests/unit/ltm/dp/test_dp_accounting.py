@@ -258,7 +258,12 @@ def _forget_dp_accounting(monkeypatch):
     """Take every dp_accounting module out of sys.modules for one test (monkeypatch puts them back)."""
     import sys
 
-    for name in [m for m in sys.modules if m == "dp_accounting" or m.startswith("dp_accounting.")]:
+    loaded = {m: mod for m, mod in sys.modules.items() if m == "dp_accounting" or m.startswith("dp_accounting.")}
+    for name, module in loaded.items():
+        parent, _, child = name.rpartition(".")
+        if parent in loaded and getattr(loaded[parent], child, None) is module:
+            # a re-import under a kept package rebinds its attribute (dp_accounting.dp_event): put it back too
+            monkeypatch.setattr(loaded[parent], child, module)
         monkeypatch.delitem(sys.modules, name)
 
 
