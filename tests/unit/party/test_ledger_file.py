@@ -582,3 +582,21 @@ def test_an_old_format_charge_is_imported_by_its_known_fields_only(tmp_path):
     assert loss.job_id == "a" and loss.charged_at == "2026-01-01T00:00:00+00:00"
     ledger.admit(job("b"))
     assert "note" not in ledger.path.read_text()
+
+
+def test_a_stated_zcdp_target_that_does_not_buy_the_jobs_epsilon_is_refused_before_any_charge(tmp_path):
+    # servers and the analyst plan the noise from the job's stated ρ (privacy.zcdp_rho) without the
+    # accountant: the party is the one that checks it, in job_loss, before its ledger charges
+    from ltm.dp import accounting
+    fair = job("fair", 1.0, 1e-6)
+    rho = fair.privacy.zcdp_rho
+    assert rho is not None and L.job_loss(fair).noise_multiplier == pytest.approx(1 / math.sqrt(2 * rho), rel=1e-9)  # σ rounded up
+    greedy = replace(fair, job_id="greedy", privacy=replace(fair.privacy, zcdp_rho=rho * 1.001))
+    why = accounting.zcdp_target_problem(rho * 1.001, 1.0, 1e-6)
+    assert why is not None  # 0.1% more ρ than (1, 1e-6) allows: less noise than the job's ε needs
+    ledger = PrivacyLedger.open(tmp_path, "party-0", Budget(4.0, 1e-6))
+    with pytest.raises(LedgerError) as refused:
+        ledger.admit(greedy)
+    assert str(refused.value) == f"refusing job 'greedy': {why}"  # one line, the job named, the accountant's reason
+    assert ledger.spend().jobs == 0 and ledger.losses() == []  # nothing was charged
+    assert ledger.admit(fair).charged and ledger.spend().jobs == 1
