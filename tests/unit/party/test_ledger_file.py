@@ -626,3 +626,9 @@ def test_a_continuous_plan_is_charged_by_its_own_noise():
         assert plan.gamma_shape == pytest.approx(1 / 100, rel=1e-12)
         expected = plan.sensitivity / plan.laplace_scale if load == 100 else math.inf
         assert 0 < expected and L.job_loss(paper).pure_epsilon == pytest.approx(expected, rel=1e-12)
+    ledger = PrivacyLedger("party-0", Budget(10.0, 1e-6))
+    with pytest.raises(BudgetExceeded, match=r"^refusing job 'cp': its \S*laplace noise is not a Laplace at the promised "
+                       r"honest load \(L·shape < 1, calibration 'paper'\), so it has no finite ε; this party's ledger "
+                       r"has spent ε = 0 \(δ = 1e-06\) over 0 job\(s\)$"):
+        ledger.admit(paper)
+    assert ledger.losses() == []
