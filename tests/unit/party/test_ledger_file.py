@@ -23,7 +23,7 @@ from party.ledger import (ADMISSION_RTOL, DEFAULT_SOURCE, Budget, BudgetExceeded
 from sim.data import synthetic_ridge
 from sim.inprocess import run_inprocess
 from sim.jobs import build_job, party_tables
-from tests.unit.party.test_ledger import exact_epsilon, gaussian_delta, job  # independent computations
+from tests.unit.party.test_ledger import exact_epsilon, gaussian_delta, independent_sigma, job  # independent computations
 
 FP = "ab" * 32
 
@@ -582,3 +582,53 @@ def test_an_old_format_charge_is_imported_by_its_known_fields_only(tmp_path):
     assert loss.job_id == "a" and loss.charged_at == "2026-01-01T00:00:00+00:00"
     ledger.admit(job("b"))
     assert "note" not in ledger.path.read_text()
+
+
+def test_a_stated_zcdp_target_that_does_not_buy_the_jobs_epsilon_is_refused_before_any_charge(tmp_path):
+    # servers and the analyst plan the noise from the job's stated ρ (privacy.zcdp_rho) without the
+    # accountant: the party is the one that checks it, in job_loss, before its ledger charges
+    from ltm.dp import accounting
+    fair = job("fair", 1.0, 1e-6)
+    rho = fair.privacy.zcdp_rho
+    assert rho is not None and L.job_loss(fair).noise_multiplier == pytest.approx(1 / math.sqrt(2 * rho), rel=1e-9)  # σ rounded up
+    greedy = replace(fair, job_id="greedy", privacy=replace(fair.privacy, zcdp_rho=rho * 1.001))
+    why = accounting.zcdp_target_problem(rho * 1.001, 1.0, 1e-6)
+    assert why is not None  # 0.1% more ρ than (1, 1e-6) allows: less noise than the job's ε needs
+    ledger = PrivacyLedger.open(tmp_path, "party-0", Budget(4.0, 1e-6))
+    with pytest.raises(LedgerError) as refused:
+        ledger.admit(greedy)
+    assert str(refused.value) == f"refusing job 'greedy': {why}"  # one line, the job named, the accountant's reason
+    assert ledger.spend().jobs == 0 and ledger.losses() == []  # nothing was charged
+    assert ledger.admit(fair).charged and ledger.spend().jobs == 1
+
+
+def test_a_continuous_plan_is_charged_by_its_own_noise():
+    # frac_bits = 0 (the papers' float mechanisms, seeded reproductions only): the Gaussian by σ/Δ₂ of
+    # the L-fold sum, the Laplace by Δ₁/b, and a paper split over fewer honest clients than L refused (ε = ∞)
+    for load in (1, 54):
+        gauss = replace(job("cg", 1.0, 1e-6, min_honest_load=load), frac_bits=0)
+        plan = gauss.noise_plan()
+        assert not plan.on_grid and plan.sensitivity > 0
+        loss = L.job_loss(gauss)
+        assert loss.mechanism == "gaussian" and loss.pure_epsilon == 0.0
+        # the tight continuous calibration is the analytic Gaussian of the sum: σ_c·√L = σ(ε, δ, Δ₂)
+        assert loss.noise_multiplier == pytest.approx(independent_sigma(1.0, 1e-6, 1.0), rel=1e-6)
+        assert loss.noise_multiplier == pytest.approx(plan.sigma_client * math.sqrt(load) / plan.sensitivity, rel=1e-12)
+    lap = L.job_loss(replace(job("cl", 0.7, 0.0, mechanism="laplace"), frac_bits=0))
+    assert lap.mechanism == "laplace" and lap.noise_multiplier == 0.0
+    assert lap.pure_epsilon == pytest.approx(0.7, rel=1e-12)  # Δ₁/b with b = Δ₁/ε
+    # the paper's dense Laplace splits Lap(b) over n/m − t′ = 100 clients a row: L = 100 honest ones sum
+    # to one Lap(b); L = 99 would not, and the ledger charges ε = ∞ (the budget refuses it)
+    for load in (100, 99):
+        paper = replace(job("cp", 0.7, 0.0, mechanism="laplace", kind="dense", calibration="paper",
+                            min_honest_load=load), frac_bits=0)
+        plan = paper.noise_plan()
+        assert plan.gamma_shape == pytest.approx(1 / 100, rel=1e-12)
+        expected = plan.sensitivity / plan.laplace_scale if load == 100 else math.inf
+        assert 0 < expected and L.job_loss(paper).pure_epsilon == pytest.approx(expected, rel=1e-12)
+    ledger = PrivacyLedger("party-0", Budget(10.0, 1e-6))
+    with pytest.raises(BudgetExceeded, match=r"^refusing job 'cp': its \S*laplace noise is not a Laplace at the promised "
+                       r"honest load \(L·shape < 1, calibration 'paper'\), so it has no finite ε; this party's ledger "
+                       r"has spent ε = 0 \(δ = 1e-06\) over 0 job\(s\)$"):
+        ledger.admit(paper)
+    assert ledger.losses() == []
