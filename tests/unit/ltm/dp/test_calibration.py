@@ -620,3 +620,31 @@ def test_gaussian_delta_of_a_huge_sigma_is_zero_and_n_of_one_is_legal():
     assert cal.analytic_gaussian_sigma(1.0, 1e-300, 1.0) > 0
     with pytest.raises(cal.CalibrationError, match="^Corollary 4.7 needs n - s - t_prime > 0, got n=1, s=1"):
         cal.paper_sparse_gaussian_sigma(1.0, 1e-3, 1.0, 1, 1, 1, 1, 0)
+
+
+# --- NoisePlan.zcdp_rho / dp_event: refusals and the Laplace grid event ------------------------------------
+
+def _grid_plan(mechanism: str, frac_bits: int):
+    # ε = 2: the Laplace grid scale is half the grid sensitivity, so swapping the two arguments shows
+    delta = 1e-6 if mechanism == "gaussian" else 0.0
+    return cal.plan_noise(mechanism=mechanism, calibration="tight", epsilon=2.0, delta=delta, clip_norm=1.0, s=1,
+                          min_honest_load=4, frac_bits=frac_bits, width=2)
+
+
+def test_zcdp_rho_refuses_every_plan_but_a_gaussian_grid_plan_with_its_message():
+    # a Laplace grid plan and a continuous Gaussian plan each fail one half of the condition
+    for plan in (_grid_plan("laplace", 8), _grid_plan("gaussian", 0)):
+        with pytest.raises(ValueError) as err:
+            plan.zcdp_rho()
+        assert str(err.value) == "zcdp_rho is defined for Gaussian grid plans only"
+    assert _grid_plan("gaussian", 8).zcdp_rho() > 0.0
+
+
+def test_dp_event_of_a_laplace_grid_plan_is_the_laplace_event_of_its_grid_scale_and_sensitivity():
+    from ltm.dp import accounting
+
+    plan = _grid_plan("laplace", 8)
+    assert plan.dp_event() == accounting.laplace_event(plan.grid_scale, plan.grid_sensitivity)
+    with pytest.raises(ValueError) as err:
+        _grid_plan("laplace", 0).dp_event()
+    assert str(err.value) == "a continuous noise plan (frac_bits = 0) has no discrete dp event"
