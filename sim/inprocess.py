@@ -74,6 +74,19 @@ class InProcessServerLink:
         return share, share.nbytes
 
 
+def policy_refusal(spec: JobSpec, party_id: str, policies: Mapping[str, PartyPolicy] | None, *,
+                   seeded: bool) -> str | None:
+    """Why the party's policy (``policies[party_id]``, if it has one) refuses ``spec``, or None."""
+    policy = (policies or {}).get(party_id)
+    if policy is None:
+        return None
+    try:
+        policy.check(spec, seeded=seeded)
+    except PolicyViolation as exc:
+        return str(exc)
+    return None
+
+
 def run_inprocess(spec: JobSpec, party_data: Mapping[str, Mapping[str, np.ndarray]], randomness: Randomness,
                   *, batch_clients: int = DEFAULT_BATCH_CLIENTS,
                   servers: list[ServerCore] | None = None,
@@ -118,13 +131,9 @@ def run_inprocess(spec: JobSpec, party_data: Mapping[str, Mapping[str, np.ndarra
     for party in spec.parties:
         if party.party_id not in party_data:
             continue  # a party that never shows up: its clients are simply not in the participant set
-        policy = (policies or {}).get(party.party_id)
-        if policy is not None:
-            try:
-                policy.check(spec, seeded=randomness.reproducible)
-            except PolicyViolation as exc:
-                refused[party.party_id] = str(exc)
-                continue
+        if (why := policy_refusal(spec, party.party_id, policies, seeded=randomness.reproducible)) is not None:
+            refused[party.party_id] = why
+            continue
         ledger = (ledgers or {}).get(party.party_id) or (
             PrivacyLedger.open(ledger_dir, party.party_id, budget) if ledger_dir is not None
             else PrivacyLedger.in_memory(party.party_id, budget))

@@ -20,8 +20,9 @@ from ltm.randomness import Randomness
 from party.ledger import source_fingerprint, Budget, PrivacyLedger
 from party.randomizer import party_randomness
 from party.replicated import replicated_uploads
-from party.uploader import PartyPolicy, PolicyViolation
+from party.uploader import PartyPolicy
 from server.replicated import ReplicatedServer
+from sim.inprocess import policy_refusal
 
 
 def run_replicated(spec: JobSpec, party_data: Mapping[str, Mapping[str, np.ndarray]], randomness: Randomness, *,
@@ -45,12 +46,8 @@ def run_replicated(spec: JobSpec, party_data: Mapping[str, Mapping[str, np.ndarr
         if party.party_id not in party_data:
             refused[party.party_id] = "absent"
             continue
-        policy = (policies or {}).get(party.party_id)
-        if policy is not None:
-            try:
-                policy.check(spec, seeded=randomness.reproducible)
-            except PolicyViolation as exc:
-                refused[party.party_id] = str(exc)
+        if (why := policy_refusal(spec, party.party_id, policies, seeded=randomness.reproducible)) is not None:
+            refused[party.party_id] = why
     if refused:
         raise ValueError(f"the replicated release needs every party's block; not sent by: {refused}")
     admissions = {}
