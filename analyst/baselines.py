@@ -490,4 +490,5 @@ def local_release(
         },
         sha256="",
         kind="local",
+        entry_noise_variance=None,  # the rows are a matrix (E[NᵀN]_cc above), whatever the template's kind
     )

@@ -555,12 +555,15 @@ def release_lambda(release: ReleasedSketch) -> tuple[float, str]:
     """The default ridge λ for a release, and the rule that gave it.
 
     A sketch: :func:`default_ridge_lambda` (v·√m, v the noise variance per scaled entry).  A
-    ``gram`` release: the AdaSSP-style :func:`analyst.gram.adassp_lambda` on its noisy XᵀX.
+    ``gram`` release: the AdaSSP-style :func:`analyst.gram.adassp_lambda` on its noisy XᵀX, with the
+    per-entry noise variances the release states (:attr:`ReleasedSketch.gram_noise_variance`).
     """
     if release.kind == "gram":
         Gxx, _, _ = gram_blocks(release.gram, release.label)
-        return (adassp_lambda(Gxx, release.noise_variance_per_column),
-                "adassp_lambda: max(0, √(2pv) − λ_min(noisy XᵀX)), √(2pv) the noise's spectral edge (analyst/gram.py)")
+        Vxx, _, _ = gram_blocks(release.gram_noise_variance, release.label)  # the released noise's own profile
+        return (adassp_lambda(Gxx, Vxx),
+                "adassp_lambda: max(0, √(2pv) − λ_min(noisy XᵀX)), √(2pv) the noise's spectral edge, v the Wigner "
+                "variance of the released noise (analyst/gram.py)")
     m = release.matrix.shape[0]
     return (default_ridge_lambda(release.noise_variance_per_column / m, m),
             "default_ridge_lambda: v·√m (v: noise variance per scaled entry)")

@@ -1,9 +1,11 @@
 """Fitting on a ``gram`` release: the noisy sufficient statistics ZᵀZ = [[XᵀX, Xᵀy], [yᵀX, yᵀy]].
 
 A ``gram`` release (:mod:`ltm.lifts`) is the noisy sum over clients of the upper triangle of
-z zᵀ, z = [features, (intercept), label] clipped to ‖z‖ ≤ C.  After :attr:`ReleasedSketch.gram`
-undoes the √2 scaling, the noise ``E = Ĝ − ZᵀZ`` is symmetric with independent entries,
-``Var E_ii = v`` and ``Var E_ij = v/2`` (v = ``release.noise_variance_per_column``), zero mean —
+z zᵀ, z = [features, (intercept), label] clipped to ‖z‖ ≤ C.  In :attr:`ReleasedSketch.gram` the
+noise ``E = Ĝ − ZᵀZ`` is symmetric with independent zero-mean entries whose variances the release
+states (:attr:`ReleasedSketch.gram_noise_variance`, from the noise plan): with the Gaussian
+mechanism ``Var E_ii = v`` and ``Var E_ij = v/2`` (the per-entry scales of ltm/lifts.py), with the
+discrete Laplace, and in the replicated release (analyst/replicated.py), ``v`` everywhere —
 so, unlike a sketch, there is no noise Gram ``E[NᵀN]`` to subtract and no cross term
 ``(SX)ᵀG`` whose size grows with √n: the error of XᵀX is O(√v) per entry whatever n is, while
 the signal grows like n.
@@ -14,8 +16,11 @@ Estimators (all post-processing of the release):
   its null directions dropped);
 * ridge with an AdaSSP-style λ (Wang 2018): ``λ = max(0, τ − λ_min(Ĝxx))``.  AdaSSP spends a
   third of its budget on a private λ_min; here λ_min is read off the released Ĝxx
-  (post-processing, no budget).  τ is a bound on the noise's spectral norm ‖E_xx‖₂: by default
-  the semicircle edge ``τ = √(2pv)`` (E_xx is a Wigner matrix with off-diagonal variance v/2, whose
+  (post-processing, no budget).  τ is a bound on the noise's spectral norm ‖E_xx‖₂, stated for
+  the variance profile of a Wigner matrix ``v`` on the diagonal and ``v/2`` off it, with ``v`` the
+  smallest such profile that dominates the released one entry by entry (:func:`wigner_variance`:
+  v itself for the Gaussian rows gram, 2v for i.i.d. entries of variance v): by default
+  the semicircle edge ``τ = √(2pv)`` (off-diagonal variance v/2, whose
   spectrum ends at 2·√(v/2)·√p), or (``bound="adassp"``) AdaSSP's own high-probability bound
   ``√v·√(p·log(2p²/ρ))``, ρ = 0.05, about twice as large for p ≈ 10.  Measured on the three real
   datasets of docs/experiments/planner_grid.md (ε = 1, 6 seeds), the edge gave R² 0.5422 / 0.3798 / 0.6298
@@ -30,7 +35,8 @@ import math
 
 import numpy as np
 
-__all__ = ["gram_blocks", "noise_edge", "noise_spectral_bound", "adassp_lambda", "solve_gram", "top_eigenvectors"]
+__all__ = ["gram_blocks", "wigner_variance", "noise_edge", "noise_spectral_bound", "adassp_lambda", "solve_gram",
+           "top_eigenvectors"]
 
 #: Failure probability of the λ rule's spectral bound (AdaSSP's ρ).
 RHO = 0.05
@@ -49,6 +55,17 @@ def gram_blocks(G: np.ndarray, label: int | None) -> tuple[np.ndarray, np.ndarra
     return G[np.ix_(reg, reg)], G[reg, label], reg
 
 
+def wigner_variance(entry_variance: np.ndarray) -> float:
+    """v of the Wigner profile (v on the diagonal, v/2 off it) that dominates a symmetric noise
+    matrix's per-entry variances (p, p), entry by entry: ``max(max_i Var E_ii, 2·max_{i≠j} Var E_ij)``.
+    The Gaussian rows gram's own profile gives its v; i.i.d. entries of variance v give 2v."""
+    var = np.asarray(entry_variance, dtype=np.float64)
+    if var.ndim != 2 or var.shape[0] != var.shape[1] or not np.all(np.isfinite(var)) or bool((var < 0).any()):
+        raise ValueError(f"need a square matrix of finite variances >= 0, got shape {var.shape}")
+    off = var[~np.eye(var.shape[0], dtype=bool)]
+    return max(float(np.diag(var).max(initial=0.0)), 2.0 * float(off.max(initial=0.0)))
+
+
 def noise_spectral_bound(p: int, noise_variance: float, rho: float = RHO) -> float:
     """τ = √v·√(p·log(2p²/ρ)): AdaSSP's high-probability bound on ‖E‖₂ for a p × p symmetric noise
     matrix with diagonal variance v (off-diagonal v/2), as in Wang (2018) Algorithm 2."""
@@ -64,11 +81,21 @@ def noise_edge(p: int, noise_variance: float) -> float:
     return math.sqrt(2.0 * p * noise_variance)
 
 
-def adassp_lambda(Gxx: np.ndarray, noise_variance: float, *, bound: str = "edge", rho: float = RHO) -> float:
+def adassp_lambda(Gxx: np.ndarray, noise_variance: float | np.ndarray, *, bound: str = "edge",
+                  rho: float = RHO) -> float:
     """AdaSSP-style ridge λ on a released Gxx: ``max(0, τ − λ_min(Ĝxx))`` with τ the noise edge
-    (``bound="edge"``, default) or AdaSSP's bound (``bound="adassp"``); see the module docstring."""
+    (``bound="edge"``, default) or AdaSSP's bound (``bound="adassp"``); see the module docstring.
+
+    ``noise_variance``: the (p, p) variance of each entry of Gxx's noise (a release's
+    :attr:`~analyst.release.ReleasedSketch.gram_noise_variance` block), or the v of a Wigner profile
+    (v on the diagonal, v/2 off it) as a number."""
     Gxx = np.asarray(Gxx, dtype=np.float64)
     p = Gxx.shape[0]
+    if np.ndim(noise_variance):
+        if np.shape(noise_variance) != Gxx.shape:
+            raise ValueError(f"the noise variance must be a number or of Gxx's shape {Gxx.shape}, "
+                             f"got {np.shape(noise_variance)}")
+        noise_variance = wigner_variance(noise_variance)
     if bound == "edge":
         tau = noise_edge(p, noise_variance)
     elif bound == "adassp":

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -11,7 +12,8 @@ from analyst.release import ReleasedSketch
 from ltm.dp.calibration import NoisePlan, gaussian_delta
 from ltm.client_set import ClientSet
 from ltm.dp import accounting
-from ltm.jobspec import JobSpec, honest_row_loads, participant_set
+from ltm.jobspec import JobSpec, honest_row_loads, participant_set, range_row_loads
+from ltm.lifts import get_lift
 from ltm.ring import decode
 from ltm.sharing import reconstruct
 from ltm.sketch import Sketch
@@ -121,6 +123,58 @@ def privacy_report(spec: JobSpec, plan: NoisePlan, participants: ClientSet | np.
     }
 
 
+def draw_variance(plan: NoisePlan) -> float:
+    """The variance (data units²) of one noise draw of ``plan``, before any per-entry factor:
+    σ_c² for the Gaussian (the σ_c the sampler draws with), the exact variance of the discrete
+    Laplace DLap(t), ``2e^(-1/t)/(1 − e^(-1/t))²`` grid steps² (≈ 2t², what σ_c² states), for a
+    grid Laplace plan."""
+    if plan.mechanism == "laplace" and plan.on_grid:
+        t = plan.grid_scale
+        return math.ldexp(2.0 * math.exp(-1.0 / t) / math.expm1(-1.0 / t) ** 2, -2 * plan.frac_bits)
+    return plan.sigma_client**2
+
+
+def _column_draws(spec: JobSpec, participants: ClientSet, sketch: Sketch) -> float:
+    """``Σ_r draws_r / pieces``: the noise draws one column of the scaled release sums up (draws_r:
+    the draws in each entry of row r; the scale 1/√pieces squared).
+
+    One per participating (client, piece), so ``count`` — the aggregate upload's Gaussian draw of
+    multiplicity load_r has the variance of load_r draws — except the aggregate upload's discrete
+    Laplace: one whole draw per entry per party that reaches the row (:func:`ltm.dp.noise.sample_noise`),
+    every party in the rows partition, only a column's owner in the columns partition."""
+    if not (spec.aggregated and spec.privacy.mechanism == "laplace"):
+        return float(participants.count)
+    ranges = [(p.start, p.stop) for p in spec.parties] if spec.partition == "rows" else [(0, spec.n)]
+    total = 0
+    for start, stop in ranges:
+        if not participants.intersects(start, stop):
+            continue
+        if sketch.kind in ("sum", "dense"):  # every client reaches every row
+            total += sketch.m
+        else:
+            total += int(np.count_nonzero(range_row_loads(sketch, start, stop, participants)))
+    return total * sketch.scale**2
+
+
+def release_noise_variance(spec: JobSpec, plan: NoisePlan, participants: ClientSet,
+                           sketch: Sketch) -> tuple[float, np.ndarray | None]:
+    """What a release states about its noise: ``(noise_variance_per_column, entry_noise_variance)``
+    of :class:`~analyst.release.ReleasedSketch`, from the plan the parties drew with and who drew.
+
+    A sketch: ``Σ_r draws_r·Var(draw)/pieces`` (the scale 1/√pieces applied) = E[NᵀN]_cc, and None
+    (per-client uploads: ``participants·σ_c²``).
+    A lifted kind (one row): each entry's ``draws·Var(draw)·factor_j`` (the plan's per-entry
+    ``noise_factors``: the Gaussian gram's ½ off the diagonal; Laplace draws are i.i.d.), and its
+    largest value as the per-column number."""
+    column = _column_draws(spec, participants, sketch) * draw_variance(plan)
+    if get_lift(spec.sketch.kind) is None:
+        return float(column), None
+    # one release row (m = s = 1): the column's draws are the row's
+    factors = np.ones(spec.upload_width) if plan.noise_factors is None else np.asarray(plan.noise_factors)
+    entries = column * factors
+    return float(entries.max(initial=0.0)), entries
+
+
 def reconstruct_release(spec: JobSpec, result_shares: list[np.ndarray], participants: ClientSet | np.ndarray,
                         plan: NoisePlan, *, randomness: str, sketch: Sketch | None = None,
                         seeded_parties: Sequence[str] = ()) -> ReleasedSketch:
@@ -136,6 +190,12 @@ def reconstruct_release(spec: JobSpec, result_shares: list[np.ndarray], particip
     matrix = decode(total, spec.frac_bits) * sketch.scale
     participants = participant_set(spec.n, participants)
     count = participants.count
+    per_column, entries = release_noise_variance(spec, plan, participants, sketch)
+    privacy = privacy_report(spec, plan, participants, randomness=randomness, sketch=sketch,
+                             seeded_parties=seeded_parties)
+    privacy["noise_variance_per_column"] = per_column  # what the release states (ReleasedSketch)
+    if entries is not None:
+        privacy["entry_noise_variance"] = entries.tolist()
     return ReleasedSketch(
         matrix=matrix,
         columns=spec.vector_names,
@@ -144,9 +204,9 @@ def reconstruct_release(spec: JobSpec, result_shares: list[np.ndarray], particip
         label=spec.label_index,
         intercept=spec.intercept_index,
         n=count,
-        noise_variance_per_column=count * plan.sigma_client**2,
-        privacy=privacy_report(spec, plan, participants, randomness=randomness, sketch=sketch,
-                               seeded_parties=seeded_parties),
+        noise_variance_per_column=per_column,
+        privacy=privacy,
         sha256=release_sha256(total),
         kind=spec.sketch.kind,
+        entry_noise_variance=entries,
     )

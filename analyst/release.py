@@ -8,6 +8,7 @@ to original units with ``centers``/``scales``.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,13 +30,19 @@ class ReleasedSketch:
         label: index of the label column, or None for an unlabelled (low-rank) job.
         intercept: index of the intercept column, or None.
         n: number of participating clients (rows of the underlying data).
-        noise_variance_per_column: Σ_r Var(noise in entry (r, c)) of the *scaled* matrix, i.e.
-            the expected diagonal of the noise Gram matrix ``E[NᵀN]`` (same for every column).
-            De-biasing estimators (DGM-OLS) subtract it.  For a lifted kind: the noise variance
-            of each of the W entries of the released sum.
+        noise_variance_per_column: a sketch (``sparse``, ``dense``): Σ_r Var(noise in entry (r, c))
+            of the *scaled* matrix, i.e. the expected diagonal of the noise Gram matrix ``E[NᵀN]``
+            (same for every column); de-biasing estimators (DGM-OLS) subtract it.  A lifted kind:
+            the largest of :attr:`entry_noise_variance` (a ``gram`` release: its diagonal's).
         privacy: the privacy report (epsilon, delta, calibration, sigma_release, ...).
         sha256: hex SHA-256 of the reconstructed uint64 sketch bytes (before decoding).
         kind: the job's release kind (``sparse``, ``dense``, or a lifted kind such as ``gram``).
+        entry_noise_variance: a lifted kind (required): float64 (W,), the variance of the noise in
+            each of the W released entries, in the released coordinates (a ``gram`` release: the
+            unweighted upper triangle, ``triu_indices`` order), as the noise was drawn — derived
+            from the noise plan and who drew it (:func:`analyst.reconstruct.release_noise_variance`,
+            :func:`analyst.replicated.replicated_release`), never assumed by an estimator.  None
+            for a sketch.
     """
 
     matrix: np.ndarray
@@ -49,6 +56,7 @@ class ReleasedSketch:
     privacy: dict[str, Any] = field(default_factory=dict)
     sha256: str = ""
     kind: str = "sparse"
+    entry_noise_variance: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         shape = np.shape(self.matrix)
@@ -56,6 +64,20 @@ class ReleasedSketch:
         if width is not None and (len(shape) != 2 or shape[1] != width):
             raise ValueError(f"a {self.kind!r} release matrix must have shape (m, {width}), got {shape} "
                              f"(a lifted release, e.g. 'gram', must say its kind)")
+        if width is not None:
+            if self.entry_noise_variance is not None:
+                raise ValueError(f"a {self.kind!r} release states its noise as noise_variance_per_column "
+                                 f"(E[NᵀN]_cc), not per entry")
+            return
+        ev = None if self.entry_noise_variance is None else np.asarray(self.entry_noise_variance, dtype=np.float64)
+        if ev is None or ev.shape != shape[-1:] or not np.all(np.isfinite(ev)) or bool((ev < 0).any()):
+            raise ValueError(f"a lifted {self.kind!r} release must state entry_noise_variance: {shape[-1:]} finite "
+                             f"values >= 0, got {None if ev is None else ev.shape}")
+        # the one number a lifted release also carries must not disagree with its entries
+        if ev.size and not np.isclose(float(self.noise_variance_per_column), float(ev.max()), rtol=1e-12, atol=0.0):
+            raise ValueError(f"noise_variance_per_column ({self.noise_variance_per_column!r}) of a lifted release "
+                             f"is the largest entry_noise_variance ({float(ev.max())!r})")
+        object.__setattr__(self, "entry_noise_variance", ev)
 
     @property
     def lifted(self) -> bool:
@@ -72,10 +94,12 @@ class ReleasedSketch:
 
     @property
     def gram_noise_variance(self) -> np.ndarray:
-        """(D, D) variance of the noise in each entry of :attr:`gram` (diagonal v, off-diagonal v/2)."""
-        d = len(self.columns)
-        v = float(self.noise_variance_per_column)
-        return np.where(np.eye(d, dtype=bool), v, v / 2.0)
+        """(D, D) variance of the noise in each entry of :attr:`gram`, as stated by the release
+        (:attr:`entry_noise_variance` mirrored: the rows gram's Gaussian noise has v on the
+        diagonal and v/2 off it, its Laplace noise and the replicated release's v everywhere)."""
+        if self.kind != "gram":
+            raise ValueError(f"a {self.kind!r} release carries no Gram matrix (only a 'gram' release does)")
+        return gram_from_vector(self.entry_noise_variance, len(self.columns))
 
     @property
     def feature_indices(self) -> list[int]:
@@ -93,3 +117,12 @@ class ReleasedSketch:
         if self.label is None:
             raise ValueError("this release has no label column (a low-rank job)")
         return self.matrix[:, self.label]
+
+
+def stated_noise(privacy: Mapping[str, Any]) -> dict[str, Any]:
+    """The noise fields of a :class:`ReleasedSketch` as its privacy report states them
+    (``noise_variance_per_column``, ``entry_noise_variance``), for a release rebuilt from its matrix
+    and report (the demo's release fetched over gRPC)."""
+    entries = privacy.get("entry_noise_variance")
+    return {"noise_variance_per_column": float(privacy["noise_variance_per_column"]),
+            "entry_noise_variance": None if entries is None else np.asarray(entries, dtype=np.float64)}

@@ -3,10 +3,11 @@
 The sum of the servers' output shares is triu(ẐᵀẐ) + Σ_p e_p on the grid 2^-2f (ltm/replicated.py).
 It is returned as a :class:`~analyst.release.ReleasedSketch` of kind ``gram`` (the unweighted
 triangle, the gram release's own layout: ltm/lifts.py), so every gram estimator fits it unchanged.  Its noise is i.i.d.
-per triangle entry with variance v = P·σ_c², so the Gram's off-diagonal entries carry v (not the
-rows gram's v/2): ``noise_variance_per_column`` is set to 2v, which makes the gram convention
-(off-diagonal = half of it) and the AdaSSP-style λ edge right and overstates the diagonal's
-variance by 2 (nothing subtracts it: the noise has zero mean).  Both are in the privacy report.
+per triangle entry: each of the P parties adds one N_Z(0, σ_c²) draw to each entry, so every Gram
+entry, diagonal and off-diagonal alike, carries variance v = P·σ_c² (the rows gram's Gaussian noise
+has v/2 off the diagonal).  The release states exactly that, ``entry_noise_variance = v`` for each
+of the W entries (``noise_variance_per_column = v``), and so does its privacy report
+(``noise_variance_per_entry``, ``entry_noise_variance``).
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from analyst.reconstruct import reconstruct_release
+from analyst.reconstruct import draw_variance, reconstruct_release
 from analyst.release import ReleasedSketch
 from ltm.client_set import ClientSet
 from ltm.dp import accounting
@@ -44,7 +45,7 @@ def replicated_privacy_report(spec: JobSpec, *, randomness: str, seeded_parties:
         "mechanism": str(plan.mechanism), "calibration": str(plan.calibration),
         "epsilon": p.epsilon, "delta": p.delta, "achieved_delta": achieved_delta, "zcdp_rho": rho,
         "sensitivity": plan.sensitivity, "sigma_party": plan.sigma_client,
-        "noise_variance_per_entry": len(spec.parties) * plan.sigma_client**2,
+        "noise_variance_per_entry": len(spec.parties) * draw_variance(plan),
         "honest_noise_draws": honest, "parties": len(spec.parties), "corrupt_parties": p.corrupt_parties,
         "colluding_servers": t, "servers": spec.k, "frac_bits": spec.frac_bits,
         "product_frac_bits": plan.frac_bits,
@@ -62,12 +63,15 @@ def replicated_release(spec: JobSpec, outputs: list[np.ndarray], *, randomness: 
     triangle, digest = reconstruct_triangle(outputs, spec.frac_bits)
     vector = triangle  # the unweighted upper triangle: the gram release's own layout (ltm/lifts.py)
     privacy = replicated_privacy_report(spec, randomness=randomness, seeded_parties=seeded_parties)
+    # every party adds one draw to every entry, diagonal or not (ltm/replicated.py)
+    entries = np.full(vector.shape[0], privacy["noise_variance_per_entry"])
+    privacy["noise_variance_per_column"], privacy["entry_noise_variance"] = float(entries.max()), entries.tolist()
     return ReleasedSketch(
         matrix=vector[None, :], columns=spec.vector_names,
         centers=np.array([e.center for e in spec.layout]), scales=np.array([e.scale for e in spec.layout]),
         label=spec.label_index, intercept=spec.intercept_index, n=spec.n,
-        noise_variance_per_column=2.0 * privacy["noise_variance_per_entry"], privacy=privacy, sha256=digest,
-        kind="gram",
+        noise_variance_per_column=privacy["noise_variance_per_column"], privacy=privacy, sha256=digest,
+        kind="gram", entry_noise_variance=entries,
     )
 
 

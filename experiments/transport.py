@@ -182,7 +182,7 @@ class NetworkedTransport(Transport):
             matrix=matrix, columns=spec.column_names, centers=np.array([c.center for c in spec.columns]),
             scales=np.array([c.scale for c in spec.columns]), label=spec.label_index,
             intercept=spec.intercept_index, n=count,
-            noise_variance_per_column=count * spec.noise_plan().sigma_client ** 2,
+            noise_variance_per_column=json.loads(got.privacy_json)["noise_variance_per_column"],
             privacy=json.loads(got.privacy_json), sha256=got.release_sha256)
 
 

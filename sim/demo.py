@@ -27,7 +27,7 @@ from typing import Any
 import grpc
 import numpy as np
 
-from analyst.release import ReleasedSketch
+from analyst.release import ReleasedSketch, stated_noise
 from ltm.errors import CommandError
 from ltm.jobconfig import add_options
 from ltm.jobspec import JobSpec
@@ -135,9 +135,7 @@ async def _operate(analyst_endpoint: str, certs: Path | None, insecure: bool, sp
             matrix=matrix, columns=spec.vector_names, centers=np.array([e.center for e in spec.layout]),
             scales=np.array([e.scale for e in spec.layout]), label=spec.label_index,
             intercept=spec.intercept_index, n=int(report["participants"]),
-            noise_variance_per_column=(2.0 * json.loads(got.privacy_json)["noise_variance_per_entry"]
-                                       if spec.replicated else  # analyst/replicated.py's convention
-                                       int(report["participants"]) * spec.noise_plan().sigma_client**2),
+            **stated_noise(json.loads(got.privacy_json)),
             privacy=json.loads(got.privacy_json), sha256=got.release_sha256, kind=spec.sketch.kind)
         return report, release, phases
     finally:

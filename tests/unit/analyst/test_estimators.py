@@ -21,6 +21,7 @@ from analyst.estimators import (
     to_scaled,
 )
 from analyst.release import ReleasedSketch
+from ltm.lifts import gram_noise_factors
 
 
 def _release(
@@ -528,7 +529,8 @@ def _gram_release(seed=4, n=300, v=0.0):
     vector = G[i, j]  # the lift's unweighted upper triangle (ltm/lifts.py)
     rel = ReleasedSketch(matrix=vector[None, :], columns=("a", "b", "one", "y"), centers=np.zeros(4),
                          scales=np.ones(4), label=3, intercept=2, n=n, noise_variance_per_column=v,
-                         privacy={}, sha256="", kind="gram")
+                         privacy={}, sha256="", kind="gram",
+                         entry_noise_variance=v * gram_noise_factors(4))  # the Gaussian rows gram's profile
     return rel, Z, G
 
 
@@ -554,8 +556,8 @@ def test_release_lambda_rules():
     rel, _, G = _gram_release(v=5.0)
     lam, rule = est.release_lambda(rel)
     assert lam == pytest.approx(adassp_lambda(G[:3, :3], 5.0))
-    assert rule == ("adassp_lambda: max(0, √(2pv) − λ_min(noisy XᵀX)), √(2pv) the noise's spectral edge "
-                    "(analyst/gram.py)")
+    assert rule == ("adassp_lambda: max(0, √(2pv) − λ_min(noisy XᵀX)), √(2pv) the noise's spectral edge, v the "
+                    "Wigner variance of the released noise (analyst/gram.py)")
     sk = _sketch_release(np.random.default_rng(0).normal(size=(16, 4)), v=32.0)
     lam, rule = est.release_lambda(sk)
     assert lam == pytest.approx(32.0 / 16 * math.sqrt(16))
@@ -620,7 +622,7 @@ def test_ridge_on_gram_releases_flags_a_singular_design():
     vector = G[i, j]  # the unweighted upper triangle (ltm/lifts.py)
     singular = ReleasedSketch(matrix=vector[None, :], columns=("a", "b", "one", "y"), centers=np.zeros(4),
                               scales=np.ones(4), label=3, intercept=2, n=40, noise_variance_per_column=0.0,
-                              privacy={}, sha256="", kind="gram")
+                              privacy={}, sha256="", kind="gram", entry_noise_variance=np.zeros(10))
     ev = np.linalg.eigvalsh(singular.gram[:3, :3])
     assert ev[0] <= 0.0 < ev[1]
     assert est.Ridge(1.0).fit(singular).indefinite_ is True
