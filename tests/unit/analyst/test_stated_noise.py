@@ -8,7 +8,7 @@ released entries — the Gram's diagonal and its off-diagonal separately, a sket
 noises are independent.
 
 Flake rate.  Each check has a false-failure probability ≤ ``ALPHA`` = 1e-7 whatever the seeds, and
-the file makes 9 checks: ≤ 1e-6 in all.
+the file makes 10 checks: ≤ 1e-6 in all.
 * Gaussian noise (a sum of independent discrete Gaussians with σ ≥ 8 grid steps, Gaussian to far
   below 1e-7 in distribution, as tests/unit/party/test_release_noise.py assumes): Σ z² of N
   standardised entries is χ²_N; accept inside its central 1 − ALPHA interval.
@@ -168,3 +168,129 @@ def test_sparse_sketch_noise_is_as_stated():
     x, var = column_checks(spec, tables, 40, "sparse-laplace-agg", reach,
                            lambda k: np.array([dlap_kurtosis(t, max(int(j), 1)) for j in k]))
     check_median_of_means(x, var, "sparse sketch (Laplace, aggregate) column sums")
+
+
+# =========================================================================== the representation
+from dataclasses import replace  # noqa: E402
+import json  # noqa: E402
+
+from analyst.estimators import release_lambda  # noqa: E402
+from analyst.gram import adassp_lambda, noise_edge, wigner_variance  # noqa: E402
+from analyst.reconstruct import draw_variance, release_noise_variance  # noqa: E402
+from analyst.release import ReleasedSketch, stated_noise  # noqa: E402
+from ltm.client_set import ClientSet  # noqa: E402
+from ltm.lifts import gram_from_vector, gram_noise_factors, gram_width  # noqa: E402
+
+
+def gram_release(entries, d: int = 4, **kw) -> ReleasedSketch:
+    fields = dict(matrix=np.zeros((1, gram_width(d))), columns=tuple(f"c{j}" for j in range(d)), centers=np.zeros(d),
+                  scales=np.ones(d), label=d - 1, intercept=None, n=10,
+                  kind="gram", entry_noise_variance=entries)
+    fields.update(kw)
+    if "noise_variance_per_column" not in fields:
+        fields["noise_variance_per_column"] = float(np.max(entries))
+    return ReleasedSketch(**fields)
+
+
+def test_gram_noise_variance_mirrors_the_stated_entries():
+    entries = np.arange(1.0, 11.0)  # every triangle entry its own variance
+    V = gram_release(entries).gram_noise_variance
+    i, j = np.triu_indices(4)
+    np.testing.assert_array_equal(V[i, j], entries)
+    np.testing.assert_array_equal(V[j, i], entries)
+    assert isinstance(gram_release(list(entries)).entry_noise_variance, np.ndarray)  # a JSON list is accepted
+
+
+@pytest.mark.parametrize("bad", [None, np.ones(9), np.ones((1, 10)), np.r_[np.ones(9), -1.0], np.r_[np.ones(9), np.nan]])
+def test_a_lifted_release_must_state_each_entry(bad):
+    with pytest.raises(ValueError, match="entry_noise_variance"):
+        gram_release(bad, noise_variance_per_column=1.0)
+
+
+def test_the_per_column_number_of_a_lifted_release_is_its_largest_entry():
+    with pytest.raises(ValueError, match="largest entry_noise_variance"):
+        gram_release(np.ones(10), noise_variance_per_column=2.0)
+    assert gram_release(np.r_[np.ones(9), 3.0]).noise_variance_per_column == 3.0
+
+
+def test_a_sketch_states_its_noise_per_column_only():
+    sketch = dict(matrix=np.zeros((5, 3)), columns=("a", "b", "y"), centers=np.zeros(3), scales=np.ones(3), label=2,
+                  intercept=None, n=10, noise_variance_per_column=4.0)
+    assert ReleasedSketch(**sketch).entry_noise_variance is None
+    with pytest.raises(ValueError, match="not per entry"):
+        ReleasedSketch(**sketch, entry_noise_variance=np.ones(3))
+    with pytest.raises(ValueError, match="carries no Gram"):
+        _ = ReleasedSketch(**sketch).gram_noise_variance
+
+
+def test_a_release_rebuilt_from_its_privacy_report_states_the_same_noise():
+    """What the demo does with a release fetched over gRPC (sim/demo.py)."""
+    for spec_kw in (dict(kind="gram", parties=2, k=2, mechanism="laplace", delta=0.0),
+                    dict(kind="sparse", m=4, parties=2, k=2)):
+        spec, tables = zero_spec(32, 3, **spec_kw)
+        rel = next(releases(spec, tables, 1, "report"))
+        again = replace(rel, **stated_noise(json.loads(json.dumps(rel.privacy))))
+        assert again.noise_variance_per_column == rel.noise_variance_per_column
+        if rel.lifted:
+            np.testing.assert_array_equal(again.entry_noise_variance, rel.entry_noise_variance)
+        else:
+            assert again.entry_noise_variance is None and "entry_noise_variance" not in rel.privacy
+
+
+def test_draw_variance_is_the_exact_discrete_laplace_variance():
+    """Σ x² P(x) of DLap(t), P(x) ∝ e^(−|x|/t), summed directly (the tail beyond 60t is < e^-50)."""
+    spec, _ = zero_spec(8, 3, kind="gram", parties=2, k=2, mechanism="laplace", delta=0.0)
+    plan = spec.noise_plan()
+    for t in (0.7, 3.0, 41.5):
+        x = np.arange(-int(60 * t) - 1, int(60 * t) + 2, dtype=np.float64)
+        w = np.exp(-np.abs(x) / t)
+        exact = float(np.sum(x * x * w) / np.sum(w))
+        assert draw_variance(replace(plan, grid_scale=t)) == pytest.approx(exact * 2.0 ** (-2 * plan.frac_bits), rel=1e-12)
+    gauss, _ = zero_spec(8, 3, kind="gram", parties=2, k=2)
+    assert draw_variance(gauss.noise_plan()) == gauss.noise_plan().sigma_client ** 2
+
+
+def test_release_noise_variance_counts_who_drew():
+    """Per-client: one draw per (client, piece); aggregated Laplace: one per party and reached row
+    (rows partition), one per reached row from a column's owner (columns partition)."""
+    spec, _ = zero_spec(8, 3, kind="gram", parties=2, k=2)
+    plan, sketch, everyone = spec.noise_plan(), spec.make_sketch(), ClientSet.full(spec.n)
+    column, entries = release_noise_variance(spec, plan, everyone, sketch)
+    np.testing.assert_allclose(entries, 8 * plan.sigma_client**2 * gram_noise_factors(3), rtol=1e-15)
+    assert column == entries.max()
+    agg, _ = zero_spec(8, 3, kind="gram", parties=2, k=2, mechanism="laplace", delta=0.0, upload_mode="aggregate")
+    column, entries = release_noise_variance(agg, agg.noise_plan(), everyone, agg.make_sketch())
+    np.testing.assert_allclose(entries, 2 * draw_variance(agg.noise_plan()), rtol=1e-15)
+    cols, _ = zero_spec(64, 4, kind="sparse", m=8, s=1, partition="columns", parties=2, k=2, mechanism="laplace",
+                        delta=0.0, upload_mode="aggregate")
+    column, entries = release_noise_variance(cols, cols.noise_plan(), ClientSet.full(64), cols.make_sketch())
+    assert entries is None and column == pytest.approx(8 * draw_variance(cols.noise_plan()), rel=1e-15)
+
+
+def test_wigner_variance_is_the_dominating_profile():
+    v = 3.0
+    assert wigner_variance(np.where(np.eye(5, dtype=bool), v, v / 2)) == v  # the Gaussian rows gram
+    assert wigner_variance(np.full((5, 5), v)) == 2 * v  # i.i.d. entries: Laplace, the replicated release
+    assert wigner_variance(np.diag([1.0, 7.0])) == 7.0 and wigner_variance(np.array([[2.0]])) == 2.0
+    for bad in (np.ones(3), np.ones((2, 3)), -np.ones((2, 2)), np.full((2, 2), np.inf)):
+        with pytest.raises(ValueError, match="square matrix"):
+            wigner_variance(bad)
+
+
+def test_the_ridge_edge_reads_the_stated_profile():
+    rng = np.random.default_rng(5)
+    A = rng.normal(size=(6, 3))
+    Gxx = A.T @ A
+    profile = np.where(np.eye(3, dtype=bool), 4.0, 2.0)
+    assert adassp_lambda(Gxx, profile) == adassp_lambda(Gxx, 4.0)
+    assert adassp_lambda(Gxx, np.full((3, 3), 4.0)) == adassp_lambda(Gxx, 8.0)
+    with pytest.raises(ValueError, match="Gxx's shape"):
+        adassp_lambda(Gxx, np.ones((4, 4)))
+    # a release with i.i.d. entry noise v: the edge 2√(pv), not the Gaussian profile's √(2pv)
+    d, v = 4, 50.0
+    G = np.diag([1.0, 2.0, 3.0, 9.0])
+    rel = gram_release(np.full(gram_width(d), v), matrix=G[np.triu_indices(d)][None, :])
+    np.testing.assert_array_equal(gram_from_vector(rel.matrix[0], d), G)
+    lam, _ = release_lambda(rel)
+    assert noise_edge(3, 2 * v) == pytest.approx(2 * math.sqrt(3 * v))
+    assert lam == pytest.approx(2 * math.sqrt(3 * v) - 1.0)
