@@ -62,13 +62,14 @@ def release_to_json(release: ReleasedSketch, with_matrix: bool = True) -> dict[s
     """The released sketch as ``release.json``'s JSON object: columns, the (m, D) matrix as nested
     lists (``with_matrix=False``: None, for :func:`release_json`, which encodes it in blocks), n,
     per-column centres and scales, the label and intercept indices, the noise variance per column,
-    the SHA-256 and the sketch kind.
+    the SHA-256, the sketch kind and a lifted release's per-entry noise variances.
     """
     return {"columns": list(release.columns), "matrix": release.matrix.tolist() if with_matrix else None,
             "n": release.n,
             "centers": release.centers.tolist(), "scales": release.scales.tolist(), "label": release.label,
             "intercept": release.intercept, "noise_variance_per_column": release.noise_variance_per_column,
-            "sha256": release.sha256, "kind": release.kind}
+            "sha256": release.sha256, "kind": release.kind,
+            "entry_noise_variance": None if release.entry_noise_variance is None else release.entry_noise_variance.tolist()}
 
 
 #: Rows of the release matrix JSON-encoded at a time by :func:`release_json`.

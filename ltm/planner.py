@@ -14,9 +14,10 @@ of R² in the transformed space (the quantity the planner grid in docs/experimen
 First-order formulas (derivations in docs/planner.md):
 
 * ``gram`` (rows only): Ĝ = ZᵀZ + E, E symmetric, Var E_ii = v, Var E_ij = v/2 with v the
-  released per-entry noise variance (``n·σ_c²``, σ_c for Δ₂ = √2·C²).  In the eigenbasis (μ_k, w_k)
-  of Σ, with ridge λ (the AdaSSP-style rule, ≈ max(0, τ − n·μ_min), τ = √(2pv)):
-  ``excess·E[y²] = Σ_k μ_k (c + λ² w_k²) / (n μ_k + λ)²``,  c = (v/2)(1 + ‖w‖²).
+  released per-entry noise variance (``n·σ_c²``, σ_c for Δ₂ = √2·C²; Laplace: Var E_ij = v, and
+  v = P·Var DLap for an aggregated upload).  In the eigenbasis (μ_k, w_k)
+  of Σ, with ridge λ (the AdaSSP-style rule, ≈ max(0, τ − n·μ_min), τ = 2√(p·Var E_ij) = √(2pv)):
+  ``excess·E[y²] = Σ_k μ_k (c + λ² w_k²) / (n μ_k + λ)²``,  c = Var E_ij·(1 + ‖w‖²).
   It falls like 1/n².
 * ``sparse``/``dense`` (sketch, m rows, de-biased ridge): Ã = SZ + N with per-entry noise
   variance v_e (≈ σ₁²/0.95·(expected load / L), σ₁ for Δ₂ = 2C), so
@@ -256,20 +257,23 @@ def _gram_candidate(inp: PlanInputs, mom: _Moments) -> Candidate:
     if v is None:
         return Candidate("gram", 1, 1, math.inf, upload_values=W, feasible=False,
                          note="no honest load left after the corruption deduction")
+    off = v / 2.0  # the Gaussian's per-entry scales: v/2 off the diagonal (ltm/lifts.py)
+    if inp.mechanism == "laplace":  # i.i.d. DLap: v off it too, and one draw per party when aggregated
+        v = off = v * min(max(inp.parties, 1), n) / n if inp.upload_mode == "aggregate" else v
     if inp.task == "lowrank":
-        err = math.sqrt(2.0 * D * v) / (n * mom.top)
+        err = 2.0 * math.sqrt(D * off) / (n * mom.top)
         return Candidate("gram", 1, 1, err, {"noise_spectral": err}, "top eigenvectors of the noisy ZᵀZ",
                          W, note=f"released per-entry noise variance v = {v:.4g}")
     p = D - 1
     mu, w2 = mom.mu, mom.w2
-    c = 0.5 * v * (1.0 + float(w2.sum()))
-    tau = math.sqrt(2.0 * p * v)  # the noise's spectral edge (analyst.gram.noise_edge)
+    c = off * (1.0 + float(w2.sum()))
+    tau = 2.0 * math.sqrt(p * off)  # the noise's spectral edge (analyst.gram.noise_edge of the Wigner v = 2·off)
     lam = max(0.0, tau - n * float(mu.min()))
     var = float(np.sum(mu * c / (n * mu + lam) ** 2))
     bias = float(np.sum(mu * lam**2 * w2 / (n * mu + lam) ** 2))
     ex = min((var + bias) / mom.y2, float(np.sum(mu * w2)) / mom.y2)
     return Candidate("gram", 1, 1, ex, {"noise": var / mom.y2, "ridge_bias": bias / mom.y2},
-                     f"ridge, AdaSSP-style λ = max(0, τ − λ_min(noisy XᵀX)), τ = √(2pv) ≈ {tau:.4g} "
+                     f"ridge, AdaSSP-style λ = max(0, τ − λ_min(noisy XᵀX)), τ = 2√(p·Var E_ij) ≈ {tau:.4g} "
                      f"(predicted λ ≈ {lam:.4g})", W, note=f"released per-entry noise variance v = {v:.4g}")
 
 
