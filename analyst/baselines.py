@@ -27,11 +27,11 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
-from analyst.gram import solve_gram
+from analyst.gram import solve_gram, top_eigenvectors
 from analyst.release import ReleasedSketch
 from ltm.dp.calibration import analytic_gaussian_sigma
 from ltm.clipping import clip_rows
@@ -380,24 +380,16 @@ def mod_sulq_covariance(
     return cov + symmetric_gaussian(D, beta, rng), float(beta)
 
 
-def mod_sulq(
-    A: np.ndarray,
-    rank: int,
-    epsilon: float,
-    delta: float,
-    rng: np.random.Generator,
-    *,
-    clip_norm: float | None = None,
-    calibration: Literal["analytic", "paper"] = "analytic",
-    tight: bool = False,
-) -> np.ndarray:
+def mod_sulq(A: np.ndarray, rank: int, epsilon: float, delta: float, rng: np.random.Generator,
+             **options: Any) -> np.ndarray:
     """MOD-SULQ (Chaudhuri, Sarwate & Sinha 2013): the top-``rank`` eigenvectors of the noisy
     second-moment matrix of :func:`mod_sulq_covariance` — the central low-rank baseline.
 
     Args:
         A: (n, D) data rows; rank: k with 1 ≤ k ≤ D; epsilon, delta; rng: simulation RNG;
-        clip_norm: row bound C (rows are clipped to C and divided by C; default 1);
-        calibration: ``"analytic"`` (default) or ``"paper"`` (CSS's β); tight: √2/n sensitivity.
+        options: :func:`mod_sulq_covariance`'s keywords — clip_norm: row bound C (rows are clipped
+            to C and divided by C; default 1); calibration: ``"analytic"`` (default) or ``"paper"``
+            (CSS's β); tight: √2/n sensitivity.
 
     Returns:
         (D, rank) with orthonormal columns, ordered by decreasing eigenvalue; each column's
@@ -409,15 +401,8 @@ def mod_sulq(
     D = A.shape[1]
     if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or not 1 <= rank <= D:
         raise ValueError(f"rank must be an integer in [1, {D}], got {rank!r}")
-    noisy, _ = mod_sulq_covariance(
-        A, epsilon, delta, rng, clip_norm=clip_norm, calibration=calibration, tight=tight
-    )
-    _, V = np.linalg.eigh(noisy)
-    top = V[:, ::-1][:, :rank]
-    pivot = np.argmax(np.abs(top), axis=0)
-    signs = np.sign(top[pivot, np.arange(rank)])
-    signs[signs == 0] = 1.0
-    return top * signs
+    noisy, _ = mod_sulq_covariance(A, epsilon, delta, rng, **options)
+    return top_eigenvectors(noisy, rank)[0]
 
 
 # --------------------------------------------------------------------------------------------

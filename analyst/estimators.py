@@ -33,7 +33,8 @@ All solves are float64.  :func:`solve_ridge` is the shared solver for plain matr
 """
 from __future__ import annotations
 
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -42,6 +43,7 @@ from analyst.release import ReleasedSketch
 
 __all__ = [
     "ColumnTransform",
+    "ColumnMeta",
     "solve_normal_equations",
     "solve_ridge",
     "map_to_raw",
@@ -60,8 +62,12 @@ __all__ = [
 ]
 
 
-class ColumnTransform(Protocol):
-    """What the raw-unit mapping needs from a release (``ReleasedSketch`` satisfies it)."""
+@dataclass(frozen=True)
+class ColumnTransform:
+    """What the raw-unit mapping needs: the column names, their public centres and scales
+    (float64 (D,)), and the indices of the label and the intercept (None when absent).  A
+    :class:`ReleasedSketch` has the same attributes and is accepted wherever this is
+    (:data:`ColumnMeta`); :class:`analyst.mapback.RawColumns` is the job's raw columns."""
 
     columns: tuple[str, ...]
     centers: np.ndarray
@@ -72,6 +78,11 @@ class ColumnTransform(Protocol):
     @property
     def feature_indices(self) -> list[int]:
         """The indices of the regressor columns (every column but the label)."""
+        return [j for j in range(len(self.columns)) if j != self.label]
+
+
+#: What the raw-unit mapping reads: a release, or plain column metadata.
+ColumnMeta = ColumnTransform | ReleasedSketch
 
 
 # --------------------------------------------------------------------------------------------
@@ -138,11 +149,11 @@ def solve_ridge(X: np.ndarray, y: np.ndarray, lam: float) -> np.ndarray:
 # --------------------------------------------------------------------------------------------
 
 
-def _feature_only(meta: ColumnTransform) -> list[int]:
+def _feature_only(meta: ColumnMeta) -> list[int]:
     return [j for j in meta.feature_indices if j != meta.intercept]
 
 
-def map_to_raw(coef_scaled: np.ndarray, meta: ColumnTransform) -> tuple[np.ndarray, float]:
+def map_to_raw(coef_scaled: np.ndarray, meta: ColumnMeta) -> tuple[np.ndarray, float]:
     """Map coefficients over ``meta.feature_indices`` (transformed space) to raw units.
 
     Args:
@@ -213,7 +224,7 @@ class LinearPredictor:
     feature_names_in_: tuple[str, ...]
     solver_: str
 
-    def _set_from_release(self, w: np.ndarray, meta: ColumnTransform) -> None:
+    def _set_from_release(self, w: np.ndarray, meta: ColumnMeta) -> None:
         self.coef_scaled_ = np.asarray(w, dtype=np.float64).reshape(-1)
         self.coef_, self.intercept_ = map_to_raw(self.coef_scaled_, meta)
         self.feature_names_in_ = tuple(meta.columns[j] for j in _feature_only(meta))
@@ -262,13 +273,13 @@ class LinearPredictor:
         return Z @ self.coef_scaled_
 
 
-def linear_predictor(coef_scaled: np.ndarray, meta: ColumnTransform) -> LinearPredictor:
+def linear_predictor(coef_scaled: np.ndarray, meta: ColumnMeta) -> LinearPredictor:
     """Wrap externally computed transformed-space coefficients (e.g. an SSP/AdaSSP baseline's)
     as a :class:`LinearPredictor` with the raw-unit mapping of ``meta``.
 
     Args:
         coef_scaled: (len(meta.feature_indices),) coefficients in the transformed space.
-        meta: the release (or anything satisfying :class:`ColumnTransform`).
+        meta: the release, or plain :class:`ColumnTransform` metadata.
     """
     model = LinearPredictor()
     model._set_from_release(coef_scaled, meta)
@@ -392,11 +403,9 @@ class Ridge(_SketchRegressor):
         return f"Ridge(lam={self.lam!r}, debias={self.debias})"
 
 
-class RMGMOLS(_SketchRegressor):
-    """Wu et al.'s RMGM-OLS training step: ``w = (X̃ᵀX̃/n + λI)^{-1} X̃ᵀỹ/n``, n = ``release.n``.
-
-    The Hessian is normalised by 1/n (not by the number of sketch rows) before λ is added, as
-    in the authors' code (Wu et al.'s Algorithm 2, §4.2).  No noise subtraction.
+class _WuRegressor(_SketchRegressor):
+    """Wu et al.'s estimators (RMGM-OLS, DGM-OLS): a λ normalised by n (paper 1e-5), and on a
+    ``gram`` release, whose noise has zero mean, the same solve ``(Gxx/n + λI)⁻¹ gxy/n``.
 
     Args:
         lam: λ ≥ 0 (paper 1e-5).
@@ -406,6 +415,25 @@ class RMGMOLS(_SketchRegressor):
         _check_lam(lam)
         self.lam = float(lam)
 
+    def _solve_gram(self, Gxx: np.ndarray, gxy: np.ndarray, n: int) -> np.ndarray:
+        _check_n(n)  # nothing to de-bias on a gram release
+        w, self.solver_ = solve_gram(Gxx, gxy, self.lam * n)  # (Gxx/n + λI)⁻¹ gxy/n
+        return w
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(lam={self.lam!r})"
+
+
+class RMGMOLS(_WuRegressor):
+    """Wu et al.'s RMGM-OLS training step: ``w = (X̃ᵀX̃/n + λI)^{-1} X̃ᵀỹ/n``, n = ``release.n``.
+
+    The Hessian is normalised by 1/n (not by the number of sketch rows) before λ is added, as
+    in the authors' code (Wu et al.'s Algorithm 2, §4.2).  No noise subtraction.
+
+    Args:
+        lam: λ ≥ 0 (paper 1e-5).
+    """
+
     def _solve(self, X: np.ndarray, y: np.ndarray, n: int, noise_variance: float) -> np.ndarray:
         _check_n(n)
         H = (X.T @ X) / n + self.lam * np.eye(X.shape[1])
@@ -413,16 +441,8 @@ class RMGMOLS(_SketchRegressor):
         self.min_eigenvalue_ = float(np.linalg.eigvalsh((H + H.T) / 2.0)[0])
         return w
 
-    def _solve_gram(self, Gxx: np.ndarray, gxy: np.ndarray, n: int) -> np.ndarray:
-        _check_n(n)
-        w, self.solver_ = solve_gram(Gxx, gxy, self.lam * n)  # (Gxx/n + λI)⁻¹ gxy/n
-        return w
 
-    def __repr__(self) -> str:
-        return f"RMGMOLS(lam={self.lam!r})"
-
-
-class DGMOLS(_SketchRegressor):
+class DGMOLS(_WuRegressor):
     """Wu et al.'s de-biased DGM-OLS: ``w = ((X̃ᵀX̃ − v I)/n + λI)^{-1} X̃ᵀỹ/n``.
 
     ``v = release.noise_variance_per_column`` is ``E[NᵀN]_{cc}``, the expected noise Gram
@@ -443,10 +463,6 @@ class DGMOLS(_SketchRegressor):
         lam: λ ≥ 0 (paper 1e-5).
     """
 
-    def __init__(self, lam: float = 1e-5) -> None:
-        _check_lam(lam)
-        self.lam = float(lam)
-
     def _solve(self, X: np.ndarray, y: np.ndarray, n: int, noise_variance: float) -> np.ndarray:
         _check_n(n)
         if noise_variance < 0 or not np.isfinite(noise_variance):
@@ -460,14 +476,6 @@ class DGMOLS(_SketchRegressor):
         self.indefinite_ = bool(eig[0] <= 0.0)
         w, self.solver_ = solve_normal_equations(H, (X.T @ y) / n, assume_pd=False)
         return w
-
-    def _solve_gram(self, Gxx: np.ndarray, gxy: np.ndarray, n: int) -> np.ndarray:
-        _check_n(n)  # a gram release has zero-mean noise: nothing to de-bias
-        w, self.solver_ = solve_gram(Gxx, gxy, self.lam * n)
-        return w
-
-    def __repr__(self) -> str:
-        return f"DGMOLS(lam={self.lam!r})"
 
 
 class LowRank:

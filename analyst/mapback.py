@@ -10,31 +10,17 @@ exact: the mapped-back OLS of whitened rows IS the OLS of the raw rows.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
-from analyst.estimators import LinearPredictor, linear_predictor
+from analyst.estimators import ColumnTransform, LinearPredictor, linear_predictor
 from ltm.jobspec import JobSpec
 from ltm.transforms import FeaturePipeline
 
 __all__ = ["RawColumns", "raw_linear_predictor"]
 
 
-@dataclass(frozen=True)
-class RawColumns:
+class RawColumns(ColumnTransform):
     """The job's raw columns as a :class:`analyst.estimators.ColumnTransform` (before transforms)."""
-
-    columns: tuple[str, ...]
-    centers: np.ndarray
-    scales: np.ndarray
-    label: int | None
-    intercept: int | None
-
-    @property
-    def feature_indices(self) -> list[int]:
-        """The indices of the regressor columns (every column but the label)."""
-        return [j for j in range(len(self.columns)) if j != self.label]
 
     @classmethod
     def from_spec(cls, spec: JobSpec) -> "RawColumns":
