@@ -6,7 +6,7 @@ channels, and uploads its one batch to the k servers concurrently with the real 
 (``party.uploader.upload_batch``: chunked client-streaming, retries with backoff).  Phases:
 
 1. certificates: a CA and one EC P-256 leaf per actor (cached in ``--certs-cache`` if given);
-2. k ``ltm server`` processes on 127.0.0.1 (``sim.launcher.ProcessGroup``), the job published;
+2. k ``ltm server`` processes on 127.0.0.1 (``sim.localnet.launcher.ProcessGroup``), the job published;
 3. every party randomizes and shares its rows (the party core) and opens its k channels — all
    parties at once, so all P·k TLS handshakes are concurrent (``connect`` latency);
 4. **upload**: all P streams start together; a stream's latency is the time until all k servers
@@ -349,7 +349,7 @@ async def _run(cfg: LoadConfig, work: Path, report: dict[str, Any]) -> None:
     from analyst.coordinator import close_all, fetch_result_share, publish
     from analyst.reconstruct import reconstruct_release
     from ltm.v1 import ltm_pb2, ltm_pb2_grpc
-    from sim.launcher import ProcessGroup
+    from sim.localnet.launcher import ProcessGroup
     from transport.tls import make_channel
 
     timing = report["timing_s"]
