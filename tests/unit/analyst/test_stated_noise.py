@@ -32,10 +32,10 @@ import scipy.stats
 
 from ltm.jobspec import range_row_loads
 from ltm.randomness import Randomness
-from sim.data import Table
-from sim.inprocess import run_inprocess
-from sim.jobs import build_job, party_tables
-from sim.replicated_run import run_replicated
+from ltm_datasets.tables import Table
+from sim.runtime.inprocess import run_inprocess
+from sim.runtime.jobs import build_job, party_tables
+from sim.runtime.replicated_run import run_replicated
 
 ALPHA = 1e-7
 GROUPS, BAD, TOL = 31, 0.12, 0.45
