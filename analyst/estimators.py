@@ -570,8 +570,8 @@ def release_lambda(release: ReleasedSketch) -> tuple[float, str]:
         Gxx, _, _ = gram_blocks(release.gram, release.label)
         Vxx, _, _ = gram_blocks(release.gram_noise_variance, release.label)  # the released noise's own profile
         return (adassp_lambda(Gxx, Vxx),
-                "adassp_lambda: max(0, √(2pv) − λ_min(noisy XᵀX)), √(2pv) the noise's spectral edge, v the Wigner "
-                "variance of the released noise (analyst/gram.py)")
+                "adassp_lambda: max(0, √(2pv) − λ_min(noisy XᵀX)), √(2pv) the noise's spectral edge, "
+                "v the Wigner variance of the released noise (analyst/gram.py)")
     m = release.matrix.shape[0]
     return (default_ridge_lambda(release.noise_variance_per_column / m, m),
             "default_ridge_lambda: v·√m (v: noise variance per scaled entry)")

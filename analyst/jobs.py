@@ -69,7 +69,8 @@ def release_to_json(release: ReleasedSketch, with_matrix: bool = True) -> dict[s
             "centers": release.centers.tolist(), "scales": release.scales.tolist(), "label": release.label,
             "intercept": release.intercept, "noise_variance_per_column": release.noise_variance_per_column,
             "sha256": release.sha256, "kind": release.kind,
-            "entry_noise_variance": None if release.entry_noise_variance is None else release.entry_noise_variance.tolist()}
+            "entry_noise_variance": (None if release.entry_noise_variance is None
+                                     else release.entry_noise_variance.tolist())}
 
 
 #: Rows of the release matrix JSON-encoded at a time by :func:`release_json`.

@@ -273,8 +273,8 @@ def _gram_candidate(inp: PlanInputs, mom: _Moments) -> Candidate:
     bias = float(np.sum(mu * lam**2 * w2 / (n * mu + lam) ** 2))
     ex = min((var + bias) / mom.y2, float(np.sum(mu * w2)) / mom.y2)
     return Candidate("gram", 1, 1, ex, {"noise": var / mom.y2, "ridge_bias": bias / mom.y2},
-                     f"ridge, AdaSSP-style λ = max(0, τ − λ_min(noisy XᵀX)), τ = 2√(p·Var E_ij) ≈ {tau:.4g} "
-                     f"(predicted λ ≈ {lam:.4g})", W, note=f"released per-entry noise variance v = {v:.4g}")
+                     f"ridge, AdaSSP-style λ = max(0, τ − λ_min(noisy XᵀX)), τ = 2√(p·Var E_ij) ≈ "
+                     f"{tau:.4g} (predicted λ ≈ {lam:.4g})", W, note=f"released per-entry noise variance v = {v:.4g}")
 
 
 def _sketch_terms(inp: PlanInputs, mom: _Moments, kind: str, m: int, s: int) -> tuple[float, dict[str, float]] | None:

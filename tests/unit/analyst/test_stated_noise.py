@@ -77,7 +77,8 @@ def check_gaussian(noise: np.ndarray, stated: np.ndarray, what: str) -> None:
     n = z2.size
     lo, hi = scipy.stats.chi2.ppf(ALPHA / 2, n), scipy.stats.chi2.ppf(1 - ALPHA / 2, n)
     assert hi / n < 1 + TOL and lo / n > 1 - TOL  # the interval is narrow enough to catch a factor 2
-    assert lo < z2.sum() < hi, f"{what}: empirical/stated variance {z2.mean():.3f}, accepted [{lo / n:.3f}, {hi / n:.3f}]"
+    assert lo < z2.sum() < hi, (f"{what}: empirical/stated variance {z2.mean():.3f}, "
+                               f"accepted [{lo / n:.3f}, {hi / n:.3f}]")
 
 
 def dlap_kurtosis(t: float, draws: int) -> float:
@@ -201,7 +202,8 @@ def test_gram_noise_variance_mirrors_the_stated_entries():
     assert isinstance(gram_release(list(entries)).entry_noise_variance, np.ndarray)  # a JSON list is accepted
 
 
-@pytest.mark.parametrize("bad", [None, np.ones(9), np.ones((1, 10)), np.r_[np.ones(9), -1.0], np.r_[np.ones(9), np.nan]])
+@pytest.mark.parametrize("bad", [None, np.ones(9), np.ones((1, 10)), np.r_[np.ones(9), -1.0],
+                                 np.r_[np.ones(9), np.nan]])
 def test_a_lifted_release_must_state_each_entry(bad):
     with pytest.raises(ValueError, match="entry_noise_variance"):
         gram_release(bad, noise_variance_per_column=1.0)
@@ -245,7 +247,8 @@ def test_draw_variance_is_the_exact_discrete_laplace_variance():
         x = np.arange(-int(60 * t) - 1, int(60 * t) + 2, dtype=np.float64)
         w = np.exp(-np.abs(x) / t)
         exact = float(np.sum(x * x * w) / np.sum(w))
-        assert draw_variance(replace(plan, grid_scale=t)) == pytest.approx(exact * 2.0 ** (-2 * plan.frac_bits), rel=1e-12)
+        grid = 2.0 ** (-2 * plan.frac_bits)
+        assert draw_variance(replace(plan, grid_scale=t)) == pytest.approx(exact * grid, rel=1e-12)
     gauss, _ = zero_spec(8, 3, kind="gram", parties=2, k=2)
     assert draw_variance(gauss.noise_plan()) == gauss.noise_plan().sigma_client ** 2
 
