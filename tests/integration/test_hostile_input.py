@@ -40,7 +40,7 @@ CHECK_SECONDS = 20.0
 
 
 def ltm(*argv: str, env: dict | None = None, **kwargs) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "ltm.cli", *map(str, argv)], stdout=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-m", "cli", *map(str, argv)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})}, **kwargs)
 
