@@ -179,7 +179,7 @@ def test_an_unreachable_scheduler_is_a_clear_error(distributed, tmp_path, monkey
     assert main(["experiment", "run", SPEC, "--reduced", "--out", str(tmp_path / "cli"), "--scheduler", address,
                  "--no-progress", "--no-plots"]) == 2  # --scheduler implies --executor dask
     err = capsys.readouterr().err.strip()
-    assert err.startswith("ltm: error: cannot reach the Dask scheduler") and "\n" not in err
+    assert err.startswith("ltm experiment: error: cannot reach the Dask scheduler") and "\n" not in err
 
 
 def test_without_dask_the_dask_executor_is_a_one_line_error(tmp_path, monkeypatch, capsys):
