@@ -16,6 +16,7 @@ DESCRIPTION = ("The analyst service. The operator submits a job to it (`ltm job 
 
 def configure(p: argparse.ArgumentParser) -> None:
     """The ``ltm analyst`` flags (and the ``--config`` keys they mirror)."""
+    p.set_defaults(func=lazy("analyst.main:run"))
     actor_options(p, {
         "--listen": ("address to bind, e.g. 127.0.0.1:50050 (port 0 = any free port)", listen_address),
         "--out": ("output directory (one sub-directory per job)", None),
@@ -24,4 +25,3 @@ def configure(p: argparse.ArgumentParser) -> None:
                                        "persistent storage: a restarted analyst resumes its running jobs from it")
     p.add_argument("--server-retry", type=float,
                    help="seconds to keep retrying a call to a server that is down or restarting (default 30)")
-    p.set_defaults(func=lazy("analyst.main:run"))
