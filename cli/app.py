@@ -1,7 +1,7 @@
 """The ``ltm`` command: one parser, one registry of subcommands, one place an error becomes an exit status.
 
 Each subcommand is a module of this package (``cli/<command>.py``) that declares its flags and
-calls into the role's code (``server.main.run``, ``sim.simulate.simulate``, …); the role modules
+calls into the role's code (``server.main.run``, ``sim.runtime.simulate.simulate``, …); the role modules
 hold no argument parsing.  Only the module of the command being run is imported, and only then is
 its parser built (``ltm server`` must not load the simulator, the other actors or the experiments:
 docs/architecture.md §1; ``tests/integration/test_cli_lean.py`` checks what is loaded).  Flags shared by
@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"ltm {args.command}: error: {getattr(exc, 'prefix', '')}{text}", file=sys.stderr)
         return int(getattr(exc, "exit_code", 2))
     except KeyboardInterrupt as exc:
-        # Ctrl-C, or SIGTERM/SIGHUP where a command maps them to it (sim.launcher.stop_on_termination):
+        # Ctrl-C, or SIGTERM/SIGHUP where a command maps them to it (sim.localnet.launcher.stop_on_termination):
         # its cleanup has run; one line and the shell's status for death by that signal (128 + signum).
         import signal
 

@@ -1,4 +1,4 @@
-"""``ltm audit``: an empirical DP audit, a Clopper–Pearson lower bound on ε (the role's code: ``sim/audit.py``)."""
+"""``ltm audit``: an empirical DP audit, a Clopper–Pearson lower bound on ε (the role's code: ``sim/tools/audit.py``)."""
 from __future__ import annotations
 
 import argparse
@@ -37,7 +37,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """``ltm audit``: audit the default mechanism and each negative control; prints JSON."""
-    from sim.audit import AuditConfig, run_audit
+    from sim.tools.audit import AuditConfig, run_audit
 
     base = AuditConfig(runs=args.runs, n=args.n, m=args.m, s=args.s, k=args.k, epsilon=args.epsilon,
                        delta=args.delta, clip=args.clip, frac_bits=args.frac_bits, share_mode=args.share_mode,

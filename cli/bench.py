@@ -1,4 +1,4 @@
-"""``ltm bench``: benchmarks that print JSON (the role's code: ``sim/bench.py``, ``sim/bench_e2e.py``)."""
+"""``ltm bench``: benchmarks that print JSON (the role's code: ``sim/tools/bench.py``, ``sim/tools/bench_e2e.py``)."""
 from __future__ import annotations
 
 import argparse
@@ -28,7 +28,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def _e2e(p: argparse.ArgumentParser) -> None:
-    from sim.bench_e2e import parse_counts  # imports grpc; only when `bench` is the command
+    from sim.tools.bench_e2e import parse_counts  # imports grpc; only when `bench` is the command
 
     p.add_argument("--n", type=parse_counts, default=[1_000_000],
                    help="clients: 1000000, 1e8, or a series 1e6,1e7,1e8 (default 1e6)")
@@ -61,12 +61,12 @@ def _e2e(p: argparse.ArgumentParser) -> None:
     p.add_argument("--from-json", nargs="+", metavar="JSON",
                    help="with --plot: plot these saved outputs (single runs or series) instead of running")
     p.add_argument("--no-progress", action="store_true", help="no phase/progress lines on stderr")
-    p.set_defaults(func=lazy("sim.bench_e2e:run"))
+    p.set_defaults(func=lazy("sim.tools.bench_e2e:run"))
 
 
 def run_sketch(args: argparse.Namespace) -> int:
     """``ltm bench sketch``: time one server's result-share computation; prints JSON."""
-    from sim.bench import SketchBenchConfig, bench_sketch
+    from sim.tools.bench import SketchBenchConfig, bench_sketch
 
     if args.k < 2:
         raise SystemExit("ltm: error: --k must be ≥ 2")
@@ -78,7 +78,7 @@ def run_sketch(args: argparse.Namespace) -> int:
 
 def run_paper(args: argparse.Namespace) -> int:
     """``ltm bench paper``: every cell of Burkhardt et al.'s Tables 3–5; prints JSON."""
-    from sim.bench import bench_paper_grid
+    from sim.tools.bench import bench_paper_grid
 
     print_json(bench_paper_grid(runs=args.runs))
     return 0

@@ -1,4 +1,4 @@
-"""``ltm demo``: a whole networked job on loopback (the role's code: ``sim/demo.py``)."""
+"""``ltm demo``: a whole networked job on loopback (the role's code: ``sim/localnet/demo.py``)."""
 from __future__ import annotations
 
 import argparse
@@ -22,4 +22,4 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--insecure", action="store_true", help="plaintext transport (testing only)")
     p.add_argument("--chaos", action="store_true",
                    help="SIGKILL and restart a server mid-upload and another mid-release; the release must not change")
-    p.set_defaults(func=lazy("sim.demo:run"))
+    p.set_defaults(func=lazy("sim.localnet.demo:run"))

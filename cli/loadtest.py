@@ -1,5 +1,5 @@
 """``ltm loadtest``: P concurrent party streams against k real servers on loopback (the role's code:
-``sim/loadtest.py``)."""
+``sim/tools/loadtest.py``)."""
 from __future__ import annotations
 
 import argparse
@@ -31,7 +31,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """``ltm loadtest``: run it and print the report as JSON; 1 unless every check passed."""
-    from sim.loadtest import LoadConfig, run_loadtest
+    from sim.tools.loadtest import LoadConfig, run_loadtest
 
     cfg = LoadConfig(parties=args.parties, clients_per_party=args.clients_per_party, width=args.width, m=args.m,
                      k=args.k, share_mode=args.share_mode, drivers=args.drivers, duplicate=args.duplicate,

@@ -1,4 +1,4 @@
-"""``ltm operate``: the demo's convenience for the compose testbed (the role's code: ``sim/demo.py``)."""
+"""``ltm operate``: the demo's convenience for the compose testbed (the role's code: ``sim/localnet/demo.py``)."""
 from __future__ import annotations
 
 import argparse
@@ -30,4 +30,4 @@ def configure(p: argparse.ArgumentParser) -> None:
     add_options(p, "data", only=("data", "label"), helps=DATA_HELPS)
     add_options(p, "run", helps={"seed": "SEEDED MODE (the parties must get the same --seed)"})
     p.add_argument("--deadline", type=float, default=120.0, help="seconds the analyst waits for parties (default 120)")
-    p.set_defaults(func=lazy("sim.demo:run_operate"))
+    p.set_defaults(func=lazy("sim.localnet.demo:run_operate"))

@@ -1,4 +1,4 @@
-"""``ltm simulate``: one LTM job in process, compared with baselines (the role's code: ``sim/simulate.py``)."""
+"""``ltm simulate``: one LTM job in process, compared with baselines (the role's code: ``sim/runtime/simulate.py``)."""
 from __future__ import annotations
 
 import argparse
@@ -9,7 +9,7 @@ from ltm.dp.defaults import DEFAULT_DELTA
 from ltm.jobconfig import add_options, config_values
 
 if TYPE_CHECKING:
-    from sim.simulate import SimulateConfig
+    from sim.runtime.simulate import SimulateConfig
 
 DESCRIPTION = ("Parties → k servers → analyst in one process, on a CSV, a synthetic generator, or (default) the "
                "bundled real dataset.")
@@ -40,7 +40,7 @@ def simulate_config(args: argparse.Namespace) -> "SimulateConfig":
     model (:mod:`ltm.jobconfig`) sets the configuration's field of the same name."""
     from dataclasses import fields as dataclass_fields
 
-    from sim.simulate import SimulateConfig
+    from sim.runtime.simulate import SimulateConfig
 
     calibration, p = _parse_calibration(args.calibration)
     values = config_values(args, (f.name for f in dataclass_fields(SimulateConfig)))
@@ -56,7 +56,7 @@ def simulate_config(args: argparse.Namespace) -> "SimulateConfig":
 
 def run(args: argparse.Namespace) -> int:
     """``ltm simulate``: run the job, print the report (``--json``) or its summary for a person."""
-    from sim.simulate import simulate
+    from sim.runtime.simulate import simulate
 
     report = simulate(simulate_config(args))
     if args.json:
@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
 def print_summary(r: dict[str, Any]) -> None:
     """The simulate report for a person: data, job, privacy, model quality beside the baselines."""
     from party.ledger import describe_admission
-    from sim.summary import model_table, privacy_lines, release_words, variation_note, verdict
+    from sim.runtime.summary import model_table, privacy_lines, release_words, variation_note, verdict
 
     pr = r["privacy"]
     print(f"LTM simulate — {r['data']}")

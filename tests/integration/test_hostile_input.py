@@ -29,7 +29,7 @@ import pytest
 
 from ltm.jobfile import parse_job_file, render_job_file
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
-from sim.launcher import ProcessGroup
+from sim.localnet.launcher import ProcessGroup
 from transport.certs import write_certs
 from transport.tls import make_sync_channel
 
