@@ -52,21 +52,33 @@ def configure(p: argparse.ArgumentParser) -> None:
     _subcommands(p)
 
 
+#: ``ltm certs`` across machines: subcommand → (one-line help, description, the role's function).
+SUBCOMMANDS = {
+    "ca": ("on the CA host: create the CA (ca.key, ca.pem) in --ca-dir",
+           "Create a private CA: --ca-dir/ca.key (0600, the directory 0700) and --ca-dir/ca.pem. Keep this "
+           "directory on the CA host, offline if you can.", "run_ca"),
+    "request": ("on an actor's host: make its key and a signing request (CSR)",
+                "Make this host's private key (0600; it never leaves the host) and a certificate signing request "
+                "for the CA. Example: ltm certs request --role server --id server-2 --out certs --hosts 10.0.0.12",
+                "run_request"),
+    "sign": ("on the CA host: check a CSR and sign it with its role's usages",
+             "Check a certificate signing request (its subject, role, usages and names must be exactly what its "
+             "role may have; anything else is refused) and sign it with the CA in --ca-dir.", "run_sign"),
+}
+
+
 def _subcommands(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="certs_command", metavar="{ca,request,sign}",
                            title="across machines (keys never leave their host)")
-    ca = sub.add_parser("ca", help="on the CA host: create the CA (ca.key, ca.pem) in --ca-dir",
-                        description="Create a private CA: --ca-dir/ca.key (0600, the directory 0700) and "
-                                    "--ca-dir/ca.pem. Keep this directory on the CA host, offline if you can.")
+    parsers = {}
+    for name, (help_text, description, func) in SUBCOMMANDS.items():
+        parsers[name] = sub.add_parser(name, help=help_text, description=description)
+        parsers[name].set_defaults(func=lazy(f"transport.certs:{func}"))
+    ca, rq, sg = parsers["ca"], parsers["request"], parsers["sign"]
     ca.add_argument("--ca-dir", required=True, help="directory for the CA key and certificate (made 0700)")
     ca.add_argument("--days", type=int, default=365, help="validity in days (default 365); leaves never outlive it")
     ca.add_argument("--force", action="store_true", help="replace an existing CA (every certificate it signed stops working)")
-    ca.set_defaults(func=lazy("transport.certs:run_ca"))
 
-    rq = sub.add_parser("request", help="on an actor's host: make its key and a signing request (CSR)",
-                        description="Make this host's private key (0600; it never leaves the host) and a "
-                                    "certificate signing request for the CA. Example: ltm certs request "
-                                    "--role server --id server-2 --out certs --hosts 10.0.0.12")
     rq.add_argument("--role", required=True, choices=ROLES, help="the actor's role")
     rq.add_argument("--id", help="the actor's identity: server-<n>, party-<id>, or the role itself for "
                                  "analyst and operator (default: the role)")
@@ -76,12 +88,7 @@ def _subcommands(p: argparse.ArgumentParser) -> None:
                     help="server/analyst only: comma-separated DNS names / IPs this host serves on, for the "
                          "certificate's names (default: localhost,127.0.0.1 for a server, none for the analyst)")
     rq.add_argument("--force", action="store_true", help="replace a key already in --out (a certificate using it stops working)")
-    rq.set_defaults(func=lazy("transport.certs:run_request"))
 
-    sg = sub.add_parser("sign", help="on the CA host: check a CSR and sign it with its role's usages",
-                        description="Check a certificate signing request (its subject, role, usages and names "
-                                    "must be exactly what its role may have; anything else is refused) and sign "
-                                    "it with the CA in --ca-dir.")
     sg.add_argument("csr", help="the request file (<id>.csr from `ltm certs request`)")
     sg.add_argument("--ca-dir", required=True, help="the CA directory (ca.key, ca.pem) made by `ltm certs ca`")
     sg.add_argument("--out", required=True,
@@ -89,4 +96,3 @@ def _subcommands(p: argparse.ArgumentParser) -> None:
     sg.add_argument("--expect", help="refuse unless the request is for this identity (e.g. server-2): check "
                                      "that a request is from whom it claims to be")
     sg.add_argument("--days", type=int, default=365, help="validity in days (default 365; capped by the CA's)")
-    sg.set_defaults(func=lazy("transport.certs:run_sign"))
