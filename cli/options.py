@@ -110,10 +110,16 @@ class _ConfigFileAction(argparse.Action):
 
         setattr(namespace, self.dest, values)
         try:
-            keys = set(load_config(values))
+            config = load_config(values)
         except ConfigError:
-            keys = {a.dest for a in parser._actions}
-        relax_required(parser, keys)
+            config = {a.dest: None for a in parser._actions}
+        for action in parser._actions:  # the file's values pass the checks the flags do
+            if action.type in _CHECKED and config.get(action.dest) is not None:
+                try:
+                    action.type(str(config[action.dest]))
+                except argparse.ArgumentTypeError as exc:
+                    parser.error(f"--config {values}: {action.dest}: {exc}")
+        relax_required(parser, set(config))
 
 
 def relax_required(parser: argparse.ArgumentParser, dests: set[str]) -> None:
@@ -122,6 +128,10 @@ def relax_required(parser: argparse.ArgumentParser, dests: set[str]) -> None:
     for action in parser._actions:
         if action.dest in dests:
             action.required = False
+
+
+#: The argparse types whose checks a ``--config`` file's values pass too (a NaN bound, a port out of range).
+_CHECKED = (privacy_number, endpoint, endpoints, listen_address)
 
 
 def actor_options(p: argparse.ArgumentParser, required: dict[str, tuple[str, Callable[[str], Any] | None]], *,

@@ -74,6 +74,21 @@ def test_an_endpoint_port_out_of_range_is_a_one_line_usage_error(argv, flag, tex
     assert _error(capsys) == f"ltm {command}: error: argument {flag}: {text}"
 
 
+@pytest.mark.parametrize("key, value, text", [
+    ("max_epsilon", "nan", "max_epsilon: must be a number ≥ 0, got 'nan'"),
+    ("servers", '"127.0.0.1:70000"', "servers: '127.0.0.1:70000': port 70000 is out of range (1–65535)"),
+])
+def test_a_config_file_value_passes_the_flags_check(key, value, text, tmp_path, capsys) -> None:
+    settings = {"id": '"party-0"', "job": '"j"', "data": '"d.csv"', "servers": '"127.0.0.1:1"', "insecure": "true",
+                key: value}
+    cfg = tmp_path / "party.toml"
+    cfg.write_text("".join(f"{k} = {v}\n" for k, v in settings.items()))
+    with pytest.raises(SystemExit) as exc:
+        main(["party", "--config", str(cfg)])
+    assert exc.value.code == 2
+    assert _error(capsys) == f"ltm party: error: --config {cfg}: {text}"
+
+
 def test_endpoints_in_range_are_accepted() -> None:
     from cli.app import build_parser
 
