@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 
 from cli.app import lazy
+from cli.options import insecure
 from ltm.jobconfig import add_options
 
 #: The data flags the demo and ``ltm operate`` share: the bundled dataset unless --data/--label.
@@ -19,7 +20,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     add_options(p, "run")
     p.add_argument("--workdir", help="keep certificates, stores, logs and outputs here (default: a temp dir, removed)")
     p.add_argument("--deadline", type=float, default=60.0, help="seconds the analyst waits for parties")
-    p.add_argument("--insecure", action="store_true", help="plaintext transport (testing only)")
+    insecure(p)
     p.add_argument("--chaos", action="store_true",
                    help="SIGKILL and restart a server mid-upload and another mid-release; the release must not change")
     p.set_defaults(func=lazy("sim.localnet.demo:run"))

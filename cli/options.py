@@ -2,7 +2,7 @@
 
 * output: ``--json`` (:func:`output`) and :func:`print_json`;
 * seeds: ``--seed``, seeded mode (:func:`seed`);
-* certificates and endpoints: ``--certs``/``--insecure`` (:func:`certificates`), the argparse types
+* certificates and endpoints: ``--certs``/``--insecure`` (:func:`certificates`, :func:`insecure`), the argparse types
   :func:`endpoint`, :func:`endpoints` and :func:`listen_address` (ports checked, 1–65535; a listen
   address may say 0 for any free port);
 * privacy: :func:`privacy_number`, a bound such as ``--max-epsilon`` (NaN would turn a check off);
@@ -55,6 +55,11 @@ def certificates(p: argparse.ArgumentParser, help: str = "certificate directory 
     ``unset``: ``--insecure`` defaults to None, so a ``--config`` file may set it."""
     p.add_argument("--certs", default=os.environ.get(env) if env else None,
                    help=f"{help} (default: ${env})" if env else help)
+    insecure(p, unset=unset)
+
+
+def insecure(p: argparse.ArgumentParser, *, unset: bool = False) -> None:
+    """``--insecure``: plaintext transport (``unset``: default None, so a ``--config`` file may set it)."""
     p.add_argument("--insecure", action="store_true", default=None if unset else False,
                    help="plaintext, unauthenticated transport (testing only; never in production)")
 
