@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PROJECT_PACKAGES = ("ltm", "party", "server", "analyst", "sim", "ltm_datasets", "experiments", "transport")
+PROJECT_PACKAGES = ("ltm", "cli", "party", "server", "analyst", "sim", "ltm_datasets", "experiments", "transport")
 
 
 def _source_copy(dest: Path) -> Path:
