@@ -16,12 +16,15 @@ its own public sketch seed: with m = 28 rows the sketch itself moves R² a lot) 
 non-private OLS.
 ``--networked DIR`` instead runs the bounds pre-job and the main job end to end over separate
 processes (servers, analyst, operator, four parties each with its own file; production
-randomness).  A benchmark for docs/bounds.md, not a test.
+randomness).  SIGTERM or SIGHUP end it like Ctrl-C: every process it started is stopped.  A
+benchmark for docs/bounds.md, not a test.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import signal
+import sys
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -128,7 +131,16 @@ def main() -> None:
     p.add_argument("--networked", metavar="WORKDIR",
                    help="instead: run the bounds pre-job and the main job over separate processes here")
     args = p.parse_args()
-    result = networked(Path(args.networked)) if args.networked else evaluate(args.seeds, args.release)
+    from sim.localnet.launcher import stop_on_termination
+
+    try:
+        # SIGTERM/SIGHUP end the run like Ctrl-C: networked's finally stops every process it started
+        with stop_on_termination():
+            result = networked(Path(args.networked)) if args.networked else evaluate(args.seeds, args.release)
+    except KeyboardInterrupt as exc:
+        # one line and the shell's status for death by that signal (128 + signum), as `ltm` does
+        print(f"bounds_eval: {exc or 'interrupted'}", file=sys.stderr)
+        raise SystemExit(128 + int(getattr(exc, "signum", signal.SIGINT))) from None
     print(json.dumps(result, indent=2))
 
 
