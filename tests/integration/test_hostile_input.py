@@ -324,7 +324,7 @@ def _alive(pid: int, start: str) -> bool:
     return fields[19] == start.split(" ", 1)[0] and fields[0] != "Z"
 
 
-def _sigterm_mid_run(tmp_path: Path, *argv: str, module: str = "ltm.cli", mid_run: str = " party ",
+def _sigterm_mid_run(tmp_path: Path, *argv: str, module: str = "cli", mid_run: str = " party ",
                      kept: tuple[str, ...] = ()) -> None:
     """SIGTERM once a child whose command line holds ``mid_run`` runs; then no child may be left and
     nothing in the scratch directory but ``kept`` (a directory the caller named)."""
