@@ -16,6 +16,7 @@ import importlib
 import sys
 from typing import Any, Callable
 
+
 class LtmParser(argparse.ArgumentParser):
     """The ``ltm`` parser and every subcommand's (``add_subparsers`` reuses this class).
 
@@ -78,8 +79,6 @@ class _SubcommandsAction(argparse._SubParsersAction):
         if kwargs.get("description") is None and kwargs.get("help"):
             kwargs["description"] = kwargs["help"][:1].upper() + kwargs["help"][1:] + "."
         return super().add_parser(name, **kwargs)
-
-
 
 
 #: Every subcommand: name → (its module, its one-line help, which ``ltm --help`` lists).  The module
