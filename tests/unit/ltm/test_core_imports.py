@@ -39,3 +39,11 @@ def test_the_core_imports_no_actor_simulator_experiment_transport_or_cli() -> No
     upward = {str(p.relative_to(ROOT)): sorted(imported_packages(p) & ABOVE) for p in modules}
     upward = {k: v for k, v in upward.items() if v}
     assert not upward, f"the core imports packages above it: {upward}"
+
+
+def test_nothing_below_the_command_line_imports_it() -> None:
+    """``cli/`` sits on top: the roles it calls (actors, simulator, experiments, transport) never import it."""
+    below = ("ltm", "server", "party", "analyst", "sim", "ltm_datasets", "experiments", "transport")
+    modules = sorted(p for package in below for p in (ROOT / package).rglob("*.py"))
+    upward = sorted(str(p.relative_to(ROOT)) for p in modules if "cli" in imported_packages(p))
+    assert not upward, f"modules below the command line import cli: {upward}"
