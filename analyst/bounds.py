@@ -36,7 +36,6 @@ import numpy as np
 from ltm.histograms import (HIST_CLIP_BOUND, LIN_BINS, counts_matrix, denoise, mean_and_std, quantiles,
                             robust_centre_spread)
 from ltm.errors import CommandError
-from ltm.jobconfig import add_options
 from ltm.jobfile import (DEFAULT_DEADLINE_S, JobFile, JobFileError, load_toml, parse_job_file, read_job_text,
                          render_job_file)
 from ltm.jobspec import INTERCEPT_NAME
@@ -201,26 +200,6 @@ async def run_bounds(stub, draft: Draft, *, epsilon: float, delta: float, rounds
 
 
 # ---------------------------------------------------------------------------- the command
-def add_bounds_parser(jsub: argparse._SubParsersAction, connection) -> None:
-    """Add ``ltm job bounds`` to the ``ltm job`` subcommands ``jsub``; ``connection`` adds the
-    analyst connection flags shared with the other ``ltm job`` commands.
-    """
-    b = jsub.add_parser("bounds", help="DP pre-job: estimate the missing column centres/spreads of a draft job "
-                                       "file from per-column histograms, and write the main job file")
-    b.add_argument("draft", help="the main job file, with no transform for the columns nobody has bounds for")
-    connection(b)
-    b.add_argument("--epsilon", type=float, required=True, help="total ε of the pre-job (split between the rounds)")
-    b.add_argument("--delta", type=float, default=1e-7, help="total δ of the pre-job (default 1e-7)")
-    b.add_argument("--rounds", type=int, default=2, choices=(1, 2),
-                   help="1: the log-scale grid only; 2 (default): then 32 bins over the range it found")
-    b.add_argument("--out", required=True, help="where to write the main job file")
-    b.add_argument("--randomness", help="how the parties draw randomness, for the report")
-    b.add_argument("--timeout", type=float, help="seconds to wait for each round (default: its deadline + 300)")
-    add_options(b, "model", only=("intercept",), helps={"intercept": "add an intercept column to the main job"})
-    add_options(b, "run", only=("json",), helps={"json": "print the rounds' estimates as JSON"})
-    b.set_defaults(func=run_bounds_command)
-
-
 def run_bounds_command(args: argparse.Namespace) -> int:
     """``ltm job bounds``: run the DP pre-job(s) on the analyst for the draft's columns without
     bounds, then write the main job file with the estimated centres and spreads; returns the exit

@@ -9,7 +9,7 @@
 * ``ltm job bounds DRAFT --analyst HOST:PORT --epsilon E --out FILE`` — the DP pre-job that
   estimates the column centres and spreads nobody knows (:mod:`analyst.bounds`).
 
-No command here takes a data file: the analyst's side of a job is public information only.  The
+The flags are declared in ``cli/job.py``.  No command here takes a data file: the analyst's side of a job is public information only.  The
 network modules (grpc, stubs) are imported only by the commands that talk to the analyst.
 """
 from __future__ import annotations
@@ -17,60 +17,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any
 
 from ltm.errors import CommandError
-from ltm.jobconfig import add_options
 from ltm.jobfile import JobFile, JobFileError, parse_job_file, read_job_text, spec_summary
-
-
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    """Add ``ltm job`` and its subcommands (check, submit, status, result, bounds) to ``sub``."""
-    p = sub.add_parser("job", help="check, submit and follow jobs written as job files (public information only)",
-                       description="The operator's side of a real job: a job file (TOML) written from public "
-                                   "information only, checked locally, run by the analyst.")
-    jsub = p.add_subparsers(dest="job_command", required=True)
-
-    c = jsub.add_parser("check", help="validate a job file and print its digest and resolved choices")
-    c.add_argument("file", help="job file (TOML)")
-    add_options(c, "run", only=("json",), helps={"json": "print the resolved job as JSON"})
-    c.set_defaults(func=run_check)
-
-    s = jsub.add_parser("submit", help="submit a job file to the analyst, which publishes and runs it")
-    s.add_argument("file", help="job file (TOML)")
-    _connection(s)
-    s.add_argument("--randomness", help="how the parties draw randomness, for the report (e.g. 'seeded 7')")
-    s.add_argument("--wait", action="store_true", help="wait until the job is done or failed")
-    s.add_argument("--timeout", type=float, help="with --wait: give up after this many seconds "
-                                                 "(default: the job's deadline + 300)")
-    s.set_defaults(func=run_submit)
-
-    st = jsub.add_parser("status", help="state and phase of a job (or of every job)")
-    st.add_argument("job_id", nargs="?", default="", help="job id (default: every job)")
-    _connection(st)
-    add_options(st, "run", only=("json",), helps={"json": "print the jobs as JSON"})
-    st.set_defaults(func=run_status)
-
-    r = jsub.add_parser("result", help="write a finished job's files (release, privacy report, model, report)")
-    r.add_argument("job_id", help="the finished job's id")
-    _connection(r)
-    r.add_argument("--out", required=True, help="directory to write the files into (created)")
-    r.set_defaults(func=run_result)
-
-    from analyst.bounds import add_bounds_parser  # the DP pre-job (no network imports at load time)
-
-    add_bounds_parser(jsub, _connection)
-
-
-def _connection(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--analyst", default=os.environ.get("LTM_ANALYST"),
-                   help="analyst endpoint host:port (default: $LTM_ANALYST)")
-    p.add_argument("--certs", default=os.environ.get("LTM_CERTS"),
-                   help="certificate directory holding operator.pem/.key and ca.pem (default: $LTM_CERTS)")
-    p.add_argument("--insecure", action="store_true", help="plaintext transport (testing only)")
 
 
 def read_job_file(path: str) -> JobFile:

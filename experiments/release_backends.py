@@ -27,10 +27,17 @@ from pathlib import Path
 import numpy as np
 
 from analyst.release import ReleasedSketch
+from ltm.errors import LtmError
 from ltm.jobspec import JobSpec
 from ltm.randomness import Randomness
 
 _CURRENT: "ReleaseBackend | None" = None
+
+
+class NetworkedJobFailed(LtmError, RuntimeError):
+    """A networked experiment job whose party processes failed (their log tails in the message)."""
+
+    exit_code = 2  # what `ltm experiment run` exits with
 
 
 class ReleaseBackend:
@@ -152,7 +159,7 @@ class NetworkedBackend(ReleaseBackend):
             codes = {p.actor: p.proc.wait(timeout=120) for p in parties}
         failed = {k: v for k, v in codes.items() if v != 0}
         if failed:
-            raise RuntimeError(f"networked job {spec.job_id}: parties failed {failed}:\n"
+            raise NetworkedJobFailed(f"networked job {spec.job_id}: parties failed {failed}:\n"
                                + "\n".join(p.log_tail() for p in parties if p.proc.returncode))
         shutil.rmtree(job_dir, ignore_errors=True)
         return release

@@ -303,7 +303,7 @@ def run_experiment(spec_ref: str | Path, out: str | Path | None = None, *, reduc
         record["plots_error"] = plot_error
     run_json.write_text(json.dumps(record, indent=2) + "\n")
     if plot_error:
-        raise RuntimeError(plot_error)
+        raise PlotsUnavailable(plot_error)
     return record
 
 
@@ -382,66 +382,8 @@ def rebuild_report(out_dir: str | Path, *, plots: bool = True) -> dict[str, Any]
     return record
 
 
-# ---------------------------------------------------------------------------------- CLI
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("experiment", help="reproduce the papers' figures and tables (experiment specs)",
-                       description="Run experiment specs (experiments/specs/*.toml): a scenario over a parameter grid, "
-                                   "resumable, with results.csv, summary.md, plots and run.json.")
-    esub = p.add_subparsers(dest="experiment_command", required=True)
-    run = esub.add_parser("run", help="run (or resume) a spec")
-    run.add_argument("spec", help="a spec file, or the name of one in experiments/specs/")
-    run.add_argument("--out", help="output folder (default runs/<spec name>); rerun to resume")
-    run.add_argument("--reduced", action="store_true", help="the spec's reduced grid (CI-sized)")
-    run.add_argument("--networked", action="store_true",
-                     help="run LTM jobs through real gRPC server/analyst/party processes (mutual TLS)")
-    run.add_argument("--workers", type=int, default=None,
-                     help="cells computed in parallel processes (default 1; with --executor dask: the local "
-                          "cluster's worker processes, default one per core)")
-    run.add_argument("--executor", choices=EXECUTORS, default=None,
-                     help="where the cells are computed: local (this process, or --workers processes; the default) "
-                          "or dask (a dask.distributed cluster: pip install 'ltm[dask]')")
-    run.add_argument("--scheduler", metavar="ADDRESS",
-                     help="with --executor dask (implied): use the running Dask scheduler at ADDRESS "
-                          "(e.g. tcp://host:8786) and its workers instead of a local cluster")
-    run.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
-    run.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
-    run.set_defaults(func=_cli_run)
-    lst = esub.add_parser("list", help="list the bundled specs and registered scenarios")
-    lst.set_defaults(func=_cli_list)
-    rep = esub.add_parser("report", help="re-render summary.md and plots of an output folder")
-    rep.add_argument("dir", help="an output folder of `ltm experiment run`")
-    rep.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
-    rep.set_defaults(func=_cli_report)
-
-
-def _cli_run(args: argparse.Namespace) -> int:
-    executor = args.executor or ("dask" if args.scheduler else "local")
-    flags = [f"--out {shlex.quote(args.out)}" if args.out else "", "--reduced" if args.reduced else "",
-             "--networked" if args.networked else "", f"--workers {args.workers}" if args.workers else "",
-             f"--executor {executor}" if executor != "local" else "",
-             f"--scheduler {shlex.quote(args.scheduler)}" if args.scheduler else "",
-             "--no-progress" if args.no_progress else "", "--no-plots" if args.no_plots else ""]
-    command = " ".join(["ltm experiment run", shlex.quote(args.spec), *[f for f in flags if f]])
-    try:
-        record = run_experiment(args.spec, args.out, reduced=args.reduced, networked=args.networked,
-                                workers=args.workers, progress=not args.no_progress, plots=not args.no_plots,
-                                command=command, executor=executor, scheduler=args.scheduler)
-    except SpecError as exc:
-        print(f"ltm: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
-    except RuntimeError as exc:
-        print(f"ltm: error: {exc}", file=sys.stderr)
-        return 2
-    out = Path(args.out) if args.out else REPO_ROOT / "runs" / (record["spec"] + ("-reduced" if args.reduced else ""))
-    print(f"{record['spec']}: {record['pairs_done']}/{record['pairs_total']} (cell, rep) pairs, "
-          f"{record['pairs_run']} run now in {record['wall_time_s']:.1f} s → {out}/"
-          f"{{results.csv, summary.md, run.json{', ' + ', '.join(record['plots']) if record['plots'] else ''}}}")
-    return 0
-
-
-def _cli_list(args: argparse.Namespace) -> int:
+def list_specs(args: argparse.Namespace) -> int:
+    """``ltm experiment list``: the bundled specs and the registered scenarios."""
     from experiments.registry import MISSING_MODULES, load_scenarios
 
     scenarios = load_scenarios(quiet=True)
@@ -461,7 +403,8 @@ def _cli_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cli_report(args: argparse.Namespace) -> int:
+def report_command(args: argparse.Namespace) -> int:
+    """``ltm experiment report DIR``: re-render an output folder's summary and plots."""
     record = rebuild_report(args.dir, plots=not args.no_plots)
     print(f"re-rendered {args.dir}: summary.md{', ' + ', '.join(record.get('plots', [])) if record.get('plots') else ''}")
     return 0

@@ -13,7 +13,6 @@ from pathlib import Path
 import grpc
 
 from ltm.errors import CommandError
-from ltm.jobconfig import add_options
 from ltm.randomness import Randomness
 from ltm.v1 import ltm_pb2_grpc
 from party.data_source import DataSourceError, PartySource, is_synthetic, open_source
@@ -23,9 +22,8 @@ from party.ledger import (DEFAULT_BUDGET_DELTA, DEFAULT_BUDGET_EPSILON, DEFAULT_
 from party.replicated import run_replicated_upload
 from party.randomizer import DEFAULT_BATCH_CLIENTS, PartyDataError, check_source, party_randomness
 from party.uploader import PartyPolicy, PolicyViolation, UploadIncomplete, fetch_job, run_upload
-from transport.config import REQUIRED_TITLE, add_actor_arguments, load_config, merge
-from transport.logs import setup_logging
-from transport.tls import check_certificates, make_channel
+from transport.serve import actor_settings, start_actor
+from transport.tls import make_channel
 
 log = logging.getLogger("ltm.party")
 #: While fetching the job spec these mean "not yet": the job is not published or a server is not up.
@@ -34,74 +32,6 @@ RETRY_FETCH = (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNAVAILABLE, grpc.Stat
 #: incomplete, 6 journal, 7 ledger); its other errors (bad data: 4) are the command's one line.
 LOGGED_REFUSALS = (PolicyViolation, BudgetExceeded, AccountantUnavailable, LedgerError, UploadIncomplete,
                    JournalError)
-
-
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    """Add the ``ltm party`` subcommand (its flags, and the ``--config`` keys they mirror) to ``sub``."""
-    p = sub.add_parser("party", help="run a party: fetch and vet a job, upload shares to every server",
-                       description="A data owner's process. It fetches the job a server publishes, refuses it "
-                                   "unless it meets this party's policy (ε, δ, corruption tolerance, calibration) "
-                                   "and its privacy budget, charges the ledger, then clips, noises and "
-                                   "secret-shares its clients' rows and uploads one share to each server over "
-                                   "mutual TLS. No raw row leaves the process. JSON log lines go to stderr; a "
-                                   "summary for a person to stdout at the end.")
-    req = p.add_argument_group(REQUIRED_TITLE)
-    req.add_argument("--id", required=True, help="this party's identity, e.g. party-3 (must match its certificate)")
-    req.add_argument("--servers", required=True,
-                     help="server endpoints host:port, comma-separated, in the job's server order")
-    p.add_argument("--server-ids", help="expected server identities, comma-separated (default: the identities the "
-                                        "job spec names, pinned in the TLS handshake either way)")
-    req.add_argument("--job", required=True, help="job id to join")
-    req.add_argument("--data", required=True, help="this party's rows (rows partition) or columns (columns partition): a CSV, an .npz "
-                                  "or a directory of <column>.npy (read a batch at a time), or a generated "
-                                  "benchmark source (synthetic:ridge?d=10&n=1000000&seed=1, or a *.synth.json)")
-    p.add_argument("--max-epsilon", type=float, help="largest ε this party accepts (default 1)")
-    p.add_argument("--max-delta", type=float, help="largest δ this party accepts (default 1e-5)")
-    p.add_argument("--min-colluding-servers", type=int, default=None,
-                   help="the fewest colluding servers a job must tolerate (default: k − 1); 1 lets this party "
-                        "join the replicated release of the columns partition (private against 1 of 3 servers)")
-    p.add_argument("--min-corrupt-parties", type=int,
-                   help="fewest corrupt parties a rows job with multi-client parties must tolerate (default 1)")
-    p.add_argument("--upload-mode", choices=("per-client", "aggregate"),
-                   help="refuse a job whose upload mode differs (default: upload as the job says)")
-    p.add_argument("--min-t-prime", type=int, help="fewest corrupt clients t′ a rows job must tolerate (default 0)")
-    p.add_argument("--min-participants", type=int,
-                   help="smallest participant set the job may be released over that this party accepts (default 0)")
-    p.add_argument("--budget-epsilon", type=float,
-                   help=f"lifetime privacy budget ε of this party (of its --source), composed over every job "
-                        f"accepted (default {DEFAULT_BUDGET_EPSILON:g})")
-    p.add_argument("--budget-delta", type=float,
-                   help=f"the δ at which the budget is stated (default {DEFAULT_BUDGET_DELTA:g})")
-    p.add_argument("--ledger-dir",
-                   help="this host's privacy-ledger directory, one ledger per party id whatever data it reads "
-                        "(default: $XDG_STATE_HOME/ltm/ledger, i.e. ~/.local/state/ltm/ledger); keep it on "
-                        "persistent storage and back it up: a missing ledger is refused, never a fresh budget")
-    p.add_argument("--new-source", metavar="NAME",
-                   help="charge this job to a NEW, separate budget NAME, logged in the ledger with the time and "
-                        "--new-source-reason; only for genuinely new data about disjoint individuals, never a "
-                        "copy, subset, re-sort or edit of data already charged (docs/architecture.md §8)")
-    p.add_argument("--new-source-reason", metavar="TEXT",
-                   help="why the --new-source data is new (required with --new-source; kept in the ledger)")
-    p.add_argument("--source", metavar="NAME",
-                   help=f"charge this job to the budget NAME opened earlier with --new-source (default: the "
-                        f"party's first budget, {DEFAULT_SOURCE!r})")
-    p.add_argument("--allow-paper-calibration", action="store_true", default=None,
-                   help="accept the reproduction-only 'paper' calibration")
-    p.add_argument("--allow-reproduction", action="store_true", default=None,
-                   help="accept jobs marked as reproductions (they may take seeded, NOT private randomness)")
-    p.add_argument("--batch-clients", type=int, help=f"clients per upload batch (default {DEFAULT_BATCH_CLIENTS})")
-    p.add_argument("--wait", type=float, help="seconds to wait for the job to be published (default 30)")
-    p.add_argument("--wait-for-data", action="store_true", default=None,
-                   help="wait (up to --wait) for --data to appear, e.g. while an operator is still writing it; "
-                        "without it a missing data file is an error before any server is contacted")
-    add_options(p, "run", only=("seed",))
-    p.add_argument("--state-dir", help="directory for the crash-recovery upload journal (default: "
-                                       "<directory of --data>/.ltm-party-state); keep it on persistent storage")
-    p.add_argument("--summary-file", help="write a JSON summary of the upload here")
-    p.add_argument("--no-progress", action="store_true", default=None,
-                   help="no progress lines on stderr while uploading (the JSON log and the summary remain)")
-    add_actor_arguments(p, serves=False)
-    p.set_defaults(func=run)
 
 
 def read_party_source(path: str) -> PartySource:
@@ -307,12 +237,8 @@ def run(args: argparse.Namespace) -> int:
     """``ltm party``: check the flags and certificates before contacting anyone, participate, print
     the summary; returns the exit status (refusals exit with their class's, ltm/errors.py).
     """
-    args = merge(args, load_config(args.config), required=("id", "servers", "job", "data"))
-    if not args.insecure and not args.certs:
-        raise SystemExit("ltm party: --certs is required (or --insecure for a plaintext test run)")
     # Checked before any server is contacted:
-    if not args.insecure:
-        check_certificates(args.certs, args.id)
+    args = actor_settings(args, required=("id", "servers", "job", "data"))
     if args.new_source and args.source:
         raise CommandError("give --new-source NAME (open a new budget) or --source NAME (an existing one), not both",
                            status=2)
@@ -322,7 +248,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.wait_for_data and not data_exists(args.data):
         raise CommandError(f"data file {args.data} does not exist; nothing was sent (give the right --data, or "
                            f"--wait-for-data if another process is still writing it)", status=4)
-    setup_logging(args.id, args.log_level or "info")
+    start_actor(args.id, args.log_level, one_arena=False)
     try:
         result = asyncio.run(participate(args))
     except LOGGED_REFUSALS as exc:

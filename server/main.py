@@ -13,62 +13,16 @@ from pathlib import Path
 
 from server.core import ServerCore
 from ltm.limits import ServerLimits
-from server.service import MAX_BATCH_BYTES, ServerService, add_to_server
-from transport.config import REQUIRED_TITLE, ConfigError, add_actor_arguments, load_config, merge, relax_required
-from transport.logs import setup_logging
-from transport.memory import share_one_malloc_arena
+from server.service import ServerService, add_to_server
+from transport.config import ConfigError, load_config, merge
 from transport.metering import ByteMeter
-from transport.serve import serve_until_signal
-from transport.tls import check_certificates, make_server
+from transport.serve import actor_settings, serve_until_signal, start_actor
+from transport.tls import make_server
 
 log = logging.getLogger("ltm.server")
 SERVICE_NAME = "ltm.v1.Server"
 #: Largest message a server receives (raised to max_spec_bytes + 1 MiB if that is larger).
 MAX_RECEIVE_MESSAGE_BYTES = 8 << 20
-
-
-class _OfflineAction(argparse.Action):
-    """``--check``/``--repair``: a flag (default None, so a config file may set it) that works on a
-    stopped server's data directory, so --id and --listen are not required with it."""
-
-    def __init__(self, option_strings: list[str], dest: str, **kwargs) -> None:
-        super().__init__(option_strings, dest, nargs=0, default=None, **kwargs)
-
-    def __call__(self, parser, namespace, values, option_string=None) -> None:
-        setattr(namespace, self.dest, True)
-        relax_required(parser, {"id", "listen"})
-
-
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    """Add the ``ltm server`` subcommand (its flags, and the ``--config`` keys they mirror) to ``sub``."""
-    p = sub.add_parser("server", help="run an LTM server (stores shares, enforces the release gate)",
-                       description="One of the job's k non-colluding servers. It publishes the jobs the analyst "
-                                   "creates, stores the shares parties upload (durably, in --data-dir), and at "
-                                   "release applies the job's public linear map to its shares and returns one "
-                                   "result share to the analyst, once per job and only if the release gate passes "
-                                   "(the caller is the analyst, it holds every participant, every sketch row "
-                                   "keeps its honest noise load; docs/architecture.md §5). It never sees a raw "
-                                   "row. JSON log lines go to stderr; a readable startup and shutdown line to "
-                                   "stdout. SIGTERM stops it gracefully. --check and --repair work on a stopped "
-                                   "server's --data-dir and need neither --id nor --listen.")
-    req = p.add_argument_group(REQUIRED_TITLE)
-    req.add_argument("--id", required=True,
-                     help="this server's identity, e.g. server-0 (must match its certificate)")
-    req.add_argument("--listen", required=True,
-                     help="address to bind, e.g. 127.0.0.1:50051 (port 0 = any free port)")
-    req.add_argument("--data-dir", required=True,
-                     help="directory for the durable store (SQLite WAL + share blobs), kept 0700")
-    p.add_argument("--max-batch-bytes", type=int, help=f"largest accepted batch (default {MAX_BATCH_BYTES})")
-    p.add_argument("--limit", action="append", metavar="NAME=VALUE",
-                   help="a resource limit, repeatable (e.g. stream_idle_seconds=30); names and defaults: "
-                        "see ltm/limits.py and docs")
-    p.add_argument("--check", action=_OfflineAction,
-                   help="verify --data-dir offline (every blob and release record against its digest) and exit")
-    p.add_argument("--repair", action=_OfflineAction,
-                   help="make a --data-dir the server refuses startable, deleting nothing: unknown blobs move "
-                        "to quarantine/, jobs named by orphaned release markers are retired for good; then exit")
-    add_actor_arguments(p, serves=True)
-    p.set_defaults(func=run)
 
 
 async def serve(args: argparse.Namespace, limits: ServerLimits) -> None:
@@ -157,17 +111,12 @@ def run(args: argparse.Namespace) -> int:
     if args.check or args.repair:
         args = merge(args, load_config(args.config), required=("data_dir",))
         return check(args.data_dir) if args.check else repair(args.data_dir)
-    args = merge(args, load_config(args.config), required=("id", "listen", "data_dir"))
-    if not args.insecure and not args.certs:
-        raise SystemExit("ltm server: --certs is required (or --insecure for a plaintext test run)")
+    args = actor_settings(args, required=("id", "listen", "data_dir"))  # before the data directory is created
     try:
         limits = ServerLimits.parse(args.limit, max_batch_bytes=args.max_batch_bytes)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    if not args.insecure:
-        check_certificates(args.certs, args.id)  # before the data directory is created
-    setup_logging(args.id, args.log_level or "info")
-    share_one_malloc_arena()  # before any worker thread allocates (transport/memory.py)
+    start_actor(args.id, args.log_level, one_arena=True)
     from server.sqlite_store import StoreError
     try:
         asyncio.run(serve(args, limits))

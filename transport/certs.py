@@ -34,7 +34,7 @@ sign``). Only requests and certificates are copied.
 Actor names: ``analyst``, ``operator``, ``server-<int>``, ``party-<id>`` (id: letters, digits,
 ``_ . -``).
 
-Command line (wired into ``ltm`` by :func:`add_certs_parser`)::
+Command line (its flags: ``cli/certs.py``, which calls the ``run_*`` functions here)::
 
     # one machine (tests, the demo, compose and Kubernetes bundles):
     ltm certs --out certs/ --servers 3 --parties 4 --analyst [--hosts h1,10.0.0.5] [--analyst-hosts a1]
@@ -70,7 +70,6 @@ __all__ = [
     "DEFAULT_HOSTS",
     "CSRPolicyError",
     "CertPaths",
-    "add_certs_parser",
     "check_request",
     "create_ca_dir",
     "load_ca",
@@ -80,7 +79,10 @@ __all__ = [
     "sign_request",
     "sign_request_file",
     "write_request",
-    "certs_main",
+    "run_ca",
+    "run_certs",
+    "run_request",
+    "run_sign",
     "create_ca",
     "issue_leaf",
     "role_of",
@@ -572,44 +574,6 @@ def write_bundles(ca_dir, bundles_dir, actors: Sequence[str]) -> dict[str, Path]
 
 
 # ---------------------------------------------------------------------------- CLI
-def _nonneg_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be ≥ 0, got {value}")
-    return value
-
-
-def _csv(text: str) -> list[str]:
-    return [t.strip() for t in text.split(",") if t.strip()]
-
-
-def _configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    p.add_argument("--out", help="(required without a subcommand) directory to write ca.pem and <actor>.pem/.key "
-                                 "into (never the CA key)")
-    p.add_argument("--servers", type=_nonneg_int, default=0, help="issue server-0 … server-(K-1)")
-    p.add_argument("--parties", type=_nonneg_int, default=0, help="issue party-0 … party-(P-1)")
-    p.add_argument("--analyst", action="store_true", help="issue the analyst and operator certificates")
-    p.add_argument("--actors", type=_csv, default=[],
-                   help="explicit comma-separated actor names (in addition to the above)")
-    p.add_argument("--hosts", type=_csv, default=None,
-                   help="comma-separated DNS names / IPs the servers listen on, for their certificates' SANs "
-                        "(default: localhost,127.0.0.1)")
-    p.add_argument("--analyst-hosts", type=_csv, default=[],
-                   help="DNS names / IPs the analyst's own service listens on (default: none; clients reach it "
-                        "by its identity 'analyst'); never the servers' hosts")
-    p.add_argument("--ca-dir", default=None,
-                   help="where the CA private key (and a copy of ca.pem) goes (default: <out>-ca); keep it on "
-                        "this machine, the CA host, never on an actor's host; `ltm certs sign --ca-dir` uses it")
-    p.add_argument("--days", type=int, default=365, help="validity in days (default 365)")
-    p.add_argument("--force", action="store_true", help="replace an existing CA in --out")
-    p.add_argument("--bundles", help="also write one directory per actor here (<actor>/ca.pem, <actor>.pem, "
-                                     "<actor>.key): what that actor's host gets; the CA key is in none of them (see --ca-dir)")
-    p.add_argument("--if-missing", action="store_true",
-                   help="with --bundles: do nothing when every bundle is already there from one CA "
-                        "(an init container run again keeps the certificates running actors use)")
-    return p
-
-
 def _actors_from_args(args: argparse.Namespace) -> list[str]:
     actors = [f"server-{i}" for i in range(args.servers)]
     actors += [f"party-{i}" for i in range(args.parties)]
@@ -621,7 +585,8 @@ def _actors_from_args(args: argparse.Namespace) -> list[str]:
     return actors
 
 
-def _run_certs(args: argparse.Namespace) -> int:
+def run_certs(args: argparse.Namespace) -> int:
+    """``ltm certs --out DIR …``: the CA and every named actor's certificate on this machine; returns 0."""
     if not args.out:
         raise ValueError("--out is required: `ltm certs --out DIR --servers K ...` (the one-machine shortcut), "
                          "or a subcommand: ca, request, sign")
@@ -656,7 +621,8 @@ def _run_certs(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_ca(args: argparse.Namespace) -> int:
+def run_ca(args: argparse.Namespace) -> int:
+    """``ltm certs ca``: create the CA in ``--ca-dir``; returns 0."""
     try:
         paths = create_ca_dir(args.ca_dir, days=args.days, force=args.force)
     except FileExistsError as exc:
@@ -667,7 +633,8 @@ def _run_ca(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_request(args: argparse.Namespace) -> int:
+def run_request(args: argparse.Namespace) -> int:
+    """``ltm certs request``: this host's key and a signing request for the CA; returns 0."""
     if args.id is None and args.role in ("server", "party"):
         raise ValueError(f"--id is required for a {args.role} (e.g. --id {args.role}-0)")
     actor = args.id or args.role
@@ -688,7 +655,8 @@ def _run_request(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_sign(args: argparse.Namespace) -> int:
+def run_sign(args: argparse.Namespace) -> int:
+    """``ltm certs sign``: check a signing request against its role and sign it; returns 0."""
     try:
         actor, path = sign_request_file(args.ca_dir, args.csr, args.out, expect=args.expect, days=args.days)
     except FileNotFoundError as exc:
@@ -700,81 +668,3 @@ def _run_sign(args: argparse.Namespace) -> int:
           f"names {', '.join(str(s.value) for s in sans)}; valid until {cert.not_valid_after_utc:%Y-%m-%d}")
     print(f"send it with {Path(args.ca_dir) / CA_CERT_FILE} to {actor}'s host (both public); the CA key stays here")
     return 0
-
-
-_ROLES = ("server", "analyst", "operator", "party")
-
-
-def _add_subcommands(p: argparse.ArgumentParser) -> None:
-    sub = p.add_subparsers(dest="certs_command", metavar="{ca,request,sign}",
-                           title="across machines (keys never leave their host)")
-    ca = sub.add_parser("ca", help="on the CA host: create the CA (ca.key, ca.pem) in --ca-dir",
-                        description="Create a private CA: --ca-dir/ca.key (0600, the directory 0700) and "
-                                    "--ca-dir/ca.pem. Keep this directory on the CA host, offline if you can.")
-    ca.add_argument("--ca-dir", required=True, help="directory for the CA key and certificate (made 0700)")
-    ca.add_argument("--days", type=int, default=365, help="validity in days (default 365); leaves never outlive it")
-    ca.add_argument("--force", action="store_true", help="replace an existing CA (every certificate it signed stops working)")
-    ca.set_defaults(func=_run_ca)
-
-    rq = sub.add_parser("request", help="on an actor's host: make its key and a signing request (CSR)",
-                        description="Make this host's private key (0600; it never leaves the host) and a "
-                                    "certificate signing request for the CA. Example: ltm certs request "
-                                    "--role server --id server-2 --out certs --hosts 10.0.0.12")
-    rq.add_argument("--role", required=True, choices=_ROLES, help="the actor's role")
-    rq.add_argument("--id", help="the actor's identity: server-<n>, party-<id>, or the role itself for "
-                                 "analyst and operator (default: the role)")
-    rq.add_argument("--out", required=True,
-                    help="the actor's certificate directory (its --certs): <id>.key and <id>.csr are written here")
-    rq.add_argument("--hosts", type=_csv, default=None,
-                    help="server/analyst only: comma-separated DNS names / IPs this host serves on, for the "
-                         "certificate's names (default: localhost,127.0.0.1 for a server, none for the analyst)")
-    rq.add_argument("--force", action="store_true", help="replace a key already in --out (a certificate using it stops working)")
-    rq.set_defaults(func=_run_request)
-
-    sg = sub.add_parser("sign", help="on the CA host: check a CSR and sign it with its role's usages",
-                        description="Check a certificate signing request (its subject, role, usages and names "
-                                    "must be exactly what its role may have; anything else is refused) and sign "
-                                    "it with the CA in --ca-dir.")
-    sg.add_argument("csr", help="the request file (<id>.csr from `ltm certs request`)")
-    sg.add_argument("--ca-dir", required=True, help="the CA directory (ca.key, ca.pem) made by `ltm certs ca`")
-    sg.add_argument("--out", required=True,
-                    help="where the certificate goes: a file, or a directory (ending in /) for <id>.pem")
-    sg.add_argument("--expect", help="refuse unless the request is for this identity (e.g. server-2): check "
-                                     "that a request is from whom it claims to be")
-    sg.add_argument("--days", type=int, default=365, help="validity in days (default 365; capped by the CA's)")
-    sg.set_defaults(func=_run_sign)
-
-
-def _build(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    _configure(p)
-    _add_subcommands(p)
-    p.set_defaults(func=_run_certs)
-    return p
-
-
-def add_certs_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Register ``certs`` on an ``ltm`` subparsers object; sets ``func=<runner(args)>``."""
-    p = subparsers.add_parser(
-        "certs", help="create a CA and per-actor mTLS certificates",
-        description="Create a private CA and EC P-256 leaf certificates (CN and SAN URI "
-                    "ltm://actor/<name>) for servers, parties and the analyst. Without a subcommand: "
-                    "everything on one machine (--out ...). Across machines: `ltm certs ca` on the CA host, "
-                    "`ltm certs request` on each actor's host, `ltm certs sign` on the CA host.",
-    )
-    return _build(p)
-
-
-def certs_main(argv: Sequence[str] | None = None) -> int:
-    """Stand-alone entry point: ``certs_main(["--out", "certs", "--servers", "3", ...])``."""
-    parser = _build(argparse.ArgumentParser(prog="ltm certs"))
-    args = parser.parse_args(argv)
-    try:
-        return args.func(args)
-    except ValueError as exc:
-        parser.exit(2, f"ltm certs: error: {exc}\n")
-
-
-if __name__ == "__main__":  # pragma: no cover
-    import sys
-
-    sys.exit(certs_main(sys.argv[1:]))

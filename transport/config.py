@@ -1,4 +1,8 @@
-"""Actor configuration: a TOML file whose keys mirror the command-line flags; flags win."""
+"""Actor configuration: a TOML file whose keys mirror the command-line flags; flags win.
+
+The flags themselves (and ``--config``) are declared in :mod:`cli.options`; this module reads the
+file and merges it into the parsed flags.
+"""
 from __future__ import annotations
 
 import argparse
@@ -13,50 +17,6 @@ class ConfigError(LtmError, ValueError):
     """A configuration file that cannot be used; the message names the file and key."""
 
     exit_code = 2
-
-
-#: Title of the argument group of an actor's required settings (``ltm party --help`` lists them apart).
-REQUIRED_TITLE = "required (each as a flag or as a key of the --config file)"
-
-
-class _ConfigFileAction(argparse.Action):
-    """``--config FILE``: a required flag whose key the file sets is no longer required on the
-    command line (``required=True`` flags stay listed as required in the usage and help).  An
-    unreadable file relaxes every required flag: ``merge`` then reports the file's own error."""
-
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
-                 option_string: str | None = None) -> None:
-        setattr(namespace, self.dest, values)
-        try:
-            keys = set(load_config(values))
-        except ConfigError:
-            keys = {a.dest for a in parser._actions}
-        relax_required(parser, keys)
-
-
-def relax_required(parser: argparse.ArgumentParser, dests: set[str]) -> None:
-    """Make the flags storing to ``dests`` optional for this parse (called by actions that make them
-    unnecessary, e.g. ``--config`` or ``ltm server --check``)."""
-    for action in parser._actions:
-        if action.dest in dests:
-            action.required = False
-
-
-def add_actor_arguments(p: argparse.ArgumentParser, *, serves: bool) -> None:
-    """The flags every actor process shares: config file, certificates, --insecure, log level,
-    and for services the port file."""
-    p.add_argument("--config", action=_ConfigFileAction,
-                   help="TOML file with the settings of this command, keys as the flags with '_' for '-' "
-                        "(flags win)")
-    p.add_argument("--certs", help="certificate directory made by `ltm certs`")
-    p.add_argument("--insecure", action="store_true", default=None,
-                   help="plaintext, unauthenticated transport (testing only; never in production)")
-    p.add_argument("--log-level", help="debug, info (default), warning")
-    if serves:
-        p.add_argument("--port-file", help="write the bound port here once serving (for launchers)")
-        p.add_argument("--health-listen", help="also serve the gRPC health service alone, in plaintext, at this "
-                                               "address (e.g. 127.0.0.1:50061) for probes without a client "
-                                               "certificate; it reveals only SERVING/NOT_SERVING")
 
 
 def load_config(path: str | None) -> dict[str, Any]:

@@ -1,6 +1,9 @@
-"""Serving boilerplate shared by the long-running actors: health service, port file, SIGTERM."""
+"""Startup and serving shared by the actor processes (server, analyst, party): settings and
+certificates checked before anything is created, JSON logging, and for services the health service,
+port file and graceful SIGTERM."""
 from __future__ import annotations
 
+import argparse
 import asyncio
 import logging
 import signal
@@ -9,9 +12,36 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from transport.tls import add_secure_port
+from transport.config import ConfigError, load_config, merge
+from transport.logs import setup_logging
+from transport.memory import share_one_malloc_arena
+from transport.tls import add_secure_port, check_certificates
 
 log = logging.getLogger("ltm.serve")
+
+
+def actor_settings(args: argparse.Namespace, *, required: tuple[str, ...], actor: str | None = None
+                   ) -> argparse.Namespace:
+    """An actor command's settings, checked before the actor creates anything: the ``--config``
+    file merged into the flags (flags win; ``required`` settings must be given one way or the
+    other), ``--certs`` required unless ``--insecure``, and the certificate directory holding
+    ``actor``'s (default: ``--id``'s) certificate.  A missing setting is a usage error
+    (:class:`~transport.config.ConfigError`, exit status 2)."""
+    args = merge(args, load_config(args.config), required=required)
+    if not args.insecure and not args.certs:
+        raise ConfigError("--certs is required (or --insecure for a plaintext test run)")
+    if not args.insecure:
+        check_certificates(args.certs, actor or args.id)
+    return args
+
+
+def start_actor(actor: str, log_level: str | None, *, one_arena: bool) -> None:
+    """Set up an actor process once its settings are checked: JSON log lines tagged ``actor`` on
+    stderr, and with ``one_arena`` a single malloc arena shared by the worker threads (call it
+    before any thread allocates; transport/memory.py says why)."""
+    setup_logging(actor, log_level or "info")
+    if one_arena:
+        share_one_malloc_arena()
 
 
 async def serve_until_signal(server: grpc.aio.Server, *, service_name: str, listen: str, cert_dir, actor: str,

@@ -29,7 +29,6 @@ import numpy as np
 
 from analyst.release import ReleasedSketch, stated_noise
 from ltm.errors import CommandError
-from ltm.jobconfig import add_options
 from ltm.jobspec import JobSpec
 from ltm.randomness import Randomness
 from party.ledger import describe_admission
@@ -46,21 +45,6 @@ DEMO_JOB_ID = "demo"
 SCALES_FROM = ("the training data's means and standard deviations, computed by the demo (a convenience: they "
                "are statistics of the private data and end up in the public job spec; a real job states "
                "public ranges in its job file or estimates them with the DP pre-job `ltm job bounds`)")
-
-
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("demo", help="run a whole networked job on loopback: certs, servers, analyst, parties")
-    add_options(p, "sketch", only=("parties", "k", "sketch", "m", "s", "partition", "share_mode"),
-                helps={"parties": "party processes (default {default})", "k": "server processes (default {default})"})
-    add_options(p, "privacy", only=("epsilon", "delta", "colluding_servers"))
-    add_options(p, "data", only=("data", "label"), helps={"data": "CSV instead of the bundled dataset (with --label)"})
-    add_options(p, "run")
-    p.add_argument("--workdir", help="keep certificates, stores, logs and outputs here (default: a temp dir, removed)")
-    p.add_argument("--deadline", type=float, default=60.0, help="seconds the analyst waits for parties")
-    p.add_argument("--insecure", action="store_true", help="plaintext transport (testing only)")
-    p.add_argument("--chaos", action="store_true",
-                   help="SIGKILL and restart a server mid-upload and another mid-release; the release must not change")
-    p.set_defaults(func=run)
 
 
 def write_party_csv(path: Path, table: dict[str, np.ndarray]) -> None:
@@ -294,30 +278,6 @@ def print_summary(r: dict[str, Any]) -> None:
                   f"analyst calls retried against it: {e.get('analyst_retries') or 'none'}")
         print(f"    party upload retries: {c['party_retries']}")
     print(f"  release sha256 {r['release_sha256']}")
-
-
-def add_operate_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("operate", help="the demo's convenience: build a job from a dataset, write party files, run it",
-                       description="THE DEMO'S CONVENIENCE, NOT THE REAL PATH (that is `ltm job`: a job file from "
-                                   "public information, parties keeping their own data). For the compose testbed: "
-                                   "build the job spec on the data, write each party's CSV, submit the job to the "
-                                   "analyst, wait for the release and report model quality beside the baselines.")
-    p.add_argument("--analyst", help="analyst endpoint host:port (not with --write-job)")
-    p.add_argument("--servers", required=True,
-                   help="server-0=host:port,server-1=host:port,… (endpoints as the analyst reaches them)")
-    p.add_argument("--party-data", required=True, help="directory to write party-<i>.csv into")
-    p.add_argument("--per-party-dirs", action="store_true",
-                   help="write party-<i>/party-<i>.csv instead (one directory, e.g. one volume, per party)")
-    p.add_argument("--write-job", metavar="FILE",
-                   help="write the job as a job file here (for `ltm job submit`) with the party files, and stop")
-    p.add_argument("--certs", help="certificate directory (the operator authenticates as 'operator')")
-    p.add_argument("--insecure", action="store_true", help="plaintext transport (testing only)")
-    add_options(p, "sketch", only=("parties", "sketch", "m", "s", "partition", "share_mode"))
-    add_options(p, "privacy", only=("epsilon", "delta", "colluding_servers"))
-    add_options(p, "data", only=("data", "label"), helps={"data": "CSV instead of the bundled dataset (with --label)"})
-    add_options(p, "run", helps={"seed": "SEEDED MODE (the parties must get the same --seed)"})
-    p.add_argument("--deadline", type=float, default=120.0, help="seconds the analyst waits for parties (default 120)")
-    p.set_defaults(func=run_operate)
 
 
 def run_operate(args: argparse.Namespace) -> int:

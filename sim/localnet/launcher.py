@@ -129,7 +129,7 @@ class ProcessGroup:
     def _popen(self, actor: str, argv: list[str], site: str = "") -> tuple[subprocess.Popen, Path]:
         log_path = self.workdir / "logs" / f"{actor}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, "-m", "ltm.cli", *argv]
+        cmd = [sys.executable, "-m", "cli", *argv]
         if self.insecure:
             cmd.append("--insecure")
         elif self.certs is not None:

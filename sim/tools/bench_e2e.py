@@ -31,7 +31,6 @@ from typing import Any
 
 import numpy as np
 
-from ltm.jobconfig import add_options
 from ltm.jobspec import warm_validation_in_background
 from ltm.randomness import Randomness
 from party.data_source import SyntheticRidge
@@ -64,42 +63,6 @@ def parse_counts(text: str) -> list[int]:
 def default_parties(n: int) -> int:
     """Party processes for n clients: 4 up to 10⁷, then one per 6.25 M clients (16 at 10⁸), at most 64."""
     return 4 if n <= 10_000_000 else min(64, max(4, round(n / 6_250_000)))
-
-
-def add_parser(bench_sub: argparse._SubParsersAction) -> None:
-    p = bench_sub.add_parser("e2e", help="networked end-to-end run on loopback: wall time, phases, peak RSS, disk")
-    p.add_argument("--n", type=parse_counts, default=[1_000_000],
-                   help="clients: 1000000, 1e8, or a series 1e6,1e7,1e8 (default 1e6)")
-    p.add_argument("--d", type=int, default=10, help="features per client (default 10)")
-    add_options(p, "sketch", only=("m", "s", "k"), helps={"k": "server processes (default {default})"})
-    p.add_argument("--release", "--kind", dest="kind", choices=["sparse", "dense", "gram", "auto"], default="auto",
-                   help="release kind (default auto: the planner's default job; gram: clients upload D(D+1)/2 "
-                        "lifted values, the map is the sum; m, s unused)")
-    p.add_argument("--upload-mode", choices=["auto", "per-client", "aggregate", "both"], default="auto",
-                   help="how parties upload (default auto: the job's default rule, aggregate when every party holds "
-                        "several clients); both: run per-client and aggregate side by side")
-    add_options(p, "sketch", only=("partition",))
-    p.add_argument("--parties", type=int,
-                   help="party processes (default: 4 up to 10^7 clients, then n / 6.25e6: 16 at 10^8)")
-    add_options(p, "privacy", only=("corrupt_parties", "colluding_servers"), helps={
-        "corrupt_parties": "corrupt parties the job tolerates (default: the job default, 1; 0 allows --parties 1, "
-                           "e.g. to measure one party holding every client — the bench is a seeded reproduction)"})
-    p.add_argument("--max-running-parties", type=int,
-                   help="party processes running at once (default 2 × cores: each imports numpy, grpc and the "
-                        "crypto stack, ~100 MB and a second of CPU before it starts work, so 64 at once on 2 cores "
-                        "only thrash; the next starts as one exits; 0: all at once)")
-    p.add_argument("--batch-clients", type=int, help="clients per upload batch (default: the party's)")
-    add_options(p, "run", defaults={"seed": 1}, helps={
-        "seed": "seeded mode (benchmarks need no privacy); also the data seed",
-        "json": "(the output is always one JSON object)"})
-    p.add_argument("--deadline", type=float,
-                   help="seconds the analyst waits for the parties (default 600 + 20 µs per client)")
-    p.add_argument("--workdir", help="keep certificates, stores and logs here (default: a temp dir, removed)")
-    p.add_argument("--plot", help="write a PNG of wall time and peak RSS against n (needs matplotlib)")
-    p.add_argument("--from-json", nargs="+", metavar="JSON",
-                   help="with --plot: plot these saved outputs (single runs or series) instead of running")
-    p.add_argument("--no-progress", action="store_true", help="no phase/progress lines on stderr")
-    p.set_defaults(func=run)
 
 
 # ------------------------------------------------------------------ process metrics

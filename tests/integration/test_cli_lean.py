@@ -1,7 +1,8 @@
-"""`ltm <actor> --help` loads only that actor: no simulator, experiments or other actor (docs/architecture.md §1).
+"""`ltm <command> --help` loads only that command's module and its role: no simulator, experiments
+or other actor (docs/architecture.md §1), and `ltm --help` no command module at all.
 
-The real command runs in a subprocess under ``python -X importtime``, whose stderr names every
-module the interpreter imported; the test reads the loaded top-level packages from it.
+The real command runs in a fresh interpreter, which then names every module it holds
+(``sys.modules``); the test reads the loaded project modules from that list.
 """
 from __future__ import annotations
 
@@ -12,41 +13,57 @@ from pathlib import Path
 
 import pytest
 
+from cli.app import COMMANDS
+
 REPO = Path(__file__).resolve().parents[2]
-PROJECT_PACKAGES = {"ltm", "party", "server", "analyst", "sim", "ltm_datasets", "experiments", "transport"}
+PROJECT_PACKAGES = {"ltm", "cli", "party", "server", "analyst", "sim", "ltm_datasets", "experiments", "transport"}
 
 
-def loaded_packages(*argv: str) -> set[str]:
+#: Runs the ``ltm`` command, then prints every module the interpreter holds, one per line.
+PROBE = """
+import sys
+from cli.app import main
+try:
+    main(sys.argv[1:])
+except SystemExit:
+    pass
+print("\\n".join(sorted(sys.modules)), file=sys.stderr)
+"""
+
+
+def loaded_modules(*argv: str) -> set[str]:
+    """Every project module (dotted name) that ``ltm *argv`` imported, in a fresh interpreter."""
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    proc = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "ltm.cli", *argv],
-        env=env, capture_output=True, text=True, timeout=120,
-    )
+    proc = subprocess.run([sys.executable, "-c", PROBE, *argv], env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "usage: ltm" in proc.stdout
-    names = set()
-    for line in proc.stderr.splitlines():
-        if line.startswith("import time:") and "|" in line:
-            names.add(line.rsplit("|", 1)[1].strip().split(".")[0])
-    return names
+    return {name for name in proc.stderr.splitlines() if name.split(".")[0] in PROJECT_PACKAGES}
+
+
+def packages(modules: set[str]) -> set[str]:
+    return {m.split(".")[0] for m in modules}
 
 
 @pytest.mark.parametrize(
     "command, allowed",
     [
-        ("server", {"ltm", "server", "transport"}),
-        ("party", {"ltm", "party", "transport"}),
-        ("analyst", {"ltm", "analyst", "transport"}),
-        ("certs", {"ltm", "transport"}),
-        ("job", {"ltm", "analyst", "transport"}),
+        ("server", {"ltm", "cli", "server", "transport"}),
+        ("party", {"ltm", "cli", "party", "transport"}),
+        ("analyst", {"ltm", "cli", "analyst", "transport"}),
+        ("certs", {"ltm", "cli", "transport"}),
+        ("job", {"ltm", "cli", "analyst", "transport"}),
+        ("health", {"ltm", "cli", "transport"}),
     ],
 )
 def test_actor_command_loads_only_its_actor(command, allowed):
-    loaded = loaded_packages(command, "--help") & PROJECT_PACKAGES
-    assert command in loaded or command in ("certs", "job")
-    assert loaded <= allowed, f"`ltm {command} --help` loaded {sorted(loaded - allowed)}"
+    loaded = loaded_modules(command, "--help")
+    assert f"cli.{command}" in loaded  # the command's own module built its parser
+    other_commands = {f"cli.{c}" for c in COMMANDS if c != command}
+    assert not loaded & other_commands, f"`ltm {command} --help` loaded {sorted(loaded & other_commands)}"
+    assert packages(loaded) <= allowed, f"`ltm {command} --help` loaded {sorted(packages(loaded) - allowed)}"
 
 
-def test_top_level_help_loads_no_actor():
-    loaded = loaded_packages("--help") & PROJECT_PACKAGES
-    assert loaded == {"ltm"}
+def test_top_level_help_loads_no_command():
+    loaded = loaded_modules("--help")
+    assert packages(loaded) <= {"ltm", "cli"}
+    assert {m for m in loaded if m.startswith("cli.")} == {"cli.app"}, sorted(loaded)

@@ -173,20 +173,20 @@ def test_an_unreachable_scheduler_is_a_clear_error(distributed, tmp_path, monkey
     assert time.monotonic() - t < 15
     assert not (tmp_path / "o").exists(), "nothing is written when the executor cannot start"
 
-    from ltm.cli import main
+    from cli.app import main
 
     monkeypatch.setattr(executors, "DEFAULT_CONNECT_TIMEOUT", 1.0)
     assert main(["experiment", "run", SPEC, "--reduced", "--out", str(tmp_path / "cli"), "--scheduler", address,
                  "--no-progress", "--no-plots"]) == 2  # --scheduler implies --executor dask
     err = capsys.readouterr().err.strip()
-    assert err.startswith("ltm: error: cannot reach the Dask scheduler") and "\n" not in err
+    assert err.startswith("ltm experiment: error: cannot reach the Dask scheduler") and "\n" not in err
 
 
 def test_without_dask_the_dask_executor_is_a_one_line_error(tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "distributed", None)  # as if not installed: `import distributed` fails
     with pytest.raises(ExecutorUnavailable, match=r"pip install 'ltm\[dask\]'"):
         make_executor("dask", 2)
-    from ltm.cli import main
+    from cli.app import main
 
     assert main(["experiment", "run", SPEC, "--reduced", "--out", str(tmp_path / "o"), "--executor", "dask",
                  "--no-progress", "--no-plots"]) == 2

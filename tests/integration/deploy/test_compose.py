@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ltm.cli import build_parser
+from cli.app import build_parser
 
 ROOT = Path(__file__).resolve().parents[3]
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
@@ -407,7 +407,7 @@ class LoopbackTestbed:
     def start(self, service: str, argv: list[str], log: Path, port_file: Path | None = None) -> subprocess.Popen:
         log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("ab") as fh:
-            proc = subprocess.Popen([sys.executable, "-m", "ltm.cli", *self.local(service, argv, port_file)],
+            proc = subprocess.Popen([sys.executable, "-m", "cli", *self.local(service, argv, port_file)],
                                     stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
         self.procs.append(proc)
         return proc
@@ -426,7 +426,7 @@ class LoopbackTestbed:
         self.endpoints[f"{service}:{port}"] = f"127.0.0.1:{port_file.read_text().strip()}"
         health = SERVICES[service]["healthcheck"]["test"][2:]
         while True:
-            r = subprocess.run([sys.executable, "-m", "ltm.cli", *self.local(service, health)],
+            r = subprocess.run([sys.executable, "-m", "cli", *self.local(service, health)],
                                capture_output=True, text=True, timeout=60)
             if r.returncode == 0:
                 return
@@ -448,7 +448,7 @@ class LoopbackTestbed:
 def issue_certificates(tb: LoopbackTestbed) -> None:
     """certs-init's `ltm certs` command, run as written (paths mapped to the volume directories)."""
     (argv,) = ltm_argv(SERVICES["certs-init"])
-    r = subprocess.run([sys.executable, "-m", "ltm.cli", *tb.local("certs-init", argv)],
+    r = subprocess.run([sys.executable, "-m", "cli", *tb.local("certs-init", argv)],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
 
@@ -481,13 +481,13 @@ def run_on_loopback(tmp_path, services: dict[str, dict]) -> str:
             tb.serve(service)
         tb.serve("analyst")
         (argv,) = ltm_argv(services["demo-data"])  # after the servers: their endpoints go into the job file
-        r = subprocess.run([sys.executable, "-m", "ltm.cli", *tb.local("demo-data", [interpolate(w) for w in argv])],
+        r = subprocess.run([sys.executable, "-m", "cli", *tb.local("demo-data", [interpolate(w) for w in argv])],
                            capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, r.stderr
         parties = {name: tb.start(name, [interpolate(w) for w in services[name]["command"]],
                                   tmp_path / "logs" / f"{name}.log")
                    for name in sorted(services) if name.startswith("party-")}
-        operator = subprocess.run([sys.executable, "-m", "ltm.cli",
+        operator = subprocess.run([sys.executable, "-m", "cli",
                                    *tb.local("operator", [interpolate(w) for w in services["operator"]["command"]])],
                                   capture_output=True, text=True, timeout=300)
         assert operator.returncode == 0, operator.stderr[-2000:]
@@ -518,7 +518,7 @@ def test_the_columns_overlay_releases_what_simulate_releases_on_loopback(tmp_pat
     in containers against `ltm demo`)."""
     import json
 
-    from ltm.cli import main
+    from cli.app import main
 
     out = run_on_loopback(tmp_path, merged_services("columns"))
     sha = re.search(r"release sha256 ([0-9a-f]{64})", out).group(1)

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ltm.cli import build_parser
+from cli.app import build_parser
 from transport.certs import write_bundles, write_certs
 
 ROOT = Path(__file__).resolve().parents[3]

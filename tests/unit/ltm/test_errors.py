@@ -1,6 +1,6 @@
 """One error base (ltm/errors.py): every exception class the project defines derives from
 :class:`~ltm.errors.LtmError`, names a gRPC status and an exit status, and the ``ltm`` command maps
-each one in its single handler (ltm/cli.py) to that status with one line on stderr."""
+each one in its single handler (cli/app.py) to that status with one line on stderr."""
 from __future__ import annotations
 
 import argparse
@@ -10,7 +10,7 @@ import pkgutil
 
 import pytest
 
-from ltm import cli
+from cli import app as cli
 from ltm.errors import STATUS_CODES, LtmError
 
 PACKAGES = ("ltm", "server", "analyst", "party", "transport", "sim", "ltm_datasets", "experiments")
@@ -30,7 +30,7 @@ EXIT_CODES = {
     "ltm.jobfile.JobFileError": 2, "ltm.jobspec.JobSpecError": 2, "ltm.transforms.TransformError": 2,
     "party.data_source.DataSourceError": 2, "transport.certs.CSRPolicyError": 2, "transport.config.ConfigError": 2,
     "ltm_datasets.tables.DataError": 2, "experiments.spec.SpecError": 2, "experiments.executors.ExecutorUnavailable": 2,
-    "experiments.report.PlotsUnavailable": 2,
+    "experiments.report.PlotsUnavailable": 2, "experiments.release_backends.NetworkedJobFailed": 2,
     "party.uploader.PolicyViolation": 3, "party.ledger.BudgetExceeded": 3, "party.ledger.AccountantUnavailable": 3,
     "server.sqlite_store.StoreError": 3, "server.sqlite_store.StoreCorruptError": 3,
     "party.randomizer.PartyDataError": 4,
@@ -99,7 +99,7 @@ def _instance(cls: type[LtmError], message: str) -> LtmError:
 
 
 def _run_cli_raising(monkeypatch, exc: BaseException) -> int:
-    """``ltm probe`` whose command raises ``exc``: the exit status of ltm.cli.main's one handler."""
+    """``ltm probe`` whose command raises ``exc``: the exit status of cli.app.main's one handler."""
     def fail(args):
         raise exc
 

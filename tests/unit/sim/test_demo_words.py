@@ -17,7 +17,7 @@ import pytest
 from analyst.estimators import release_lambda
 from analyst.jobs import fit_model
 from analyst.reconstruct import tolerated
-from ltm.cli import _print_simulate_summary
+from cli.simulate import print_summary as print_simulate_summary
 from ltm.randomness import Randomness
 from ltm_datasets.synthetic import synthetic_ridge
 from sim.localnet.demo import print_summary
@@ -44,7 +44,7 @@ def by_hand() -> dict:
 
 
 def _simulate_text(report: dict, capsys) -> str:
-    _print_simulate_summary(copy.deepcopy(report))
+    print_simulate_summary(copy.deepcopy(report))
     return capsys.readouterr().out
 
 

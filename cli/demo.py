@@ -1,0 +1,26 @@
+"""``ltm demo``: a whole networked job on loopback (the role's code: ``sim/localnet/demo.py``)."""
+from __future__ import annotations
+
+import argparse
+
+from cli.app import lazy
+from cli.options import insecure
+from ltm.jobconfig import add_options
+
+#: The data flags the demo and ``ltm operate`` share: the bundled dataset unless --data/--label.
+DATA_HELPS = {"data": "CSV instead of the bundled dataset (with --label)"}
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    """The ``ltm demo`` flags: the job's shape and privacy, the data, and the run."""
+    add_options(p, "sketch", only=("parties", "k", "sketch", "m", "s", "partition", "share_mode"),
+                helps={"parties": "party processes (default {default})", "k": "server processes (default {default})"})
+    add_options(p, "privacy", only=("epsilon", "delta", "colluding_servers"))
+    add_options(p, "data", only=("data", "label"), helps=DATA_HELPS)
+    add_options(p, "run")
+    p.add_argument("--workdir", help="keep certificates, stores, logs and outputs here (default: a temp dir, removed)")
+    p.add_argument("--deadline", type=float, default=60.0, help="seconds the analyst waits for parties")
+    insecure(p)
+    p.add_argument("--chaos", action="store_true",
+                   help="SIGKILL and restart a server mid-upload and another mid-release; the release must not change")
+    p.set_defaults(func=lazy("sim.localnet.demo:run"))

@@ -1,0 +1,76 @@
+"""``ltm party``: a party process that vets a job and uploads its clients' shares (the role's code:
+``party/main.py``)."""
+from __future__ import annotations
+
+import argparse
+
+from cli.app import lazy
+from cli.options import actor_options, endpoints, privacy_number, seed
+from party.ledger import DEFAULT_BUDGET_DELTA, DEFAULT_BUDGET_EPSILON, DEFAULT_SOURCE
+from party.randomizer import DEFAULT_BATCH_CLIENTS
+
+DESCRIPTION = ("A data owner's process. It fetches the job a server publishes, refuses it unless it meets this "
+               "party's policy (ε, δ, corruption tolerance, calibration) and its privacy budget, charges the "
+               "ledger, then clips, noises and secret-shares its clients' rows and uploads one share to each server "
+               "over mutual TLS. No raw row leaves the process. JSON log lines go to stderr; a summary for a person "
+               "to stdout at the end.")
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    """The ``ltm party`` flags (and the ``--config`` keys they mirror)."""
+    actor_options(p, {
+        "--id": ("this party's identity, e.g. party-3 (must match its certificate)", None),
+        "--servers": ("server endpoints host:port, comma-separated, in the job's server order", endpoints),
+        "--job": ("job id to join", None),
+        "--data": ("this party's rows (rows partition) or columns (columns partition): a CSV, an .npz or a "
+                   "directory of <column>.npy (read a batch at a time), or a generated benchmark source "
+                   "(synthetic:ridge?d=10&n=1000000&seed=1, or a *.synth.json)", None),
+    }, serves=False)
+    p.add_argument("--server-ids", help="expected server identities, comma-separated (default: the identities the "
+                                        "job spec names, pinned in the TLS handshake either way)")
+    p.add_argument("--max-epsilon", type=privacy_number, help="largest ε this party accepts (default 1)")
+    p.add_argument("--max-delta", type=privacy_number, help="largest δ this party accepts (default 1e-5)")
+    p.add_argument("--min-colluding-servers", type=int, default=None,
+                   help="the fewest colluding servers a job must tolerate (default: k − 1); 1 lets this party "
+                        "join the replicated release of the columns partition (private against 1 of 3 servers)")
+    p.add_argument("--min-corrupt-parties", type=int,
+                   help="fewest corrupt parties a rows job with multi-client parties must tolerate (default 1)")
+    p.add_argument("--upload-mode", choices=("per-client", "aggregate"),
+                   help="refuse a job whose upload mode differs (default: upload as the job says)")
+    p.add_argument("--min-t-prime", type=int, help="fewest corrupt clients t′ a rows job must tolerate (default 0)")
+    p.add_argument("--min-participants", type=int,
+                   help="smallest participant set the job may be released over that this party accepts (default 0)")
+    p.add_argument("--budget-epsilon", type=privacy_number,
+                   help=f"lifetime privacy budget ε of this party (of its --source), composed over every job "
+                        f"accepted (default {DEFAULT_BUDGET_EPSILON:g})")
+    p.add_argument("--budget-delta", type=privacy_number,
+                   help=f"the δ at which the budget is stated (default {DEFAULT_BUDGET_DELTA:g})")
+    p.add_argument("--ledger-dir",
+                   help="this host's privacy-ledger directory, one ledger per party id whatever data it reads "
+                        "(default: $XDG_STATE_HOME/ltm/ledger, i.e. ~/.local/state/ltm/ledger); keep it on "
+                        "persistent storage and back it up: a missing ledger is refused, never a fresh budget")
+    p.add_argument("--new-source", metavar="NAME",
+                   help="charge this job to a NEW, separate budget NAME, logged in the ledger with the time and "
+                        "--new-source-reason; only for genuinely new data about disjoint individuals, never a "
+                        "copy, subset, re-sort or edit of data already charged (docs/architecture.md §8)")
+    p.add_argument("--new-source-reason", metavar="TEXT",
+                   help="why the --new-source data is new (required with --new-source; kept in the ledger)")
+    p.add_argument("--source", metavar="NAME",
+                   help=f"charge this job to the budget NAME opened earlier with --new-source (default: the "
+                        f"party's first budget, {DEFAULT_SOURCE!r})")
+    p.add_argument("--allow-paper-calibration", action="store_true", default=None,
+                   help="accept the reproduction-only 'paper' calibration")
+    p.add_argument("--allow-reproduction", action="store_true", default=None,
+                   help="accept jobs marked as reproductions (they may take seeded, NOT private randomness)")
+    p.add_argument("--batch-clients", type=int, help=f"clients per upload batch (default {DEFAULT_BATCH_CLIENTS})")
+    p.add_argument("--wait", type=float, help="seconds to wait for the job to be published (default 30)")
+    p.add_argument("--wait-for-data", action="store_true", default=None,
+                   help="wait (up to --wait) for --data to appear, e.g. while an operator is still writing it; "
+                        "without it a missing data file is an error before any server is contacted")
+    seed(p)
+    p.add_argument("--state-dir", help="directory for the crash-recovery upload journal (default: "
+                                       "<directory of --data>/.ltm-party-state); keep it on persistent storage")
+    p.add_argument("--summary-file", help="write a JSON summary of the upload here")
+    p.add_argument("--no-progress", action="store_true", default=None,
+                   help="no progress lines on stderr while uploading (the JSON log and the summary remain)")
+    p.set_defaults(func=lazy("party.main:run"))
