@@ -32,6 +32,8 @@ from sim.data import Table, synthetic_ridge
 from sim.inprocess import run_inprocess
 from sim.jobs import build_job, party_tables
 
+from tests.helpers.clear_releases import clear_gram_release
+
 GRAM = LIFTS["gram"]
 BATCH = 64
 
@@ -101,21 +103,6 @@ def test_gram_sensitivity_bound_holds_and_is_attained():
 
 
 # ------------------------------------------------------------------------------ bit-exactness
-def clear_gram_release(spec, tables, randomness, batch=BATCH):
-    """Σ_clients enc(lift(clip(z)) + noise) mod 2^64, rebuilt in the clear from the same randomness."""
-    plan = spec.noise_plan()
-    total = np.zeros((1, spec.upload_width), dtype=np.uint64)
-    for party in spec.parties:
-        vectors = clip_rows(client_vectors(spec, party, tables[party.party_id]), party.clip_bound, spec.clip_norm)
-        lifted = GRAM.apply(spec, vectors)
-        prand = party_randomness(randomness, spec, party.party_id)
-        for batch_index, a, b in plan_batches(party, batch).ranges:
-            noisy = noisy_copies(lifted[a - party.start:b - party.start], 1, plan,
-                                 prand.child("batch", batch_index).child("noise"))
-            total[0] += noisy[0].sum(axis=0, dtype=np.uint64)
-    return total
-
-
 @pytest.mark.parametrize("share_mode", ["seed", "full"])
 @pytest.mark.parametrize("k", [2, 3])
 def test_gram_reconstruction_is_the_sum_of_noisy_lifted_vectors_bit_for_bit(share_mode, k):

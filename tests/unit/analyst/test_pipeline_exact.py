@@ -9,31 +9,9 @@ from sim.data import synthetic_ridge
 from sim.inprocess import run_inprocess
 from sim.jobs import build_job, party_tables
 
+from tests.helpers.clear_releases import BATCH, clear_release
+
 N_CLIENTS = 300
-BATCH = 64
-
-
-def clear_release(spec, tables, randomness):
-    """Σ_l S_l · enc(X + G_l) mod 2^64, rebuilding every party's noisy copies in the clear."""
-    sketch = spec.make_sketch()
-    pieces = sketch.pieces
-    plan = spec.noise_plan()
-    full = np.zeros((pieces, spec.n, spec.width), dtype=np.uint64)
-    for party in spec.parties:
-        cols = spec.party_column_indices(party)
-        vectors = clip_rows(client_vectors(spec, party, tables[party.party_id]), party.clip_bound, spec.clip_norm)
-        prand = party_randomness(randomness, spec, party.party_id)
-        for batch_index, a, b in plan_batches(party, BATCH).ranges:
-            rand = prand.child("batch", batch_index)
-            noisy = noisy_copies(vectors[a - party.start:b - party.start], pieces, plan, rand.child("noise"))
-            full[:, a:b, :][:, :, cols] = noisy  # ring elements already
-    rows, negative = sketch.placement(0, spec.n)
-    total = np.zeros((sketch.m, spec.width), dtype=np.uint64)
-    for piece in range(pieces):
-        S = np.zeros((sketch.m, spec.n), dtype=np.uint64)
-        S[rows[piece], np.arange(spec.n)] = np.where(negative[piece], np.uint64(2**64 - 1), np.uint64(1))
-        total += S @ full[piece]  # uint64 matmul wraps mod 2^64
-    return total
 
 
 @pytest.mark.parametrize("k", [2, 3, 5])

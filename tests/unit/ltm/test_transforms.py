@@ -221,7 +221,7 @@ def test_columns_partition_refuses_a_transform_across_parties():
 @pytest.mark.parametrize("partition,feature_map,kind", [("rows", "cos", "sparse"), ("columns", "sincos", "sparse"),
                                                          ("rows", "sincos", "dense")])
 def test_ltm_pipeline_on_mapped_vectors_reconstructs_bit_for_bit(partition, feature_map, kind):
-    from tests.unit.analyst.test_pipeline_exact import BATCH, clear_release
+    from tests.helpers.clear_releases import BATCH, clear_release
 
     spec, table, randomness = _rff_job(partition, feature_map, n=300, kind=kind, m=14 if kind == "dense" else 30)
     tables = party_tables(spec, table)
