@@ -13,7 +13,7 @@ from typing import Any
 import grpc
 
 from analyst.coordinator import publish, run_job
-from ltm.v1 import ltm_pb2_grpc
+from ltm.v1 import ltm_pb2, ltm_pb2_grpc
 from party.randomizer import party_randomness
 from party.uploader import fetch_job, run_upload
 from sim.launcher import ActorProcess, ProcessGroup
@@ -115,3 +115,18 @@ async def publish_over_grpc(servers: Servers, spec) -> None:
         await publish(analyst, spec)
     finally:
         await close_channels(channels)
+
+
+def create_job(analyst: Sequence[ltm_pb2_grpc.ServerStub], spec, timeout: float = 20.0) -> str:
+    """The analyst's blocking CreateJob of ``spec`` on every server (each must answer with its digest);
+    returns the job id."""
+    for stub in analyst:
+        assert stub.CreateJob(ltm_pb2.CreateJobRequest(spec_json=spec.canonical_json()),
+                              timeout=timeout).job_digest == spec.digest
+    return spec.job_id
+
+
+def held(analyst: Sequence[ltm_pb2_grpc.ServerStub], job_id: str, timeout: float = 20.0) -> list[tuple[int, int]]:
+    """(clients held, batches stored) of ``job_id`` on each server, from its Status RPC."""
+    return [(r.clients_held, r.batches) for r in
+            (stub.Status(ltm_pb2.StatusRequest(job_id=job_id), timeout=timeout) for stub in analyst)]
