@@ -51,13 +51,15 @@ class Servers:
     def endpoints(self) -> list[str]:
         return [s.endpoint for s in self.servers]
 
+    def channel(self, process: ActorProcess, actor: str) -> grpc.Channel:
+        """A blocking channel of ``actor`` to any process of the group (pinned to its name); closed with the
+        servers."""
+        self.channels.append(make_sync_channel(process.endpoint, self.certs, actor, options=_pinned(process)))
+        return self.channels[-1]
+
     def stubs(self, actor: str) -> list[ltm_pb2_grpc.ServerStub]:
         """``actor``'s blocking stubs, one per server (pinned to its name); closed with the servers."""
-        out = []
-        for s in self.servers:
-            self.channels.append(make_sync_channel(s.endpoint, self.certs, actor, options=_pinned(s)))
-            out.append(ltm_pb2_grpc.ServerStub(self.channels[-1]))
-        return out
+        return [ltm_pb2_grpc.ServerStub(self.channel(s, actor)) for s in self.servers]
 
     def aio_stubs(self, actor: str, certs: Path | None = None) -> tuple[list[grpc.aio.Channel], list]:
         """:func:`aio_stubs` on these servers, with this deployment's certificates unless ``certs``."""
