@@ -12,7 +12,7 @@ from typing import Any
 
 import grpc
 
-from analyst.coordinator import publish, run_job
+from analyst.coordinator import DEFAULT_RETRY, JobRun, RetryPolicy, publish, run_job
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
 from party.randomizer import party_randomness
 from party.uploader import fetch_job, run_upload
@@ -20,15 +20,15 @@ from sim.launcher import ActorProcess, ProcessGroup
 from transport.tls import make_channel, make_sync_channel
 
 
-def _pinned(server: ActorProcess) -> list[tuple[str, str]]:
-    # Each channel checks the server's own certificate name, as a party configured with --server-ids does.
+def pinned(server: ActorProcess) -> list[tuple[str, str]]:
+    """Channel options that check ``server``'s own certificate name, as a party given --server-ids does."""
     return [("grpc.ssl_target_name_override", server.actor)]
 
 
 def aio_stubs(servers: Sequence[ActorProcess], certs: Path, actor: str) -> tuple[list[grpc.aio.Channel], list]:
     """``actor``'s asyncio channels (one per server, each pinned to its server's name) and their stubs.
     Call it inside the event loop that uses them, and close the channels with :func:`close_channels`."""
-    channels = [make_channel(s.endpoint, certs, actor, options=_pinned(s)) for s in servers]
+    channels = [make_channel(s.endpoint, certs, actor, options=pinned(s)) for s in servers]
     return channels, [ltm_pb2_grpc.ServerStub(c) for c in channels]
 
 
@@ -54,7 +54,7 @@ class Servers:
     def channel(self, process: ActorProcess, actor: str) -> grpc.Channel:
         """A blocking channel of ``actor`` to any process of the group (pinned to its name); closed with the
         servers."""
-        self.channels.append(make_sync_channel(process.endpoint, self.certs, actor, options=_pinned(process)))
+        self.channels.append(make_sync_channel(process.endpoint, self.certs, actor, options=pinned(process)))
         return self.channels[-1]
 
     def stubs(self, actor: str) -> list[ltm_pb2_grpc.ServerStub]:
@@ -98,14 +98,15 @@ async def upload_all(servers: Servers, spec, tables: dict, randomness, *, partie
 
 
 async def release_over_grpc(servers: Servers, spec, tables: dict, randomness, *, deadline_s: float = 10,
-                            **upload_options):
+                            policy: RetryPolicy = DEFAULT_RETRY, **upload_options) -> JobRun:
     """The analyst publishes ``spec``, the parties upload (:func:`upload_all` with ``upload_options``) and
-    the analyst runs the job to its release: the :class:`analyst.coordinator` run."""
+    the analyst runs the job to its release (:func:`analyst.coordinator.run_job` with ``deadline_s`` and
+    ``policy``)."""
     channels, analyst = servers.aio_stubs("analyst")
     try:
         await publish(analyst, spec)
         await upload_all(servers, spec, tables, randomness, **upload_options)
-        return await run_job(analyst, spec, deadline_s=deadline_s, randomness_label=randomness.label)
+        return await run_job(analyst, spec, deadline_s=deadline_s, randomness_label=randomness.label, policy=policy)
     finally:
         await close_channels(channels)
 
