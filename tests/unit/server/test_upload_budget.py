@@ -8,6 +8,7 @@ real uploads.
 from __future__ import annotations
 
 import asyncio
+from contextlib import asynccontextmanager
 
 import grpc
 import pytest
@@ -42,6 +43,17 @@ def tickets(n: int, party: str = "party-0") -> list[UploadTicket]:
     return [UploadTicket(party) for _ in range(n)]
 
 
+@asynccontextmanager
+async def waiting(svc: ServerService, nbytes: int, ticket: UploadTicket, settle: float = 0.1):
+    """``ticket`` asks for ``nbytes`` of the budget in the background; the body runs ``settle`` seconds
+    later, while the request waits, and must free the budget it waits for: the request must then be
+    admitted within 2 s."""
+    request = asyncio.create_task(svc._admit(nbytes, Context(), ticket))
+    await asyncio.sleep(settle)
+    yield request
+    await asyncio.wait_for(request, 2)
+
+
 def test_a_batch_that_does_not_fit_waits_until_an_admitted_one_finishes():
     async def main():
         svc = service(100)
@@ -69,11 +81,9 @@ def test_a_batch_above_the_whole_budget_is_admitted_alone():
         big, other = tickets(2)
         await svc._admit(500, Context(), big)  # nothing in flight: admitted, or it could never be stored
         assert big.nbytes == 500
-        waiting = asyncio.create_task(svc._admit(1, Context(), other))
-        await asyncio.sleep(0.2)
-        assert not waiting.done()
-        await svc._release_budget(big)
-        await asyncio.wait_for(waiting, 2)
+        async with waiting(svc, 1, other, settle=0.2) as request:
+            assert not request.done()
+            await svc._release_budget(big)
         assert other.nbytes == 1 and svc._inflight == 1
     asyncio.run(main())
 
@@ -147,11 +157,9 @@ def test_a_silent_reservation_goes_to_a_waiting_party_after_stream_silent_second
         assert silent.revoked and silent.nbytes == 0 and busy.nbytes == 50 and not busy.revoked
         assert waiter.nbytes == 40 and svc._inflight == 90
         # the revoked stream's data comes: it waits for the budget again, then holds it
-        again = asyncio.create_task(svc._admit(50, Context(), silent))
-        await asyncio.sleep(0.1)
-        assert not again.done()
-        await svc._release_budget(waiter)
-        await asyncio.wait_for(again, 2)
+        async with waiting(svc, 50, silent) as again:
+            assert not again.done()
+            await svc._release_budget(waiter)
         assert silent.nbytes == 50 and not silent.revoked and svc._inflight == 100
     asyncio.run(main())
 
@@ -165,15 +173,13 @@ def test_a_waiting_party_sets_a_due_time_on_streams_over_their_share_only():
         await svc._admit(30, Context(), fair)
         svc._received(over, 1)
         svc._received(fair, 1)
-        waiter = asyncio.create_task(svc._admit(20, Context(), UploadTicket("party-1")))
-        await asyncio.sleep(0.1)
-        now = asyncio.get_running_loop().time()
-        # three parties: a share is 33; party-0 holds 70 (over), party-2 holds 30 (within)
-        assert over.due is not None and 6.5 < over.due - now <= 7.0 and over.poke.done()
-        assert "more than its share of 33" in over.due_note and "party-0" in over.due_note
-        assert fair.due is None and not fair.poke.done()
-        await svc._release_budget(over)
-        await asyncio.wait_for(waiter, 2)
+        async with waiting(svc, 20, UploadTicket("party-1")):
+            now = asyncio.get_running_loop().time()
+            # three parties: a share is 33; party-0 holds 70 (over), party-2 holds 30 (within)
+            assert over.due is not None and 6.5 < over.due - now <= 7.0 and over.poke.done()
+            assert "more than its share of 33" in over.due_note and "party-0" in over.due_note
+            assert fair.due is None and not fair.poke.done()
+            await svc._release_budget(over)
     asyncio.run(main())
 
 
@@ -185,11 +191,9 @@ def test_a_stream_in_the_store_phase_gets_no_due_time():
         await svc._admit(100, Context(), stored)
         svc._received(stored, 100)
         stored.receiving = False
-        waiter = asyncio.create_task(svc._admit(20, Context(), UploadTicket("party-1")))
-        await asyncio.sleep(0.1)
-        assert stored.due is None
-        await svc._release_budget(stored)
-        await asyncio.wait_for(waiter, 2)
+        async with waiting(svc, 20, UploadTicket("party-1")):
+            assert stored.due is None
+            await svc._release_budget(stored)
     asyncio.run(main())
 
 
