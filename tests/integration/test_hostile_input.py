@@ -30,6 +30,8 @@ import pytest
 from ltm.jobfile import parse_job_file, render_job_file
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
 
+from tests.helpers.jobs import job_doc as doc
+
 REPO = Path(__file__).resolve().parents[2]
 TIMEOUT = 20.0
 #: `ltm job check` must answer a hostile file in about the time it takes to start (imports)
@@ -47,17 +49,6 @@ def one_line(stderr: str, command: str) -> str:
     assert "Traceback" not in stderr and len(lines) == 1, stderr[-3000:]
     assert lines[0].startswith(f"ltm {command}: error: "), lines[0]
     return lines[0]
-
-
-def doc(endpoints=("h0:1", "h1:1"), **over) -> dict:
-    d = {"job": {"id": "j1", "partition": "rows"}, "release": {"kind": "sparse", "m": 8},
-         "privacy": {"epsilon": 1.0, "delta": 1e-6}, "fit": {"model": "ridge"},
-         "servers": [{"id": f"server-{i}", "endpoint": e} for i, e in enumerate(endpoints)],
-         "parties": [{"id": "party-0", "clients": 400}, {"id": "party-1", "clients": 400}],
-         "columns": [{"name": "a", "range": [0.0, 10.0]}, {"name": "b", "center": 5.0, "spread": 2.0},
-                     {"name": "y", "role": "label", "center": 1.0, "scale": 3.0}]}
-    d.update(over)
-    return d
 
 
 # ---------------------------------------------------------------------------- ltm job check
