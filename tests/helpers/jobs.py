@@ -4,7 +4,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ltm.jobspec import JobSpec
+import numpy as np
+
+from ltm.jobspec import ColumnSpec, JobSpec, PartySpec, PrivacySpec, ServerSpec, SketchSpec, resolve_defaults
 from ltm.randomness import Randomness
 from sim.data import Table, synthetic_ridge
 from sim.jobs import build_job
@@ -35,3 +37,18 @@ def job_doc(endpoints: Sequence[str] = ("h0:1", "h1:1"), **over: Any) -> dict:
                      {"name": "y", "role": "label", "center": 1.0, "scale": 3.0}]}
     d.update(over)
     return d
+
+
+def bare_spec(job_id: str, epsilon: float = 1.0, delta: float = 1e-6, *, mechanism: str = "gaussian", s: int = 1,
+              parties: int = 4, kind: str = "sparse", n: int = 2000, **privacy: Any) -> JobSpec:
+    """A resolved rows spec with no data behind it: ``n`` clients split evenly among ``parties``, three
+    columns, two servers, a sketch of 20 rows (``s`` per client when sparse); ``privacy`` goes to the
+    :class:`PrivacySpec`.  For tests of what a spec alone decides (the ledger's charges)."""
+    edges = np.linspace(0, n, parties + 1).astype(int)
+    spec = JobSpec(
+        job_id=job_id, partition="rows", n=n, columns=tuple(ColumnSpec(f"x{j}") for j in range(3)),
+        parties=tuple(PartySpec(f"party-{i}", int(a), int(b), (), 1.0) for i, (a, b) in enumerate(zip(edges, edges[1:]))),
+        clip_bound=1.0, frac_bits=0, sketch=SketchSpec(kind, 20, s if kind == "sparse" else 20, "5a" * 32),
+        privacy=PrivacySpec(epsilon=epsilon, delta=delta, mechanism=mechanism, **privacy),
+        servers=(ServerSpec("server-0"), ServerSpec("server-1")), clip_norm="l1" if mechanism == "laplace" else "l2")
+    return resolve_defaults(spec)

@@ -26,7 +26,6 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
-from scipy.stats import norm
 
 from analyst.coordinator import run_job
 from ltm.jobspec import JobSpec
@@ -40,6 +39,7 @@ from sim.jobs import build_job, party_tables
 from sim.launcher import ProcessGroup
 
 from tests.helpers import party_runs  # tests/helpers/party_runs.py
+from tests.helpers.gaussian import gaussian_delta
 from tests.helpers.servers import close_channels, create_job, held
 
 K = 2
@@ -216,12 +216,6 @@ def test_a_party_without_server_ids_refuses_an_endpoint_presenting_another_actor
 
 
 # ------------------------------------------------------------------------------ corruption default
-def gaussian_delta(sigma: float, eps: float, sens: float) -> float:
-    """δ(ε) of the Gaussian mechanism N(0, σ²) with ℓ2 sensitivity Δ (Balle & Wang 2018), scipy only."""
-    mu = sens / sigma
-    return norm.cdf(mu / 2 - eps / mu) - math.exp(eps) * norm.cdf(-mu / 2 - eps / mu)
-
-
 def test_default_demo_tolerates_a_corrupt_party_and_reports_the_ledgers(tmp_path):
     out = subprocess.run([sys.executable, "-m", "ltm.cli", "demo", "--json", "--workdir", str(tmp_path)],
                          capture_output=True, text=True, timeout=300)
@@ -254,8 +248,8 @@ def test_default_demo_tolerates_a_corrupt_party_and_reports_the_ledgers(tmp_path
     if spec.sketch.kind in ("sparse", "dense"):
         assert sens == pytest.approx(2.0 * spec.clip_bound * math.sqrt(sketch.pieces))
     p = spec.privacy
-    assert gaussian_delta(plan.sigma_client * math.sqrt(honest), p.epsilon, sens) <= p.delta * (1 + 1e-9)
+    assert gaussian_delta(sens / (plan.sigma_client * math.sqrt(honest)), p.epsilon) <= p.delta * (1 + 1e-9)
     # the old default (no corrupt party, L = 95% of the full load) fails this very check
     old_L = math.floor(0.95 * int(total.min()))
     old_sigma_c = plan.sigma_release / math.sqrt(old_L)
-    assert gaussian_delta(old_sigma_c * math.sqrt(honest), p.epsilon, sens) > 2 * p.delta
+    assert gaussian_delta(sens / (old_sigma_c * math.sqrt(honest)), p.epsilon) > 2 * p.delta
