@@ -35,6 +35,7 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
+pytest.importorskip("hypothesis", reason="hypothesis is not installed (the dev extra: pip install -e '.[dev]')")
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

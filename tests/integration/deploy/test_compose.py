@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
+yaml = pytest.importorskip("yaml", reason="pyyaml is not installed (the dev extra: pip install -e '.[dev]')")
 
 from ltm.cli import build_parser
 

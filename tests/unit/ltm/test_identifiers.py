@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+pytest.importorskip("hypothesis", reason="hypothesis is not installed (the dev extra: pip install -e '.[dev]')")
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
