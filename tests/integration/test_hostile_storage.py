@@ -26,7 +26,7 @@ from sim.launcher import ProcessGroup
 from transport.certs import write_certs
 from transport.files import mode_problems
 
-from tests.integration.test_bad_input import ACTORS, Target, encode, make_world, stream  # tests/ helpers
+from tests.helpers.upload_targets import ACTORS, Target, encode, make_world, stream
 
 TIMEOUT = 15.0
 CASES: collections.Counter = collections.Counter()
