@@ -47,3 +47,15 @@ def clear_gram_release(spec, tables, randomness, batch: int = BATCH) -> np.ndarr
                                  prand.child("batch", batch_index).child("noise"))
             total[0] += noisy[0].sum(axis=0, dtype=np.uint64)
     return total
+
+
+def shares_sum(run) -> np.ndarray:
+    """Σ of a run's output shares mod 2^64 (each server's share of the release): what the analyst
+    reconstructs before decoding."""
+    return sum(run.result_shares[1:], run.result_shares[0].copy())
+
+
+def assert_release_over_everyone_is(run, spec, expected: np.ndarray) -> None:
+    """Every client took part in ``run`` and its output shares add up to ``expected`` bit for bit."""
+    assert run.participants.count == spec.n
+    np.testing.assert_array_equal(shares_sum(run), expected)

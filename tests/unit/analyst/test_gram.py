@@ -32,7 +32,7 @@ from sim.data import Table, synthetic_ridge
 from sim.inprocess import run_inprocess
 from sim.jobs import build_job, party_tables
 
-from tests.helpers.clear_releases import clear_gram_release
+from tests.helpers.clear_releases import assert_release_over_everyone_is, clear_gram_release, shares_sum
 
 GRAM = LIFTS["gram"]
 BATCH = 64
@@ -109,10 +109,8 @@ def test_gram_reconstruction_is_the_sum_of_noisy_lifted_vectors_bit_for_bit(shar
     spec, table, randomness = gram_job(k=k, share_mode=share_mode, seed=f"exact-{share_mode}-{k}")
     tables = party_tables(spec, table)
     run = run_inprocess(spec, tables, randomness, batch_clients=BATCH)
-    total = sum(run.result_shares[1:], run.result_shares[0].copy())
     expected = clear_gram_release(spec, tables, randomness)
-    assert run.participants.count == spec.n
-    np.testing.assert_array_equal(total, expected)
+    assert_release_over_everyone_is(run, spec, expected)
     np.testing.assert_array_equal(run.release.matrix, decode(expected, spec.frac_bits))
     assert run.release.kind == "gram" and run.release.matrix.shape == (1, gram_width(spec.width))
     # the released Gram is ZᵀZ plus noise of the calibrated size
@@ -177,7 +175,7 @@ def test_gram_released_noise_variance_matches_the_calibration():
         table = Table(cols, "y", "zeros")
         spec, _ = build_job(table, job_id=f"z{i}", randomness=randomness, kind="gram", parties=2, k=2)
         run = run_inprocess(spec, party_tables(spec, table), randomness)
-        Y = decode(sum(run.result_shares[1:], run.result_shares[0].copy()), spec.frac_bits)
+        Y = decode(shares_sum(run), spec.frac_bits)
         plan = spec.noise_plan()
         assert plan.sigma_client * math.sqrt(spec.privacy.min_honest_load) == pytest.approx(plan.sigma_release,
                                                                                             rel=1e-14)
