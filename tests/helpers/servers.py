@@ -16,7 +16,7 @@ from analyst.coordinator import DEFAULT_RETRY, JobRun, RetryPolicy, publish, run
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
 from party.randomizer import party_randomness
 from party.uploader import fetch_job, run_upload
-from sim.launcher import ActorProcess, ProcessGroup
+from sim.localnet.launcher import ActorProcess, ProcessGroup
 from transport.tls import make_channel, make_sync_channel
 
 

@@ -15,7 +15,7 @@ from ltm.v1 import ltm_pb2, ltm_pb2_grpc
 from party.randomizer import make_batches, party_randomness
 from party.uploader import batch_header
 from server.sqlite_store import SqliteStore
-from sim.jobs import party_tables
+from sim.runtime.jobs import party_tables
 from transport.tls import make_sync_channel
 
 from tests.helpers.jobs import seeded_job

@@ -5,7 +5,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 import pytest
 
-from sim.launcher import ProcessGroup
+from sim.localnet.launcher import ProcessGroup
 from transport.certs import write_certs
 
 from tests.helpers.servers import Servers

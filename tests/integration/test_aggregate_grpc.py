@@ -13,8 +13,8 @@ from ltm.randomness import Randomness
 from party import aggregate, randomizer
 from party.randomizer import make_batches
 from party.uploader import upload_batch
-from sim.data import synthetic_ridge
-from sim.jobs import build_job, party_tables
+from ltm_datasets.synthetic import synthetic_ridge
+from sim.runtime.jobs import build_job, party_tables
 
 from tests.helpers.servers import close_channels, release_over_grpc
 

@@ -23,9 +23,9 @@ from party import replicated as party_replicated
 from party.randomizer import client_vectors, party_randomness
 from party.replicated import replicated_batches, run_replicated_upload
 from party.uploader import upload_batch
-from sim.data import synthetic_ridge
-from sim.inprocess import run_inprocess
-from sim.jobs import build_job, party_tables
+from ltm_datasets.synthetic import synthetic_ridge
+from sim.runtime.inprocess import run_inprocess
+from sim.runtime.jobs import build_job, party_tables
 
 from tests.helpers.servers import close_channels, held, publish_over_grpc, release_over_grpc, upload_all
 
@@ -144,7 +144,7 @@ def test_a_server_refuses_a_malformed_part(deployment):
 def test_a_party_process_refuses_a_weaker_trust_assumption_than_its_policy(deployment, tmp_path):
     """`ltm party` (a real process over TLS) refuses the replicated job by default (its policy asks
     for any k − 1 colluding servers), sends nothing, and joins it with --min-colluding-servers 1."""
-    from sim.demo import write_party_csv
+    from sim.localnet.demo import write_party_csv
 
     spec, tables, randomness = _job(deployment, "rep-policy", seed=25, n=300)
 

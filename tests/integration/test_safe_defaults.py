@@ -33,10 +33,10 @@ from ltm.randomness import Randomness
 from ltm.v1 import ltm_pb2
 from party.randomizer import make_batches, party_randomness
 from party.uploader import batch_header
-from sim.data import synthetic_ridge
-from sim.demo import write_party_csv
-from sim.jobs import build_job, party_tables
-from sim.launcher import ProcessGroup
+from ltm_datasets.synthetic import synthetic_ridge
+from sim.localnet.demo import write_party_csv
+from sim.runtime.jobs import build_job, party_tables
+from sim.localnet.launcher import ProcessGroup
 
 from tests.helpers import party_runs  # tests/helpers/party_runs.py
 from tests.helpers.gaussian import gaussian_delta
