@@ -21,10 +21,10 @@ from ltm.sketch import Sketch
 
 P_THRESHOLD = 1e-6
 
+
 def digits(*rows: str) -> list[list[int]]:
     """Rows of one-digit values written as strings ("0121" is [0, 1, 2, 1])."""
     return [[int(c) for c in row] for row in rows]
-
 
 
 # ----------------------------------------------------------------------------------- golden vectors
