@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -53,3 +54,12 @@ def bare_spec(job_id: str, epsilon: float = 1.0, delta: float = 1e-6, *, mechani
         privacy=PrivacySpec(epsilon=epsilon, delta=delta, mechanism=mechanism, **privacy),
         servers=(ServerSpec("server-0"), ServerSpec("server-1")), clip_norm="l1" if mechanism == "laplace" else "l2")
     return resolve_defaults(spec)
+
+
+def gate_spec(**privacy: Any) -> JobSpec:
+    """A small rows-partition job (400 clients, 2 parties, 2 servers, m=8, s=2, id ``gate-kills``),
+    optionally with privacy fields replaced."""
+    randomness = Randomness.seeded_insecure("gate-kills")
+    spec, _ = build_job(synthetic_ridge(400, 3, randomness), job_id="gate-kills", randomness=randomness,
+                        parties=2, k=2, m=8, s=2)
+    return replace(spec, privacy=replace(spec.privacy, **privacy)) if privacy else spec

@@ -326,7 +326,7 @@ def test_make_estimator_names() -> None:
 # again, numpy/scipy in the clear, a second route through the code), never a recorded output.
 import math  # noqa: E402
 from dataclasses import replace as _replace  # noqa: E402
-from tests.helpers.kill_helpers import exact as _exact  # noqa: E402
+from tests.helpers.messages import exact as _exact  # noqa: E402
 from analyst import estimators as est  # noqa: E402
 
 

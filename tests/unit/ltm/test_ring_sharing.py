@@ -317,7 +317,7 @@ def test_decode_and_negate_accept_any_integer_ring_array():
 
 
 # ====== mutation-kill tests for ltm/sharing.py (scripts/mutation.sh), formerly test_kills_sharing.py
-from tests.helpers.kill_helpers import exact as _exact  # noqa: E402
+from tests.helpers.messages import exact as _exact  # noqa: E402
 from ltm import sharing  # noqa: E402
 
 

@@ -308,7 +308,7 @@ def test_rows_and_signs_are_uniform(kind, m, s):
 # ====== mutation-kill tests for ltm/sketch.py (scripts/mutation.sh), formerly test_kills_sketch.py
 # Each test checks behaviour against a value computed independently (a closed form written out
 # again, numpy/scipy in the clear, a second route through the code), never a recorded output.
-from tests.helpers.kill_helpers import exact as _exact  # noqa: E402
+from tests.helpers.messages import exact as _exact  # noqa: E402
 from ltm.sketch import CHUNK_CLIENTS  # noqa: E402
 
 
