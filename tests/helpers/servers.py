@@ -33,6 +33,7 @@ def aio_stubs(servers: Sequence[ActorProcess], certs: Path, actor: str) -> tuple
 
 
 async def close_channels(channels: Sequence[grpc.aio.Channel]) -> None:
+    """Close asyncio channels (from :func:`aio_stubs`) in the loop that opened them."""
     for c in channels:
         await c.close()
 
@@ -71,6 +72,7 @@ class Servers:
             assert s.proc.poll() is None, s.log_tail()
 
     def stop(self) -> None:
+        """Close every blocking channel, then stop every process of the group."""
         for ch in self.channels:
             ch.close()
         self.group.stop_all()
@@ -80,9 +82,8 @@ async def upload_all(servers: Servers, spec, tables: dict, randomness, *, partie
                      fetch: bool = False, upload: Callable[..., Any] = run_upload, **upload_options) -> None:
     """Every party of ``spec`` (or ``parties``) uploads its table with its own certificate, one after
     another, through ``upload`` (:func:`party.uploader.run_upload`, without progress bars, unless given;
-    ``upload_options`` go to it).
-    With ``fetch`` each party first fetches the job from every server and checks its digest, as
-    ``ltm party`` does."""
+    ``upload_options`` go to it).  With ``fetch`` each party first fetches the job from every server
+    and checks its digest, as ``ltm party`` does."""
     if upload is run_upload:
         upload_options.setdefault("progress", False)  # no progress bars in the test log
     for pid in parties or [p.party_id for p in spec.parties]:
