@@ -50,7 +50,7 @@ MODULES: dict[str, list[str]] = {
     "server/core.py": ["tests/unit/server/test_release_gate.py", "tests/unit/server/test_core.py"],
     "analyst/estimators.py": ["tests/unit/analyst/test_estimators.py"],
     "analyst/baselines.py": ["tests/unit/analyst/test_baselines.py"],
-    "ltm/client_set.py": ["tests/unit/ltm/test_client_set.py", "tests/unit/ltm/test_kills_client_set.py"],
+    "ltm/client_set.py": ["tests/unit/ltm/test_client_set.py"],
     "server/coverage.py": ["tests/unit/server/test_streaming_server.py", "tests/unit/server/test_coverage.py"],
     "ltm/dp/sensitivity.py": ["tests/unit/ltm/dp/test_dp_sensitivity.py"],
     "analyst/gram.py": ["tests/unit/analyst/test_gram.py"],

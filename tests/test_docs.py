@@ -123,6 +123,38 @@ def test_the_link_check_sees_a_broken_link(tmp_path: Path) -> None:
     assert _relative_links(doc) == ["here.md", "gone.md#x", "img/none.png"]
 
 
+#: A test file named in prose or a table: ``tests/unit/ltm/test_jobspec.py``, ``unit/ltm/dp/test_dp_noise.py``
+#: (a path below tests/) or a bare ``test_core.py``.  Templates such as ``test_<module>.py`` are not names.
+_TEST_FILE = re.compile(r"(?<![\w/.<>-])((?:[\w.-]+/)*test_\w+\.py)\b")
+
+
+def _missing_test_files(doc: Path, root: Path = ROOT) -> list[str]:
+    """The test files ``doc`` names that do not exist: a path must exist below the repository or below
+    tests/, a bare name somewhere below tests/."""
+    names = {p.name for p in (root / "tests").rglob("test_*.py")}
+    missing = []
+    for named in sorted(set(_TEST_FILE.findall(doc.read_text(encoding="utf-8")))):
+        found = ((root / named).is_file() or (root / "tests" / named).is_file()) if "/" in named else named in names
+        if not found:
+            missing.append(named)
+    return missing
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=_doc_id)
+def test_every_test_file_a_document_names_exists(doc: Path) -> None:
+    missing = _missing_test_files(doc)
+    assert not missing, f"{_doc_id(doc)} names test files that do not exist: {missing}"
+
+
+def test_the_test_file_check_sees_a_renamed_file(tmp_path: Path) -> None:
+    (tmp_path / "tests" / "unit" / "ltm").mkdir(parents=True)
+    (tmp_path / "tests" / "unit" / "ltm" / "test_here.py").write_text("")
+    doc = tmp_path / "doc.md"
+    doc.write_text("`tests/unit/ltm/test_here.py`, `unit/ltm/test_here.py`, `test_here.py`, `test_<module>.py`;\n"
+                   "`tests/test_here.py` | `test_kills_here.py` | unit/ltm/test_gone.py\n")
+    assert _missing_test_files(doc, tmp_path) == ["test_kills_here.py", "tests/test_here.py", "unit/ltm/test_gone.py"]
+
+
 #: What no file may cite: the design notes by section, and the paper digests (by section, by file name or
 #: by path), all of which live outside the repository.  Each is joined at run time, so that neither this
 #: file nor its .pyc holds what the test looks for.

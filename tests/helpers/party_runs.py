@@ -18,19 +18,22 @@ def log_messages(text: str) -> str:
     return "\n".join(out)
 
 
+def wait(group: ProcessGroup, ap: ActorProcess, timeout: float = 60) -> tuple[int | None, str]:
+    """Wait for one party process, stopping it at ``timeout``: its exit code (None on timeout) and
+    its log messages."""
+    try:
+        code = ap.proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        group.stop(ap)
+        code = None
+    return code, log_messages(ap.log_path.read_text(errors="replace"))
+
+
 def collect(runs: dict[str, tuple[ProcessGroup, ActorProcess]], timeout: float = 60) -> dict[str, tuple]:
     """Wait for every party process; returns key → (exit code or None on timeout, its log messages).
     Every group is stopped afterwards, whatever happens."""
-    out = {}
     try:
-        for key, (group, ap) in runs.items():
-            try:
-                code = ap.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                group.stop(ap)
-                code = None
-            out[key] = (code, log_messages(ap.log_path.read_text(errors="replace")))
+        return {key: wait(group, ap, timeout) for key, (group, ap) in runs.items()}
     finally:
         for group, _ in runs.values():
             group.stop_all()
-    return out

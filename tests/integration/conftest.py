@@ -2,27 +2,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
-from sim.localnet.launcher import ActorProcess, ProcessGroup
+from sim.localnet.launcher import ProcessGroup
 from transport.certs import write_certs
 
-
-@dataclass
-class Servers:
-    """k running server processes: their work directory, the certificates of every actor, the group
-    that started them (to start more actors) and the processes (``.endpoint``, ``.actor``)."""
-    work: Path
-    certs: Path
-    group: ProcessGroup
-    servers: list[ActorProcess]
-
-    @property
-    def endpoints(self) -> list[str]:
-        return [s.endpoint for s in self.servers]
+from tests.helpers.servers import Servers
 
 
 @pytest.fixture(scope="module")
@@ -30,19 +16,28 @@ def start_servers(tmp_path_factory) -> Iterator[Callable[..., Servers]]:
     """``start_servers(name, k, actors, **cert_options)`` writes one CA's certificates for
     server-0..k-1 and ``actors`` (``cert_options`` go to :func:`transport.certs.write_certs`) in a
     fresh directory named after ``name`` and starts the k servers there.  Every group it started is
-    stopped when the test module ends, after the fixtures that use it have torn down."""
-    groups: list[ProcessGroup] = []
+    stopped (and every stub channel closed) when the test module ends, after the fixtures that use it
+    have torn down."""
+    started: list[Servers] = []
 
     def start(name: str, k: int, actors: Sequence[str], **cert_options) -> Servers:
         work = tmp_path_factory.mktemp(name)
         certs = work / "certs"
         write_certs(certs, [f"server-{i}" for i in range(k)] + list(actors), **cert_options)
-        group = ProcessGroup(work, certs)
-        groups.append(group)  # before starting: a server that fails to start still gets stopped
-        return Servers(work, certs, group, group.start_servers(k))
+        servers = Servers(work, certs, ProcessGroup(work, certs), [])
+        started.append(servers)  # before starting: a server that fails to start still gets stopped
+        servers.servers = servers.group.start_servers(k)
+        return servers
 
     try:
         yield start
     finally:
-        for group in groups:
-            group.stop_all()
+        for servers in started:
+            servers.stop()
+
+
+@pytest.fixture(scope="module")
+def three_servers(start_servers) -> Servers:
+    """Three ``ltm server`` processes for the module, with certificates for party-0, party-1, the
+    analyst and the operator."""
+    return start_servers("three", 3, ["party-0", "party-1", "analyst", "operator"])

@@ -27,7 +27,6 @@ import collections
 import contextlib
 import hashlib
 import math
-import sqlite3
 import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -35,6 +34,7 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
+pytest.importorskip("hypothesis", reason="hypothesis is not installed (the dev extra: pip install -e '.[dev]')")
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -42,28 +42,22 @@ from ltm.client_set import ClientSet
 from ltm.identifiers import id_problem
 from ltm.randomness import Randomness
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
-from party.randomizer import PartyDataError, client_vectors, make_batches, party_randomness
-from party.uploader import batch_header
+from party.randomizer import PartyDataError, client_vectors, make_batches
 from server.core import ServerCore
 from ltm.limits import ServerLimits
 from server.service import MAX_BATCH_BYTES, ServerService
 from server.sqlite_store import SqliteStore
 from ltm_datasets.synthetic import synthetic_ridge
-from sim.runtime.jobs import build_job, party_tables
+from sim.runtime.jobs import build_job
 from sim.localnet.launcher import ProcessGroup
 from transport.certs import write_certs
 from transport.tls import add_secure_port, make_server, make_sync_channel
 
 from tests.helpers import party_runs  # tests/helpers/party_runs.py
-from tests.helpers.jobs import seeded_job
+from tests.helpers.upload_targets import ACTORS, BATCH, K, TIMEOUT, Target, World, encode, make_world, stream  # noqa: E402
 
-K = 2
-N = 200
-BATCH = 25                      # 4 batches per party
 MAX_INDEX = (1 << 63) - 1
 U64 = (1 << 64) - 1
-ACTORS = ["server-0", "server-1", "party-0", "party-1", "party-9", "analyst", "operator"]
-TIMEOUT = 15.0
 LATER_JOBS = ("after-close", "csv")  # created on the process servers by later tests
 
 # ------------------------------------------------------------------------------ case accounting
@@ -139,52 +133,6 @@ def expect_rpc(code_phrase, fn, *args, **kwargs):
 
 
 # ------------------------------------------------------------------------------ jobs and batches
-@dataclass
-class World:
-    spec: object          # the rows job (fuzz target), k=2 servers, s=2 pieces
-    tables: dict
-    batches: dict         # (party_id, batch_index) → [share batch per server]
-    cols_spec: object     # a columns-partition job
-    cols_tables: dict
-    cols_batches: dict
-
-
-def _job(job_id: str, partition: str, endpoints=None):
-    spec, table, randomness = seeded_job(f"bad-input-{job_id}", N, 3, job_id=job_id, partition=partition, parties=2,
-                                         k=K, m=8, s=2, endpoints=endpoints)
-    tables = party_tables(spec, table)
-    batches = {}
-    for p in spec.parties:
-        for per_server in make_batches(spec, p.party_id, tables[p.party_id], party_randomness(randomness, spec, p.party_id),
-                                       batch_clients=BATCH):
-            batches[(p.party_id, per_server[0].batch_index)] = per_server
-    return spec, tables, batches
-
-
-def make_world(endpoints=None) -> World:
-    spec, tables, batches = _job("fuzz", "rows", endpoints)
-    cspec, ctables, cbatches = _job("cols", "columns", endpoints)
-    return World(spec, tables, batches, cspec, ctables, cbatches)
-
-
-def encode(batch, job_id: str) -> tuple[ltm_pb2.BatchHeader, bytes]:
-    """The header and payload the uploader would send for one share batch."""
-    return batch_header(batch, job_id)
-
-
-def stream(header, payload: bytes, sizes=None) -> list[ltm_pb2.UploadChunk]:
-    msgs = [ltm_pb2.UploadChunk(header=header)] if header is not None else []
-    if sizes is None:
-        sizes = [1 << 20] * (len(payload) // (1 << 20) + 1) if payload else []
-    at = 0
-    for size in sizes:
-        msgs.append(ltm_pb2.UploadChunk(data=payload[at:at + size]))
-        at += size
-    if at < len(payload):
-        msgs.append(ltm_pb2.UploadChunk(data=payload[at:]))
-    return msgs
-
-
 def copy_header(h, **changes) -> ltm_pb2.BatchHeader:
     out = ltm_pb2.BatchHeader()
     out.CopyFrom(h)
@@ -198,75 +146,6 @@ def copy_header(h, **changes) -> ltm_pb2.BatchHeader:
 
 
 # ------------------------------------------------------------------------------ targets
-def db_snapshot(data_dir: Path):
-    """Everything a server has stored, read from disk: the SQLite rows (read-only) and the blobs."""
-    conn = sqlite3.connect(f"file:{data_dir / 'server.db'}?mode=ro", uri=True)
-    try:
-        jobs = conn.execute("SELECT job_id, spec_json, digest, closed FROM jobs ORDER BY job_id").fetchall()
-        batches = conn.execute("SELECT * FROM batches ORDER BY job_id, party_id, batch_index").fetchall()
-        releases = conn.execute("SELECT * FROM releases ORDER BY job_id").fetchall()
-    finally:
-        conn.close()
-    blobs = sorted((p.relative_to(data_dir).as_posix(), hashlib.sha256(p.read_bytes()).hexdigest())
-                   for p in (data_dir / "blobs").rglob("*") if p.is_file())
-    return jobs, batches, releases, blobs
-
-
-def status_snapshot(stub, job_ids):
-    """What Status says about each job's stored state (not the traffic counters, which grow with
-    every request, refused or not)."""
-    out = []
-    for job_id in job_ids:
-        r = stub.Status(ltm_pb2.StatusRequest(job_id=job_id), timeout=TIMEOUT)
-        out.append((job_id, r.closed, r.released, r.clients_held, r.batches))
-    return out
-
-
-@dataclass
-class Target:
-    """One server under test, reachable over mTLS, with a way to read what it stores."""
-
-    kind: str
-    server_id: str
-    endpoint: str
-    data_dir: Path
-    certs: Path
-    store: SqliteStore | None = None
-    _channels: dict = field(default_factory=dict)
-
-    @property
-    def index(self) -> int:
-        return int(self.server_id.split("-")[1])
-
-    def stub(self, actor: str, certs: Path | None = None) -> ltm_pb2_grpc.ServerStub:
-        key = (actor, certs)
-        if key not in self._channels:
-            self._channels[key] = make_sync_channel(self.endpoint, certs or self.certs, actor,
-                                                    options=[("grpc.ssl_target_name_override", self.server_id)])
-        return ltm_pb2_grpc.ServerStub(self._channels[key])
-
-    def snapshot(self, job_ids=("fuzz", "cols")):
-        disk = db_snapshot(self.data_dir)
-        if self.store is not None:  # the in-process store's memory must agree with its disk
-            memory = [(j, self.store.coverage(j).to_array().tobytes(), self.store.is_closed(j))
-                      for j in job_ids if self.store.get_job(j) is not None]
-        else:
-            memory = status_snapshot(self.stub("analyst"), [j for j, *_ in disk[0]])
-        return disk, memory
-
-    def upload(self, messages, actor: str = "party-0"):
-        """(code name, details, receipt or None) of one Upload stream."""
-        try:
-            receipt = self.stub(actor).Upload(iter(messages), timeout=TIMEOUT)
-            return "OK", "", receipt
-        except grpc.RpcError as err:
-            return err.code().name, err.details() or "", None
-
-    def close(self):
-        for channel in self._channels.values():
-            channel.close()
-
-
 class InProcessServer:
     """ServerService over a SqliteStore on a grpc.aio server in a background event-loop thread."""
 

@@ -39,6 +39,7 @@ from sim.runtime.jobs import build_job, party_tables
 from transport.tls import make_channel
 
 from tests.helpers.jobs import seeded_job
+from tests.helpers.servers import close_channels, pinned, release_over_grpc
 
 K = 3
 BATCH = 100
@@ -49,41 +50,29 @@ FAST = RetryPolicy(deadline_s=20.0, base_delay_s=0.05, max_delay_s=0.5)
 
 @pytest.fixture(scope="module")
 def dep(start_servers):
-    started = start_servers("crash", K, PARTIES + ["analyst", "operator"])
-    return {"work": started.work, "certs": started.certs, "group": started.group, "servers": started.servers}
+    return start_servers("crash", K, PARTIES + ["analyst", "operator"])
 
 
 # ---------------------------------------------------------------------------- helpers
 def _job(dep, job_id, seed, n, parties=2, **kw):
     spec, table, randomness = seeded_job(seed, n, job_id=job_id, parties=parties, k=K, m=16,
-                                         endpoints=[s.endpoint for s in dep["servers"]], **kw)
+                                         endpoints=[s.endpoint for s in dep.servers], **kw)
     tables = party_tables(spec, table)
-    data_dir = dep["work"] / job_id
+    data_dir = dep.work / job_id
     data_dir.mkdir()
     for pid, t in tables.items():
         write_party_csv(data_dir / f"{pid}.csv", t)
     return spec, tables, randomness, data_dir
 
 
-def _channels(dep, actor):
-    channels = [make_channel(s.endpoint, dep["certs"], actor, options=[("grpc.ssl_target_name_override", s.actor)])
-                for s in dep["servers"]]
-    return channels, [ltm_pb2_grpc.ServerStub(c) for c in channels]
-
-
-async def _close_channels(channels):
-    for c in channels:
-        await c.close()
-
-
 def _start_party(dep, spec, pid, data_dir, seed):
-    argv = ["party", "--id", pid, "--servers", ",".join(s.endpoint for s in dep["servers"]),
-            "--server-ids", ",".join(s.actor for s in dep["servers"]), "--job", spec.job_id,
+    argv = ["party", "--id", pid, "--servers", ",".join(s.endpoint for s in dep.servers),
+            "--server-ids", ",".join(s.actor for s in dep.servers), "--job", spec.job_id,
             "--data", str(data_dir / f"{pid}.csv"), "--batch-clients", str(BATCH), "--no-progress",
             "--summary-file", str(data_dir / f"{pid}.summary.json")]
     if seed is not None:
         argv += ["--seed", str(seed)]
-    return dep["group"].start_task("party", pid, argv)
+    return dep.group.start_task("party", pid, argv)
 
 
 async def _held(stub, job_id):
@@ -116,12 +105,12 @@ def test_servers_killed_during_upload_and_release(dep):
     """kill -9 servers at random points during the upload and once during the release; the
     release is bit-identical to an undisturbed in-process run, and survives a later restart."""
     spec, tables, randomness, data_dir = _job(dep, "server-crash", seed=21, n=6000)
-    group, servers = dep["group"], dep["servers"]
+    group, servers = dep.group, dep.servers
     rng = random.Random(2024)
     kill_points = []
 
     async def scenario():
-        a_ch, analyst = _channels(dep, "analyst")
+        a_ch, analyst = dep.aio_stubs("analyst")
         try:
             await publish(analyst, spec)
             parties = [_start_party(dep, spec, p.party_id, data_dir, seed=21) for p in spec.parties]
@@ -169,7 +158,7 @@ def test_servers_killed_during_upload_and_release(dep):
             assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
             return run, direct, parties
         finally:
-            await _close_channels(a_ch)
+            await close_channels(a_ch)
 
     t0 = time.monotonic()
     run, direct, parties = asyncio.run(scenario())
@@ -212,11 +201,11 @@ def test_party_killed_mid_upload_resumes(dep, mode):
     # the data and sketch come from seed 31 either way; only a seeded party needs a reproduction job
     spec, tables, randomness, data_dir = _job(dep, f"party-crash-{mode}", seed=31, n=6000,
                                               reproduction=mode == "seeded")
-    group, servers = dep["group"], dep["servers"]
+    group, servers = dep.group, dep.servers
     jpath = journal_path(data_dir / ".ltm-party-state", spec.job_id, "party-0")
 
     async def scenario():
-        a_ch, analyst = _channels(dep, "analyst")
+        a_ch, analyst = dep.aio_stubs("analyst")
         try:
             await publish(analyst, spec)
             parties = [_start_party(dep, spec, p.party_id, data_dir, seed) for p in spec.parties]
@@ -257,16 +246,16 @@ def test_party_killed_mid_upload_resumes(dep, mode):
             (rederived,) = list(make_batches(spec, "party-0", tables["party-0"], Randomness.system(),
                                              batch_clients=BATCH, batch_randomness=lambda i: key_rand, skip=skip))
             assert [b.content_digest() for b in rederived] == entry["digests"]
-            p_ch, party0 = _channels(dep, "party-0")
+            p_ch, party0 = dep.aio_stubs("party-0")
             try:
                 for b in rederived:
                     receipt, _ = await upload_batch(party0[b.server], b, spec.job_id)
                     assert receipt.content_digest == entry["digests"][b.server]
             finally:
-                await _close_channels(p_ch)
+                await close_channels(p_ch)
             return run, held_at_kill, in_flight, done, parties
         finally:
-            await _close_channels(a_ch)
+            await close_channels(a_ch)
 
     run, held_at_kill, in_flight, done, parties = asyncio.run(scenario())
     assert held_at_kill[0] > held_at_kill[1]  # the in-flight batches had reached server-0, not server-2
@@ -346,16 +335,15 @@ def test_a_server_down_for_the_whole_job_means_no_release(dep):
     """Server-2 dies after one party uploaded and stays down: the analyst (in this process, and the
     `ltm analyst` process behind the operator's RunJob) says precisely that no release is possible."""
     spec, tables, randomness, data_dir = _job(dep, "server-down", seed=41, n=3000)
-    group, servers = dep["group"], dep["servers"]
+    group, servers = dep.group, dep.servers
     late = []
-    analyst_proc = group.start_service("analyst", "analyst", ["analyst", "--out", str(dep["work"] / "analyst-out"),
+    analyst_proc = group.start_service("analyst", "analyst", ["analyst", "--out", str(dep.work / "analyst-out"),
                                                               "--server-retry", "2"])
 
     async def scenario():
-        a_ch, analyst = _channels(dep, "analyst")
-        p_ch, party0 = _channels(dep, "party-0")
-        o_ch = make_channel(analyst_proc.endpoint, dep["certs"], "operator",
-                            options=[("grpc.ssl_target_name_override", "analyst")])
+        a_ch, analyst = dep.aio_stubs("analyst")
+        p_ch, party0 = dep.aio_stubs("party-0")
+        o_ch = make_channel(analyst_proc.endpoint, dep.certs, "operator", options=pinned(analyst_proc))
         operator = ltm_pb2_grpc.AnalystStub(o_ch)
         try:
             await operator.SubmitJob(ltm_pb2.SubmitJobRequest(spec_json=spec.canonical_json()), timeout=30)
@@ -377,7 +365,7 @@ def test_a_server_down_for_the_whole_job_means_no_release(dep):
 
             return await asyncio.gather(via_operator(), in_process())
         finally:
-            await _close_channels(a_ch + p_ch + [o_ch])
+            await close_channels(a_ch + p_ch + [o_ch])
 
     try:
         rpc_error, exc = asyncio.run(scenario())
@@ -407,26 +395,15 @@ def test_release_over_the_intersection_when_the_gate_allows_it(dep):
     """Clients that reached some servers but not all are dropped everywhere; the release is over
     the clients every server holds if the gate allows it — and a precise refusal if it does not."""
 
-    async def scenario(spec, tables, randomness):
-        a_ch, analyst = _channels(dep, "analyst")
-        try:
-            await publish(analyst, spec)
-            for p in spec.parties:
-                ch, stubs = _channels(dep, p.party_id)
-                try:
-                    r = party_randomness(randomness, spec, p.party_id)
-                    if p.party_id != "party-2":
-                        await run_upload(stubs, spec, p.party_id, tables[p.party_id], r, batch_clients=BATCH,
-                                         progress=False)
-                    else:  # party-2's batches reach server-0 and server-1 only
-                        for per_server in make_batches(spec, p.party_id, tables[p.party_id], r, batch_clients=BATCH):
-                            for b in per_server[:2]:
-                                await upload_batch(stubs[b.server], b, spec.job_id)
-                finally:
-                    await _close_channels(ch)
-            return await run_job(analyst, spec, deadline_s=0.5, randomness_label=randomness.label, policy=FAST)
-        finally:
-            await _close_channels(a_ch)
+    async def upload(stubs, spec, pid, table, r):
+        if pid != "party-2":
+            return await run_upload(stubs, spec, pid, table, r, batch_clients=BATCH, progress=False)
+        for per_server in make_batches(spec, pid, table, r, batch_clients=BATCH):
+            for b in per_server[:2]:  # party-2's batches reach server-0 and server-1 only
+                await upload_batch(stubs[b.server], b, spec.job_id)
+
+    def scenario(spec, tables, randomness):
+        return release_over_grpc(dep, spec, tables, randomness, deadline_s=0.5, policy=FAST, upload=upload)
 
     # an explicit, lower L: two thirds of the clients still carry enough honest load
     spec, tables, randomness, _ = _job(dep, "intersection", seed=51, n=3000, parties=3, min_honest_load=20)

@@ -121,6 +121,22 @@ def in_background(world: World, messages, outcomes: list) -> threading.Thread:
     return thread
 
 
+def upload_beside(world: World, streams, batch: int, settle: float, stop: threading.Event | None = None,
+                  join_s: float = 30) -> tuple[float, list]:
+    """Party-1 uploads batch ``batch`` (``settle`` seconds after party-0's ``streams`` started in the
+    background); then waits up to ``join_s`` for party-0's streams and sets ``stop``.  Returns party-1's
+    upload time and party-0's outcomes (status, details, seconds each stream lasted)."""
+    outcomes: list = []
+    threads = [in_background(world, messages, outcomes) for messages in streams]
+    time.sleep(settle)
+    during = world.honest_upload(batch)
+    for t in threads:
+        t.join(join_s)
+    if stop is not None:
+        stop.set()
+    return during, outcomes
+
+
 def bytes_per_client() -> int:
     return 8 * PIECES * (FEATURES + 1)
 
@@ -139,11 +155,7 @@ def test_a_trickling_party_does_not_hold_up_another_partys_batch(world):
         for _ in range(30):
             yield ltm_pb2.UploadChunk(data=b"\1" * 1024)
             time.sleep(2.0)
-    outcomes: list = []
-    thread = in_background(world, trickle(), outcomes)
-    time.sleep(1.0)  # the trickle is admitted and has sent its first KiB
-    during = world.honest_upload(2)
-    thread.join(30)
+    during, outcomes = upload_beside(world, [trickle()], 2, settle=1.0)  # the trickle is admitted, its first KiB sent
     print(f"\ntrickle: party-1 alone {solo:.3f} s, beside the trickle {during:.3f} s "
           f"(bound {2 * solo + WINDOW:.3f} s); trickle {outcomes}")
     assert during <= 2 * solo + WINDOW
@@ -160,18 +172,12 @@ def test_four_silent_streams_do_not_hold_the_budget(world):
     silent stream is cut for its rate."""
     solo = solo_time(world, 3)
     clients = (8 * MiB) // bytes_per_client()
-    outcomes: list = []
     stop = threading.Event()
 
     def silent(i):
         yield ltm_pb2.UploadChunk(header=world.header(10 + i, clients, start_offset=i * clients))
         stop.wait(30)  # the stream stays open, sending nothing
-    threads = [in_background(world, silent(i), outcomes) for i in range(4)]
-    time.sleep(0.5)
-    during = world.honest_upload(5)
-    for t in threads:
-        t.join(30)
-    stop.set()
+    during, outcomes = upload_beside(world, [silent(i) for i in range(4)], 5, settle=0.5, stop=stop)
     print(f"\nsilent: party-1 alone {solo:.3f} s, beside 4 silent streams {during:.3f} s "
           f"(bound {2 * solo + WINDOW:.3f} s); silent streams {outcomes}")
     assert during <= 2 * solo + WINDOW
@@ -208,7 +214,6 @@ def test_a_party_over_its_share_must_finish_while_another_waits(world):
     minutes — and party-1 gets through within 2× its solo time + the window."""
     solo = solo_time(world, 7)
     clients = (8 * MiB) // bytes_per_client()
-    outcomes: list = []
     stop = threading.Event()
 
     def steady(i):
@@ -216,12 +221,7 @@ def test_a_party_over_its_share_must_finish_while_another_waits(world):
         while not stop.is_set():
             yield ltm_pb2.UploadChunk(data=b"\1" * (64 << 10))
             time.sleep(0.5)
-    threads = [in_background(world, steady(i), outcomes) for i in range(2)]
-    time.sleep(1.0)
-    during = world.honest_upload(9)
-    for t in threads:
-        t.join(30)
-    stop.set()
+    during, outcomes = upload_beside(world, [steady(i) for i in range(2)], 9, settle=1.0, stop=stop)
     print(f"\nover share: party-1 alone {solo:.3f} s, beside party-0's steady streams {during:.3f} s "
           f"(bound {2 * solo + WINDOW:.3f} s); party-0 {outcomes}")
     # party-1 waits one window from when it starts waiting (not from party-0's admission, as
@@ -242,9 +242,6 @@ def test_a_fast_upload_is_never_cut_by_the_rate_rules(world):
     header.data_sha256 = hashlib.sha256(payload).digest()
     msgs = [ltm_pb2.UploadChunk(header=header)] + [ltm_pb2.UploadChunk(data=payload[j:j + MiB])
                                                     for j in range(0, len(payload), MiB)]
-    outcomes: list = []
-    thread = in_background(world, iter(msgs), outcomes)
-    world.honest_upload(10)
-    thread.join(60)
+    _, outcomes = upload_beside(world, [iter(msgs)], 10, settle=0.0, join_s=60)
     ((code, details, lasted),) = outcomes
     assert code == "OK", details

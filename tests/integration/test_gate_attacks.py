@@ -26,16 +26,16 @@ import numpy as np
 import pytest
 
 from ltm.client_set import ClientSet
-from ltm.v1 import ltm_pb2, ltm_pb2_grpc
+from ltm.v1 import ltm_pb2
 from party.randomizer import make_batches, party_randomness
 from party.uploader import batch_header
 from server.release_gate import check_release
 from sim.runtime.jobs import party_tables
 from sim.localnet.launcher import ProcessGroup
-from transport.tls import make_sync_channel
 
 from tests.helpers import party_runs  # tests/helpers/party_runs.py
 from tests.helpers.jobs import seeded_job
+from tests.helpers.servers import create_job
 
 K = 3
 N = 1200
@@ -48,26 +48,10 @@ FP = "FAILED_PRECONDITION"
 @pytest.fixture(scope="module")
 def deployment(start_servers):
     started = start_servers("gate", K, ["party-0", "party-1", "analyst", "operator"])
-    work, certs, group, servers = started.work, started.certs, started.group, started.servers
-    channels = []
-    try:
-
-        def stubs(actor):
-            out = []
-            for s in servers:
-                ch = make_sync_channel(s.endpoint, certs, actor, options=[("grpc.ssl_target_name_override", s.actor)])
-                channels.append(ch)
-                out.append(ltm_pb2_grpc.ServerStub(ch))
-            return out
-
-        yield {"work": work, "certs": certs, "servers": servers, "group": group,
-               "analyst": stubs("analyst"), "party": {p: stubs(p) for p in ("party-0", "party-1")},
-               "dirs": [work / f"server-{i}" for i in range(K)]}
-        for s in servers:
-            assert s.proc.poll() is None, s.log_tail()
-    finally:
-        for ch in channels:
-            ch.close()
+    yield {"work": started.work, "certs": started.certs, "servers": started.servers, "group": started.group,
+           "analyst": started.stubs("analyst"), "party": {p: started.stubs(p) for p in ("party-0", "party-1")},
+           "dirs": [started.work / f"server-{i}" for i in range(K)]}
+    started.assert_running()
 
 
 def make_job(dep, job_id: str, privacy: dict | None = None, **kw):
@@ -82,9 +66,7 @@ def make_job(dep, job_id: str, privacy: dict | None = None, **kw):
 
 
 def publish(dep, spec):
-    for stub in dep["analyst"]:
-        assert stub.CreateJob(ltm_pb2.CreateJobRequest(spec_json=spec.canonical_json()),
-                              timeout=TIMEOUT).job_digest == spec.digest
+    create_job(dep["analyst"], spec, TIMEOUT)
 
 
 def _chunks(batch, job_id):

@@ -31,9 +31,8 @@ import pytest
 
 from ltm.jobfile import parse_job_file, render_job_file
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
-from sim.localnet.launcher import ProcessGroup
-from transport.certs import write_certs
-from transport.tls import make_sync_channel
+
+from tests.helpers.jobs import job_doc as doc
 
 REPO = Path(__file__).resolve().parents[2]
 TIMEOUT = 20.0
@@ -52,17 +51,6 @@ def one_line(stderr: str, command: str) -> str:
     assert "Traceback" not in stderr and len(lines) == 1, stderr[-3000:]
     assert lines[0].startswith(f"ltm {command}: error: "), lines[0]
     return lines[0]
-
-
-def doc(endpoints=("h0:1", "h1:1"), **over) -> dict:
-    d = {"job": {"id": "j1", "partition": "rows"}, "release": {"kind": "sparse", "m": 8},
-         "privacy": {"epsilon": 1.0, "delta": 1e-6}, "fit": {"model": "ridge"},
-         "servers": [{"id": f"server-{i}", "endpoint": e} for i, e in enumerate(endpoints)],
-         "parties": [{"id": "party-0", "clients": 400}, {"id": "party-1", "clients": 400}],
-         "columns": [{"name": "a", "range": [0.0, 10.0]}, {"name": "b", "center": 5.0, "spread": 2.0},
-                     {"name": "y", "role": "label", "center": 1.0, "scale": 3.0}]}
-    d.update(over)
-    return d
 
 
 # ---------------------------------------------------------------------------- ltm job check
@@ -140,32 +128,15 @@ def test_ltm_job_check_refuses_every_hostile_job_file_in_one_line_at_once(tmp_pa
 
 # ---------------------------------------------------------------------------- real servers and analyst
 @pytest.fixture(scope="module")
-def actors(tmp_path_factory):
-    work = tmp_path_factory.mktemp("hostile")
-    certs = work / "certs"
-    write_certs(certs, ["server-0", "server-1", "party-0", "party-1", "analyst", "operator"])
-    group = ProcessGroup(work, certs)
-    channels = []
-    try:
-        servers = group.start_servers(2)
-        analyst = group.start_service("analyst", "analyst", ["analyst", "--out", str(work / "out")])
-
-        def stub(endpoint, actor, name, cls=ltm_pb2_grpc.ServerStub):
-            ch = make_sync_channel(endpoint, certs, actor, options=[("grpc.ssl_target_name_override", name)])
-            channels.append(ch)
-            return cls(ch)
-
-        spec = parse_job_file(render_job_file(doc(endpoints=[s.endpoint for s in servers]))).spec
-        yield {"servers": servers, "spec": spec,
-               "analyst": [stub(s.endpoint, "analyst", s.actor) for s in servers],
-               "party": stub(servers[0].endpoint, "party-0", "server-0"),
-               "operator": stub(analyst.endpoint, "operator", "analyst", ltm_pb2_grpc.AnalystStub)}
-        for ap in [*servers, analyst]:
-            assert ap.proc.poll() is None, ap.log_tail()
-    finally:
-        for ch in channels:
-            ch.close()
-        group.stop_all()
+def actors(start_servers):
+    started = start_servers("hostile", 2, ["party-0", "party-1", "analyst", "operator"])
+    analyst = started.group.start_service("analyst", "analyst", ["analyst", "--out", str(started.work / "out")])
+    spec = parse_job_file(render_job_file(doc(endpoints=started.endpoints))).spec
+    yield {"servers": started.servers, "spec": spec, "analyst": started.stubs("analyst"),
+           "party": ltm_pb2_grpc.ServerStub(started.channel(started.servers[0], "party-0")),
+           "operator": ltm_pb2_grpc.AnalystStub(started.channel(analyst, "operator"))}
+    started.assert_running()
+    assert analyst.proc.poll() is None, analyst.log_tail()
 
 
 def code_of(call, request) -> tuple[grpc.StatusCode, str]:

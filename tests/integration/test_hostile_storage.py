@@ -26,7 +26,7 @@ from sim.localnet.launcher import ProcessGroup
 from transport.certs import write_certs
 from transport.files import mode_problems
 
-from tests.integration.test_bad_input import ACTORS, Target, encode, make_world, stream  # tests/ helpers
+from tests.helpers.upload_targets import ACTORS, Target, encode, make_world, stream
 
 TIMEOUT = 15.0
 CASES: collections.Counter = collections.Counter()
@@ -54,12 +54,7 @@ def disk_state(d: Path):
             files[rel] = hashlib.sha256(p.read_bytes()).hexdigest()
     rows = None
     if (d / "server.db").exists() and (d / "server.db").stat().st_size:
-        conn = sqlite3.connect(f"file:{d / 'server.db'}?mode=ro", uri=True)
-        try:
-            rows = [conn.execute(f"SELECT * FROM {t} ORDER BY 1").fetchall()
-                    for t in ("jobs", "batches", "releases")]
-        finally:
-            conn.close()
+        rows = [read_rows(d, f"SELECT * FROM {t} ORDER BY 1") for t in ("jobs", "batches", "releases")]
     return files, rows
 
 
@@ -138,6 +133,38 @@ def expect_data_loss(target: Target, env, phrase: str) -> None:
     assert phrase in err.value.details(), err.value.details()
 
 
+def refused_with_data_loss(env, index: int, case: str, phrase: str) -> None:
+    """Server ``index``, restarted on its damaged data directory, refuses the release with DATA_LOSS
+    naming ``phrase``, and the refusal changes nothing on its disk."""
+    d = env["work"] / f"server-{index}"
+    before = disk_state(d)
+    CASES[case] += 1
+    with running(env, index) as t:
+        expect_data_loss(t, env, phrase)
+    assert disk_state(d) == before
+
+
+def read_rows(data_dir: Path, sql: str) -> list[tuple]:
+    """The rows of a query on a stopped server's database, opened read-only."""
+    conn = sqlite3.connect(f"file:{data_dir / 'server.db'}?mode=ro", uri=True)
+    try:
+        return conn.execute(sql).fetchall()
+    finally:
+        conn.close()
+
+
+def edit_database(data_dir: Path, *statements: tuple[str, tuple]) -> None:
+    """Run ``(sql, parameters)`` statements on a stopped server's database, as a disk fault or an
+    attacker with the file would."""
+    conn = sqlite3.connect(data_dir / "server.db")
+    try:
+        for sql, parameters in statements:
+            conn.execute(sql, parameters)
+        conn.commit()
+    finally:
+        conn.close()
+
+
 def blob_server(env) -> int:
     return next(i for i in range(2) if list((env["work"] / f"server-{i}" / "blobs").rglob("*.u64")))
 
@@ -162,15 +189,8 @@ def test_a_flipped_bit_in_a_blob_is_refused_with_data_loss(released):
         blob.write_bytes(bytes(raw))
         # the release record is intact, so a retry of the release still gets the stored bytes;
         # a *new* release needs the shares: drop the record (as a lost DB row would) and ask again
-        conn = sqlite3.connect(d / "server.db")
-        conn.execute("DELETE FROM releases")
-        conn.commit()
-        conn.close()
-        before = disk_state(d)
-        CASES["flipped bit in a blob"] += 1
-        with running(released, i) as t:
-            expect_data_loss(t, released, blob.relative_to(d).as_posix())
-        assert disk_state(d) == before
+        edit_database(d, ("DELETE FROM releases", ()))
+        refused_with_data_loss(released, i, "flipped bit in a blob", blob.relative_to(d).as_posix())
         r = ltm("server", "--check", "--data-dir", str(d))
         assert r.returncode == 3 and blob.relative_to(d).as_posix() in r.stdout, r.stdout + r.stderr
 
@@ -179,17 +199,10 @@ def test_a_flipped_bit_in_a_helper_seed_is_refused_with_data_loss(released):
     i = 1 - blob_server(released)
     d = released["work"] / f"server-{i}"
     with damaged(d):
-        conn = sqlite3.connect(d / "server.db")
-        (rowid, seed), *_ = conn.execute("SELECT rowid, seed FROM batches WHERE seed IS NOT NULL").fetchall()
-        conn.execute("UPDATE batches SET seed = ? WHERE rowid = ?", (bytes([seed[0] ^ 1]) + seed[1:], rowid))
-        conn.execute("DELETE FROM releases")
-        conn.commit()
-        conn.close()
-        before = disk_state(d)
-        CASES["flipped bit in a seed row"] += 1
-        with running(released, i) as t:
-            expect_data_loss(t, released, "content digest")
-        assert disk_state(d) == before
+        (rowid, seed), *_ = read_rows(d, "SELECT rowid, seed FROM batches WHERE seed IS NOT NULL")
+        edit_database(d, ("UPDATE batches SET seed = ? WHERE rowid = ?", (bytes([seed[0] ^ 1]) + seed[1:], rowid)),
+                      ("DELETE FROM releases", ()))
+        refused_with_data_loss(released, i, "flipped bit in a seed row", "content digest")
 
 
 @pytest.mark.parametrize("edit", ["result bytes", "participants digest", "marker digest", "marker removed"])
@@ -198,24 +211,16 @@ def test_an_edited_release_record_is_refused_with_data_loss(released, edit):
     d = released["work"] / "server-0"
     with damaged(d):
         (marker,) = (d / "releases").iterdir()
-        if edit in ("result bytes", "participants digest"):
-            conn = sqlite3.connect(d / "server.db")
-            if edit == "result bytes":
-                (result,) = conn.execute("SELECT result FROM releases").fetchone()
-                conn.execute("UPDATE releases SET result = ?", (bytes([result[0] ^ 1]) + result[1:],))
-            else:
-                conn.execute("UPDATE releases SET participants_digest = ?", ("0" * 64,))
-            conn.commit()
-            conn.close()
+        if edit == "result bytes":
+            ((result,),) = read_rows(d, "SELECT result FROM releases")
+            edit_database(d, ("UPDATE releases SET result = ?", (bytes([result[0] ^ 1]) + result[1:],)))
+        elif edit == "participants digest":
+            edit_database(d, ("UPDATE releases SET participants_digest = ?", ("0" * 64,)))
         elif edit == "marker digest":
             marker.write_text(marker.read_text().replace('"result_sha256": "', '"result_sha256": "0'))
         else:
             marker.unlink()
-        before = disk_state(d)
-        CASES[f"edited release record ({edit})"] += 1
-        with running(released, i) as t:
-            expect_data_loss(t, released, "release")
-        assert disk_state(d) == before
+        refused_with_data_loss(released, i, f"edited release record ({edit})", "release")
 
 
 @pytest.mark.parametrize("how", ["missing", "empty", "fresh"])

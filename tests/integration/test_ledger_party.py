@@ -21,14 +21,11 @@ import numpy as np
 import pytest
 
 from ltm.jobfile import parse_job_file, render_job_file
-from ltm.v1 import ltm_pb2, ltm_pb2_grpc
 from sim.localnet.demo import write_party_csv
-from sim.localnet.launcher import ProcessGroup
-from transport.certs import write_certs
-from transport.tls import make_sync_channel
 
 import party.ledger as L
 from tests.helpers import party_runs  # tests/helpers/party_runs.py
+from tests.helpers.servers import create_job, held as servers_held
 
 K = 2
 SIZE = 40
@@ -56,112 +53,89 @@ def rows(seed: int, n: int = SIZE) -> dict[str, np.ndarray]:
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory):
+def world(start_servers):
     """Every scenario's runs, in three waves of concurrent `ltm party` processes."""
-    work = tmp_path_factory.mktemp("ledger-party")
-    certs = work / "certs"
-    write_certs(certs, [f"server-{i}" for i in range(K)] + list(PARTY.values()) + ["analyst", "operator"])
-    group = ProcessGroup(work, certs)
-    channels = []
-    try:
-        servers = group.start_servers(K)
-        endpoints = [s.endpoint for s in servers]
-        analyst = []
-        for s in servers:
-            ch = make_sync_channel(s.endpoint, certs, "analyst", options=[("grpc.ssl_target_name_override", s.actor)])
-            channels.append(ch)
-            analyst.append(ltm_pb2_grpc.ServerStub(ch))
+    started = start_servers("ledger-party", K, list(PARTY.values()) + ["analyst", "operator"])
+    work, group, endpoints = started.work, started.group, started.endpoints
+    analyst = started.stubs("analyst")
 
-        def publish(spec):
-            for stub in analyst:
-                stub.CreateJob(ltm_pb2.CreateJobRequest(spec_json=spec.canonical_json()), timeout=20)
-            return spec.job_id
+    def publish(spec):
+        return create_job(analyst, spec)
 
-        def held(job_id: str) -> list[tuple[int, int]]:
-            return [(r.clients_held, r.batches) for r in
-                    (stub.Status(ltm_pb2.StatusRequest(job_id=job_id), timeout=20) for stub in analyst)]
+    def held(job_id: str) -> list[tuple[int, int]]:
+        return servers_held(analyst, job_id)
 
-        def wave(runs: dict[str, tuple[str, Path, list[str]]]) -> dict[str, tuple[int | None, str, dict | None]]:
-            """scenario → (job id, data, extra flags): its party's exit code, log messages and summary."""
-            started = {}
-            for name, (job_id, data, extra) in runs.items():
-                summary = work / f"{name}-{job_id}.summary.json"
-                started[name] = (group.start_task("party", f"{PARTY[name]}-{job_id}", [
-                    "party", "--id", PARTY[name], "--job", job_id, "--data", str(data), "--servers", ",".join(endpoints),
-                    "--no-progress", "--wait", "30", "--budget-epsilon", "1.2", "--summary-file", str(summary),
-                    *extra]), summary)
-            out = {}
-            for name, (ap, summary) in started.items():
-                try:
-                    code = ap.proc.wait(timeout=TIMEOUT)
-                except subprocess.TimeoutExpired:
-                    group.stop(ap)
-                    code = None
-                out[name] = (code, party_runs.log_messages(ap.log_path.read_text(errors="replace")),
-                             json.loads(summary.read_text()) if summary.exists() else None)
-            return out
+    def wave(runs: dict[str, tuple[str, Path, list[str]]]) -> dict[str, tuple[int | None, str, dict | None]]:
+        """scenario → (job id, data, extra flags): its party's exit code, log messages and summary."""
+        launched = {}
+        for name, (job_id, data, extra) in runs.items():
+            summary = work / f"{name}-{job_id}.summary.json"
+            launched[name] = (group.start_task("party", f"{PARTY[name]}-{job_id}", [
+                "party", "--id", PARTY[name], "--job", job_id, "--data", str(data), "--servers", ",".join(endpoints),
+                "--no-progress", "--wait", "30", "--budget-epsilon", "1.2", "--summary-file", str(summary),
+                *extra]), summary)
+        out = {}
+        for name, (ap, summary) in launched.items():
+            out[name] = (*party_runs.wait(group, ap, TIMEOUT),
+                         json.loads(summary.read_text()) if summary.exists() else None)
+        return out
 
-        data = {}
-        for i, (name, pid) in enumerate(PARTY.items()):
-            data[name] = work / "data" / pid / "rows.csv"
-            data[name].parent.mkdir(parents=True)
-            write_party_csv(data[name], rows(i))
-        first = publish(spec_of("first", endpoints))
-        results = {"first": wave({name: (first, data[name], []) for name in SCENARIOS})}
+    data = {}
+    for i, (name, pid) in enumerate(PARTY.items()):
+        data[name] = work / "data" / pid / "rows.csv"
+        data[name].parent.mkdir(parents=True)
+        write_party_csv(data[name], rows(i))
+    first = publish(spec_of("first", endpoints))
+    results = {"first": wave({name: (first, data[name], []) for name in SCENARIOS})}
 
-        # Each scenario's second job: the first re-created under a new id, on the changed data.
-        second = {}
-        moved = work / "elsewhere" / "rows.csv"
-        moved.parent.mkdir()
-        shutil.move(data["move"], moved)
-        second["move"] = (publish(spec_of("again-move", endpoints)), moved, [])
-        copy = work / "copy" / "rows.csv"
-        copy.parent.mkdir()
-        shutil.copy(data["copy"], copy)
-        second["copy"] = (publish(spec_of("again-copy", endpoints)), copy, [])
-        t = rows(SCENARIOS.index("resort"))
-        order = np.random.default_rng(99).permutation(SIZE)
-        write_party_csv(data["resort"], {c: v[order] for c, v in t.items()})
-        second["resort"] = (publish(spec_of("again-resort", endpoints)), data["resort"], [])
-        t = rows(SCENARIOS.index("rename"))
-        write_party_csv(data["rename"], {"x0": t["x0"], "x1_renamed": t["x1"], "y": t["y"]})
-        second["rename"] = (publish(spec_of("again-rename", endpoints, columns=("x0", "x1_renamed", "y"))),
-                            data["rename"], [])
-        t = rows(SCENARIOS.index("append"))
-        write_party_csv(data["append"], {c: np.append(v, 0.5) for c, v in t.items()})
-        second["append"] = (publish(spec_of("again-append", endpoints, sizes={PARTY["append"]: SIZE + 1})),
-                            data["append"], [])
-        fresh = work / "cohort-2" / "rows.csv"
-        fresh.parent.mkdir()
-        write_party_csv(fresh, rows(1000))  # other individuals
-        second["new-source"] = (publish(spec_of("cohort-2", endpoints)), fresh,
-                                ["--new-source", "cohort-2", "--new-source-reason", "the 2026 cohort: new patients"])
-        ledger_dir = work / "state" / "ltm" / "ledger"  # the deployment's $XDG_STATE_HOME (sim/localnet/launcher.py)
-        (ledger_dir / f"{PARTY['missing']}.ledger.json").unlink(missing_ok=True)  # (missing_ok: so that the
-        # tests fail on their assertions, not here, with a ledger kept elsewhere)
-        second["missing"] = (publish(spec_of("again-missing", endpoints)), data["missing"], [])
-        results["second"] = wave(second)
+    # Each scenario's second job: the first re-created under a new id, on the changed data.
+    second = {}
+    moved = work / "elsewhere" / "rows.csv"
+    moved.parent.mkdir()
+    shutil.move(data["move"], moved)
+    second["move"] = (publish(spec_of("again-move", endpoints)), moved, [])
+    copy = work / "copy" / "rows.csv"
+    copy.parent.mkdir()
+    shutil.copy(data["copy"], copy)
+    second["copy"] = (publish(spec_of("again-copy", endpoints)), copy, [])
+    t = rows(SCENARIOS.index("resort"))
+    order = np.random.default_rng(99).permutation(SIZE)
+    write_party_csv(data["resort"], {c: v[order] for c, v in t.items()})
+    second["resort"] = (publish(spec_of("again-resort", endpoints)), data["resort"], [])
+    t = rows(SCENARIOS.index("rename"))
+    write_party_csv(data["rename"], {"x0": t["x0"], "x1_renamed": t["x1"], "y": t["y"]})
+    second["rename"] = (publish(spec_of("again-rename", endpoints, columns=("x0", "x1_renamed", "y"))),
+                        data["rename"], [])
+    t = rows(SCENARIOS.index("append"))
+    write_party_csv(data["append"], {c: np.append(v, 0.5) for c, v in t.items()})
+    second["append"] = (publish(spec_of("again-append", endpoints, sizes={PARTY["append"]: SIZE + 1})),
+                        data["append"], [])
+    fresh = work / "cohort-2" / "rows.csv"
+    fresh.parent.mkdir()
+    write_party_csv(fresh, rows(1000))  # other individuals
+    second["new-source"] = (publish(spec_of("cohort-2", endpoints)), fresh,
+                            ["--new-source", "cohort-2", "--new-source-reason", "the 2026 cohort: new patients"])
+    ledger_dir = work / "state" / "ltm" / "ledger"  # the deployment's $XDG_STATE_HOME (sim/localnet/launcher.py)
+    (ledger_dir / f"{PARTY['missing']}.ledger.json").unlink(missing_ok=True)  # (missing_ok: so that the
+    # tests fail on their assertions, not here, with a ledger kept elsewhere)
+    second["missing"] = (publish(spec_of("again-missing", endpoints)), data["missing"], [])
+    results["second"] = wave(second)
 
-        # Third: the head gone too (only the upload journal remains); a tampered charge; a copy of
-        # charged data claimed as a new source.
-        (ledger_dir / f"{PARTY['missing']}.ledger.head").unlink(missing_ok=True)
-        moved_ledger = ledger_dir / f"{PARTY['move']}.ledger.json"
-        if moved_ledger.exists():
-            obj = json.loads(moved_ledger.read_text())
-            charge = next(r for r in obj["records"] if r["kind"] == "charge")
-            charge.update(mechanism="laplace", noise_multiplier=0.0, pure_epsilon=-100.0)
-            moved_ledger.write_text(json.dumps(obj))
-        third = {"missing": (second["missing"][0], data["missing"], []), "move": (second["move"][0], moved, []),
-                 "new-source": (publish(spec_of("cohort-3", endpoints)), data["new-source"],
-                                ["--new-source", "cohort-3", "--new-source-reason", "claimed new, but a copy"])}
-        results["third"] = wave(third)
-        yield {"results": results, "held": held, "ledger_dir": ledger_dir, "second": second}
-        for s in servers:
-            assert s.proc.poll() is None, s.log_tail()
-    finally:
-        for ch in channels:
-            ch.close()
-        group.stop_all()
+    # Third: the head gone too (only the upload journal remains); a tampered charge; a copy of
+    # charged data claimed as a new source.
+    (ledger_dir / f"{PARTY['missing']}.ledger.head").unlink(missing_ok=True)
+    moved_ledger = ledger_dir / f"{PARTY['move']}.ledger.json"
+    if moved_ledger.exists():
+        obj = json.loads(moved_ledger.read_text())
+        charge = next(r for r in obj["records"] if r["kind"] == "charge")
+        charge.update(mechanism="laplace", noise_multiplier=0.0, pure_epsilon=-100.0)
+        moved_ledger.write_text(json.dumps(obj))
+    third = {"missing": (second["missing"][0], data["missing"], []), "move": (second["move"][0], moved, []),
+             "new-source": (publish(spec_of("cohort-3", endpoints)), data["new-source"],
+                            ["--new-source", "cohort-3", "--new-source-reason", "claimed new, but a copy"])}
+    results["third"] = wave(third)
+    yield {"results": results, "held": held, "ledger_dir": ledger_dir, "second": second}
+    started.assert_running()
 
 
 def refused_for_budget(world, name: str) -> None:

@@ -10,117 +10,65 @@ import grpc
 import numpy as np
 import pytest
 
-from analyst.coordinator import close_all, fetch_result_share, publish, run_job
+from analyst.coordinator import close_all, fetch_result_share, publish
 from ltm.randomness import Randomness
-from ltm.v1 import ltm_pb2, ltm_pb2_grpc
-from party.randomizer import make_batches, party_randomness
-from party.uploader import fetch_job, run_upload, upload_batch
+from ltm.v1 import ltm_pb2
+from party.randomizer import make_batches
+from party.uploader import upload_batch
 from ltm_datasets.synthetic import synthetic_ridge
 from sim.runtime.inprocess import run_inprocess
 from sim.runtime.jobs import build_job, party_tables
 from transport.certs import write_certs
-from transport.tls import make_channel
 
+from tests.helpers.clear_releases import clear_gram_release, shares_sum
 from tests.helpers.jobs import seeded_job
+from tests.helpers.servers import close_channels, release_over_grpc, upload_all
 
 K = 3
 
 
-@pytest.fixture(scope="module")
-def deployment(start_servers):
-    started = start_servers("net", K, ["party-0", "party-1", "analyst", "operator"])
-    foreign = started.work / "foreign"
-    write_certs(foreign, ["party-0", "analyst"])  # same names, another CA
-    return {"certs": started.certs, "foreign": foreign, "servers": started.servers, "group": started.group}
+def _job(servers, job_id, seed):
+    return seeded_job(seed, 3000, job_id=job_id, parties=2, k=K, m=16, endpoints=servers.endpoints)
 
 
-def _stubs(dep, actor, cert_dir=None):
-    channels = [make_channel(s.endpoint, cert_dir or dep["certs"], actor,
-                             options=[("grpc.ssl_target_name_override", s.actor)]) for s in dep["servers"]]
-    return channels, [ltm_pb2_grpc.ServerStub(c) for c in channels]
-
-
-def _job(dep, job_id, seed):
-    return seeded_job(seed, 3000, job_id=job_id, parties=2, k=K, m=16, endpoints=[s.endpoint for s in dep["servers"]])
-
-
-async def _close(channels):
-    for c in channels:
-        await c.close()
-
-
-def test_both_transports_release_identical_bytes(deployment):
-    spec, table, randomness = _job(deployment, "equivalence", seed=11)
+def test_both_transports_release_identical_bytes(three_servers):
+    spec, table, randomness = _job(three_servers, "equivalence", seed=11)
     tables = party_tables(spec, table)
 
-    async def networked():
-        a_ch, analyst = _stubs(deployment, "analyst")
-        try:
-            await publish(analyst, spec)
-            for p in spec.parties:
-                p_ch, party = _stubs(deployment, p.party_id)
-                try:
-                    fetched = await fetch_job(party, spec.job_id)
-                    assert fetched.digest == spec.digest
-                    await run_upload(party, fetched, p.party_id, tables[p.party_id],
-                                     party_randomness(randomness, spec, p.party_id), batch_clients=700, progress=False)
-                finally:
-                    await _close(p_ch)
-            return await run_job(analyst, spec, deadline_s=10, randomness_label=randomness.label)
-        finally:
-            await _close(a_ch)
-
-    run = asyncio.run(networked())
+    run = asyncio.run(release_over_grpc(three_servers, spec, tables, randomness, fetch=True, batch_clients=700))
     local = run_inprocess(spec, tables, randomness, batch_clients=700)
     assert run.participants.count == spec.n
     assert run.release.sha256 == local.release.sha256
     np.testing.assert_array_equal(run.release.matrix, local.release.matrix)
 
 
-def test_gram_release_is_identical_over_grpc_and_equals_the_clear_sum(deployment):
+def test_gram_release_is_identical_over_grpc_and_equals_the_clear_sum(three_servers):
     """The gram kind (sum over clients of lifted vectors) on real server processes: the same bytes
     as in process, and those equal Σ enc(lift(clip(z)) + noise) computed in the clear."""
-    from tests.unit.analyst.test_gram import clear_gram_release  # tests/unit/analyst/test_gram.py
-
     randomness = Randomness.seeded_insecure(13)
     table = synthetic_ridge(2000, 4, randomness)
     spec, _ = build_job(table, job_id="gram-equivalence", randomness=randomness, parties=2, k=K, kind="gram",
-                        endpoints=[s.endpoint for s in deployment["servers"]])
+                        endpoints=three_servers.endpoints)
     tables = party_tables(spec, table)
 
-    async def networked():
-        a_ch, analyst = _stubs(deployment, "analyst")
-        try:
-            await publish(analyst, spec)
-            for p in spec.parties:
-                p_ch, party = _stubs(deployment, p.party_id)
-                try:
-                    await run_upload(party, spec, p.party_id, tables[p.party_id],
-                                     party_randomness(randomness, spec, p.party_id), batch_clients=300, progress=False)
-                finally:
-                    await _close(p_ch)
-            return await run_job(analyst, spec, deadline_s=10, randomness_label=randomness.label)
-        finally:
-            await _close(a_ch)
-
-    run = asyncio.run(networked())
+    run = asyncio.run(release_over_grpc(three_servers, spec, tables, randomness, batch_clients=300))
     local = run_inprocess(spec, tables, randomness, batch_clients=300)
     assert run.participants.count == spec.n
     assert run.release.kind == local.release.kind == "gram"
     assert run.release.sha256 == local.release.sha256
     np.testing.assert_array_equal(run.release.matrix, local.release.matrix)
-    total = sum(local.result_shares[1:], local.result_shares[0].copy())
-    np.testing.assert_array_equal(total, clear_gram_release(spec, tables, randomness, batch=300))
+    np.testing.assert_array_equal(shares_sum(local), clear_gram_release(spec, tables, randomness, batch=300))
 
 
-def test_refusals_carry_the_right_status(deployment):
-    spec, table, randomness = _job(deployment, "refusals", seed=12)
+def test_refusals_carry_the_right_status(three_servers, tmp_path):
+    spec, table, randomness = _job(three_servers, "refusals", seed=12)
     tables = party_tables(spec, table)
+    write_certs(tmp_path / "foreign", ["party-0", "analyst"])  # same names, another CA
 
     async def scenario():
-        a_ch, analyst = _stubs(deployment, "analyst")
-        p_ch, party0 = _stubs(deployment, "party-0")
-        f_ch, foreign = _stubs(deployment, "party-0", deployment["foreign"])
+        a_ch, analyst = three_servers.aio_stubs("analyst")
+        p_ch, party0 = three_servers.aio_stubs("party-0")
+        f_ch, foreign = three_servers.aio_stubs("party-0", tmp_path / "foreign")
         try:
             await publish(analyst, spec)
             # 1. a certificate from another CA: the TLS handshake fails, no RPC runs
@@ -138,14 +86,7 @@ def test_refusals_carry_the_right_status(deployment):
             assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
             assert "may upload clients" in err.value.details()
 
-            # let both parties upload everything for real
-            for p in spec.parties:
-                ch, stubs = _stubs(deployment, p.party_id)
-                try:
-                    await run_upload(stubs, spec, p.party_id, tables[p.party_id], party_randomness(randomness, spec, p.party_id),
-                                     progress=False)
-                finally:
-                    await _close(ch)
+            await upload_all(three_servers, spec, tables, randomness)  # both parties upload everything for real
 
             # 3. a party calling Release
             everyone = np.ones(spec.n, dtype=bool)
@@ -170,30 +111,24 @@ def test_refusals_carry_the_right_status(deployment):
                     await fetch_result_share(stub, spec, np.r_[np.zeros(1, bool), np.ones(spec.n - 1, bool)])
                 assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
         finally:
-            await _close(a_ch + p_ch + f_ch)
+            await close_channels(a_ch + p_ch + f_ch)
 
     asyncio.run(scenario())
 
 
-def test_status_reports_batches_and_bytes(deployment):
+def test_status_reports_batches_and_bytes(three_servers):
     """Status counts stored batches and the gRPC-layer bytes each server moved."""
-    spec, table, randomness = _job(deployment, "status", seed=13)
+    spec, table, randomness = _job(three_servers, "status", seed=13)
     tables = party_tables(spec, table)
 
     async def scenario():
-        a_ch, analyst = _stubs(deployment, "analyst")
+        a_ch, analyst = three_servers.aio_stubs("analyst")
         try:
             await publish(analyst, spec)
-            for p in spec.parties:
-                ch, stubs = _stubs(deployment, p.party_id)
-                try:
-                    await run_upload(stubs, spec, p.party_id, tables[p.party_id], party_randomness(randomness, spec, p.party_id),
-                                     batch_clients=500, progress=False)
-                finally:
-                    await _close(ch)
+            await upload_all(three_servers, spec, tables, randomness, batch_clients=500)
             return await asyncio.gather(*(s.Status(ltm_pb2.StatusRequest(job_id=spec.job_id)) for s in analyst))
         finally:
-            await _close(a_ch)
+            await close_channels(a_ch)
 
     replies = asyncio.run(scenario())
     batches_per_party = [-(-p.size // 500) for p in spec.parties]

@@ -14,7 +14,7 @@ import grpc
 import numpy as np
 import pytest
 
-from analyst.coordinator import close_all, fetch_result_share, publish, run_job
+from analyst.coordinator import close_all, fetch_result_share, publish
 from ltm.client_set import ClientSet
 from ltm.clipping import clip_rows
 from ltm.randomness import Randomness
@@ -22,70 +22,34 @@ from ltm.replicated import clear_triangle
 from party import replicated as party_replicated
 from party.randomizer import client_vectors, party_randomness
 from party.replicated import replicated_batches, run_replicated_upload
-from party.uploader import fetch_job, upload_batch
+from party.uploader import upload_batch
 from ltm_datasets.synthetic import synthetic_ridge
 from sim.runtime.inprocess import run_inprocess
 from sim.runtime.jobs import build_job, party_tables
-from sim.localnet.launcher import ProcessGroup
-from transport.certs import write_certs
-from transport.tls import make_channel
-from ltm.v1 import ltm_pb2, ltm_pb2_grpc
+
+from tests.helpers.servers import close_channels, held, publish_over_grpc, release_over_grpc, upload_all
 
 K = 3
 PARTIES = [f"party-{i}" for i in range(3)]
 
 
 @pytest.fixture(scope="module")
-def deployment(tmp_path_factory):
-    work = tmp_path_factory.mktemp("rep")
-    certs = work / "certs"
-    write_certs(certs, [f"server-{i}" for i in range(K)] + PARTIES + ["analyst", "operator"])
-    group = ProcessGroup(work, certs)
-    try:
-        yield {"certs": certs, "servers": group.start_servers(K)}
-    finally:
-        group.stop_all()
-
-
-def _stubs(dep, actor):
-    channels = [make_channel(s.endpoint, dep["certs"], actor, options=[("grpc.ssl_target_name_override", s.actor)])
-                for s in dep["servers"]]
-    return channels, [ltm_pb2_grpc.ServerStub(c) for c in channels]
-
-
-async def _close(channels):
-    for c in channels:
-        await c.close()
+def deployment(start_servers):
+    return start_servers("rep", K, PARTIES + ["analyst", "operator"])
 
 
 def _job(dep, job_id, seed, n=1500):
     randomness = Randomness.seeded_insecure(seed)
     table = synthetic_ridge(n, 5, randomness.child("data"))
     spec, _ = build_job(table, job_id=job_id, randomness=randomness, partition="columns", parties=3, k=K,
-                        kind="gram", colluding_servers=1, endpoints=[s.endpoint for s in dep["servers"]])
+                        kind="gram", colluding_servers=1, endpoints=dep.endpoints)
     assert spec.replicated and spec.reproduction
     return spec, party_tables(spec, table), randomness
 
 
 def _networked(dep, spec, tables, randomness, parties=None):
-    async def go():
-        a_ch, analyst = _stubs(dep, "analyst")
-        try:
-            await publish(analyst, spec)
-            for pid in parties or [p.party_id for p in spec.parties]:
-                p_ch, stubs = _stubs(dep, pid)
-                try:
-                    fetched = await fetch_job(stubs, spec.job_id)
-                    assert fetched.digest == spec.digest
-                    await run_replicated_upload(stubs, fetched, pid, tables[pid],
-                                                party_randomness(randomness, spec, pid))
-                finally:
-                    await _close(p_ch)
-            return await run_job(analyst, spec, deadline_s=5 if parties else 20, randomness_label=randomness.label)
-        finally:
-            await _close(a_ch)
-
-    return asyncio.run(go())
+    return asyncio.run(release_over_grpc(dep, spec, tables, randomness, deadline_s=5 if parties else 20,
+                                         parties=parties, fetch=True, upload=run_replicated_upload))
 
 
 def test_the_same_release_in_process_and_over_grpc(deployment):
@@ -125,22 +89,19 @@ def test_each_server_gates_its_release(deployment):
     spec, tables, randomness = _job(deployment, "rep-gate", seed=23, n=600)
 
     async def go():
-        a_ch, analyst = _stubs(deployment, "analyst")
+        a_ch, analyst = deployment.aio_stubs("analyst")
         try:
             await publish(analyst, spec)
-            for pid in PARTIES:
-                p_ch, stubs = _stubs(deployment, pid)
-                await run_replicated_upload(stubs, spec, pid, tables[pid], party_randomness(randomness, spec, pid))
-                await _close(p_ch)
-            held = await close_all(analyst, spec)
-            assert all(h.count == spec.n for h in held)
+            await upload_all(deployment, spec, tables, randomness, upload=run_replicated_upload)
+            closed = await close_all(analyst, spec)
+            assert all(h.count == spec.n for h in closed)
             with pytest.raises(grpc.aio.AioRpcError, match="over every client"):
                 await fetch_result_share(analyst[0], spec, ClientSet.from_mask(np.arange(spec.n) < spec.n - 1))
             first, _ = await fetch_result_share(analyst[0], spec, ClientSet.full(spec.n))
             again, _ = await fetch_result_share(analyst[0], spec, ClientSet.full(spec.n))
             return first, again
         finally:
-            await _close(a_ch)
+            await close_channels(a_ch)
 
     first, again = asyncio.run(go())
     np.testing.assert_array_equal(first, again)  # a retried release returns the stored bytes
@@ -153,14 +114,14 @@ def test_a_server_refuses_a_malformed_part(deployment):
     part = next(b for b in per_server[0] if b.share.data is not None and b.batch_index == 0)
 
     async def send(batch, server=0):
-        a_ch, analyst = _stubs(deployment, "analyst")
-        p_ch, stubs = _stubs(deployment, "party-0")
+        a_ch, analyst = deployment.aio_stubs("analyst")
+        p_ch, stubs = deployment.aio_stubs("party-0")
         try:
             await publish(analyst, spec)
             return await upload_batch(stubs[server], batch, spec.job_id, attempts=1)
         finally:
-            await _close(a_ch)
-            await _close(p_ch)
+            await close_channels(a_ch)
+            await close_channels(p_ch)
 
     bad_part = replace(part, batch_index=3)
     with pytest.raises(grpc.aio.AioRpcError, match="parts 0, 1, 2"):
@@ -187,32 +148,23 @@ def test_a_party_process_refuses_a_weaker_trust_assumption_than_its_policy(deplo
 
     spec, tables, randomness = _job(deployment, "rep-policy", seed=25, n=300)
 
-    async def publish_it():
-        a_ch, analyst = _stubs(deployment, "analyst")
-        try:
-            await publish(analyst, spec)
-        finally:
-            await _close(a_ch)
-
-    asyncio.run(publish_it())
+    asyncio.run(publish_over_grpc(deployment, spec))
     data = tmp_path / "party-0.csv"
     write_party_csv(data, tables["party-0"])
-    argv = [sys.executable, "-m", "cli", "party", "--id", "party-0", "--certs", str(deployment["certs"]),
-            "--servers", ",".join(s.endpoint for s in deployment["servers"]), "--job", spec.job_id,
+    argv = [sys.executable, "-m", "cli", "party", "--id", "party-0", "--certs", str(deployment.certs),
+            "--servers", ",".join(deployment.endpoints), "--job", spec.job_id,
             "--data", str(data), "--no-progress", "--seed", "25", "--allow-reproduction",
             "--ledger-dir", str(tmp_path / "ledger"), "--state-dir", str(tmp_path / "state")]
     refused = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert refused.returncode == 3, refused.stderr[-2000:]
     assert "at most 1 of 3 servers" in refused.stderr
 
-    async def batches():
-        a_ch, analyst = _stubs(deployment, "analyst")
-        try:
-            return [(await s.Status(ltm_pb2.StatusRequest(job_id=spec.job_id))).batches for s in analyst]
-        finally:
-            await _close(a_ch)
+    analyst = deployment.stubs("analyst")
 
-    assert asyncio.run(batches()) == [0, 0, 0]  # nothing was sent
+    def batches():
+        return [stored for _, stored in held(analyst, spec.job_id)]
+
+    assert batches() == [0, 0, 0]  # nothing was sent
     joined = subprocess.run(argv + ["--min-colluding-servers", "1"], capture_output=True, text=True, timeout=120)
     assert joined.returncode == 0, joined.stderr[-2000:]
-    assert asyncio.run(batches()) == [3, 3, 3]  # its three parts on every server
+    assert batches() == [3, 3, 3]  # its three parts on every server

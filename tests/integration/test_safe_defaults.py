@@ -26,22 +26,21 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
-from scipy.stats import norm
 
 from analyst.coordinator import run_job
 from ltm.jobspec import JobSpec
 from ltm.randomness import Randomness
-from ltm.v1 import ltm_pb2, ltm_pb2_grpc
+from ltm.v1 import ltm_pb2
 from party.randomizer import make_batches, party_randomness
 from party.uploader import batch_header
 from ltm_datasets.synthetic import synthetic_ridge
 from sim.localnet.demo import write_party_csv
 from sim.runtime.jobs import build_job, party_tables
 from sim.localnet.launcher import ProcessGroup
-from transport.certs import write_certs
-from transport.tls import make_channel, make_sync_channel
 
 from tests.helpers import party_runs  # tests/helpers/party_runs.py
+from tests.helpers.gaussian import gaussian_delta
+from tests.helpers.servers import close_channels, create_job, held
 
 K = 2
 N = 1200
@@ -50,54 +49,31 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    work = tmp_path_factory.mktemp("safe")
-    certs = work / "certs"
+def world(start_servers):
     # The analyst serves on this same host (127.0.0.1): its certificate is valid there by host name,
     # so only pinning the server identity keeps a party from talking to it as a server.
-    write_certs(certs, [f"server-{i}" for i in range(K)] + ["party-0", "party-1", "analyst", "operator"],
-                analyst_hosts=["127.0.0.1"])
-    group = ProcessGroup(work, certs)
-    channels = []
-    try:
-        servers = group.start_servers(K)
-
-        def stubs(actor):
-            out = []
-            for s in servers:
-                ch = make_sync_channel(s.endpoint, certs, actor, options=[("grpc.ssl_target_name_override", s.actor)])
-                channels.append(ch)
-                out.append(ltm_pb2_grpc.ServerStub(ch))
-            return out
-
-        randomness = Randomness.seeded_insecure("safe-defaults-data")
-        table = synthetic_ridge(N, 3, randomness)
-        # A private job: system randomness for its sketch seed, so not a reproduction.
-        spec, _ = build_job(table, job_id="base", randomness=Randomness.system(), parties=2, k=K, m=8,
-                            endpoints=[s.endpoint for s in servers])
-        assert not spec.reproduction and spec.privacy.corrupt_parties == 1
-        tables = party_tables(spec, table)
-        for pid, t in tables.items():
-            write_party_csv(work / f"{pid}.csv", t)
-        yield {"work": work, "certs": certs, "servers": servers, "analyst": stubs("analyst"),
-               "party-0": stubs("party-0"), "spec": spec, "tables": tables}
-        for s in servers:
-            assert s.proc.poll() is None, s.log_tail()
-    finally:
-        for ch in channels:
-            ch.close()
-        group.stop_all()
+    started = start_servers("safe", K, ["party-0", "party-1", "analyst", "operator"], analyst_hosts=["127.0.0.1"])
+    work = started.work
+    randomness = Randomness.seeded_insecure("safe-defaults-data")
+    table = synthetic_ridge(N, 3, randomness)
+    # A private job: system randomness for its sketch seed, so not a reproduction.
+    spec, _ = build_job(table, job_id="base", randomness=Randomness.system(), parties=2, k=K, m=8,
+                        endpoints=started.endpoints)
+    assert not spec.reproduction and spec.privacy.corrupt_parties == 1
+    tables = party_tables(spec, table)
+    for pid, t in tables.items():
+        write_party_csv(work / f"{pid}.csv", t)
+    yield {"work": work, "certs": started.certs, "servers": started.servers, "deployment": started,
+           "analyst": started.stubs("analyst"), "party-0": started.stubs("party-0"), "spec": spec, "tables": tables}
+    started.assert_running()
 
 
 def publish(world, spec):
-    for stub in world["analyst"]:
-        assert stub.CreateJob(ltm_pb2.CreateJobRequest(spec_json=spec.canonical_json()),
-                              timeout=TIMEOUT).job_digest == spec.digest
+    create_job(world["analyst"], spec, TIMEOUT)
 
 
 def status(world, job_id):
-    return [(r.clients_held, r.batches) for r in
-            (stub.Status(ltm_pb2.StatusRequest(job_id=job_id), timeout=TIMEOUT) for stub in world["analyst"])]
+    return held(world["analyst"], job_id, TIMEOUT)
 
 
 def run_party(world, job_id, key, *flags, servers=None):
@@ -178,24 +154,17 @@ def test_seeded_batches_are_refused_by_every_server_unless_the_job_is_a_reproduc
     repro = replace(world["spec"], job_id="repro", reproduction=True)
     publish(world, repro)
     for party_id in ("party-0", "party-1"):
-        stubs = world["party-0"] if party_id == "party-0" else None
-        if stubs is None:
-            stubs = [ltm_pb2_grpc.ServerStub(make_sync_channel(s.endpoint, world["certs"], party_id,
-                                                               options=[("grpc.ssl_target_name_override", s.actor)]))
-                     for s in world["servers"]]
+        stubs = world["party-0"] if party_id == "party-0" else world["deployment"].stubs(party_id)
         for per_server in seeded_batches(repro, world["tables"], party_id):
             for stub, b in zip(stubs, per_server):
                 upload(stub, b, "repro")
 
     async def release():
-        channels = [make_channel(s.endpoint, world["certs"], "analyst",
-                                 options=[("grpc.ssl_target_name_override", s.actor)]) for s in world["servers"]]
+        channels, analyst = world["deployment"].aio_stubs("analyst")
         try:
-            return await run_job([ltm_pb2_grpc.ServerStub(c) for c in channels], repro, deadline_s=10.0,
-                                 randomness_label="declared by each party")
+            return await run_job(analyst, repro, deadline_s=10.0, randomness_label="declared by each party")
         finally:
-            for c in channels:
-                await c.close()
+            await close_channels(channels)
 
     privacy = asyncio.run(release()).release.privacy
     assert privacy["seeded_parties"] == ["party-0", "party-1"] and privacy["reproduction"] is True
@@ -247,12 +216,6 @@ def test_a_party_without_server_ids_refuses_an_endpoint_presenting_another_actor
 
 
 # ------------------------------------------------------------------------------ corruption default
-def gaussian_delta(sigma: float, eps: float, sens: float) -> float:
-    """δ(ε) of the Gaussian mechanism N(0, σ²) with ℓ2 sensitivity Δ (Balle & Wang 2018), scipy only."""
-    mu = sens / sigma
-    return norm.cdf(mu / 2 - eps / mu) - math.exp(eps) * norm.cdf(-mu / 2 - eps / mu)
-
-
 def test_default_demo_tolerates_a_corrupt_party_and_reports_the_ledgers(tmp_path):
     out = subprocess.run([sys.executable, "-m", "cli", "demo", "--json", "--workdir", str(tmp_path)],
                          capture_output=True, text=True, timeout=300)
@@ -285,8 +248,8 @@ def test_default_demo_tolerates_a_corrupt_party_and_reports_the_ledgers(tmp_path
     if spec.sketch.kind in ("sparse", "dense"):
         assert sens == pytest.approx(2.0 * spec.clip_bound * math.sqrt(sketch.pieces))
     p = spec.privacy
-    assert gaussian_delta(plan.sigma_client * math.sqrt(honest), p.epsilon, sens) <= p.delta * (1 + 1e-9)
+    assert gaussian_delta(sens / (plan.sigma_client * math.sqrt(honest)), p.epsilon) <= p.delta * (1 + 1e-9)
     # the old default (no corrupt party, L = 95% of the full load) fails this very check
     old_L = math.floor(0.95 * int(total.min()))
     old_sigma_c = plan.sigma_release / math.sqrt(old_L)
-    assert gaussian_delta(old_sigma_c * math.sqrt(honest), p.epsilon, sens) > 2 * p.delta
+    assert gaussian_delta(sens / (old_sigma_c * math.sqrt(honest)), p.epsilon) > 2 * p.delta

@@ -150,59 +150,35 @@ def test_role_check_permission_denied(certs):
     assert "party-3" in err.details() and "party" in err.details()
 
 
-def test_client_certificate_from_another_ca_is_refused(certs, rogue):
+def _rogue_leaf(certs, rogue, port):
     # The client trusts the right CA (so *it* accepts the server) but presents a rogue leaf.
     creds = grpc.ssl_channel_credentials(root_certificates=_read(certs / "ca.pem"),
                                          private_key=_read(rogue / "party-3.key"),
                                          certificate_chain=_read(rogue / "party-3.pem"))
+    return grpc.aio.secure_channel(f"127.0.0.1:{port}", creds)
 
+
+def _no_client_certificate(certs, rogue, port):
+    return grpc.aio.secure_channel(f"localhost:{port}", grpc.ssl_channel_credentials(root_certificates=_read(certs / "ca.pem")))
+
+
+@pytest.mark.parametrize("server_ca, channel", [
+    ("certs", _rogue_leaf),
+    ("certs", _no_client_certificate),
+    ("rogue", lambda certs, rogue, port: make_channel(f"127.0.0.1:{port}", certs, "party-3")),
+    ("certs", lambda certs, rogue, port: make_channel(f"127.0.0.1:{port}", None, "party-3", insecure=True)),
+], ids=["client certificate from another CA", "client without a certificate", "server from another CA",
+        "plaintext client to a TLS server"])
+def test_a_refused_handshake_is_unavailable_and_runs_no_handler(certs, rogue, server_ca, channel):
     async def main():
-        async with aio_server(certs) as (port, calls):
+        async with aio_server({"certs": certs, "rogue": rogue}[server_ca]) as (port, calls):
             with pytest.raises(grpc.aio.AioRpcError) as err:
-                await _call(grpc.aio.secure_channel(f"127.0.0.1:{port}", creds))
+                await _call(channel(certs, rogue, port))
             return err.value, calls
 
     err, calls = _run(main())
     assert err.code() == grpc.StatusCode.UNAVAILABLE
     assert calls == []  # the handler never ran
-
-
-def test_client_without_certificate_is_refused(certs):
-    creds = grpc.ssl_channel_credentials(root_certificates=_read(certs / "ca.pem"))
-
-    async def main():
-        async with aio_server(certs) as (port, calls):
-            with pytest.raises(grpc.aio.AioRpcError) as err:
-                await _call(grpc.aio.secure_channel(f"localhost:{port}", creds))
-            return err.value, calls
-
-    err, calls = _run(main())
-    assert err.code() == grpc.StatusCode.UNAVAILABLE
-    assert calls == []
-
-
-def test_client_refuses_server_from_another_ca(certs, rogue):
-    async def main():
-        async with aio_server(rogue) as (port, calls):
-            with pytest.raises(grpc.aio.AioRpcError) as err:
-                await _call(make_channel(f"127.0.0.1:{port}", certs, "party-3"))
-            return err.value, calls
-
-    err, calls = _run(main())
-    assert err.code() == grpc.StatusCode.UNAVAILABLE
-    assert calls == []
-
-
-def test_plaintext_client_to_tls_server_fails(certs):
-    async def main():
-        async with aio_server(certs) as (port, calls):
-            with pytest.raises(grpc.aio.AioRpcError) as err:
-                await _call(make_channel(f"127.0.0.1:{port}", None, "party-3", insecure=True))
-            return err.value, calls
-
-    err, calls = _run(main())
-    assert err.code() == grpc.StatusCode.UNAVAILABLE
-    assert calls == []
 
 
 # ---------------------------------------------------------------------------- all call kinds

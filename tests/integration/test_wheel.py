@@ -66,6 +66,7 @@ def _dependencies_dir(dest: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def artifacts(tmp_path_factory) -> dict[str, Path]:
+    pytest.importorskip("build", reason="build is not installed (the dev extra: pip install -e '.[dev]')")
     tmp = tmp_path_factory.mktemp("release")
     src = _source_copy(tmp / "src")
     dist = tmp / "dist"

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import re
 import shlex
-import signal
 import socket
 import subprocess
 import sys
@@ -22,9 +21,11 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
+yaml = pytest.importorskip("yaml", reason="pyyaml is not installed (the dev extra: pip install -e '.[dev]')")
 
-from cli.app import build_parser
+from cli.app import build_parser  # noqa: E402
+
+from tests.helpers.processes import stop_processes  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[3]
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
@@ -434,15 +435,7 @@ class LoopbackTestbed:
             time.sleep(0.2)
 
     def stop(self) -> None:
-        for p in self.procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in self.procs:
-            try:
-                p.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        stop_processes(self.procs)
 
 
 def issue_certificates(tb: LoopbackTestbed) -> None:

@@ -11,72 +11,27 @@ kustomize binary is needed, none being on PyPI or in Debian bookworm); where `ku
 from __future__ import annotations
 
 import base64
-import importlib.util
 import re
 import shlex
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
-from cli.app import build_parser
-from transport.certs import write_bundles, write_certs
+yaml = pytest.importorskip("yaml", reason="pyyaml is not installed (the dev extra: pip install -e '.[dev]')")
 
-ROOT = Path(__file__).resolve().parents[3]
-K8S = ROOT / "deploy" / "k8s"
+from cli.app import build_parser  # noqa: E402
+
+from tests.helpers.k8s import (ACTORS, K8S, OVERLAYS, PIECES, ROOT, by_kind, env_of, expand, piece_actors,  # noqa: E402
+                               render, workloads)
+
 K8S_VERSION = "1.32.0"  # the Kubernetes API the manifests target (schemas from kubernetes-validate)
-ACTORS = ["server-0", "server-1", "server-2", "analyst", "operator", "party-0", "party-1", "party-2", "party-3"]
 CROSS = K8S / "overlays" / "cross-cluster"
-PIECES = sorted(p.name for p in (K8S / "base").iterdir())  # one cross-cluster overlay per base piece
-OVERLAYS = ["local"] + [f"cross-cluster/{p}" for p in PIECES]
-
-
-def piece_actors(piece: str) -> list[str]:
-    """The actors whose bundles a piece's overlay holds (the analyst's organisation runs the operator)."""
-    return ["analyst", "operator"] if piece == "analyst" else [piece]
-
-_spec = importlib.util.spec_from_file_location("k8s_render", K8S / "render.py")
-render = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(render)
 
 
 def key(obj: dict) -> tuple[str, str | None, str]:
     return obj["kind"], obj["metadata"].get("namespace"), obj["metadata"]["name"]
-
-
-def issue_bundles(root: Path) -> None:
-    """The certificate bundles of every overlay in the deploy/k8s copy ``root`` (as the README says)."""
-    ca = root.parent / "ca"
-    write_certs(ca, ACTORS)
-    write_bundles(ca, root / "overlays" / "local" / "bundles", ACTORS)
-    for piece in PIECES:
-        write_bundles(ca, root / "overlays" / "cross-cluster" / piece / "bundles", piece_actors(piece))
-
-
-@pytest.fixture(scope="module")
-def tree(tmp_path_factory) -> Path:
-    """A copy of deploy/k8s with every overlay's certificate bundles issued."""
-    root = tmp_path_factory.mktemp("k8s") / "k8s"
-    shutil.copytree(K8S, root, ignore=shutil.ignore_patterns("bundles", "__pycache__"))
-    issue_bundles(root)
-    return root
-
-
-@pytest.fixture(scope="module")
-def rendered(tree) -> dict[str, list[dict]]:
-    return {o: render.render(tree / "overlays" / o) for o in OVERLAYS}
-
-
-@pytest.fixture(scope="module")
-def objects(rendered) -> list[dict]:
-    return rendered["local"]
-
-
-def by_kind(objects, kind):
-    return [o for o in objects if o["kind"] == kind]
 
 
 def test_every_manifest_is_valid_against_the_kubernetes_schemas(rendered):
@@ -141,35 +96,6 @@ def test_the_renderer_agrees_with_kustomize(tree, rendered, overlay):
 
 
 # ---------------------------------------------------------------------------- commands and certificates
-def workloads(objects):
-    for o in objects:
-        if o["kind"] in ("StatefulSet", "Deployment", "Job"):
-            yield o, o["spec"]["template"]["spec"]
-
-
-def env_of(objects, ns: str, container: dict) -> dict[str, str]:
-    maps = {o["metadata"]["name"]: o["data"] for o in by_kind(objects, "ConfigMap") if o["metadata"]["namespace"] == ns}
-    env = {}
-    for e in container.get("env", []):
-        if "value" in e:
-            env[e["name"]] = e["value"]
-        else:
-            ref = e["valueFrom"]["configMapKeyRef"]
-            env[e["name"]] = maps[ref["name"]][ref["key"]]  # KeyError: a reference to nothing
-    return env
-
-
-def expand(words: list[str], env: dict[str, str]) -> list[str]:
-    """Kubernetes' $(VAR) expansion in args, then a probe's `sh -c` line with "$VAR" as sh would."""
-    words = [re.sub(r"\$\((\w+)\)", lambda m: env[m.group(1)], w) for w in words]
-    if words[:2] == ["sh", "-c"]:
-        line = re.sub(r"\$(\w+)", lambda m: env[m.group(1)], words[2])
-        words = shlex.split(line)
-        assert words[0] == "exec"
-        words = words[1:]
-    return words
-
-
 def ltm_commands(objects):
     """(workload, container, argv without the leading `ltm`) for every command and probe."""
     for o, pod in workloads(objects):

@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.deploy.test_k8s import (ROOT, OVERLAYS, PIECES, by_kind, env_of, expand, render,  # noqa: F401 (fixtures)
-                                              rendered, tree)
+yaml = pytest.importorskip("yaml", reason="pyyaml is not installed (the dev extra: pip install -e '.[dev]')")
+
+from tests.helpers.k8s import ROOT, OVERLAYS, PIECES, by_kind, env_of, expand, render  # noqa: E402
 
 README = ROOT / "deploy" / "README.md"
 PSS = ("enforce", "audit", "warn")

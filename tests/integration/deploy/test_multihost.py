@@ -26,7 +26,6 @@ import os
 import re
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -37,6 +36,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from sim.localnet.netns import NetnsLab, netns_available
+
+from tests.helpers.processes import stop_processes
 
 ROOT = Path(__file__).resolve().parents[3]
 GUIDE = ROOT / "deploy" / "README.md"
@@ -252,15 +253,7 @@ class Hosts:
         return sorted(found)
 
     def stop(self) -> None:
-        for _, _, p in self.services:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for _, _, p in self.services:
-            try:
-                p.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        stop_processes(p for _, _, p in self.services)
 
 
 def party_files(hosts: Hosts) -> None:

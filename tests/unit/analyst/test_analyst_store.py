@@ -7,7 +7,7 @@ import pytest
 from analyst.store import AnalystStore, AnalystStoreInUse
 from ltm.client_set import ClientSet
 from ltm.jobfile import parse_job_file, render_job_file
-from tests.unit.ltm.test_jobfile import doc
+from tests.helpers.jobs import job_doc as doc
 
 
 def test_jobs_survive_a_reopen_bit_for_bit(tmp_path):

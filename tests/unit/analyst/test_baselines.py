@@ -275,7 +275,7 @@ def test_baselines_require_a_generator() -> None:
 # ====== mutation-kill tests for analyst/baselines.py (scripts/mutation.sh), formerly test_kills_baselines.py
 # Each test checks behaviour against a value computed independently (a closed form written out
 # again, numpy/scipy in the clear, a second route through the code), never a recorded output.
-from tests.helpers.kill_helpers import exact as _exact  # noqa: E402
+from tests.helpers.messages import exact as _exact  # noqa: E402
 from analyst import baselines as bl  # noqa: E402
 
 

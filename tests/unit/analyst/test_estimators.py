@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+pytest.importorskip("hypothesis", reason="hypothesis is not installed (the dev extra: pip install -e '.[dev]')")
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -326,7 +327,7 @@ def test_make_estimator_names() -> None:
 # again, numpy/scipy in the clear, a second route through the code), never a recorded output.
 import math  # noqa: E402
 from dataclasses import replace as _replace  # noqa: E402
-from tests.helpers.kill_helpers import exact as _exact  # noqa: E402
+from tests.helpers.messages import exact as _exact  # noqa: E402
 from analyst import estimators as est  # noqa: E402
 
 

@@ -33,6 +33,8 @@ from ltm_datasets.tables import Table
 from sim.runtime.inprocess import run_inprocess
 from sim.runtime.jobs import build_job, party_tables
 
+from tests.helpers.clear_releases import assert_release_over_everyone_is, clear_gram_release, shares_sum
+
 GRAM = LIFTS["gram"]
 BATCH = 64
 
@@ -102,31 +104,14 @@ def test_gram_sensitivity_bound_holds_and_is_attained():
 
 
 # ------------------------------------------------------------------------------ bit-exactness
-def clear_gram_release(spec, tables, randomness, batch=BATCH):
-    """Σ_clients enc(lift(clip(z)) + noise) mod 2^64, rebuilt in the clear from the same randomness."""
-    plan = spec.noise_plan()
-    total = np.zeros((1, spec.upload_width), dtype=np.uint64)
-    for party in spec.parties:
-        vectors = clip_rows(client_vectors(spec, party, tables[party.party_id]), party.clip_bound, spec.clip_norm)
-        lifted = GRAM.apply(spec, vectors)
-        prand = party_randomness(randomness, spec, party.party_id)
-        for batch_index, a, b in plan_batches(party, batch).ranges:
-            noisy = noisy_copies(lifted[a - party.start:b - party.start], 1, plan,
-                                 prand.child("batch", batch_index).child("noise"))
-            total[0] += noisy[0].sum(axis=0, dtype=np.uint64)
-    return total
-
-
 @pytest.mark.parametrize("share_mode", ["seed", "full"])
 @pytest.mark.parametrize("k", [2, 3])
 def test_gram_reconstruction_is_the_sum_of_noisy_lifted_vectors_bit_for_bit(share_mode, k):
     spec, table, randomness = gram_job(k=k, share_mode=share_mode, seed=f"exact-{share_mode}-{k}")
     tables = party_tables(spec, table)
     run = run_inprocess(spec, tables, randomness, batch_clients=BATCH)
-    total = sum(run.result_shares[1:], run.result_shares[0].copy())
     expected = clear_gram_release(spec, tables, randomness)
-    assert run.participants.count == spec.n
-    np.testing.assert_array_equal(total, expected)
+    assert_release_over_everyone_is(run, spec, expected)
     np.testing.assert_array_equal(run.release.matrix, decode(expected, spec.frac_bits))
     assert run.release.kind == "gram" and run.release.matrix.shape == (1, gram_width(spec.width))
     # the released Gram is ZᵀZ plus noise of the calibrated size
@@ -191,7 +176,7 @@ def test_gram_released_noise_variance_matches_the_calibration():
         table = Table(cols, "y", "zeros")
         spec, _ = build_job(table, job_id=f"z{i}", randomness=randomness, kind="gram", parties=2, k=2)
         run = run_inprocess(spec, party_tables(spec, table), randomness)
-        Y = decode(sum(run.result_shares[1:], run.result_shares[0].copy()), spec.frac_bits)
+        Y = decode(shares_sum(run), spec.frac_bits)
         plan = spec.noise_plan()
         assert plan.sigma_client * math.sqrt(spec.privacy.min_honest_load) == pytest.approx(plan.sigma_release,
                                                                                             rel=1e-14)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+pytest.importorskip("hypothesis", reason="hypothesis is not installed (the dev extra: pip install -e '.[dev]')")
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -12,7 +12,8 @@ from dataclasses import replace as _replace  # noqa: F401
 import numpy as np
 import pytest
 
-from tests.helpers.kill_helpers import exact as _exact, gate_spec as _gate_spec  # noqa: F401
+from tests.helpers.jobs import gate_spec as _gate_spec
+from tests.helpers.messages import exact as _exact  # noqa: F401
 from ltm import sharing  # noqa: F401
 from ltm.randomness import Randomness  # noqa: F401
 
@@ -45,12 +46,18 @@ def _grid_delta(plan, honest: int, eps: float) -> float:
     return compute_delta(DEFAULT_RDP_ORDERS, [a * rho for a in DEFAULT_RDP_ORDERS], eps)[0]
 
 
+def _weakest_honest_load(spec, mask) -> tuple[np.ndarray, int]:
+    """The row loads of ``mask``'s clients and the smallest honest load of a row (its load less what
+    the corrupt parties could take away)."""
+    loads, deduction = honest_row_loads(spec, mask)
+    return loads, int((loads - deduction).min())
+
+
 def test_privacy_report_recomputes_the_achieved_delta_from_the_weakest_row():
     spec = _gate_spec(min_participants=1)
     plan = spec.noise_plan()
     mask = np.ones(spec.n, bool)
-    loads, deduction = honest_row_loads(spec, mask)
-    honest = int((loads - deduction).min())
+    loads, honest = _weakest_honest_load(spec, mask)
     report = privacy_report(spec, plan, mask, randomness="csprng")
     expected = _grid_delta(plan, honest, spec.privacy.epsilon)
     assert report["achieved_delta"] == pytest.approx(expected, rel=1e-6)
@@ -77,8 +84,7 @@ def test_privacy_report_flags_a_set_that_buys_too_little_noise():
     plan = spec.noise_plan()
     rng = np.random.default_rng(2)
     mask = rng.random(spec.n) < 0.25  # far fewer honest clients per row than L promised
-    loads, deduction = honest_row_loads(spec, mask)
-    honest = int((loads - deduction).min())
+    _, honest = _weakest_honest_load(spec, mask)
     assert 0 < honest < spec.privacy.min_honest_load
     report = privacy_report(spec, plan, mask, randomness="seeded (NOT private)")
     achieved = _grid_delta(plan, honest, spec.privacy.epsilon)
@@ -95,8 +101,7 @@ def test_privacy_report_verifies_up_to_a_relative_tolerance_only():
     spec = _gate_spec(min_participants=1)
     plan = spec.noise_plan()
     mask = np.ones(spec.n, bool)
-    loads, deduction = honest_row_loads(spec, mask)
-    honest = int((loads - deduction).min())
+    _, honest = _weakest_honest_load(spec, mask)
     achieved = _grid_delta(plan, honest, spec.privacy.epsilon)
     just_below = _replace(spec, privacy=_replace(spec.privacy, delta=achieved / (1 + 2e-9)))
     within = _replace(spec, privacy=_replace(spec.privacy, delta=achieved / (1 + 0.5e-9)))
@@ -145,10 +150,9 @@ def test_privacy_report_laplace_and_other_labels():
     assert report["achieved_delta"] == 0.0 and report["sensitivity_l1"] == plan.sensitivity
     assert report["dp_verified"] is True and report["guarantee"].startswith(f"({spec.privacy.epsilon:g}, 0)-DP")
     # each honest pair draws a whole DLap(t): one honest pair per row suffices, none does not
-    loads, deduction = honest_row_loads(spec, mask)
     few = np.zeros(spec.n, bool)
     few[:20] = True
-    honest_few = int((np.subtract(*honest_row_loads(spec, few))).min())
+    _, honest_few = _weakest_honest_load(spec, few)
     assert privacy_report(spec, plan, few, randomness="csprng")["dp_verified"] is (honest_few >= 1)
     assert privacy_report(spec, plan, np.zeros(spec.n, bool), randomness="csprng")["dp_verified"] is False
     cols = _job(partition="columns", s=2)

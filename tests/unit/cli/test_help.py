@@ -40,6 +40,14 @@ def tree() -> list[tuple[list[str], argparse.ArgumentParser]]:
 TREE = tree()
 
 
+def usage_error(argv: list[str], capsys) -> str:
+    """What ``ltm argv`` writes to stderr when it refuses the command line (exit status 2, argparse's)."""
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    return capsys.readouterr().err
+
+
 def test_the_tree_is_walked_whole() -> None:
     names = {" ".join(path) for path, _ in TREE}
     assert set(COMMANDS) <= names
@@ -67,10 +75,7 @@ def test_actors_required_flags_are_required_and_listed_so(capsys) -> None:
         usage = parser.format_usage()
         for flag in required:
             assert f" {flag} " in usage and f"[{flag} " not in usage  # not shown as optional
-        with pytest.raises(SystemExit) as exc:
-            main([path[0]])
-        assert exc.value.code == 2
-        err = capsys.readouterr().err
+        err = usage_error([path[0]], capsys)
         assert f"usage: ltm {path[0]}" in err and "the following arguments are required" in err
 
 
@@ -105,10 +110,7 @@ def test_a_mistyped_flag_names_the_subcommand_usage_and_the_closest_flag(path, p
     flags = flags - {"--help"} or flags  # a command with no flag of its own still has --help
     flag = max(sorted(flags), key=len)  # the longest: one changed letter leaves it the closest by far
     typo = _typo(flag, flags)
-    with pytest.raises(SystemExit) as exc:
-        main(path + [typo, "1"])
-    assert exc.value.code == 2
-    err = capsys.readouterr().err
+    err = usage_error(path + [typo, "1"], capsys)
     assert err.startswith(f"usage: ltm {' '.join(path)} "), err[:200]
     assert f"ltm {' '.join(path)}: error: unrecognized arguments: {typo}" in err
     assert f"did you mean {flag}?" in err
@@ -120,10 +122,7 @@ def test_a_mistyped_flag_names_the_subcommand_usage_and_the_closest_flag(path, p
     (["job", "status", "--jsno"], "usage: ltm job status ", "--json"),
 ])
 def test_a_mistyped_flag_wins_over_missing_required_ones(argv, usage, suggestion, capsys) -> None:
-    with pytest.raises(SystemExit) as exc:
-        main(argv)
-    assert exc.value.code == 2
-    err = capsys.readouterr().err
+    err = usage_error(argv, capsys)
     assert err.startswith(usage) and f"did you mean {suggestion}?" in err and "required" not in err
 
 
@@ -133,10 +132,7 @@ def test_a_mistyped_flag_wins_over_missing_required_ones(argv, usage, suggestion
     (["demo", "--sketch", "sprase"], "usage: ltm demo ", "did you mean 'sparse'?"),
 ])
 def test_a_mistyped_command_or_choice_names_the_closest(argv, usage, suggestion, capsys) -> None:
-    with pytest.raises(SystemExit) as exc:
-        main(argv)
-    assert exc.value.code == 2
-    err = capsys.readouterr().err
+    err = usage_error(argv, capsys)
     assert err.startswith(usage) and suggestion in err
 
 

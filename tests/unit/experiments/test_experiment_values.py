@@ -1,7 +1,7 @@
 """Experiment outputs checked against values computed independently (not recorded outputs).
 
-Kept out of ``tests/test_mutation_kills.py`` because it runs a whole experiment cell, which would
-slow every mutant of the core modules it touches."""
+Not among the tests scripts/mutation.py runs for the core modules: each test here runs a whole
+experiment cell, which would slow every mutant of the core modules it touches."""
 from __future__ import annotations
 
 import numpy as np

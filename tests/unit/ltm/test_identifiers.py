@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+pytest.importorskip("hypothesis", reason="hypothesis is not installed (the dev extra: pip install -e '.[dev]')")
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -24,6 +25,8 @@ from ltm.jobspec import INTERCEPT_NAME, ColumnSpec, JobSpecError, PartySpec, Ser
 from ltm.limits import ServerLimits
 from transport.certs import ACTOR_RE
 
+from tests.helpers.jobs import job_doc as doc
+
 REPO = Path(__file__).resolve().parents[3]
 EXAMPLES = sorted((REPO / "examples" / "jobs").glob("*.toml"))
 
@@ -32,17 +35,6 @@ EXAMPLES = sorted((REPO / "examples" / "jobs").glob("*.toml"))
 HOSTILE_IDS = ["../party-1", "../../server-2", "..", ".", "a/b", "a\\b", "job\nid", "job\rid", "job\x00id", "a b",
                " lead", "trail ", "-dash", ".hidden", "a..b", "x" * (MAX_ID_CHARS + 1), "", "ünï", "server-٣",
                "$(id)", "a;b", "a'b", 'a"b', "a%2Fb", "\u202eevil"]
-
-
-def doc(**over) -> dict:
-    d = {"job": {"id": "j1", "partition": "rows"}, "release": {"kind": "sparse", "m": 8},
-         "privacy": {"epsilon": 1.0, "delta": 1e-6}, "fit": {"model": "ridge"},
-         "servers": [{"id": "server-0", "endpoint": "h0:1"}, {"id": "server-1", "endpoint": "h1:1"}],
-         "parties": [{"id": "party-0", "clients": 400}, {"id": "party-1", "clients": 400}],
-         "columns": [{"name": "a", "range": [0.0, 10.0]}, {"name": "b", "center": 5.0, "spread": 2.0},
-                     {"name": "y", "role": "label", "center": 1.0, "scale": 3.0}]}
-    d.update(over)
-    return d
 
 
 def problems(text: str) -> list[str]:

@@ -12,19 +12,9 @@ from ltm.randomness import Randomness
 from party.uploader import PartyPolicy
 from sim.runtime.inprocess import run_inprocess
 
+from tests.helpers.jobs import job_doc as doc
+
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "jobs" / "power-ridge.toml"
-
-
-def doc(**over) -> dict:
-    d = {"job": {"id": "j1", "partition": "rows"}, "release": {"kind": "sparse", "m": 8},
-         "privacy": {"epsilon": 1.0, "delta": 1e-6}, "fit": {"model": "ridge"},
-         "servers": [{"id": "server-0", "endpoint": "h0:1"}, {"id": "server-1", "endpoint": "h1:1"}],
-         "parties": [{"id": "party-0", "clients": 400}, {"id": "party-1", "clients": 400}],
-         "columns": [{"name": "a", "range": [0.0, 10.0]}, {"name": "b", "center": 5.0, "spread": 2.0},
-                     {"name": "y", "role": "label", "center": 1.0, "scale": 3.0}]}
-    for key, value in over.items():
-        d[key] = value
-    return d
 
 
 def test_the_example_job_file_is_valid():

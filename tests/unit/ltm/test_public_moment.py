@@ -147,7 +147,7 @@ def test_total_privacy_cross_checked_independently(rho):
     dp_accounting's RDP accountant, which sees only the noise multipliers σ_k/Δ_k, and (b) with the
     exact Gaussian-mechanism δ (Balle & Wang) of the composition, a Gaussian of Δ/σ = √(4ρ): the
     reported ε(δ) is a valid bound and within 25% of the accountant's tighter conversion."""
-    dp_accounting = pytest.importorskip("dp_accounting")
+    import dp_accounting  # a core dependency: a missing one fails, it does not skip
     cal = pmt_olse_sigmas(10, 3000, rho)
     # Orders from just above 1 (a large ρ needs α near 1) up to 10⁴.
     orders = np.concatenate([1.0 + np.geomspace(1e-5, 1.0, 300), np.geomspace(2.0, 1e4, 300)])

@@ -11,6 +11,7 @@ import math
 import numpy as np
 import pytest
 import scipy.stats
+pytest.importorskip("hypothesis", reason="hypothesis is not installed (the dev extra: pip install -e '.[dev]')")
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -316,7 +317,7 @@ def test_decode_and_negate_accept_any_integer_ring_array():
 
 
 # ====== mutation-kill tests for ltm/sharing.py (scripts/mutation.sh), formerly test_kills_sharing.py
-from tests.helpers.kill_helpers import exact as _exact  # noqa: E402
+from tests.helpers.messages import exact as _exact  # noqa: E402
 from ltm import sharing  # noqa: E402
 
 

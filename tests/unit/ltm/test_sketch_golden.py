@@ -13,12 +13,19 @@ import numpy as np
 import pytest
 import scipy.stats
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+pytest.importorskip("hypothesis", reason="hypothesis is not installed (the dev extra: pip install -e '.[dev]')")
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ltm.sketch import Sketch
 
 P_THRESHOLD = 1e-6
+
+
+def digits(*rows: str) -> list[list[int]]:
+    """Rows of one-digit values written as strings ("0121" is [0, 1, 2, 1])."""
+    return [[int(c) for c in row] for row in rows]
+
 
 # ----------------------------------------------------------------------------------- golden vectors
 # Every server, party and analyst derives S independently from the public seed; if any host derives
@@ -35,28 +42,13 @@ GOLDEN_SPARSE_ROWS = [
     [8, 6, 0, 0, 1, 4, 15, 4, 13, 12, 13, 0, 9, 0, 5, 5, 7, 16, 4, 10, 11, 8, 9, 4, 10, 14, 8, 9, 13, 1, 8, 0,
      16, 8, 7, 5, 14, 9, 16, 4],
 ]
-GOLDEN_SPARSE_NEGATIVE = [
-    [1, 1, 1, 0, 1, 1, 1, 1, 1, 1, 0, 0, 1, 0, 0, 0, 1, 0, 1, 0, 1, 1, 1, 0, 1, 0, 1, 0, 0, 1, 0, 1, 0, 0, 1, 1,
-     1, 0, 1, 0],
-    [1, 0, 1, 0, 1, 0, 0, 0, 1, 0, 1, 0, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 1, 1, 0, 1, 1, 1, 1, 0, 0, 0, 1, 1, 1, 1,
-     0, 0, 0, 1],
-    [1, 0, 0, 0, 1, 1, 1, 1, 1, 1, 0, 1, 1, 0, 1, 1, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 1, 0, 1, 1, 1, 1, 1,
-     1, 1, 0, 0],
-]
-GOLDEN_DENSE_ROWS = [
-    [0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 0, 1],
-    [1, 2, 3, 4, 0, 1, 2, 3, 4, 0, 1, 2],
-    [2, 3, 4, 0, 1, 2, 3, 4, 0, 1, 2, 3],
-    [3, 4, 0, 1, 2, 3, 4, 0, 1, 2, 3, 4],
-    [4, 0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 0],
-]
-GOLDEN_DENSE_NEGATIVE = [
-    [1, 1, 1, 0, 1, 1, 0, 1, 0, 1, 1, 0],
-    [0, 0, 0, 1, 0, 1, 1, 1, 1, 1, 1, 1],
-    [0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 1],
-    [1, 0, 0, 1, 1, 0, 1, 1, 1, 1, 1, 1],
-    [1, 0, 0, 1, 0, 0, 1, 0, 1, 0, 1, 0],
-]
+GOLDEN_SPARSE_NEGATIVE = digits(
+    "1110111111001000101011101010010100111010",
+    "1010100010101111100000110111100011110001",
+    "1000111111011011100001000010010111111100",
+)
+GOLDEN_DENSE_ROWS = digits("012340123401", "123401234012", "234012340123", "340123401234", "401234012340")
+GOLDEN_DENSE_NEGATIVE = digits("111011010110", "000101111111", "000011000001", "100110111111", "100100101010")
 
 
 def test_golden_sparse_placement():
@@ -316,7 +308,7 @@ def test_rows_and_signs_are_uniform(kind, m, s):
 # ====== mutation-kill tests for ltm/sketch.py (scripts/mutation.sh), formerly test_kills_sketch.py
 # Each test checks behaviour against a value computed independently (a closed form written out
 # again, numpy/scipy in the clear, a second route through the code), never a recorded output.
-from tests.helpers.kill_helpers import exact as _exact  # noqa: E402
+from tests.helpers.messages import exact as _exact  # noqa: E402
 from ltm.sketch import CHUNK_CLIENTS  # noqa: E402
 
 

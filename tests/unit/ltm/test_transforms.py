@@ -221,13 +221,12 @@ def test_columns_partition_refuses_a_transform_across_parties():
 @pytest.mark.parametrize("partition,feature_map,kind", [("rows", "cos", "sparse"), ("columns", "sincos", "sparse"),
                                                          ("rows", "sincos", "dense")])
 def test_ltm_pipeline_on_mapped_vectors_reconstructs_bit_for_bit(partition, feature_map, kind):
-    from tests.unit.analyst.test_pipeline_exact import BATCH, clear_release
+    from tests.helpers.clear_releases import BATCH, clear_release, shares_sum
 
     spec, table, randomness = _rff_job(partition, feature_map, n=300, kind=kind, m=14 if kind == "dense" else 30)
     tables = party_tables(spec, table)
     run = run_inprocess(spec, tables, randomness, batch_clients=BATCH)
-    total = sum(run.result_shares[1:], run.result_shares[0].copy())
-    np.testing.assert_array_equal(total, clear_release(spec, tables, randomness))
+    np.testing.assert_array_equal(shares_sum(run), clear_release(spec, tables, randomness))
     assert run.release.columns == spec.vector_names
     assert run.release.matrix.shape == (spec.sketch.m, spec.width)
 

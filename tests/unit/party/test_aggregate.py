@@ -14,6 +14,8 @@ from ltm_datasets.synthetic import synthetic_ridge
 from sim.runtime.inprocess import run_inprocess
 from sim.runtime.jobs import build_job, party_tables
 
+from tests.helpers.clear_releases import shares_sum
+
 N = 600
 
 
@@ -32,8 +34,7 @@ def _job(kind, partition="rows", mode="per-client", **kw):
 
 
 def _released_sum(spec, tables, randomness, batch_clients=64):
-    run = run_inprocess(spec, tables, randomness, batch_clients=batch_clients)
-    return sum(run.result_shares[1:], run.result_shares[0].copy())
+    return shares_sum(run_inprocess(spec, tables, randomness, batch_clients=batch_clients))
 
 
 @pytest.mark.parametrize("kind,partition", [("gram", "rows"), ("sparse", "rows"), ("dense", "rows"),

@@ -10,48 +10,19 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from scipy.optimize import brentq
-from scipy.stats import norm
 
 import party.ledger as ledger_mod
-from ltm.jobspec import ColumnSpec, JobSpec, PartySpec, PrivacySpec, ServerSpec, SketchSpec, resolve_defaults
 from ltm.randomness import Randomness
 from party.ledger import Budget, BudgetExceeded, PrivacyLedger, source_fingerprint
 from ltm_datasets.synthetic import synthetic_ridge
 from sim.runtime.inprocess import run_inprocess
 from sim.runtime.jobs import build_job, party_tables
 
-N = 2000
-
-
-def job(job_id: str, epsilon: float = 1.0, delta: float = 1e-6, *, mechanism: str = "gaussian", s: int = 1,
-        parties: int = 4, kind: str = "sparse", **privacy) -> JobSpec:
-    edges = np.linspace(0, N, parties + 1).astype(int)
-    spec = JobSpec(
-        job_id=job_id, partition="rows", n=N, columns=tuple(ColumnSpec(f"x{j}") for j in range(3)),
-        parties=tuple(PartySpec(f"party-{i}", int(a), int(b), (), 1.0) for i, (a, b) in enumerate(zip(edges, edges[1:]))),
-        clip_bound=1.0, frac_bits=0, sketch=SketchSpec(kind, 20, s if kind == "sparse" else 20, "5a" * 32),
-        privacy=PrivacySpec(epsilon=epsilon, delta=delta, mechanism=mechanism, **privacy),
-        servers=(ServerSpec("server-0"), ServerSpec("server-1")), clip_norm="l1" if mechanism == "laplace" else "l2")
-    return resolve_defaults(spec)
+from tests.helpers.gaussian import exact_epsilon
+from tests.helpers.jobs import bare_spec as job
 
 
 # ------------------------------------------------------------------ independent computations
-def gaussian_delta(mu: float, eps: float) -> float:
-    """δ(ε) of the Gaussian mechanism with Δ/σ = μ (Balle & Wang 2018, Thm 8), with scipy only."""
-    return norm.cdf(mu / 2 - eps / mu) - math.exp(eps) * norm.cdf(-mu / 2 - eps / mu)
-
-
-def exact_epsilon(mu: float, delta: float) -> float:
-    """The exact ε at δ of a Gaussian mechanism with Δ/σ = μ: the tightest correct bound."""
-    return brentq(lambda e: gaussian_delta(mu, e) - delta, 0.0, 200.0, xtol=1e-12)
-
-
-def independent_sigma(epsilon: float, delta: float, sensitivity: float) -> float:
-    """The analytic-Gaussian σ for (ε, δ) and Δ, by bisection on scipy's δ(ε)."""
-    return sensitivity / brentq(lambda mu: gaussian_delta(mu, epsilon) - delta, 1e-6, 50.0, xtol=1e-14)
-
-
 def _independent_rho(spec) -> float:
     """ρ of the job's distributed discrete Gaussian from its grid plan, recomputed here: ½(Δ₂/(√L·σ_c))²
     (Kairouz et al.'s τ term is below 1e-200 at these σ_c, so it cannot show at rel=1e-9)."""

@@ -23,7 +23,9 @@ from party.ledger import (ADMISSION_RTOL, DEFAULT_SOURCE, Budget, BudgetExceeded
 from ltm_datasets.synthetic import synthetic_ridge
 from sim.runtime.inprocess import run_inprocess
 from sim.runtime.jobs import build_job, party_tables
-from tests.unit.party.test_ledger import exact_epsilon, gaussian_delta, independent_sigma, job  # independent computations
+
+from tests.helpers.gaussian import exact_epsilon, gaussian_delta, independent_sigma
+from tests.helpers.jobs import bare_spec as job
 
 FP = "ab" * 32
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.helpers.kill_helpers import exact
+from tests.helpers.messages import exact
 from party.randomizer import plan_batches
 
 

@@ -12,7 +12,8 @@ from dataclasses import replace as _replace  # noqa: F401
 import numpy as np
 import pytest
 
-from tests.helpers.kill_helpers import exact as _exact, gate_spec as _gate_spec  # noqa: F401
+from tests.helpers.jobs import gate_spec as _gate_spec
+from tests.helpers.messages import exact as _exact  # noqa: F401
 from ltm import sharing  # noqa: F401
 from ltm.client_set import ClientSet
 from ltm.randomness import Randomness  # noqa: F401

@@ -418,7 +418,7 @@ def test_refusals_do_not_block_the_valid_upload(open_job):
 # ====== mutation-kill tests for server/release_gate.py (scripts/mutation.sh), formerly test_kills_release_gate.py
 # Each test checks behaviour against a value computed independently (a closed form written out
 # again, numpy/scipy in the clear, a second route through the code), never a recorded output.
-from tests.helpers.kill_helpers import gate_spec as _gate_spec  # noqa: E402
+from tests.helpers.jobs import gate_spec as _gate_spec  # noqa: E402
 
 
 def _refusal(spec, **kw) -> GateRefusal:

@@ -28,8 +28,9 @@ from ltm_datasets.synthetic import synthetic_ridge
 from sim.runtime.inprocess import run_inprocess
 from sim.runtime.jobs import build_job, party_tables
 
+from tests.helpers.crash_batches import CRASH_CLIENTS, crash_batch
+
 REPO = Path(__file__).resolve().parents[3]
-TESTS = Path(__file__).resolve().parent
 
 
 # ---------------------------------------------------------------- helpers
@@ -403,29 +404,15 @@ def test_concurrent_puts_from_threads(tmp_path):
 
 
 # ---------------------------------------------------------------- crash safety with a real kill -9
-CRASH_CLIENTS = 2048
 CRASH_JOB = "crash"
-
-
-def crash_batch(job_digest: str, width: int, i: int) -> ShareBatch:
-    """Batch i of the crash test, a pure function of i: every third a seed, else 1–2 pieces of data."""
-    start, stop = i * CRASH_CLIENTS, (i + 1) * CRASH_CLIENTS
-    columns = tuple(range(width))
-    if i % 3 == 2:
-        share = Share(0, (1, CRASH_CLIENTS, width), seed=hashlib.sha256(f"seed-{i}".encode()).digest())
-    else:
-        shape = (1 + i % 2, CRASH_CLIENTS, width)
-        data = np.random.default_rng(i).integers(0, 2**64, size=shape, dtype=np.uint64, endpoint=False)
-        share = Share(0, shape, data=data)
-    return ShareBatch(job_digest, "party-crash", i, start, stop, columns, share)
 
 
 CHILD = f"""
 import sys
-sys.path[:0] = [{str(REPO)!r}, {str(TESTS)!r}]
+sys.path[:0] = [{str(REPO)!r}]
 from server.sqlite_store import SqliteStore
 from server.store import StoredBatch
-from tests.unit.server.test_sqlite_store import crash_batch
+from tests.helpers.crash_batches import crash_batch
 directory, start = sys.argv[1], int(sys.argv[2])
 store = SqliteStore(directory)
 spec = store.get_job({CRASH_JOB!r})

@@ -118,7 +118,7 @@ def test_row_loads_of_a_client_set_equal_those_of_its_mask_with_and_without_slot
     """The chunked pass over a ClientSet (placement derived per chunk, or taken from the slot
     cache) gives exactly the loads and deductions of the same set as a mask."""
     import ltm.jobspec as jobspec
-    from tests.helpers.kill_helpers import gate_spec
+    from tests.helpers.jobs import gate_spec
 
     if chunk is not None:
         monkeypatch.setattr(jobspec, "CHUNK_CLIENTS", chunk)

@@ -59,8 +59,8 @@ def scipy_delta_logspace(sigma: float, eps: float, sens: float) -> float:
 
 
 def _pld():
-    pld = pytest.importorskip("dp_accounting.pld.privacy_loss_distribution")
-    dp_accounting = pytest.importorskip("dp_accounting")
+    import dp_accounting  # a core dependency: a missing one fails, it does not skip
+    from dp_accounting.pld import privacy_loss_distribution as pld
     return pld, dp_accounting.NeighboringRelation
 
 
@@ -464,7 +464,7 @@ def test_calibration_error_is_a_value_error():
 # ====== mutation-kill tests for ltm/dp/calibration.py (scripts/mutation.sh), formerly test_kills_calibration.py
 # Each test checks behaviour against a value computed independently (a closed form written out
 # again, numpy/scipy in the clear, a second route through the code), never a recorded output.
-from tests.helpers.kill_helpers import exact as _exact  # noqa: E402
+from tests.helpers.messages import exact as _exact  # noqa: E402
 from ltm.dp import calibration as cal  # noqa: E402
 
 

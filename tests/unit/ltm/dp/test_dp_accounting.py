@@ -126,7 +126,7 @@ def test_grid_laplace_event_is_exactly_epsilon():
 
 
 def test_job_event_is_the_specs_plan_event():
-    from tests.helpers.kill_helpers import gate_spec
+    from tests.helpers.jobs import gate_spec
 
     spec = gate_spec(min_participants=1)
     assert accounting.job_event(spec) == spec.noise_plan().dp_event()
