@@ -388,8 +388,8 @@ async def coordinate(links: list[ServerLink], spec: JobSpec, *, deadline_s: floa
                      progress: Callable[[str, dict], None] | None = None) -> JobRun:
     """Publish (optionally) → wait for parties → close → intersect → release → reconstruct.
 
-    The one coordinator of both transports: the gRPC analyst passes :class:`GrpcServerLink`
-    objects, ``sim``'s in-process transport links to server cores in the same process.  Every step
+    The one coordinator of both paths (gRPC and in process): the gRPC analyst passes :class:`GrpcServerLink`
+    objects, ``sim``'s in-process runtime links to server cores in the same process.  Every step
     is safe to repeat (create and close are idempotent, a release retried with the same
     participant set returns the server's persisted once-only record), so an analyst that crashed
     anywhere and runs this again releases the same bytes.

@@ -53,10 +53,11 @@ from analyst.estimators import LowRank, Ridge, solve_ridge
 from analyst.metrics import gram_matrix, psi_from_gram, ridge_objective, ridge_optimum
 from ltm.randomness import Randomness
 from ltm.sketch import Sketch
-from sim.data import Table, public_columns, synthetic_lowrank, synthetic_ridge
+from ltm_datasets.synthetic import synthetic_lowrank, synthetic_ridge
+from ltm_datasets.tables import Table, public_columns
 
 from experiments import ltmjobs
-from experiments.datasets import features_only, load_dataset
+from ltm_datasets.real import features_only, load_dataset
 from experiments.ltmjobs import Mechanism
 from experiments.registry import register
 from experiments.seeds import numpy_rng, subseed

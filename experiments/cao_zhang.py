@@ -16,7 +16,7 @@ the paper leaves out are our choices, named where used.  Estimators: :mod:`analy
     (our choice: the paper's method is undefined there, yet Fig. 2 shows those points), so the
     curve shows the failure region.
 ``cao_zhang.wine`` (Fig. 4)
-    white wine (``experiments/data/winequality-white.csv``), optionally without the extreme row
+    white wine (``ltm_datasets/data/winequality-white.csv``), optionally without the extreme row
     2781, every column z-scored with the full-data mean and std, one seeded split 249 public /
     rest private fixed across repetitions; per repetition a fresh subsample of n_A private rows.
     Metric ‖β̂ − β̂_A‖ against the non-private OLS on the WHOLE private set (Cao & Zhang §4.2).
@@ -52,8 +52,8 @@ from analyst.public_moment import NotPrivateWarning, dp_olse, dp_pmt_olse
 from experiments.registry import register
 from experiments.seeds import numpy_rng, subseed
 from ltm.second_moment import PublicSecondMoment, kappa_bar, zcdp_to_epsilon
+from ltm_datasets.real import DATA_DIR
 
-DATA_DIR = Path(__file__).resolve().parent / "data"
 WINE_FILE = "winequality-white.csv"
 WINE_SHA256 = "76c3f809815c17c07212622f776311faeb31e87610d52c26d87d6e361b169836"
 WINE_SHAPE = (4898, 12)
@@ -108,12 +108,12 @@ def load_white_wine(path: Path | None = None) -> tuple[np.ndarray, list[str]]:
     Accepts the UCI ``;``-separated format and the comma-separated copies, with a header line.
     The bundled file's SHA-256 is checked; any file's shape and two column means are checked.
     """
-    from sim.data import DataError
+    from ltm_datasets.tables import DataError
 
     p = path or DATA_DIR / WINE_FILE
     raw = p.read_bytes()
     if path is None and hashlib.sha256(raw).hexdigest() != WINE_SHA256:
-        raise DataError(f"{p}: SHA-256 mismatch; the bundled file was modified (experiments/data/README.md)")
+        raise DataError(f"{p}: SHA-256 mismatch; the bundled file was modified (ltm_datasets/data/README.md)")
     text = raw.decode("utf-8-sig")
     first = text.split("\n", 1)[0]
     sep = ";" if first.count(";") > first.count(",") else ","
@@ -314,12 +314,12 @@ def _ltm_rows(A: np.ndarray, y: np.ndarray, B: np.ndarray, yB: np.ndarray, ref: 
 
     from analyst.estimators import OLS, Ridge, release_lambda
     from analyst.mapback import raw_linear_predictor
-    from experiments.transport import current
+    from experiments.release_backends import current
     from ltm.jobspec import validate_job
     from ltm.randomness import Randomness
     from ltm.second_moment import epsilon_to_zcdp
-    from sim.data import Table, public_columns
-    from sim.jobs import build_job, party_tables
+    from ltm_datasets.tables import Table, public_columns
+    from sim.runtime.jobs import build_job, party_tables
 
     n, d = A.shape
     eps, delta = float(params["epsilon"]), float(params.get("delta", 1e-6))

@@ -49,8 +49,8 @@ from experiments.registry import register
 from experiments.seeds import numpy_rng, subseed
 from ltm.randomness import Randomness
 from ltm.transforms import RandomFeatures, rff_spec
+from ltm_datasets.real import DATA_DIR
 
-DATA_DIR = Path(__file__).resolve().parent / "data"
 WINE_RED_FILE = "winequality-red.csv"
 WINE_RED_SHA256 = "4a402cf041b025d4566d954c3b9ba8635a3a8a01e039005d97d6a710278cf05e"
 WINE_WHITE_FILE = "winequality-white.csv"
@@ -104,7 +104,7 @@ def synthetic_data(n_total: int, d: int, fn: str, rng: np.random.Generator) -> t
 def _read(path: Path, sha256: str) -> str:
     raw = path.read_bytes()
     if hashlib.sha256(raw).hexdigest() != sha256:
-        raise ValueError(f"{path}: SHA-256 mismatch; the bundled file was modified (experiments/data/README.md)")
+        raise ValueError(f"{path}: SHA-256 mismatch; the bundled file was modified (ltm_datasets/data/README.md)")
     return raw.decode("utf-8-sig")
 
 
@@ -370,10 +370,10 @@ def ltm_compare(params: dict, seed: int) -> list[dict]:
     """Ours: private random-feature ridge THROUGH THE LTM (parties map their rows with public RFF
     before clipping; release kind ``params['kind']``: a sparse sketch or the gram kind; de-biased
     ridge in feature space; predict on raw inputs) vs private linear ridge through the LTM, same
-    data, split, ε, release kind and pipeline (``sim.simulate``).  Also, from the same report, the
+    data, split, ε, release kind and pipeline (``sim.runtime.simulate``).  Also, from the same report, the
     non-private OLS of each model on the clear (mapped) rows and the best central baseline of each
     (SSP or AdaSSP, a trusted curator)."""
-    from sim.simulate import SimulateConfig, simulate
+    from sim.runtime.simulate import SimulateConfig, simulate
 
     kind = params.get("kind", "sparse")
     features_n = params["features_n"]

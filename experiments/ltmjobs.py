@@ -1,7 +1,7 @@
 """LTM releases for experiments: job specs with explicit column transforms, and two ways to release.
 
 * the **real path** (``path="real"``): the job goes through the actual party → server → analyst
-  cores via :func:`experiments.transport.current` (in process, or the gRPC actors under
+  cores via :func:`experiments.release_backends.current` (in process, or the gRPC actors under
   ``--networked``);
 * the **fast path** (``path="fast"``, simulation only): the exact distributional shortcut of the
   Gaussian release (Burkhardt et al. §4.2, Cor 4.7: the noise is added before the linear sketch).
@@ -38,11 +38,11 @@ from ltm.jobspec import MAX_FRAC_BITS, MIN_FRAC_BITS, ColumnSpec, JobSpec, JobSp
     ServerSpec, SketchSpec, resolve_defaults, worst_entry_magnitude
 from ltm.ring import HEADROOM_LIMIT
 from ltm.sketch import Sketch
-from sim.data import Table
-from sim.jobs import party_tables, split_parties
-from sim.simulate import training_matrix
+from ltm_datasets.tables import Table
+from sim.runtime.jobs import party_tables, split_parties
+from sim.runtime.simulate import training_matrix
 
-from experiments import transport
+from experiments import release_backends
 from experiments.seeds import numpy_rng, subseed
 
 PATHS = ("real", "fast", "auto")
@@ -230,7 +230,7 @@ def release(spec: JobSpec, table: Table, V: np.ndarray, seed: int, path: str,
     taken = choose_path(path, spec, real_budget)
     if taken == "fast":
         return fast_release(spec, V, seed, clean_and_loads), "fast"
-    return transport.current().release(spec, party_tables(spec, table), seed), transport.current().name
+    return release_backends.current().release(spec, party_tables(spec, table), seed), release_backends.current().name
 
 
 def transformed(spec: JobSpec, table: Table) -> np.ndarray:
@@ -248,7 +248,7 @@ def transform_columns(columns: tuple[ColumnSpec, ...], table: Table, clip_bound:
 
 
 def endpoints(k: int) -> list[str] | None:
-    return transport.current().endpoints(k)
+    return release_backends.current().endpoints(k)
 
 
 def sigma_summary(rel: ReleasedSketch) -> dict[str, float | int | None]:

@@ -35,14 +35,14 @@ from ltm.jobconfig import add_options
 
 REAL_DATASETS = {
     # name: (ltm simulate arguments, rows, provenance)
-    "household power (100k sample)": ([], 100_000, "sim/data/README.md (bundled default)"),
-    "bike sharing (hourly)": (["--data", "experiments/data/bike_sharing_hour.csv", "--label", "cnt", "--features",
+    "household power (100k sample)": ([], 100_000, "ltm_datasets/data/README.md (bundled default)"),
+    "bike sharing (hourly)": (["--data", "ltm_datasets/data/bike_sharing_hour.csv", "--label", "cnt", "--features",
                                "season,yr,mnth,hr,holiday,weekday,workingday,weathersit,temp,atemp,hum,windspeed"],
-                              17_379, "experiments/data/README.md; casual/registered (which sum to cnt), "
+                              17_379, "ltm_datasets/data/README.md; casual/registered (which sum to cnt), "
                                       "instant and the date left out"),
-    "California housing (complete rows)": (["--data", "experiments/data/california_housing_complete.csv",
+    "California housing (complete rows)": (["--data", "ltm_datasets/data/california_housing_complete.csv",
                                             "--label", "median_house_value"], 20_433,
-                                           "experiments/data/README.md; ocean_proximity (text) skipped"),
+                                           "ltm_datasets/data/README.md; ocean_proximity (text) skipped"),
 }
 
 
@@ -94,15 +94,16 @@ GRID_DATASETS = ("household power (100k sample)", "California housing (complete 
 
 
 def _load(name: str):
-    from sim.data import load_bundled, load_csv
+    from ltm_datasets.real import load_bundled
+    from ltm_datasets.tables import load_csv
 
     if name.startswith("household"):
         return load_bundled()
-    return load_csv(_root() / "experiments/data/california_housing_complete.csv", label="median_house_value")
+    return load_csv(_root() / "ltm_datasets/data/california_housing_complete.csv", label="median_house_value")
 
 
 def _subsample(table, n: int, seed: int):
-    from sim.data import Table
+    from ltm_datasets.tables import Table
 
     idx = np.sort(np.random.default_rng(seed).permutation(table.n)[:n])
     return Table({c: v[idx] for c, v in table.columns.items()}, table.label, table.source)
@@ -111,9 +112,9 @@ def _subsample(table, n: int, seed: int):
 def _measure(table, kind: str, m: int, epsilon: float, delta: float, seed: int) -> float:
     from analyst.estimators import make_estimator, release_lambda
     from ltm.randomness import Randomness
-    from sim.inprocess import run_inprocess
-    from sim.jobs import build_job, party_tables
-    from sim.simulate import training_matrix
+    from sim.runtime.inprocess import run_inprocess
+    from sim.runtime.jobs import build_job, party_tables
+    from sim.runtime.simulate import training_matrix
 
     r = Randomness.seeded_insecure(f"grid-{seed}")
     spec, _ = build_job(table, job_id="grid", randomness=r, kind=kind, m=None if kind == "gram" else m,
@@ -132,8 +133,8 @@ def _measure(table, kind: str, m: int, epsilon: float, delta: float, seed: int) 
 def run_grid(out: Path, reps: int, ns: dict[str, list[int]], epsilons: list[float], delta: float) -> list[dict]:
     from ltm.clipping import clip_rows
     from ltm.planner import PlanInputs, plan_release
-    from sim.data import public_columns
-    from sim.jobs import split_parties
+    from ltm_datasets.tables import public_columns
+    from sim.runtime.jobs import split_parties
 
     rows: list[dict] = []
     for name in GRID_DATASETS:

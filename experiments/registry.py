@@ -20,7 +20,7 @@ Rules a scenario must follow:
 
 * Deterministic given ``(params, seed)``: derive every random choice from ``seed`` (see
   :func:`experiments.seeds.subseed`), so a resumed or networked run reproduces the same numbers.
-* Protocol runs go through :func:`experiments.transport.current` (in-process by default; the
+* Protocol runs go through :func:`experiments.release_backends.current` (in-process by default; the
   real gRPC actors under ``--networked``).  A scenario that does so declares ``networked=True``;
   the runner refuses ``--networked`` for the others.
 * Rows should carry a ``series`` column when a cell compares several methods (the plots and the

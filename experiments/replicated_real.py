@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from experiments.planner_grid import REAL_DATASETS
-from sim.simulate import SimulateConfig, simulate
+from sim.runtime.simulate import SimulateConfig, simulate
 
 SETTINGS = {
     "columns, replicated (1 of 3 servers)": dict(partition="columns", parties=3, sketch="gram", colluding_servers=1),

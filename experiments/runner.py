@@ -11,7 +11,7 @@ over repetitions, beside the paper's numbers), ``aggregate.csv`` (the same per g
 series, machine-readable), the spec's PNG plots and ``run.json`` (the exact command, spec hashes,
 wall time, versions).
 
-``--networked`` installs :class:`experiments.transport.NetworkedTransport`: every LTM job of a
+``--networked`` installs :class:`experiments.release_backends.NetworkedBackend`: every LTM job of a
 cell goes through real ``ltm server`` / ``ltm analyst`` / ``ltm party`` processes with mutual TLS
 (only for specs and scenarios that declare support; workers are then limited to 1).
 """
@@ -31,7 +31,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from experiments import transport as transport_mod
+from experiments import release_backends
 from experiments.executors import EXECUTORS, make_executor
 from experiments.registry import Scenario, get_scenario
 from experiments.results import ResultsCsv
@@ -243,8 +243,8 @@ def run_experiment(spec_ref: str | Path, out: str | Path | None = None, *, reduc
         previous_transport = None
         net = None
         if networked:
-            net = transport_mod.NetworkedTransport()
-            previous_transport = transport_mod.install(net)
+            net = release_backends.NetworkedBackend()
+            previous_transport = release_backends.install(net)
         status = "complete"
         ran = 0
         restore = _interrupt_on_sigterm()
@@ -271,7 +271,7 @@ def run_experiment(spec_ref: str | Path, out: str | Path | None = None, *, reduc
             ex.close()  # free the workers (a LocalCluster's processes) before the report
             if net is not None:
                 net.close()
-                transport_mod.install(previous_transport)
+                release_backends.install(previous_transport)
             if status != "complete" or (max_pairs is not None and len(csv.done()) < pairs_total):
                 status = status if status != "complete" else "partial"
             if status == "complete":  # every pair is there: the file's order no longer depends on who ran them

@@ -82,10 +82,11 @@ from party.randomizer import party_randomness
 from party.replicated import replicated_uploads
 from server.core import ServerCore
 from server.replicated import ReplicatedServer
-from sim.data import Table, synthetic_ridge
-from sim.inprocess import run_inprocess
-from sim.jobs import build_job, party_tables
-from sim.simulate import SimulateConfig, load_table, report_for_release, training_matrix
+from ltm_datasets.synthetic import synthetic_ridge
+from ltm_datasets.tables import Table
+from sim.runtime.inprocess import run_inprocess
+from sim.runtime.jobs import build_job, party_tables
+from sim.runtime.simulate import SimulateConfig, load_table, report_for_release, training_matrix
 
 STYLES = {
     "k=2 servers": {"color": "tab:blue", "marker": "o"},
@@ -305,7 +306,7 @@ class ReplicatedViews:
 def replicated_views(spec: JobSpec, table: Table, randomness: Randomness) -> ReplicatedViews:
     """Run a replicated job (``spec.replicated``) through the real party, server and analyst cores
     with the servers kept, and read back every server's view.  The same calls, in the same order and
-    with the same per-party randomness, as :func:`sim.replicated_run.run_replicated` (without the
+    with the same per-party randomness, as :func:`sim.runtime.replicated_run.run_replicated` (without the
     ledgers), so the release is the in-process run's bit for bit."""
     if not spec.replicated:
         raise ValueError(f"job {spec.job_id!r} is not a replicated release")

@@ -7,7 +7,7 @@ Two scenarios (specs ``experiments/specs/wu_fig2.toml`` and ``wu_table1.toml``):
     d = 10 features x ~ U(−1, 1)^d, w* ~ U(−1/d, 1/d)^d, y = w*ᵀx (no label noise), six parties
     holding the column blocks (2, 2, 2, 2, 2, 1) — the last one holds the label — so d_max = 2.
 ``wu.table1`` (Table 1)
-    insurance and bike sharing (``experiments/data/``), categorical columns one-hot encoded,
+    insurance and bike sharing (``ltm_datasets/data/``), categorical columns one-hot encoded,
     every column min–max scaled to [0, 1], a random 80/20 split per seed, five parties.
 
 Every cell compares, on the SAME data:
@@ -19,13 +19,13 @@ Every cell compares, on the SAME data:
   ``B·D^j/√k + R^j`` with ``R^j ~ N(0, 4·d_max·σ²_{ε,δ})`` (Algorithm 2, §4.2), computed here in numpy
   (Wu's protocol has no servers: each party publishes its block).  ``B`` is the LTM job's own
   seeded dense ±1 sketch, so this path and the next see the identical ``B·D``;
-* ``RMGM-OLS LTM`` — **the LTM release**: a job spec from :func:`sim.jobs.build_job` with
+* ``RMGM-OLS LTM`` — **the LTM release**: a job spec from :func:`sim.runtime.jobs.build_job` with
   ``partition="columns"``, a dense Rademacher sketch of ``m = k`` rows and the default ``tight``
   calibration; ``RMGMOLS`` (:mod:`analyst.estimators`) fits on the release.  Our dense sketch is
   ``Σ_l S_l`` with entries ±1, scaled by ``1/√m`` after reconstruction — exactly Wu's ``B/√k``
   (checked bit for bit in ``tests/unit/experiments/test_experiments_wu.py``).  Where the work ``n·m`` is at most
   ``pipeline_max_work`` the release runs through the REAL party → k servers → analyst cores
-  (``experiments.transport.current()``: in process, or the gRPC actors under ``--networked``),
+  (``experiments.release_backends.current()``: in process, or the gRPC actors under ``--networked``),
   series ``RMGM-OLS LTM pipeline``; every cell also computes the series ``RMGM-OLS LTM`` by the
   exact shortcut below, so the two can be compared wherever both exist.
 
@@ -77,10 +77,10 @@ from ltm.jobspec import MAX_FRAC_BITS, ColumnSpec, JobSpec, worst_entry_magnitud
 from ltm.randomness import Randomness, keystream_uint64
 from ltm.ring import HEADROOM_LIMIT
 from ltm.sketch import Sketch
-from sim.data import DataError, Table
-from sim.jobs import build_job, party_tables
+from ltm_datasets.real import DATA_DIR
+from ltm_datasets.tables import DataError, Table
+from sim.runtime.jobs import build_job, party_tables
 
-DATA_DIR = Path(__file__).resolve().parent / "data"
 WU_DELTA = 1e-5
 #: Column-chunk size for streaming the dense sketch (bounds memory at chunk·m·4 bytes).
 SKETCH_CHUNK = 8192
@@ -216,7 +216,7 @@ BIKE_FILE, BIKE_SHA256 = "bike_sharing_hour.csv", "681bc2e64d2fbc7b00dbdb2e3470a
 def _read_csv(path: Path, sha256: str | None = None) -> tuple[list[str], list[list[str]]]:
     raw = path.read_bytes()
     if sha256 is not None and hashlib.sha256(raw).hexdigest() != sha256:
-        raise DataError(f"{path}: SHA-256 mismatch; the bundled file was modified (experiments/data/README.md)")
+        raise DataError(f"{path}: SHA-256 mismatch; the bundled file was modified (ltm_datasets/data/README.md)")
     rows = [r for r in csv.reader(io.StringIO(raw.decode("utf-8-sig"))) if r]
     return [h.strip() for h in rows[0]], rows[1:]
 
@@ -257,7 +257,7 @@ def load_bike(path: Path | None = None) -> tuple[np.ndarray, np.ndarray, list[st
 def _bike_float(text: str, name: str, index: int) -> float:
     """A bike-sharing field as float.  The bundled copy has ONE corrupted byte: on the row with
     ``instant`` 160 the leading '1' (0x31) reads 0x11 — a single flipped bit, present in the
-    shared copy we took it from (experiments/data/README.md).  ``instant`` is the 1-based row number
+    shared copy we took it from (ltm_datasets/data/README.md).  ``instant`` is the 1-based row number
     on every other row, so that one field is restored from the row's position; any other
     unparsable field is an error."""
     try:
@@ -296,14 +296,14 @@ def wu_split(dataset: str, seed: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def column_blocks(width: int, parties: int) -> list[np.ndarray]:
-    """The parties' column blocks, as :func:`sim.jobs.build_job` splits them (label last)."""
+    """The parties' column blocks, as :func:`sim.runtime.jobs.build_job` splits them (label last)."""
     return np.array_split(np.arange(width), parties)
 
 
 def ltm_columns_job(D: np.ndarray, *, epsilon: float, delta: float, m: int, parties: int, servers: int,
                     job_seed: int, endpoints: list[str] | None = None) -> JobSpec:
     """The LTM job for a column-partitioned table ``D`` (n, width), label last, entries already in
-    Wu's public range.  Built by :func:`sim.jobs.build_job` (columns partition, dense sketch of m
+    Wu's public range.  Built by :func:`sim.runtime.jobs.build_job` (columns partition, dense sketch of m
     rows, tight calibration); then the public column transform is set to the identity (center 0,
     scale 1: Wu's data need no rescaling) and C = √width so that no row is ever clipped (each
     party's block clip is C·√(d_j/width) = √d_j ≥ its block norm).  Every client participates, so
@@ -435,7 +435,7 @@ def _synthetic_k_rule(draw: _SyntheticDraw, mult: float, methods: set[str], *, e
                       parties: int, servers: int, max_work: float, max_n: float) -> None:
     """The sketched series of one k multiplier: RMGM-OLS with Wu's noise, LTM's release by the exact
     shortcut and, where the work allows, by the real pipeline."""
-    from experiments.transport import current
+    from experiments.release_backends import current
 
     n, d, lam, D, width = draw.n, draw.d, draw.lam, draw.D, draw.width
     k = k_rule(n, eps, delta, mult)
@@ -539,7 +539,7 @@ def table1_cell(params: dict, seed: int) -> list[dict]:
     k of the grid, on one random 80/20 split.  Params: ``dataset`` (insurance | bike), ``epsilon``;
     optional ``delta`` (1e-5), ``parties`` (5), ``servers`` (3), ``lam`` (1e-5),
     ``k_grid`` ([100, 300, 1000, 3000, 10000]), ``pipeline_max_work`` (0)."""
-    from experiments.transport import current
+    from experiments.release_backends import current
 
     dataset, eps = str(params["dataset"]), float(params["epsilon"])
     delta = float(params.get("delta", WU_DELTA))

@@ -3,7 +3,7 @@ min–max scaled data, 80/20 splits, clipped test MSE) with the replicated relea
 partition (issue #21) beside the committed RMGM-OLS numbers (docs/results/wu_table1).
 
 Per split: the same split and scaling as :func:`experiments.wu.table1_cell`; the LTM job is
-:func:`sim.jobs.build_job`'s replicated release (``colluding_servers = 1``, 5 parties, 3 servers,
+:func:`sim.runtime.jobs.build_job`'s replicated release (``colluding_servers = 1``, 5 parties, 3 servers,
 one corrupt party tolerated) with Wu's identity transform and C = √width, each party's block clipped
 at √d_j (no row is ever clipped, as in :func:`experiments.wu.ltm_columns_job`); run in process,
 seeded (NOT private).  Fitted by the ridge with the AdaSSP-style λ read off the release (the gram
@@ -31,8 +31,8 @@ from experiments.seeds import numpy_rng
 from experiments.wu import DATASETS, WU_DELTA, _distance_row, _table_of, clipped_mse, synthetic_data, wu_split
 from ltm.jobspec import ColumnSpec, JobSpec, validate_job
 from ltm.randomness import Randomness
-from sim.jobs import build_job, party_tables
-from sim.replicated_run import run_replicated
+from sim.runtime.jobs import build_job, party_tables
+from sim.runtime.replicated_run import run_replicated
 
 EPSILONS = (1.0, 0.3, 0.1)
 

@@ -11,7 +11,7 @@ from ltm.dp.defaults import DEFAULT_DELTA
 from ltm.jobconfig import add_options, config_values, positive_int
 
 if TYPE_CHECKING:
-    from sim.simulate import SimulateConfig
+    from sim.runtime.simulate import SimulateConfig
 
 
 class LtmParser(argparse.ArgumentParser):
@@ -114,7 +114,7 @@ def simulate_config(args: argparse.Namespace) -> "SimulateConfig":
     model (:mod:`ltm.jobconfig`) sets the configuration's field of the same name."""
     from dataclasses import fields as dataclass_fields
 
-    from sim.simulate import SimulateConfig
+    from sim.runtime.simulate import SimulateConfig
 
     calibration, p = _parse_calibration(args.calibration)
     values = config_values(args, (f.name for f in dataclass_fields(SimulateConfig)))
@@ -129,7 +129,7 @@ def simulate_config(args: argparse.Namespace) -> "SimulateConfig":
 
 
 def _run_simulate(args: argparse.Namespace) -> int:
-    from sim.simulate import simulate
+    from sim.runtime.simulate import simulate
 
     report = simulate(simulate_config(args))
     if args.json:
@@ -140,7 +140,7 @@ def _run_simulate(args: argparse.Namespace) -> int:
 
 
 def _print_simulate_summary(r: dict[str, Any]) -> None:
-    from sim.summary import model_table, privacy_lines, release_words, variation_note, verdict
+    from sim.runtime.summary import model_table, privacy_lines, release_words, variation_note, verdict
 
     pr = r["privacy"]
     print(f"LTM simulate — {r['data']}")
@@ -189,13 +189,13 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     grid.add_argument("--runs", type=positive_int, default=5, help="timed repetitions per cell (default 5)")
     add_options(grid, "run", only=("json",), helps={"json": _JSON_ANYWAY})
     grid.set_defaults(func=_run_bench_paper)
-    from sim.bench_e2e import add_parser as add_e2e  # imports grpc; only when `bench` is the command
+    from sim.tools.bench_e2e import add_parser as add_e2e  # imports grpc; only when `bench` is the command
 
     add_e2e(bsub)
 
 
 def _run_bench_sketch(args: argparse.Namespace) -> int:
-    from sim.bench import SketchBenchConfig, bench_sketch
+    from sim.tools.bench import SketchBenchConfig, bench_sketch
 
     if args.k < 2:
         raise SystemExit("ltm: error: --k must be ≥ 2")
@@ -206,7 +206,7 @@ def _run_bench_sketch(args: argparse.Namespace) -> int:
 
 
 def _run_bench_paper(args: argparse.Namespace) -> int:
-    from sim.bench import bench_paper_grid
+    from sim.tools.bench import bench_paper_grid
 
     _print_json(bench_paper_grid(runs=args.runs))
     return 0
@@ -225,13 +225,13 @@ COMMANDS = {
     "server": ("server.main:add_parser", "run an LTM server"),
     "party": ("party.main:add_parser", "run a party: vet a job, upload shares"),
     "analyst": ("analyst.main:add_parser", "run the analyst service"),
-    "demo": ("sim.demo:add_parser", "run a whole networked job on loopback: certs, 3 servers, analyst, parties"),
-    "operate": ("sim.demo:add_operate_parser",
+    "demo": ("sim.localnet.demo:add_parser", "run a whole networked job on loopback: certs, 3 servers, analyst, parties"),
+    "operate": ("sim.localnet.demo:add_operate_parser",
                 "the demo's convenience: build a job from a dataset, write party files, run it (not private)"),
     "job": ("analyst.operator:add_parser", "check, submit and follow a job file (public information only)"),
     "health": ("transport.health:add_parser", "probe an actor's gRPC health service"),
-    "audit": ("sim.audit:add_parser", "empirical DP audit: a Clopper–Pearson lower bound on ε (prints JSON)"),
-    "loadtest": ("sim.loadtest:add_parser", "many concurrent party streams against real servers on loopback (JSON)"),
+    "audit": ("sim.tools.audit:add_parser", "empirical DP audit: a Clopper–Pearson lower bound on ε (prints JSON)"),
+    "loadtest": ("sim.tools.loadtest:add_parser", "many concurrent party streams against real servers on loopback (JSON)"),
     "experiment": ("experiments.runner:add_parser", "reproduce the papers' figures and tables (experiment specs)"),
 }
 
@@ -270,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"ltm {args.command}: error: {getattr(exc, 'prefix', '')}{text}", file=sys.stderr)
         return int(getattr(exc, "exit_code", 2))
     except KeyboardInterrupt as exc:
-        # Ctrl-C, or SIGTERM/SIGHUP where a command maps them to it (sim.launcher.stop_on_termination):
+        # Ctrl-C, or SIGTERM/SIGHUP where a command maps them to it (sim.localnet.launcher.stop_on_termination):
         # its cleanup has run; one line and the shell's status for death by that signal (128 + signum).
         import signal
 

@@ -6,7 +6,7 @@ walks the packages to check it), which carries two things:
 * ``code``: the gRPC status name a service answers with when the error ends a call
   (``INVALID_ARGUMENT``, ``FAILED_PRECONDITION``, ``DATA_LOSS``, …).  ``INTERNAL`` (the default)
   means the error is not the caller's to act on: a server answers it with a generic message and logs
-  the details.  The in-process transport raises the exception as is.
+  the details.  The in-process runtime raises the exception as is.
 * ``exit_code``: the ``ltm`` command's exit status when the error ends a command.  ``ltm/cli.py``
   maps it in one place: one line ``ltm <command>: error: <prefix><message>`` on stderr (unless the
   actor already logged it, ``reported``) and ``exit_code``.  The statuses (README, deploy/README.md):

@@ -10,7 +10,7 @@ that sets it.  From this table
   (:data:`GROUPS`: data, sketch, privacy, model, features, run);
 * :func:`toml_sections` is the job file's key table, and :func:`file_default` the value an absent
   key takes (``ltm.jobfile`` reads and validates the keys with them);
-* :func:`default` gives the simulator's configuration (``sim.simulate.SimulateConfig``) its
+* :func:`default` gives the simulator's configuration (``sim.runtime.simulate.SimulateConfig``) its
   defaults, and :func:`config_values` picks a command's parsed flags for it.
 
 A field has a flag, a job-file key, or both.  Where both exist they share one default and one help
@@ -141,7 +141,7 @@ FIELDS: tuple[Field, ...] = (
                            "rows partition only)",
        "auto", choices=("auto", "sparse", "dense", "gram"), flags=("--sketch", "--release"),
        toml=("release", "kind")),
-    _f("m", "sketch", "sketch rows (default: the planner's, or a rule from n, D and ε; see sim/jobs.py)",
+    _f("m", "sketch", "sketch rows (default: the planner's, or a rule from n, D and ε; ltm/planner.py: default_m)",
        type=positive_int, flags=("--m",), toml=("release", "m"), unit="rows"),
     _f("s", "sketch", "non-zeros per column of a sparse sketch (default {default})", 1, type=positive_int,
        flags=("--s",), toml=("release", "s")),

@@ -946,7 +946,7 @@ def resolve_defaults(spec: JobSpec, load_fraction: float = DEFAULT_LOAD_FRACTION
     left at 0: min_honest_load L (``load_fraction`` of the feasible honest load), min_participants
     (half the clients), and frac_bits (the largest ≤ 32 the headroom allows, planned at that f).
 
-    Every way of building a job (``sim.jobs.build_job``, job files) goes through here, so a
+    Every way of building a job (``sim.runtime.jobs.build_job``, job files) goes through here, so a
     deployment job gets the corruption default without asking for it.  An ``auto`` upload mode
     becomes :func:`default_upload_mode`'s choice."""
     if spec.upload_mode == "auto":

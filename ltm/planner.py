@@ -30,7 +30,7 @@ First-order formulas (derivations in docs/planner.md):
   load ≥ 1).
 
 What is assumed without a public second moment: the job's public column transforms give every
-client vector norm ≈ C (``sim.data.public_columns``: E‖z‖² ≈ C², the label's share
+client vector norm ≈ C (``ltm_datasets.tables.public_columns``: E‖z‖² ≈ C², the label's share
 q = 1/(1 + √p), each regressor p-th of the rest), regressors uncorrelated (Σ = (1 − q)C²/p · I),
 and an assumed R² (default 0.5).  Real data are correlated (Σ has small eigenvalues) and that
 moves absolute predictions, but not the ranking of the kinds in the rows partition: the gram
@@ -59,12 +59,12 @@ from typing import Any
 
 import numpy as np
 
-from ltm.dp.calibration import plan_noise
+from ltm.dp.calibration import analytic_gaussian_sigma, plan_noise
 from ltm.dp.defaults import DEFAULT_CLIP_BOUND, DEFAULT_LOAD_FRACTION
-from ltm.dp.sensitivity import gram_sensitivity
+from ltm.dp.sensitivity import gram_sensitivity, sketch_l2
 from ltm.lifts import gram_width
 
-__all__ = ["PlanInputs", "Candidate", "Plan", "plan_release", "KINDS", "DEFAULT_ASSUMED_R2",
+__all__ = ["PlanInputs", "Candidate", "Plan", "plan_release", "default_m", "KINDS", "DEFAULT_ASSUMED_R2",
            "DEFAULT_MAX_UPLOAD_VALUES"]
 
 KINDS = ("gram", "sparse", "dense")
@@ -406,6 +406,33 @@ def _trust_note(inp: PlanInputs, mom: _Moments, cands: list[Candidate], best: Ca
             f"(about {explained - best.predicted_excess:.3g} R²); a replicated release would reach about "
             f"{explained - rep.predicted_excess:.3g} R² if 1 of 3 servers may be corrupt "
             f"(set colluding_servers = 1 to allow it).")
+
+
+# -------------------------------------------------------------------- the fixed rule
+def default_m(n: int, width: int, *, epsilon: float, delta: float, clip_bound: float, kind: str = "sparse") -> int:
+    """Default sketch size m from n, the vector width D, ε and δ (documented rule), for a sketch job
+    whose kind and m are given by hand (``kind="auto"`` asks :func:`plan_release` instead).
+
+    For a regression the release error has two parts that pull m in opposite directions (the
+    analyst de-biases the known noise Gram, so the noise does not shrink the model):
+
+    * sketch-and-solve distortion: relative excess loss ≈ D·(1 − R²)/m, falling with m;
+    * the de-biased noise Gram ÃᵀÃ − E[NᵀN] keeps fluctuations of size v·√m per entry
+      (v ≈ 1.1·σ₁² per scaled entry, σ₁ the analytic Gaussian σ for Δ = 2C), against a signal of
+      ≈ n/D per diagonal entry: an excess loss ≈ D³·v²·m/n², growing with m.
+
+    Balancing the two with a residual share 1 − R² ≈ 0.05 gives ``m ≈ 0.15·n/(D·v)``, clamped to
+    [max(4D, 16), n/64] (at least 64 expected clients per row keeps every row's honest load high
+    and the gate robust to dropouts).  Dense sketches cost O(m) per client upload: capped at 256.
+    Low rank uses the same rule (m only needs to exceed the rank by a margin).
+    """
+    sigma_1 = analytic_gaussian_sigma(epsilon, delta, sketch_l2(clip_bound, 1))
+    v = 1.1 * sigma_1**2
+    m = 0.15 * n / (width * v)
+    lo, hi = max(4 * width, 16), max(n // 64, 1)
+    if kind == "dense":
+        hi = min(hi, 256)
+    return int(round(max(min(m, hi), min(lo, hi))))
 
 
 # -------------------------------------------------------------------- the planner

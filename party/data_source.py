@@ -164,7 +164,7 @@ class PartySource:
     """A party's data as named columns, read in chunks of rows ``[start, stop)`` (0-based rows of
     this party: row 0 is its first client).
 
-    Implementations: :class:`TableSource` (in memory: CSV, tests, the in-process transport),
+    Implementations: :class:`TableSource` (in memory: CSV, tests, the in-process runtime),
     :class:`NpzSource` and :class:`NpyDirSource` (read per chunk from the file, never whole), and
     :class:`SyntheticRidgeSource` (generated chunk by chunk: benchmarks).  ``read`` returns each
     column as a 1-D array of ``stop − start`` values — float64 for real data; any other dtype is
@@ -244,7 +244,7 @@ class PartySource:
 
 
 class TableSource(PartySource):
-    """Columns already in memory (a parsed CSV; tests; the in-process transport): ``read`` slices."""
+    """Columns already in memory (a parsed CSV; tests; the in-process runtime): ``read`` slices."""
 
     def __init__(self, table: Mapping[str, np.ndarray], *, description: str = "in-memory table",
                  non_numeric: Mapping[str, NonNumeric] | None = None, rows: int | None = None) -> None:
@@ -401,7 +401,7 @@ SYNTHETIC_BLOCK_ROWS = 1 << 16
 @dataclass(frozen=True)
 class SyntheticRidge:
     """A deterministic, random-access synthetic ridge dataset (Burkhardt et al. §6.2, the model of
-    :func:`sim.data.synthetic_ridge`): rows ``x ~ N(0, I_d)``, label ``y = x·β + N(0, noise²)``
+    :func:`ltm_datasets.synthetic.synthetic_ridge`): rows ``x ~ N(0, I_d)``, label ``y = x·β + N(0, noise²)``
     with true coefficients ``β ~ N(0, I_d)``; columns ``x0 … x{d-1}, y``.
 
     Global row i lives in block ``i // block``, drawn from numpy's SFC64 generator seeded with the

@@ -170,7 +170,7 @@ class Budget:
 
 
 #: No limit: every job is still charged and its spend reported, none is refused for the budget.  For
-#: experiment sweeps only, where each simulated run is a world of its own (experiments/transport.py).
+#: experiment sweeps only, where each simulated run is a world of its own (experiments/release_backends.py).
 UNLIMITED = Budget(math.inf, DEFAULT_BUDGET_DELTA)
 
 

@@ -1,6 +1,6 @@
 """The party core: client vectors → clip → (lift) → round to the grid → one noisy copy per piece → k shares.
 
-Pure (no I/O, no network): the gRPC uploader and the in-process transport both call
+Pure (no I/O, no network): the gRPC uploader and the in-process runtime both call
 :func:`make_batches` and ship the resulting :class:`~ltm.batch.ShareBatch` objects.
 All work is vectorised over the clients of a batch.
 """
@@ -153,7 +153,7 @@ def party_randomness(base: Randomness, spec: JobSpec, party_id: str) -> Randomne
     Production (``system``) randomness is fresh OS entropy whatever the labels.  In seeded mode the
     key derivation binds the job (:attr:`JobSpec.computation_digest`: the job digest without the
     job's name and the servers' endpoints) and the party, so one ``--seed`` never gives two
-    different jobs (or two parties) the same noise.  Both transports call this, so a seeded run
+    different jobs (or two parties) the same noise.  gRPC and the in-process runtime call this, so a seeded run
     releases the same bytes in process and over gRPC.
     """
     return base.child("job", spec.computation_digest, "party", party_id)

@@ -33,7 +33,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 SCRATCH = REPO / ".mutation"
 EQUIVALENTS = REPO / "scripts" / "mutation_equivalents.toml"
-PACKAGES = ["ltm", "party", "server", "analyst", "sim", "experiments", "transport"]
+PACKAGES = ["ltm", "party", "server", "analyst", "sim", "ltm_datasets", "experiments", "transport"]
 
 #: module → the tests that exercise it (fast, in-process; no subprocesses, since a subprocess
 #: would import the unmutated code).  Ordered from the most stable module to the most changed.

@@ -1,6 +1,6 @@
 """The server core: job intake, idempotent batch acceptance, close, and the gated, once-only release.
 
-Transport- and storage-agnostic: the gRPC servicer and the in-process transport call the same
+Transport- and storage-agnostic: the gRPC servicer and the in-process runtime call the same
 methods, passing the caller's authenticated identity (role, id).  State lives in a
 :class:`~server.store.ServerStore` (in memory for simulations, SQLite for real servers) and is
 written *before* a request is acknowledged.

@@ -16,8 +16,8 @@ def exact(message: str) -> str:
 def gate_spec(**privacy):
     """A small rows-partition job (400 clients, 2 parties, 2 servers, m=8, s=2), optionally with
     privacy fields replaced."""
-    from sim.data import synthetic_ridge
-    from sim.jobs import build_job
+    from ltm_datasets.synthetic import synthetic_ridge
+    from sim.runtime.jobs import build_job
 
     randomness = Randomness.seeded_insecure("gate-kills")
     spec, _ = build_job(synthetic_ridge(400, 3, randomness), job_id="gate-kills", randomness=randomness,

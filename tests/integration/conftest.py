@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sim.launcher import ActorProcess, ProcessGroup
+from sim.localnet.launcher import ActorProcess, ProcessGroup
 from transport.certs import write_certs
 
 

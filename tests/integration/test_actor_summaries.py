@@ -12,10 +12,10 @@ from pathlib import Path
 
 from ltm.randomness import Randomness
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
-from sim.data import synthetic_ridge
-from sim.demo import write_party_csv
-from sim.jobs import build_job, party_tables
-from sim.launcher import ProcessGroup
+from ltm_datasets.synthetic import synthetic_ridge
+from sim.localnet.demo import write_party_csv
+from sim.runtime.jobs import build_job, party_tables
+from sim.localnet.launcher import ProcessGroup
 from transport.certs import write_certs
 from transport.metering import human_bytes
 from transport.tls import make_sync_channel

@@ -13,8 +13,8 @@ from ltm.randomness import Randomness
 from party import aggregate, randomizer
 from party.randomizer import make_batches, party_randomness
 from party.uploader import run_upload, upload_batch
-from sim.data import synthetic_ridge
-from sim.jobs import build_job, party_tables
+from ltm_datasets.synthetic import synthetic_ridge
+from sim.runtime.jobs import build_job, party_tables
 from tests.integration.test_networked import _close, _stubs, deployment  # noqa: F401  (the module's server processes)
 
 K = 3

@@ -7,7 +7,7 @@ Two kinds of target, both with real mutual TLS:
 * an in-process ``grpc.aio`` server (on its own event-loop thread) hosting
   :class:`server.service.ServerService` over a :class:`server.sqlite_store.SqliteStore` — fast
   enough for hundreds of hypothesis-generated uploads;
-* real ``ltm server`` processes (``sim.launcher.ProcessGroup``) for a smaller hypothesis run, a
+* real ``ltm server`` processes (``sim.localnet.launcher.ProcessGroup``) for a smaller hypothesis run, a
   table of named cases, unauthenticated and wrong-role callers, the other RPCs, uploads after
   close, and ``ltm party`` refusing bad CSV data before it sends anything.
 
@@ -48,9 +48,9 @@ from server.core import ServerCore
 from ltm.limits import ServerLimits
 from server.service import MAX_BATCH_BYTES, ServerService
 from server.sqlite_store import SqliteStore
-from sim.data import synthetic_ridge
-from sim.jobs import build_job, party_tables
-from sim.launcher import ProcessGroup
+from ltm_datasets.synthetic import synthetic_ridge
+from sim.runtime.jobs import build_job, party_tables
+from sim.localnet.launcher import ProcessGroup
 from transport.certs import write_certs
 from transport.tls import add_secure_port, make_server, make_sync_channel
 
@@ -974,10 +974,10 @@ def test_ltm_party_with_bad_csv_exits_4_and_sends_nothing(processes, bad_csv_run
     assert "bad data" in log and CSV_MESSAGES[variant] in log, log[-2000:]
 
 
-# ------------------------------------------------------------------------------ the core, in-process transport
+# ------------------------------------------------------------------------------ the core, in-process runtime
 @pytest.mark.parametrize("index", [-1, MAX_INDEX + 1, U64])
 def test_core_refuses_batch_indices_a_store_cannot_hold(tmp_path, index):
-    """The in-process transport hands batches to the core directly (no protobuf uint64 bound):
+    """The in-process runtime hands batches to the core directly (no protobuf uint64 bound):
     the core refuses indices outside [0, 2^63) itself, on either store, and stores nothing."""
     from ltm.errors import ProtocolError
     from server.store import MemoryStore

@@ -146,8 +146,8 @@ def test_bench_party_feeder_bounds_the_running_parties(tmp_path):
     """At most ``limit`` party processes run at once, and every queued one is started."""
     import time
 
-    from sim.bench_e2e import PartyFeeder
-    from sim.launcher import ActorProcess
+    from sim.tools.bench_e2e import PartyFeeder
+    from sim.localnet.launcher import ActorProcess
 
     running_max = []
 
@@ -173,7 +173,7 @@ def test_bench_party_feeder_bounds_the_running_parties(tmp_path):
 def test_bench_e2e_counts_series_and_plot(tmp_path):
     import argparse
 
-    from sim.bench_e2e import default_parties, parse_count, parse_counts, plot_series
+    from sim.tools.bench_e2e import default_parties, parse_count, parse_counts, plot_series
 
     assert [parse_count(t) for t in ("1000000", "1e6", "1_000_000", "2.5e7")] == [10**6, 10**6, 10**6, 25 * 10**6]
     assert parse_counts("1e6, 1e7,1e8") == [10**6, 10**7, 10**8]
@@ -190,7 +190,7 @@ def test_bench_e2e_counts_series_and_plot(tmp_path):
 
 
 def test_bench_paper_grid_cells_are_the_papers():
-    from sim.bench import MP_SPDZ
+    from sim.tools.bench import MP_SPDZ
 
     assert len(MP_SPDZ) == 16
     for (table, n, s, k), (t, c) in MP_SPDZ.items():

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sim.launcher import ProcessGroup
+from sim.localnet.launcher import ProcessGroup
 
 REPO = Path(__file__).resolve().parents[2]
 

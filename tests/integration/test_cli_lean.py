@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-PROJECT_PACKAGES = {"ltm", "party", "server", "analyst", "sim", "experiments", "transport"}
+PROJECT_PACKAGES = {"ltm", "party", "server", "analyst", "sim", "ltm_datasets", "experiments", "transport"}
 
 
 def loaded_packages(*argv: str) -> set[str]:

@@ -32,10 +32,10 @@ from ltm.v1 import ltm_pb2, ltm_pb2_grpc
 from party.journal import JournalError, UploadJournal, journal_path
 from party.randomizer import clip_rows, client_vectors, make_batches, plan_batches, party_randomness
 from party.uploader import run_upload, upload_batch
-from sim.data import synthetic_ridge
-from sim.demo import write_party_csv
-from sim.inprocess import run_inprocess
-from sim.jobs import build_job, party_tables
+from ltm_datasets.synthetic import synthetic_ridge
+from sim.localnet.demo import write_party_csv
+from sim.runtime.inprocess import run_inprocess
+from sim.runtime.jobs import build_job, party_tables
 from transport.tls import make_channel
 
 from tests.helpers.jobs import seeded_job

@@ -21,9 +21,9 @@ from ltm.v1 import ltm_pb2, ltm_pb2_grpc
 from party.randomizer import make_batches, party_randomness
 from party.uploader import batch_header
 from ltm.limits import ServerLimits
-from sim.data import synthetic_ridge
-from sim.jobs import build_job, party_tables
-from sim.launcher import ProcessGroup
+from ltm_datasets.synthetic import synthetic_ridge
+from sim.runtime.jobs import build_job, party_tables
+from sim.localnet.launcher import ProcessGroup
 from transport.certs import write_certs
 from transport.tls import make_sync_channel
 

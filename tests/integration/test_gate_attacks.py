@@ -30,8 +30,8 @@ from ltm.v1 import ltm_pb2, ltm_pb2_grpc
 from party.randomizer import make_batches, party_randomness
 from party.uploader import batch_header
 from server.release_gate import check_release
-from sim.jobs import party_tables
-from sim.launcher import ProcessGroup
+from sim.runtime.jobs import party_tables
+from sim.localnet.launcher import ProcessGroup
 from transport.tls import make_sync_channel
 
 from tests.helpers import party_runs  # tests/helpers/party_runs.py

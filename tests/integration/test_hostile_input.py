@@ -1,5 +1,6 @@
 """Hostile input, round three (issue #23), through real processes: the `ltm` command, server and
-analyst processes over mutual TLS, and `ltm demo` / `ltm bench e2e` stopped by SIGTERM.
+analyst processes over mutual TLS, and `ltm demo` / `ltm bench e2e` / `ltm loadtest` /
+`python -m sim.tools.bounds_eval --networked` stopped by SIGTERM.
 
 Each finding of the issue has a case here (or in tests/unit/ltm/test_identifiers.py for the parser itself,
 tests/integration/test_bad_input.py for a party's non-UTF-8 CSV) that failed at 59676f2:
@@ -12,7 +13,8 @@ tests/integration/test_bad_input.py for a party's non-UTF-8 CSV) that failed at 
   INVALID_ARGUMENT; the analyst's RPCs the same, and a spec it cannot walk (n = 2⁶², nested JSON)
   refused at once;
 * a truncated or garbage `analyst.db`: `ltm analyst` exits 3 with one line;
-* SIGTERM to `ltm demo` / `ltm bench e2e` mid-run: no process and no data directory left behind.
+* SIGTERM to `ltm demo` / `ltm bench e2e` / `ltm loadtest` mid-run: no process and no data directory
+  left behind (`bounds_eval --networked DIR`: no process; DIR is the caller's).
 """
 from __future__ import annotations
 
@@ -29,7 +31,7 @@ import pytest
 
 from ltm.jobfile import parse_job_file, render_job_file
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
-from sim.launcher import ProcessGroup
+from sim.localnet.launcher import ProcessGroup
 from transport.certs import write_certs
 from transport.tls import make_sync_channel
 
@@ -39,8 +41,8 @@ TIMEOUT = 20.0
 CHECK_SECONDS = 20.0
 
 
-def ltm(*argv: str, env: dict | None = None, **kwargs) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "ltm.cli", *map(str, argv)], stdout=subprocess.PIPE,
+def ltm(*argv: str, env: dict | None = None, module: str = "ltm.cli", **kwargs) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", module, *map(str, argv)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})}, **kwargs)
 
@@ -322,22 +324,25 @@ def _alive(pid: int, start: str) -> bool:
     return fields[19] == start.split(" ", 1)[0] and fields[0] != "Z"
 
 
-def _sigterm_mid_run(tmp_path: Path, *argv: str) -> None:
+def _sigterm_mid_run(tmp_path: Path, *argv: str, module: str = "ltm.cli", mid_run: str = " party ",
+                     kept: tuple[str, ...] = ()) -> None:
+    """SIGTERM once a child whose command line holds ``mid_run`` runs; then no child may be left and
+    nothing in the scratch directory but ``kept`` (a directory the caller named)."""
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     # its own process group (like a service under systemd or a CI step), its scratch directory here
-    proc = ltm(*argv, env={"TMPDIR": str(scratch)}, start_new_session=True)
+    proc = ltm(*argv, env={"TMPDIR": str(scratch)}, module=module, start_new_session=True)
     seen: dict[int, str] = {}
     try:
         end = time.monotonic() + 180
         while time.monotonic() < end and proc.poll() is None:
             seen.update(_children(proc.pid))
-            if any(" party " in c for c in seen.values()):  # mid-run: the parties are uploading
+            if any(mid_run in c for c in seen.values()):  # mid-run: e.g. the parties are uploading
                 time.sleep(0.5)
                 seen.update(_children(proc.pid))
                 break
             time.sleep(0.05)
-        assert proc.poll() is None and any(" party " in c for c in seen.values()), (proc.poll(), seen)
+        assert proc.poll() is None and any(mid_run in c for c in seen.values()), (proc.poll(), seen)
         assert any(scratch.iterdir())  # its data directory exists
         proc.send_signal(signal.SIGTERM)  # what timeout, systemd, docker stop and CI runners send
         _, err = proc.communicate(timeout=60)
@@ -345,11 +350,16 @@ def _sigterm_mid_run(tmp_path: Path, *argv: str) -> None:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
+    # an orphan on its way out by itself (multiprocessing's resource tracker sees its pipe close) gets a
+    # moment; an actor the run failed to stop would run on
+    settle = time.monotonic() + 5
+    while time.monotonic() < settle and any(_alive(pid, cmd) for pid, cmd in seen.items()):
+        time.sleep(0.05)
     left = {pid: cmd for pid, cmd in seen.items() if _alive(pid, cmd)}
     for pid in left:  # clean up after a failure, then report it
         os.kill(pid, signal.SIGKILL)
     assert not left, f"processes left running: {left}"
-    assert list(scratch.iterdir()) == [], f"left behind: {list(scratch.iterdir())}"
+    assert sorted(p.name for p in scratch.iterdir()) == sorted(kept), f"left behind: {list(scratch.iterdir())}"
     assert proc.returncode == 128 + signal.SIGTERM, (proc.returncode, err[-2000:])
     assert "Traceback" not in err and "stopped by SIGTERM" in err, err[-2000:]
 
@@ -360,3 +370,13 @@ def test_sigterm_to_ltm_demo_mid_run_leaves_no_process_and_no_directory(tmp_path
 
 def test_sigterm_to_ltm_bench_e2e_mid_run_leaves_no_process_and_no_directory(tmp_path):
     _sigterm_mid_run(tmp_path, "bench", "e2e", "--n", "200000", "--no-progress")
+
+
+def test_sigterm_to_ltm_loadtest_mid_run_leaves_no_process_and_no_directory(tmp_path):
+    # mid-run: the driver processes (multiprocessing) are connecting or uploading to the servers
+    _sigterm_mid_run(tmp_path, "loadtest", "--parties", "200", "--drivers", "2", mid_run="multiprocessing")
+
+
+def test_sigterm_to_bounds_eval_mid_run_leaves_no_process(tmp_path):
+    # the networked run's directory is the caller's (--networked DIR), so it stays
+    _sigterm_mid_run(tmp_path, "--networked", tmp_path / "tmp" / "work", module="sim.tools.bounds_eval", kept=("work",))

@@ -22,7 +22,7 @@ import pytest
 
 from ltm.client_set import ClientSet
 from ltm.v1 import ltm_pb2
-from sim.launcher import ProcessGroup
+from sim.localnet.launcher import ProcessGroup
 from transport.certs import write_certs
 from transport.files import mode_problems
 

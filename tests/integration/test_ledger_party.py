@@ -22,8 +22,8 @@ import pytest
 
 from ltm.jobfile import parse_job_file, render_job_file
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
-from sim.demo import write_party_csv
-from sim.launcher import ProcessGroup
+from sim.localnet.demo import write_party_csv
+from sim.localnet.launcher import ProcessGroup
 from transport.certs import write_certs
 from transport.tls import make_sync_channel
 
@@ -136,7 +136,7 @@ def world(tmp_path_factory):
         write_party_csv(fresh, rows(1000))  # other individuals
         second["new-source"] = (publish(spec_of("cohort-2", endpoints)), fresh,
                                 ["--new-source", "cohort-2", "--new-source-reason", "the 2026 cohort: new patients"])
-        ledger_dir = work / "state" / "ltm" / "ledger"  # the deployment's $XDG_STATE_HOME (sim/launcher.py)
+        ledger_dir = work / "state" / "ltm" / "ledger"  # the deployment's $XDG_STATE_HOME (sim/localnet/launcher.py)
         (ledger_dir / f"{PARTY['missing']}.ledger.json").unlink(missing_ok=True)  # (missing_ok: so that the
         # tests fail on their assertions, not here, with a ledger kept elsewhere)
         second["missing"] = (publish(spec_of("again-missing", endpoints)), data["missing"], [])
@@ -252,7 +252,7 @@ def test_source_flags_are_checked_before_anything_is_contacted(tmp_path, flags, 
 
 
 def test_ltm_simulate_charges_persistent_ledgers_across_runs(tmp_path):
-    from sim.simulate import SimulateConfig, simulate
+    from sim.runtime.simulate import SimulateConfig, simulate
 
     cfg = dict(synthetic="ridge", n=600, d=3, parties=2, k=2, m=8, seed=1, budget_epsilon=1.2,
                ledger_dir=str(tmp_path))

@@ -1,5 +1,5 @@
 """Load: many concurrent party streams against 3 real `ltm server` processes on loopback, mTLS
-(``sim/loadtest.py``).  CI size: 100 parties (one certificate and 3 channels each, 300 concurrent
+(``sim/tools/loadtest.py``).  CI size: 100 parties (one certificate and 3 channels each, 300 concurrent
 uploads), then a 2-driver-process run in full share mode; the 1000-stream run is
 ``ltm loadtest --parties 1000`` (prints JSON).
 
@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from sim.loadtest import LoadConfig, ensure_certs, run_loadtest
+from sim.tools.loadtest import LoadConfig, ensure_certs, run_loadtest
 
 CI_PARTIES = 100
 

@@ -15,9 +15,9 @@ from ltm.randomness import Randomness
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
 from party.randomizer import make_batches, party_randomness
 from party.uploader import fetch_job, run_upload, upload_batch
-from sim.data import synthetic_ridge
-from sim.inprocess import run_inprocess
-from sim.jobs import build_job, party_tables
+from ltm_datasets.synthetic import synthetic_ridge
+from sim.runtime.inprocess import run_inprocess
+from sim.runtime.jobs import build_job, party_tables
 from transport.certs import write_certs
 from transport.tls import make_channel
 

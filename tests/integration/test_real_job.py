@@ -2,7 +2,7 @@
 
 Only the parties are given data paths, each its own file; the operator's job file holds public
 information only (ranges from the dataset's documentation).  When run as root with ``ip netns``,
-every actor runs in its own network namespace on its own address (sim/netns.py); otherwise all
+every actor runs in its own network namespace on its own address (sim/localnet/netns.py); otherwise all
 run on loopback (also with ``LTM_TEST_NETNS=0``).  Everything started here is stopped here, and every namespace removed.
 
 Covers (issue 9): the whole job from a job file, releasing and fitting; two jobs one after the
@@ -27,11 +27,11 @@ import pytest
 from ltm.jobfile import parse_job_file, render_job_file
 from ltm.randomness import Randomness
 from party.data_source import load_columns
-from sim.data import read_csv
-from sim.demo import write_party_csv
-from sim.inprocess import run_inprocess
-from sim.launcher import ProcessGroup
-from sim.netns import NetnsLab, netns_available
+from ltm_datasets.tables import read_csv
+from sim.localnet.demo import write_party_csv
+from sim.runtime.inprocess import run_inprocess
+from sim.localnet.launcher import ProcessGroup
+from sim.localnet.netns import NetnsLab, netns_available
 from tests.helpers.party_runs import log_messages
 from transport.certs import write_certs
 
@@ -47,7 +47,7 @@ LABEL = "Sub_metering_3"
 
 
 def _data() -> dict[str, np.ndarray]:
-    text = resources.files("sim").joinpath("data", "household_power_sample100k_part1of2.csv").read_text()
+    text = resources.files("ltm_datasets").joinpath("data", "household_power_sample100k_part1of2.csv").read_text()
     lines = text.splitlines()[: len(PARTIES) * ROWS_PER_PARTY + 1]
     return read_csv("\n".join(lines) + "\n", source="bundled", label=LABEL).columns
 
@@ -98,7 +98,7 @@ def job_doc(dep, job_id: str, *, partition: str = "rows", model: str = "ridge", 
         parties = [{"id": PARTIES[0], "columns": names[:3]}, {"id": PARTIES[1], "columns": names[3:] + [LABEL]}]
     columns = [{"name": c, "range": r, **({"role": "label"} if c == LABEL else {})} for c, r in RANGES.items()]
     # a reproduction job: the parties draw seeded randomness so that each release is checked bit for
-    # bit against the in-process transport (servers refuse seeded batches for any other job)
+    # bit against the in-process runtime (servers refuse seeded batches for any other job)
     return {"job": {"id": job_id, "partition": partition, "deadline_s": 120.0, "reproduction": True,
                     **({"rows": ROWS_PER_PARTY} if partition == "columns" else {})},
             "release": {"kind": "sparse", "m": m}, "privacy": privacy, "fit": {"model": model},
@@ -166,7 +166,7 @@ def wait_done(dep, job_id: str, timeout: float = 120) -> dict:
 
 
 def reference_sha(dep, path: Path, file: str) -> str:
-    """The release the in-process transport makes from the same job file and party files."""
+    """The release the in-process runtime makes from the same job file and party files."""
     spec = parse_job_file(path.read_text()).spec
     tables = {pid: load_columns(dep["files"][pid] / file)[0] for pid in PARTIES}
     return run_inprocess(spec, tables, Randomness.seeded_insecure(SEED)).release.sha256

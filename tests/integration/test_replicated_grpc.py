@@ -23,10 +23,10 @@ from party import replicated as party_replicated
 from party.randomizer import client_vectors, party_randomness
 from party.replicated import replicated_batches, run_replicated_upload
 from party.uploader import fetch_job, upload_batch
-from sim.data import synthetic_ridge
-from sim.inprocess import run_inprocess
-from sim.jobs import build_job, party_tables
-from sim.launcher import ProcessGroup
+from ltm_datasets.synthetic import synthetic_ridge
+from sim.runtime.inprocess import run_inprocess
+from sim.runtime.jobs import build_job, party_tables
+from sim.localnet.launcher import ProcessGroup
 from transport.certs import write_certs
 from transport.tls import make_channel
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
@@ -183,7 +183,7 @@ def test_a_server_refuses_a_malformed_part(deployment):
 def test_a_party_process_refuses_a_weaker_trust_assumption_than_its_policy(deployment, tmp_path):
     """`ltm party` (a real process over TLS) refuses the replicated job by default (its policy asks
     for any k − 1 colluding servers), sends nothing, and joins it with --min-colluding-servers 1."""
-    from sim.demo import write_party_csv
+    from sim.localnet.demo import write_party_csv
 
     spec, tables, randomness = _job(deployment, "rep-policy", seed=25, n=300)
 

@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PROJECT_PACKAGES = ("ltm", "party", "server", "analyst", "sim", "experiments", "transport")
+PROJECT_PACKAGES = ("ltm", "party", "server", "analyst", "sim", "ltm_datasets", "experiments", "transport")
 
 
 def _source_copy(dest: Path) -> Path:
@@ -85,8 +85,8 @@ def test_the_wheel_carries_the_package_data(artifacts):
     for pkg in PROJECT_PACKAGES:
         assert f"{pkg}/__init__.py" in names, pkg
     assert "ltm/v1/ltm_pb2.py" in names  # the committed gRPC stubs
-    # the demo's bundled data and every experiment spec of the checkout
-    for pattern in ("sim/data/*.csv", "experiments/specs/*.toml", "experiments/data/*.csv"):
+    # the bundled data (the demo's and the experiments') with its provenance, and every experiment spec
+    for pattern in ("ltm_datasets/data/*.csv", "ltm_datasets/data/README.md", "experiments/specs/*.toml"):
         expected = {p.relative_to(ROOT).as_posix() for p in ROOT.glob(pattern)}
         assert expected and expected <= names, (pattern, sorted(expected - names))
     assert not any(n.startswith(("tests/", "deploy/")) for n in names)
@@ -124,8 +124,8 @@ def test_the_wheel_alone_runs_the_demo_in_a_fresh_venv(artifacts):
     r = subprocess.run([str(py), "-m", "pip", "install", "--no-index", "--no-cache-dir", str(artifacts["wheel"])],
                        cwd=outside, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    where = subprocess.run([str(py), "-c", "import ltm, sim.demo, transport; print(ltm.__file__); "
-                                           "print(sim.demo.__file__); print(transport.__file__)"],
+    where = subprocess.run([str(py), "-c", "import ltm, sim.localnet.demo, transport; print(ltm.__file__); "
+                                           "print(sim.localnet.demo.__file__); print(transport.__file__)"],
                            cwd=outside, env=env, capture_output=True, text=True, check=True).stdout.split()
     assert all(Path(w).is_relative_to(venv) for w in where), where
     ltm_bin = venv / "bin" / "ltm"

@@ -533,8 +533,8 @@ def test_the_demo_job_file_is_the_demo_job(tmp_path, release):
     testbed can release the demo's bytes through `ltm job submit`."""
     from ltm.jobfile import job_file_doc, parse_job_file, render_job_file
     from ltm.randomness import Randomness
-    from sim.demo import prepare_job
-    from sim.simulate import SimulateConfig, load_table
+    from sim.localnet.demo import prepare_job
+    from sim.runtime.simulate import SimulateConfig, load_table
 
     randomness = Randomness.seeded_insecure(7)
     cfg = SimulateConfig(parties=4, k=3, seed=7, model="ridge", sketch=release, m=8 if release == "dense" else None)

@@ -1,5 +1,5 @@
 """deploy/README.md's guide to separate machines, run as written with every host in its own
-network namespace (sim/netns.py: one namespace per host on its own address, on a bridge this test
+network namespace (sim/localnet/netns.py: one namespace per host on its own address, on a bridge this test
 creates; nothing else is connected; everything is removed afterwards).  Root only (CI runs as root).
 
 Each ```sh block whose first line is `# on: HOST` runs on HOST: in HOST's namespace, in HOST's own
@@ -36,7 +36,7 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from sim.netns import NetnsLab, netns_available
+from sim.localnet.netns import NetnsLab, netns_available
 
 ROOT = Path(__file__).resolve().parents[3]
 GUIDE = ROOT / "deploy" / "README.md"
@@ -265,7 +265,7 @@ class Hosts:
 
 def party_files(hosts: Hosts) -> None:
     """Each party's own data, on its own host (the parties' business, before the guide's step 7)."""
-    text = (ROOT / "sim" / "data" / "household_power_sample100k_part1of2.csv").read_text().splitlines()
+    text = (ROOT / "ltm_datasets" / "data" / "household_power_sample100k_part1of2.csv").read_text().splitlines()
     for p in range(4):
         rows = text[1 + p * CLIENTS_PER_PARTY:1 + (p + 1) * CLIENTS_PER_PARTY]
         (hosts.dir(f"party-{p}") / f"party-{p}.csv").write_text("\n".join([text[0], *rows]) + "\n")

@@ -10,7 +10,7 @@ from analyst.bounds import Draft, choose, next_grid, noise_sd, round_estimates
 from ltm.histograms import LOG_EDGES, bins_of, one_hot, sensitivity
 from ltm.jobfile import JobFileError, parse_job_file, render_job_file
 from ltm.randomness import Randomness
-from sim.inprocess import run_inprocess
+from sim.runtime.inprocess import run_inprocess
 
 N = 4000
 

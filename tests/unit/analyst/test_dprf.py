@@ -154,9 +154,9 @@ def test_dprf_predict_fits_a_smooth_function_without_noise_budget_issues():
 
 # ----------------------------------------------------------------------------------- LTM estimator
 def test_rf_ridge_on_an_ltm_release_predicts_raw_inputs():
-    from sim.data import synthetic_nonlinear
-    from sim.inprocess import run_inprocess
-    from sim.jobs import RFFOptions, build_job, party_tables
+    from ltm_datasets.synthetic import synthetic_nonlinear
+    from sim.runtime.inprocess import run_inprocess
+    from sim.runtime.jobs import RFFOptions, build_job, party_tables
     from ltm.transforms import FeaturePipeline
 
     r = Randomness.seeded_insecure("rfridge")

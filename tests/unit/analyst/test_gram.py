@@ -28,9 +28,10 @@ from ltm.ring import decode, encode
 from party.randomizer import clip_rows, client_vectors, noisy_copies, plan_batches, party_randomness
 from server.core import ServerCore
 from server.release_gate import ANALYST_ROLE
-from sim.data import Table, synthetic_ridge
-from sim.inprocess import run_inprocess
-from sim.jobs import build_job, party_tables
+from ltm_datasets.synthetic import synthetic_ridge
+from ltm_datasets.tables import Table
+from sim.runtime.inprocess import run_inprocess
+from sim.runtime.jobs import build_job, party_tables
 
 GRAM = LIFTS["gram"]
 BATCH = 64
@@ -129,7 +130,7 @@ def test_gram_reconstruction_is_the_sum_of_noisy_lifted_vectors_bit_for_bit(shar
     np.testing.assert_array_equal(run.release.matrix, decode(expected, spec.frac_bits))
     assert run.release.kind == "gram" and run.release.matrix.shape == (1, gram_width(spec.width))
     # the released Gram is ZᵀZ plus noise of the calibrated size
-    from sim.simulate import training_matrix
+    from sim.runtime.simulate import training_matrix
     V = training_matrix(spec, table)
     err = run.release.gram - V.T @ V
     assert np.abs(err).max() < 7 * math.sqrt(run.release.noise_variance_per_column)

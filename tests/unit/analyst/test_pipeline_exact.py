@@ -5,9 +5,9 @@ import pytest
 from ltm.randomness import Randomness
 from ltm.ring import decode, encode
 from party.randomizer import clip_rows, client_vectors, noisy_copies, party_randomness, plan_batches
-from sim.data import synthetic_ridge
-from sim.inprocess import run_inprocess
-from sim.jobs import build_job, party_tables
+from ltm_datasets.synthetic import synthetic_ridge
+from sim.runtime.inprocess import run_inprocess
+from sim.runtime.jobs import build_job, party_tables
 
 N_CLIENTS = 300
 BATCH = 64

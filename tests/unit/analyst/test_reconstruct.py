@@ -241,8 +241,8 @@ def test_reconstructed_release_carries_the_public_column_metadata():
 def test_reconstructed_release_names_a_dense_kind():
     from ltm.ring import encode
 
-    from sim.data import synthetic_ridge
-    from sim.jobs import build_job
+    from ltm_datasets.synthetic import synthetic_ridge
+    from sim.runtime.jobs import build_job
 
     randomness = Randomness.seeded_insecure("dense-kills")
     spec, _ = build_job(synthetic_ridge(400, 3, randomness), job_id="dense-kills", randomness=randomness,

@@ -19,9 +19,9 @@ from experiments.runner import Progress, run_experiment
 from experiments.seeds import derive_seed, subseed
 from experiments.spec import SPEC_DIR, SpecError, load_spec, spec_from_dict
 from ltm.randomness import Randomness
-from sim.data import Table
-from sim.inprocess import run_inprocess
-from sim.jobs import party_tables
+from ltm_datasets.tables import Table
+from sim.runtime.inprocess import run_inprocess
+from sim.runtime.jobs import party_tables
 
 SPECS = sorted(SPEC_DIR.glob("*.toml"))
 

@@ -17,9 +17,9 @@ from experiments import wu
 from ltm.dp.calibration import analytic_gaussian_sigma, gaussian_delta
 from ltm.randomness import Randomness
 from ltm.sketch import Sketch
-from sim.data import DataError
-from sim.inprocess import run_inprocess
-from sim.jobs import party_tables
+from ltm_datasets.tables import DataError
+from sim.runtime.inprocess import run_inprocess
+from sim.runtime.jobs import party_tables
 
 
 def _synthetic(n: int, seed: int = 0):

@@ -65,7 +65,7 @@ def test_actual_epsilon_equals_claim_at_assumed_and_exceeds_beyond():
 def test_actual_privacy_matches_the_gate_and_the_analysts_report():
     """The exact curve agrees with the system's own machinery: honest_row_loads' flat deduction is
     the worst placement, and the analyst's privacy report gives the same δ at t′ = t′_actual."""
-    from sim.simulate import SimulateConfig
+    from sim.runtime.simulate import SimulateConfig
     from ltm.randomness import Randomness
 
     cfg = SimulateConfig(synthetic="ridge", n=20_000, d=4, epsilon=1.0, delta=1e-6, seed=3, model="ridge",
@@ -140,9 +140,9 @@ def test_replicated_views_are_the_inprocess_release():
     """The scenario reads its views off the same cores, calls and randomness as the in-process
     transport: the release and every server's output share agree bit for bit."""
     from ltm.randomness import Randomness
-    from sim.data import synthetic_ridge
-    from sim.inprocess import run_inprocess
-    from sim.jobs import party_tables
+    from ltm_datasets.synthetic import synthetic_ridge
+    from sim.runtime.inprocess import run_inprocess
+    from sim.runtime.jobs import party_tables
 
     table = synthetic_ridge(1024, 3, Randomness.seeded_insecure(5))
     spec = thr.replicated_job(table, parties=3, epsilon=1.0, delta=1e-6, share_mode="seed", seed=6)

@@ -13,12 +13,12 @@ import pytest
 from ltm import cli
 from ltm.errors import STATUS_CODES, LtmError
 
-PACKAGES = ("ltm", "server", "analyst", "party", "transport", "sim", "experiments")
+PACKAGES = ("ltm", "server", "analyst", "party", "transport", "sim", "ltm_datasets", "experiments")
 
 #: Exception classes that are deliberately not errors of the project, and why.
 NOT_ERRORS = {
     # a signal turned into Ctrl-C: `except Exception` (and so LtmError) must never catch it
-    "sim.launcher.Terminated": KeyboardInterrupt,
+    "sim.localnet.launcher.Terminated": KeyboardInterrupt,
 }
 
 #: The exit statuses the README and deploy/README.md document (2 usage, 3 refusal or damaged state,
@@ -29,7 +29,7 @@ EXIT_CODES = {
     "ltm.client_set.ClientSetError": 2, "ltm.dp.calibration.CalibrationError": 2, "ltm.identifiers.IdentifierError": 2,
     "ltm.jobfile.JobFileError": 2, "ltm.jobspec.JobSpecError": 2, "ltm.transforms.TransformError": 2,
     "party.data_source.DataSourceError": 2, "transport.certs.CSRPolicyError": 2, "transport.config.ConfigError": 2,
-    "sim.data.DataError": 2, "experiments.spec.SpecError": 2, "experiments.executors.ExecutorUnavailable": 2,
+    "ltm_datasets.tables.DataError": 2, "experiments.spec.SpecError": 2, "experiments.executors.ExecutorUnavailable": 2,
     "experiments.report.PlotsUnavailable": 2,
     "party.uploader.PolicyViolation": 3, "party.ledger.BudgetExceeded": 3, "party.ledger.AccountantUnavailable": 3,
     "server.sqlite_store.StoreError": 3, "server.sqlite_store.StoreCorruptError": 3,

@@ -20,7 +20,7 @@ from ltm.jobfile import JobFileError, parse_job_file, render_job_file
 from ltm.jobspec import PARTITIONS, RELEASE_KINDS, UPLOAD_MODES
 from ltm.dp.mechanisms import CALIBRATIONS, MECHANISMS
 from ltm.sharing import SHARE_MODES
-from sim.simulate import SimulateConfig
+from sim.runtime.simulate import SimulateConfig
 
 
 def _actions(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
@@ -239,6 +239,6 @@ def test_every_command_takes_the_job_flags_from_the_model(command, path):
 
 def test_the_model_imports_nothing_above_the_core():
     code = ("import sys, ltm.jobconfig; print(' '.join(sorted(m for m in sys.modules "
-            "if m.split('.')[0] in {'ltm', 'party', 'server', 'analyst', 'sim', 'transport', 'experiments'})))")
+            "if m.split('.')[0] in {'ltm', 'party', 'server', 'analyst', 'sim', 'ltm_datasets', 'transport', 'experiments'})))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert set(out) <= {"ltm", "ltm.jobconfig", "ltm.dp", "ltm.dp.defaults"}, out

@@ -10,7 +10,7 @@ import pytest
 from ltm.jobfile import JobFileError, budget_shares, derived_seed, parse_job_file, render_job_file
 from ltm.randomness import Randomness
 from party.uploader import PartyPolicy
-from sim.inprocess import run_inprocess
+from sim.runtime.inprocess import run_inprocess
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "jobs" / "power-ridge.toml"
 

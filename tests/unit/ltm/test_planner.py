@@ -88,8 +88,8 @@ def test_lowrank_and_bad_input():
 
 def test_build_job_auto_follows_the_plan():
     from ltm.randomness import Randomness
-    from sim.data import synthetic_ridge
-    from sim.jobs import build_job
+    from ltm_datasets.synthetic import synthetic_ridge
+    from sim.runtime.jobs import build_job
 
     r = Randomness.seeded_insecure("auto")
     table = synthetic_ridge(20_000, 6, r)

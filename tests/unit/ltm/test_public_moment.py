@@ -253,7 +253,7 @@ def test_pmt_beats_the_papers_baseline_on_the_calibrated_design():
 # ------------------------------------------------------------------------------ wine data
 def test_white_wine_loader_both_separators_and_checks(tmp_path):
     from experiments import cao_zhang
-    from sim.data import DataError
+    from ltm_datasets.tables import DataError
 
     table, header = cao_zhang.load_white_wine()
     assert table.shape == (4898, 12) and header[-1] == "quality"

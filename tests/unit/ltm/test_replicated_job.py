@@ -18,10 +18,10 @@ from ltm.randomness import Randomness
 from ltm.replicated import clear_triangle
 from party.randomizer import client_vectors, party_randomness
 from party.uploader import PartyPolicy, PolicyViolation
-from sim.data import synthetic_ridge
-from sim.inprocess import run_inprocess
-from sim.jobs import build_job, party_tables
-from sim.replicated_run import run_replicated
+from ltm_datasets.synthetic import synthetic_ridge
+from sim.runtime.inprocess import run_inprocess
+from sim.runtime.jobs import build_job, party_tables
+from sim.runtime.replicated_run import run_replicated
 
 
 @pytest.fixture(scope="module")

@@ -20,9 +20,9 @@ from ltm.jobspec import ColumnSpec, JobSpec, JobSpecError, validate_job
 from ltm.randomness import Randomness, RandomStream, xof
 from ltm.transforms import (FeaturePipeline, RandomFeatures, TransformError, TransformSpec, exact_log,
                             exact_normal, rff_spec, rff_weights, vector_layout)
-from sim.data import Table
-from sim.inprocess import run_inprocess
-from sim.jobs import RFFOptions, build_job, party_tables
+from ltm_datasets.tables import Table
+from sim.runtime.inprocess import run_inprocess
+from sim.runtime.jobs import RFFOptions, build_job, party_tables
 
 # --------------------------------------------------------------------------------- golden vectors
 # Every party and the analyst derive the same weights from the public seed; any change to the

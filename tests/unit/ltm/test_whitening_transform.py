@@ -22,9 +22,9 @@ from ltm.randomness import Randomness
 from ltm.second_moment import PublicSecondMoment
 from ltm.transforms import FeaturePipeline, TransformError, Whitening, rff_spec, whiten_spec
 from party.randomizer import client_vectors
-from sim.data import Table
-from sim.inprocess import run_inprocess
-from sim.jobs import build_job, party_tables, whiten_columns
+from ltm_datasets.tables import Table
+from sim.runtime.inprocess import run_inprocess
+from sim.runtime.jobs import build_job, party_tables, whiten_columns
 
 
 def _data(n: int, seed: int, d: int = 4):

@@ -10,9 +10,9 @@ from ltm.randomness import Randomness
 from party import aggregate, randomizer
 from party.aggregate import aggregate_party
 from server.core import ServerCore
-from sim.data import synthetic_ridge
-from sim.inprocess import run_inprocess
-from sim.jobs import build_job, party_tables
+from ltm_datasets.synthetic import synthetic_ridge
+from sim.runtime.inprocess import run_inprocess
+from sim.runtime.jobs import build_job, party_tables
 
 N = 600
 

@@ -17,9 +17,9 @@ import party.ledger as ledger_mod
 from ltm.jobspec import ColumnSpec, JobSpec, PartySpec, PrivacySpec, ServerSpec, SketchSpec, resolve_defaults
 from ltm.randomness import Randomness
 from party.ledger import Budget, BudgetExceeded, PrivacyLedger, source_fingerprint
-from sim.data import synthetic_ridge
-from sim.inprocess import run_inprocess
-from sim.jobs import build_job, party_tables
+from ltm_datasets.synthetic import synthetic_ridge
+from sim.runtime.inprocess import run_inprocess
+from sim.runtime.jobs import build_job, party_tables
 
 N = 2000
 

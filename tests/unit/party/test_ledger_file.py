@@ -20,9 +20,9 @@ from ltm.randomness import Randomness
 from party.journal import UploadJournal, party_journals
 from party.ledger import (ADMISSION_RTOL, DEFAULT_SOURCE, Budget, BudgetExceeded, LedgerCorrupt, LedgerError,
                           LedgerMissing, PrivacyLedger, source_fingerprint)
-from sim.data import synthetic_ridge
-from sim.inprocess import run_inprocess
-from sim.jobs import build_job, party_tables
+from ltm_datasets.synthetic import synthetic_ridge
+from sim.runtime.inprocess import run_inprocess
+from sim.runtime.jobs import build_job, party_tables
 from tests.unit.party.test_ledger import exact_epsilon, gaussian_delta, independent_sigma, job  # independent computations
 
 FP = "ab" * 32

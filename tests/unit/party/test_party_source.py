@@ -14,9 +14,10 @@ from party.data_source import (DataSourceError, NpyDirSource, NpzSource, PartySo
 from party.journal import UploadJournal
 from party.ledger import source_fingerprint
 from party.randomizer import PartyDataError, check_source, make_batches, party_randomness
-from sim.data import ModelTable, synthetic_ridge
-from sim.demo import write_party_csv
-from sim.jobs import build_job, party_tables
+from ltm_datasets.synthetic import synthetic_ridge
+from ltm_datasets.tables import ModelTable
+from sim.localnet.demo import write_party_csv
+from sim.runtime.jobs import build_job, party_tables
 
 BATCH = 37  # not a divisor of anything below: batches straddle every boundary
 
@@ -255,8 +256,8 @@ from pathlib import Path
 from ltm.randomness import Randomness
 from party.data_source import SyntheticRidge, SyntheticRidgeSource
 from party.randomizer import make_batches, party_randomness
-from sim.data import ModelTable
-from sim.jobs import build_job
+from ltm_datasets.tables import ModelTable
+from sim.runtime.jobs import build_job
 
 n = int(sys.argv[1])
 model = SyntheticRidge(10, seed=3)

@@ -23,8 +23,8 @@ def test_plan_batches_cuts_the_party_range_in_order():
 
 def _world(**kw):
     from ltm.randomness import Randomness
-    from sim.data import synthetic_ridge
-    from sim.jobs import build_job, party_tables
+    from ltm_datasets.synthetic import synthetic_ridge
+    from sim.runtime.jobs import build_job, party_tables
 
     randomness = Randomness.seeded_insecure("randomizer-kills")
     table = synthetic_ridge(300, 3, randomness)
@@ -154,7 +154,7 @@ def _assert_same(got, want):
 
 def _table(n=200, d=3):
     from ltm.randomness import Randomness
-    from sim.data import synthetic_ridge
+    from ltm_datasets.synthetic import synthetic_ridge
 
     return synthetic_ridge(n, d, Randomness.seeded_insecure("randomizer-golden"))
 
@@ -164,7 +164,7 @@ def test_full_share_mode_columns_partition_intercept_party_matches_golden():
     the row count must come from the batch range); laplace → ℓ1 clipping; full shares: k arrays."""
     from ltm.randomness import Randomness
     from party.randomizer import client_vectors, make_batches
-    from sim.jobs import build_job, party_tables
+    from sim.runtime.jobs import build_job, party_tables
 
     table = _table()
     r = Randomness.seeded_insecure("golden-full")
@@ -187,7 +187,7 @@ def test_full_share_mode_columns_partition_intercept_party_matches_golden():
 def test_seed_mode_rows_intercept_and_journaled_randomness_match_golden():
     from ltm.randomness import Randomness
     from party.randomizer import make_batches
-    from sim.jobs import build_job, party_tables
+    from sim.runtime.jobs import build_job, party_tables
 
     table = _table()
     r = Randomness.seeded_insecure("golden-seed")
@@ -206,7 +206,7 @@ def test_seed_mode_rows_intercept_and_journaled_randomness_match_golden():
 def test_lifted_kind_uploads_the_lift_of_the_clipped_vectors():
     from ltm.randomness import Randomness
     from party.randomizer import make_batches
-    from sim.jobs import build_job, party_tables
+    from sim.runtime.jobs import build_job, party_tables
 
     table = _table()
     r = Randomness.seeded_insecure("golden-gram")

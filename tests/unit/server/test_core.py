@@ -25,8 +25,8 @@ from server.core import ServerCore  # noqa: E402
 
 def _core_world():
     from party.randomizer import make_batches
-    from sim.data import synthetic_ridge
-    from sim.jobs import build_job, party_tables
+    from ltm_datasets.synthetic import synthetic_ridge
+    from sim.runtime.jobs import build_job, party_tables
 
     randomness = Randomness.seeded_insecure("core-kills")
     table = synthetic_ridge(400, 3, randomness)
@@ -197,8 +197,8 @@ def test_server_core_uses_the_given_store_and_any_0_1_mask():
 
 def test_server_core_accepts_a_column_block_upload():
     from party.randomizer import make_batches
-    from sim.data import synthetic_ridge
-    from sim.jobs import build_job, party_tables
+    from ltm_datasets.synthetic import synthetic_ridge
+    from sim.runtime.jobs import build_job, party_tables
 
     randomness = Randomness.seeded_insecure("core-columns")
     table = synthetic_ridge(120, 3, randomness)

@@ -21,8 +21,8 @@ from ltm.sharing import Share
 from party.randomizer import make_batches, party_randomness
 from server.core import ServerCore
 from server.release_gate import ANALYST_ROLE, GateRefusal, check_release
-from sim.data import synthetic_ridge
-from sim.jobs import build_job, party_tables
+from ltm_datasets.synthetic import synthetic_ridge
+from sim.runtime.jobs import build_job, party_tables
 
 N, BATCH = 400, 100
 

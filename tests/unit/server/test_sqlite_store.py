@@ -24,9 +24,9 @@ from server.core import ServerCore, participants_digest
 from server.release_gate import ANALYST_ROLE
 from server.sqlite_store import (BLOB_DIR, DB_NAME, SqliteStore, StoreCorruptError, StoreError, path_component)
 from server.store import MemoryStore, ReleaseRecord, StoredBatch
-from sim.data import synthetic_ridge
-from sim.inprocess import run_inprocess
-from sim.jobs import build_job, party_tables
+from ltm_datasets.synthetic import synthetic_ridge
+from sim.runtime.inprocess import run_inprocess
+from sim.runtime.jobs import build_job, party_tables
 
 REPO = Path(__file__).resolve().parents[3]
 TESTS = Path(__file__).resolve().parent

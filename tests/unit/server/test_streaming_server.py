@@ -35,8 +35,8 @@ def big_spec():
     """A small job's spec stretched to n = 10⁸ clients (two parties of 5·10⁷).  It is put into the
     store directly: validation's full-participation loads (a pass over all 10⁸ placements, a few
     seconds) are tested elsewhere."""
-    from sim.data import synthetic_ridge
-    from sim.jobs import build_job
+    from ltm_datasets.synthetic import synthetic_ridge
+    from sim.runtime.jobs import build_job
 
     randomness = Randomness.seeded_insecure("streaming")
     spec, _ = build_job(synthetic_ridge(400, 3, randomness), job_id="big", randomness=randomness,

@@ -1,7 +1,7 @@
 """The words of ``ltm simulate``/``ltm demo`` and of the README say what the numbers are.
 
 Each summary here is printed from a real in-process run (the same cores and report as ``ltm demo``,
-``sim/simulate.py``), not from a hand-written report, so a label that stops matching what was
+``sim/runtime/simulate.py``), not from a hand-written report, so a label that stops matching what was
 computed fails here: the release named for its kind, φ with the λ it is scored at, a verdict that
 suggests only what would help, the corruption a guarantee tolerates, the λ a fit used.
 """
@@ -19,11 +19,11 @@ from analyst.jobs import fit_model
 from analyst.reconstruct import tolerated
 from ltm.cli import _print_simulate_summary
 from ltm.randomness import Randomness
-from sim.data import synthetic_ridge
-from sim.demo import print_summary
-from sim.jobs import build_job, party_tables
-from sim.inprocess import run_inprocess
-from sim.simulate import SimulateConfig, simulate
+from ltm_datasets.synthetic import synthetic_ridge
+from sim.localnet.demo import print_summary
+from sim.runtime.jobs import build_job, party_tables
+from sim.runtime.inprocess import run_inprocess
+from sim.runtime.simulate import SimulateConfig, simulate
 
 ROOT = Path(__file__).resolve().parents[3]
 

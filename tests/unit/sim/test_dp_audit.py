@@ -1,8 +1,8 @@
 """An empirical DP audit of the release (docs/testing.md): ε_lb stays below the claimed ε for the default
-mechanism and exceeds it for an under-calibrated negative control (``sim/audit.py``).
+mechanism and exceeds it for an under-calibrated negative control (``sim/tools/audit.py``).
 
 CI size: 5000 releases per neighbouring dataset for the default mechanism, 1000 for the control
-(≈ 10 s).  The bigger run is ``ltm audit --runs 200000`` (see the module docstring of sim.audit).
+(≈ 10 s).  The bigger run is ``ltm audit --runs 200000`` (see the module docstring of sim.tools.audit).
 
 Flake rate.  The runs are seeded (deterministic in CI); for ANY seeds:
 * the default-mechanism test fails only if some Clopper–Pearson bound fails, probability ≤ α = 1e-6
@@ -24,9 +24,9 @@ import pytest
 import scipy.stats
 
 from ltm.randomness import Randomness
-from sim.audit import (AuditConfig, _tables, build_audit_job, clopper_pearson_upper, epsilon_lower_bound,
+from sim.tools.audit import (AuditConfig, _tables, build_audit_job, clopper_pearson_upper, epsilon_lower_bound,
                        pair_epsilon, release_once, run_audit, threshold_grid)
-from sim.inprocess import run_inprocess
+from sim.runtime.inprocess import run_inprocess
 
 CI_RUNS, CONTROL_RUNS = 5000, 1000
 
@@ -75,7 +75,7 @@ def test_under_calibrated_negative_control_is_detected():
 
 
 def test_the_audit_runs_the_real_pipeline():
-    """One audit release equals, bit for bit, the in-process transport's release for the same seeds
+    """One audit release equals, bit for bit, the in-process runtime's release for the same seeds
     (the audit only bypasses nothing: party core, server cores with the gate, reconstruction)."""
     cfg = AuditConfig(seed="x")
     job = build_audit_job(cfg)

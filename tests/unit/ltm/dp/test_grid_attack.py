@@ -7,7 +7,7 @@ with frac_bits = 8), so every value, and every lifted gram value C², lies on th
 
 (a) The party (``PartyPolicy.check``) and ``validate_job`` refuse such a job, saying why.
 (b) With that check switched off inside the test, releases through the production path (the real
-    party core and server cores, ``sim.audit.release_once``) still carry noise of sd ≥ the claimed
+    party core and server cores, ``sim.tools.audit.release_once``) still carry noise of sd ≥ the claimed
     σ in every entry: the mean of the squared noise over all entries of a few releases is compared
     with the claimed per-entry variance at a one-sided 1e-7 chi-square quantile (flake < 1e-6).
 (c) ``ltm audit`` on lattice-aligned data finds no ε above the claim.
@@ -27,7 +27,7 @@ from ltm.jobspec import (ColumnSpec, JobSpec, JobSpecError, PartySpec, PrivacySp
                          resolve_defaults, validate_job)
 from ltm.randomness import Randomness
 from party.uploader import PartyPolicy, PolicyViolation
-from sim.audit import AuditConfig, AuditJob, release_once, run_audit
+from sim.tools.audit import AuditConfig, AuditJob, release_once, run_audit
 
 D = 4  # client vector width: one-hot rows
 
@@ -164,8 +164,8 @@ def test_a_job_whose_noise_draw_exceeds_the_exact_sampler_is_refused_before_any_
     from ltm.dp.noise import MAX_GRID_SCALE, widest_noise_draw
     from ltm.randomness import Randomness
     from party.uploader import PartyPolicy, PolicyViolation
-    from sim.data import synthetic_ridge
-    from sim.jobs import build_job
+    from ltm_datasets.synthetic import synthetic_ridge
+    from sim.runtime.jobs import build_job
 
     r = Randomness.seeded_insecure("sampler-range")
     spec, _ = build_job(synthetic_ridge(2000, 3, r), job_id="wide", randomness=r, parties=2, k=2, m=16)

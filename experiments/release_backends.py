@@ -1,12 +1,12 @@
 """How an experiment cell gets a release: in process (default) or through the real gRPC actors.
 
 Scenario code calls ``current().release(spec, party_data, seed)`` and does not care which; the
-runner installs :class:`NetworkedTransport` for ``ltm experiment run --networked``.
+runner installs :class:`NetworkedBackend` for ``ltm experiment run --networked``.
 
-* :class:`InProcessTransport` runs :func:`sim.inprocess.run_inprocess` — the same party, server
+* :class:`InProcessBackend` runs :func:`sim.runtime.inprocess.run_inprocess` — the same party, server
   and analyst cores as ``ltm simulate``.
-* :class:`NetworkedTransport` starts, once per run, k ``ltm server`` processes and an
-  ``ltm analyst`` process on loopback with mutual TLS (``sim.launcher``, as ``ltm demo``), and for
+* :class:`NetworkedBackend` starts, once per run, k ``ltm server`` processes and an
+  ``ltm analyst`` process on loopback with mutual TLS (``sim.localnet.launcher``, as ``ltm demo``), and for
   every job writes each party's rows to a CSV, submits the job to the analyst, starts one
   ``ltm party`` process per party, lets the analyst close/release/reconstruct, and fetches the
   release.  Parties get ``--seed`` so that, for the same seed, the released sketch is
@@ -30,10 +30,10 @@ from analyst.release import ReleasedSketch
 from ltm.jobspec import JobSpec
 from ltm.randomness import Randomness
 
-_CURRENT: "Transport | None" = None
+_CURRENT: "ReleaseBackend | None" = None
 
 
-class Transport:
+class ReleaseBackend:
     """Interface: ``endpoints(k)`` for the job spec, ``release(...)`` to run a job, ``close()``."""
 
     name = "abstract"
@@ -48,11 +48,11 @@ class Transport:
         pass
 
 
-class InProcessTransport(Transport):
+class InProcessBackend(ReleaseBackend):
     name = "inprocess"
 
     def release(self, spec, party_data, seed):
-        from sim.inprocess import run_inprocess
+        from sim.runtime.inprocess import run_inprocess
 
         from party.ledger import UNLIMITED
 
@@ -61,7 +61,7 @@ class InProcessTransport(Transport):
         return run_inprocess(spec, party_data, Randomness.seeded_insecure(seed), budget=UNLIMITED).release
 
 
-class NetworkedTransport(Transport):
+class NetworkedBackend(ReleaseBackend):
     """Real processes on loopback (mutual TLS).  Started lazily on the first job; ``close`` stops them."""
 
     name = "networked"
@@ -81,7 +81,7 @@ class NetworkedTransport(Transport):
     def _start(self) -> None:
         if self.group is not None:
             return
-        from sim.launcher import ProcessGroup
+        from sim.localnet.launcher import ProcessGroup
         from transport.certs import write_certs
 
         if self.workdir is None:
@@ -116,7 +116,7 @@ class NetworkedTransport(Transport):
         return [s.endpoint for s in self.servers]
 
     def release(self, spec, party_data, seed):
-        from sim.demo import write_party_csv
+        from sim.localnet.demo import write_party_csv
 
         self._start()
         if [s.endpoint for s in spec.servers] != [s.endpoint for s in self.servers]:
@@ -186,16 +186,16 @@ class NetworkedTransport(Transport):
             privacy=json.loads(got.privacy_json), sha256=got.release_sha256)
 
 
-def current() -> Transport:
-    """The transport experiment cells should use (in-process unless the runner installed another)."""
+def current() -> ReleaseBackend:
+    """The release backend experiment cells should use (in-process unless the runner installed another)."""
     global _CURRENT
     if _CURRENT is None:
-        _CURRENT = InProcessTransport()
+        _CURRENT = InProcessBackend()
     return _CURRENT
 
 
-def install(transport: Transport | None) -> Transport | None:
-    """Make ``transport`` current (None: back to in-process); returns the previous one."""
+def install(backend: ReleaseBackend | None) -> ReleaseBackend | None:
+    """Make ``backend`` current (None: back to in-process); returns the previous one."""
     global _CURRENT
-    previous, _CURRENT = _CURRENT, transport
+    previous, _CURRENT = _CURRENT, backend
     return previous

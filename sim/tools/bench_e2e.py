@@ -3,7 +3,7 @@
 n synthetic clients (held by a few party processes) → k servers → the analyst, exactly as
 ``ltm demo`` but on synthetic ridge data of any size.  No process holds the n rows: each party
 *generates* its own rows chunk by chunk (``--data party-i.synth.json``, a
-:class:`party.data_source.SyntheticRidgeSource`; the same model as ``sim.data.synthetic_ridge``),
+:class:`party.data_source.SyntheticRidgeSource`; the same model as ``ltm_datasets.synthetic.synthetic_ridge``),
 the job's public column scales come from the generator's model, and the fit is checked against the
 model's true coefficients and a small held-out test set generated separately.
 
@@ -35,10 +35,10 @@ from ltm.jobconfig import add_options
 from ltm.jobspec import warm_validation_in_background
 from ltm.randomness import Randomness
 from party.data_source import SyntheticRidge
-from sim.demo import _operate
-from sim.jobs import build_job
-from sim.launcher import ActorProcess, ProcessGroup, stop_on_termination
-from sim.data import ModelTable
+from sim.localnet.demo import _operate
+from sim.runtime.jobs import build_job
+from sim.localnet.launcher import ActorProcess, ProcessGroup, stop_on_termination
+from ltm_datasets.tables import ModelTable
 from transport.certs import write_certs
 
 #: Held-out rows generated (separately from the parties' rows) to report the fit's test R².

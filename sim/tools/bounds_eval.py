@@ -1,13 +1,13 @@
 """Model quality on the bundled data with column transforms from three sources (prints JSON).
 
-``python -m sim.bounds_eval [--seeds 5]`` fits the same private ridge job (the demo's: bundled UCI
+``python -m sim.tools.bounds_eval [--seeds 5]`` fits the same private ridge job (the demo's: bundled UCI
 household power data, the demo's train/test split, 4 parties, 3 servers, ε = 1, δ = 1e-6, the
-``sim/jobs.default_m`` sketch size) with each column's centre and scale taken from:
+``ltm.planner.default_m`` sketch size) with each column's centre and scale taken from:
 
 * ``data``: the training data's means and standard deviations (what ``ltm demo`` does — not
   private: these statistics end up in the public spec);
 * ``bounds``: the DP bounds pre-job (``ltm job bounds``: two histogram rounds, total ε = 1,
-  δ = 1e-7, run through the in-process transport) — the means and standard deviations of the
+  δ = 1e-7, run through the in-process runtime) — the means and standard deviations of the
   released histograms;
 * ``ranges``: the documented public ranges of ``examples/jobs/power-ridge.toml``.
 
@@ -16,12 +16,15 @@ its own public sketch seed: with m = 28 rows the sketch itself moves R² a lot) 
 non-private OLS.
 ``--networked DIR`` instead runs the bounds pre-job and the main job end to end over separate
 processes (servers, analyst, operator, four parties each with its own file; production
-randomness).  A benchmark for docs/bounds.md, not a test.
+randomness).  SIGTERM or SIGHUP end it like Ctrl-C: every process it started is stopped.  A
+benchmark for docs/bounds.md, not a test.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import signal
+import sys
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -32,12 +35,12 @@ from analyst.bounds import Draft, next_grid, noise_sd, round_estimates
 from analyst.estimators import make_estimator, release_lambda
 from analyst.metrics import r2
 from ltm.jobfile import parse_job_file, render_job_file
+from ltm.planner import default_m
 from ltm.randomness import Randomness
-from sim.inprocess import run_inprocess
-from sim.jobs import default_m
-from sim.simulate import SimulateConfig, load_table
+from sim.runtime.inprocess import run_inprocess
+from sim.runtime.simulate import SimulateConfig, load_table
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "jobs" / "power-ridge.toml"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "jobs" / "power-ridge.toml"
 PARTIES, K = 4, 3
 
 
@@ -128,7 +131,16 @@ def main() -> None:
     p.add_argument("--networked", metavar="WORKDIR",
                    help="instead: run the bounds pre-job and the main job over separate processes here")
     args = p.parse_args()
-    result = networked(Path(args.networked)) if args.networked else evaluate(args.seeds, args.release)
+    from sim.localnet.launcher import stop_on_termination
+
+    try:
+        # SIGTERM/SIGHUP end the run like Ctrl-C: networked's finally stops every process it started
+        with stop_on_termination():
+            result = networked(Path(args.networked)) if args.networked else evaluate(args.seeds, args.release)
+    except KeyboardInterrupt as exc:
+        # one line and the shell's status for death by that signal (128 + signum), as `ltm` does
+        print(f"bounds_eval: {exc or 'interrupted'}", file=sys.stderr)
+        raise SystemExit(128 + int(getattr(exc, "signum", signal.SIGINT))) from None
     print(json.dumps(result, indent=2))
 
 
@@ -140,8 +152,8 @@ def networked(workdir: Path, *, epsilon: float = 1.0, delta: float = 1e-7, timeo
     import subprocess
     import time
 
-    from sim.demo import write_party_csv
-    from sim.launcher import ProcessGroup
+    from sim.localnet.demo import write_party_csv
+    from sim.localnet.launcher import ProcessGroup
     from transport.certs import write_certs
 
     cfg = SimulateConfig(model="ridge")
@@ -176,7 +188,7 @@ def networked(workdir: Path, *, epsilon: float = 1.0, delta: float = 1e-7, timeo
 
         def run_parties(job_id: str) -> None:
             # Each job's upload journal in a directory of its own; the privacy ledger is the party's
-            # one ledger on this host ($XDG_STATE_HOME/ltm/ledger: the deployment's, sim/launcher.py),
+            # one ledger on this host ($XDG_STATE_HOME/ltm/ledger: the deployment's, sim/localnet/launcher.py),
             # charged by every round and the main job.
             procs = [group.start_task("party", f"{p}-{job_id}", [
                 "party", "--id", p, "--job", job_id, "--data", str(files[p]), "--max-epsilon", "1",

@@ -1,23 +1,20 @@
-"""Data for simulations: CSV tables, synthetic generators, the bundled dataset, public transforms.
+"""Tables: named columns read from CSV (or known by their moments only), and their public transforms.
 
 A :class:`Table` is a set of named float64 columns of equal length.  Parties receive slices of it
-(rows partition) or column blocks (columns partition).
+(rows partition) or column blocks (columns partition).  :func:`public_columns` states the public
+centre and scale of each column for a job spec.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
 import numpy as np
 
 from ltm.errors import LtmError
 from ltm.jobspec import INTERCEPT_NAME, ColumnSpec
-from ltm.randomness import Randomness
 from party.data_source import DataSourceError, SyntheticRidge, parse_csv
 
-BUNDLED_FILES = ("household_power_sample100k_part1of2.csv", "household_power_sample100k_part2of2.csv")
-BUNDLED_LABEL = "Sub_metering_3"
 
 
 class DataError(LtmError, ValueError):
@@ -54,7 +51,7 @@ class Table:
 class ModelTable:
     """A dataset known only by its size, column names and public moments — one too large to hold
     (``ltm bench e2e`` at 10⁸ clients: each party generates its own rows,
-    :class:`party.data_source.SyntheticRidgeSource`).  :func:`sim.jobs.build_job` accepts it where
+    :class:`party.data_source.SyntheticRidgeSource`).  :func:`sim.runtime.jobs.build_job` accepts it where
     the job needs no statistics beyond each column's mean and standard deviation."""
 
     n: int
@@ -124,59 +121,6 @@ def load_csv(path: str | Path, *, label: str | None, features: list[str] | None 
     if not p.is_file():
         raise DataError(f"no such file: {p}")
     return read_csv(p.read_text(encoding="utf-8-sig"), source=str(p), label=label, features=features)
-
-
-def load_bundled() -> Table:
-    """The bundled real dataset (see sim/data/README.md for provenance and licence)."""
-    parts = [resources.files("sim").joinpath("data", f).read_text(encoding="utf-8") for f in BUNDLED_FILES]
-    # The second part repeats the header line; drop it before parsing the concatenation.
-    text = parts[0] + "".join(p.split("\n", 1)[1] for p in parts[1:])
-    return read_csv(text, source="bundled: UCI household power, 100k-row sample", label=BUNDLED_LABEL)
-
-
-def synthetic_ridge(n: int, d: int, randomness: Randomness, *, label_noise: float = 0.0) -> Table:
-    """Burkhardt et al. §6.2 synthetic ridge data: A ~ N(0,1)^{n×d}, x_gen ~ N(0,1)^d,
-    b = A·x_gen (+ N(0, label_noise²); the paper has none, so the non-private R² is 1 up to clipping)."""
-    stream = randomness.child("synthetic-ridge").stream()
-    A = stream.normal((n, d))
-    x_gen = stream.normal(d)
-    b = A @ x_gen + stream.normal(n, scale=label_noise)
-    cols = {f"x{j}": A[:, j].copy() for j in range(d)}
-    cols["y"] = b
-    return Table(cols, "y", f"synthetic ridge (n={n}, d={d}, label noise {label_noise:g})")
-
-
-def synthetic_nonlinear(n: int, d: int, randomness: Randomness, *, label_noise: float = 0.1) -> Table:
-    """A non-linear regression task for random features: x ~ N(0, I_d) and
-    y = Σ_j exp(−|x_j|) + x_0·x_1 + N(0, label_noise²) (Liao et al.'s test function 2 plus one
-    interaction).  Every term is uncorrelated with x, so a linear model explains nothing."""
-    if d < 2:
-        raise DataError(f"the nonlinear generator needs d ≥ 2 (got {d})")
-    stream = randomness.child("synthetic-nonlinear").stream()
-    X = stream.normal((n, d))
-    y = np.exp(-np.abs(X)).sum(axis=1) + X[:, 0] * X[:, 1] + stream.normal(n, scale=label_noise)
-    cols = {f"x{j}": X[:, j].copy() for j in range(d)}
-    cols["y"] = y
-    return Table(cols, "y", f"synthetic nonlinear (n={n}, d={d}, label noise {label_noise:g})")
-
-
-def synthetic_lowrank(n: int, d: int, rank: int, randomness: Randomness) -> Table:
-    """Burkhardt et al. §6.2 synthetic low-rank data: A = U' Σ V'ᵀ with the SVD of a Gaussian A',
-    the first ``rank`` singular values √(n/rank) and the rest 1/n (a large spectral gap)."""
-    if not 1 <= rank < d:
-        raise DataError(f"rank must satisfy 1 ≤ rank < d (got rank={rank}, d={d})")
-    stream = randomness.child("synthetic-lowrank").stream()
-    Ap = stream.normal((n, d))
-    # Thin SVD through the d×d Gram matrix: streams for large n, float64 throughout.
-    evals, V = np.linalg.eigh(Ap.T @ Ap)
-    order = np.argsort(evals)[::-1]
-    evals, V = evals[order], V[:, order]
-    U = Ap @ V / np.sqrt(evals)
-    sigma = np.full(d, 1.0 / n)
-    sigma[:rank] = np.sqrt(n / rank)
-    A = (U * sigma) @ V.T
-    return Table({f"x{j}": A[:, j].copy() for j in range(d)}, None,
-                 f"synthetic low-rank (n={n}, d={d}, rank={rank})")
 
 
 def public_columns(table: Table | ModelTable, *, intercept: bool, clip_bound: float) -> tuple[ColumnSpec, ...]:

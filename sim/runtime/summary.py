@@ -48,7 +48,7 @@ def model_table(model_name: str, metrics: dict[str, Any], baselines: dict[str, A
                 private_lam: float | None = None) -> list[str]:
     """The comparison table, then one line per row and per metric saying what it means.
 
-    ``private_lam``: the private model's ridge λ, at which φ is scored for every row (``sim/simulate.py``):
+    ``private_lam``: the private model's ridge λ, at which φ is scored for every row (``sim/runtime/simulate.py``):
     φ measures closeness to the minimiser of THAT objective, so a row fitted with another λ — OLS,
     λ = 0 — has φ > 1 however good its fit; the φ line says so whenever such a row scores above the
     private model."""

@@ -6,7 +6,7 @@ channels, and uploads its one batch to the k servers concurrently with the real 
 (``party.uploader.upload_batch``: chunked client-streaming, retries with backoff).  Phases:
 
 1. certificates: a CA and one EC P-256 leaf per actor (cached in ``--certs-cache`` if given);
-2. k ``ltm server`` processes on 127.0.0.1 (``sim.launcher.ProcessGroup``), the job published;
+2. k ``ltm server`` processes on 127.0.0.1 (``sim.localnet.launcher.ProcessGroup``), the job published;
 3. every party randomizes and shares its rows (the party core) and opens its k channels — all
    parties at once, so all P·k TLS handshakes are concurrent (``connect`` latency);
 4. **upload**: all P streams start together; a stream's latency is the time until all k servers
@@ -20,7 +20,8 @@ channels, and uploads its one batch to the k servers concurrently with the real 
    actually sent (bit for bit), and the privacy report must verify.
 
 Bounded: everything binds 127.0.0.1 only, the whole run has a deadline (``--deadline``), and every
-process started is stopped at the end (also on failure).  Driver processes (``--drivers``) split
+process started is stopped at the end (also on failure, and on SIGTERM or SIGHUP, which end the run
+like Ctrl-C: ``sim.localnet.launcher.stop_on_termination``).  Driver processes (``--drivers``) split
 the parties when one asyncio process cannot keep up; the default is one.
 
 Prints one JSON object (``run_loadtest`` returns it): timings per phase, p50/p99/max latencies,
@@ -349,7 +350,7 @@ async def _run(cfg: LoadConfig, work: Path, report: dict[str, Any]) -> None:
     from analyst.coordinator import close_all, fetch_result_share, publish
     from analyst.reconstruct import reconstruct_release
     from ltm.v1 import ltm_pb2, ltm_pb2_grpc
-    from sim.launcher import ProcessGroup
+    from sim.localnet.launcher import ProcessGroup
     from transport.tls import make_channel
 
     timing = report["timing_s"]
@@ -460,8 +461,17 @@ def run_loadtest(cfg: LoadConfig, report: dict[str, Any] | None = None) -> dict[
     work = Path(tempfile.mkdtemp(prefix="ltm-load-")) if own else Path(cfg.workdir)
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
+    from sim.localnet.launcher import stop_on_termination
+
     try:
-        asyncio.run(asyncio.wait_for(_run(cfg, work, report), cfg.deadline_s))
+        # SIGTERM/SIGHUP cancel the run like Ctrl-C: _run's finally stops the drivers and servers
+        with stop_on_termination():
+            asyncio.run(asyncio.wait_for(_run(cfg, work, report), cfg.deadline_s))
+    except KeyboardInterrupt:
+        # stopped on request, not a failure: nothing to look into, so nothing of ours is left behind
+        if own:
+            shutil.rmtree(work, ignore_errors=True)
+        raise
     except BaseException as exc:
         # keep the servers' logs and stores for a post-mortem
         report["workdir_kept"] = str(work)

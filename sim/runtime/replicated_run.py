@@ -1,7 +1,7 @@
 """The replicated degree-2 release in process: parties → three servers → analyst as direct calls.
 
 The same pure cores a networked run would use (party/replicated.py, server/replicated.py,
-analyst/replicated.py); :func:`sim.inprocess.run_inprocess` hands a replicated job (columns
+analyst/replicated.py); :func:`sim.runtime.inprocess.run_inprocess` hands a replicated job (columns
 partition, kind ``gram``) to :func:`run_replicated`.  Every party's policy and ledger vet the job
 before any party sends anything, as for a sketch job.  Every party must take part: the servers
 need every block of the joint vector (there is no partial participation in the columns partition).
@@ -22,19 +22,19 @@ from party.randomizer import party_randomness
 from party.replicated import replicated_uploads
 from party.uploader import PartyPolicy
 from server.replicated import ReplicatedServer
-from sim.inprocess import policy_refusal
+from sim.runtime.inprocess import policy_refusal
 
 
 def run_replicated(spec: JobSpec, party_data: Mapping[str, Mapping[str, np.ndarray]], randomness: Randomness, *,
                    policies: Mapping[str, PartyPolicy] | None = None,
                    ledgers: Mapping[str, PrivacyLedger] | None = None, budget: Budget | None = None,
                    noise: bool = True):
-    """Run one replicated job end to end; returns a :class:`sim.inprocess.InProcessRun`.
+    """Run one replicated job end to end; returns a :class:`sim.runtime.inprocess.InProcessRun`.
 
     A refusing or absent party means no release (every block is needed): ValueError naming it.
     ``noise=False`` (exactness checks only) skips the parties' noise but keeps their masks.
     """
-    from sim.inprocess import InProcessRun  # the run record lives with the sketch transport
+    from sim.runtime.inprocess import InProcessRun  # the run record lives with the sketch transport
 
     timing: dict[str, float] = {}
     t0 = time.perf_counter()

@@ -7,7 +7,7 @@ vs non-private model quality, ε, δ, bytes moved, time per phase — and stops 
 
 With ``--seed`` everything is seeded (reproducible, NOT private) and the release's SHA-256 equals
 that of ``ltm simulate --seed`` with the same parameters: the same cores run behind both
-transports.
+paths (the in-process runtime and gRPC).
 
 ``--chaos`` kills servers with SIGKILL and restarts them (same port, same data directory) while
 the job runs — once mid-upload, once while the analyst's Release to a server is in flight — and
@@ -34,10 +34,10 @@ from ltm.jobspec import JobSpec
 from ltm.randomness import Randomness
 from party.ledger import describe_admission
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
-from sim.chaos import Chaos
-from sim.launcher import ProcessGroup, stop_on_termination
-from sim.simulate import SimulateConfig, load_table, report_for_release, training_matrix
-from sim.jobs import build_job, party_tables
+from sim.localnet.chaos import Chaos
+from sim.localnet.launcher import ProcessGroup, stop_on_termination
+from sim.runtime.simulate import SimulateConfig, load_table, report_for_release, training_matrix
+from sim.runtime.jobs import build_job, party_tables
 from transport.certs import write_certs
 from transport.tls import check_certificates, make_channel
 
@@ -257,7 +257,7 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
 
 def print_summary(r: dict[str, Any]) -> None:
     """The demo's report for a person: every figure labelled, a verdict, what varies and why."""
-    from sim.summary import byte_lines, model_table, privacy_lines, release_words, variation_note, verdict
+    from sim.runtime.summary import byte_lines, model_table, privacy_lines, release_words, variation_note, verdict
 
     pr, m, b = r["privacy"], r["metrics"], r["baselines"]
     print(f"LTM demo — {r['data']}, {'mutual TLS' if r['tls'] else 'PLAINTEXT (--insecure)'}")

@@ -33,7 +33,7 @@ from ltm.errors import LtmError
 from transport.tls import make_sync_channel
 
 if TYPE_CHECKING:
-    from sim.netns import NetnsLab
+    from sim.localnet.netns import NetnsLab
 
 
 #: Signals that end a launcher run like Ctrl-C does.
@@ -88,7 +88,7 @@ class ActorProcess:
     argv: list[str] = field(default_factory=list)
     #: pids of earlier incarnations (see :meth:`ProcessGroup.restart`)
     previous_pids: list[int] = field(default_factory=list)
-    #: the address it listens on (its own namespace's address with a :class:`~sim.netns.NetnsLab`)
+    #: the address it listens on (its own namespace's address with a :class:`~sim.localnet.netns.NetnsLab`)
     host: str = "127.0.0.1"
     #: the lab actor whose namespace it runs in (default: its own name)
     site: str = ""

@@ -1,4 +1,5 @@
-"""Building job specs for simulations: partitions, parties, defaults for m and λ."""
+"""Building job specs for simulations: partitions, parties, column transforms (the default m is
+:func:`ltm.planner.default_m`)."""
 from __future__ import annotations
 
 import math
@@ -6,43 +7,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ltm.dp.calibration import analytic_gaussian_sigma
 from ltm.dp.defaults import DEFAULT_CLIP_BOUND, DEFAULT_DELTA
-from ltm.dp.sensitivity import sketch_l2
 from ltm.jobspec import (INTERCEPT_NAME, ColumnSpec, JobSpec, PartySpec, PrivacySpec, ServerSpec, SketchSpec,
                          corrupt_parties_default, replicated_corrupt_parties_default, resolve_defaults)
 from ltm.lifts import get_lift
-from ltm.planner import PlanInputs, plan_release
+from ltm.planner import PlanInputs, default_m, plan_release
 from ltm.randomness import Randomness
 from ltm.second_moment import PublicSecondMoment, pmt_radius
 from ltm.transforms import TransformSpec, rff_spec, vector_layout, whiten_spec
-from sim.data import ModelTable, Table, public_columns
-
-
-
-def default_m(n: int, width: int, *, epsilon: float, delta: float, clip_bound: float, kind: str = "sparse") -> int:
-    """Default sketch size m from n, the vector width D, ε and δ (documented rule).
-
-    For a regression the release error has two parts that pull m in opposite directions (the
-    analyst de-biases the known noise Gram, so the noise does not shrink the model):
-
-    * sketch-and-solve distortion: relative excess loss ≈ D·(1 − R²)/m, falling with m;
-    * the de-biased noise Gram ÃᵀÃ − E[NᵀN] keeps fluctuations of size v·√m per entry
-      (v ≈ 1.1·σ₁² per scaled entry, σ₁ the analytic Gaussian σ for Δ = 2C), against a signal of
-      ≈ n/D per diagonal entry: an excess loss ≈ D³·v²·m/n², growing with m.
-
-    Balancing the two with a residual share 1 − R² ≈ 0.05 gives ``m ≈ 0.15·n/(D·v)``, clamped to
-    [max(4D, 16), n/64] (at least 64 expected clients per row keeps every row's honest load high
-    and the gate robust to dropouts).  Dense sketches cost O(m) per client upload: capped at 256.
-    Low rank uses the same rule (m only needs to exceed the rank by a margin).
-    """
-    sigma_1 = analytic_gaussian_sigma(epsilon, delta, sketch_l2(clip_bound, 1))
-    v = 1.1 * sigma_1**2
-    m = 0.15 * n / (width * v)
-    lo, hi = max(4 * width, 16), max(n // 64, 1)
-    if kind == "dense":
-        hi = min(hi, 256)
-    return int(round(max(min(m, hi), min(lo, hi))))
+from ltm_datasets.tables import ModelTable, Table, public_columns
 
 
 @dataclass(frozen=True)
@@ -199,7 +172,7 @@ def build_job(table: Table | ModelTable, *, job_id: str, randomness: Randomness,
 
 
 def budget_shares(columns: tuple[ColumnSpec, ...]) -> list[float]:
-    """Each raw column's share of the clip budget C² under :func:`sim.data.public_columns`'s public
+    """Each raw column's share of the clip budget C² under :func:`ltm_datasets.tables.public_columns`'s public
     transform: the label q = 1/(1 + √p), each of the p regressors (features and an intercept)
     (1 − q)/p; without a label, 1/D each.  The shares sum to 1, so party clip bounds
     C_j = C·√(Σ of its columns' shares) satisfy Σ_j C_j² = C² (the joint vector stays within C:

@@ -1,7 +1,7 @@
 """Fault injection for ``ltm demo --chaos``: SIGKILL servers while a job runs, restart them, report.
 
 Two kills, each followed by a restart on the same port with the same data directory
-(:meth:`sim.launcher.ProcessGroup.restart`):
+(:meth:`sim.localnet.launcher.ProcessGroup.restart`):
 
 1. **mid-upload.**  Half of the parties are started; once every server has acknowledged their
    clients, server-1 is SIGKILLed and the other half of the parties is started against the dead
@@ -30,7 +30,7 @@ import grpc
 from ltm.errors import LtmError
 from ltm.jobspec import JobSpec, PartySpec
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
-from sim.launcher import ActorProcess, ProcessGroup
+from sim.localnet.launcher import ActorProcess, ProcessGroup
 from transport.tls import make_channel
 
 
@@ -39,7 +39,7 @@ class ChaosFailure(LtmError, RuntimeError):
 
 
 class Chaos:
-    """Runs the kills described in the module docstring beside a job (see ``sim/demo.py``)."""
+    """Runs the kills described in the module docstring beside a job (see ``sim/localnet/demo.py``)."""
 
     def __init__(self, group: ProcessGroup, servers: Sequence[ActorProcess], spec: JobSpec, certs: Path | None,
                  insecure: bool, start_parties: Callable[[Sequence[PartySpec]], None], *,

@@ -1,7 +1,7 @@
 """``ltm simulate``: one LTM job in process, the model it yields, and the baselines beside it.
 
 Pipeline: load or generate data → split train/test → build a validated job spec (defaults for m
-and λ, see :mod:`sim.jobs`) → parties randomize and share → k servers store and apply the sketch →
+and λ, see :mod:`sim.runtime.jobs`) → parties randomize and share → k servers store and apply the sketch →
 the analyst reconstructs the DP sketch and fits the model → metrics on held-out data, next to the
 non-private, central (SSP / AdaSSP / MOD-SULQ) and local baselines on the same training data.
 """
@@ -26,9 +26,11 @@ from ltm.jobspec import JobSpec
 from ltm.randomness import Randomness
 from ltm.transforms import FeaturePipeline
 from party.ledger import Budget
-from sim.data import DataError, Table, load_bundled, load_csv, synthetic_lowrank, synthetic_nonlinear, synthetic_ridge
-from sim.inprocess import run_inprocess
-from sim.jobs import RFFOptions, build_job, party_tables
+from ltm_datasets.real import load_bundled
+from ltm_datasets.synthetic import synthetic_lowrank, synthetic_nonlinear, synthetic_ridge
+from ltm_datasets.tables import DataError, Table, load_csv
+from sim.runtime.inprocess import run_inprocess
+from sim.runtime.jobs import RFFOptions, build_job, party_tables
 
 MODELS = ("ols", "ridge", "lowrank", "rmgm_ols", "dgm_ols", "rf_ridge")
 TEST_FRACTION = 0.2
@@ -202,7 +204,7 @@ def report_for_release(cfg: SimulateConfig, spec: JobSpec, release, V: np.ndarra
     """Fit the configured model on a release and set it beside the baselines on the same data.
 
     Shared by ``simulate`` (in-process release) and ``demo`` (networked release), so the same
-    seed gives the same numbers on both transports.
+    seed gives the same numbers in process and over gRPC.
     """
     if cfg.model == "lowrank":
         return _lowrank_report(cfg, spec, release, V, rng)

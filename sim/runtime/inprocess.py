@@ -1,4 +1,4 @@
-"""The in-process transport: parties → k servers → analyst as direct calls in one process.
+"""The in-process runtime: parties → k servers → analyst as direct calls in one process.
 
 It wires the same pure cores the gRPC actors use (party randomizer, server core with an in-memory
 store, analyst reconstruction), so a run here and a networked run with the same seeds release
@@ -113,7 +113,7 @@ def run_inprocess(spec: JobSpec, party_data: Mapping[str, Mapping[str, np.ndarra
             (before any party has sent anything).
     """
     if spec.replicated:  # columns partition, degree-2: three servers on replicated shares
-        from sim.replicated_run import run_replicated
+        from sim.runtime.replicated_run import run_replicated
         return run_replicated(spec, party_data, randomness, policies=policies, ledgers=ledgers, budget=budget)
     timing: dict[str, float] = {}
     t0 = time.perf_counter()
