@@ -35,21 +35,13 @@ def tolerated(t_prime: int, corrupt_parties: int) -> str:
     return "up to " + " and ".join(parts) if parts else ""
 
 
-def privacy_report(spec: JobSpec, plan: NoisePlan, participants: ClientSet | np.ndarray, *, randomness: str,
-                   sketch: Sketch | None = None, seeded_parties: Sequence[str] = ()) -> dict[str, Any]:
-    """The privacy report of a release over ``participants`` (a ClientSet; a bool mask (n,) is accepted).
+def _achieved_privacy(spec: JobSpec, plan: NoisePlan, honest: int) -> tuple[float, float, bool]:
+    """(achieved ε, achieved δ, calibration holds) when the weakest release entry carries the noise
+    of ``honest`` honest (client, piece) draws.
 
-    ``calibration_verified``: the weakest row's honest noise buys the stated (ε, δ).
-    ``dp_verified``: that, and no party drew seeded (reproducible, NOT private) randomness — the
-    servers report every party that uploaded seeded batches (``seeded_parties``; possible only in a
-    job marked as a reproduction), and a release with any is never reported as DP.
+    Check, do not trust, the calibration: what (ε, δ) do ``honest`` draws buy for the stated sensitivity?
     """
-    participants = participant_set(spec.n, participants)
-    loads, deduction = honest_row_loads(spec, participants, sketch)
-    honest = int((loads - deduction).min())
     p = spec.privacy
-    # Check, do not trust, the calibration: the weakest release entry carries the noise of
-    # `honest` honest (client, piece) draws; what (ε, δ) does that buy for the stated sensitivity?
     achieved_epsilon = p.epsilon
     if plan.mechanism == "gaussian" and plan.on_grid:
         # the distributed discrete Gaussian's zCDP over the `honest` draws (ltm.dp.accounting), by the accountant
@@ -68,12 +60,16 @@ def privacy_report(spec: JobSpec, plan: NoisePlan, participants: ClientSet | np.
     else:
         achieved_delta = 0.0
         verified = honest >= round(1.0 / plan.gamma_shape) and plan.sensitivity / plan.laplace_scale <= p.epsilon * (1 + 1e-9)
+    return achieved_epsilon, achieved_delta, verified
+
+
+def _guarantee(spec: JobSpec, achieved_delta: float, calibration_verified: bool, verified: bool,
+               seeded: list[str], randomness: str) -> str:
+    """The report's one-sentence guarantee: what holds against whom, or why it does not."""
+    p = spec.privacy
     who = tolerated(p.t_prime if spec.partition == "rows" else 0, p.corrupt_parties)
     if who and spec.partition == "columns":
         who += " (covering the honest parties' columns)"
-    seeded = sorted(set(seeded_parties))
-    calibration_verified = bool(verified)
-    verified = calibration_verified and not seeded and not randomness.startswith("seeded")
     if verified:
         guarantee = (f"({p.epsilon:g}, {achieved_delta:.3g})-DP per client (replace-one), against any {spec.k - 1} of "
                      f"{spec.k} servers" + (f" together with {who}" if who else ""))
@@ -89,6 +85,27 @@ def privacy_report(spec: JobSpec, plan: NoisePlan, participants: ClientSet | np.
         guarantee += " [calibration 'paper': Burkhardt et al. Cor 4.7/4.10 as printed, reproduction mode]"
     if randomness.startswith("seeded") and not seeded:
         guarantee += " — seeded randomness: NOT private, for experiments only"
+    return guarantee
+
+
+def privacy_report(spec: JobSpec, plan: NoisePlan, participants: ClientSet | np.ndarray, *, randomness: str,
+                   sketch: Sketch | None = None, seeded_parties: Sequence[str] = ()) -> dict[str, Any]:
+    """The privacy report of a release over ``participants`` (a ClientSet; a bool mask (n,) is accepted).
+
+    ``calibration_verified``: the weakest row's honest noise buys the stated (ε, δ).
+    ``dp_verified``: that, and no party drew seeded (reproducible, NOT private) randomness — the
+    servers report every party that uploaded seeded batches (``seeded_parties``; possible only in a
+    job marked as a reproduction), and a release with any is never reported as DP.
+    """
+    participants = participant_set(spec.n, participants)
+    loads, deduction = honest_row_loads(spec, participants, sketch)
+    honest = int((loads - deduction).min())
+    p = spec.privacy
+    achieved_epsilon, achieved_delta, verified = _achieved_privacy(spec, plan, honest)
+    seeded = sorted(set(seeded_parties))
+    calibration_verified = bool(verified)
+    verified = calibration_verified and not seeded and not randomness.startswith("seeded")
+    guarantee = _guarantee(spec, achieved_delta, calibration_verified, verified, seeded, randomness)
     return {
         "mechanism": plan.mechanism,
         "epsilon": p.epsilon,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -237,8 +238,29 @@ def _facet_label(name: str, value: Any) -> str:
     return f"{label} = {value}"
 
 
-def write_plot(spec: ExperimentSpec, rows: list[dict[str, Any]], plot: dict[str, Any], out_dir: Path) -> Path:
-    plt = _import_matplotlib()
+@dataclass
+class _PlotLayout:
+    """What a plot shows and where: its rows, the facet and series values in order, the panels
+    ``(row value, column value, i, j)`` on an ``nr`` × ``nc`` grid, and the sizes the legend needs."""
+
+    x: str
+    y: str
+    series_key: str | None
+    frow: str | None
+    fcol: str | None
+    data: list[dict[str, Any]]
+    series_vals: list[Any]
+    categorical: bool  # x is not numeric: categories down the y axis
+    x_order: list[Any] | None
+    panels: list[tuple[Any, Any, int, int]]
+    nr: int
+    nc: int
+    w: float  # a numeric plot's panel width (inches)
+    legend_w: float
+
+
+def _plot_layout(rows: list[dict[str, Any]], plot: dict[str, Any]) -> _PlotLayout:
+    """The rows ``plot`` draws (ValueError if none) and how they are laid out in panels."""
     x, y = plot["x"], plot["y"]
     series_key = plot.get("series")
     frow, fcol = plot.get("facet_row"), plot.get("facet_col")
@@ -259,91 +281,106 @@ def write_plot(spec: ExperimentSpec, rows: list[dict[str, Any]], plot: dict[str,
         nr, nc = len(row_vals), len(col_vals)
     w, h = plot.get("panel_size", [4.6, 3.4])
     legend_w = float(plot.get("legend_width", 2.3)) if series_key and not categorical else 0.0
+    return _PlotLayout(x, y, series_key, frow, fcol, data, series_vals, categorical, x_order, panels, nr, nc, w,
+                       legend_w)
+
+
+def _plot_figure(plt: Any, plot: dict[str, Any], lay: _PlotLayout) -> tuple[Any, Any]:
+    """The figure and its ``nr`` × ``nc`` axes, sized for the panels, the labels and the legend."""
+    nr, nc = lay.nr, lay.nc
+    if lay.categorical:
+        w, h = plot.get("panel_size", [4.2, 0.32 * len(lay.x_order) + 1.0])
+        label_w = 0.065 * max(len(str(v)) for v in lay.x_order)
+        return plt.subplots(nr, nc, figsize=(w * nc + label_w, h * nr + 1.0), squeeze=False,
+                            sharey=True, sharex=bool(plot.get("sharex", False)))
+    w, h = plot.get("panel_size", [4.6, 3.4])
+    return plt.subplots(nr, nc, figsize=(w * nc + lay.legend_w + 0.4, h * nr + 0.9), squeeze=False,
+                        sharex=True, sharey=bool(plot.get("sharey", False)))
+
+
+def _draw_series(ax: Any, plot: dict[str, Any], lay: _PlotLayout, panel: list[dict[str, Any]],
+                 handles: dict[Any, Any]) -> None:
+    """One panel's series: mean ± std over repetitions per x, as error bars (recorded in ``handles``)."""
+    x, y, series_key, categorical = lay.x, lay.y, lay.series_key, lay.categorical
+    for si, sv in enumerate(lay.series_vals):
+        pts = [r for r in panel if series_key is None or r.get(series_key) == sv]
+        if not pts:
+            continue
+        agg = aggregate(pts, [x], y)
+        xs = [k[0] for k in agg]
+        if categorical:
+            xs_pos = [lay.x_order.index(v) for v in xs]
+        else:
+            xs_pos = xs
+        order = np.argsort(xs_pos)
+        xp = np.array(xs_pos, dtype=float)[order]
+        mean = np.array([a["mean"] for a in agg.values()])[order]
+        std = np.array([a["std"] for a in agg.values()])[order]
+        if plot.get("logy"):
+            ok = mean > 0
+            xp, mean, std = xp[ok], mean[ok], std[ok]
+            lower = np.minimum(std, mean * 0.9)  # keep the bar inside the log axis
+            yerr = np.vstack([lower, std])
+        else:
+            yerr = std
+        st = _style(sv, si)
+        if categorical:  # categories down the y axis, values along x (long labels stay readable)
+            st = {**st, "ls": "none", "ms": 6}
+            yp = xp + (si - (len(lay.series_vals) - 1) / 2) * 0.18 if series_key else xp
+            line = ax.errorbar(mean, yp, xerr=yerr if plot.get("errorbars", True) else None,
+                               capsize=2, elinewidth=0.9, ecolor=st["color"], label=str(sv), **st)
+        else:
+            line = ax.errorbar(xp, mean, yerr=yerr if plot.get("errorbars", True) else None,
+                               capsize=2, elinewidth=0.8, ecolor="black", label=str(sv), **st)
+        handles.setdefault(sv, line)
+
+
+def _draw_paper_markers(ax: Any, spec: ExperimentSpec, lay: _PlotLayout, panel: list[dict[str, Any]],
+                        handles: dict[Any, Any]) -> None:
+    """A categorical panel's paper values: a cross at each category the spec's paper numbers name."""
+    for pos, cat in enumerate(lay.x_order):
+        sample = next((r for r in panel if r.get(lay.x) == cat), None)
+        entry = next((e for e in spec.paper if sample is not None and e["metric"] == lay.y
+                      and _matches(sample, e["where"])), None)
+        if entry is not None:
+            mk = ax.plot([entry["mean"]], [pos], marker="x", color="black", ms=8, mew=1.6, ls="none",
+                         zorder=6)[0]
+            handles.setdefault("__paper__", mk)
+
+
+def _format_axes(ax: Any, plot: dict[str, Any], lay: _PlotLayout, rv: Any, cv: Any, j: int, last_row: bool) -> None:
+    """A panel's scales, category ticks, facet title, grid and axis labels (x labels on the last row only)."""
+    x, y, frow, fcol, categorical = lay.x, lay.y, lay.frow, lay.fcol, lay.categorical
+    if plot.get("logx") and not categorical:
+        ax.set_xscale("log")
+    if plot.get("logy"):
+        (ax.set_xscale if categorical else ax.set_yscale)("log")
     if categorical:
-        w, h = plot.get("panel_size", [4.2, 0.32 * len(x_order) + 1.0])
-        label_w = 0.065 * max(len(str(v)) for v in x_order)
-        fig, axes = plt.subplots(nr, nc, figsize=(w * nc + label_w, h * nr + 1.0), squeeze=False,
-                                 sharey=True, sharex=bool(plot.get("sharex", False)))
+        ax.set_yticks(range(len(lay.x_order)))
+        ax.set_yticklabels([str(v) for v in lay.x_order], fontsize=8)
+        ax.set_ylim(len(lay.x_order) - 0.5, -0.5)
+    title = ", ".join(t for t in (_facet_label(frow, rv) if frow else "", _facet_label(fcol, cv) if fcol else "") if t)
+    if title:
+        ax.set_title(title, fontsize=10)
+    ax.grid(True, which="major", alpha=0.3)
+    if categorical:
+        if last_row:
+            ax.set_xlabel(plot.get("ylabel", y))
+        ax.grid(True, which="major", axis="x", alpha=0.3)
     else:
-        fig, axes = plt.subplots(nr, nc, figsize=(w * nc + legend_w + 0.4, h * nr + 0.9), squeeze=False,
-                                 sharex=True, sharey=bool(plot.get("sharey", False)))
-    handles: dict[Any, Any] = {}
-    used = set()
-    for rv, cv, i, j in panels:
-        if True:
-            ax = axes[i][j]
-            used.add((i, j))
-            last_row = i == nr - 1 or (i + 1, j) not in {(a, b) for _, _, a, b in panels}
-            panel = [r for r in data if (frow is None or _same(r.get(frow), rv)) and (fcol is None or _same(r.get(fcol), cv))]
-            for si, sv in enumerate(series_vals):
-                pts = [r for r in panel if series_key is None or r.get(series_key) == sv]
-                if not pts:
-                    continue
-                agg = aggregate(pts, [x], y)
-                xs = [k[0] for k in agg]
-                if categorical:
-                    xs_pos = [x_order.index(v) for v in xs]
-                else:
-                    xs_pos = xs
-                order = np.argsort(xs_pos)
-                xp = np.array(xs_pos, dtype=float)[order]
-                mean = np.array([a["mean"] for a in agg.values()])[order]
-                std = np.array([a["std"] for a in agg.values()])[order]
-                if plot.get("logy"):
-                    ok = mean > 0
-                    xp, mean, std = xp[ok], mean[ok], std[ok]
-                    lower = np.minimum(std, mean * 0.9)  # keep the bar inside the log axis
-                    yerr = np.vstack([lower, std])
-                else:
-                    yerr = std
-                st = _style(sv, si)
-                if categorical:  # categories down the y axis, values along x (long labels stay readable)
-                    st = {**st, "ls": "none", "ms": 6}
-                    yp = xp + (si - (len(series_vals) - 1) / 2) * 0.18 if series_key else xp
-                    line = ax.errorbar(mean, yp, xerr=yerr if plot.get("errorbars", True) else None,
-                                       capsize=2, elinewidth=0.9, ecolor=st["color"], label=str(sv), **st)
-                else:
-                    line = ax.errorbar(xp, mean, yerr=yerr if plot.get("errorbars", True) else None,
-                                       capsize=2, elinewidth=0.8, ecolor="black", label=str(sv), **st)
-                handles.setdefault(sv, line)
-            if categorical and plot.get("paper_markers") and spec.paper:
-                for pos, cat in enumerate(x_order):
-                    sample = next((r for r in panel if r.get(x) == cat), None)
-                    entry = next((e for e in spec.paper if sample is not None and e["metric"] == y
-                                  and _matches(sample, e["where"])), None)
-                    if entry is not None:
-                        mk = ax.plot([entry["mean"]], [pos], marker="x", color="black", ms=8, mew=1.6, ls="none",
-                                     zorder=6)[0]
-                        handles.setdefault("__paper__", mk)
-            if plot.get("logx") and not categorical:
-                ax.set_xscale("log")
-            if plot.get("logy"):
-                (ax.set_xscale if categorical else ax.set_yscale)("log")
-            if categorical:
-                ax.set_yticks(range(len(x_order)))
-                ax.set_yticklabels([str(v) for v in x_order], fontsize=8)
-                ax.set_ylim(len(x_order) - 0.5, -0.5)
-            title = ", ".join(t for t in (_facet_label(frow, rv) if frow else "", _facet_label(fcol, cv) if fcol else "") if t)
-            if title:
-                ax.set_title(title, fontsize=10)
-            ax.grid(True, which="major", alpha=0.3)
-            if categorical:
-                if last_row:
-                    ax.set_xlabel(plot.get("ylabel", y))
-                ax.grid(True, which="major", axis="x", alpha=0.3)
-            else:
-                if last_row:
-                    ax.set_xlabel(plot.get("xlabel", x))
-                    ax.xaxis.set_tick_params(labelbottom=True)
-                if j == 0:
-                    ax.set_ylabel(plot.get("ylabel", y))
-    for i in range(nr):
-        for j in range(nc):
-            if (i, j) not in used:
-                axes[i][j].set_visible(False)
+        if last_row:
+            ax.set_xlabel(plot.get("xlabel", x))
+            ax.xaxis.set_tick_params(labelbottom=True)
+        if j == 0:
+            ax.set_ylabel(plot.get("ylabel", y))
+
+
+def _finish_figure(fig: Any, plot: dict[str, Any], lay: _PlotLayout, handles: dict[Any, Any]) -> None:
+    """The figure's title, its legend (below a categorical plot, right of a numeric one) and layout."""
+    series_key, series_vals, nc, w, legend_w = lay.series_key, lay.series_vals, lay.nc, lay.w, lay.legend_w
     if plot.get("title"):
         fig.suptitle(plot["title"], fontsize=12)
-    if series_key and handles and categorical:
+    if series_key and handles and lay.categorical:
         keys = [k for k in series_vals if k in handles] + (["__paper__"] if "__paper__" in handles else [])
         labels = [f"{series_key} = {k}" for k in keys if k != "__paper__"]
         if "__paper__" in handles:
@@ -356,6 +393,30 @@ def write_plot(spec: ExperimentSpec, rows: list[dict[str, Any]], plot: dict[str,
         fig.tight_layout(rect=(0, 0, 1 - legend_w / (w * nc + legend_w + 0.4), 0.96 if plot.get("title") else 1))
     else:
         fig.tight_layout(rect=(0, 0, 1, 0.96 if plot.get("title") else 1))
+
+
+def write_plot(spec: ExperimentSpec, rows: list[dict[str, Any]], plot: dict[str, Any], out_dir: Path) -> Path:
+    """Draw one ``[[plot]]`` of ``spec`` from ``rows`` into ``out_dir / plot["file"]``; returns the path."""
+    plt = _import_matplotlib()
+    lay = _plot_layout(rows, plot)
+    fig, axes = _plot_figure(plt, plot, lay)
+    handles: dict[Any, Any] = {}
+    used = set()
+    for rv, cv, i, j in lay.panels:
+        ax = axes[i][j]
+        used.add((i, j))
+        last_row = i == lay.nr - 1 or (i + 1, j) not in {(a, b) for _, _, a, b in lay.panels}
+        panel = [r for r in lay.data if (lay.frow is None or _same(r.get(lay.frow), rv))
+                 and (lay.fcol is None or _same(r.get(lay.fcol), cv))]
+        _draw_series(ax, plot, lay, panel, handles)
+        if lay.categorical and plot.get("paper_markers") and spec.paper:
+            _draw_paper_markers(ax, spec, lay, panel, handles)
+        _format_axes(ax, plot, lay, rv, cv, j, last_row)
+    for i in range(lay.nr):
+        for j in range(lay.nc):
+            if (i, j) not in used:
+                axes[i][j].set_visible(False)
+    _finish_figure(fig, plot, lay, handles)
     path = out_dir / plot["file"]
     fig.savefig(path, dpi=int(plot.get("dpi", 110)))
     plt.close(fig)

@@ -164,6 +164,187 @@ def _weight(scenario: Scenario, params: dict) -> float:
         return 1.0
 
 
+@dataclass
+class _Pairs:
+    """The run's (cell, repetition) pairs: those still to compute, every pair's place in the grid,
+    the cost weights of the whole grid and of what is already done, and the counts."""
+
+    tasks: list[Task]
+    grid_order: dict[tuple[str, int], int]
+    total_weight: float
+    done_weight: float
+    pairs_total: int
+    resumed: int
+
+
+@dataclass
+class _Run:
+    """What the steps of one run share: its identity (for ``run.json``) and how it went so far."""
+
+    spec: ExperimentSpec
+    out_dir: Path
+    command: str | None
+    started: str
+    t0: float
+    history: list[dict]
+    transport_name: str
+    status: str = "complete"
+    ran: int = 0
+
+    @property
+    def run_json(self) -> Path:
+        return self.out_dir / "run.json"
+
+    def record(self, csv: ResultsCsv, pairs: _Pairs, ex: Any, plots: list[str]) -> dict[str, Any]:
+        """The run record as it stands (:func:`_record`)."""
+        return _record(self.spec, self.out_dir, self.command, self.started, self.t0, self.status, pairs.pairs_total,
+                       len(csv.done()), self.ran, pairs.resumed, self.transport_name, ex.describe(), self.history,
+                       plots)
+
+
+def _check_options(spec: ExperimentSpec, scenario: Scenario, *, networked: bool, workers: int | None,
+                   executor: str) -> int | None:
+    """Refuse option combinations the spec or the executor cannot run; returns ``workers`` (1 when
+    ``networked`` forces one deployment), printing a note where an option is ignored."""
+    if networked and not (spec.networked and scenario.networked):
+        raise ValueError(f"spec {spec.name!r} does not support --networked "
+                         f"(spec networked={spec.networked}, scenario networked={scenario.networked})")
+    if workers is not None and workers < 1:
+        raise ValueError("--workers must be ≥ 1")
+    if executor not in EXECUTORS:
+        raise ValueError(f"unknown executor {executor!r}; choose one of {', '.join(EXECUTORS)}")
+    if networked and executor != "local":
+        raise ValueError(f"--networked runs cells one at a time in this process (one deployment of servers, "
+                         f"analyst and parties); it cannot use --executor {executor}")
+    if networked and spec.params.get("path") == "fast":
+        print(f"ltm experiment: note: spec {spec.name!r} releases by the exact fast path (path = \"fast\"); only "
+              f"its real-path jobs would use the network — try --reduced, whose grid uses the real cores",
+              file=sys.stderr)
+    if networked and (workers or 1) > 1:
+        print("ltm experiment: --networked runs cells one at a time (one deployment); ignoring --workers",
+              file=sys.stderr)
+        workers = 1
+    return workers
+
+
+def _previous_history(run_json: Path, out_dir: Path, spec: ExperimentSpec, reduced: bool) -> list[dict]:
+    """The history of earlier runs into ``out_dir`` (empty for a new folder); refuses a folder that
+    holds another scenario, base seed or grid size."""
+    history: list[dict] = []
+    if run_json.exists():
+        previous = json.loads(run_json.read_text())
+        if previous.get("identity_hash") not in (None, spec.identity_hash):
+            raise ValueError(f"{out_dir} holds results of another scenario or base seed "
+                             f"({previous.get('scenario')!r}, seed {previous.get('base_seed')}); use a new --out")
+        if previous.get("reduced") is not None and previous.get("reduced") != reduced:
+            raise ValueError(f"{out_dir} holds a {'reduced' if previous['reduced'] else 'full'} run; "
+                             f"use another --out for the {'reduced' if reduced else 'full'} grid")
+        history = previous.get("history", []) + [{k: previous.get(k) for k in
+                                                  ("command", "started", "wall_time_s", "status", "pairs_run")}]
+    return history
+
+
+def _plan_pairs(spec: ExperimentSpec, scenario: Scenario, done: set[tuple[str, int]],
+                max_pairs: int | None) -> _Pairs:
+    """The grid's pairs in repetition-major order, those in ``done`` skipped, at most ``max_pairs`` to run."""
+    cells = spec.cells()
+    tasks: list[Task] = []
+    grid_order: dict[tuple[str, int], int] = {}
+    total_weight = done_weight = 0.0
+    for rep in range(spec.repetitions):  # repetition-major: a partial run already covers the grid
+        for cell in cells:
+            grid_order[(cell.cell_id, rep)] = len(grid_order)
+            w = _weight(scenario, cell.params)
+            total_weight += w
+            if (cell.cell_id, rep) in done:
+                done_weight += w
+            else:
+                tasks.append(Task(cell, rep, spec.seed(cell, rep), w))
+    pairs_total = len(cells) * spec.repetitions
+    resumed = pairs_total - len(tasks)
+    if max_pairs is not None:
+        tasks = tasks[:max_pairs]
+    return _Pairs(tasks, grid_order, total_weight, done_weight, pairs_total, resumed)
+
+
+def _compute_pairs(run: _Run, ex: Any, csv: ResultsCsv, pairs: _Pairs, bar: Progress, *, networked: bool,
+                   max_pairs: int | None) -> None:
+    """Compute the pairs on ``ex``, appending each to ``results.csv`` as it comes back; on every way
+    out, free the executor and the network and write ``run.json`` (:func:`_settle`)."""
+    spec = run.spec
+    previous_transport = None
+    net = None
+    if networked:
+        net = release_backends.NetworkedBackend()
+        previous_transport = release_backends.install(net)
+    restore = _interrupt_on_sigterm()
+    try:
+        # THE cell loop, whatever the executor: each pair is appended (one write + fsync) as
+        # soon as it is back, in whatever order the pairs finish
+        finished = ex.imap_unordered(_run_cell, pairs.tasks, args=lambda t: (spec.scenario, spec.module,
+                                                                             t.cell.params, t.seed),
+                                     key=lambda t: f"{spec.name}-{t.cell.cell_id}-rep{t.rep}")
+        with closing(finished):
+            for task, (rows, _) in finished:
+                csv.append(task.cell.cell_id, task.rep, task.seed, task.cell.axes, rows)
+                run.ran += 1
+                bar.update(task.weight)
+    except KeyboardInterrupt:
+        run.status = "interrupted"
+        raise
+    except BaseException:
+        run.status = "failed"
+        raise
+    finally:
+        restore()
+        bar.close()
+        ex.close()  # free the workers (a LocalCluster's processes) before the report
+        if net is not None:
+            net.close()
+            release_backends.install(previous_transport)
+        _settle(run, ex, csv, pairs, max_pairs)
+
+
+def _settle(run: _Run, ex: Any, csv: ResultsCsv, pairs: _Pairs, max_pairs: int | None) -> None:
+    """The run's final status; a complete grid's file in grid order; ``run.json``; how to resume."""
+    if run.status != "complete" or (max_pairs is not None and len(csv.done()) < pairs.pairs_total):
+        run.status = run.status if run.status != "complete" else "partial"
+    if run.status == "complete":  # every pair is there: the file's order no longer depends on who ran them
+        csv.canonicalize(pairs.grid_order)
+    record = run.record(csv, pairs, ex, [])
+    run.run_json.write_text(json.dumps(record, indent=2) + "\n")
+    if run.status in ("interrupted", "failed"):
+        print(f"\nltm experiment: {run.status}; {len(csv.done())}/{pairs.pairs_total} pairs are in "
+              f"{run.out_dir / 'results.csv'} — rerun the same command to resume", file=sys.stderr)
+
+
+def _write_report(run: _Run, ex: Any, csv: ResultsCsv, pairs: _Pairs, plots: bool) -> dict[str, Any]:
+    """Plots, ``summary.md``, ``aggregate.csv`` and the final ``run.json``; a plot failure is recorded
+    there and then raised."""
+    spec, out_dir = run.spec, run.out_dir
+    rows = csv.rows()
+    plot_files: list[str] = []
+    plot_error = None
+    if plots:
+        from experiments.report import PlotsUnavailable, write_plots
+
+        try:
+            plot_files = write_plots(spec, rows, out_dir)
+        except PlotsUnavailable as exc:
+            plot_error = str(exc)
+    record = run.record(csv, pairs, ex, plot_files)
+    from experiments.report import write_aggregate, write_summary
+
+    write_summary(spec, rows, out_dir, record)
+    write_aggregate(spec, rows, out_dir)
+    if plot_error:
+        record["plots_error"] = plot_error
+    run.run_json.write_text(json.dumps(record, indent=2) + "\n")
+    if plot_error:
+        raise PlotsUnavailable(plot_error)
+    return record
+
+
 def run_experiment(spec_ref: str | Path, out: str | Path | None = None, *, reduced: bool = False,
                    networked: bool = False, workers: int | None = None, progress: bool = True, plots: bool = True,
                    command: str | None = None, max_pairs: int | None = None, executor: str = "local",
@@ -183,128 +364,21 @@ def run_experiment(spec_ref: str | Path, out: str | Path | None = None, *, reduc
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     spec = load_spec(spec_ref, reduced=reduced)
     scenario = get_scenario(spec.scenario, spec.module)
-    if networked and not (spec.networked and scenario.networked):
-        raise ValueError(f"spec {spec.name!r} does not support --networked "
-                         f"(spec networked={spec.networked}, scenario networked={scenario.networked})")
-    if workers is not None and workers < 1:
-        raise ValueError("--workers must be ≥ 1")
-    if executor not in EXECUTORS:
-        raise ValueError(f"unknown executor {executor!r}; choose one of {', '.join(EXECUTORS)}")
-    if networked and executor != "local":
-        raise ValueError(f"--networked runs cells one at a time in this process (one deployment of servers, "
-                         f"analyst and parties); it cannot use --executor {executor}")
-    if networked and spec.params.get("path") == "fast":
-        print(f"ltm experiment: note: spec {spec.name!r} releases by the exact fast path (path = \"fast\"); only "
-              f"its real-path jobs would use the network — try --reduced, whose grid uses the real cores",
-              file=sys.stderr)
-    if networked and (workers or 1) > 1:
-        print("ltm experiment: --networked runs cells one at a time (one deployment); ignoring --workers",
-              file=sys.stderr)
-        workers = 1
+    workers = _check_options(spec, scenario, networked=networked, workers=workers, executor=executor)
     out_dir = Path(out) if out else REPO_ROOT / "runs" / (spec.name + ("-reduced" if reduced else ""))
-    run_json = out_dir / "run.json"
-    history: list[dict] = []
-    if run_json.exists():
-        previous = json.loads(run_json.read_text())
-        if previous.get("identity_hash") not in (None, spec.identity_hash):
-            raise ValueError(f"{out_dir} holds results of another scenario or base seed "
-                             f"({previous.get('scenario')!r}, seed {previous.get('base_seed')}); use a new --out")
-        if previous.get("reduced") is not None and previous.get("reduced") != reduced:
-            raise ValueError(f"{out_dir} holds a {'reduced' if previous['reduced'] else 'full'} run; "
-                             f"use another --out for the {'reduced' if reduced else 'full'} grid")
-        history = previous.get("history", []) + [{k: previous.get(k) for k in
-                                                  ("command", "started", "wall_time_s", "status", "pairs_run")}]
+    history = _previous_history(out_dir / "run.json", out_dir, spec, reduced)
+    run = _Run(spec, out_dir, command, started, t0, history, "networked" if networked else "inprocess")
 
     # Started before anything is written: a missing dask or an unreachable scheduler leaves no trace.
     ex = make_executor(executor, workers, scheduler, connect_timeout)
-    with ex:  # closed on every way out (and earlier, below, once the pairs are done)
+    with ex:  # closed on every way out (and earlier, in _compute_pairs, once the pairs are done)
         out_dir.mkdir(parents=True, exist_ok=True)
         csv = ResultsCsv(out_dir / "results.csv", spec.axes).open()
-        done = csv.done()
-        cells = spec.cells()
-        tasks: list[Task] = []
-        grid_order: dict[tuple[str, int], int] = {}
-        total_weight = done_weight = 0.0
-        for rep in range(spec.repetitions):  # repetition-major: a partial run already covers the grid
-            for cell in cells:
-                grid_order[(cell.cell_id, rep)] = len(grid_order)
-                w = _weight(scenario, cell.params)
-                total_weight += w
-                if (cell.cell_id, rep) in done:
-                    done_weight += w
-                else:
-                    tasks.append(Task(cell, rep, spec.seed(cell, rep), w))
-        pairs_total = len(cells) * spec.repetitions
-        resumed = pairs_total - len(tasks)
-        if max_pairs is not None:
-            tasks = tasks[:max_pairs]
-        bar = Progress(spec.name, pairs_total, resumed, total_weight, done_weight, enabled=progress)
-        transport_name = "networked" if networked else "inprocess"
-        previous_transport = None
-        net = None
-        if networked:
-            net = release_backends.NetworkedBackend()
-            previous_transport = release_backends.install(net)
-        status = "complete"
-        ran = 0
-        restore = _interrupt_on_sigterm()
-        try:
-            # THE cell loop, whatever the executor: each pair is appended (one write + fsync) as
-            # soon as it is back, in whatever order the pairs finish
-            finished = ex.imap_unordered(_run_cell, tasks, args=lambda t: (spec.scenario, spec.module, t.cell.params,
-                                                                           t.seed),
-                                         key=lambda t: f"{spec.name}-{t.cell.cell_id}-rep{t.rep}")
-            with closing(finished):
-                for task, (rows, _) in finished:
-                    csv.append(task.cell.cell_id, task.rep, task.seed, task.cell.axes, rows)
-                    ran += 1
-                    bar.update(task.weight)
-        except KeyboardInterrupt:
-            status = "interrupted"
-            raise
-        except BaseException:
-            status = "failed"
-            raise
-        finally:
-            restore()
-            bar.close()
-            ex.close()  # free the workers (a LocalCluster's processes) before the report
-            if net is not None:
-                net.close()
-                release_backends.install(previous_transport)
-            if status != "complete" or (max_pairs is not None and len(csv.done()) < pairs_total):
-                status = status if status != "complete" else "partial"
-            if status == "complete":  # every pair is there: the file's order no longer depends on who ran them
-                csv.canonicalize(grid_order)
-            record = _record(spec, out_dir, command, started, t0, status, pairs_total, len(csv.done()), ran, resumed,
-                             transport_name, ex.describe(), history, [])
-            run_json.write_text(json.dumps(record, indent=2) + "\n")
-            if status in ("interrupted", "failed"):
-                print(f"\nltm experiment: {status}; {len(csv.done())}/{pairs_total} pairs are in "
-                      f"{out_dir / 'results.csv'} — rerun the same command to resume", file=sys.stderr)
-
-    rows = csv.rows()
-    plot_files: list[str] = []
-    plot_error = None
-    if plots:
-        from experiments.report import PlotsUnavailable, write_plots
-
-        try:
-            plot_files = write_plots(spec, rows, out_dir)
-        except PlotsUnavailable as exc:
-            plot_error = str(exc)
-    record = _record(spec, out_dir, command, started, t0, status, pairs_total, len(csv.done()), ran, resumed,
-                     transport_name, ex.describe(), history, plot_files)
-    from experiments.report import write_aggregate, write_summary
-
-    write_summary(spec, rows, out_dir, record)
-    write_aggregate(spec, rows, out_dir)
-    if plot_error:
-        record["plots_error"] = plot_error
-    run_json.write_text(json.dumps(record, indent=2) + "\n")
-    if plot_error:
-        raise PlotsUnavailable(plot_error)
-    return record
+        pairs = _plan_pairs(spec, scenario, csv.done(), max_pairs)
+        bar = Progress(spec.name, pairs.pairs_total, pairs.resumed, pairs.total_weight, pairs.done_weight,
+                       enabled=progress)
+        _compute_pairs(run, ex, csv, pairs, bar, networked=networked, max_pairs=max_pairs)
+    return _write_report(run, ex, csv, pairs, plots)
 
 
 def _interrupt_on_sigterm():

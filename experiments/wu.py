@@ -365,6 +365,122 @@ def _synthetic_cost(p: dict) -> float:
     return n * (20.0 + sum(mults) * math.sqrt(n) / sigma_eps_delta(eps, float(p.get("delta", WU_DELTA))) / 20.0)
 
 
+@dataclasses.dataclass
+class _SyntheticDraw:
+    """One draw of the synthetic cell: the data, the parties' column blocks, Wu's noise std and the
+    rows emitted so far (every series of the cell appends to ``rows`` through :meth:`emit`)."""
+
+    seed: int
+    n: int
+    d: int
+    lam: float
+    X: np.ndarray
+    y: np.ndarray
+    w_star: np.ndarray
+    D: np.ndarray
+    blocks: list[np.ndarray]
+    std_wu: float
+    base: dict[str, Any]
+    rows: list[dict] = dataclasses.field(default_factory=list)
+
+    @property
+    def width(self) -> int:
+        return self.d + 1
+
+    def emit(self, series: str, w_hat: np.ndarray, **extra: Any) -> None:
+        """Append one series' row: the cell's identity, the distances of ``w_hat`` to w*, ``extra``."""
+        self.rows.append({"series": series, **self.base, **_distance_row(w_hat, self.w_star), **extra})
+
+    def per_party_noise(self, shape_rows: int, label: str) -> np.ndarray:
+        """Each party's own N(0, 4·d_max·σ²) draws for its own columns (independent streams)."""
+        out = np.empty((shape_rows, self.width))
+        for j, block in enumerate(self.blocks):
+            out[:, block] = numpy_rng(self.seed, label, j).normal(0.0, self.std_wu, size=(shape_rows, len(block)))
+        return out
+
+
+def _synthetic_draw(n: int, d: int, eps: float, delta: float, parties: int, lam: float, seed: int) -> _SyntheticDraw:
+    """Draw the synthetic data of ``seed`` and split its ``d + 1`` columns over ``parties``."""
+    X, y, w_star = synthetic_data(n, d, numpy_rng(seed, "wu-synthetic-data"))
+    D = np.column_stack([X, y])
+    blocks = column_blocks(d + 1, parties)
+    d_max = max(len(b) for b in blocks)
+    base = {"n": n, "epsilon": eps, "d_max": d_max, "w_norm": float(np.linalg.norm(w_star))}
+    return _SyntheticDraw(seed, n, d, lam, X, y, w_star, D, blocks, wu_noise_std(eps, delta, d_max), base)
+
+
+def _synthetic_baselines(draw: _SyntheticDraw, methods: set[str]) -> None:
+    """The series without a sketch: OLS on the exact rows, DGM-OLS and BGM-OLS on per-party noisy rows."""
+    n, d, lam = draw.n, draw.d, draw.lam
+    if "ols" in methods:
+        t = time.perf_counter()
+        w, ev = _ridge_1n(draw.X, draw.y, n, lam)
+        draw.emit(SERIES_OLS, w, min_abs_eig=abs(ev), noise_std=0.0, time_s=time.perf_counter() - t)
+    if "dgm" in methods:
+        t = time.perf_counter()
+        Dn = draw.D + draw.per_party_noise(n, "dgm-noise")
+        est = DGMOLS(lam).fit_matrix(Dn[:, :d], Dn[:, d], n=n, noise_variance=n * draw.std_wu**2)
+        draw.emit(SERIES_DGM, est.coef_, min_abs_eig=est.min_abs_eigenvalue_, indefinite=bool(est.indefinite_),
+                  noise_std=draw.std_wu, time_s=time.perf_counter() - t)
+        del Dn
+    if "bgm" in methods:
+        t = time.perf_counter()
+        Db = draw.D + draw.per_party_noise(n, "bgm-noise")
+        w, ev = _ridge_1n(Db[:, :d], Db[:, d], n, lam)
+        draw.emit(SERIES_BGM, w, min_abs_eig=abs(ev), noise_std=draw.std_wu, time_s=time.perf_counter() - t)
+        del Db
+
+
+def _synthetic_k_rule(draw: _SyntheticDraw, mult: float, methods: set[str], *, eps: float, delta: float,
+                      parties: int, servers: int, max_work: float, max_n: float) -> None:
+    """The sketched series of one k multiplier: RMGM-OLS with Wu's noise, LTM's release by the exact
+    shortcut and, where the work allows, by the real pipeline."""
+    from experiments.release_backends import current
+
+    n, d, lam, D, width = draw.n, draw.d, draw.lam, draw.D, draw.width
+    k = k_rule(n, eps, delta, mult)
+    m = min(max(k, width), n)
+    rule = {"k_rule": f"{mult:g}x", "k": k, "m": m}
+    job_seed = subseed(draw.seed, "wu-job", mult)
+    need_ltm = bool(methods & {"ltm", "pipeline"})
+    spec = (ltm_columns_job(D, epsilon=eps, delta=delta, m=m, parties=parties, servers=servers,
+                            job_seed=job_seed, endpoints=current().endpoints(servers))
+            if need_ltm else None)
+    BD_m = None
+    t = time.perf_counter()
+    if spec is not None and ("ltm" in methods or ("wu" in methods and m == k)):
+        BD_m = dense_sketch_product(spec.make_sketch(), D)
+    t_sketch = time.perf_counter() - t
+    if "wu" in methods:
+        t = time.perf_counter()
+        if BD_m is not None and m == k:
+            BD = BD_m  # the very same B as the LTM job
+        else:
+            BD = dense_sketch_product(Sketch("dense", k, n, k, _seed_bytes(job_seed)), D)
+        Z = BD / math.sqrt(k) + draw.per_party_noise(k, f"rmgm-noise-{mult:g}")
+        w, ev = _ridge_1n(Z[:, :d], Z[:, d], n, lam)
+        draw.emit(_label(SERIES_WU, mult), w, **rule, min_abs_eig=abs(ev), noise_std=draw.std_wu,
+                  same_b_as_ltm=bool(m == k), time_s=time.perf_counter() - t, sketch_s=t_sketch)
+    if "ltm" in methods and spec is not None:
+        t = time.perf_counter()
+        var = ltm_entry_variance(spec)
+        A = BD_m / math.sqrt(m) + numpy_rng(draw.seed, "ltm-shortcut-noise", mult).normal(0.0, math.sqrt(var),
+                                                                                          (m, width))
+        w, ev = _ridge_1n(A[:, :d], A[:, d], n, lam)
+        draw.emit(_label(SERIES_LTM, mult), w, **rule, path="fast", min_abs_eig=abs(ev),
+                  noise_std=math.sqrt(var), time_s=time.perf_counter() - t, sketch_s=t_sketch)
+    if "pipeline" in methods and spec is not None and n * m <= max_work and n <= max_n:
+        t = time.perf_counter()
+        release = current().release(spec, party_tables(spec, _table_of(D)), subseed(draw.seed, "ltm-pipeline", mult))
+        est = RMGMOLS(lam).fit(release)
+        draw.emit(_label(SERIES_LTM_PIPE, mult), est.coef_, **rule, path=f"real ({current().name})",
+                  min_abs_eig=abs(est.min_eigenvalue_),
+                  noise_std=math.sqrt(release.noise_variance_per_column / m),
+                  dp_verified=bool(release.privacy.get("dp_verified", False)),
+                  calibration_verified=bool(release.privacy.get("calibration_verified", False)),
+                  time_s=time.perf_counter() - t)
+
+
 @register("wu.synthetic", networked=True, cost=_synthetic_cost, styles=STYLES)
 def synthetic_cell(params: dict, seed: int) -> list[dict]:
     """Wu Fig. 2: ‖ŵ − w*‖ of OLS, DGM, BGM and RMGM (Wu's noise and LTM's release) on one draw.
@@ -374,8 +490,6 @@ def synthetic_cell(params: dict, seed: int) -> list[dict]:
     ``pipeline_max_work`` and ``pipeline_max_n`` (run the real pipeline where n·m ≤ max_work and
     n ≤ max_n; default never), ``methods`` (subset of ols, dgm, bgm, wu, ltm, pipeline).
     """
-    from experiments.release_backends import current
-
     n, eps = int(params["n"]), float(params["epsilon"])
     delta = float(params.get("delta", WU_DELTA))
     d = int(params.get("d", 10))
@@ -387,86 +501,12 @@ def synthetic_cell(params: dict, seed: int) -> list[dict]:
     max_n = float(params.get("pipeline_max_n", math.inf))
     methods = set(params.get("methods", ["ols", "dgm", "bgm", "wu", "ltm", "pipeline"]))
 
-    X, y, w_star = synthetic_data(n, d, numpy_rng(seed, "wu-synthetic-data"))
-    D = np.column_stack([X, y])
-    width = d + 1
-    blocks = column_blocks(width, parties)
-    d_max = max(len(b) for b in blocks)
-    std_wu = wu_noise_std(eps, delta, d_max)
-    base = {"n": n, "epsilon": eps, "d_max": d_max, "w_norm": float(np.linalg.norm(w_star))}
-    rows: list[dict] = []
-
-    def emit(series: str, w_hat: np.ndarray, **extra: Any) -> None:
-        rows.append({"series": series, **base, **_distance_row(w_hat, w_star), **extra})
-
-    if "ols" in methods:
-        t = time.perf_counter()
-        w, ev = _ridge_1n(X, y, n, lam)
-        emit(SERIES_OLS, w, min_abs_eig=abs(ev), noise_std=0.0, time_s=time.perf_counter() - t)
-
-    def per_party_noise(shape_rows: int, label: str) -> np.ndarray:
-        """Each party's own N(0, 4·d_max·σ²) draws for its own columns (independent streams)."""
-        out = np.empty((shape_rows, width))
-        for j, block in enumerate(blocks):
-            out[:, block] = numpy_rng(seed, label, j).normal(0.0, std_wu, size=(shape_rows, len(block)))
-        return out
-
-    if "dgm" in methods:
-        t = time.perf_counter()
-        Dn = D + per_party_noise(n, "dgm-noise")
-        est = DGMOLS(lam).fit_matrix(Dn[:, :d], Dn[:, d], n=n, noise_variance=n * std_wu**2)
-        emit(SERIES_DGM, est.coef_, min_abs_eig=est.min_abs_eigenvalue_, indefinite=bool(est.indefinite_),
-             noise_std=std_wu, time_s=time.perf_counter() - t)
-        del Dn
-    if "bgm" in methods:
-        t = time.perf_counter()
-        Db = D + per_party_noise(n, "bgm-noise")
-        w, ev = _ridge_1n(Db[:, :d], Db[:, d], n, lam)
-        emit(SERIES_BGM, w, min_abs_eig=abs(ev), noise_std=std_wu, time_s=time.perf_counter() - t)
-        del Db
-
+    draw = _synthetic_draw(n, d, eps, delta, parties, lam, seed)
+    _synthetic_baselines(draw, methods)
     for mult in mults:
-        k = k_rule(n, eps, delta, mult)
-        m = min(max(k, width), n)
-        rule = {"k_rule": f"{mult:g}x", "k": k, "m": m}
-        job_seed = subseed(seed, "wu-job", mult)
-        need_ltm = bool(methods & {"ltm", "pipeline"})
-        spec = (ltm_columns_job(D, epsilon=eps, delta=delta, m=m, parties=parties, servers=servers,
-                                job_seed=job_seed, endpoints=current().endpoints(servers))
-                if need_ltm else None)
-        BD_m = None
-        t = time.perf_counter()
-        if spec is not None and ("ltm" in methods or ("wu" in methods and m == k)):
-            BD_m = dense_sketch_product(spec.make_sketch(), D)
-        t_sketch = time.perf_counter() - t
-        if "wu" in methods:
-            t = time.perf_counter()
-            if BD_m is not None and m == k:
-                BD = BD_m  # the very same B as the LTM job
-            else:
-                BD = dense_sketch_product(Sketch("dense", k, n, k, _seed_bytes(job_seed)), D)
-            Z = BD / math.sqrt(k) + per_party_noise(k, f"rmgm-noise-{mult:g}")
-            w, ev = _ridge_1n(Z[:, :d], Z[:, d], n, lam)
-            emit(_label(SERIES_WU, mult), w, **rule, min_abs_eig=abs(ev), noise_std=std_wu,
-                 same_b_as_ltm=bool(m == k), time_s=time.perf_counter() - t, sketch_s=t_sketch)
-        if "ltm" in methods and spec is not None:
-            t = time.perf_counter()
-            var = ltm_entry_variance(spec)
-            A = BD_m / math.sqrt(m) + numpy_rng(seed, "ltm-shortcut-noise", mult).normal(0.0, math.sqrt(var), (m, width))
-            w, ev = _ridge_1n(A[:, :d], A[:, d], n, lam)
-            emit(_label(SERIES_LTM, mult), w, **rule, path="fast", min_abs_eig=abs(ev),
-                 noise_std=math.sqrt(var), time_s=time.perf_counter() - t, sketch_s=t_sketch)
-        if "pipeline" in methods and spec is not None and n * m <= max_work and n <= max_n:
-            t = time.perf_counter()
-            release = current().release(spec, party_tables(spec, _table_of(D)), subseed(seed, "ltm-pipeline", mult))
-            est = RMGMOLS(lam).fit(release)
-            emit(_label(SERIES_LTM_PIPE, mult), est.coef_, **rule, path=f"real ({current().name})",
-                 min_abs_eig=abs(est.min_eigenvalue_),
-                 noise_std=math.sqrt(release.noise_variance_per_column / m),
-                 dp_verified=bool(release.privacy.get("dp_verified", False)),
-                 calibration_verified=bool(release.privacy.get("calibration_verified", False)),
-                 time_s=time.perf_counter() - t)
-    return rows
+        _synthetic_k_rule(draw, mult, methods, eps=eps, delta=delta, parties=parties, servers=servers,
+                          max_work=max_work, max_n=max_n)
+    return draw.rows
 
 
 def _seed_bytes(job_seed: int) -> bytes:

@@ -616,8 +616,24 @@ class JobAnalysis:
 
 
 def _check_structure(spec: JobSpec) -> list[str]:
+    """Every structural problem of ``spec``, in a fixed order: the job's scalars, its columns, its
+    transforms (a transform problem stops here: the vector layout is unknown), the sketch, the
+    privacy parameters, the parties."""
+    problems = _job_problems(spec) + _column_problems(spec)
+    # transforms (before anything reads the vector layout)
+    transform_issues = transform_problems(spec)
+    if transform_issues:
+        return problems + transform_issues
+    problems += _sketch_problems(spec)
+    problems += _privacy_problems(spec)
+    problems += _check_parties(spec)
+    return problems
+
+
+def _job_problems(spec: JobSpec) -> list[str]:
+    """The job's own scalars: version, ids, partition, n, k, modes, clipping and the grid."""
     problems: list[str] = []
-    p, sk = spec.privacy, spec.sketch
+    p = spec.privacy
     if spec.version != JOB_SPEC_VERSION:
         problems.append(f"version {spec.version!r} is not supported (expected {JOB_SPEC_VERSION!r})")
     if not spec.job_id:
@@ -650,7 +666,12 @@ def _check_structure(spec: JobSpec) -> list[str]:
         problems.append(f"clip_bound must be a positive finite number (got {spec.clip_bound})")
     if not MIN_FRAC_BITS <= spec.frac_bits <= 60:
         problems.append(f"frac_bits must be in [{MIN_FRAC_BITS}, 60] (got {spec.frac_bits})")
-    # columns
+    return problems
+
+
+def _column_problems(spec: JobSpec) -> list[str]:
+    """The columns: present, distinct names, known roles, usable scaling, one label and one intercept at most."""
+    problems: list[str] = []
     names = spec.column_names
     if not names:
         problems.append("the job has no columns")
@@ -664,11 +685,13 @@ def _check_structure(spec: JobSpec) -> list[str]:
             problems.append(f"column {c.name!r}: scale must be positive and center finite")
     if roles.count("label") > 1 or roles.count("intercept") > 1:
         problems.append("at most one label column and one intercept column")
-    # transforms (before anything reads the vector layout)
-    transform_issues = transform_problems(spec)
-    if transform_issues:
-        return problems + transform_issues
-    # sketch
+    return problems
+
+
+def _sketch_problems(spec: JobSpec) -> list[str]:
+    """The sketch: a release kind, what a lifted kind needs, m and s against D and n, the seed."""
+    problems: list[str] = []
+    p, sk = spec.privacy, spec.sketch
     lift = get_lift(sk.kind)
     if sk.kind not in RELEASE_KINDS:
         problems.append(f"sketch kind (the release kind) must be one of {RELEASE_KINDS}, got {sk.kind!r}")
@@ -700,7 +723,13 @@ def _check_structure(spec: JobSpec) -> list[str]:
             raise ValueError
     except ValueError:
         problems.append("sketch seed must be 64 hex characters (32 bytes)")
-    # privacy
+    return problems
+
+
+def _privacy_problems(spec: JobSpec) -> list[str]:
+    """The privacy parameters: mechanism, calibration, (ε, δ), ρ, and the corruption thresholds."""
+    problems: list[str] = []
+    p = spec.privacy
     if p.mechanism not in MECHANISMS:
         problems.append(f"mechanism must be one of {MECHANISMS}, got {p.mechanism!r}")
     if p.calibration not in CALIBRATIONS:
@@ -728,8 +757,6 @@ def _check_structure(spec: JobSpec) -> list[str]:
         problems.append(f"colluding_servers must be in [1, k) (got {spec.colluding_servers} with k={spec.k})")
     if p.min_participants < 0 or p.min_participants > spec.n:
         problems.append(f"min_participants must be in [0, n] (got {p.min_participants})")
-    # parties
-    problems += _check_parties(spec)
     return problems
 
 

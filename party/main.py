@@ -7,12 +7,14 @@ import json
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
 import grpc
 
 from ltm.errors import CommandError
+from ltm.jobspec import JobSpec
 from ltm.randomness import Randomness
 from ltm.v1 import ltm_pb2_grpc
 from party.data_source import DataSourceError, PartySource, is_synthetic, open_source
@@ -21,7 +23,8 @@ from party.ledger import (DEFAULT_BUDGET_DELTA, DEFAULT_BUDGET_EPSILON, DEFAULT_
                           Budget, BudgetExceeded, LedgerError, PrivacyLedger, source_fingerprint)
 from party.replicated import run_replicated_upload
 from party.randomizer import DEFAULT_BATCH_CLIENTS, PartyDataError, check_source, party_randomness
-from party.uploader import PartyPolicy, PolicyViolation, UploadIncomplete, fetch_job, run_upload
+from party.uploader import (PartyPolicy, PolicyViolation, UploadIncomplete, UploadSummary, fetch_job,
+                            run_upload)
 from transport.serve import actor_settings, start_actor
 from transport.tls import make_channel
 
@@ -104,15 +107,87 @@ async def _fetch_with_wait(stubs, job_id: str, deadline: float, pinned: list[str
                                f"--servers", status=5) from None
 
 
+def _endpoints(args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    """The ``--servers`` endpoints and the ``--server-ids`` identities (empty: pin those the job names)."""
+    endpoints = [e.strip() for e in args.servers.split(",") if e.strip()]
+    server_ids = [s.strip() for s in (args.server_ids or "").split(",") if s.strip()]
+    if server_ids and len(server_ids) != len(endpoints):
+        raise SystemExit("ltm party: --server-ids must name one identity per --servers endpoint")
+    return endpoints, server_ids
+
+
+def _party_policy(args: argparse.Namespace, server_ids: list[str]) -> PartyPolicy:
+    """What this party accepts of a job, from its flags (with the documented defaults)."""
+    return PartyPolicy(max_epsilon=args.max_epsilon if args.max_epsilon is not None else 1.0,
+                       max_delta=args.max_delta if args.max_delta is not None else 1e-5,
+                       min_corrupt_parties=1 if args.min_corrupt_parties is None else args.min_corrupt_parties,
+                       min_t_prime=args.min_t_prime or 0, min_participants=args.min_participants or 0,
+                       expected_servers=tuple(server_ids),
+                       allow_reproduction_calibration=bool(args.allow_paper_calibration),
+                       allow_reproduction=bool(args.allow_reproduction),
+                       upload_mode=args.upload_mode or "",
+                       min_colluding_servers=args.min_colluding_servers)
+
+
+async def _fetch_vetted_spec(args: argparse.Namespace, policy: PartyPolicy, channels: list[grpc.aio.Channel],
+                             connect: Callable[[list[str]], list[grpc.aio.Channel]],
+                             server_ids: list[str], endpoints: list[str], deadline: float, wait_s: float,
+                             seeded: bool, insecure: bool) -> JobSpec:
+    """Fetch the job, vet it against ``policy`` and, without ``--server-ids``, reconnect with the
+    identities the job names pinned and fetch it again over those channels.  ``channels`` is
+    replaced in place, so the caller closes whichever channels are open on every way out."""
+    spec = await _fetch_with_wait([ltm_pb2_grpc.ServerStub(c) for c in channels], args.job, deadline,
+                                  server_ids or None, endpoints, wait_s)
+    policy.check(spec, seeded=seeded)
+    if len(spec.servers) != len(endpoints):
+        raise PolicyViolation(f"the job names {spec.k} servers, --servers gives {len(endpoints)} endpoints")
+    if not server_ids and not insecure:
+        # Pin the identities the job names: the spec is public (fetched once from whoever answers),
+        # but not one share leaves this process except over channels whose TLS handshake proved
+        # endpoint i holds server i's certificate; the spec is fetched again over them.
+        for c in channels:
+            await c.close()
+        pinned = [s.server_id for s in spec.servers]
+        channels[:] = connect(pinned)
+        again = await _fetch_with_wait([ltm_pb2_grpc.ServerStub(c) for c in channels], args.job,
+                                       max(deadline, time.monotonic() + 5.0), pinned, endpoints, wait_s)
+        if again.digest != spec.digest:
+            raise PolicyViolation("the pinned servers serve a different job spec than was first fetched")
+    elif insecure:
+        log.warning("--insecure: server identities are not verified")
+    return spec
+
+
+async def _wait_for_data(path: str, deadline: float) -> None:
+    """--wait-for-data: the operator may still be writing the data; wait for it until ``deadline``."""
+    while not data_exists(path):
+        if time.monotonic() > deadline:
+            raise PartyDataError(f"data file {path} did not appear within --wait")
+        await asyncio.sleep(0.2)
+
+
+async def _upload(args: argparse.Namespace, stubs: list[ltm_pb2_grpc.ServerStub], spec: JobSpec,
+                  source: PartySource, randomness: Randomness, state_dir: Path, seeded: bool,
+                  endpoints: list[str]) -> tuple[UploadSummary, float]:
+    """Upload this party's shares (the replicated release's parts, or journaled batches); returns
+    the uploader's summary and the CPU seconds it took."""
+    batch_clients = args.batch_clients or DEFAULT_BATCH_CLIENTS
+    cpu_before = process_usage()["cpu_s"]
+    if spec.replicated:  # the columns partition's degree-2 release: three parts per server (party/replicated.py)
+        summary = await run_replicated_upload(stubs, spec, args.id, source, randomness, endpoints=endpoints)
+    else:
+        journal = UploadJournal.open(state_dir, spec, args.id, batch_clients=batch_clients, seeded=seeded)
+        summary = await run_upload(stubs, spec, args.id, source, randomness, batch_clients=batch_clients,
+                                   progress=not args.no_progress, journal=journal, endpoints=endpoints)
+    return summary, process_usage()["cpu_s"] - cpu_before
+
+
 async def participate(args: argparse.Namespace) -> dict:
     """Fetch the job from every server, vet it against the policy, check the data, charge the ledger
     and upload; returns the run's summary (clients, batches, bytes per server, seconds, the ledger
     entry, resource use).  Refusals raise (see :data:`LOGGED_REFUSALS`).
     """
-    endpoints = [e.strip() for e in args.servers.split(",") if e.strip()]
-    server_ids = [s.strip() for s in (args.server_ids or "").split(",") if s.strip()]
-    if server_ids and len(server_ids) != len(endpoints):
-        raise SystemExit("ltm party: --server-ids must name one identity per --servers endpoint")
+    endpoints, server_ids = _endpoints(args)
     insecure = bool(args.insecure)
     seeded = args.seed is not None
 
@@ -124,45 +199,17 @@ async def participate(args: argparse.Namespace) -> dict:
 
     channels = connect(server_ids)
     source: PartySource | None = None
-    policy = PartyPolicy(max_epsilon=args.max_epsilon if args.max_epsilon is not None else 1.0,
-                         max_delta=args.max_delta if args.max_delta is not None else 1e-5,
-                         min_corrupt_parties=1 if args.min_corrupt_parties is None else args.min_corrupt_parties,
-                         min_t_prime=args.min_t_prime or 0, min_participants=args.min_participants or 0,
-                         expected_servers=tuple(server_ids),
-                         allow_reproduction_calibration=bool(args.allow_paper_calibration),
-                         allow_reproduction=bool(args.allow_reproduction),
-                         upload_mode=args.upload_mode or "",
-                         min_colluding_servers=args.min_colluding_servers)
+    policy = _party_policy(args, server_ids)
 
     budget = Budget(args.budget_epsilon if args.budget_epsilon is not None else DEFAULT_BUDGET_EPSILON,
                     args.budget_delta if args.budget_delta is not None else DEFAULT_BUDGET_DELTA)
     wait_s = args.wait if args.wait is not None else 30.0
     deadline = time.monotonic() + wait_s
     try:
-        spec = await _fetch_with_wait([ltm_pb2_grpc.ServerStub(c) for c in channels], args.job, deadline,
-                                      server_ids or None, endpoints, wait_s)
-        policy.check(spec, seeded=seeded)
-        if len(spec.servers) != len(endpoints):
-            raise PolicyViolation(f"the job names {spec.k} servers, --servers gives {len(endpoints)} endpoints")
-        if not server_ids and not insecure:
-            # Pin the identities the job names: the spec is public (fetched once from whoever answers),
-            # but not one share leaves this process except over channels whose TLS handshake proved
-            # endpoint i holds server i's certificate; the spec is fetched again over them.
-            for c in channels:
-                await c.close()
-            pinned = [s.server_id for s in spec.servers]
-            channels = connect(pinned)
-            again = await _fetch_with_wait([ltm_pb2_grpc.ServerStub(c) for c in channels], args.job,
-                                           max(deadline, time.monotonic() + 5.0), pinned, endpoints, wait_s)
-            if again.digest != spec.digest:
-                raise PolicyViolation("the pinned servers serve a different job spec than was first fetched")
-        elif insecure:
-            log.warning("--insecure: server identities are not verified")
+        spec = await _fetch_vetted_spec(args, policy, channels, connect, server_ids, endpoints, deadline, wait_s,
+                                        seeded, insecure)
         stubs = [ltm_pb2_grpc.ServerStub(c) for c in channels]
-        while not data_exists(args.data):  # --wait-for-data: the operator may still be writing it
-            if time.monotonic() > deadline:
-                raise PartyDataError(f"data file {args.data} did not appear within --wait")
-            await asyncio.sleep(0.2)
+        await _wait_for_data(args.data, deadline)
         if args.id not in {p.party_id for p in spec.parties}:
             raise PolicyViolation(f"{args.id} is not a party of job {spec.job_id!r}")
         source = read_party_source(args.data)
@@ -180,15 +227,7 @@ async def participate(args: argparse.Namespace) -> dict:
         log.info("job accepted", extra={"job_id": spec.job_id, "digest": spec.digest, "epsilon": spec.privacy.epsilon,
                                         "randomness": randomness.label, "ledger_before": admission.before.to_json(),
                                         "ledger_after": admission.after.to_json()})
-        batch_clients = args.batch_clients or DEFAULT_BATCH_CLIENTS
-        cpu_before = process_usage()["cpu_s"]
-        if spec.replicated:  # the columns partition's degree-2 release: three parts per server (party/replicated.py)
-            summary = await run_replicated_upload(stubs, spec, args.id, source, randomness, endpoints=endpoints)
-        else:
-            journal = UploadJournal.open(state_dir, spec, args.id, batch_clients=batch_clients, seeded=seeded)
-            summary = await run_upload(stubs, spec, args.id, source, randomness, batch_clients=batch_clients,
-                                       progress=not args.no_progress, journal=journal, endpoints=endpoints)
-        upload_cpu_s = process_usage()["cpu_s"] - cpu_before
+        summary, upload_cpu_s = await _upload(args, stubs, spec, source, randomness, state_dir, seeded, endpoints)
     finally:
         for c in channels:
             await c.close()

@@ -34,7 +34,7 @@ from ltm.randomness import Randomness
 from party.ledger import describe_admission
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
 from sim.localnet.chaos import Chaos
-from sim.localnet.launcher import ProcessGroup, stop_on_termination
+from sim.localnet.launcher import ActorProcess, ProcessGroup, stop_on_termination
 from sim.runtime.simulate import SimulateConfig, load_table, report_for_release, training_matrix
 from sim.runtime.jobs import build_job, party_tables
 from transport.certs import write_certs
@@ -126,79 +126,70 @@ async def _operate(analyst_endpoint: str, certs: Path | None, insecure: bool, sp
         await channel.close()
 
 
-def run_demo(args: argparse.Namespace) -> dict[str, Any]:
-    t_start = time.monotonic()
-    phases: dict[str, float] = {}
-    workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="ltm-demo-"))
-    workdir.mkdir(parents=True, exist_ok=True)
-    certs = None if args.insecure else workdir / "certs"
-    group = ProcessGroup(workdir, certs, insecure=args.insecure)
-    try:  # from here on an interrupt (Ctrl-C, or SIGTERM: see run) stops every actor and removes workdir
-        randomness = Randomness.seeded_insecure(args.seed) if args.seed is not None else Randomness.system()
-        cfg = SimulateConfig(data=args.data, label=args.label, partition=args.partition, parties=args.parties,
-                             k=args.k, sketch=args.sketch, m=args.m, s=args.s, epsilon=args.epsilon,
-                             delta=args.delta, share_mode=args.share_mode, seed=args.seed, model="ridge",
-                             colluding_servers=args.colluding_servers)
-        train, test = load_table(cfg, randomness)
+def _demo_config(args: argparse.Namespace) -> SimulateConfig:
+    """The demo's job parameters, as ``ltm simulate`` takes them (a ridge model)."""
+    return SimulateConfig(data=args.data, label=args.label, partition=args.partition, parties=args.parties,
+                          k=args.k, sketch=args.sketch, m=args.m, s=args.s, epsilon=args.epsilon,
+                          delta=args.delta, share_mode=args.share_mode, seed=args.seed, model="ridge",
+                          colluding_servers=args.colluding_servers)
 
-        t = time.monotonic()
-        if certs is not None:
-            actors = [f"server-{i}" for i in range(args.k)] + [f"party-{i}" for i in range(args.parties)]
-            write_certs(certs, actors + ["analyst", "operator"], force=True)
-        phases["certificates"] = time.monotonic() - t
 
-        t = time.monotonic()
-        servers = group.start_servers(args.k)
-        analyst = group.start_service("analyst", "analyst", ["analyst", "--out", str(workdir / "analyst-out")])
-        phases["start_services"] = time.monotonic() - t
+def _start_demo_actors(args: argparse.Namespace, group: ProcessGroup, workdir: Path, certs: Path | None,
+                       phases: dict[str, float]) -> tuple[list[ActorProcess], ActorProcess]:
+    """Every actor's certificate (unless ``--insecure``), then the k servers and the analyst (both phases timed)."""
+    t = time.monotonic()
+    if certs is not None:
+        actors = [f"server-{i}" for i in range(args.k)] + [f"party-{i}" for i in range(args.parties)]
+        write_certs(certs, actors + ["analyst", "operator"], force=True)
+    phases["certificates"] = time.monotonic() - t
 
-        t = time.monotonic()
-        data_dir = workdir / "party-data"
-        spec, choices = prepare_job(cfg, train, randomness, [s.endpoint for s in servers], data_dir)
-        phases["job_spec_and_party_data"] = time.monotonic() - t
+    t = time.monotonic()
+    servers = group.start_servers(args.k)
+    analyst = group.start_service("analyst", "analyst", ["analyst", "--out", str(workdir / "analyst-out")])
+    phases["start_services"] = time.monotonic() - t
+    return servers, analyst
 
-        server_endpoints = ",".join(s.endpoint for s in servers)
-        parties = []
 
-        def start_some(chosen) -> None:
-            for p in chosen:
-                # No --server-ids: a party pins the server identities the job spec names by default.
-                argv = ["party", "--id", p.party_id, "--servers", server_endpoints,
-                        "--job", spec.job_id, "--data", str(data_dir / f"{p.party_id}.csv"),
-                        "--max-epsilon", str(cfg.epsilon), "--max-delta", str(max(cfg.delta, 1e-12)),
-                        "--summary-file", str(data_dir / f"{p.party_id}.summary.json"), "--no-progress"]
-                if args.seed is not None:
-                    argv += ["--seed", str(args.seed)]
-                if spec.colluding_servers is not None:  # these parties accept the job's trust assumption
-                    argv += ["--min-colluding-servers", str(spec.colluding_servers)]
-                parties.append(group.start_task("party", p.party_id, argv))
+class _DemoParties:
+    """Starts the demo's party processes (all at once, or as ``--chaos`` chooses) and collects
+    their exits and summary files."""
 
-        chaos = Chaos(group, servers, spec, certs, args.insecure, start_some) if args.chaos else None
-        report, release, op_phases = asyncio.run(_operate(
-            analyst.endpoint, certs, args.insecure, spec,
-            (lambda: None) if chaos else (lambda: start_some(spec.parties)),  # chaos starts the parties itself
-            randomness.label, args.deadline, chaos=chaos.run if chaos else None))
-        phases.update(op_phases)
+    def __init__(self, args: argparse.Namespace, cfg: SimulateConfig, group: ProcessGroup, spec: JobSpec,
+                 servers: list[ActorProcess], data_dir: Path) -> None:
+        self.args, self.cfg, self.group, self.spec, self.data_dir = args, cfg, group, spec, data_dir
+        self.server_endpoints = ",".join(s.endpoint for s in servers)
+        self.parties: list[ActorProcess] = []
+
+    def start_some(self, chosen) -> None:
+        """Start a party process for each of ``chosen`` (the job's party specs)."""
+        args, cfg, spec, data_dir = self.args, self.cfg, self.spec, self.data_dir
+        for p in chosen:
+            # No --server-ids: a party pins the server identities the job spec names by default.
+            argv = ["party", "--id", p.party_id, "--servers", self.server_endpoints,
+                    "--job", spec.job_id, "--data", str(data_dir / f"{p.party_id}.csv"),
+                    "--max-epsilon", str(cfg.epsilon), "--max-delta", str(max(cfg.delta, 1e-12)),
+                    "--summary-file", str(data_dir / f"{p.party_id}.summary.json"), "--no-progress"]
+            if args.seed is not None:
+                argv += ["--seed", str(args.seed)]
+            if spec.colluding_servers is not None:  # these parties accept the job's trust assumption
+                argv += ["--min-colluding-servers", str(spec.colluding_servers)]
+            self.parties.append(self.group.start_task("party", p.party_id, argv))
+
+    def summaries(self) -> list[dict[str, Any]]:
+        """Wait for every party to exit (RuntimeError naming those that failed); their summary files."""
+        parties = self.parties
         party_exit = {p.actor: p.proc.wait(timeout=60) for p in parties}
         failed = {k: v for k, v in party_exit.items() if v != 0}
         if failed:
             raise RuntimeError(f"parties failed {failed}:\n" + "\n".join(p.log_tail() for p in parties if p.proc.returncode))
-        summaries = [json.loads((data_dir / f"{p.party_id}.summary.json").read_text()) for p in spec.parties]
+        return [json.loads((self.data_dir / f"{p.party_id}.summary.json").read_text()) for p in self.spec.parties]
 
-        t = time.monotonic()
-        V = training_matrix(spec, train)
-        rng = np.random.default_rng(np.frombuffer(randomness.child("baselines").bytes(16), dtype=np.uint64))
-        model_report = report_for_release(cfg, spec, release, V, test, rng)
-        phases["fit_and_baselines"] = time.monotonic() - t
-        processes = [{"role": ap.role, "id": ap.actor, "pid": ap.pid,
-                      **({"previous_pids": ap.previous_pids} if ap.previous_pids else {})} for ap in group.processes]
-    finally:
-        t = time.monotonic()
-        group.stop_all()
-        phases["stop"] = time.monotonic() - t
-        if not args.workdir:
-            shutil.rmtree(workdir, ignore_errors=True)
 
+def _demo_report(args: argparse.Namespace, spec: JobSpec, choices: Any, train: Any, test: Any,
+                 processes: list[dict[str, Any]], report: dict, randomness: Randomness,
+                 summaries: list[dict[str, Any]], model_report: dict[str, Any], phases: dict[str, float],
+                 chaos: Chaos | None, t_start: float) -> dict[str, Any]:
+    """The demo's JSON object: the job, its release and privacy, the models, bytes, timings (and chaos)."""
     upload_bytes = [sum(s["bytes_per_server"][i] for s in summaries) for i in range(spec.k)]
     phases["total"] = time.monotonic() - t_start
     return {
@@ -235,6 +226,52 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
         **({"chaos": chaos.report(report.get("server_retries"),
                                   {s["party_id"]: s["retries"] for s in summaries})} if chaos else {}),
     }
+
+
+def run_demo(args: argparse.Namespace) -> dict[str, Any]:
+    """One whole networked job (see the module docstring); returns the demo's report.  Every actor
+    is stopped (and a temporary workdir removed) on every way out."""
+    t_start = time.monotonic()
+    phases: dict[str, float] = {}
+    workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="ltm-demo-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    certs = None if args.insecure else workdir / "certs"
+    group = ProcessGroup(workdir, certs, insecure=args.insecure)
+    try:  # from here on an interrupt (Ctrl-C, or SIGTERM: see run) stops every actor and removes workdir
+        randomness = Randomness.seeded_insecure(args.seed) if args.seed is not None else Randomness.system()
+        cfg = _demo_config(args)
+        train, test = load_table(cfg, randomness)
+        servers, analyst = _start_demo_actors(args, group, workdir, certs, phases)
+
+        t = time.monotonic()
+        data_dir = workdir / "party-data"
+        spec, choices = prepare_job(cfg, train, randomness, [s.endpoint for s in servers], data_dir)
+        phases["job_spec_and_party_data"] = time.monotonic() - t
+
+        launcher = _DemoParties(args, cfg, group, spec, servers, data_dir)
+        chaos = Chaos(group, servers, spec, certs, args.insecure, launcher.start_some) if args.chaos else None
+        report, release, op_phases = asyncio.run(_operate(
+            analyst.endpoint, certs, args.insecure, spec,
+            (lambda: None) if chaos else (lambda: launcher.start_some(spec.parties)),  # chaos starts the parties itself
+            randomness.label, args.deadline, chaos=chaos.run if chaos else None))
+        phases.update(op_phases)
+        summaries = launcher.summaries()
+
+        t = time.monotonic()
+        V = training_matrix(spec, train)
+        rng = np.random.default_rng(np.frombuffer(randomness.child("baselines").bytes(16), dtype=np.uint64))
+        model_report = report_for_release(cfg, spec, release, V, test, rng)
+        phases["fit_and_baselines"] = time.monotonic() - t
+        processes = [{"role": ap.role, "id": ap.actor, "pid": ap.pid,
+                      **({"previous_pids": ap.previous_pids} if ap.previous_pids else {})} for ap in group.processes]
+    finally:
+        t = time.monotonic()
+        group.stop_all()
+        phases["stop"] = time.monotonic() - t
+        if not args.workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
+    return _demo_report(args, spec, choices, train, test, processes, report, randomness, summaries, model_report,
+                        phases, chaos, t_start)
 
 
 def print_summary(r: dict[str, Any]) -> None:

@@ -11,7 +11,7 @@ from ltm.dp.defaults import DEFAULT_CLIP_BOUND, DEFAULT_DELTA
 from ltm.jobspec import (INTERCEPT_NAME, ColumnSpec, JobSpec, PartySpec, PrivacySpec, ServerSpec, SketchSpec,
                          corrupt_parties_default, replicated_corrupt_parties_default, resolve_defaults)
 from ltm.lifts import get_lift
-from ltm.planner import PlanInputs, default_m, plan_release
+from ltm.planner import Plan, PlanInputs, default_m, plan_release
 from ltm.randomness import Randomness
 from ltm.second_moment import PublicSecondMoment, pmt_radius
 from ltm.transforms import TransformSpec, rff_spec, vector_layout, whiten_spec
@@ -60,6 +60,97 @@ def _planned_upload_mode(upload_mode: str, sizes: tuple[int, ...], t_prime: int)
     return "aggregate" if t_prime == 0 and all(size > 1 for size in sizes) else "per-client"
 
 
+def _job_columns(table: Table | ModelTable, *, partition: str, parties: int, intercept: bool, clip_bound: float,
+                 rff: RFFOptions | None, whiten: PublicSecondMoment | None, whiten_eta: float,
+                 whiten_radius: float | None, randomness: Randomness
+                 ) -> tuple[tuple[ColumnSpec, ...], tuple[TransformSpec, ...], dict[int, float]]:
+    """The job's public columns, its transforms (whitening or random features, if asked) and, for
+    random features in the columns partition, each party's share of the clip budget."""
+    transforms: tuple[TransformSpec, ...] = ()
+    party_budget: dict[int, float] = {}
+    if whiten is not None:
+        if rff is not None or intercept or partition != "rows":
+            raise ValueError("whitening: supported for the rows partition without random features or an intercept "
+                             "column (the paper's model has none; in the columns partition the map would mix "
+                             "parties' columns)")
+        columns, transforms = whiten_columns(table, whiten, clip_bound=clip_bound, eta_fail=whiten_eta,
+                                             radius=whiten_radius)
+    elif rff is None:
+        columns = public_columns(table, intercept=intercept, clip_bound=clip_bound)
+    else:
+        if intercept:
+            raise ValueError("random features: the public centering already gives the model an intercept; "
+                             "drop --intercept")
+        columns, transforms, party_budget = _rff_columns(table, rff, partition, parties, clip_bound, randomness)
+    return columns, transforms, party_budget
+
+
+@dataclass(frozen=True)
+class _SketchChoice:
+    """The release kind, m and s a job gets, why, the planner's output (``kind="auto"``) and the
+    corrupt parties tolerated (raised for the replicated release)."""
+
+    kind: str
+    m: int
+    s: int
+    rule: str
+    plan: Plan | None
+    corrupt_parties: int
+
+
+def _choose_sketch(*, table: Table | ModelTable, n: int, width: int, kind: str, m: int | None, s: int,
+                   partition: str, parties: int, k: int, epsilon: float, delta: float, mechanism: str,
+                   calibration: str, clip_bound: float, t_prime: int, corrupt_parties: int, replicated_default: int,
+                   upload_mode: str, colluding_servers: int | None) -> _SketchChoice:
+    """The planner's choice for ``kind="auto"``; a lifted kind's m = s = 1; :func:`default_m` when m
+    is not given; else the given m."""
+    plan = None
+    if kind == "auto":
+        sizes = tuple(b - a for a, b in split_parties(n, parties)) if partition == "rows" else ()
+        plan = plan_release(PlanInputs(
+            n=n, width=width, epsilon=epsilon, delta=delta, partition=partition,
+            task="regression" if table.label else "lowrank", mechanism=mechanism, clip_bound=clip_bound,
+            party_sizes=sizes, corrupt_parties=corrupt_parties, t_prime=t_prime,
+            kinds=("gram", "sparse") if calibration != "paper" else ("sparse",),
+            upload_mode=_planned_upload_mode(upload_mode, sizes if partition == "rows" else (n,) * parties, t_prime),
+            servers=k, colluding_servers=colluding_servers, parties=parties,
+            replicated_corrupt_parties=max(corrupt_parties, replicated_default)))
+        kind, m, s = plan.kind, (m if m is not None and plan.kind != "gram" else plan.m), plan.s
+        if partition == "columns" and kind == "gram":
+            corrupt_parties = max(corrupt_parties, replicated_default)
+        rule = f"planner: {plan.reason}"
+    elif get_lift(kind) is not None:
+        m, s, rule = 1, 1, f"{kind}: the public map is the sum over clients (m = s = 1)"
+    elif m is None:
+        m = default_m(n, width, epsilon=epsilon, delta=delta if delta > 0 else DEFAULT_DELTA, clip_bound=clip_bound,
+                      kind=kind)
+        rule = "default_m: 0.15·n/(D·1.1·σ₁²), σ₁ = analytic σ for Δ=2C; clamped to [max(4D,16), n/64]"
+    else:
+        rule = "given"
+    return _SketchChoice(kind, m, s, rule, plan, corrupt_parties)
+
+
+def _party_specs(n: int, partition: str, parties: int, columns: tuple[ColumnSpec, ...], clip_bound: float,
+                 party_budget: dict[int, float]) -> tuple[PartySpec, ...]:
+    """The parties: contiguous client ranges (rows partition) or column blocks, each clipped to its
+    share of C² (columns partition)."""
+    if partition == "rows":
+        return tuple(PartySpec(f"party-{i}", a, b, (), clip_bound)
+                     for i, (a, b) in enumerate(split_parties(n, parties)))
+    elif partition == "columns":
+        names = [c.name for c in columns]
+        if parties > len(names):
+            raise ValueError(f"columns partition: {parties} parties but only {len(names)} columns")
+        blocks = np.array_split(np.arange(len(names)), parties)
+        shares = budget_shares(columns)
+        return tuple(
+            PartySpec(f"party-{i}", 0, n, tuple(names[j] for j in block),
+                      clip_bound * math.sqrt(party_budget.get(i, float(sum(shares[j] for j in block)))) * (1 - 1e-12))
+            for i, block in enumerate(blocks))
+    else:
+        raise ValueError(f"unknown partition {partition!r}; choose rows or columns")
+
+
 def build_job(table: Table | ModelTable, *, job_id: str, randomness: Randomness, partition: str = "rows", parties: int = 4,
               k: int = 3, kind: str = "sparse", m: int | None = None, s: int = 1, epsilon: float = 1.0,
               delta: float = DEFAULT_DELTA, mechanism: str = "gaussian", calibration: str = "tight",
@@ -101,61 +192,17 @@ def build_job(table: Table | ModelTable, *, job_id: str, randomness: Randomness,
     if corrupt_parties is None:
         corrupt_parties = corrupt_parties_default(
             partition, [b - a for a, b in split_parties(n, parties)] if partition == "rows" else [])
-    transforms: tuple[TransformSpec, ...] = ()
-    party_budget: dict[int, float] = {}
-    if whiten is not None:
-        if rff is not None or intercept or partition != "rows":
-            raise ValueError("whitening: supported for the rows partition without random features or an intercept "
-                             "column (the paper's model has none; in the columns partition the map would mix "
-                             "parties' columns)")
-        columns, transforms = whiten_columns(table, whiten, clip_bound=clip_bound, eta_fail=whiten_eta,
-                                             radius=whiten_radius)
-    elif rff is None:
-        columns = public_columns(table, intercept=intercept, clip_bound=clip_bound)
-    else:
-        if intercept:
-            raise ValueError("random features: the public centering already gives the model an intercept; "
-                             "drop --intercept")
-        columns, transforms, party_budget = _rff_columns(table, rff, partition, parties, clip_bound, randomness)
+    columns, transforms, party_budget = _job_columns(
+        table, partition=partition, parties=parties, intercept=intercept, clip_bound=clip_bound, rff=rff,
+        whiten=whiten, whiten_eta=whiten_eta, whiten_radius=whiten_radius, randomness=randomness)
     width = len(vector_layout(columns, transforms))
-    plan = None
-    if kind == "auto":
-        sizes = tuple(b - a for a, b in split_parties(n, parties)) if partition == "rows" else ()
-        plan = plan_release(PlanInputs(
-            n=n, width=width, epsilon=epsilon, delta=delta, partition=partition,
-            task="regression" if table.label else "lowrank", mechanism=mechanism, clip_bound=clip_bound,
-            party_sizes=sizes, corrupt_parties=corrupt_parties, t_prime=t_prime,
-            kinds=("gram", "sparse") if calibration != "paper" else ("sparse",),
-            upload_mode=_planned_upload_mode(upload_mode, sizes if partition == "rows" else (n,) * parties, t_prime),
-            servers=k, colluding_servers=colluding_servers, parties=parties,
-            replicated_corrupt_parties=max(corrupt_parties, replicated_default)))
-        kind, m, s = plan.kind, (m if m is not None and plan.kind != "gram" else plan.m), plan.s
-        if partition == "columns" and kind == "gram":
-            corrupt_parties = max(corrupt_parties, replicated_default)
-        rule = f"planner: {plan.reason}"
-    elif get_lift(kind) is not None:
-        m, s, rule = 1, 1, f"{kind}: the public map is the sum over clients (m = s = 1)"
-    elif m is None:
-        m = default_m(n, width, epsilon=epsilon, delta=delta if delta > 0 else DEFAULT_DELTA, clip_bound=clip_bound,
-                      kind=kind)
-        rule = "default_m: 0.15·n/(D·1.1·σ₁²), σ₁ = analytic σ for Δ=2C; clamped to [max(4D,16), n/64]"
-    else:
-        rule = "given"
-    if partition == "rows":
-        party_specs = tuple(PartySpec(f"party-{i}", a, b, (), clip_bound)
-                            for i, (a, b) in enumerate(split_parties(n, parties)))
-    elif partition == "columns":
-        names = [c.name for c in columns]
-        if parties > len(names):
-            raise ValueError(f"columns partition: {parties} parties but only {len(names)} columns")
-        blocks = np.array_split(np.arange(len(names)), parties)
-        shares = budget_shares(columns)
-        party_specs = tuple(
-            PartySpec(f"party-{i}", 0, n, tuple(names[j] for j in block),
-                      clip_bound * math.sqrt(party_budget.get(i, float(sum(shares[j] for j in block)))) * (1 - 1e-12))
-            for i, block in enumerate(blocks))
-    else:
-        raise ValueError(f"unknown partition {partition!r}; choose rows or columns")
+    choice = _choose_sketch(table=table, n=n, width=width, kind=kind, m=m, s=s, partition=partition, parties=parties,
+                            k=k, epsilon=epsilon, delta=delta, mechanism=mechanism, calibration=calibration,
+                            clip_bound=clip_bound, t_prime=t_prime, corrupt_parties=corrupt_parties,
+                            replicated_default=replicated_default, upload_mode=upload_mode,
+                            colluding_servers=colluding_servers)
+    kind, m, s, corrupt_parties = choice.kind, choice.m, choice.s, choice.corrupt_parties
+    party_specs = _party_specs(n, partition, parties, columns, clip_bound, party_budget)
     seed = randomness.child("sketch-seed").bytes(32).hex()
     spec = JobSpec(
         job_id=job_id, partition=partition, n=n, columns=columns, parties=party_specs,
@@ -168,7 +215,8 @@ def build_job(table: Table | ModelTable, *, job_id: str, randomness: Randomness,
         clip_norm="l1" if mechanism == "laplace" else "l2", share_mode=share_mode, transforms=transforms, upload_mode=upload_mode,
         reproduction=reproduction, colluding_servers=colluding_servers,
     )
-    return resolve_defaults(spec), JobChoices(m, rule, plan.to_dict() if plan is not None else None)
+    plan = choice.plan.to_dict() if choice.plan is not None else None
+    return resolve_defaults(spec), JobChoices(m, choice.rule, plan)
 
 
 def budget_shares(columns: tuple[ColumnSpec, ...]) -> list[float]:

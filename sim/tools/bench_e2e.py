@@ -26,12 +26,13 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ltm.jobspec import warm_validation_in_background
+from ltm.jobspec import JobSpec, warm_validation_in_background
 from ltm.randomness import Randomness
 from party.data_source import SyntheticRidge
 from sim.localnet.demo import _operate
@@ -241,138 +242,203 @@ def _bottleneck(cpu: dict[str, float], upload_s: float) -> dict[str, Any]:
             "cpu_utilisation_upload_phase": round(util, 3), "verdict": verdict}
 
 
-def run_e2e(args: argparse.Namespace, n: int | None = None, upload_mode: str | None = None) -> dict[str, Any]:
-    n = n if n is not None else (args.n[0] if isinstance(args.n, list) else args.n)
-    parties_n = args.parties or default_parties(n)
-    show = PhaseDisplay(not getattr(args, "no_progress", False), n)
-    t_start = time.monotonic()
-    phases: dict[str, float] = {}
-    workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="ltm-e2e-"))
-    workdir.mkdir(parents=True, exist_ok=True)
-    certs = workdir / "certs"
-    group = ProcessGroup(workdir, certs)
+@dataclass
+class _Cluster:
+    """One run's running actors: the process group, its directories, the servers and the analyst."""
+
+    group: ProcessGroup
+    workdir: Path
+    certs: Path
+    servers: list[ActorProcess]
+    analyst: ActorProcess
+
+
+class _PartyLaunch:
+    """The parties of one run: started (through a :class:`PartyFeeder`) when the analyst has
+    published the job, with the servers' and analyst's CPU noted at that moment; :meth:`poll` is
+    the upload's progress line."""
+
+    def __init__(self, args: argparse.Namespace, cluster: _Cluster, spec: JobSpec, data: Path, n: int,
+                 show: PhaseDisplay) -> None:
+        self.args, self.cluster, self.spec, self.data, self.n, self.show = args, cluster, spec, data, n, show
+        limit = getattr(args, "max_running_parties", None)
+        limit = default_max_running_parties() if limit is None else limit
+        self.feeder = PartyFeeder(lambda actor, argv: cluster.group.start_task("party", actor, argv), [], limit)
+        self.parties = self.feeder.started
+        self.endpoints = ",".join(s.endpoint for s in cluster.servers)
+        self.started_unix: list[float] = []
+        self.pieces = spec.make_sketch().pieces
+        # the primary shares (the other servers get 32-byte seeds): per client and piece, or one (m, W) per party
+        self.expected = (len(spec.parties) * spec.sketch.m * spec.upload_width * 8 if spec.aggregated
+                         else 2 * n * spec.width * 8 if spec.replicated  # each explicit block share goes to 2 servers
+                         else n * self.pieces * spec.upload_width * 8)
+        self.cpu_at_start: dict[str, float | None] = {}
+
+    def start_parties(self) -> None:
+        """The analyst's callback once the job is published: queue every party, start the first ones."""
+        spec, servers, feeder = self.spec, self.cluster.servers, self.feeder
+        self.started_unix.append(time.time())
+        self.cpu_at_start.update({ap.actor: cpu_seconds(ap) for ap in servers + [self.cluster.analyst]})
+        self.show.say(f"job published; {len(spec.parties)} parties generating and uploading {self.n:,} clients"
+                      + (f" (at most {feeder.limit} running at once)" if feeder.limit < len(spec.parties) else ""))
+        for p in spec.parties:
+            argv = ["party", "--id", p.party_id, "--servers", self.endpoints, "--server-ids",
+                    ",".join(s.actor for s in servers), "--job", spec.job_id,
+                    "--data", str(self.data / f"{p.party_id}.synth.json"), "--seed", str(self.args.seed),
+                    "--no-progress", "--summary-file", str(self.data / f"{p.party_id}.summary.json")]
+            if spec.colluding_servers is not None:  # these parties accept the job's trust assumption
+                argv += ["--min-colluding-servers", str(spec.colluding_servers)]
+            if getattr(self.args, "batch_clients", None):
+                argv += ["--batch-clients", str(self.args.batch_clients)]
+            feeder.add(p.party_id, argv)
+        feeder.start()
+        self.show.watch_upload(self.poll)
+
+    def poll(self) -> str:
+        """The upload's progress: parties running and started, bytes the servers received of those expected."""
+        spec, parties, expected = self.spec, self.parties, self.expected
+        received = sum(server_wire_bytes(self.cluster.group, s, spec.job_id)["received"] for s in self.cluster.servers)
+        running = sum(1 for p in parties if p.proc.poll() is None)
+        return (f"upload: {running} parties running, {len(parties)}/{len(spec.parties)} started; servers received "
+                f"{received / 1e9:.2f} GB of ≈ {expected / 1e9:.2f} GB ({min(received / expected, 1):.0%})")
+
+
+@dataclass
+class _Measured:
+    """What one run measured after the release: per process and per server, and the fit's quality."""
+
+    summaries: list[dict[str, Any]]  # the parties' own summary files
+    wire: list[dict[str, int]]
+    rss: dict[str, int | None]
+    cpu: dict[str, float | None]
+    disk: dict[str, int]
+    upload_cpu: dict[str, float | None]
+    cpu_window_s: float
+    quality: dict[str, Any]
+
+
+def _start_cluster(args: argparse.Namespace, group: ProcessGroup, workdir: Path, certs: Path, parties_n: int,
+                   show: PhaseDisplay, phases: dict[str, float]) -> _Cluster:
+    """Write every actor's certificate and start the k servers and the analyst (both phases timed)."""
+    show.say(f"certificates for {args.k} servers, {parties_n} parties")
+    t = time.monotonic()
+    write_certs(certs, [f"server-{i}" for i in range(args.k)] + [f"party-{i}" for i in range(parties_n)]
+                + ["analyst", "operator"], force=True)
+    phases["data_and_certs"] = time.monotonic() - t
+    show.say("starting servers and the analyst")
+    t = time.monotonic()
+    servers = group.start_servers(args.k)
+    analyst = group.start_service("analyst", "analyst", ["analyst", "--out", str(workdir / "out")])
+    phases["start_services"] = time.monotonic() - t
+    return _Cluster(group, workdir, certs, servers, analyst)
+
+
+def _job_and_party_data(args: argparse.Namespace, table: ModelTable, model: SyntheticRidge, randomness: Randomness,
+                        cluster: _Cluster, parties_n: int, upload_mode: str | None,
+                        phases: dict[str, float]) -> tuple[JobSpec, Any, Path]:
+    """The job spec, the planner's choices and the folder of per-party data descriptors (each
+    party generates its own rows [start, stop) from one)."""
+    t = time.monotonic()
+    spec, choices = build_job(table, job_id="e2e", randomness=randomness, parties=parties_n, k=args.k,
+                              m=getattr(args, "m", None), s=args.s, kind=getattr(args, "kind", "sparse"),
+                              endpoints=[s.endpoint for s in cluster.servers],
+                              corrupt_parties=getattr(args, "corrupt_parties", None),
+                              upload_mode=upload_mode or getattr(args, "upload_mode", "auto"),
+                              partition=getattr(args, "partition", "rows"),
+                              colluding_servers=getattr(args, "colluding_servers", None))
+    data = cluster.workdir / "party-data"
+    data.mkdir(parents=True, exist_ok=True)
+    for p in spec.parties:  # a descriptor per party: it generates rows [start, stop) itself
+        (data / f"{p.party_id}.synth.json").write_text(json.dumps(
+            {"generator": "ridge", "d": model.d, "seed": model.seed, "noise": model.noise,
+             "offset": p.start, "n": p.size}))
+    phases["job_spec_and_party_data"] = time.monotonic() - t
+    return spec, choices, data
+
+
+def _run_job(args: argparse.Namespace, cluster: _Cluster, launch: _PartyLaunch, randomness: Randomness, n: int,
+             show: PhaseDisplay) -> tuple[dict, Any, dict]:
+    """Submit the job, start the parties on publication and wait for the release; returns the
+    analyst's report, the release and the operator's phase times."""
+    deadline = args.deadline if getattr(args, "deadline", None) else 600.0 + 2e-5 * n
+    try:
+        report, release, op = asyncio.run(_operate(cluster.analyst.endpoint, cluster.certs, False, launch.spec,
+                                                   launch.start_parties, randomness.label, deadline))
+    finally:
+        show.stop()
+        never = launch.feeder.stop()
+    if never:
+        raise RuntimeError(f"the analyst released before parties {never} were started")
+    return report, release, op
+
+
+def _collect(cluster: _Cluster, launch: _PartyLaunch, data: Path, release: Any, model: SyntheticRidge,
+             phases: dict[str, float]) -> _Measured:
+    """After the release, while the actors still run: the parties' exits and summaries, each
+    service's CPU, peak RSS, disk and wire bytes, and the fit's quality (timed as ``fit_check``)."""
+    servers, analyst, parties, spec = cluster.servers, cluster.analyst, launch.parties, launch.spec
+    exits = [p.proc.wait(timeout=120) for p in parties]
+    if any(exits):
+        raise RuntimeError("a party failed:\n" + "\n".join(p.log_tail() for p in parties if p.proc.returncode))
+    # the servers' and analyst's CPU from the parties' start to now (upload, close, release)
+    upload_cpu = {ap.actor: (cpu_seconds(ap) or 0.0) - (launch.cpu_at_start.get(ap.actor) or 0.0)
+                  for ap in servers + [analyst]}
+    cpu_window_s = time.time() - launch.started_unix[0]
     rss: dict[str, int | None] = {}
     cpu: dict[str, float | None] = {}
     disk: dict[str, int] = {}
-    try:  # from here on an interrupt (Ctrl-C, or SIGTERM: see run) stops every actor and removes workdir
-        warm_validation_in_background()  # the accountant's import overlaps the certificates and start-up
-        randomness = Randomness.seeded_insecure(args.seed)
-        model = SyntheticRidge(args.d, seed=args.seed)
-        table = ModelTable.synthetic_ridge(n, model)
-        show.say(f"certificates for {args.k} servers, {parties_n} parties")
-        t = time.monotonic()
-        write_certs(certs, [f"server-{i}" for i in range(args.k)] + [f"party-{i}" for i in range(parties_n)]
-                    + ["analyst", "operator"], force=True)
-        phases["data_and_certs"] = time.monotonic() - t
-        show.say("starting servers and the analyst")
-        t = time.monotonic()
-        servers = group.start_servers(args.k)
-        analyst = group.start_service("analyst", "analyst", ["analyst", "--out", str(workdir / "out")])
-        phases["start_services"] = time.monotonic() - t
-        t = time.monotonic()
-        spec, choices = build_job(table, job_id="e2e", randomness=randomness, parties=parties_n, k=args.k,
-                                  m=getattr(args, "m", None), s=args.s, kind=getattr(args, "kind", "sparse"),
-                                  endpoints=[s.endpoint for s in servers],
-                                  corrupt_parties=getattr(args, "corrupt_parties", None),
-                                  upload_mode=upload_mode or getattr(args, "upload_mode", "auto"),
-                                  partition=getattr(args, "partition", "rows"),
-                                  colluding_servers=getattr(args, "colluding_servers", None))
-        data = workdir / "party-data"
-        data.mkdir(parents=True, exist_ok=True)
-        for p in spec.parties:  # a descriptor per party: it generates rows [start, stop) itself
-            (data / f"{p.party_id}.synth.json").write_text(json.dumps(
-                {"generator": "ridge", "d": model.d, "seed": model.seed, "noise": model.noise,
-                 "offset": p.start, "n": p.size}))
-        phases["job_spec_and_party_data"] = time.monotonic() - t
-        limit = getattr(args, "max_running_parties", None)
-        limit = default_max_running_parties() if limit is None else limit
-        feeder = PartyFeeder(lambda actor, argv: group.start_task("party", actor, argv), [], limit)
-        parties = feeder.started
-        endpoints = ",".join(s.endpoint for s in servers)
-        started_unix: list[float] = []
-        pieces = spec.make_sketch().pieces
-        # the primary shares (the other servers get 32-byte seeds): per client and piece, or one (m, W) per party
-        expected = (len(spec.parties) * spec.sketch.m * spec.upload_width * 8 if spec.aggregated
-                    else 2 * n * spec.width * 8 if spec.replicated  # each explicit block share goes to 2 servers
-                    else n * pieces * spec.upload_width * 8)
+    for ap in servers + [analyst]:
+        rss[ap.actor] = peak_rss_bytes(ap)
+        cpu[ap.actor] = cpu_seconds(ap)
+    for ap in servers:
+        disk[ap.actor] = disk_bytes(cluster.workdir / ap.actor)
+    wire = [server_wire_bytes(cluster.group, ap, spec.job_id) for ap in servers]
+    summaries = [json.loads((data / f"{p.party_id}.summary.json").read_text()) for p in spec.parties]
+    t = time.monotonic()
+    try:
+        quality = _fit_quality(release, model)
+    except Exception as exc:  # the numbers above stand on their own
+        quality = {"error": f"{type(exc).__name__}: {exc}"}
+    phases["fit_check"] = time.monotonic() - t
+    return _Measured(summaries, wire, rss, cpu, disk, upload_cpu, cpu_window_s, quality)
 
-        cpu_at_start: dict[str, float | None] = {}
 
-        def start_parties() -> None:
-            started_unix.append(time.time())
-            cpu_at_start.update({ap.actor: cpu_seconds(ap) for ap in servers + [analyst]})
-            show.say(f"job published; {len(spec.parties)} parties generating and uploading {n:,} clients"
-                     + (f" (at most {feeder.limit} running at once)" if feeder.limit < len(spec.parties) else ""))
-            for p in spec.parties:
-                argv = ["party", "--id", p.party_id, "--servers", endpoints, "--server-ids",
-                        ",".join(s.actor for s in servers), "--job", spec.job_id,
-                        "--data", str(data / f"{p.party_id}.synth.json"), "--seed", str(args.seed), "--no-progress",
-                        "--summary-file", str(data / f"{p.party_id}.summary.json")]
-                if spec.colluding_servers is not None:  # these parties accept the job's trust assumption
-                    argv += ["--min-colluding-servers", str(spec.colluding_servers)]
-                if getattr(args, "batch_clients", None):
-                    argv += ["--batch-clients", str(args.batch_clients)]
-                feeder.add(p.party_id, argv)
-            feeder.start()
+def _by_role(prefix: str, values: dict[str, Any]) -> list:
+    """The values of the actors whose id starts with ``prefix`` (``party-``, ``server-``, ``analyst``),
+    Nones dropped."""
+    return [v for k, v in values.items() if k.startswith(prefix) and v is not None]
 
-            def poll() -> str:
-                received = sum(server_wire_bytes(group, s, spec.job_id)["received"] for s in servers)
-                running = sum(1 for p in parties if p.proc.poll() is None)
-                return (f"upload: {running} parties running, {len(parties)}/{len(spec.parties)} started; servers received "
-                        f"{received / 1e9:.2f} GB of ≈ {expected / 1e9:.2f} GB ({min(received / expected, 1):.0%})")
-            show.watch_upload(poll)
 
-        deadline = args.deadline if getattr(args, "deadline", None) else 600.0 + 2e-5 * n
-        try:
-            report, release, op = asyncio.run(_operate(analyst.endpoint, certs, False, spec, start_parties,
-                                                       randomness.label, deadline))
-        finally:
-            show.stop()
-            never = feeder.stop()
-        if never:
-            raise RuntimeError(f"the analyst released before parties {never} were started")
-        phases.update(op)
-        show.say("released; collecting metrics")
-        exits = [p.proc.wait(timeout=120) for p in parties]
-        if any(exits):
-            raise RuntimeError("a party failed:\n" + "\n".join(p.log_tail() for p in parties if p.proc.returncode))
-        # the servers' and analyst's CPU from the parties' start to now (upload, close, release)
-        upload_cpu = {ap.actor: (cpu_seconds(ap) or 0.0) - (cpu_at_start.get(ap.actor) or 0.0)
-                      for ap in servers + [analyst]}
-        cpu_window_s = time.time() - started_unix[0]
-        for ap in servers + [analyst]:
-            rss[ap.actor] = peak_rss_bytes(ap)
-            cpu[ap.actor] = cpu_seconds(ap)
-        for ap in servers:
-            disk[ap.actor] = disk_bytes(workdir / ap.actor)
-        wire = [server_wire_bytes(group, ap, spec.job_id) for ap in servers]
-        summaries = [json.loads((data / f"{p.party_id}.summary.json").read_text()) for p in spec.parties]
-        t = time.monotonic()
-        try:
-            quality = _fit_quality(release, model)
-        except Exception as exc:  # the numbers above stand on their own
-            quality = {"error": f"{type(exc).__name__}: {exc}"}
-        phases["fit_check"] = time.monotonic() - t
-    finally:
-        show.say("stopping")
-        group.stop_all()
-        if not args.workdir:
-            shutil.rmtree(workdir, ignore_errors=True)
+def _phases_per_actor(summaries: list[dict[str, Any]], wire: list[dict[str, int]], report: dict) -> dict[str, Any]:
+    """Seconds per phase of each party (their summaries), each server (its meter) and the analyst's fit."""
+    return {
+        "read (parties: generate the synthetic rows)": [round(s.get("read_s", 0.0), 4) for s in summaries],
+        "noise (parties)": [round(s["noise_s"], 4) for s in summaries],
+        "map (parties, aggregate: build, round, apply the map)": [round(s.get("map_s", 0.0), 4) for s in summaries],
+        "sharing (parties)": [round(s["sharing_s"], 4) for s in summaries],
+        "upload (parties, streaming to k servers)": [round(s["upload_s"], 4) for s in summaries],
+        "store (servers, validate + durable write)": [round(w["store_s"], 4) for w in wire],
+        "release (servers, gate + result share)": [round(w["release_s"], 4) for w in wire],
+        "fit (analyst)": round(report["timing_s"].get("fit", 0.0), 4),
+    }
+
+
+def _e2e_report(args: argparse.Namespace, n: int, parties_n: int, t_start: float, phases: dict[str, float],
+                spec: JobSpec, choices: Any, table: ModelTable, release: Any, report: dict, launch: _PartyLaunch,
+                m: _Measured) -> dict[str, Any]:
+    """The run's JSON object (the parties' own figures merged in): sizes, times, bytes, memory, CPU, the fit."""
+    summaries, wire, rss, cpu, upload_cpu, pieces = m.summaries, m.wire, m.rss, m.cpu, m.upload_cpu, launch.pieces
     for s in summaries:
         rss[s["party_id"]] = s.get("peak_rss_bytes")
         cpu[s["party_id"]] = s.get("cpu_s")
         upload_cpu[s["party_id"]] = s.get("upload_cpu_s")
     harness_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
     upload_s = max(s["finished_unix"] for s in summaries) - min(s["started_unix"] for s in summaries)
-    parties_s = max(s["finished_unix"] for s in summaries) - started_unix[0]
+    parties_s = max(s["finished_unix"] for s in summaries) - launch.started_unix[0]
     received = sum(w["received"] for w in wire)
-
-    def by_role(prefix: str, values: dict[str, Any]) -> list:
-        return [v for k, v in values.items() if k.startswith(prefix) and v is not None]
-
-    cpu_roles = {"parties": sum(by_role("party-", upload_cpu)), "servers": sum(by_role("server-", upload_cpu)),
-                 "analyst": sum(by_role("analyst", upload_cpu))}
-    out = {
+    cpu_roles = {"parties": sum(_by_role("party-", upload_cpu)), "servers": sum(_by_role("server-", upload_cpu)),
+                 "analyst": sum(_by_role("analyst", upload_cpu))}
+    return {
         "benchmark": "e2e", "n": n, "d": args.d, "kind": spec.sketch.kind, "m": spec.sketch.m,
         "partition": spec.partition, "replicated": spec.replicated,
         "colluding_servers": spec.tolerated_colluding_servers,
@@ -388,16 +454,7 @@ def run_e2e(args: argparse.Namespace, n: int | None = None, upload_mode: str | N
         "upload_phase_note": "first party's upload start to last party's end (party summaries' started/finished_unix); "
                              "parties_start_to_done_s adds the party processes' start-up",
         "parties_start_to_done_s": parties_s,
-        "phases_per_actor_s": {
-            "read (parties: generate the synthetic rows)": [round(s.get("read_s", 0.0), 4) for s in summaries],
-            "noise (parties)": [round(s["noise_s"], 4) for s in summaries],
-            "map (parties, aggregate: build, round, apply the map)": [round(s.get("map_s", 0.0), 4) for s in summaries],
-            "sharing (parties)": [round(s["sharing_s"], 4) for s in summaries],
-            "upload (parties, streaming to k servers)": [round(s["upload_s"], 4) for s in summaries],
-            "store (servers, validate + durable write)": [round(w["store_s"], 4) for w in wire],
-            "release (servers, gate + result share)": [round(w["release_s"], 4) for w in wire],
-            "fit (analyst)": round(report["timing_s"].get("fit", 0.0), 4),
-        },
+        "phases_per_actor_s": _phases_per_actor(summaries, wire, report),
         "bytes_party_to_server": [sum(s["bytes_per_server"][i] for s in summaries) for i in range(args.k)],
         "bytes_server_to_analyst": report["release_bytes_per_server"],
         "wire_bytes_per_server": wire,
@@ -405,26 +462,60 @@ def run_e2e(args: argparse.Namespace, n: int | None = None, upload_mode: str | N
         "wire_bytes_note": "gRPC payload bytes counted by each server's ByteMeter interceptor (all RPCs)",
         "upload_throughput_bytes_per_s": received / upload_s if upload_s > 0 else None,
         "upload_throughput_note": "bytes the servers received (gRPC payload) / upload_phase_s",
-        "disk_bytes_per_server": disk,
+        "disk_bytes_per_server": m.disk,
         "disk_bytes_note": "sum of file sizes under each server's --data-dir after the release (du --apparent-size)",
         "peak_rss_bytes": rss,
-        "peak_rss_max_bytes": {"server": max(by_role("server-", rss), default=None),
-                               "analyst": rss.get("analyst"), "party": max(by_role("party-", rss), default=None),
+        "peak_rss_max_bytes": {"server": max(_by_role("server-", rss), default=None),
+                               "analyst": rss.get("analyst"), "party": max(_by_role("party-", rss), default=None),
                                "harness": harness_rss},
-        "peak_rss_by_kind": {kind: _rss_summary(by_role(prefix, rss))
+        "peak_rss_by_kind": {kind: _rss_summary(_by_role(prefix, rss))
                              for kind, prefix in (("server", "server-"), ("analyst", "analyst"), ("party", "party-"))},
         "peak_rss_note": "VmHWM of each process (servers and analyst read from /proc before they stop, parties "
                          "report their own); harness: this bench process (it builds and validates the job spec), "
                          "ru_maxrss over its lifetime so far",
-        "max_running_parties": feeder.limit,
+        "max_running_parties": launch.feeder.limit,
         "cpu_s": {k: (round(v, 3) if v is not None else None) for k, v in cpu.items()},
         "cpu_s_upload_phase": {k: (round(v, 3) if v is not None else None) for k, v in upload_cpu.items()},
         "cpu_note": "cpu_s: each process's lifetime user+system CPU; cpu_s_upload_phase: parties during their "
                     "upload (generate, randomize, share, send), servers and analyst from the parties' start to "
                     "the release",
-        "bottleneck": _bottleneck(cpu_roles, cpu_window_s),
-        "fit": quality,
+        "bottleneck": _bottleneck(cpu_roles, m.cpu_window_s),
+        "fit": m.quality,
     }
+
+
+def run_e2e(args: argparse.Namespace, n: int | None = None, upload_mode: str | None = None) -> dict[str, Any]:
+    """One networked run of ``n`` clients (default: the first of ``--n``) with ``upload_mode`` (default
+    ``--upload-mode``): certificates, servers and analyst, the job, the parties, the release, the
+    metrics; every actor is stopped (and a temporary workdir removed) on every way out."""
+    n = n if n is not None else (args.n[0] if isinstance(args.n, list) else args.n)
+    parties_n = args.parties or default_parties(n)
+    show = PhaseDisplay(not getattr(args, "no_progress", False), n)
+    t_start = time.monotonic()
+    phases: dict[str, float] = {}
+    workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="ltm-e2e-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    certs = workdir / "certs"
+    group = ProcessGroup(workdir, certs)
+    try:  # from here on an interrupt (Ctrl-C, or SIGTERM: see run) stops every actor and removes workdir
+        warm_validation_in_background()  # the accountant's import overlaps the certificates and start-up
+        randomness = Randomness.seeded_insecure(args.seed)
+        model = SyntheticRidge(args.d, seed=args.seed)
+        table = ModelTable.synthetic_ridge(n, model)
+        cluster = _start_cluster(args, group, workdir, certs, parties_n, show, phases)
+        spec, choices, data = _job_and_party_data(args, table, model, randomness, cluster, parties_n, upload_mode,
+                                                  phases)
+        launch = _PartyLaunch(args, cluster, spec, data, n, show)
+        report, release, op = _run_job(args, cluster, launch, randomness, n, show)
+        phases.update(op)
+        show.say("released; collecting metrics")
+        measured = _collect(cluster, launch, data, release, model, phases)
+    finally:
+        show.say("stopping")
+        group.stop_all()
+        if not args.workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
+    out = _e2e_report(args, n, parties_n, t_start, phases, spec, choices, table, release, report, launch, measured)
     show.say(f"done: wall {out['wall_s']:.1f} s")
     return out
 

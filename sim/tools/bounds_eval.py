@@ -145,14 +145,82 @@ def main() -> None:
 
 
 # ---------------------------------------------------------------------------- over networked actors
+def _write_job_draft(workdir: Path, train, label: str, names: list[str], servers: list,
+                     timeout: float) -> tuple[Path, Path, dict[str, Path]]:
+    """The main job's draft (columns without transforms: the pre-job fills them in) naming the
+    running servers, and each party's CSV of its rows; returns the draft's path, where the
+    completed job file goes, and each party's data file."""
+    from sim.localnet.demo import write_party_csv
+
+    doc = _doc(train, label, [{"name": c, **({"role": "label"} if c == label else {})} for c in names],
+               default_m(train.n, len(names), epsilon=1.0, delta=1e-6, clip_bound=1.0))
+    doc["job"]["id"] = "power-bounded"
+    doc["job"]["deadline_s"] = timeout
+    doc["servers"] = [{"id": s.actor, "endpoint": s.endpoint} for s in servers]
+    start = 0
+    files = {}
+    for q in doc["parties"]:
+        d = workdir / "data" / q["id"]
+        d.mkdir(parents=True, exist_ok=True)
+        files[q["id"]] = d / "rows.csv"
+        write_party_csv(files[q["id"]], {c: v[start:start + q["clients"]] for c, v in train.columns.items()})
+        start += q["clients"]
+    draft, main_path = workdir / "draft.toml", workdir / "main.toml"
+    draft.write_text(render_job_file(doc))
+    return draft, main_path, files
+
+
+class _NetworkedActors:
+    """The party and operator processes of a networked run (started in the run's process group);
+    ``spent``: each party's ledger entry after every job it joined."""
+
+    def __init__(self, group, servers: list, analyst, parties: list[str], files: dict[str, Path],
+                 timeout: float) -> None:
+        self.group, self.servers, self.analyst, self.parties = group, servers, analyst, parties
+        self.files, self.timeout = files, timeout
+        self.spent: dict[str, list[dict[str, Any]]] = {p: [] for p in parties}
+
+    def run_parties(self, job_id: str) -> None:
+        """Every party joins ``job_id``; waits for them (RuntimeError if one fails) and records their ledgers."""
+        files, servers, timeout = self.files, self.servers, self.timeout
+        # Each job's upload journal in a directory of its own; the privacy ledger is the party's
+        # one ledger on this host ($XDG_STATE_HOME/ltm/ledger: the deployment's, sim/localnet/launcher.py),
+        # charged by every round and the main job.
+        procs = [self.group.start_task("party", f"{p}-{job_id}", [
+            "party", "--id", p, "--job", job_id, "--data", str(files[p]), "--max-epsilon", "1",
+            "--servers", ",".join(s.endpoint for s in servers), "--server-ids", ",".join(s.actor for s in servers),
+            "--no-progress", "--wait", "120", "--state-dir", str(files[p].parent / f".state-{job_id}"),
+            "--summary-file", str(files[p].parent / f"{job_id}.summary.json")])
+            for p in self.parties]
+        for p, ap in zip(self.parties, procs):
+            if ap.proc.wait(timeout=timeout) != 0:
+                raise RuntimeError(f"{ap.actor} failed:\n{ap.log_tail()}")
+            entry = json.loads((files[p].parent / f"{job_id}.summary.json").read_text())["ledger"]
+            self.spent[p].append({"job_id": job_id, "ledger": entry["ledger"], "charged": entry["charged"],
+                                  "epsilon_before": entry["before"]["epsilon"],
+                                  "epsilon_after": entry["after"]["epsilon"],
+                                  "jobs": entry["after"]["jobs"], "budget": entry["budget"]})
+
+    def operator(self, *argv: str, background: bool = False):
+        """``ltm job ARGV --analyst ...`` as the operator; waited for (RuntimeError if it fails) unless
+        ``background``."""
+        ap = self.group.start_task("operator", f"operator-{len(self.group.processes)}",
+                                   ["job", *argv, "--analyst", self.analyst.endpoint])
+        if background:
+            return ap
+        if ap.proc.wait(timeout=self.timeout) != 0:
+            raise RuntimeError(f"ltm job {argv[0]} failed:\n{ap.log_tail()}")
+        return ap
+
+
 def networked(workdir: Path, *, epsilon: float = 1.0, delta: float = 1e-7, timeout: float = 900.0) -> dict[str, Any]:
     """The bounds pre-job and the main job over separate processes on loopback, on the demo's
     training split (4 parties, each with its own CSV), production randomness; returns the
     pre-job's centres/scales and the main job's held-out R²."""
-    import subprocess
+    import subprocess  # noqa: F401
     import time
 
-    from sim.localnet.demo import write_party_csv
+    from sim.localnet.demo import write_party_csv  # noqa: F401  (loaded before the run is timed)
     from sim.localnet.launcher import ProcessGroup
     from transport.certs import write_certs
 
@@ -168,64 +236,21 @@ def networked(workdir: Path, *, epsilon: float = 1.0, delta: float = 1e-7, timeo
     try:
         servers = group.start_servers(K)
         analyst = group.start_service("analyst", "analyst", ["analyst", "--out", str(workdir / "analyst-out")])
-        doc = _doc(train, label, [{"name": c, **({"role": "label"} if c == label else {})} for c in names],
-                   default_m(train.n, len(names), epsilon=1.0, delta=1e-6, clip_bound=1.0))
-        doc["job"]["id"] = "power-bounded"
-        doc["job"]["deadline_s"] = timeout
-        doc["servers"] = [{"id": s.actor, "endpoint": s.endpoint} for s in servers]
-        start = 0
-        files = {}
-        for q in doc["parties"]:
-            d = workdir / "data" / q["id"]
-            d.mkdir(parents=True, exist_ok=True)
-            files[q["id"]] = d / "rows.csv"
-            write_party_csv(files[q["id"]], {c: v[start:start + q["clients"]] for c, v in train.columns.items()})
-            start += q["clients"]
-        draft, main_path = workdir / "draft.toml", workdir / "main.toml"
-        draft.write_text(render_job_file(doc))
-
-        spent: dict[str, list[dict[str, Any]]] = {p: [] for p in parties}
-
-        def run_parties(job_id: str) -> None:
-            # Each job's upload journal in a directory of its own; the privacy ledger is the party's
-            # one ledger on this host ($XDG_STATE_HOME/ltm/ledger: the deployment's, sim/localnet/launcher.py),
-            # charged by every round and the main job.
-            procs = [group.start_task("party", f"{p}-{job_id}", [
-                "party", "--id", p, "--job", job_id, "--data", str(files[p]), "--max-epsilon", "1",
-                "--servers", ",".join(s.endpoint for s in servers), "--server-ids", ",".join(s.actor for s in servers),
-                "--no-progress", "--wait", "120", "--state-dir", str(files[p].parent / f".state-{job_id}"),
-                "--summary-file", str(files[p].parent / f"{job_id}.summary.json")])
-                for p in parties]
-            for p, ap in zip(parties, procs):
-                if ap.proc.wait(timeout=timeout) != 0:
-                    raise RuntimeError(f"{ap.actor} failed:\n{ap.log_tail()}")
-                entry = json.loads((files[p].parent / f"{job_id}.summary.json").read_text())["ledger"]
-                spent[p].append({"job_id": job_id, "ledger": entry["ledger"], "charged": entry["charged"],
-                                 "epsilon_before": entry["before"]["epsilon"], "epsilon_after": entry["after"]["epsilon"],
-                                 "jobs": entry["after"]["jobs"], "budget": entry["budget"]})
-
-        def operator(*argv: str, background: bool = False):
-            ap = group.start_task("operator", f"operator-{len(group.processes)}",
-                                  ["job", *argv, "--analyst", analyst.endpoint])
-            if background:
-                return ap
-            if ap.proc.wait(timeout=timeout) != 0:
-                raise RuntimeError(f"ltm job {argv[0]} failed:\n{ap.log_tail()}")
-            return ap
-
-        bounds = operator("bounds", str(draft), "--epsilon", str(epsilon), "--delta", str(delta),
-                          "--out", str(main_path), "--json", background=True)
-        run_parties("power-bounded-bounds-1")
-        run_parties("power-bounded-bounds-2")
+        draft, main_path, files = _write_job_draft(workdir, train, label, names, servers, timeout)
+        actors = _NetworkedActors(group, servers, analyst, parties, files, timeout)
+        bounds = actors.operator("bounds", str(draft), "--epsilon", str(epsilon), "--delta", str(delta),
+                                 "--out", str(main_path), "--json", background=True)
+        actors.run_parties("power-bounded-bounds-1")
+        actors.run_parties("power-bounded-bounds-2")
         if bounds.proc.wait(timeout=timeout) != 0:
             raise RuntimeError(f"ltm job bounds failed:\n{bounds.log_tail()}")
         info = json.loads(bounds.log_path.read_text())
         main = parse_job_file(main_path.read_text())
-        operator("submit", str(main_path))
-        run_parties("power-bounded")
-        operator("submit", str(main_path), "--wait")  # idempotent: waits until the job is done
+        actors.operator("submit", str(main_path))
+        actors.run_parties("power-bounded")
+        actors.operator("submit", str(main_path), "--wait")  # idempotent: waits until the job is done
         out = workdir / "result"
-        operator("result", "power-bounded", "--out", str(out))
+        actors.operator("result", "power-bounded", "--out", str(out))
         model = json.loads((out / "model.json").read_text())
         report = json.loads((out / "report.json").read_text())
     finally:
@@ -236,7 +261,7 @@ def networked(workdir: Path, *, epsilon: float = 1.0, delta: float = 1e-7, timeo
             "prejobs": info["prejobs"], "chosen": info["chosen"],
             "columns": [{"name": c.name, "role": c.role, "center": c.center, "scale": c.scale}
                         for c in main.spec.columns],
-            "party_ledgers": spent,
+            "party_ledgers": actors.spent,
             "main_job": {"job_digest": main.spec.digest, "release_sha256": report["release_sha256"],
                          "sketch": {"kind": main.spec.sketch.kind, "m": main.spec.sketch.m},
                          "privacy": report["privacy"]["guarantee"], "r2": r2(test.columns[label], pred)}}

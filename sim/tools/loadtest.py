@@ -36,7 +36,7 @@ import resource
 import shutil
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -343,48 +343,149 @@ def _raise_fd_limit(needed: int) -> int:
 
 
 # ------------------------------------------------------------------------------------ the run
-async def _run(cfg: LoadConfig, work: Path, report: dict[str, Any]) -> None:
-    from analyst.coordinator import close_all, fetch_result_share, publish
-    from analyst.reconstruct import reconstruct_release
-    from ltm.v1 import ltm_pb2, ltm_pb2_grpc
-    from sim.localnet.launcher import ProcessGroup
-    from transport.tls import make_channel
+@dataclass
+class _LoadRun:
+    """What a load run must stop on every way out: its server processes, its drivers and the
+    analyst's channels to the servers."""
 
-    timing = report["timing_s"]
+    group: Any  # sim.localnet.launcher.ProcessGroup
+    drivers: _Drivers | None = None
+    analyst_channels: list = field(default_factory=list)
+
+    async def close(self, report: dict[str, Any]) -> None:
+        """Stop the drivers, close the channels, stop every process; record their pids and that they stopped."""
+        if self.drivers is not None:
+            await self.drivers.close()
+        for c in self.analyst_channels:
+            await c.close()
+        self.group.stop_all()
+        report["pids"] = [ap.pid for ap in self.group.processes]
+        report["stopped"] = all(ap.proc.poll() is not None for ap in self.group.processes)
+
+
+def _load_certs(cfg: LoadConfig, work: Path, report: dict[str, Any]) -> Path:
+    """Every actor's certificate (the servers', the analyst's, the operator's, each party's), timed."""
     t = time.perf_counter()
     certs = Path(cfg.certs_cache) if cfg.certs_cache else work / "certs"
     actors = [f"server-{i}" for i in range(cfg.k)] + ["analyst", "operator"] + [f"party-{i}" for i in range(cfg.parties)]
     report["certificates"] = {"actors": len(actors), **ensure_certs(certs, actors)}
-    timing["certificates"] = time.perf_counter() - t
+    report["timing_s"]["certificates"] = time.perf_counter() - t
+    return certs
 
-    group = ProcessGroup(work, certs)
-    drivers: _Drivers | None = None
-    analyst_channels: list = []
-    try:
-        t = time.perf_counter()
-        servers = group.start_servers(cfg.k, ["--log-level", "warning"])
-        timing["start_servers"] = time.perf_counter() - t
-        assert all(s.endpoint.startswith(LOOPBACK + ":") for s in servers)
-        report["servers"] = [{"actor": s.actor, "pid": s.pid, "endpoint": s.endpoint} for s in servers]
-        cpu0 = [_cpu_seconds(s.pid) for s in servers]
 
-        spec = build_load_job(cfg, [s.endpoint for s in servers])
-        report["job"] = {"n": spec.n, "parties": len(spec.parties), "m": spec.sketch.m, "s": spec.sketch.s,
-                         "width": spec.width, "k": spec.k, "share_mode": spec.share_mode,
-                         "spec_json_bytes": len(spec.canonical_json()), "digest": spec.digest}
-        analyst_channels = [make_channel(s.endpoint, certs, "analyst",
+def _start_load_servers(cfg: LoadConfig, run: _LoadRun, report: dict[str, Any]) -> list:
+    """The k ``ltm server`` processes on loopback (timed)."""
+    t = time.perf_counter()
+    servers = run.group.start_servers(cfg.k, ["--log-level", "warning"])
+    report["timing_s"]["start_servers"] = time.perf_counter() - t
+    assert all(s.endpoint.startswith(LOOPBACK + ":") for s in servers)
+    report["servers"] = [{"actor": s.actor, "pid": s.pid, "endpoint": s.endpoint} for s in servers]
+    return servers
+
+
+async def _publish_load_job(cfg: LoadConfig, run: _LoadRun, servers: list, certs: Path,
+                            report: dict[str, Any]) -> tuple[JobSpec, list]:
+    """Build the job, open the analyst's channels (kept on ``run``) and publish it (timed); returns
+    the spec and the analyst's stubs."""
+    from analyst.coordinator import publish
+    from ltm.v1 import ltm_pb2_grpc
+    from transport.tls import make_channel
+
+    spec = build_load_job(cfg, [s.endpoint for s in servers])
+    report["job"] = {"n": spec.n, "parties": len(spec.parties), "m": spec.sketch.m, "s": spec.sketch.s,
+                     "width": spec.width, "k": spec.k, "share_mode": spec.share_mode,
+                     "spec_json_bytes": len(spec.canonical_json()), "digest": spec.digest}
+    run.analyst_channels = [make_channel(s.endpoint, certs, "analyst",
                                          options=[("grpc.ssl_target_name_override", s.actor)]) for s in servers]
-        analyst = [ltm_pb2_grpc.ServerStub(c) for c in analyst_channels]
-        t = time.perf_counter()
-        await publish(analyst, spec)
-        timing["publish"] = time.perf_counter() - t
+    analyst = [ltm_pb2_grpc.ServerStub(c) for c in run.analyst_channels]
+    t = time.perf_counter()
+    await publish(analyst, spec)
+    report["timing_s"]["publish"] = time.perf_counter() - t
+    return spec, analyst
 
-        async def held() -> list[int]:
-            replies = await asyncio.gather(*(s.Status(ltm_pb2.StatusRequest(job_id=spec.job_id), timeout=30)
-                                             for s in analyst))
-            return [int(r.clients_held) for r in replies]
 
-        drivers = _Drivers(cfg, spec, certs)
+async def _clients_held(analyst: list, spec: JobSpec) -> list[int]:
+    """How many clients each server holds for the job (its Status)."""
+    from ltm.v1 import ltm_pb2
+
+    replies = await asyncio.gather(*(s.Status(ltm_pb2.StatusRequest(job_id=spec.job_id), timeout=30)
+                                     for s in analyst))
+    return [int(r.clients_held) for r in replies]
+
+
+async def _check_upload(cfg: LoadConfig, spec: JobSpec, analyst: list, receipts: dict[str, list],
+                        checks: dict[str, Any]) -> None:
+    """After the upload: every server holds all n clients; the P·k receipts are distinct and name
+    the right party, batch and client count, one per server."""
+    flat = [r for rs in receipts.values() for r in rs]
+    checks["clients_held_after_upload"] = await _clients_held(analyst, spec)
+    checks["all_clients_held"] = checks["clients_held_after_upload"] == [spec.n] * cfg.k
+    checks["receipts"] = len(flat)
+    checks["receipts_unique"] = (len({r[3] for r in flat}) == len(flat) == cfg.parties * cfg.k
+                                 and all(r[1] == pid and r[2] == 0 and r[4] == cfg.clients_per_party
+                                         for pid, rs in receipts.items() for r in rs)
+                                 and all(sorted(r[0] for r in rs) == list(range(cfg.k)) for rs in receipts.values()))
+
+
+async def _duplicate_round(cfg: LoadConfig, spec: JobSpec, analyst: list, drivers: _Drivers,
+                           receipts: dict[str, list], report: dict[str, Any]) -> None:
+    """Every party uploads its batch again: the same receipts, and nothing more held."""
+    checks = report["checks"]
+    second = await drivers.upload()
+    report["timing_s"]["duplicate_upload"] = second["end"] - second["start"]
+    report["duplicate_upload"] = _round_report(second, cfg.parties, cfg.k)
+    checks["duplicate_same_receipts"] = second["receipts"] == receipts
+    checks["clients_held_after_duplicate"] = await _clients_held(analyst, spec)
+    checks["duplicate_changed_nothing"] = checks["clients_held_after_duplicate"] == checks["clients_held_after_upload"]
+
+
+async def _release_and_check(cfg: LoadConfig, spec: JobSpec, analyst: list, expected: np.ndarray,
+                             report: dict[str, Any]) -> None:
+    """Close intake, fetch the k result shares (both timed), reconstruct: the release must equal
+    what the parties sent, bit for bit, and its privacy report must verify."""
+    from analyst.coordinator import close_all, fetch_result_share
+    from analyst.reconstruct import reconstruct_release
+
+    timing, checks = report["timing_s"], report["checks"]
+    t = time.perf_counter()
+    participants = ClientSet.intersection(await close_all(analyst, spec))
+    timing["close"] = time.perf_counter() - t
+    t = time.perf_counter()
+    shares = [r[0] for r in await asyncio.gather(*(fetch_result_share(s, spec, participants) for s in analyst))]
+    timing["release"] = time.perf_counter() - t
+    release = reconstruct_release(spec, shares, participants, spec.noise_plan(), randomness=(
+        Randomness.seeded_insecure(cfg.seed).label if cfg.seed is not None else Randomness.system().label))
+    total = reconstruct(shares)
+    checks["participants"] = participants.count
+    checks["release_exact"] = bool(np.array_equal(total, expected))
+    checks["dp_verified"] = bool(release.privacy["dp_verified"])  # never for a seeded run
+    checks["calibration_verified"] = bool(release.privacy["calibration_verified"])
+
+
+def _cpu_delta(a: list[float | None], b: list[float | None]) -> list[float | None]:
+    """Per server, the CPU seconds between two readings (None where either is unknown)."""
+    return [None if x is None or y is None else round(y - x, 3) for x, y in zip(a, b)]
+
+
+async def _run(cfg: LoadConfig, work: Path, report: dict[str, Any]) -> None:
+    """The load run's phases (see the module docstring), filling ``report``; every process and
+    channel it started is stopped on every way out."""
+    # Imported before the first phase is timed (the steps import from these modules again).
+    from analyst.coordinator import close_all, fetch_result_share, publish  # noqa: F401
+    from analyst.reconstruct import reconstruct_release  # noqa: F401
+    from ltm.v1 import ltm_pb2, ltm_pb2_grpc  # noqa: F401
+    from sim.localnet.launcher import ProcessGroup
+    from transport.tls import make_channel  # noqa: F401
+
+    timing = report["timing_s"]
+    certs = _load_certs(cfg, work, report)
+    run = _LoadRun(ProcessGroup(work, certs))
+    try:
+        servers = _start_load_servers(cfg, run, report)
+        cpu0 = [_cpu_seconds(s.pid) for s in servers]
+        spec, analyst = await _publish_load_job(cfg, run, servers, certs, report)
+
+        run.drivers = drivers = _Drivers(cfg, spec, certs)
         started = await drivers.start(connect_timeout=cfg.deadline_s)
         timing["randomize"] = started["randomize_s"]
         timing["connect"] = started["connect_s"]
@@ -397,52 +498,17 @@ async def _run(cfg: LoadConfig, work: Path, report: dict[str, Any]) -> None:
         timing["upload"] = first["end"] - first["start"]
         report["upload"] = _round_report(first, cfg.parties, cfg.k)
         receipts = first["receipts"]
-        flat = [r for rs in receipts.values() for r in rs]
-        checks = report["checks"]
-        checks["clients_held_after_upload"] = await held()
-        checks["all_clients_held"] = checks["clients_held_after_upload"] == [spec.n] * cfg.k
-        checks["receipts"] = len(flat)
-        checks["receipts_unique"] = (len({r[3] for r in flat}) == len(flat) == cfg.parties * cfg.k
-                                     and all(r[1] == pid and r[2] == 0 and r[4] == cfg.clients_per_party
-                                             for pid, rs in receipts.items() for r in rs)
-                                     and all(sorted(r[0] for r in rs) == list(range(cfg.k)) for rs in receipts.values()))
-
+        await _check_upload(cfg, spec, analyst, receipts, report["checks"])
         if cfg.duplicate:
-            second = await drivers.upload()
-            timing["duplicate_upload"] = second["end"] - second["start"]
-            report["duplicate_upload"] = _round_report(second, cfg.parties, cfg.k)
-            checks["duplicate_same_receipts"] = second["receipts"] == receipts
-            checks["clients_held_after_duplicate"] = await held()
-            checks["duplicate_changed_nothing"] = checks["clients_held_after_duplicate"] == checks["clients_held_after_upload"]
+            await _duplicate_round(cfg, spec, analyst, drivers, receipts, report)
         cpu3 = [_cpu_seconds(s.pid) for s in servers]
 
-        t = time.perf_counter()
-        participants = ClientSet.intersection(await close_all(analyst, spec))
-        timing["close"] = time.perf_counter() - t
-        t = time.perf_counter()
-        shares = [r[0] for r in await asyncio.gather(*(fetch_result_share(s, spec, participants) for s in analyst))]
-        timing["release"] = time.perf_counter() - t
-        release = reconstruct_release(spec, shares, participants, spec.noise_plan(), randomness=(
-            Randomness.seeded_insecure(cfg.seed).label if cfg.seed is not None else Randomness.system().label))
-        total = reconstruct(shares)
-        checks["participants"] = participants.count
-        checks["release_exact"] = bool(np.array_equal(total, expected))
-        checks["dp_verified"] = bool(release.privacy["dp_verified"])  # never for a seeded run
-        checks["calibration_verified"] = bool(release.privacy["calibration_verified"])
+        await _release_and_check(cfg, spec, analyst, expected, report)
         cpu4 = [_cpu_seconds(s.pid) for s in servers]
-
-        def delta(a, b):
-            return [None if x is None or y is None else round(y - x, 3) for x, y in zip(a, b)]
-        report["server_cpu_s"] = {"upload": delta(cpu1, cpu2), "duplicate_upload": delta(cpu2, cpu3),
-                                  "close_and_release": delta(cpu3, cpu4), "total": delta(cpu0, cpu4)}
+        report["server_cpu_s"] = {"upload": _cpu_delta(cpu1, cpu2), "duplicate_upload": _cpu_delta(cpu2, cpu3),
+                                  "close_and_release": _cpu_delta(cpu3, cpu4), "total": _cpu_delta(cpu0, cpu4)}
     finally:
-        if drivers is not None:
-            await drivers.close()
-        for c in analyst_channels:
-            await c.close()
-        group.stop_all()
-        report["pids"] = [ap.pid for ap in group.processes]
-        report["stopped"] = all(ap.proc.poll() is not None for ap in group.processes)
+        await run.close(report)
 
 
 def run_loadtest(cfg: LoadConfig, report: dict[str, Any] | None = None) -> dict[str, Any]:
