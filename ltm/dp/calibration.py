@@ -145,9 +145,12 @@ def _log_gaussian_delta(sigma: float, epsilon: float, sensitivity: float) -> tup
         δ = ½ e^{−(b−a)²/2} [erfcx((b−a)/√2) − erfcx((a+b)/√2)],
     evaluated in log space so it neither underflows nor overflows (large ε, tiny δ).
 
-    The error bound is a deliberately generous first-order estimate: each erfcx carries a
-    relative error ≲ (1 + u²)·ulp (the exp(u²) factor), amplified by the cancellation
-    (erfcx(u₋) + erfcx(u₊)) / (erfcx(u₋) − erfcx(u₊)), which only matters for tiny ε·σ²/Δ².
+    The error bound is a deliberately generous first-order estimate (32 ulp per unit of error):
+    for b > a each erfcx carries a relative error ≲ (1 + u₊²)·ulp (the exp(u²) factor), amplified
+    by the cancellation (erfcx(u₋) + erfcx(u₊)) / (erfcx(u₋) − erfcx(u₊)), which is of the order
+    of 1 + 2ε·σ²/Δ² and so matters for large ε·σ²/Δ² (tiny ε with tiny δ).  For b ≤ a,
+    δ = F − S with F = Φ(a − b) (error ~ulp) and S = e^ε Φ(−a − b) (error ~(1 + u₊²)·ulp), so the
+    bound is (F + S·(1 + u₊²)) / (F − S) in the same unit.
     """
     a = sensitivity / (2.0 * sigma)
     b = epsilon * sigma / sensitivity
@@ -194,14 +197,16 @@ def gaussian_delta(sigma: float, epsilon: float, sensitivity: float) -> float:
 def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float) -> float:
     """Smallest σ with gaussian_delta(σ, ε, Δ) ≤ δ (Balle & Wang 2018, analytic Gaussian mechanism).
 
-    Works for any ε > 0 (including ε ≥ 1) and 0 < δ < 1.  δ depends on σ only through σ/Δ and
-    is strictly decreasing in it, so the root is bracketed by doubling/halving and then bisected
+    Works for any ε > 0 (including ε ≥ 1) and 0 < δ < 1, except where double precision cannot
+    resolve δ(σ) near the solution (ε ≤ 1e-14 with δ ≤ 1e-15 or so, e.g. ε = 1e-20, δ = 1e-100):
+    there it raises :class:`CalibrationError` rather than return an unverified σ.  δ depends on σ
+    only through σ/Δ and is strictly decreasing in it, so the root is bracketed by doubling/halving and then bisected
     in log σ to relative precision ~1e-13.  The feasible end is then rounded up by 4e-12
     (relative) and re-verified with the caller's Δ, counting the δ evaluation's own rounding-error
     bound against the result (δ(σ)·(1 + err) ≤ δ; the bump doubles until that holds).  So the
     returned σ satisfies the inequality even allowing for float error, and exceeds the exact
-    minimum by ~1e-11 relatively for ordinary parameters (more only for extreme ε·σ²/Δ² ≪ 1,
-    where δ itself is ill-conditioned).
+    minimum by ~4e-12 relatively where δ(σ) is well conditioned; by up to ~1e-8 where it is not
+    (ε·σ²/Δ² ≫ 1, i.e. tiny ε with tiny δ: the error bound of δ, and so the bump, grow there).
     """
     eps = _positive("epsilon", epsilon)
     dlt = _delta_open("delta", delta)
@@ -246,7 +251,9 @@ def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float) ->
             return sigma
         bump *= 2.0
         sigma = hi * sens * (1.0 + bump)
-    raise CalibrationError(  # pragma: no cover - defensive; the bracket end is already feasible
+    # Reached when δ at the bracket end underflowed (log δ = −inf with an infinite error bound): tiny ε
+    # with tiny δ, where the two terms of δ agree to double precision.
+    raise CalibrationError(
         f"could not verify sigma for epsilon={eps!r}, delta={dlt!r}, sensitivity={sens!r}"
     )
 
@@ -600,31 +607,25 @@ def _paper_sizes(a: _PlanArgs, why: str) -> tuple[int, int, int]:
     return n, m, d
 
 
-def _gaussian_sigmas(a: _PlanArgs, sens: float, grid_sens: float, grid_l1: float) -> tuple[float, float]:
-    """(σ_c, σ_Y) of the calibration, before a grid plan's float parameter rounds them.
+def _sigma_client(a: _PlanArgs, sens: float, grid_sens: float, grid_l1: float) -> float:
+    """σ_c of the calibration (data units), before a grid plan's float parameter rounds it.
 
     Tight: σ_c from the distributed discrete Gaussian's zCDP (Kairouz, Liu & Steinke 2021) and
     dp_accounting's conversion (:func:`ltm.dp.accounting.calibrate_discrete_gaussian`); a continuous
     plan (the float Gaussian of the seeded simulations and the planner's estimates) uses the analytic
-    Gaussian mechanism (Balle & Wang 2018), exact for a sum of float Gaussians, and reports σ_Y
-    itself, unrounded.  Interpolate scales the tight σ_c by L^((1−p)/2); paper is Corollary 4.7.
+    Gaussian mechanism (Balle & Wang 2018), exact for a sum of float Gaussians.  Interpolate scales
+    the tight σ_c by L^((1−p)/2); paper is Corollary 4.7.
     """
     if a.calib == Calibration.PAPER:
         n, m, d = _paper_sizes(a, "calibration='paper' (Corollary 4.7)")
-        sigma_c = paper_sparse_gaussian_sigma(a.eps, a.delta, a.clip, n, m, a.s, d, a.t_prime)
-        return sigma_c, sigma_c * math.sqrt(a.load)
+        return paper_sparse_gaussian_sigma(a.eps, a.delta, a.clip, n, m, a.s, d, a.t_prime)
     if a.frac_bits:
         tau_ratio = math.sqrt(min(a.factors)) if a.factors else 1.0
-        tight_c = accounting.calibrate_discrete_gaussian(a.eps, a.delta, grid_sens, a.load, grid_l1, tau_ratio,
-                                                         a.rho) / a.scale
-        tight_y = tight_c * math.sqrt(a.load)
+        tight = accounting.calibrate_discrete_gaussian(a.eps, a.delta, grid_sens, a.load, grid_l1, tau_ratio,
+                                                       a.rho) / a.scale
     else:
-        tight_y = analytic_gaussian_sigma(a.eps, a.delta, sens)
-        tight_c = tight_y / math.sqrt(a.load)
-    if a.calib == Calibration.TIGHT:
-        return tight_c, tight_y
-    sigma_c = tight_c * math.sqrt(a.load) ** (1 - a.p)  # type: ignore[operator]
-    return sigma_c, sigma_c * math.sqrt(a.load)
+        tight = analytic_gaussian_sigma(a.eps, a.delta, sens) / math.sqrt(a.load)
+    return tight if a.calib == Calibration.TIGHT else tight * math.sqrt(a.load) ** (1 - a.p)  # type: ignore[operator]
 
 
 def _gaussian_plan(a: _PlanArgs) -> NoisePlan:
@@ -634,12 +635,15 @@ def _gaussian_plan(a: _PlanArgs) -> NoisePlan:
     sens = base + widen
     grid_sens = sens * a.scale
     grid_l1 = math.sqrt(2.0 * a.s * a.width) * grid_sens if a.frac_bits else 0.0  # type: ignore[operator]
-    sigma_c, sigma_r = _gaussian_sigmas(a, sens, grid_sens, grid_l1)
-    grid_sigma2 = 0.0
+    sigma_c = _sigma_client(a, sens, grid_sens, grid_l1)
     if a.frac_bits:  # the sampler's parameter is σ_c² as a float; report the σ_c it really draws with
         grid_sigma2 = (sigma_c * a.scale) ** 2
         sigma_c = math.sqrt(grid_sigma2) / a.scale
         sigma_r = sigma_c * math.sqrt(a.load)
+    else:  # tight: σ_Y itself, unrounded
+        grid_sigma2 = 0.0
+        sigma_r = analytic_gaussian_sigma(a.eps, a.delta, sens) if a.calib == Calibration.TIGHT \
+            else sigma_c * math.sqrt(a.load)
     return NoisePlan(
         **a.common(), delta=a.delta, sensitivity=float(sens), sigma_client=float(sigma_c),
         sigma_release=float(sigma_r), laplace_scale=0.0, gamma_shape=0.0,
@@ -742,7 +746,7 @@ def plan_noise(
             check with the accountant): σ_c is then solved from it without the accountant.  None:
             the accountant computes it here.
 
-    How each mechanism is calibrated: :func:`_gaussian_sigmas` and :func:`_laplace_plan`.
+    How each mechanism is calibrated: :func:`_sigma_client` and :func:`_laplace_plan`.
 
     Raises:
         CalibrationError: naming the offending argument.

@@ -904,3 +904,43 @@ def test_grid_gaussian_of_a_grid_step_or_two_counts_tau_at_the_smallest_scale(fa
     assert _accounting.kls_rho(sigma * (1 - 1e-6), load, sens_g, l1_g, tau) > target
     # and the τ term is what decides it here: without it σ would be visibly smaller
     assert _accounting.calibrate_discrete_gaussian(eps, delta, sens_g, load, l1_g, 2.0 * tau) < sigma * (1 - 1e-3)
+
+
+def test_analytic_sigma_refuses_where_double_precision_cannot_resolve_delta():
+    """ε = 1e-20 with δ ≤ 1e-15: the σ needed (~0.4Δ/δ) makes δ(σ) a difference of two terms equal to
+    double precision, so δ(σ) cannot be verified and the solver refuses, naming its inputs."""
+    for eps, delta in ((1e-20, 1e-100), (1e-16, 1e-15)):
+        with pytest.raises(cal.CalibrationError, match=_exact(
+                f"could not verify sigma for epsilon={eps!r}, delta={delta!r}, sensitivity=2.0")):
+            analytic_gaussian_sigma(eps, delta, 2.0)
+    assert analytic_gaussian_sigma(1e-20, 1e-10, 2.0) > 0  # a δ double precision resolves is solved
+
+
+#: large ε, where σ/Δ is well below 1 (the bisection's tolerance is relative to σ/Δ, not absolute).
+_LARGE_EPS = _grid(24, 12, (1.3, 2.5), (-12.0, -2.0))
+
+
+@pytest.mark.parametrize("eps, delta, sens", _LARGE_EPS)
+def test_analytic_sigma_at_large_epsilon_is_the_smallest_private_sigma_to_5e_12(eps, delta, sens):
+    sigma = analytic_gaussian_sigma(eps, delta, sens)
+    assert sigma / sens < 0.5
+    assert _mp_delta(sigma, eps, sens) <= delta
+    assert _mp_delta(sigma * (1.0 - 5e-12), eps, sens) > delta
+
+
+def test_plan_noise_messages_for_the_grid_and_rho_arguments():
+    base = dict(mechanism="gaussian", calibration="tight", epsilon=1.0, delta=1e-6, clip_norm=1.0, s=1,
+                min_honest_load=4)
+    cases = [
+        (dict(frac_bits=8), "a grid plan (frac_bits > 0) needs width= (values per client per piece)"),
+        (dict(frac_bits=-1, width=2), "frac_bits must be >= 0, got -1"),
+        (dict(frac_bits=8, width=0), "width must be >= 1, got 0"),
+        (dict(mechanism="laplace", delta=0.0, noise_factors=(1.0,)),
+         "noise_factors are for the Gaussian mechanism (Laplace draws are i.i.d.)"),
+        (dict(zcdp_rho=0.0, frac_bits=8, width=2), "zcdp_rho must be > 0, got 0.0"),
+        (dict(delta="x"), "delta must be a real number, got 'x'"),
+        (dict(epsilon=True), "epsilon must be a real number, got the bool True"),
+    ]
+    for extra, message in cases:
+        with pytest.raises(cal.CalibrationError, match=_exact(message)):
+            cal.plan_noise(**{**base, **extra})
