@@ -205,8 +205,9 @@ def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float) ->
     (relative) and re-verified with the caller's Δ, counting the δ evaluation's own rounding-error
     bound against the result (δ(σ)·(1 + err) ≤ δ; the bump doubles until that holds).  So the
     returned σ satisfies the inequality even allowing for float error, and exceeds the exact
-    minimum by ~4e-12 relatively where δ(σ) is well conditioned; by up to ~1e-8 where it is not
-    (ε·σ²/Δ² ≫ 1, i.e. tiny ε with tiny δ: the error bound of δ, and so the bump, grow there).
+    minimum by ~4e-12 relatively where δ(σ) is well conditioned.  Where it is not (ε·σ²/Δ² ≫ 1:
+    small ε with tiny δ) the error bound of δ, and so the bump, grow: up to ~1e-8 for ε ≥ 1e-3,
+    up to a factor ~3 at ε ≈ 1e-12 (always on the safe side).
     """
     eps = _positive("epsilon", epsilon)
     dlt = _delta_open("delta", delta)
