@@ -206,8 +206,9 @@ def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float) ->
     bound against the result (δ(σ)·(1 + err) ≤ δ; the bump doubles until that holds).  So the
     returned σ satisfies the inequality even allowing for float error, and exceeds the exact
     minimum by ~4e-12 relatively where δ(σ) is well conditioned.  Where it is not (ε·σ²/Δ² ≫ 1:
-    small ε with tiny δ) the error bound of δ, and so the bump, grow: up to ~1e-8 for ε ≥ 1e-3,
-    up to a factor ~3 at ε ≈ 1e-12 (always on the safe side).
+    small ε with small δ) the error bound of δ, and so the bump, grow roughly like 1/ε: ~2e-8 at
+    ε = 1e-3, ~1e-6 at ε = 1e-5, up to tens of per cent (several times just before the refusal)
+    for ε ≲ 1e-10; always on the safe side.
     """
     eps = _positive("epsilon", epsilon)
     dlt = _delta_open("delta", delta)
