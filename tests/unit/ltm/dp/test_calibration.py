@@ -944,3 +944,31 @@ def test_plan_noise_messages_for_the_grid_and_rho_arguments():
     for extra, message in cases:
         with pytest.raises(cal.CalibrationError, match=_exact(message)):
             cal.plan_noise(**{**base, **extra})
+
+
+def _computed_root(eps: float, delta: float) -> float:
+    """The σ/Δ where the module's own computed log δ crosses log δ, bisected to the last ulp (a second
+    route to the point analytic_gaussian_sigma brackets)."""
+    feasible = lambda tau: cal._log_gaussian_delta(tau, eps, 1.0)[0] <= math.log(delta)  # noqa: E731
+    lo, hi = 1e-300, 1e300
+    while True:
+        mid = math.sqrt(lo * hi)
+        if not lo < mid < hi:
+            return hi
+        lo, hi = (lo, mid) if feasible(mid) else (mid, hi)
+
+
+@pytest.mark.parametrize("eps, delta", [(1e-3, 1e-300), (1e-4, 1e-100), (1e-5, 1e-10), (1e-6, 1e-50), (1e-8, 1e-20)])
+def test_ill_conditioned_sigma_is_the_root_bumped_by_the_first_doubling_of_4e_12_that_verifies(eps, delta):
+    """Where δ is ill-conditioned the bump that covers δ's error bound is large enough to measure: σ is
+    the root times (1 + 4e-12·2^k) (the docstring's rule: the bump doubles until δ(σ)·(1 + err) ≤ δ),
+    and the bump before it, 4e-12·2^(k−1), does not verify."""
+    root = _computed_root(eps, delta)
+    sigma = analytic_gaussian_sigma(eps, delta, 1.0)
+    # Where δ is ill-conditioned its computed value is noisy near the root, so the bisection's end can sit
+    # ~1e-10 away from this root (not 1e-13): still well inside 2% of a bump of 4e-12·2^9 or more.
+    bump = sigma / root - 1.0
+    k = math.log2(bump / 4e-12)
+    assert k > 8 and abs(k - round(k)) < 0.02, k
+    log_delta, rel_err = cal._log_gaussian_delta(root * (1.0 + bump / 2.0), eps, 1.0)
+    assert log_delta + math.log1p(rel_err) > math.log(delta)
