@@ -27,6 +27,8 @@ from __future__ import annotations
 import math
 import operator
 from dataclasses import asdict, dataclass
+from enum import Enum
+from typing import TypeVar
 
 from ltm.dp.sensitivity import sketch_l1, sketch_l2
 from ltm.dp import accounting
@@ -49,6 +51,7 @@ __all__ = [
 ]
 
 SKETCH_KINDS: tuple[str, ...] = ("sparse", "dense", "sum")
+_E = TypeVar("_E", bound=Enum)
 
 _SQRT2 = math.sqrt(2.0)
 _SQRT_PI = math.sqrt(math.pi)
@@ -142,9 +145,12 @@ def _log_gaussian_delta(sigma: float, epsilon: float, sensitivity: float) -> tup
         δ = ½ e^{−(b−a)²/2} [erfcx((b−a)/√2) − erfcx((a+b)/√2)],
     evaluated in log space so it neither underflows nor overflows (large ε, tiny δ).
 
-    The error bound is a deliberately generous first-order estimate: each erfcx carries a
-    relative error ≲ (1 + u²)·ulp (the exp(u²) factor), amplified by the cancellation
-    (erfcx(u₋) + erfcx(u₊)) / (erfcx(u₋) − erfcx(u₊)), which only matters for tiny ε·σ²/Δ².
+    The error bound is a deliberately generous first-order estimate (32 ulp per unit of error):
+    for b > a each erfcx carries a relative error ≲ (1 + u₊²)·ulp (the exp(u²) factor), amplified
+    by the cancellation (erfcx(u₋) + erfcx(u₊)) / (erfcx(u₋) − erfcx(u₊)), which is of the order
+    of 1 + 2ε·σ²/Δ² and so matters for large ε·σ²/Δ² (tiny ε with tiny δ).  For b ≤ a,
+    δ = F − S with F = Φ(a − b) (error ~ulp) and S = e^ε Φ(−a − b) (error ~(1 + u₊²)·ulp), so the
+    bound is (F + S·(1 + u₊²)) / (F − S) in the same unit.
     """
     a = sensitivity / (2.0 * sigma)
     b = epsilon * sigma / sensitivity
@@ -191,14 +197,18 @@ def gaussian_delta(sigma: float, epsilon: float, sensitivity: float) -> float:
 def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float) -> float:
     """Smallest σ with gaussian_delta(σ, ε, Δ) ≤ δ (Balle & Wang 2018, analytic Gaussian mechanism).
 
-    Works for any ε > 0 (including ε ≥ 1) and 0 < δ < 1.  δ depends on σ only through σ/Δ and
-    is strictly decreasing in it, so the root is bracketed by doubling/halving and then bisected
+    Works for any ε > 0 (including ε ≥ 1) and 0 < δ < 1, except where double precision cannot
+    resolve δ(σ) near the solution (ε ≤ 1e-14 with δ ≤ 1e-15 or so, e.g. ε = 1e-20, δ = 1e-100):
+    there it raises :class:`CalibrationError` rather than return an unverified σ.  δ depends on σ
+    only through σ/Δ and is strictly decreasing in it, so the root is bracketed by doubling/halving and then bisected
     in log σ to relative precision ~1e-13.  The feasible end is then rounded up by 4e-12
     (relative) and re-verified with the caller's Δ, counting the δ evaluation's own rounding-error
     bound against the result (δ(σ)·(1 + err) ≤ δ; the bump doubles until that holds).  So the
     returned σ satisfies the inequality even allowing for float error, and exceeds the exact
-    minimum by ~1e-11 relatively for ordinary parameters (more only for extreme ε·σ²/Δ² ≪ 1,
-    where δ itself is ill-conditioned).
+    minimum by ~4e-12 relatively where δ(σ) is well conditioned.  Where it is not (ε·σ²/Δ² ≫ 1:
+    small ε with small δ) the error bound of δ, and so the bump, grow roughly like 1/ε: ~2e-8 at
+    ε = 1e-3, ~1e-6 at ε = 1e-5, up to tens of per cent (several times just before the refusal)
+    for ε ≲ 1e-10; always on the safe side.
     """
     eps = _positive("epsilon", epsilon)
     dlt = _delta_open("delta", delta)
@@ -243,7 +253,9 @@ def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float) ->
             return sigma
         bump *= 2.0
         sigma = hi * sens * (1.0 + bump)
-    raise CalibrationError(  # pragma: no cover - defensive; the bracket end is already feasible
+    # Reached when δ at the bracket end underflowed (log δ = −inf with an infinite error bound): tiny ε
+    # with tiny δ, where the two terms of δ agree to double precision.
+    raise CalibrationError(
         f"could not verify sigma for epsilon={eps!r}, delta={dlt!r}, sensitivity={sens!r}"
     )
 
@@ -439,7 +451,7 @@ class NoisePlan:
         return accounting.laplace_event(self.grid_scale, self.grid_sensitivity)
 
 
-def _choice(name: str, value: object, enum_type: type) -> object:
+def _choice(name: str, value: object, enum_type: type[_E]) -> _E:
     try:
         return enum_type(value)
     except ValueError:
@@ -453,26 +465,254 @@ def _require(name: str, value: object, why: str) -> object:
     return value
 
 
+# --------------------------------------------------------------------------------------------
+# plan_noise's steps: check the arguments, solve the mechanism's scale, build the NoisePlan
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _PlanArgs:
+    """:func:`plan_noise`'s arguments once checked (the names are its local ones)."""
+
+    mech: Mechanism
+    calib: Calibration
+    kind: str
+    eps: float
+    delta: float  # Gaussian: 0 < δ < 1; Laplace: 0.0 (pure ε-DP)
+    clip: float
+    s: int
+    load: int
+    t_prime: int
+    n: int | None
+    m: int | None
+    d: int | None
+    frac_bits: int
+    width: int | None
+    factors: tuple[float, ...] | None
+    rho: float | None
+    sensitivity: float | None  # the caller's Δ; None: the sketch's own
+    p: float | None  # interpolate's exponent
+
+    @property
+    def scale(self) -> float:
+        """Grid steps per data unit (1 for a continuous plan)."""
+        return math.ldexp(1.0, self.frac_bits)
+
+    def common(self) -> dict:
+        """The NoisePlan fields every mechanism fills the same way."""
+        return dict(mechanism=self.mech, calibration=self.calib, epsilon=self.eps, min_honest_load=self.load,
+                    interpolate_p=self.p, frac_bits=self.frac_bits)
+
+
+def _sketch_kind(value: object) -> str:
+    if not isinstance(value, str) or value not in SKETCH_KINDS:
+        listed = ", ".join(repr(v) for v in SKETCH_KINDS)
+        raise CalibrationError(f"unknown sketch_kind {value!r}; valid values are {listed}")
+    return value
+
+
+def _plan_delta(mech: Mechanism, delta: object) -> float:
+    """Gaussian: 0 < δ < 1.  Laplace: any 0 ≤ δ < 1 is accepted and recorded as 0 (pure ε-DP)."""
+    if mech == Mechanism.GAUSSIAN:
+        return _delta_open("delta", delta)
+    if not 0.0 <= _real("delta", delta) < 1.0:
+        raise CalibrationError(
+            f"delta must satisfy 0 <= delta < 1 (it is ignored for the pure-epsilon Laplace "
+            f"mechanism and recorded as 0), got {delta!r}"
+        )
+    return 0.0
+
+
+def _optional_count(name: str, value: object) -> int | None:
+    return None if value is None else _integer(name, value, 1)
+
+
+def _check_grid_and_rows(kind: str, s: int, m: int | None, frac_bits: int, width: int | None) -> None:
+    """A grid plan needs W; a given m must hold s distinct rows (all of them for a dense sketch)."""
+    if frac_bits and width is None:
+        raise CalibrationError("a grid plan (frac_bits > 0) needs width= (values per client per piece)")
+    if m is None:
+        return
+    if kind == "dense" and s != m:
+        raise CalibrationError(
+            f"a dense sketch puts every client in all m rows, so s must equal m; got s={s}, m={m}"
+        )
+    if s > m:
+        raise CalibrationError(
+            f"s={s} exceeds m={m}: a sparse sketch needs s distinct rows per column; lower s or raise m"
+        )
+
+
+def _plan_noise_factors(noise_factors, mech: Mechanism, sensitivity: object,
+                        width: int | None) -> tuple[float, ...] | None:
+    """Per-entry variance factors: Gaussian only, W values in (0, 1], with an explicit sensitivity."""
+    if noise_factors is None:
+        return None
+    factors = tuple(float(x) for x in noise_factors)
+    if mech != Mechanism.GAUSSIAN:
+        raise CalibrationError("noise_factors are for the Gaussian mechanism (Laplace draws are i.i.d.)")
+    if sensitivity is None or (width is not None and len(factors) != width) \
+            or not all(0.0 < x <= 1.0 for x in factors):
+        raise CalibrationError(f"noise_factors must be {width} values in (0, 1] with an explicit sensitivity, "
+                               f"got {len(factors)} values")
+    return factors
+
+
+def _plan_zcdp_rho(zcdp_rho: object, mech: Mechanism, calib: Calibration) -> float | None:
+    if zcdp_rho is None:
+        return None
+    rho = _positive("zcdp_rho", zcdp_rho)
+    if mech != Mechanism.GAUSSIAN or calib == Calibration.PAPER:
+        raise CalibrationError(
+            f"zcdp_rho is the zCDP target of the tight or interpolated Gaussian; drop it for "
+            f"mechanism={mech.value!r} with calibration={calib.value!r}"
+        )
+    return rho
+
+
+def _plan_sensitivity(sensitivity: object, calib: Calibration) -> float | None:
+    if sensitivity is None:
+        return None
+    sens = _positive("sensitivity", sensitivity)
+    if calib == Calibration.PAPER:
+        raise CalibrationError(
+            "calibration='paper' reproduces Burkhardt et al.'s sketch formulas and takes no explicit "
+            "sensitivity; use calibration='tight' for a lifted release kind"
+        )
+    return sens
+
+
+def _plan_interpolate_p(interpolate_p: object, mech: Mechanism, calib: Calibration) -> float | None:
+    """interpolate's exponent p ∈ [0, 1]: required there (Gaussian only), refused elsewhere."""
+    if calib != Calibration.INTERPOLATE:
+        if interpolate_p is not None:
+            raise CalibrationError(
+                f"interpolate_p={interpolate_p!r} is only used with calibration='interpolate', "
+                f"got calibration={calib.value!r}; drop interpolate_p or switch calibration"
+            )
+        return None
+    if mech != Mechanism.GAUSSIAN:
+        raise CalibrationError(
+            f"calibration='interpolate' is only defined for mechanism='gaussian', got "
+            f"mechanism={mech.value!r}; use calibration='tight' or 'paper' for laplace"
+        )
+    p = _real("interpolate_p", _require("interpolate_p", interpolate_p, "calibration='interpolate'"))
+    if not 0.0 <= p <= 1.0:
+        raise CalibrationError(f"interpolate_p must lie in [0, 1], got {interpolate_p!r}")
+    return p
+
+
+def _paper_sizes(a: _PlanArgs, why: str) -> tuple[int, int, int]:
+    """(n, m, d), which the paper's formulas need; a missing one is refused, named."""
+    n, m, d = (_require(name, value, why) for name, value in (("n", a.n), ("m", a.m), ("d", a.d)))
+    assert isinstance(n, int) and isinstance(m, int) and isinstance(d, int)
+    return n, m, d
+
+
+def _sigma_client(a: _PlanArgs, sens: float, grid_sens: float, grid_l1: float) -> float:
+    """σ_c of the calibration (data units), before a grid plan's float parameter rounds it.
+
+    Tight: σ_c from the distributed discrete Gaussian's zCDP (Kairouz, Liu & Steinke 2021) and
+    dp_accounting's conversion (:func:`ltm.dp.accounting.calibrate_discrete_gaussian`); a continuous
+    plan (the float Gaussian of the seeded simulations and the planner's estimates) uses the analytic
+    Gaussian mechanism (Balle & Wang 2018), exact for a sum of float Gaussians.  Interpolate scales
+    the tight σ_c by L^((1−p)/2); paper is Corollary 4.7.
+    """
+    if a.calib == Calibration.PAPER:
+        n, m, d = _paper_sizes(a, "calibration='paper' (Corollary 4.7)")
+        return paper_sparse_gaussian_sigma(a.eps, a.delta, a.clip, n, m, a.s, d, a.t_prime)
+    if a.frac_bits:
+        tau_ratio = math.sqrt(min(a.factors)) if a.factors else 1.0
+        tight = accounting.calibrate_discrete_gaussian(a.eps, a.delta, grid_sens, a.load, grid_l1, tau_ratio,
+                                                       a.rho) / a.scale
+    else:
+        tight = analytic_gaussian_sigma(a.eps, a.delta, sens) / math.sqrt(a.load)
+    return tight if a.calib == Calibration.TIGHT else tight * math.sqrt(a.load) ** (1 - a.p)  # type: ignore[operator]
+
+
+def _gaussian_plan(a: _PlanArgs) -> NoisePlan:
+    """The Gaussian plan: Δ₂ (widened by the rounding on a grid), σ_c and σ_Y."""
+    base = sketch_l2(a.clip, a.s) if a.sensitivity is None else a.sensitivity
+    widen = rounding_widening("l2", a.width, a.s, a.frac_bits) if a.frac_bits else 0.0  # type: ignore[arg-type]
+    sens = base + widen
+    grid_sens = sens * a.scale
+    grid_l1 = math.sqrt(2.0 * a.s * a.width) * grid_sens if a.frac_bits else 0.0  # type: ignore[operator]
+    sigma_c = _sigma_client(a, sens, grid_sens, grid_l1)
+    if a.frac_bits:  # the sampler's parameter is σ_c² as a float; report the σ_c it really draws with
+        grid_sigma2 = (sigma_c * a.scale) ** 2
+        sigma_c = math.sqrt(grid_sigma2) / a.scale
+        sigma_r = sigma_c * math.sqrt(a.load)
+    else:  # tight: σ_Y itself, unrounded
+        grid_sigma2 = 0.0
+        sigma_r = analytic_gaussian_sigma(a.eps, a.delta, sens) if a.calib == Calibration.TIGHT \
+            else sigma_c * math.sqrt(a.load)
+    return NoisePlan(
+        **a.common(), delta=a.delta, sensitivity=float(sens), sigma_client=float(sigma_c),
+        sigma_release=float(sigma_r), laplace_scale=0.0, gamma_shape=0.0,
+        base_sensitivity=float(base), rounding_widening=float(widen), grid_sigma2=float(grid_sigma2),
+        grid_l1_sensitivity=float(grid_l1), noise_factors=a.factors,
+    )
+
+
+def _laplace_scale(a: _PlanArgs) -> tuple[float, float, float]:
+    """(Δ₁ of the unrounded release, the Laplace scale b, the Gamma shape) of the calibration.
+
+    Tight: b = Δ₁/ε split over the L honest pairs.  Paper (Corollary 4.10, dense sketch only):
+    b = 2ηm²d/ε split over the n/m − t′ honest clients of each piece row.
+    """
+    if a.calib == Calibration.TIGHT:
+        base = sketch_l1(a.clip, a.s) if a.sensitivity is None else a.sensitivity
+        return base, base / a.eps, 1.0 / a.load
+    why = "calibration='paper' with mechanism='laplace' (Corollary 4.10)"
+    if a.kind != "dense":
+        raise CalibrationError(
+            f"{why} is defined for the dense sketch only (deterministic n/m load per piece "
+            f"row); pass sketch_kind='dense' with s=m"
+        )
+    n, m, d = _paper_sizes(a, why)
+    split = n / m - a.t_prime
+    if split <= 0.0:
+        raise CalibrationError(
+            f"{why} splits the noise over n/m - t_prime honest clients per piece row, got "
+            f"n={n}, m={m}, t_prime={a.t_prime} (n/m - t_prime = {split:.6g} <= 0); "
+            f"increase n or lower m / t_prime"
+        )
+    return sketch_l1(a.clip, m), paper_dense_laplace_scale(a.eps, a.clip, m, d), 1.0 / split  # dense: s = m
+
+
+def _laplace_plan(a: _PlanArgs) -> NoisePlan:
+    """The Laplace plan: continuous, Γ(shape, b) differences; on the grid a whole DLap(t) per pair.
+
+    On the grid one draw per entry is already ε-DP: t = ⌈Δ₁⌉/ε in grid steps (tight,
+    :func:`ltm.dp.accounting.discrete_laplace_scale`) or the paper's b as printed.
+    """
+    base, b, shape = _laplace_scale(a)
+    if not a.frac_bits:
+        return NoisePlan(
+            **a.common(), delta=a.delta, sensitivity=float(base), sigma_client=float(b * math.sqrt(2.0 * shape)),
+            sigma_release=float(b * math.sqrt(2.0)), laplace_scale=float(b), gamma_shape=float(shape),
+            base_sensitivity=float(base),
+        )
+    widen = rounding_widening("l1", a.width, a.s, a.frac_bits)  # type: ignore[arg-type]
+    sens = base + widen
+    grid_sens = sens * a.scale
+    if a.calib == Calibration.TIGHT:
+        t_grid = accounting.discrete_laplace_scale(a.eps, grid_sens)
+    else:
+        t_grid = b * a.scale
+    sd = math.sqrt(2.0) * t_grid / a.scale
+    return NoisePlan(
+        **a.common(), delta=a.delta, sensitivity=float(sens), sigma_client=float(sd), sigma_release=float(sd),
+        laplace_scale=float(t_grid / a.scale), gamma_shape=1.0, base_sensitivity=float(base),
+        rounding_widening=float(widen), grid_scale=float(t_grid), grid_l1_sensitivity=float(grid_sens),
+    )
+
+
 def plan_noise(
-    *,
-    mechanism: str,
-    calibration: str,
-    epsilon: float,
-    delta: float,
-    clip_norm: float,
-    s: int,
-    min_honest_load: int,
-    interpolate_p: float | None = None,
-    n: int | None = None,
-    m: int | None = None,
-    d: int | None = None,
-    t_prime: int = 0,
-    sketch_kind: str = "sparse",
-    sensitivity: float | None = None,
-    frac_bits: int = 0,
-    width: int | None = None,
-    noise_factors=None,
-    zcdp_rho: float | None = None,
+    *, mechanism: str, calibration: str, epsilon: float, delta: float, clip_norm: float, s: int,
+    min_honest_load: int, interpolate_p: float | None = None, n: int | None = None, m: int | None = None,
+    d: int | None = None, t_prime: int = 0, sketch_kind: str = "sparse", sensitivity: float | None = None,
+    frac_bits: int = 0, width: int | None = None, noise_factors=None, zcdp_rho: float | None = None,
 ) -> NoisePlan:
     """Calibrate the per-(client, piece) noise of one release (docs/architecture.md, "The noise").
 
@@ -508,181 +748,28 @@ def plan_noise(
             check with the accountant): σ_c is then solved from it without the accountant.  None:
             the accountant computes it here.
 
-    Tight Gaussian: σ_c from the distributed discrete Gaussian's zCDP (Kairouz, Liu & Steinke 2021)
-    and dp_accounting's conversion (:func:`ltm.dp.accounting.calibrate_discrete_gaussian`); a
-    continuous plan (the float Gaussian of the seeded simulations and the planner's estimates) uses
-    the analytic Gaussian mechanism (Balle & Wang 2018), exact for a sum of float Gaussians.  Tight Laplace on the grid: a
-    whole DLap(t) per pair with t = ⌈Δ₁⌉/ε in grid steps (:mod:`ltm.dp.accounting`).
+    How each mechanism is calibrated: :func:`_sigma_client` and :func:`_laplace_plan`.
 
     Raises:
         CalibrationError: naming the offending argument.
     """
     mech = _choice("mechanism", mechanism, Mechanism)
     calib = _choice("calibration", calibration, Calibration)
-    if not isinstance(sketch_kind, str) or sketch_kind not in SKETCH_KINDS:
-        listed = ", ".join(repr(v) for v in SKETCH_KINDS)
-        raise CalibrationError(f"unknown sketch_kind {sketch_kind!r}; valid values are {listed}")
-    kind = sketch_kind
+    kind = _sketch_kind(sketch_kind)
     eps = _positive("epsilon", epsilon)
-    if mech == Mechanism.GAUSSIAN:
-        dlt = _delta_open("delta", delta)
-    else:
-        dlt_in = _real("delta", delta)
-        if not 0.0 <= dlt_in < 1.0:
-            raise CalibrationError(
-                f"delta must satisfy 0 <= delta < 1 (it is ignored for the pure-epsilon Laplace "
-                f"mechanism and recorded as 0), got {delta!r}"
-            )
-        dlt = 0.0
+    dlt = _plan_delta(mech, delta)
     clip = _positive("clip_norm", clip_norm)
     s_ = _integer("s", s, 1)
     load = _integer("min_honest_load", min_honest_load, 1)
     t_ = _integer("t_prime", t_prime, 0)
-    n_ = None if n is None else _integer("n", n, 1)
-    m_ = None if m is None else _integer("m", m, 1)
-    d_ = None if d is None else _integer("d", d, 1)
+    n_, m_, d_ = _optional_count("n", n), _optional_count("m", m), _optional_count("d", d)
     f_ = _integer("frac_bits", frac_bits, 0)
-    w_ = None if width is None else _integer("width", width, 1)
-    if f_ and w_ is None:
-        raise CalibrationError("a grid plan (frac_bits > 0) needs width= (values per client per piece)")
-    if m_ is not None:
-        if kind == "dense" and s_ != m_:
-            raise CalibrationError(
-                f"a dense sketch puts every client in all m rows, so s must equal m; "
-                f"got s={s_}, m={m_}"
-            )
-        if s_ > m_:
-            raise CalibrationError(
-                f"s={s_} exceeds m={m_}: a sparse sketch needs s distinct rows per column; "
-                f"lower s or raise m"
-            )
-
-    factors = None
-    if noise_factors is not None:
-        factors = tuple(float(x) for x in noise_factors)
-        if mech != Mechanism.GAUSSIAN:
-            raise CalibrationError("noise_factors are for the Gaussian mechanism (Laplace draws are i.i.d.)")
-        if sensitivity is None or (w_ is not None and len(factors) != w_) \
-                or not all(0.0 < x <= 1.0 for x in factors):
-            raise CalibrationError(f"noise_factors must be {w_} values in (0, 1] with an explicit sensitivity, "
-                                   f"got {len(factors)} values")
-    tau_ratio = math.sqrt(min(factors)) if factors else 1.0
-    rho = None if zcdp_rho is None else _positive("zcdp_rho", zcdp_rho)
-    if rho is not None and (mech != Mechanism.GAUSSIAN or calib == Calibration.PAPER):
-        raise CalibrationError(
-            f"zcdp_rho is the zCDP target of the tight or interpolated Gaussian; drop it for "
-            f"mechanism={mech.value!r} with calibration={calib.value!r}"
-        )
-    sens_given = None if sensitivity is None else _positive("sensitivity", sensitivity)
-    if sens_given is not None and calib == Calibration.PAPER:
-        raise CalibrationError(
-            "calibration='paper' reproduces Burkhardt et al.'s sketch formulas and takes no explicit "
-            "sensitivity; use calibration='tight' for a lifted release kind"
-        )
-
-    if calib == Calibration.INTERPOLATE:
-        if mech != Mechanism.GAUSSIAN:
-            raise CalibrationError(
-                f"calibration='interpolate' is only defined for mechanism='gaussian', got "
-                f"mechanism={mech.value!r}; use calibration='tight' or 'paper' for laplace"
-            )
-        p_raw = _require("interpolate_p", interpolate_p, "calibration='interpolate'")
-        p = _real("interpolate_p", p_raw)
-        if not 0.0 <= p <= 1.0:
-            raise CalibrationError(f"interpolate_p must lie in [0, 1], got {interpolate_p!r}")
-    elif interpolate_p is not None:
-        raise CalibrationError(
-            f"interpolate_p={interpolate_p!r} is only used with calibration='interpolate', "
-            f"got calibration={calib.value!r}; drop interpolate_p or switch calibration"
-        )
-    else:
-        p = None
-
-    scale = math.ldexp(1.0, f_)  # grid steps per data unit (1 for a continuous plan)
-    common = dict(mechanism=mech, calibration=calib, epsilon=eps, min_honest_load=load,
-                  interpolate_p=None if p is None else float(p), frac_bits=f_)
-    if mech == Mechanism.GAUSSIAN:
-        base = sketch_l2(clip, s_) if sens_given is None else sens_given
-        widen = rounding_widening("l2", w_, s_, f_) if f_ else 0.0  # type: ignore[arg-type]
-        sens = base + widen
-        sens_g = sens * scale
-        l1_g = math.sqrt(2.0 * s_ * w_) * sens_g if f_ else 0.0  # type: ignore[operator]
-        if calib == Calibration.PAPER:
-            why = "calibration='paper' (Corollary 4.7)"
-            sigma_c = paper_sparse_gaussian_sigma(
-                eps,
-                dlt,
-                clip,
-                _require("n", n_, why),  # type: ignore[arg-type]
-                _require("m", m_, why),  # type: ignore[arg-type]
-                s_,
-                _require("d", d_, why),  # type: ignore[arg-type]
-                t_,
-            )
-        else:
-            if f_:
-                sigma_c_tight = accounting.calibrate_discrete_gaussian(eps, dlt, sens_g, load, l1_g,
-                                                                       tau_ratio, rho) / scale
-            else:  # continuous plans describe the float Gaussian, for which the analytic calibration is exact
-                sigma_c_tight = analytic_gaussian_sigma(eps, dlt, sens) / math.sqrt(load)
-            sigma_c = sigma_c_tight if calib == Calibration.TIGHT else sigma_c_tight * math.sqrt(load) ** (1 - p)
-        sigma_r = sigma_c * math.sqrt(load)
-        if not f_ and calib == Calibration.TIGHT:
-            sigma_r = analytic_gaussian_sigma(eps, dlt, sens)  # σ_Y itself, unrounded
-        sigma2_g = (sigma_c * scale) ** 2 if f_ else 0.0
-        if f_:  # the sampler's parameter is σ_c² as a float; report the σ_c it really draws with
-            sigma_c = math.sqrt(sigma2_g) / scale
-            sigma_r = sigma_c * math.sqrt(load)
-        return NoisePlan(
-            **common, delta=dlt, sensitivity=float(sens), sigma_client=float(sigma_c),
-            sigma_release=float(sigma_r), laplace_scale=0.0, gamma_shape=0.0,
-            base_sensitivity=float(base), rounding_widening=float(widen), grid_sigma2=float(sigma2_g),
-            grid_l1_sensitivity=float(l1_g), noise_factors=factors,
-        )
-
-    # laplace
-    if calib == Calibration.TIGHT:
-        base = sketch_l1(clip, s_) if sens_given is None else sens_given
-        b = base / eps
-        shape = 1.0 / load
-    else:  # paper, Corollary 4.10
-        why = "calibration='paper' with mechanism='laplace' (Corollary 4.10)"
-        if kind != "dense":
-            raise CalibrationError(
-                f"{why} is defined for the dense sketch only (deterministic n/m load per piece "
-                f"row); pass sketch_kind='dense' with s=m"
-            )
-        n_req = _require("n", n_, why)
-        m_req = _require("m", m_, why)
-        d_req = _require("d", d_, why)
-        assert isinstance(n_req, int) and isinstance(m_req, int) and isinstance(d_req, int)
-        split = n_req / m_req - t_
-        if split <= 0.0:
-            raise CalibrationError(
-                f"{why} splits the noise over n/m - t_prime honest clients per piece row, got "
-                f"n={n_req}, m={m_req}, t_prime={t_} (n/m - t_prime = {split:.6g} <= 0); "
-                f"increase n or lower m / t_prime"
-            )
-        base = sketch_l1(clip, m_req)  # dense: s = m
-        b = paper_dense_laplace_scale(eps, clip, m_req, d_req)
-        shape = 1.0 / split
-    if not f_:
-        return NoisePlan(
-            **common, delta=0.0, sensitivity=float(base), sigma_client=float(b * math.sqrt(2.0 * shape)),
-            sigma_release=float(b * math.sqrt(2.0)), laplace_scale=float(b), gamma_shape=float(shape),
-            base_sensitivity=float(base),
-        )
-    # On the grid every honest pair draws a whole DLap(t): one draw per entry is already ε-DP.
-    widen = rounding_widening("l1", w_, s_, f_)  # type: ignore[arg-type]
-    sens = base + widen
-    sens_g = sens * scale
-    if calib == Calibration.TIGHT:
-        t_grid = accounting.discrete_laplace_scale(eps, sens_g)
-    else:  # the paper's b as printed, in grid steps
-        t_grid = b * scale
-    sd = math.sqrt(2.0) * t_grid / scale
-    return NoisePlan(
-        **common, delta=0.0, sensitivity=float(sens), sigma_client=float(sd), sigma_release=float(sd),
-        laplace_scale=float(t_grid / scale), gamma_shape=1.0, base_sensitivity=float(base),
-        rounding_widening=float(widen), grid_scale=float(t_grid), grid_l1_sensitivity=float(sens_g),
+    w_ = _optional_count("width", width)
+    _check_grid_and_rows(kind, s_, m_, f_, w_)
+    args = _PlanArgs(
+        mech=mech, calib=calib, kind=kind, eps=eps, delta=dlt, clip=clip, s=s_, load=load, t_prime=t_,
+        n=n_, m=m_, d=d_, frac_bits=f_, width=w_, factors=_plan_noise_factors(noise_factors, mech, sensitivity, w_),
+        rho=_plan_zcdp_rho(zcdp_rho, mech, calib), sensitivity=_plan_sensitivity(sensitivity, calib),
+        p=_plan_interpolate_p(interpolate_p, mech, calib),
     )
+    return _gaussian_plan(args) if mech == Mechanism.GAUSSIAN else _laplace_plan(args)

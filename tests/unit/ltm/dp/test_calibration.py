@@ -648,3 +648,327 @@ def test_dp_event_of_a_laplace_grid_plan_is_the_laplace_event_of_its_grid_scale_
     with pytest.raises(ValueError) as err:
         _grid_plan("laplace", 0).dp_event()
     assert str(err.value) == "a continuous noise plan (frac_bits = 0) has no discrete dp event"
+
+
+# ====== property tests of the σ rule against mpmath (analytic_gaussian_sigma, _log_gaussian_delta) ======
+# The reference is the analytic-Gaussian δ (Balle & Wang 2018, Thm 8) evaluated by mpmath at 80 digits, an
+# implementation that shares nothing with the module's erfcx / log-space route.  The grids are seeded, so
+# every run checks the same points (no flakes), and wide: ε from 1e-3 to 300, δ from 1e-300 to 0.9, Δ
+# from 1e-4 to 1e4.
+import random  # noqa: E402
+
+import mpmath  # noqa: E402
+
+_ULP = 2.0**-52
+
+
+def _mp_delta(sigma: float, eps: float, sens: float) -> mpmath.mpf:
+    """Φ(Δ/(2σ) − εσ/Δ) − e^ε Φ(−Δ/(2σ) − εσ/Δ) at 80 significant digits (exact for our purposes)."""
+    with mpmath.workdps(80):
+        a = mpmath.mpf(sens) / (2 * mpmath.mpf(sigma))
+        b = mpmath.mpf(eps) * mpmath.mpf(sigma) / mpmath.mpf(sens)
+        return +(mpmath.ncdf(a - b) - mpmath.exp(mpmath.mpf(eps)) * mpmath.ncdf(-a - b))
+
+
+def _mp_erfcx(u) -> mpmath.mpf:
+    with mpmath.workdps(80):
+        u = mpmath.mpf(u)
+        return +(mpmath.exp(u * u) * mpmath.erfc(u))
+
+
+def _grid(seed: int, count: int, log_eps: tuple[float, float], log_delta: tuple[float, float]):
+    rng = random.Random(seed)
+    return [(10 ** rng.uniform(*log_eps), 10 ** rng.uniform(*log_delta), 10 ** rng.uniform(-4.0, 4.0))
+            for _ in range(count)]
+
+
+#: ε ∈ [0.1, 20], δ ∈ [1e-15, 1e-2]: where δ(σ) is well conditioned and σ is the bisection's feasible end
+#: (to 1e-13) rounded up by 4e-12, so within 5e-12 above the exact minimum.
+_ORDINARY = _grid(20, 30, (-1.0, 1.3), (-15.0, -2.0))
+#: the whole range, including tiny ε with tiny δ, where δ(σ) is ill-conditioned and large δ, where the
+#: solution lies in the b ≤ a branch of _log_gaussian_delta (εσ²/Δ² ≤ ½).
+_WIDE = _grid(21, 30, (-3.0, 2.5), (-300.0, -2.0)) + _grid(22, 15, (-2.0, 1.0), (-1.3, -0.05))
+
+
+@pytest.mark.parametrize("eps, delta, sens", _ORDINARY)
+def test_analytic_sigma_is_the_smallest_private_sigma_to_5e_12_per_mpmath(eps, delta, sens):
+    sigma = analytic_gaussian_sigma(eps, delta, sens)
+    assert _mp_delta(sigma, eps, sens) <= delta  # private: the exact δ(σ) meets the target
+    assert _mp_delta(sigma * (1.0 - 5e-12), eps, sens) > delta  # and 5e-12 less σ does not
+
+
+@pytest.mark.parametrize("eps, delta, sens", _WIDE)
+def test_analytic_sigma_is_private_and_near_minimal_everywhere_per_mpmath(eps, delta, sens):
+    """Private per mpmath; private even by the module's own δ with its error bound counted against it
+    (δ(σ)·(1 + err) ≤ δ, the docstring's promise, which is what costs up to ~1e-8 of extra σ where δ is
+    ill-conditioned); and within 1e-7 of the exact minimum."""
+    sigma = analytic_gaussian_sigma(eps, delta, sens)
+    assert _mp_delta(sigma, eps, sens) <= delta
+    log_delta, rel_err = cal._log_gaussian_delta(sigma, eps, sens)
+    assert log_delta + math.log1p(rel_err) <= math.log(delta)
+    assert _mp_delta(sigma * (1.0 - 1e-7), eps, sens) > delta
+
+
+def test_analytic_sigma_solution_in_the_b_le_a_branch_exists_in_the_wide_grid():
+    """The large-δ half of _WIDE really exercises the b ≤ a branch at the solution (εσ²/Δ² ≤ ½)."""
+    taus = [(eps, analytic_gaussian_sigma(eps, delta, 1.0)) for eps, delta, _ in _WIDE]
+    assert sum(eps * tau * tau <= 0.5 for eps, tau in taus) >= 5
+    assert sum(eps * tau * tau > 0.5 for eps, tau in taus) >= 20
+
+
+def test_analytic_sigma_decreases_in_epsilon_and_delta_and_scales_with_sensitivity():
+    epsilons = [10 ** (k / 4.0) for k in range(-12, 10)]  # 1e-3 … 178
+    deltas = [10.0 ** -k for k in (300, 200, 100, 40, 20, 12, 9, 6, 3, 1)] + [0.3, 0.6, 0.9]
+    for delta in (1e-300, 1e-9, 0.5):
+        sigmas = [analytic_gaussian_sigma(eps, delta, 1.0) for eps in epsilons]
+        assert all(x > y for x, y in zip(sigmas, sigmas[1:])), delta
+    for eps in (1e-3, 0.5, 30.0):
+        sigmas = [analytic_gaussian_sigma(eps, delta, 1.0) for delta in deltas]
+        assert all(x > y for x, y in zip(sigmas, sigmas[1:])), eps
+    for eps, delta, _ in _ORDINARY[:10] + _WIDE[-5:]:
+        unit = analytic_gaussian_sigma(eps, delta, 1.0)
+        for k in (-30, -3, 5, 40):  # δ depends on σ/Δ only, and a power-of-two Δ scales every step exactly
+            assert analytic_gaussian_sigma(eps, delta, 2.0**k) == unit * 2.0**k
+        for sens in (1e-4, 0.3, 7.0, 1e4):
+            assert analytic_gaussian_sigma(eps, delta, sens) == approx(unit * sens, rel=1e-11)
+
+
+def _delta_cases():
+    """(σ, ε, Δ) in both branches of _log_gaussian_delta: b > a (tails, δ down to 1e-290) and b ≤ a."""
+    rng = random.Random(23)
+    cases = []
+    for _ in range(40):
+        eps, sens = 10 ** rng.uniform(-3.0, 2.0), 10 ** rng.uniform(-3.0, 3.0)
+        tau = 10 ** rng.uniform(-0.5, 1.5) / math.sqrt(eps)  # εσ²/Δ² from 0.1 to 1000: either branch
+        cases.append((tau * sens, eps, sens))
+    return cases + [(1.0, 0.5, 1.0), (16.0, 0.125, 8.0)]  # b = a exactly: the boundary belongs to b ≤ a
+
+
+@pytest.mark.parametrize("sigma, eps, sens", _delta_cases())
+def test_log_gaussian_delta_and_its_error_bound_per_mpmath(sigma, eps, sens):
+    """log δ is within its own stated relative error bound of the exact δ, and that bound is the
+    documented first-order estimate: 32 ulp × (1 + u₊²) per erfcx term, amplified by the cancellation."""
+    log_delta, rel_err = cal._log_gaussian_delta(sigma, eps, sens)
+    exact = _mp_delta(sigma, eps, sens)
+    assert exact > 0 and math.isfinite(log_delta)
+    with mpmath.workdps(80):
+        error = abs(log_delta - mpmath.log(exact))
+        assert error <= rel_err + 4 * _ULP * abs(log_delta)  # + the rounding of log δ itself
+        a, b = mpmath.mpf(sens) / (2 * mpmath.mpf(sigma)), mpmath.mpf(eps) * mpmath.mpf(sigma) / mpmath.mpf(sens)
+        u_plus = (a + b) / mpmath.sqrt(2)
+        if b > a:
+            e_minus, e_plus = _mp_erfcx((b - a) / mpmath.sqrt(2)), _mp_erfcx(u_plus)
+            stated = cal._ULP_SLACK * (1 + u_plus**2) * (e_minus + e_plus) / (e_minus - e_plus)
+        else:  # δ = F − S with F = Φ(a − b) (error ~ulp) and S = e^ε Φ(−a − b) (error ~(1 + u₊²) ulp)
+            first = mpmath.ncdf(a - b)
+            second = mpmath.exp(mpmath.mpf(eps)) * mpmath.ncdf(-a - b)
+            stated = cal._ULP_SLACK * (first + second * (1 + u_plus**2)) / (first - second)
+        assert rel_err == approx(float(stated), rel=1e-6)
+
+
+def test_delta_below_double_precision_is_zero_not_an_error():
+    """ε = 0 and a σ so large that Φ(a − b) and e^ε Φ(−a − b) round to the same double: the b ≤ a branch
+    returns δ = 0 (the true δ ≈ 0.8·Δ/(2σ) is below ½'s ulp), never log(0) or a δ of 1."""
+    for sigma in (1e17, 1e18, 1e30):
+        assert float(_mp_delta(sigma, 0.0, 1.0)) < 1e-16
+        assert cal.gaussian_delta(sigma, 0.0, 1.0) == 0.0
+        assert cal._log_gaussian_delta(sigma, 0.0, 1.0) == (-math.inf, math.inf)
+
+
+# --- every NoisePlan field of every mechanism × calibration, on and off the grid ----------------------------
+# Expected values are the formulas of plan_noise's docstring and docs/architecture.md written out again; the
+# discrete-Gaussian σ comes from ltm.dp.accounting (a second route: plan_noise's arguments to it are what is
+# under test) and is checked against kls_rho's privacy condition independently.
+from ltm.dp import accounting as _accounting  # noqa: E402
+
+_F, _W = 8, 3  # grid 2^-8, three values per client per piece
+_STEP = 2.0**-_F
+
+
+def _assert_fields(plan, **expected):
+    """Every field of ``plan`` equals ``expected`` (floats to 1e-12 relative; none left unchecked)."""
+    data = plan.to_dict()
+    assert set(data) - {"noise_factors"} == set(expected)
+    for key, want in expected.items():
+        got = data[key]
+        if isinstance(want, float) and want != 0.0:
+            assert got == approx(want, rel=1e-12), key
+        else:
+            assert got == want and type(got) is type(want), (key, got, want)
+
+
+def _grid_fields(sigma_c_grid: float, load: int) -> dict:
+    """The σ fields of a grid Gaussian plan: the float parameter σ_c² (grid steps²) and what it draws."""
+    sigma2 = sigma_c_grid**2
+    return dict(grid_sigma2=sigma2, sigma_client=math.sqrt(sigma2) * _STEP,
+                sigma_release=math.sqrt(sigma2) * _STEP * math.sqrt(load))
+
+
+@pytest.mark.parametrize("calibration", ["tight", "interpolate"])
+@pytest.mark.parametrize("factors", [None, (1.0, 0.5, 0.5)])
+def test_grid_gaussian_plan_fields(calibration, factors):
+    eps, delta, clip, s, load, p = 0.8, 1e-7, 0.75, 2, 9, 0.5
+    sens_in = 2.5 if factors else None  # noise factors need an explicit sensitivity
+    plan = plan_noise(mechanism="gaussian", calibration=calibration, epsilon=eps, delta=delta, clip_norm=clip, s=s,
+                      min_honest_load=load, frac_bits=_F, width=_W, sensitivity=sens_in, noise_factors=factors,
+                      interpolate_p=p if calibration == "interpolate" else None)
+    base = 2.0 * clip * math.sqrt(s) if sens_in is None else sens_in
+    widen = math.sqrt(s * _W) * _STEP
+    sens_g = (base + widen) / _STEP
+    l1_g = math.sqrt(2.0 * s * _W) * sens_g
+    tau = math.sqrt(min(factors)) if factors else 1.0
+    tight = _accounting.calibrate_discrete_gaussian(eps, delta, sens_g, load, l1_g, tau)
+    # the tight σ_c (grid steps) makes the L-fold sum exactly as private as the accountant allows
+    target = _accounting.rho_for(eps, delta)
+    assert _accounting.kls_rho(tight, load, sens_g, l1_g, tau) <= target * (1 + 1e-9)
+    assert _accounting.kls_rho(tight * (1 - 1e-6), load, sens_g, l1_g, tau) > target
+    sigma_grid = tight if calibration == "tight" else tight * math.sqrt(load) ** (1 - p)
+    _assert_fields(plan, mechanism="gaussian", calibration=calibration, epsilon=eps, delta=delta,
+                   sensitivity=base + widen, min_honest_load=load, laplace_scale=0.0, gamma_shape=0.0,
+                   interpolate_p=None if calibration == "tight" else p, frac_bits=_F, base_sensitivity=base,
+                   rounding_widening=widen, grid_scale=0.0, grid_l1_sensitivity=l1_g,
+                   **_grid_fields(sigma_grid, load))
+    assert plan.noise_factors == factors
+
+
+def test_grid_gaussian_paper_plan_fields():
+    eps, delta, clip, s, load, n, m, d = 0.7, 1e-3, 1.5, 3, 7, 200_000, 10, 4
+    plan = plan_noise(mechanism="gaussian", calibration="paper", epsilon=eps, delta=delta, clip_norm=clip, s=s,
+                      min_honest_load=load, n=n, m=m, d=d, t_prime=2, frac_bits=_F, width=_W)
+    base, widen = 2.0 * clip * math.sqrt(s), math.sqrt(s * _W) * _STEP
+    sigma = paper_sparse_gaussian_sigma(eps, delta, clip, n, m, s, d, 2)
+    _assert_fields(plan, mechanism="gaussian", calibration="paper", epsilon=eps, delta=delta,
+                   sensitivity=base + widen, min_honest_load=load, laplace_scale=0.0, gamma_shape=0.0,
+                   interpolate_p=None, frac_bits=_F, base_sensitivity=base, rounding_widening=widen, grid_scale=0.0,
+                   grid_l1_sensitivity=math.sqrt(2.0 * s * _W) * (base + widen) / _STEP,
+                   **_grid_fields(sigma / _STEP, load))
+
+
+@pytest.mark.parametrize("calibration", ["tight", "interpolate", "paper"])
+def test_continuous_gaussian_plan_fields(calibration):
+    eps, delta, clip, s, load, p = 0.6, 1e-4, 1.25, 2, 16, 0.25
+    extra = dict(n=300_000, m=10, d=3) if calibration == "paper" else {}
+    plan = plan_noise(mechanism="gaussian", calibration=calibration, epsilon=eps, delta=delta, clip_norm=clip, s=s,
+                      min_honest_load=load, interpolate_p=p if calibration == "interpolate" else None, **extra)
+    sens = 2.0 * clip * math.sqrt(s)
+    sigma_y = analytic_gaussian_sigma(eps, delta, sens)
+    sigma_c = {"tight": sigma_y / 4.0, "interpolate": sigma_y / 4.0 * 4.0 ** 0.75,
+               "paper": paper_sparse_gaussian_sigma(eps, delta, clip, 300_000, 10, s, 3, 0)}[calibration]
+    _assert_fields(plan, mechanism="gaussian", calibration=calibration, epsilon=eps, delta=delta, sensitivity=sens,
+                   min_honest_load=load, sigma_client=sigma_c, sigma_release=sigma_y if calibration == "tight"
+                   else sigma_c * 4.0, laplace_scale=0.0, gamma_shape=0.0,
+                   interpolate_p=p if calibration == "interpolate" else None, frac_bits=0, base_sensitivity=sens,
+                   rounding_widening=0.0, grid_sigma2=0.0, grid_scale=0.0, grid_l1_sensitivity=0.0)
+
+
+@pytest.mark.parametrize("frac_bits", [0, _F])
+@pytest.mark.parametrize("calibration", ["tight", "paper"])
+def test_laplace_plan_fields(calibration, frac_bits):
+    eps, clip, load, n, m, d, t = 0.5, 0.75, 6, 400, 4, 3, 2
+    s = m if calibration == "paper" else 2
+    extra = dict(n=n, m=m, d=d, t_prime=t, sketch_kind="dense") if calibration == "paper" else {}
+    plan = plan_noise(mechanism="laplace", calibration=calibration, epsilon=eps, delta=1e-9, clip_norm=clip, s=s,
+                      min_honest_load=load, frac_bits=frac_bits, width=_W, **extra)
+    base = 2.0 * s * clip
+    b = base / eps if calibration == "tight" else 2.0 * clip * m**2 * d / eps
+    common = dict(mechanism="laplace", calibration=calibration, epsilon=eps, delta=0.0, min_honest_load=load,
+                  interpolate_p=None, frac_bits=frac_bits, base_sensitivity=base, grid_sigma2=0.0)
+    if not frac_bits:  # L (or n/m − t′) differences of Γ(shape, b) add up to one Lap(b)
+        shape = 1.0 / load if calibration == "tight" else 1.0 / (n / m - t)
+        _assert_fields(plan, **common, sensitivity=base, sigma_client=b * math.sqrt(2.0 * shape),
+                       sigma_release=b * math.sqrt(2.0), laplace_scale=b, gamma_shape=shape, rounding_widening=0.0,
+                       grid_scale=0.0, grid_l1_sensitivity=0.0)
+        return
+    widen = s * _W * _STEP
+    sens_g = (base + widen) / _STEP
+    t_grid = math.ceil(sens_g) / eps if calibration == "tight" else b / _STEP  # DLap(t) is ε-DP for Δ₁ ≤ ⌈Δ₁⌉
+    _assert_fields(plan, **common, sensitivity=base + widen, sigma_client=math.sqrt(2.0) * t_grid * _STEP,
+                   sigma_release=math.sqrt(2.0) * t_grid * _STEP, laplace_scale=t_grid * _STEP, gamma_shape=1.0,
+                   rounding_widening=widen, grid_scale=t_grid, grid_l1_sensitivity=sens_g)
+
+
+@pytest.mark.parametrize("factors", [None, (1.0, 0.25)])
+def test_grid_gaussian_of_a_grid_step_or_two_counts_tau_at_the_smallest_scale(factors):
+    """Near one grid step the discrete Gaussian's τ term matters (it is ≈ 0 at the usual hundreds of
+    steps): σ_c is solved with τ at σ_c·√min(factors), or σ_c itself for i.i.d. noise."""
+    eps, delta, load, f = 10.0, 1e-5, 8, 2
+    sens = 1.0 if factors else None
+    plan = plan_noise(mechanism="gaussian", calibration="tight", epsilon=eps, delta=delta, clip_norm=0.5, s=1,
+                      min_honest_load=load, frac_bits=f, width=2, sensitivity=sens, noise_factors=factors)
+    sens_g, l1_g = plan.grid_sensitivity, plan.grid_l1_sensitivity
+    tau = math.sqrt(min(factors)) if factors else 1.0
+    sigma = math.sqrt(plan.grid_sigma2)
+    assert sigma < 2.0
+    target = _accounting.rho_for(eps, delta)
+    assert _accounting.kls_rho(sigma, load, sens_g, l1_g, tau) <= target * (1 + 1e-9)
+    assert _accounting.kls_rho(sigma * (1 - 1e-6), load, sens_g, l1_g, tau) > target
+    # and the τ term is what decides it here: without it σ would be visibly smaller
+    assert _accounting.calibrate_discrete_gaussian(eps, delta, sens_g, load, l1_g, 2.0 * tau) < sigma * (1 - 1e-3)
+
+
+def test_analytic_sigma_refuses_where_double_precision_cannot_resolve_delta():
+    """ε = 1e-20 with δ ≤ 1e-15: the σ needed (~0.4Δ/δ) makes δ(σ) a difference of two terms equal to
+    double precision, so δ(σ) cannot be verified and the solver refuses, naming its inputs."""
+    for eps, delta in ((1e-20, 1e-100), (1e-16, 1e-15)):
+        with pytest.raises(cal.CalibrationError, match=_exact(
+                f"could not verify sigma for epsilon={eps!r}, delta={delta!r}, sensitivity=2.0")):
+            analytic_gaussian_sigma(eps, delta, 2.0)
+    assert analytic_gaussian_sigma(1e-20, 1e-10, 2.0) > 0  # a δ double precision resolves is solved
+
+
+#: large ε, where σ/Δ is well below 1 (the bisection's tolerance is relative to σ/Δ, not absolute).
+_LARGE_EPS = _grid(24, 12, (1.3, 2.5), (-12.0, -2.0))
+
+
+@pytest.mark.parametrize("eps, delta, sens", _LARGE_EPS)
+def test_analytic_sigma_at_large_epsilon_is_the_smallest_private_sigma_to_5e_12(eps, delta, sens):
+    sigma = analytic_gaussian_sigma(eps, delta, sens)
+    assert sigma / sens < 0.5
+    assert _mp_delta(sigma, eps, sens) <= delta
+    assert _mp_delta(sigma * (1.0 - 5e-12), eps, sens) > delta
+
+
+def test_plan_noise_messages_for_the_grid_and_rho_arguments():
+    base = dict(mechanism="gaussian", calibration="tight", epsilon=1.0, delta=1e-6, clip_norm=1.0, s=1,
+                min_honest_load=4)
+    cases = [
+        (dict(frac_bits=8), "a grid plan (frac_bits > 0) needs width= (values per client per piece)"),
+        (dict(frac_bits=-1, width=2), "frac_bits must be >= 0, got -1"),
+        (dict(frac_bits=8, width=0), "width must be >= 1, got 0"),
+        (dict(mechanism="laplace", delta=0.0, noise_factors=(1.0,)),
+         "noise_factors are for the Gaussian mechanism (Laplace draws are i.i.d.)"),
+        (dict(zcdp_rho=0.0, frac_bits=8, width=2), "zcdp_rho must be > 0, got 0.0"),
+        (dict(delta="x"), "delta must be a real number, got 'x'"),
+        (dict(epsilon=True), "epsilon must be a real number, got the bool True"),
+    ]
+    for extra, message in cases:
+        with pytest.raises(cal.CalibrationError, match=_exact(message)):
+            cal.plan_noise(**{**base, **extra})
+
+
+def _computed_root(eps: float, delta: float) -> float:
+    """The σ/Δ where the module's own computed log δ crosses log δ, bisected to the last ulp (a second
+    route to the point analytic_gaussian_sigma brackets)."""
+    feasible = lambda tau: cal._log_gaussian_delta(tau, eps, 1.0)[0] <= math.log(delta)  # noqa: E731
+    lo, hi = 1e-300, 1e300
+    while True:
+        mid = math.sqrt(lo * hi)
+        if not lo < mid < hi:
+            return hi
+        lo, hi = (lo, mid) if feasible(mid) else (mid, hi)
+
+
+@pytest.mark.parametrize("eps, delta", [(1e-3, 1e-300), (1e-4, 1e-100), (1e-5, 1e-10), (1e-6, 1e-50), (1e-8, 1e-20)])
+def test_ill_conditioned_sigma_is_the_root_bumped_by_the_first_doubling_of_4e_12_that_verifies(eps, delta):
+    """Where δ is ill-conditioned the bump that covers δ's error bound is large enough to measure: σ is
+    the root times (1 + 4e-12·2^k) (the docstring's rule: the bump doubles until δ(σ)·(1 + err) ≤ δ),
+    and the bump before it, 4e-12·2^(k−1), does not verify."""
+    root = _computed_root(eps, delta)
+    sigma = analytic_gaussian_sigma(eps, delta, 1.0)
+    # Where δ is ill-conditioned its computed value is noisy near the root, so the bisection's end can sit
+    # ~1e-10 away from this root (not 1e-13): still well inside 2% of a bump of 4e-12·2^9 or more.
+    bump = sigma / root - 1.0
+    k = math.log2(bump / 4e-12)
+    assert k > 8 and abs(k - round(k)) < 0.02, k
+    log_delta, rel_err = cal._log_gaussian_delta(root * (1.0 + bump / 2.0), eps, 1.0)
+    assert log_delta + math.log1p(rel_err) > math.log(delta)
