@@ -343,7 +343,7 @@ def _raise_fd_limit(needed: int) -> int:
 
 
 # ------------------------------------------------------------------------------------ the run
-async def _run(cfg: LoadConfig, work: Path, report: dict[str, Any]) -> None:
+async def _run(cfg: LoadConfig, work: Path, report: dict[str, Any], groups: list) -> None:
     from analyst.coordinator import close_all, fetch_result_share, publish
     from analyst.reconstruct import reconstruct_release
     from ltm.v1 import ltm_pb2, ltm_pb2_grpc
@@ -358,6 +358,7 @@ async def _run(cfg: LoadConfig, work: Path, report: dict[str, Any]) -> None:
     timing["certificates"] = time.perf_counter() - t
 
     group = ProcessGroup(work, certs)
+    groups.append(group)  # for run_loadtest, which stops it even if this finally is cut short
     drivers: _Drivers | None = None
     analyst_channels: list = []
     try:
@@ -445,6 +446,15 @@ async def _run(cfg: LoadConfig, work: Path, report: dict[str, Any]) -> None:
         report["stopped"] = all(ap.proc.poll() is not None for ap in group.processes)
 
 
+async def _within(seconds: float, coro):
+    """Await ``coro`` with a deadline (TimeoutError past it) in the calling task.  Not
+    ``asyncio.wait_for``: on Python 3.11 it runs ``coro`` in a task of its own, and when a SIGTERM
+    ends ``asyncio.run`` both tasks are cancelled, so the second cancellation lands inside the
+    first one's cleanup (``_run``'s finally, in ``await drivers.close()``) and cuts it short."""
+    async with asyncio.timeout(seconds):
+        return await coro
+
+
 def run_loadtest(cfg: LoadConfig, report: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run the load test (see module docstring); returns the report (filled into ``report`` if
     given, so a caller still sees what was started when the run fails).  Raises TimeoutError past
@@ -463,7 +473,12 @@ def run_loadtest(cfg: LoadConfig, report: dict[str, Any] | None = None) -> dict[
     try:
         # SIGTERM/SIGHUP cancel the run like Ctrl-C: _run's finally stops the drivers and servers
         with stop_on_termination():
-            asyncio.run(asyncio.wait_for(_run(cfg, work, report), cfg.deadline_s))
+            groups: list = []
+            try:
+                asyncio.run(_within(cfg.deadline_s, _run(cfg, work, report, groups)))
+            finally:  # again, synchronously: the servers must stop even if that async cleanup did not finish
+                for group in groups:
+                    group.stop_all()
     except KeyboardInterrupt:
         # stopped on request, not a failure: nothing to look into, so nothing of ours is left behind
         if own:
