@@ -51,18 +51,22 @@ class Terminated(KeyboardInterrupt):
 @contextlib.contextmanager
 def stop_on_termination() -> Iterator[None]:
     """Within the block, the first SIGTERM or SIGHUP raises :class:`Terminated` (a
-    ``KeyboardInterrupt``) in the main thread
-    (the Ctrl-C path: every ``finally`` runs, :meth:`ProcessGroup.stop_all` included); later ones
+    ``KeyboardInterrupt``) in the main thread, or, if it is starting a process, once that process is
+    in its group (the Ctrl-C path: every ``finally`` runs, :meth:`ProcessGroup.stop_all` included); later ones
     are ignored so they cannot cut that cleanup short (it is bounded: stop_all SIGKILLs what has
     not exited after 10 s).  Outside the main thread (no signal handlers there) it does nothing."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     fired = []
+    _held.clear()
 
     def interrupt(signum: int, frame) -> None:  # noqa: ARG001 - the signal module's signature
         if not fired:
             fired.append(signum)
+            if _starting:  # raised by _recording once the process being started is in the group
+                _held.append(signum)
+                return
             raise Terminated(signum)
 
     previous = {sig: signal.signal(sig, interrupt) for sig in TERMINATING_SIGNALS}
@@ -71,6 +75,30 @@ def stop_on_termination() -> Iterator[None]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+#: the main thread is starting a process and has not yet recorded it (see _recording)
+_starting = False
+#: a terminating signal that arrived meanwhile
+_held: list[int] = []
+
+
+@contextlib.contextmanager
+def _recording() -> Iterator[None]:
+    """Around starting a process and recording it in its group: a terminating signal that arrives
+    meanwhile is raised at the end.  Raised inside ``Popen`` (which waits for the child's exec), it
+    would leave a running child that no :meth:`ProcessGroup.stop_all` knows of."""
+    global _starting
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _starting = True
+    try:
+        yield
+    finally:
+        _starting = False
+        if _held:
+            raise Terminated(_held.pop())
 
 
 class LaunchError(LtmError, RuntimeError):
@@ -145,10 +173,11 @@ class ProcessGroup:
         return proc, log_path
 
     def _spawn(self, role: str, actor: str, argv: list[str], extra: list[str] = (), site: str = "") -> ActorProcess:
-        proc, log_path = self._popen(actor, [*argv, *extra], site)
-        ap = ActorProcess(role, actor, proc, log_path, argv=list(argv), host=self.host_of(site or actor),
-                          site=site or actor)
-        self.processes.append(ap)
+        with _recording():
+            proc, log_path = self._popen(actor, [*argv, *extra], site)
+            ap = ActorProcess(role, actor, proc, log_path, argv=list(argv), host=self.host_of(site or actor),
+                              site=site or actor)
+            self.processes.append(ap)
         return ap
 
     def _port_file(self, actor: str) -> Path:
@@ -188,13 +217,15 @@ class ProcessGroup:
             self.kill(ap)
         ap.previous_pids.append(ap.pid)
         if ap.port is None:
-            ap.proc, ap.log_path = self._popen(ap.actor, ap.argv, ap.site)
+            with _recording():
+                ap.proc, ap.log_path = self._popen(ap.actor, ap.argv, ap.site)
             return ap
         port_file = self._port_file(ap.actor)
         end = time.monotonic() + timeout
         while True:
-            ap.proc, ap.log_path = self._popen(ap.actor, [*ap.argv, "--listen", f"{ap.host}:{ap.port}",
-                                                          "--port-file", str(port_file)], ap.site)
+            with _recording():
+                ap.proc, ap.log_path = self._popen(ap.actor, [*ap.argv, "--listen", f"{ap.host}:{ap.port}",
+                                                              "--port-file", str(port_file)], ap.site)
             try:
                 self._await_port(ap, port_file, end)
                 return ap

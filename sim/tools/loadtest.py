@@ -467,7 +467,7 @@ def _cpu_delta(a: list[float | None], b: list[float | None]) -> list[float | Non
     return [None if x is None or y is None else round(y - x, 3) for x, y in zip(a, b)]
 
 
-async def _run(cfg: LoadConfig, work: Path, report: dict[str, Any]) -> None:
+async def _run(cfg: LoadConfig, work: Path, report: dict[str, Any], groups: list) -> None:
     """The load run's phases (see the module docstring), filling ``report``; every process and
     channel it started is stopped on every way out."""
     # Imported before the first phase is timed (the steps import from these modules again).
@@ -480,6 +480,7 @@ async def _run(cfg: LoadConfig, work: Path, report: dict[str, Any]) -> None:
     timing = report["timing_s"]
     certs = _load_certs(cfg, work, report)
     run = _LoadRun(ProcessGroup(work, certs))
+    groups.append(run.group)  # for run_loadtest, which stops it even if this finally is cut short
     try:
         servers = _start_load_servers(cfg, run, report)
         cpu0 = [_cpu_seconds(s.pid) for s in servers]
@@ -511,6 +512,15 @@ async def _run(cfg: LoadConfig, work: Path, report: dict[str, Any]) -> None:
         await run.close(report)
 
 
+async def _within(seconds: float, coro):
+    """Await ``coro`` with a deadline (TimeoutError past it) in the calling task.  Not
+    ``asyncio.wait_for``: on Python 3.11 it runs ``coro`` in a task of its own, and when a SIGTERM
+    ends ``asyncio.run`` both tasks are cancelled, so the second cancellation lands inside the
+    first one's cleanup (``_run``'s finally, in ``await drivers.close()``) and cuts it short."""
+    async with asyncio.timeout(seconds):
+        return await coro
+
+
 def run_loadtest(cfg: LoadConfig, report: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run the load test (see module docstring); returns the report (filled into ``report`` if
     given, so a caller still sees what was started when the run fails).  Raises TimeoutError past
@@ -529,7 +539,12 @@ def run_loadtest(cfg: LoadConfig, report: dict[str, Any] | None = None) -> dict[
     try:
         # SIGTERM/SIGHUP cancel the run like Ctrl-C: _run's finally stops the drivers and servers
         with stop_on_termination():
-            asyncio.run(asyncio.wait_for(_run(cfg, work, report), cfg.deadline_s))
+            groups: list = []
+            try:
+                asyncio.run(_within(cfg.deadline_s, _run(cfg, work, report, groups)))
+            finally:  # again, synchronously: the servers must stop even if that async cleanup did not finish
+                for group in groups:
+                    group.stop_all()
     except KeyboardInterrupt:
         # stopped on request, not a failure: nothing to look into, so nothing of ours is left behind
         if own:

@@ -14,7 +14,8 @@ tests/integration/test_bad_input.py for a party's non-UTF-8 CSV) that failed at 
   refused at once;
 * a truncated or garbage `analyst.db`: `ltm analyst` exits 3 with one line;
 * SIGTERM to `ltm demo` / `ltm bench e2e` / `ltm loadtest` mid-run: no process and no data directory
-  left behind (`bounds_eval --networked DIR`: no process; DIR is the caller's).
+  left behind (`bounds_eval --networked DIR`: no process; DIR is the caller's); a SIGTERM while the
+  launcher starts a process (inside Popen) still stops that process (it was left running before).
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -333,6 +335,29 @@ def _sigterm_mid_run(tmp_path: Path, *argv: str, module: str = "cli", mid_run: s
     assert sorted(p.name for p in scratch.iterdir()) == sorted(kept), f"left behind: {list(scratch.iterdir())}"
     assert proc.returncode == 128 + signal.SIGTERM, (proc.returncode, err[-2000:])
     assert "Traceback" not in err and "stopped by SIGTERM" in err, err[-2000:]
+
+
+def test_sigterm_while_the_launcher_starts_processes_leaves_none_it_does_not_stop(tmp_path):
+    """The main thread spends most of a process start inside Popen (it waits for the child's exec):
+    a SIGTERM landing there must wait until the process is in the group, or stop_all misses it."""
+    from sim.localnet.launcher import ProcessGroup, Terminated, stop_on_termination
+
+    for trial in range(8):  # it lands in Popen most times; 8 tries make missing the bug unlikely
+        group = ProcessGroup(tmp_path / str(trial), None, insecure=True)
+        with pytest.raises(Terminated), stop_on_termination():
+            threading.Timer(0.05 + 0.05 * trial, os.kill, (os.getpid(), signal.SIGTERM)).start()
+            try:
+                while True:  # like the demo starting its parties; only the signal ends this
+                    group.start_task("party", f"p{len(group.processes)}", ["--help"])
+            finally:
+                recorded = {ap.pid for ap in group.processes}
+                unrecorded = [pid for pid, c in _children(os.getpid()).items()
+                              if "-m cli --help --insecure" in c and pid not in recorded]
+                group.stop_all()
+        for pid in unrecorded:  # clean up after a failure, then report it
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        assert not unrecorded, f"trial {trial}: started but not in the group: {unrecorded}"
 
 
 def test_sigterm_to_ltm_demo_mid_run_leaves_no_process_and_no_directory(tmp_path):
