@@ -9,7 +9,7 @@
 * ``ltm job bounds DRAFT --analyst HOST:PORT --epsilon E --out FILE`` — the DP pre-job that
   estimates the column centres and spreads nobody knows (:mod:`analyst.bounds`).
 
-The flags are declared in ``cli/job.py``.  No command here takes a data file: the analyst's side of a job is public information only.  The
+The flags are declared in ``ltm_cli/job.py``.  No command here takes a data file: the analyst's side of a job is public information only.  The
 network modules (grpc, stubs) are imported only by the commands that talk to the analyst.
 """
 from __future__ import annotations

@@ -57,7 +57,7 @@ def run_real(out: Path, runs: int, epsilon: float, delta: float) -> list[dict]:
     env["PYTHONPATH"] = str(_root()) + os.pathsep + env.get("PYTHONPATH", "")
     for name, (args, nrows, prov) in REAL_DATASETS.items():
         for r in range(1, runs + 1):
-            cmd = [sys.executable, "-m", "cli", "simulate", *args, "--epsilon", str(epsilon), "--delta", str(delta),
+            cmd = [sys.executable, "-P", "-m", "ltm_cli", "simulate", *args, "--epsilon", str(epsilon), "--delta", str(delta),
                    "--json", "--seed", str(r)]
             t = time.perf_counter()
             rep = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True, cwd=_root(), env=env).stdout)

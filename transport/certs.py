@@ -34,7 +34,7 @@ sign``). Only requests and certificates are copied.
 Actor names: ``analyst``, ``operator``, ``server-<int>``, ``party-<id>`` (id: letters, digits,
 ``_ . -``).
 
-Command line (its flags: ``cli/certs.py``, which calls the ``run_*`` functions here)::
+Command line (its flags: ``ltm_cli/certs.py``, which calls the ``run_*`` functions here)::
 
     # one machine (tests, the demo, compose and Kubernetes bundles):
     ltm certs --out certs/ --servers 3 --parties 4 --analyst [--hosts h1,10.0.0.5] [--analyst-hosts a1]

@@ -1,6 +1,6 @@
 """Actor configuration: a TOML file whose keys mirror the command-line flags; flags win.
 
-The flags themselves (and ``--config``) are declared in :mod:`cli.options`; this module reads the
+The flags themselves (and ``--config``) are declared in :mod:`ltm_cli.options`; this module reads the
 file and merges it into the parsed flags.
 """
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """``ltm health``: probe an actor's standard gRPC health service (for compose health checks; its
-flags: ``cli/health.py``)."""
+flags: ``ltm_cli/health.py``)."""
 from __future__ import annotations
 
 import argparse

@@ -157,7 +157,8 @@ class ProcessGroup:
     def _popen(self, actor: str, argv: list[str], site: str = "") -> tuple[subprocess.Popen, Path]:
         log_path = self.workdir / "logs" / f"{actor}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, "-m", "cli", *argv]
+        # -P: the working directory never goes on sys.path, so a stray ltm_cli.py there cannot stand in for ltm
+        cmd = [sys.executable, "-P", "-m", "ltm_cli", *argv]
         if self.insecure:
             cmd.append("--insecure")
         elif self.certs is not None:

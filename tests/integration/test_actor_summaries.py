@@ -54,7 +54,7 @@ def test_server_and_party_say_what_they_did(tmp_path) -> None:
         write_party_csv(data, party_tables(spec, table)["party-0"])
         summary_file = tmp_path / "summary.json"
         proc = subprocess.run(
-            [sys.executable, "-m", "cli", "party", "--id", "party-0", "--job", "words", "--data", str(data),
+            [sys.executable, "-m", "ltm_cli", "party", "--id", "party-0", "--job", "words", "--data", str(data),
              "--servers", ",".join(s.endpoint for s in servers), "--certs", str(certs), "--no-progress",
              "--state-dir", str(tmp_path / "state"), "--summary-file", str(summary_file)],
             env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True, timeout=60)

@@ -7,7 +7,7 @@ import time
 import numpy as np
 import pytest
 
-from cli.app import main
+from ltm_cli.app import main
 
 REQUIRED_PRIVACY = {"epsilon", "delta", "calibration", "clip_norm", "sensitivity_l2", "sigma_client",
                     "sigma_release", "min_honest_load", "t_prime"}
@@ -65,7 +65,7 @@ def test_bench_sketch_prints_json(capsys):
 
 def _demo(*args):
     t = time.monotonic()
-    out = subprocess.run([sys.executable, "-m", "cli", "demo", "--json", *args], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-m", "ltm_cli", "demo", "--json", *args], capture_output=True, text=True,
                          timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout), time.monotonic() - t
@@ -104,7 +104,7 @@ def test_demo_columns_runs_the_replicated_release_as_simulate_does(capsys):
 
 def test_bench_e2e_smoke():
     """A small networked benchmark runs and reports phases, wire bytes and peak RSS (no timing asserts)."""
-    out = subprocess.run([sys.executable, "-m", "cli", "bench", "e2e", "--n", "20000", "--parties", "3",
+    out = subprocess.run([sys.executable, "-m", "ltm_cli", "bench", "e2e", "--n", "20000", "--parties", "3",
                           "--max-running-parties", "2", "--json"], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     r = json.loads(out.stdout)
@@ -131,7 +131,7 @@ def test_bench_e2e_smoke():
 def test_bench_e2e_runs_the_replicated_release():
     """`ltm bench e2e --partition columns --colluding-servers 1`: the replicated release with real
     processes (its parties accept the trust assumption), fitted close to the generating model."""
-    out = subprocess.run([sys.executable, "-m", "cli", "bench", "e2e", "--n", "20000", "--partition", "columns",
+    out = subprocess.run([sys.executable, "-m", "ltm_cli", "bench", "e2e", "--n", "20000", "--partition", "columns",
                           "--colluding-servers", "1", "--json", "--no-progress"],
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]

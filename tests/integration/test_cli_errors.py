@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def ltm(*argv: str, timeout: float = 120) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    return subprocess.run([sys.executable, "-m", "cli", *map(str, argv)], env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "ltm_cli", *map(str, argv)], env=env, capture_output=True,
                           text=True, timeout=timeout)
 
 

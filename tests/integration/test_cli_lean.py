@@ -13,16 +13,16 @@ from pathlib import Path
 
 import pytest
 
-from cli.app import COMMANDS
+from ltm_cli.app import COMMANDS
 
 REPO = Path(__file__).resolve().parents[2]
-PROJECT_PACKAGES = {"ltm", "cli", "party", "server", "analyst", "sim", "ltm_datasets", "experiments", "transport"}
+PROJECT_PACKAGES = {"ltm", "ltm_cli", "party", "server", "analyst", "sim", "ltm_datasets", "experiments", "transport"}
 
 
 #: Runs the ``ltm`` command, then prints every module the interpreter holds, one per line.
 PROBE = """
 import sys
-from cli.app import main
+from ltm_cli.app import main
 try:
     main(sys.argv[1:])
 except SystemExit:
@@ -47,23 +47,23 @@ def packages(modules: set[str]) -> set[str]:
 @pytest.mark.parametrize(
     "command, allowed",
     [
-        ("server", {"ltm", "cli", "server", "transport"}),
-        ("party", {"ltm", "cli", "party", "transport"}),
-        ("analyst", {"ltm", "cli", "analyst", "transport"}),
-        ("certs", {"ltm", "cli", "transport"}),
-        ("job", {"ltm", "cli", "analyst", "transport"}),
-        ("health", {"ltm", "cli", "transport"}),
+        ("server", {"ltm", "ltm_cli", "server", "transport"}),
+        ("party", {"ltm", "ltm_cli", "party", "transport"}),
+        ("analyst", {"ltm", "ltm_cli", "analyst", "transport"}),
+        ("certs", {"ltm", "ltm_cli", "transport"}),
+        ("job", {"ltm", "ltm_cli", "analyst", "transport"}),
+        ("health", {"ltm", "ltm_cli", "transport"}),
     ],
 )
 def test_actor_command_loads_only_its_actor(command, allowed):
     loaded = loaded_modules(command, "--help")
-    assert f"cli.{command}" in loaded  # the command's own module built its parser
-    other_commands = {f"cli.{c}" for c in COMMANDS if c != command}
+    assert f"ltm_cli.{command}" in loaded  # the command's own module built its parser
+    other_commands = {f"ltm_cli.{c}" for c in COMMANDS if c != command}
     assert not loaded & other_commands, f"`ltm {command} --help` loaded {sorted(loaded & other_commands)}"
     assert packages(loaded) <= allowed, f"`ltm {command} --help` loaded {sorted(packages(loaded) - allowed)}"
 
 
 def test_top_level_help_loads_no_command():
     loaded = loaded_modules("--help")
-    assert packages(loaded) <= {"ltm", "cli"}
-    assert {m for m in loaded if m.startswith("cli.")} == {"cli.app"}, sorted(loaded)
+    assert packages(loaded) <= {"ltm", "ltm_cli"}
+    assert {m for m in loaded if m.startswith("ltm_cli.")} == {"ltm_cli.app"}, sorted(loaded)

@@ -25,7 +25,7 @@ import pytest
 from analyst.coordinator import (ReleaseFailed, RetryPolicy, close_all, fetch_result_share, publish,
                                  run_job)
 from analyst.reconstruct import reconstruct_release
-from cli.app import main
+from ltm_cli.app import main
 from ltm.client_set import ClientSet
 from ltm.randomness import DERIVED_MODE, Randomness
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
@@ -429,7 +429,7 @@ def test_release_over_the_intersection_when_the_gate_allows_it(dep):
 # ---------------------------------------------------------------------------- (d) ltm demo --chaos
 def test_demo_chaos_releases_the_undisturbed_bytes(capsys):
     t = time.monotonic()
-    out = subprocess.run([sys.executable, "-m", "cli", "demo", "--chaos", "--seed", "7", "--json"],
+    out = subprocess.run([sys.executable, "-m", "ltm_cli", "demo", "--chaos", "--seed", "7", "--json"],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     chaos = json.loads(out.stdout)

@@ -173,7 +173,7 @@ def test_an_unreachable_scheduler_is_a_clear_error(distributed, tmp_path, monkey
     assert time.monotonic() - t < 15
     assert not (tmp_path / "o").exists(), "nothing is written when the executor cannot start"
 
-    from cli.app import main
+    from ltm_cli.app import main
 
     monkeypatch.setattr(executors, "DEFAULT_CONNECT_TIMEOUT", 1.0)
     assert main(["experiment", "run", SPEC, "--reduced", "--out", str(tmp_path / "cli"), "--scheduler", address,
@@ -186,7 +186,7 @@ def test_without_dask_the_dask_executor_is_a_one_line_error(tmp_path, monkeypatc
     monkeypatch.setitem(sys.modules, "distributed", None)  # as if not installed: `import distributed` fails
     with pytest.raises(ExecutorUnavailable, match=r"pip install 'ltm\[dask\]'"):
         make_executor("dask", 2)
-    from cli.app import main
+    from ltm_cli.app import main
 
     assert main(["experiment", "run", SPEC, "--reduced", "--out", str(tmp_path / "o"), "--executor", "dask",
                  "--no-progress", "--no-plots"]) == 2

@@ -42,7 +42,7 @@ TIMEOUT = 20.0
 CHECK_SECONDS = 20.0
 
 
-def ltm(*argv: str, env: dict | None = None, module: str = "cli", **kwargs) -> subprocess.Popen:
+def ltm(*argv: str, env: dict | None = None, module: str = "ltm_cli", **kwargs) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", module, *map(str, argv)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})}, **kwargs)
@@ -297,7 +297,7 @@ def _alive(pid: int, start: str) -> bool:
     return fields[19] == start.split(" ", 1)[0] and fields[0] != "Z"
 
 
-def _sigterm_mid_run(tmp_path: Path, *argv: str, module: str = "cli", mid_run: str = " party ",
+def _sigterm_mid_run(tmp_path: Path, *argv: str, module: str = "ltm_cli", mid_run: str = " party ",
                      kept: tuple[str, ...] = ()) -> None:
     """SIGTERM once a child whose command line holds ``mid_run`` runs; then no child may be left and
     nothing in the scratch directory but ``kept`` (a directory the caller named)."""
@@ -352,7 +352,7 @@ def test_sigterm_while_the_launcher_starts_processes_leaves_none_it_does_not_sto
             finally:
                 recorded = {ap.pid for ap in group.processes}
                 unrecorded = [pid for pid, c in _children(os.getpid()).items()
-                              if "-m cli --help --insecure" in c and pid not in recorded]
+                              if "-m ltm_cli --help --insecure" in c and pid not in recorded]
                 group.stop_all()
         for pid in unrecorded:  # clean up after a failure, then report it
             os.kill(pid, signal.SIGKILL)

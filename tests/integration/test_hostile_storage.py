@@ -60,7 +60,7 @@ def disk_state(d: Path):
 
 def ltm(*args, timeout=60.0) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.run([sys.executable, "-m", "cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "ltm_cli", *args], capture_output=True, text=True,
                           timeout=timeout, env=env)
 
 

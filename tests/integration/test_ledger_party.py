@@ -218,7 +218,7 @@ def test_a_tampered_charge_is_a_one_line_refusal(world):
 ])
 def test_source_flags_are_checked_before_anything_is_contacted(tmp_path, flags, message):
     (tmp_path / "rows.csv").write_text("x0\n1\n")
-    proc = subprocess.run([sys.executable, "-m", "cli", "party", "--id", "party-0", "--servers", "127.0.0.1:1",
+    proc = subprocess.run([sys.executable, "-m", "ltm_cli", "party", "--id", "party-0", "--servers", "127.0.0.1:1",
                            "--job", "j", "--data", str(tmp_path / "rows.csv"), "--insecure", *flags],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2, proc.stderr

@@ -47,7 +47,7 @@ def _check(report: dict, parties: int, clients_per_party: int, k: int = 3) -> No
 
 
 def test_100_concurrent_party_streams_via_the_command(certs_cache):
-    out = subprocess.run([sys.executable, "-m", "cli", "loadtest", "--parties", str(CI_PARTIES),
+    out = subprocess.run([sys.executable, "-m", "ltm_cli", "loadtest", "--parties", str(CI_PARTIES),
                           "--deadline", "90", "--certs-cache", str(certs_cache)],
                          capture_output=True, text=True, timeout=150)
     assert out.returncode == 0, out.stderr[-3000:]

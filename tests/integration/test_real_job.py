@@ -130,7 +130,7 @@ def operator(dep, *argv: str, timeout: float = 120) -> str:
 
 def check(path: Path) -> subprocess.CompletedProcess:
     """``ltm job check`` (no network, no certificates)."""
-    return subprocess.run([sys.executable, "-m", "cli", "job", "check", str(path)], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "ltm_cli", "job", "check", str(path)], capture_output=True,
                           text=True, timeout=120)
 
 

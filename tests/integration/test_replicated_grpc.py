@@ -151,7 +151,7 @@ def test_a_party_process_refuses_a_weaker_trust_assumption_than_its_policy(deplo
     asyncio.run(publish_over_grpc(deployment, spec))
     data = tmp_path / "party-0.csv"
     write_party_csv(data, tables["party-0"])
-    argv = [sys.executable, "-m", "cli", "party", "--id", "party-0", "--certs", str(deployment.certs),
+    argv = [sys.executable, "-m", "ltm_cli", "party", "--id", "party-0", "--certs", str(deployment.certs),
             "--servers", ",".join(deployment.endpoints), "--job", spec.job_id,
             "--data", str(data), "--no-progress", "--seed", "25", "--allow-reproduction",
             "--ledger-dir", str(tmp_path / "ledger"), "--state-dir", str(tmp_path / "state")]

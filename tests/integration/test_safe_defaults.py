@@ -217,7 +217,7 @@ def test_a_party_without_server_ids_refuses_an_endpoint_presenting_another_actor
 
 # ------------------------------------------------------------------------------ corruption default
 def test_default_demo_tolerates_a_corrupt_party_and_reports_the_ledgers(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "cli", "demo", "--json", "--workdir", str(tmp_path)],
+    out = subprocess.run([sys.executable, "-m", "ltm_cli", "demo", "--json", "--workdir", str(tmp_path)],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     r = json.loads(out.stdout)

@@ -12,7 +12,7 @@ import pytest
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from cli.app import main
+from ltm_cli.app import main
 from transport.certs import role_of, write_certs
 from transport.tls import (
     AuthenticationError,

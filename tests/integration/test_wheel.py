@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PROJECT_PACKAGES = ("ltm", "cli", "party", "server", "analyst", "sim", "ltm_datasets", "experiments", "transport")
+PROJECT_PACKAGES = ("ltm", "ltm_cli", "party", "server", "analyst", "sim", "ltm_datasets", "experiments", "transport")
 
 
 def _source_copy(dest: Path) -> Path:
@@ -92,7 +92,7 @@ def test_the_wheel_carries_the_package_data(artifacts):
         assert expected and expected <= names, (pattern, sorted(expected - names))
     assert not any(n.startswith(("tests/", "deploy/")) for n in names)
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
-    assert "ltm = cli.app:main" in zipfile.ZipFile(artifacts["wheel"]).read(entry_points).decode()
+    assert "ltm = ltm_cli.app:main" in zipfile.ZipFile(artifacts["wheel"]).read(entry_points).decode()
 
 
 def test_the_sdist_carries_what_a_host_needs(artifacts):

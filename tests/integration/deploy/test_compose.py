@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 yaml = pytest.importorskip("yaml", reason="pyyaml is not installed (the dev extra: pip install -e '.[dev]')")
 
-from cli.app import build_parser  # noqa: E402
+from ltm_cli.app import build_parser  # noqa: E402
 
 from tests.helpers.processes import stop_processes  # noqa: E402
 
@@ -408,7 +408,7 @@ class LoopbackTestbed:
     def start(self, service: str, argv: list[str], log: Path, port_file: Path | None = None) -> subprocess.Popen:
         log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("ab") as fh:
-            proc = subprocess.Popen([sys.executable, "-m", "cli", *self.local(service, argv, port_file)],
+            proc = subprocess.Popen([sys.executable, "-m", "ltm_cli", *self.local(service, argv, port_file)],
                                     stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
         self.procs.append(proc)
         return proc
@@ -427,7 +427,7 @@ class LoopbackTestbed:
         self.endpoints[f"{service}:{port}"] = f"127.0.0.1:{port_file.read_text().strip()}"
         health = SERVICES[service]["healthcheck"]["test"][2:]
         while True:
-            r = subprocess.run([sys.executable, "-m", "cli", *self.local(service, health)],
+            r = subprocess.run([sys.executable, "-m", "ltm_cli", *self.local(service, health)],
                                capture_output=True, text=True, timeout=60)
             if r.returncode == 0:
                 return
@@ -441,7 +441,7 @@ class LoopbackTestbed:
 def issue_certificates(tb: LoopbackTestbed) -> None:
     """certs-init's `ltm certs` command, run as written (paths mapped to the volume directories)."""
     (argv,) = ltm_argv(SERVICES["certs-init"])
-    r = subprocess.run([sys.executable, "-m", "cli", *tb.local("certs-init", argv)],
+    r = subprocess.run([sys.executable, "-m", "ltm_cli", *tb.local("certs-init", argv)],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
 
@@ -474,13 +474,13 @@ def run_on_loopback(tmp_path, services: dict[str, dict]) -> str:
             tb.serve(service)
         tb.serve("analyst")
         (argv,) = ltm_argv(services["demo-data"])  # after the servers: their endpoints go into the job file
-        r = subprocess.run([sys.executable, "-m", "cli", *tb.local("demo-data", [interpolate(w) for w in argv])],
+        r = subprocess.run([sys.executable, "-m", "ltm_cli", *tb.local("demo-data", [interpolate(w) for w in argv])],
                            capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, r.stderr
         parties = {name: tb.start(name, [interpolate(w) for w in services[name]["command"]],
                                   tmp_path / "logs" / f"{name}.log")
                    for name in sorted(services) if name.startswith("party-")}
-        operator = subprocess.run([sys.executable, "-m", "cli",
+        operator = subprocess.run([sys.executable, "-m", "ltm_cli",
                                    *tb.local("operator", [interpolate(w) for w in services["operator"]["command"]])],
                                   capture_output=True, text=True, timeout=300)
         assert operator.returncode == 0, operator.stderr[-2000:]
@@ -511,7 +511,7 @@ def test_the_columns_overlay_releases_what_simulate_releases_on_loopback(tmp_pat
     in containers against `ltm demo`)."""
     import json
 
-    from cli.app import main
+    from ltm_cli.app import main
 
     out = run_on_loopback(tmp_path, merged_services("columns"))
     sha = re.search(r"release sha256 ([0-9a-f]{64})", out).group(1)

@@ -21,7 +21,7 @@ import pytest
 
 yaml = pytest.importorskip("yaml", reason="pyyaml is not installed (the dev extra: pip install -e '.[dev]')")
 
-from cli.app import build_parser  # noqa: E402
+from ltm_cli.app import build_parser  # noqa: E402
 
 from tests.helpers.k8s import (ACTORS, K8S, OVERLAYS, PIECES, ROOT, by_kind, env_of, expand, piece_actors,  # noqa: E402
                                render, workloads)

@@ -94,7 +94,7 @@ def _unit_file(unit: str) -> tuple[str, str | None]:
 def test_the_guide_names_every_host():
     hosts = {h for h, _ in guide_blocks()}
     assert hosts == set(HOSTS) | {"ca"}
-    from cli.app import build_parser
+    from ltm_cli.app import build_parser
 
     for _, cmds in guide_blocks():
         for c in cmds:
@@ -150,7 +150,7 @@ class Hosts:
         # `ltm` as the guide calls it: this checkout's code, whatever is installed; `scp` between hosts
         self.bin = root / "bin"
         self.bin.mkdir()
-        (self.bin / "ltm").write_text(f"#!/bin/sh\nexec {sys.executable} -m cli \"$@\"\n")
+        (self.bin / "ltm").write_text(f"#!/bin/sh\nexec {sys.executable} -m ltm_cli \"$@\"\n")
         (self.bin / "scp").write_text(f"#!{sys.executable}\n{SCP}")
         for shim in ("ltm", "scp"):
             (self.bin / shim).chmod(0o755)

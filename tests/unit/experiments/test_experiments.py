@@ -362,7 +362,7 @@ def test_progress_bar_renders_eta_without_a_terminal():
 
 
 def test_cli_lists_specs_and_runs_one(tmp_path, capsys):
-    from cli.app import main
+    from ltm_cli.app import main
 
     assert main(["experiment", "list"]) == 0
     listed = capsys.readouterr().out

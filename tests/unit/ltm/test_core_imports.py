@@ -2,7 +2,7 @@
 
 ``ltm/`` is the protocol core every actor shares: it may import the standard library, its own
 modules and third-party libraries, never an actor (server, party, analyst), the simulator, the data
-library, the experiments, the gRPC plumbing (transport) or the command line (cli).  The scan reads
+library, the experiments, the gRPC plumbing (transport) or the command line (ltm_cli).  The scan reads
 every ``import`` of every module in ``ltm/``, at module level or inside a function, from its syntax
 tree (a lazy import inside a function is still a dependency).
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
 #: The top-level packages of the repository above the core.
-ABOVE = {"server", "party", "analyst", "sim", "ltm_datasets", "experiments", "transport", "cli"}
+ABOVE = {"server", "party", "analyst", "sim", "ltm_datasets", "experiments", "transport", "ltm_cli"}
 
 
 def imported_packages(path: Path) -> set[str]:
@@ -42,8 +42,8 @@ def test_the_core_imports_no_actor_simulator_experiment_transport_or_cli() -> No
 
 
 def test_nothing_below_the_command_line_imports_it() -> None:
-    """``cli/`` sits on top: the roles it calls (actors, simulator, experiments, transport) never import it."""
+    """``ltm_cli/`` sits on top: the roles it calls (actors, simulator, experiments, transport) never import it."""
     below = ("ltm", "server", "party", "analyst", "sim", "ltm_datasets", "experiments", "transport")
     modules = sorted(p for package in below for p in (ROOT / package).rglob("*.py"))
-    upward = sorted(str(p.relative_to(ROOT)) for p in modules if "cli" in imported_packages(p))
-    assert not upward, f"modules below the command line import cli: {upward}"
+    upward = sorted(str(p.relative_to(ROOT)) for p in modules if "ltm_cli" in imported_packages(p))
+    assert not upward, f"modules below the command line import ltm_cli: {upward}"

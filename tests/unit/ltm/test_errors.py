@@ -1,6 +1,6 @@
 """One error base (ltm/errors.py): every exception class the project defines derives from
 :class:`~ltm.errors.LtmError`, names a gRPC status and an exit status, and the ``ltm`` command maps
-each one in its single handler (cli/app.py) to that status with one line on stderr."""
+each one in its single handler (ltm_cli/app.py) to that status with one line on stderr."""
 from __future__ import annotations
 
 import argparse
@@ -10,7 +10,7 @@ import pkgutil
 
 import pytest
 
-from cli import app as cli
+from ltm_cli import app as cli
 from ltm.errors import STATUS_CODES, LtmError
 
 PACKAGES = ("ltm", "server", "analyst", "party", "transport", "sim", "ltm_datasets", "experiments")
@@ -99,7 +99,7 @@ def _instance(cls: type[LtmError], message: str) -> LtmError:
 
 
 def _run_cli_raising(monkeypatch, exc: BaseException) -> int:
-    """``ltm probe`` whose command raises ``exc``: the exit status of cli.app.main's one handler."""
+    """``ltm probe`` whose command raises ``exc``: the exit status of ltm_cli.app.main's one handler."""
     def fail(args):
         raise exc
 

@@ -14,8 +14,8 @@ from dataclasses import MISSING, fields
 import pytest
 
 from ltm import jobconfig, jobfile
-from cli.app import build_parser
-from cli.simulate import simulate_config
+from ltm_cli.app import build_parser
+from ltm_cli.simulate import simulate_config
 from ltm.jobconfig import FIELDS, SAME, add_options, default, field, file_default, flag_fields, toml_fields
 from ltm.jobfile import JobFileError, parse_job_file, render_job_file
 from ltm.jobspec import PARTITIONS, RELEASE_KINDS, UPLOAD_MODES

@@ -237,7 +237,7 @@ def test_the_example_columns_job_file_is_a_replicated_release():
 def test_job_check_states_the_trust_assumption(capsys):
     from pathlib import Path
 
-    from cli.app import main
+    from ltm_cli.app import main
 
     examples = Path(__file__).resolve().parents[3] / "examples" / "jobs"
     assert main(["job", "check", str(examples / "power-columns-replicated.toml")]) == 0

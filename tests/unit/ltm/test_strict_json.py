@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from cli.app import main
+from ltm_cli.app import main
 from ltm.planner import PlanInputs, plan_release
 
 

@@ -232,7 +232,7 @@ def test_ltm_pipeline_on_mapped_vectors_reconstructs_bit_for_bit(partition, feat
 
 
 def test_ltm_simulate_rf_ridge_cli(capsys):
-    from cli.app import main
+    from ltm_cli.app import main
 
     assert main(["simulate", "--synthetic", "nonlinear", "--n", "4000", "--d", "3", "--model", "rf_ridge",
                  "--features-n", "12", "--bandwidth", "1.5", "--seed", "3", "--json"]) == 0

@@ -17,7 +17,7 @@ import pytest
 from analyst.estimators import release_lambda
 from analyst.jobs import fit_model
 from analyst.reconstruct import tolerated
-from cli.simulate import print_summary as print_simulate_summary
+from ltm_cli.simulate import print_summary as print_simulate_summary
 from ltm.randomness import Randomness
 from ltm_datasets.synthetic import synthetic_ridge
 from sim.localnet.demo import print_summary

@@ -111,7 +111,7 @@ def test_clopper_pearson_and_the_bound_are_valid_on_known_laws():
 
 
 def test_ltm_audit_command_prints_json():
-    out = subprocess.run([sys.executable, "-m", "cli", "audit", "--runs", "40", "--controls", "0.1",
+    out = subprocess.run([sys.executable, "-m", "ltm_cli", "audit", "--runs", "40", "--controls", "0.1",
                           "--workers", "2", "--seed", "cli"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)

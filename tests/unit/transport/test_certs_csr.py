@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from cryptography.x509.verification import PolicyBuilder, Store, VerificationError
 
-from cli.app import main
+from ltm_cli.app import main
 from transport.certs import (ACTOR_URI_PREFIX, CSRPolicyError, check_request, create_ca, create_ca_dir,
                              issue_leaf, make_request, sign_request, sign_request_file, write_certs, write_request)
 

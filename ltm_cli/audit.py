@@ -7,7 +7,7 @@ import os
 from dataclasses import replace
 from typing import Any
 
-from cli.options import seed
+from ltm_cli.options import seed
 from ltm.jobconfig import add_options
 
 DESCRIPTION = ("Run a small job many times on two neighbouring datasets through the real party/server/analyst cores "

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from cli.options import print_json
+from ltm_cli.options import print_json
 from ltm.dp.defaults import DEFAULT_DELTA
 from ltm.jobconfig import add_options, config_values
 

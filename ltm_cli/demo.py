@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import argparse
 
-from cli.app import lazy
-from cli.options import insecure
+from ltm_cli.app import lazy
+from ltm_cli.options import insecure
 from ltm.jobconfig import add_options
 
 #: The data flags the demo and ``ltm operate`` share: the bundled dataset unless --data/--label.

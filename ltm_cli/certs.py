@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from cli.app import lazy
+from ltm_cli.app import lazy
 
 DESCRIPTION = ("Create a private CA and EC P-256 leaf certificates (CN and SAN URI ltm://actor/<name>) for servers, "
                "parties and the analyst. Without a subcommand: everything on one machine (--out ...). Across "

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import argparse
 
-from cli.app import lazy
-from cli.options import actor_options, listen_address, relax_required
+from ltm_cli.app import lazy
+from ltm_cli.options import actor_options, listen_address, relax_required
 from ltm.limits import ServerLimits
 
 DESCRIPTION = ("One of the job's k non-colluding servers. It publishes the jobs the analyst creates, stores the "

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import argparse
 
-from cli.app import lazy
-from cli.options import JSON_ANYWAY, output, print_json
+from ltm_cli.app import lazy
+from ltm_cli.options import JSON_ANYWAY, output, print_json
 from ltm.jobconfig import add_options, positive_int
 
 

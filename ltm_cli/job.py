@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import os
 
-from cli.app import lazy
-from cli.options import certificates, endpoint, output
+from ltm_cli.app import lazy
+from ltm_cli.options import certificates, endpoint, output
 from ltm.jobconfig import add_options
 
 DESCRIPTION = ("The operator's side of a real job: a job file (TOML) written from public information only, checked "

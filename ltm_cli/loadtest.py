@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from cli.options import seed
+from ltm_cli.options import seed
 from ltm.jobconfig import add_options
 
 DESCRIPTION = ("Start k `ltm server` processes on 127.0.0.1 with mTLS, give each of P parties its own certificate and "

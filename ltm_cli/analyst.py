@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import argparse
 
-from cli.app import lazy
-from cli.options import actor_options, listen_address
+from ltm_cli.app import lazy
+from ltm_cli.options import actor_options, listen_address
 
 DESCRIPTION = ("The analyst service. The operator submits a job to it (`ltm job submit`); it publishes the job on "
                "every server, waits for the parties, closes the job, asks each server for its result share, "

@@ -1,7 +1,7 @@
 """The ``ltm`` parser tree as a person meets it: help on every flag, a description on every
 subcommand, required flags marked required, and a typo answered by the subcommand that got it.
 
-Every test walks the whole tree built by :func:`cli.app.build_parser` (each command's own module
+Every test walks the whole tree built by :func:`ltm_cli.app.build_parser` (each command's own module
 adds its parser), so flags added later are covered without touching this file.
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from cli.app import COMMANDS, build_parser, main
+from ltm_cli.app import COMMANDS, build_parser, main
 
 SKIP = (argparse._HelpAction, argparse._VersionAction)
 

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import argparse
 
-from cli.app import lazy
-from cli.demo import DATA_HELPS
-from cli.options import certificates, endpoint
+from ltm_cli.app import lazy
+from ltm_cli.demo import DATA_HELPS
+from ltm_cli.options import certificates, endpoint
 from ltm.jobconfig import add_options
 
 DESCRIPTION = ("THE DEMO'S CONVENIENCE, NOT THE REAL PATH (that is `ltm job`: a job file from public information, "

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import argparse
 
-from cli.app import lazy
-from cli.options import certificates, endpoint
+from ltm_cli.app import lazy
+from ltm_cli.options import certificates, endpoint
 
 
 def configure(p: argparse.ArgumentParser) -> None:

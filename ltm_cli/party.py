@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from cli.app import lazy
-from cli.options import actor_options, endpoints, privacy_number, seed
+from ltm_cli.app import lazy
+from ltm_cli.options import actor_options, endpoints, privacy_number, seed
 from party.ledger import DEFAULT_BUDGET_DELTA, DEFAULT_BUDGET_EPSILON, DEFAULT_SOURCE
 from party.randomizer import DEFAULT_BATCH_CLIENTS
 

@@ -6,7 +6,7 @@ import argparse
 import shlex
 from pathlib import Path
 
-from cli.app import lazy
+from ltm_cli.app import lazy
 
 DESCRIPTION = ("Run experiment specs (experiments/specs/*.toml): a scenario over a parameter grid, resumable, with "
                "results.csv, summary.md, plots and run.json.")

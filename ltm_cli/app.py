@@ -1,11 +1,11 @@
 """The ``ltm`` command: one parser, one registry of subcommands, one place an error becomes an exit status.
 
-Each subcommand is a module of this package (``cli/<command>.py``) that declares its flags and
+Each subcommand is a module of this package (``ltm_cli/<command>.py``) that declares its flags and
 calls into the role's code (``server.main.run``, ``sim.runtime.simulate.simulate``, …); the role modules
 hold no argument parsing.  Only the module of the command being run is imported, and only then is
 its parser built (``ltm server`` must not load the simulator, the other actors or the experiments:
 docs/architecture.md §1; ``tests/integration/test_cli_lean.py`` checks what is loaded).  Flags shared by
-several commands are declared once in :mod:`cli.options` (and the job's parameters once in
+several commands are declared once in :mod:`ltm_cli.options` (and the job's parameters once in
 :mod:`ltm.jobconfig`).
 """
 from __future__ import annotations
@@ -86,19 +86,19 @@ class _SubcommandsAction(argparse._SubParsersAction):
 #: of ``ltm <command> --help``; default: the one-line help).  To add a subcommand, add one entry here
 #: and a module that keeps the heavy imports of its role inside the functions.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "simulate": ("cli.simulate", "run one LTM job in process and compare it with baselines"),
-    "bench": ("cli.bench", "benchmarks that print JSON"),
-    "certs": ("cli.certs", "create a CA and per-actor mTLS certificates"),
-    "server": ("cli.server", "run an LTM server (stores shares, enforces the release gate)"),
-    "party": ("cli.party", "run a party: fetch and vet a job, upload shares to every server"),
-    "analyst": ("cli.analyst", "run the analyst: coordinates jobs, reconstructs releases, fits models"),
-    "demo": ("cli.demo", "run a whole networked job on loopback: certs, servers, analyst, parties"),
-    "operate": ("cli.operate", "the demo's convenience: build a job from a dataset, write party files, run it"),
-    "job": ("cli.job", "check, submit and follow jobs written as job files (public information only)"),
-    "health": ("cli.health", "exit 0 if an actor's gRPC health service answers SERVING"),
-    "audit": ("cli.audit", "empirical DP audit: a lower bound on ε from many releases (prints JSON)"),
-    "loadtest": ("cli.loadtest", "P concurrent party streams against k real servers on loopback (prints JSON)"),
-    "experiment": ("cli.experiment", "reproduce the papers' figures and tables (experiment specs)"),
+    "simulate": ("ltm_cli.simulate", "run one LTM job in process and compare it with baselines"),
+    "bench": ("ltm_cli.bench", "benchmarks that print JSON"),
+    "certs": ("ltm_cli.certs", "create a CA and per-actor mTLS certificates"),
+    "server": ("ltm_cli.server", "run an LTM server (stores shares, enforces the release gate)"),
+    "party": ("ltm_cli.party", "run a party: fetch and vet a job, upload shares to every server"),
+    "analyst": ("ltm_cli.analyst", "run the analyst: coordinates jobs, reconstructs releases, fits models"),
+    "demo": ("ltm_cli.demo", "run a whole networked job on loopback: certs, servers, analyst, parties"),
+    "operate": ("ltm_cli.operate", "the demo's convenience: build a job from a dataset, write party files, run it"),
+    "job": ("ltm_cli.job", "check, submit and follow jobs written as job files (public information only)"),
+    "health": ("ltm_cli.health", "exit 0 if an actor's gRPC health service answers SERVING"),
+    "audit": ("ltm_cli.audit", "empirical DP audit: a lower bound on ε from many releases (prints JSON)"),
+    "loadtest": ("ltm_cli.loadtest", "P concurrent party streams against k real servers on loopback (prints JSON)"),
+    "experiment": ("ltm_cli.experiment", "reproduce the papers' figures and tables (experiment specs)"),
 }
 
 

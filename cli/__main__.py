@@ -1,6 +1,0 @@
-"""``python -m cli``: the ``ltm`` command."""
-import sys
-
-from cli.app import main
-
-sys.exit(main())

@@ -1,1 +1,0 @@
-"""Tests of the `ltm` command line (cli/)."""

@@ -1,0 +1,1 @@
+"""Tests of the `ltm` command line (ltm_cli/)."""
