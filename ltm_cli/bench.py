@@ -1,4 +1,5 @@
-"""``ltm bench``: benchmarks that print JSON (the role's code: ``sim/tools/bench.py``, ``sim/tools/bench_e2e.py``)."""
+"""``ltm bench``: benchmarks that print JSON (the role's code: ``sim/tools/bench.py``, ``sim/tools/bench_e2e.py``,
+``sim/tools/bench_noise.py``)."""
 from __future__ import annotations
 
 import argparse
@@ -9,7 +10,7 @@ from ltm.jobconfig import add_options, positive_int
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    """``ltm bench`` and its subcommands sketch, paper and e2e."""
+    """``ltm bench`` and its subcommands sketch, paper, noise and e2e."""
     bsub = p.add_subparsers(dest="bench", required=True)
     sk = bsub.add_parser("sketch", help="one server's result-share computation and the bytes it receives")
     sk.add_argument("--n", type=positive_int, default=1_000_000, help="clients (default 1000000)")
@@ -24,6 +25,13 @@ def configure(p: argparse.ArgumentParser) -> None:
     grid.add_argument("--runs", type=positive_int, default=5, help="timed repetitions per cell (default 5)")
     output(grid, JSON_ANYWAY)
     grid.set_defaults(func=run_paper)
+    noise = bsub.add_parser("noise", help="ns per draw of the exact noise samplers and of the float ones they replaced")
+    noise.add_argument("--draws", type=positive_int, default=1_000_000, help="draws per timing (default 1000000)")
+    noise.add_argument("--repeat", type=positive_int, default=3, help="timings per sampler; the best counts (default 3)")
+    noise.add_argument("--cpu", action="store_true", help="time this process's CPU, not the wall clock (steadier "
+                                                          "on a shared machine)")
+    output(noise, JSON_ANYWAY)
+    noise.set_defaults(func=run_noise)
     _e2e(bsub.add_parser("e2e", help="networked end-to-end run on loopback: wall time, phases, peak RSS, disk"))
 
 
@@ -81,4 +89,12 @@ def run_paper(args: argparse.Namespace) -> int:
     from sim.tools.bench import bench_paper_grid
 
     print_json(bench_paper_grid(runs=args.runs))
+    return 0
+
+
+def run_noise(args: argparse.Namespace) -> int:
+    """``ltm bench noise``: ns per draw of each noise sampler; prints JSON."""
+    from sim.tools.bench_noise import bench
+
+    print_json(bench(args.draws, args.repeat, args.cpu))
     return 0

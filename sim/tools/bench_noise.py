@@ -1,4 +1,4 @@
-"""``python -m ltm.dp.bench``: ns per draw of the noise samplers, before (#20) and after.
+"""``ltm bench noise``: ns per draw of the noise samplers, before (#20) and after.
 
 Before: the float samplers a party used until issue #20 (Box–Muller normal; Γ(1/L, b) − Γ(1/L, b)
 for Laplace), whose draws were then rounded to the grid per client.  After: the exact integer
@@ -8,8 +8,6 @@ CPU (``time.process_time``) instead of the wall clock: steadier on a shared mach
 """
 from __future__ import annotations
 
-import argparse
-import json
 import time
 
 import numpy as np
@@ -40,23 +38,3 @@ def bench(draws: int = 1_000_000, repeat: int = 3, cpu: bool = False) -> dict[st
             best = min(best, clock() - t0)
         out[name] = best / draws * 1e9
     return out
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m ltm.dp.bench", description=__doc__.splitlines()[0])
-    p.add_argument("--draws", type=int, default=1_000_000)
-    p.add_argument("--repeat", type=int, default=3)
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--cpu", action="store_true", help="time process CPU, not wall time")
-    args = p.parse_args(argv)
-    result = bench(args.draws, args.repeat, args.cpu)
-    if args.json:
-        print(json.dumps(result, indent=2))
-    else:
-        for name, ns in result.items():
-            print(f"{ns:8.1f} ns/draw  {name}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
