@@ -410,7 +410,7 @@ def _record(spec: ExperimentSpec, out_dir: Path, command: str | None, started: s
         "command": command or " ".join(shlex.quote(a) for a in sys.argv),
         "cwd": os.getcwd(),
         "spec": spec.name,
-        "spec_path": str(spec.path.resolve()) if spec.path else None,
+        "spec_path": recorded_spec_path(spec.path) if spec.path else None,
         "spec_file_sha256": hashlib.sha256(spec_bytes).hexdigest(),
         "spec_hash": spec.file_hash,
         "identity_hash": spec.identity_hash,
@@ -437,11 +437,28 @@ def _record(spec: ExperimentSpec, out_dir: Path, command: str | None, started: s
     }
 
 
+#: The directory that holds the ``experiments`` package (the repository, or site-packages).
+PROJECT_ROOT = SPEC_DIR.parents[1]
+
+
+def recorded_spec_path(path: Path) -> str:
+    """The spec's path as ``run.json`` records it: relative to :data:`PROJECT_ROOT` for a spec inside
+    it, so a record committed from one checkout still finds its spec in another; else absolute."""
+    resolved = path.resolve()
+    try:
+        return str(resolved.relative_to(PROJECT_ROOT))
+    except ValueError:
+        return str(resolved)
+
+
 def rebuild_report(out_dir: str | Path, *, plots: bool = True) -> dict[str, Any]:
     """Re-render summary.md and the plots of an output folder from its results.csv and run.json."""
     out_dir = Path(out_dir)
     record = json.loads((out_dir / "run.json").read_text())
-    spec = load_spec(record["spec_path"], reduced=bool(record.get("reduced")))
+    spec_path = Path(record["spec_path"])
+    if not spec_path.is_absolute():
+        spec_path = PROJECT_ROOT / spec_path
+    spec = load_spec(spec_path, reduced=bool(record.get("reduced")))
     get_scenario(spec.scenario, spec.module)  # registers the series styles
     rows = ResultsCsv(out_dir / "results.csv", spec.axes).open().rows()
     if plots:

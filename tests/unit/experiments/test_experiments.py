@@ -391,3 +391,29 @@ def test_a_sketch_with_an_empty_row_is_redrawn_before_the_data_is_used():
         pytest.skip("no seed with an empty first sketch row found")
     rows = burkhardt.ridge_synthetic(params, seed)
     assert rows[0]["sketch_redraws"] >= 1 and rows[0]["min_honest_load"] >= 1
+
+
+def test_run_json_records_a_bundled_spec_relative_to_the_project():
+    from experiments.runner import recorded_spec_path
+
+    assert recorded_spec_path(SPEC_DIR / "liao_table1.toml") == "experiments/specs/liao_table1.toml"
+
+
+def test_run_json_records_a_spec_outside_the_project_absolute(tmp_path):
+    from experiments.runner import recorded_spec_path
+
+    spec = _toy_spec(tmp_path, reps=1)
+    assert recorded_spec_path(spec) == str(spec.resolve())
+
+
+def test_a_committed_record_rebuilds_from_another_working_directory(tmp_path, monkeypatch):
+    """docs/results/<name>/run.json came from another checkout: its report still rebuilds."""
+    import shutil
+
+    from experiments.runner import rebuild_report
+
+    out = tmp_path / "liao_table1"
+    shutil.copytree(Path(__file__).resolve().parents[3] / "docs" / "results" / "liao_table1", out)
+    monkeypatch.chdir(tmp_path)
+    record = rebuild_report(out, plots=False)
+    assert record["spec"] == "liao_table1" and (out / "summary.md").read_text()
