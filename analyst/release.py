@@ -8,13 +8,18 @@ to original units with ``centers``/``scales``.
 """
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ltm.lifts import get_lift, gram_from_vector
+
+if TYPE_CHECKING:
+    from ltm.jobspec import JobSpec
+    from ltm.v1.ltm_pb2 import GetReleaseResponse
 
 
 @dataclass(frozen=True)
@@ -122,7 +127,22 @@ class ReleasedSketch:
 def stated_noise(privacy: Mapping[str, Any]) -> dict[str, Any]:
     """The noise fields of a :class:`ReleasedSketch` as its privacy report states them
     (``noise_variance_per_column``, ``entry_noise_variance``), for a release rebuilt from its matrix
-    and report (the demo's release fetched over gRPC)."""
+    and report (a release fetched over gRPC: :func:`release_from_reply`)."""
     entries = privacy.get("entry_noise_variance")
     return {"noise_variance_per_column": float(privacy["noise_variance_per_column"]),
             "entry_noise_variance": None if entries is None else np.asarray(entries, dtype=np.float64)}
+
+
+def release_from_reply(spec: JobSpec, reply: GetReleaseResponse, participants: int) -> ReleasedSketch:
+    """The release an analyst's ``GetRelease`` reply carries (analyst/service.py encodes it), rebuilt
+    against its job's spec: the float64 (rows, cols) matrix, the client vector's entries (names,
+    centres, scales, after any transforms), the spec's kind, and the noise the privacy report states
+    (:func:`stated_noise`).  ``participants``: the released-over client count (``RunJob``'s report).
+    The one decoder of that reply (``ltm demo``, the networked experiment backend)."""
+    matrix = np.frombuffer(reply.matrix_f64, dtype="<f8").reshape(reply.rows, reply.cols).astype(np.float64)
+    privacy = json.loads(reply.privacy_json)
+    return ReleasedSketch(
+        matrix=matrix, columns=spec.vector_names, centers=np.array([e.center for e in spec.layout]),
+        scales=np.array([e.scale for e in spec.layout]), label=spec.label_index,
+        intercept=spec.intercept_index, n=int(participants), **stated_noise(privacy),
+        privacy=privacy, sha256=reply.release_sha256, kind=spec.sketch.kind)

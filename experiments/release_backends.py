@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from analyst.release import ReleasedSketch
+from analyst.release import ReleasedSketch, release_from_reply
 from ltm.errors import LtmError
 from ltm.jobspec import JobSpec
 from ltm.randomness import Randomness
@@ -183,15 +183,7 @@ class NetworkedBackend(ReleaseBackend):
             got = await stub.GetRelease(ltm_pb2.GetReleaseRequest(job_id=spec.job_id), timeout=120.0)
         finally:
             await channel.close()
-        matrix = np.frombuffer(got.matrix_f64, dtype="<f8").reshape(got.rows, got.cols).astype(np.float64)
-        count = int(report["participants"])
-        return ReleasedSketch(
-            matrix=matrix, columns=spec.column_names, centers=np.array([c.center for c in spec.columns]),
-            scales=np.array([c.scale for c in spec.columns]), label=spec.label_index,
-            intercept=spec.intercept_index, n=count,
-            noise_variance_per_column=json.loads(got.privacy_json)["noise_variance_per_column"],
-            privacy=json.loads(got.privacy_json), sha256=got.release_sha256)
-
+        return release_from_reply(spec, got, report["participants"])
 
 def current() -> ReleaseBackend:
     """The release backend experiment cells should use (in-process unless the runner installed another)."""

@@ -27,7 +27,7 @@ from typing import Any
 import grpc
 import numpy as np
 
-from analyst.release import ReleasedSketch, stated_noise
+from analyst.release import ReleasedSketch, release_from_reply
 from ltm.errors import CommandError
 from ltm.jobspec import JobSpec
 from ltm.randomness import Randomness
@@ -114,13 +114,7 @@ async def _operate(analyst_endpoint: str, certs: Path | None, insecure: bool, sp
         phases["upload_close_release"] = time.monotonic() - t
         report = json.loads(reply.report_json)
         got = await stub.GetRelease(ltm_pb2.GetReleaseRequest(job_id=spec.job_id), timeout=60.0)
-        matrix = np.frombuffer(got.matrix_f64, dtype="<f8").reshape(got.rows, got.cols).astype(np.float64)
-        release = ReleasedSketch(
-            matrix=matrix, columns=spec.vector_names, centers=np.array([e.center for e in spec.layout]),
-            scales=np.array([e.scale for e in spec.layout]), label=spec.label_index,
-            intercept=spec.intercept_index, n=int(report["participants"]),
-            **stated_noise(json.loads(got.privacy_json)),
-            privacy=json.loads(got.privacy_json), sha256=got.release_sha256, kind=spec.sketch.kind)
+        release = release_from_reply(spec, got, report["participants"])
         return report, release, phases
     finally:
         await channel.close()

@@ -226,7 +226,7 @@ def test_a_sketch_states_its_noise_per_column_only():
 
 
 def test_a_release_rebuilt_from_its_privacy_report_states_the_same_noise():
-    """What the demo does with a release fetched over gRPC (sim/localnet/demo.py)."""
+    """What release_from_reply does with a release fetched over gRPC (analyst/release.py)."""
     for spec_kw in (dict(kind="gram", parties=2, k=2, mechanism="laplace", delta=0.0),
                     dict(kind="sparse", m=4, parties=2, k=2)):
         spec, tables = zero_spec(32, 3, **spec_kw)
