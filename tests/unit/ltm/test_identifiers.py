@@ -269,6 +269,14 @@ def test_server_endpoints_are_host_and_port_only(endpoint):
         validate_job(replace(spec, servers=(spec.servers[0], ServerSpec("server-1", endpoint))))
 
 
+def test_port_zero_is_an_address_to_bind_never_a_peer():
+    from ltm.identifiers import endpoint_problem
+
+    assert endpoint_problem("h:0") is not None and endpoint_problem("h:0", any_port=True) is None
+    assert "port 0–65535" in endpoint_problem("unix:/x:0", any_port=True)
+    assert endpoint_problem("h:65536", any_port=True) is not None
+
+
 def test_the_bounds_draft_parser_has_the_same_limits():
     from analyst.bounds import Draft
 
