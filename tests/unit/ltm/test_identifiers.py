@@ -13,7 +13,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-pytest.importorskip("hypothesis", reason="hypothesis is not installed (the dev extra: pip install -e '.[dev]')")
+from tests.helpers.optional import require
+require("hypothesis")
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
