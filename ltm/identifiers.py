@@ -104,13 +104,15 @@ def column_problem(value: Any, what: str = "column name") -> str | None:
     return None
 
 
-def endpoint_problem(value: Any, what: str = "endpoint") -> str | None:
-    """Why ``value`` is not a ``host:port`` endpoint (one line), or None if it is."""
+def endpoint_problem(value: Any, what: str = "endpoint", *, any_port: bool = False) -> str | None:
+    """Why ``value`` is not a ``host:port`` endpoint (one line), or None if it is.  ``any_port``: port 0
+    is allowed too (an address to bind, where 0 asks for any free port; a peer is never at port 0)."""
     if not isinstance(value, str):
         return f"{what} must be a string, got {type(value).__name__}"
+    low = 0 if any_port else 1
     m = _ENDPOINT.fullmatch(value)
-    if not m or ".." in value or not 1 <= int(m.group(1)) <= 65535:
-        return f"{what} {_shown(value)} must be host:port (a DNS name, an IPv4 address or [IPv6], port 1–65535)"
+    if not m or ".." in value or not low <= int(m.group(1)) <= 65535:
+        return f"{what} {_shown(value)} must be host:port (a DNS name, an IPv4 address or [IPv6], port {low}–65535)"
     return None
 
 

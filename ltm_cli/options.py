@@ -3,7 +3,8 @@
 * output: ``--json`` (:func:`output`) and :func:`print_json`;
 * seeds: ``--seed``, seeded mode (:func:`seed`);
 * certificates and endpoints: ``--certs``/``--insecure`` (:func:`certificates`, :func:`insecure`), the argparse types
-  :func:`endpoint`, :func:`endpoints` and :func:`listen_address` (ports checked, 1–65535; a listen
+  :func:`endpoint`, :func:`endpoints` and :func:`listen_address` (the one endpoint rule,
+  :func:`ltm.identifiers.endpoint_problem`: ``host:port``, no gRPC target scheme, port 1–65535; a listen
   address may say 0 for any free port);
 * privacy: :func:`privacy_number`, a bound such as ``--max-epsilon`` (NaN would turn a check off);
 * actors: :func:`actor_options`, the flags every long-running actor process shares (``--config``
@@ -20,6 +21,7 @@ import math
 import os
 from typing import Any, Callable
 
+from ltm.identifiers import endpoint_problem
 from ltm.jobconfig import add_options
 
 #: Title of the argument group of an actor's required settings (``ltm party --help`` lists them apart).
@@ -64,23 +66,23 @@ def insecure(p: argparse.ArgumentParser, *, unset: bool = False) -> None:
                    help="plaintext, unauthenticated transport (testing only; never in production)")
 
 
-def _port(text: str, low: int) -> str:
-    host, sep, port = text.strip().rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise argparse.ArgumentTypeError(f"{text!r}: write host:port")
-    if not low <= int(port) <= 65535:
-        raise argparse.ArgumentTypeError(f"{text!r}: port {int(port)} is out of range ({low}–65535)")
+def _endpoint(text: str, what: str, any_port: bool) -> str:
+    """``text`` stripped, if :func:`ltm.identifiers.endpoint_problem` (the project's one endpoint rule:
+    no gRPC target scheme such as ``unix:`` or ``dns:///``) accepts it; else a one-line usage error."""
+    problem = endpoint_problem(text.strip(), what, any_port=any_port)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
     return text.strip()
 
 
 def endpoint(text: str) -> str:
     """An argparse type: ``host:port`` of a peer, the port 1–65535."""
-    return _port(text, 1)
+    return _endpoint(text, "endpoint", False)
 
 
 def listen_address(text: str) -> str:
     """An argparse type: ``host:port`` to bind, the port 0–65535 (0: any free port)."""
-    return _port(text, 0)
+    return _endpoint(text, "listen address", True)
 
 
 def endpoints(text: str) -> str:

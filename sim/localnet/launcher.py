@@ -140,6 +140,17 @@ class ActorProcess:
             return ""
 
 
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of a live process (``/proc/PID/stat`` utime + stime), None if it is
+    gone or there is no Linux /proc.  The command name (field 2) may hold spaces and ')', so the
+    fields are counted after its last ')'."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 @dataclass
 class ProcessGroup:
     """The processes of one local deployment; ``stop_all`` ends every one of them."""

@@ -37,7 +37,7 @@ from ltm.randomness import Randomness
 from party.data_source import SyntheticRidge
 from sim.localnet.demo import _operate
 from sim.runtime.jobs import build_job
-from sim.localnet.launcher import ActorProcess, ProcessGroup, stop_on_termination
+from sim.localnet.launcher import ActorProcess, ProcessGroup, cpu_seconds, stop_on_termination
 from ltm_datasets.tables import ModelTable
 from transport.certs import write_certs
 
@@ -76,15 +76,6 @@ def peak_rss_bytes(ap: ActorProcess) -> int | None:
     except OSError:
         return None
     return None
-
-
-def cpu_seconds(ap: ActorProcess) -> float | None:
-    """User + system CPU seconds of a live process (``/proc/PID/stat`` utime + stime)."""
-    try:
-        fields = Path(f"/proc/{ap.pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def disk_bytes(path: Path) -> int:
@@ -278,7 +269,7 @@ class _PartyLaunch:
         """The analyst's callback once the job is published: queue every party, start the first ones."""
         spec, servers, feeder = self.spec, self.cluster.servers, self.feeder
         self.started_unix.append(time.time())
-        self.cpu_at_start.update({ap.actor: cpu_seconds(ap) for ap in servers + [self.cluster.analyst]})
+        self.cpu_at_start.update({ap.actor: cpu_seconds(ap.pid) for ap in servers + [self.cluster.analyst]})
         self.show.say(f"job published; {len(spec.parties)} parties generating and uploading {self.n:,} clients"
                       + (f" (at most {feeder.limit} running at once)" if feeder.limit < len(spec.parties) else ""))
         for p in spec.parties:
@@ -381,7 +372,7 @@ def _collect(cluster: _Cluster, launch: _PartyLaunch, data: Path, release: Any, 
     if any(exits):
         raise RuntimeError("a party failed:\n" + "\n".join(p.log_tail() for p in parties if p.proc.returncode))
     # the servers' and analyst's CPU from the parties' start to now (upload, close, release)
-    upload_cpu = {ap.actor: (cpu_seconds(ap) or 0.0) - (launch.cpu_at_start.get(ap.actor) or 0.0)
+    upload_cpu = {ap.actor: (cpu_seconds(ap.pid) or 0.0) - (launch.cpu_at_start.get(ap.actor) or 0.0)
                   for ap in servers + [analyst]}
     cpu_window_s = time.time() - launch.started_unix[0]
     rss: dict[str, int | None] = {}
@@ -389,7 +380,7 @@ def _collect(cluster: _Cluster, launch: _PartyLaunch, data: Path, release: Any, 
     disk: dict[str, int] = {}
     for ap in servers + [analyst]:
         rss[ap.actor] = peak_rss_bytes(ap)
-        cpu[ap.actor] = cpu_seconds(ap)
+        cpu[ap.actor] = cpu_seconds(ap.pid)
     for ap in servers:
         disk[ap.actor] = disk_bytes(cluster.workdir / ap.actor)
     wire = [server_wire_bytes(cluster.group, ap, spec.job_id) for ap in servers]

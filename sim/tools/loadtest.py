@@ -325,15 +325,6 @@ def _round_report(result: dict[str, Any], parties: int, k: int) -> dict[str, Any
     }
 
 
-def _cpu_seconds(pid: int) -> float | None:
-    """User + system CPU seconds of a process (Linux /proc), None elsewhere."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
-        return None
-
-
 def _raise_fd_limit(needed: int) -> int:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     want = min(hard, max(soft, needed)) if hard != resource.RLIM_INFINITY else max(soft, needed)
@@ -474,7 +465,7 @@ async def _run(cfg: LoadConfig, work: Path, report: dict[str, Any], groups: list
     from analyst.coordinator import close_all, fetch_result_share, publish  # noqa: F401
     from analyst.reconstruct import reconstruct_release  # noqa: F401
     from ltm.v1 import ltm_pb2, ltm_pb2_grpc  # noqa: F401
-    from sim.localnet.launcher import ProcessGroup
+    from sim.localnet.launcher import ProcessGroup, cpu_seconds
     from transport.tls import make_channel  # noqa: F401
 
     timing = report["timing_s"]
@@ -483,7 +474,7 @@ async def _run(cfg: LoadConfig, work: Path, report: dict[str, Any], groups: list
     groups.append(run.group)  # for run_loadtest, which stops it even if this finally is cut short
     try:
         servers = _start_load_servers(cfg, run, report)
-        cpu0 = [_cpu_seconds(s.pid) for s in servers]
+        cpu0 = [cpu_seconds(s.pid) for s in servers]
         spec, analyst = await _publish_load_job(cfg, run, servers, certs, report)
 
         run.drivers = drivers = _Drivers(cfg, spec, certs)
@@ -493,19 +484,19 @@ async def _run(cfg: LoadConfig, work: Path, report: dict[str, Any], groups: list
         report["connect_latency_s"] = percentiles(started["connect_latencies"])
         expected = started["expected"]
 
-        cpu1 = [_cpu_seconds(s.pid) for s in servers]
+        cpu1 = [cpu_seconds(s.pid) for s in servers]
         first = await drivers.upload()
-        cpu2 = [_cpu_seconds(s.pid) for s in servers]
+        cpu2 = [cpu_seconds(s.pid) for s in servers]
         timing["upload"] = first["end"] - first["start"]
         report["upload"] = _round_report(first, cfg.parties, cfg.k)
         receipts = first["receipts"]
         await _check_upload(cfg, spec, analyst, receipts, report["checks"])
         if cfg.duplicate:
             await _duplicate_round(cfg, spec, analyst, drivers, receipts, report)
-        cpu3 = [_cpu_seconds(s.pid) for s in servers]
+        cpu3 = [cpu_seconds(s.pid) for s in servers]
 
         await _release_and_check(cfg, spec, analyst, expected, report)
-        cpu4 = [_cpu_seconds(s.pid) for s in servers]
+        cpu4 = [cpu_seconds(s.pid) for s in servers]
         report["server_cpu_s"] = {"upload": _cpu_delta(cpu1, cpu2), "duplicate_upload": _cpu_delta(cpu2, cpu3),
                                   "close_and_release": _cpu_delta(cpu3, cpu4), "total": _cpu_delta(cpu0, cpu4)}
     finally:

@@ -1,7 +1,7 @@
 """deploy/k8s as the tests see it: the overlays, deploy/k8s/render.py loaded as a module, a copy of the
 tree with every overlay's certificate bundles issued, and the lookups the manifest tests share
 (tests/integration/deploy/test_k8s.py and test_k8s_pods.py; the fixtures are in that folder's conftest.py).
-render.py needs pyyaml: import this module after ``pytest.importorskip("yaml")``."""
+render.py needs pyyaml: import this module after ``tests.helpers.optional.require("yaml")``."""
 from __future__ import annotations
 
 import importlib.util

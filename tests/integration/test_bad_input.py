@@ -34,7 +34,8 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
-pytest.importorskip("hypothesis", reason="hypothesis is not installed (the dev extra: pip install -e '.[dev]')")
+from tests.helpers.optional import require
+require("hypothesis")
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -19,6 +19,7 @@ from experiments import executors
 from experiments.executors import ExecutorUnavailable, make_executor
 from experiments.results import ResultsCsv
 from experiments.runner import run_experiment
+from tests.helpers.optional import require
 
 SPEC = "burkhardt_fig3"  # reduced: 4 cells × 2 repetitions of differing cost, ≈ 1 s in one process
 
@@ -29,8 +30,7 @@ def _run(out: Path, **kw) -> dict:
 
 @pytest.fixture(scope="module")
 def distributed():
-    return pytest.importorskip("distributed",
-                               reason="dask.distributed is not installed (the dask extra: pip install -e '.[dask]')")
+    return require("distributed")
 
 
 @pytest.fixture(scope="module")

@@ -3,14 +3,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+from tests.helpers.optional import require
 
 ROOT = Path(__file__).resolve().parents[2]
 GENERATED = ["ltm_pb2.py", "ltm_pb2.pyi", "ltm_pb2_grpc.py"]
 
 
 def test_stubs_match_proto(tmp_path):
-    pytest.importorskip("grpc_tools", reason="grpcio-tools is not installed (the dev extra: pip install -e '.[dev]')")
+    require("grpc_tools")
     subprocess.run([sys.executable, "-m", "grpc_tools.protoc", f"-I{ROOT / 'proto'}", f"--python_out={tmp_path}",
                     f"--pyi_out={tmp_path}", f"--grpc_python_out={tmp_path}", str(ROOT / "proto/ltm/v1/ltm.proto")],
                    check=True)

@@ -26,6 +26,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.optional import require
+
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT_PACKAGES = ("ltm", "ltm_cli", "party", "server", "analyst", "sim", "ltm_datasets", "experiments", "transport")
 
@@ -66,7 +68,7 @@ def _dependencies_dir(dest: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def artifacts(tmp_path_factory) -> dict[str, Path]:
-    pytest.importorskip("build", reason="build is not installed (the dev extra: pip install -e '.[dev]')")
+    require("build")
     tmp = tmp_path_factory.mktemp("release")
     src = _source_copy(tmp / "src")
     dist = tmp / "dist"

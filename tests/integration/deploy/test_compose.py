@@ -21,7 +21,8 @@ import time
 from pathlib import Path
 
 import pytest
-yaml = pytest.importorskip("yaml", reason="pyyaml is not installed (the dev extra: pip install -e '.[dev]')")
+from tests.helpers.optional import require
+yaml = require("yaml")
 
 from ltm_cli.app import build_parser  # noqa: E402
 

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-yaml = pytest.importorskip("yaml", reason="pyyaml is not installed (the dev extra: pip install -e '.[dev]')")
+from tests.helpers.optional import require
+yaml = require("yaml")
 
 from tests.helpers.k8s import ROOT, OVERLAYS, PIECES, by_kind, env_of, expand, render  # noqa: E402
 

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-pytest.importorskip("hypothesis", reason="hypothesis is not installed (the dev extra: pip install -e '.[dev]')")
+from tests.helpers.optional import require
+require("hypothesis")
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

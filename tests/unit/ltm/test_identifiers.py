@@ -13,7 +13,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-pytest.importorskip("hypothesis", reason="hypothesis is not installed (the dev extra: pip install -e '.[dev]')")
+from tests.helpers.optional import require
+require("hypothesis")
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -267,6 +268,14 @@ def test_server_endpoints_are_host_and_port_only(endpoint):
     spec = parse_job_file(render_job_file(doc())).spec
     with pytest.raises(JobSpecError, match="host:port"):
         validate_job(replace(spec, servers=(spec.servers[0], ServerSpec("server-1", endpoint))))
+
+
+def test_port_zero_is_an_address_to_bind_never_a_peer():
+    from ltm.identifiers import endpoint_problem
+
+    assert endpoint_problem("h:0") is not None and endpoint_problem("h:0", any_port=True) is None
+    assert "port 0–65535" in endpoint_problem("unix:/x:0", any_port=True)
+    assert endpoint_problem("h:65536", any_port=True) is not None
 
 
 def test_the_bounds_draft_parser_has_the_same_limits():

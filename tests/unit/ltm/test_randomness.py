@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 import scipy.stats
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
-pytest.importorskip("hypothesis", reason="hypothesis is not installed (the dev extra: pip install -e '.[dev]')")
+from tests.helpers.optional import require
+require("hypothesis")
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -11,7 +11,8 @@ import math
 import numpy as np
 import pytest
 import scipy.stats
-pytest.importorskip("hypothesis", reason="hypothesis is not installed (the dev extra: pip install -e '.[dev]')")
+from tests.helpers.optional import require
+require("hypothesis")
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp

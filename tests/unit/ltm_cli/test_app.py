@@ -55,16 +55,21 @@ def test_a_party_refuses_a_privacy_bound_that_is_not_a_number(flag, value, capsy
     assert _error(capsys) == f"ltm party: error: argument {flag}: must be a number ≥ 0, got {value!r}"
 
 
+#: the one endpoint rule's wording (ltm.identifiers.endpoint_problem), for a peer and for an address to bind
+_PEER = "(a DNS name, an IPv4 address or [IPv6], port 1–65535)"
+_BIND = "(a DNS name, an IPv4 address or [IPv6], port 0–65535)"
+
+
 @pytest.mark.parametrize("argv, flag, text", [
     (["server", "--id", "s", "--data-dir", "d", "--listen", "127.0.0.1:65536"], "--listen",
-     "'127.0.0.1:65536': port 65536 is out of range (0–65535)"),
-    (["analyst", "--out", "o", "--listen", "localhost"], "--listen", "'localhost': write host:port"),
+     f"listen address '127.0.0.1:65536' must be host:port {_BIND}"),
+    (["analyst", "--out", "o", "--listen", "localhost"], "--listen", f"listen address 'localhost' must be host:port {_BIND}"),
     (["analyst", "--out", "o", "--listen", "127.0.0.1:0", "--health-listen", "127.0.0.1:-1"], "--health-listen",
-     "'127.0.0.1:-1': write host:port"),
+     f"listen address '127.0.0.1:-1' must be host:port {_BIND}"),
     (["party", "--id", "p", "--job", "j", "--data", "d", "--servers", "127.0.0.1:5001,127.0.0.1:0"], "--servers",
-     "'127.0.0.1:0': port 0 is out of range (1–65535)"),
-    (["health", "--target", "127.0.0.1:99999"], "--target", "'127.0.0.1:99999': port 99999 is out of range (1–65535)"),
-    (["job", "status", "--analyst", "127.0.0.1:0"], "--analyst", "'127.0.0.1:0': port 0 is out of range (1–65535)"),
+     f"endpoint '127.0.0.1:0' must be host:port {_PEER}"),
+    (["health", "--target", "127.0.0.1:99999"], "--target", f"endpoint '127.0.0.1:99999' must be host:port {_PEER}"),
+    (["job", "status", "--analyst", "127.0.0.1:0"], "--analyst", f"endpoint '127.0.0.1:0' must be host:port {_PEER}"),
 ], ids=lambda x: x if isinstance(x, str) and x.startswith("--") else None)
 def test_an_endpoint_port_out_of_range_is_a_one_line_usage_error(argv, flag, text, capsys) -> None:
     with pytest.raises(SystemExit) as exc:
@@ -74,9 +79,33 @@ def test_an_endpoint_port_out_of_range_is_a_one_line_usage_error(argv, flag, tex
     assert _error(capsys) == f"ltm {command}: error: argument {flag}: {text}"
 
 
+#: not host:port, though a host:port split on the last ':' would accept them: a gRPC target scheme
+#: (the analyst or a party would open a socket file or use another resolver), a space, a bare IPv6 address
+_NOT_ENDPOINTS = ["unix:/var/run/docker.sock:1", "dns:///h:1", "a b:1", "::1:5"]
+
+
+@pytest.mark.parametrize("value", _NOT_ENDPOINTS)
+@pytest.mark.parametrize("argv, flag, what, rule", [
+    (["health", "--target", "{v}"], "--target", "endpoint", _PEER),
+    (["job", "status", "--analyst", "{v}"], "--analyst", "endpoint", _PEER),
+    (["party", "--id", "p", "--job", "j", "--data", "d", "--servers", "127.0.0.1:5001,{v}"], "--servers", "endpoint",
+     _PEER),
+    (["server", "--id", "s", "--data-dir", "d", "--listen", "{v}"], "--listen", "listen address", _BIND),
+    (["analyst", "--out", "o", "--listen", "{v}"], "--listen", "listen address", _BIND),
+], ids=lambda x: x if isinstance(x, str) and x.startswith("--") else None)
+def test_a_target_scheme_or_malformed_endpoint_is_refused_in_one_line(value, argv, flag, what, rule, capsys) -> None:
+    argv = [a.replace("{v}", value) for a in argv]
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    command = " ".join(argv[:2]) if argv[0] == "job" else argv[0]
+    assert _error(capsys) == f"ltm {command}: error: argument {flag}: {what} {value!r} must be host:port {rule}"
+
+
 @pytest.mark.parametrize("key, value, text", [
     ("max_epsilon", "nan", "max_epsilon: must be a number ≥ 0, got 'nan'"),
-    ("servers", '"127.0.0.1:70000"', "servers: '127.0.0.1:70000': port 70000 is out of range (1–65535)"),
+    ("servers", '"127.0.0.1:70000"', f"servers: endpoint '127.0.0.1:70000' must be host:port {_PEER}"),
+    ("servers", '"unix:/var/run/docker.sock:1"', f"servers: endpoint 'unix:/var/run/docker.sock:1' must be host:port {_PEER}"),
 ])
 def test_a_config_file_value_passes_the_flags_check(key, value, text, tmp_path, capsys) -> None:
     settings = {"id": '"party-0"', "job": '"j"', "data": '"d.csv"', "servers": '"127.0.0.1:1"', "insecure": "true",
@@ -95,8 +124,11 @@ def test_endpoints_in_range_are_accepted() -> None:
     args = build_parser("party").parse_args(["party", "--id", "p", "--job", "j", "--data", "d",
                                              "--servers", "127.0.0.1:1,[::1]:65535,server-2.ltm:50051"])
     assert args.servers == "127.0.0.1:1,[::1]:65535,server-2.ltm:50051"
-    args = build_parser("server").parse_args(["server", "--id", "s", "--data-dir", "d", "--listen", "0.0.0.0:0"])
-    assert args.listen == "0.0.0.0:0"
+    for listen in ("0.0.0.0:0", "[::]:50051", "localhost:65535", "127.0.0.1:1"):
+        args = build_parser("server").parse_args(["server", "--id", "s", "--data-dir", "d", "--listen", listen])
+        assert args.listen == listen
+    for target in ("server-0.example.org:443", "[2001:db8::1]:1", "10.0.0.1:50051"):
+        assert build_parser("health").parse_args(["health", "--target", target]).target == target
 
 
 def test_an_experiment_error_is_mapped_by_the_app_once(tmp_path, capsys) -> None:
