@@ -5,7 +5,7 @@ import argparse
 
 from ltm_cli.app import lazy
 from ltm_cli.demo import DATA_HELPS
-from ltm_cli.options import certificates, endpoint
+from ltm_cli.options import certificates, endpoint, server_map
 from ltm.jobconfig import add_options
 
 DESCRIPTION = ("THE DEMO'S CONVENIENCE, NOT THE REAL PATH (that is `ltm job`: a job file from public information, "
@@ -17,7 +17,7 @@ DESCRIPTION = ("THE DEMO'S CONVENIENCE, NOT THE REAL PATH (that is `ltm job`: a 
 def configure(p: argparse.ArgumentParser) -> None:
     """The ``ltm operate`` flags: where the analyst, servers and party files are, and the job."""
     p.add_argument("--analyst", type=endpoint, help="analyst endpoint host:port (not with --write-job)")
-    p.add_argument("--servers", required=True,
+    p.add_argument("--servers", required=True, type=server_map,
                    help="server-0=host:port,server-1=host:port,… (endpoints as the analyst reaches them)")
     p.add_argument("--party-data", required=True, help="directory to write party-<i>.csv into")
     p.add_argument("--per-party-dirs", action="store_true",

@@ -85,6 +85,18 @@ def listen_address(text: str) -> str:
     return _endpoint(text, "listen address", True)
 
 
+def server_map(text: str) -> list[tuple[str, str]]:
+    """An argparse type: ``server-0=host:port,server-1=host:port,…``, the ids in order and each
+    endpoint checked as :func:`endpoint`; returns the (id, endpoint) pairs."""
+    pairs = [item.strip().split("=", 1) for item in text.split(",") if item.strip()]
+    if not pairs or any(len(pair) != 2 for pair in pairs):
+        raise argparse.ArgumentTypeError(f"{text!r}: write server-0=host:port,server-1=host:port,…")
+    ids = [f"server-{i}" for i in range(len(pairs))]
+    if [pair[0] for pair in pairs] != ids:
+        raise argparse.ArgumentTypeError(f"{text!r}: list the servers as {', '.join(ids)}, in that order")
+    return [(server_id, endpoint(address)) for server_id, address in pairs]
+
+
 def endpoints(text: str) -> str:
     """An argparse type: comma-separated ``host:port`` endpoints, each checked as :func:`endpoint`
     (the text is kept: the role splits it, and a ``--config`` file gives the same form)."""

@@ -312,12 +312,7 @@ def print_summary(r: dict[str, Any]) -> None:
 
 
 def run_operate(args: argparse.Namespace) -> int:
-    servers = [item.split("=", 1) for item in args.servers.split(",") if item]
-    if any(len(x) != 2 for x in servers):
-        raise SystemExit("ltm operate: --servers takes server-0=host:port,server-1=host:port,…")
-    ids = [f"server-{i}" for i in range(len(servers))]
-    if [x[0] for x in servers] != ids:
-        raise SystemExit(f"ltm operate: --servers must list {ids} in order")
+    servers = args.servers  # (server id, endpoint) pairs, in order: ltm_cli.options.server_map checked them
     randomness = Randomness.seeded_insecure(args.seed) if args.seed is not None else Randomness.system()
     cfg = SimulateConfig(data=args.data, label=args.label, partition=args.partition, parties=args.parties,
                          k=len(servers), sketch=args.sketch, m=args.m, s=args.s, epsilon=args.epsilon,

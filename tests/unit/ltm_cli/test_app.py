@@ -138,3 +138,29 @@ def test_an_experiment_error_is_mapped_by_the_app_once(tmp_path, capsys) -> None
     assert main(["experiment", "run", str(spec), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("ltm experiment: error: ") and err.count("\n") == 1, err
+
+
+_OPERATE = ["operate", "--party-data", "p", "--insecure", "--servers"]
+
+
+@pytest.mark.parametrize("servers, text", [
+    ("server-0=server-0:50051,server-1=127.0.0.1:70000",
+     "endpoint '127.0.0.1:70000' must be host:port (a DNS name, an IPv4 address or [IPv6], port 1–65535)"),
+    ("server-0=unix:/x:1,server-1=h:1", "endpoint 'unix:/x:1' must be host:port"),
+    ("server-1=h:1,server-0=h:2", "list the servers as server-0, server-1, in that order"),
+    ("server-0:h:1", "write server-0=host:port,server-1=host:port,…"),
+    ("", "write server-0=host:port,server-1=host:port,…"),
+])
+def test_operate_checks_its_server_map_like_every_endpoint(servers, text, capsys) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main([*_OPERATE, servers])
+    assert exc.value.code == 2
+    error = _error(capsys)
+    assert error.startswith("ltm operate: error: argument --servers: ") and text in error, error
+
+
+def test_operate_reads_its_server_map_as_id_endpoint_pairs() -> None:
+    from ltm_cli.app import build_parser
+
+    args = build_parser("operate").parse_args([*_OPERATE, "server-0=server-0:50051, server-1=[::1]:7"])
+    assert args.servers == [("server-0", "server-0:50051"), ("server-1", "[::1]:7")]
