@@ -90,21 +90,15 @@ class SimulateConfig:
 
 def load_table(cfg: SimulateConfig, randomness: Randomness) -> tuple[Table, Table | None]:
     """(train, test) tables.  Synthetic data gets an independent test draw; CSV data a random split."""
-    if cfg.synthetic == "ridge":
+    generators = {"ridge": synthetic_ridge, "nonlinear": synthetic_nonlinear}
+    if cfg.synthetic in generators:
         # One draw (same generating coefficients), the last rows held out for testing.
-        n_test = max(cfg.n // 4, 1000)
-        full = synthetic_ridge(cfg.n + n_test, cfg.d, randomness.child("data"))
+        full = generators[cfg.synthetic](cfg.n + max(cfg.n // 4, 1000), cfg.d, randomness.child("data"))
         head = Table({c: v[:cfg.n] for c, v in full.columns.items()}, full.label, full.source)
         tail = Table({c: v[cfg.n:] for c, v in full.columns.items()}, full.label, full.source + " (held out)")
         return head, tail
     if cfg.synthetic == "lowrank":
         return synthetic_lowrank(cfg.n, cfg.d, cfg.rank, randomness.child("train")), None
-    if cfg.synthetic == "nonlinear":
-        n_test = max(cfg.n // 4, 1000)
-        full = synthetic_nonlinear(cfg.n + n_test, cfg.d, randomness.child("data"))
-        head = Table({c: v[:cfg.n] for c, v in full.columns.items()}, full.label, full.source)
-        tail = Table({c: v[cfg.n:] for c, v in full.columns.items()}, full.label, full.source + " (held out)")
-        return head, tail
     if cfg.synthetic is not None:
         raise DataError(f"unknown synthetic generator {cfg.synthetic!r}; choose ridge, lowrank or nonlinear")
     table = load_csv(cfg.data, label=cfg.label, features=cfg.features) if cfg.data else load_bundled()
