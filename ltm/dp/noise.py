@@ -228,11 +228,6 @@ def _geometric_float(stream: RandomStream, t: float, count: int, scratch: _Scrat
     return g
 
 
-def _geometric(stream: RandomStream, t: float, count: int) -> np.ndarray:
-    """:func:`_geometric_float` as int64."""
-    return _geometric_float(stream, t, count).astype(np.int64)
-
-
 def _geometric_exact(lazy: _LazyUniform, t: float, tf: Fraction) -> int:
     """The G = max{k : V < e^{−k/t}} of one lazily drawn V, decided exactly.
 
