@@ -29,7 +29,7 @@ import numpy as np
 from analyst.estimators import OLS, LowRank, Ridge, release_lambda
 from analyst.release import ReleasedSketch
 
-__all__ = ["ReleaseRidge", "ReleaseLowRank", "NotFittedError", "as_release"]
+__all__ = ["NotFittedError", "ReleaseLowRank", "ReleaseRidge", "as_release"]
 
 
 class NotFittedError(ValueError, AttributeError):
@@ -70,7 +70,7 @@ class _ReleaseEstimator:
         """The hyper-parameters, name → value (``deep`` is accepted for scikit-learn; none nest)."""
         return {name: getattr(self, name) for name in self._param_names()}
 
-    def set_params(self, **params: Any) -> "_ReleaseEstimator":
+    def set_params(self, **params: Any) -> _ReleaseEstimator:
         """Set hyper-parameters by name; an unknown name is a ValueError.  Returns self (not refitted)."""
         valid = self._param_names()
         for name, value in params.items():
@@ -86,7 +86,13 @@ class _ReleaseEstimator:
         return hasattr(self, self._fitted_attr)
 
     def __sklearn_tags__(self) -> Any:
-        from sklearn.utils import InputTags, RegressorTags, Tags, TargetTags, TransformerTags
+        from sklearn.utils import (
+            InputTags,
+            RegressorTags,
+            Tags,
+            TargetTags,
+            TransformerTags,
+        )
 
         regressor = self._estimator_type == "regressor"
         return Tags(estimator_type=self._estimator_type if regressor else None,
@@ -104,7 +110,7 @@ class _ReleaseEstimator:
             raise TypeError(f"{type(self).__name__}.fit takes a release only: the label is a column of the release, "
                             f"and raw data are never fitted on")
 
-    def refit(self, **params: Any) -> "_ReleaseEstimator":
+    def refit(self, **params: Any) -> _ReleaseEstimator:
         """A new model with ``params`` changed (e.g. ``alpha=10.0``, ``n_components=3``), fitted on the SAME
         release as this one: post-processing, no privacy cost, the release unchanged.  ``self`` is left as is."""
         self._check_fitted()
@@ -149,7 +155,7 @@ class ReleaseRidge(_ReleaseEstimator):
         self.alpha = alpha
         self.debias = debias
 
-    def fit(self, release: Any, y: None = None) -> "ReleaseRidge":
+    def fit(self, release: Any, y: None = None) -> ReleaseRidge:
         """Fit from ``release`` (a :class:`ReleasedSketch` or a :class:`JobResult`); ``y`` must be None
         (the label is the release's label column).  Returns self."""
         self._check_y_none(y)
@@ -230,7 +236,7 @@ class ReleaseLowRank(_ReleaseEstimator):
     def __init__(self, n_components: int = 2) -> None:
         self.n_components = n_components
 
-    def fit(self, release: Any, y: None = None) -> "ReleaseLowRank":
+    def fit(self, release: Any, y: None = None) -> ReleaseLowRank:
         """Fit from ``release`` (a :class:`ReleasedSketch` or a :class:`JobResult`); ``y`` must be None.
         Returns self."""
         self._check_y_none(y)

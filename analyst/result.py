@@ -24,7 +24,7 @@ from typing import Any
 
 from analyst.release import ReleasedSketch, release_from_json
 
-__all__ = ["JobResult", "open_result", "noise_statement", "RESULT_FILES"]
+__all__ = ["RESULT_FILES", "JobResult", "noise_statement", "open_result"]
 
 #: The files of one job's result directory (``ltm job result``; the analyst's ``<out>/<job id>/``).
 RESULT_FILES = ("release.json", "privacy_report.json", "model.json", "report.json")

@@ -187,7 +187,7 @@ def test_the_core_does_not_import_scikit_learn():
 
 # ------------------------------------------------------------------ scikit-learn's own checks
 sklearn = pytest.importorskip("sklearn")
-from sklearn.utils import estimator_checks as ec  # noqa: E402
+from sklearn.utils import estimator_checks as ec
 
 #: The checks that do not fit on raw arrays (every other check calls fit(X, y), which a model
 #: fitted from a release refuses by design: see analyst/models.py).
