@@ -21,7 +21,7 @@ import numpy as np
 from analyst.models import ReleaseLowRank, ReleaseRidge
 from analyst.result import JobResult
 
-__all__ = ["write_figure", "FIGURE_FILE"]
+__all__ = ["FIGURE_FILE", "write_figure"]
 
 #: The figure's file name in a job's result directory.
 FIGURE_FILE = "figure.png"
