@@ -56,9 +56,10 @@ def _coefficients(fig: Any, result: JobResult, draws: int) -> None:
         ax.annotate(f"{raw:.4g} ± {Z95 * sd:.2g}", (c + e, yi), xytext=(6, 0), textcoords="offset points",
                     va="center", fontsize=8, color="0.25")
     target = rel.columns[rel.label]
-    ax.set_xlabel(f"standardised coefficient: change in {target} (in its public scale) per public scale of the "
-                  "feature\nbars: 95 % range of the DP noise the release states; beside each point: the raw-unit "
-                  "coefficient ± that range", fontsize=9)
+    ax.set_xlabel(f"standardised coefficient: change in {target} per change in the feature,\n"
+                  "each in its public scale (the job's x' = (x − centre) / scale)\n"
+                  "bars: 95 % range of the release's stated DP noise; beside each point: raw coefficient ± that range",
+                  fontsize=8.5)
     ax.set_title(_title(result, f"{result.model.get('model', 'ridge')} of {target}, λ = {model.alpha_:.3g}"),
                  fontsize=10)
     ax.grid(axis="x", color="0.92")
