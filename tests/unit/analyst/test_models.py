@@ -189,18 +189,30 @@ def test_the_core_does_not_import_scikit_learn():
 sklearn = pytest.importorskip("sklearn")
 from sklearn.utils import estimator_checks as ec
 
-#: The checks that do not fit on raw arrays (every other check calls fit(X, y), which a model
-#: fitted from a release refuses by design: see analyst/models.py).
-APPLICABLE = ["check_no_attributes_set_in_init", "check_parameters_default_constructible",
-              "check_get_params_invariance", "check_set_params", "check_estimator_cloneable",
-              "check_estimator_repr", "check_estimator_tags_renamed", "check_valid_tag_types",
-              "check_do_not_raise_errors_in_init_or_set_params", "check_mixin_order"]
+#: The checks that apply: those that do not fit on raw arrays.  Every other check calls fit(X, y) (or
+#: fit_transform) on arrays, which a model fitted from a release refuses by design (analyst/models.py);
+#: check_estimator(on_fail=None) lists 27 (ridge) and 26 (low rank) that fail on that TypeError, and the
+#: rest assert how fit handles bad arrays (empty, NaN, sparse).
+COMMON = {"check_no_attributes_set_in_init", "check_parameters_default_constructible", "check_get_params_invariance",
+          "check_set_params", "check_estimator_cloneable", "check_estimator_repr", "check_estimator_tags_renamed",
+          "check_valid_tag_types", "check_do_not_raise_errors_in_init_or_set_params", "check_mixin_order",
+          "check_estimators_unfitted"}
+APPLICABLE = {ReleaseRidge: COMMON | {"check_estimators_partial_fit_n_features", "check_non_transformer_estimators_n_iter"},
+              ReleaseLowRank: COMMON | {"check_transformers_unfitted", "check_transformer_n_iter"}}
 
 
-@pytest.mark.parametrize("check", APPLICABLE)
-@pytest.mark.parametrize("estimator", [ReleaseRidge(), ReleaseLowRank()], ids=repr)
-def test_scikit_learns_applicable_estimator_checks(estimator, check):
-    getattr(ec, check)(type(estimator).__name__, estimator)
+@pytest.mark.parametrize("cls", [ReleaseRidge, ReleaseLowRank], ids=lambda c: c.__name__)
+def test_scikit_learns_applicable_estimator_checks_pass(cls):
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # on_fail=None warns about each check that does not apply
+        results = ec.check_estimator(cls(), on_fail=None)
+    passed = {r["check_name"] for r in results if r["status"] == "passed"}
+    assert APPLICABLE[cls] <= passed, sorted(APPLICABLE[cls] - passed)
+    raw = [r for r in results if r["status"] == "failed" and isinstance(r["exception"], TypeError)]
+    assert all("never from raw data" in str(r["exception"]) or "takes a release only" in str(r["exception"])
+               for r in raw)
 
 
 def test_unfitted_and_cloned_models_behave_as_scikit_learns(results):
