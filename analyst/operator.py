@@ -210,7 +210,10 @@ def write_result(out: Path, job_id: str, files: dict[str, str]) -> Path:
 
 def write_result_figure(d: Path) -> str:
     """Write the figure of the job in ``d`` (:mod:`analyst.figure`); returns the line to print: where
-    it went, or why there is none (no matplotlib: the ``plot`` extra)."""
+    it went, or why there is none (no matplotlib: the ``plot`` extra; a release no model fits, e.g. a
+    singular one) — the job's files are written either way."""
+    import numpy as np
+
     from analyst.figure import write_figure
     from analyst.result import open_result
 
@@ -220,6 +223,8 @@ def write_result_figure(d: Path) -> str:
         if not (exc.name or "").startswith("matplotlib"):
             raise
         return "  no figure: matplotlib is not installed (pip install 'ltm[plot]')"
+    except (ValueError, np.linalg.LinAlgError) as exc:
+        return f"  no figure: {' '.join(str(exc).split())}"
     return f"  figure: {path}"
 
 
