@@ -1,6 +1,6 @@
 """scikit-learn–compatible models fitted from a DP release, never from raw data.
 
-:class:`ReleaseRidge` (ridge; ``alpha=0`` is OLS) and :class:`ReleaseLowRank` follow scikit-learn's
+:class:`ReleaseRidge` (ridge), :class:`ReleaseOLS` (λ = 0) and :class:`ReleaseLowRank` follow scikit-learn's
 estimator conventions — hyper-parameters in ``__init__`` (``get_params``/``set_params``,
 ``sklearn.base.clone``), fitted attributes ending in ``_``, ``predict``/``score``/``transform`` on raw
 rows — but ``fit`` takes a *release* (a :class:`analyst.release.ReleasedSketch` or a
@@ -29,7 +29,7 @@ import numpy as np
 from analyst.estimators import OLS, LowRank, Ridge, release_lambda
 from analyst.release import ReleasedSketch
 
-__all__ = ["NotFittedError", "ReleaseLowRank", "ReleaseRidge", "as_release"]
+__all__ = ["NotFittedError", "ReleaseLowRank", "ReleaseOLS", "ReleaseRidge", "as_release"]
 
 
 class NotFittedError(ValueError, AttributeError):
@@ -205,7 +205,7 @@ class ReleaseRidge(_ReleaseEstimator):
         rel, rng = self.release_, np.random.default_rng(seed)
         sd = (np.sqrt(rel.entry_noise_variance) if rel.lifted
               else np.sqrt(rel.noise_variance_per_column / rel.matrix.shape[0]))
-        fixed = type(self)(alpha=self.alpha_, debias=self.debias)
+        fixed = ReleaseRidge(alpha=self.alpha_, debias=self.debias)
         coefs, intercepts = [], []
         for _ in range(int(draws)):
             noisy = replace(rel, matrix=rel.matrix + rng.normal(size=rel.matrix.shape) * sd, privacy={})
@@ -213,6 +213,18 @@ class ReleaseRidge(_ReleaseEstimator):
             coefs.append(fixed.coef_)
             intercepts.append(fixed.intercept_)
         return np.std(coefs, axis=0, ddof=1), float(np.std(intercepts, ddof=1))
+
+
+class ReleaseOLS(ReleaseRidge):
+    """Ordinary least squares fitted from a labelled release: :class:`ReleaseRidge` with λ = 0 and no
+    hyper-parameters (scikit-learn's LinearRegression to ReleaseRidge's Ridge).  ``refit(alpha=…)`` is
+    refused: use ``ReleaseRidge(alpha=…).fit(model.release_)``."""
+
+    alpha = 0.0
+    debias = False
+
+    def __init__(self) -> None:
+        pass
 
 
 class ReleaseLowRank(_ReleaseEstimator):

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from analyst.jobs import fit_model, release_json
-from analyst.models import NotFittedError, ReleaseLowRank, ReleaseRidge
+from analyst.models import NotFittedError, ReleaseLowRank, ReleaseOLS, ReleaseRidge
 from analyst.release import release_from_json
 from analyst.result import open_result
 from ltm.randomness import Randomness
@@ -117,6 +117,19 @@ def test_fit_from_a_release_and_refit_with_a_new_lambda_at_no_privacy_cost(resul
     assert _files_digest(results["root"]) == disk  # no ledger was charged, no file rewritten
 
 
+@pytest.mark.parametrize("kind", ["gram", "sparse"])
+def test_ols_is_the_normal_equations_without_lambda(results, kind):
+    result = open_result(results[kind])
+    model = ReleaseOLS().fit(result)
+    coef, intercept = _numpy_ridge(result.release, 0.0)
+    np.testing.assert_allclose(model.coef_, coef, rtol=1e-9, atol=1e-12)
+    assert model.intercept_ == pytest.approx(intercept, rel=1e-9, abs=1e-12)
+    assert model.get_params() == {} and model.alpha_ == 0.0 and repr(model) == "ReleaseOLS()"
+    with pytest.raises(TypeError):
+        model.refit(alpha=1.0)
+    assert np.all(model.coef_errors(draws=50)[0] > 0)
+
+
 def test_the_default_lambda_is_the_jobs_own_fit(results):
     result = open_result(results["gram"])
     model = ReleaseRidge().fit(result)  # alpha=None: the release's rule, as `ltm job` fits
@@ -197,11 +210,12 @@ COMMON = {"check_no_attributes_set_in_init", "check_parameters_default_construct
           "check_set_params", "check_estimator_cloneable", "check_estimator_repr", "check_estimator_tags_renamed",
           "check_valid_tag_types", "check_do_not_raise_errors_in_init_or_set_params", "check_mixin_order",
           "check_estimators_unfitted"}
-APPLICABLE = {ReleaseRidge: COMMON | {"check_estimators_partial_fit_n_features", "check_non_transformer_estimators_n_iter"},
+REGRESSOR = COMMON | {"check_estimators_partial_fit_n_features", "check_non_transformer_estimators_n_iter"}
+APPLICABLE = {ReleaseRidge: REGRESSOR, ReleaseOLS: REGRESSOR,
               ReleaseLowRank: COMMON | {"check_transformers_unfitted", "check_transformer_n_iter"}}
 
 
-@pytest.mark.parametrize("cls", [ReleaseRidge, ReleaseLowRank], ids=lambda c: c.__name__)
+@pytest.mark.parametrize("cls", [ReleaseRidge, ReleaseOLS, ReleaseLowRank], ids=lambda c: c.__name__)
 def test_scikit_learns_applicable_estimator_checks_pass(cls):
     import warnings
 
