@@ -140,7 +140,9 @@ class ReleaseRidge(_ReleaseEstimator):
     Args:
         alpha: λ ≥ 0, or None (default) for the release's own rule
             (:func:`analyst.estimators.release_lambda`, the rule ``ltm job`` uses).
-        debias: a sketch release only: subtract the expected noise Gram diagonal.
+        debias: a sketch release only: subtract the expected noise Gram diagonal (default True, as a
+            job's ``[fit]``; False: the paper's faithful analyst).  A ``gram`` release has nothing to
+            subtract (its noise has mean zero).
 
     Attributes (after fit):
         coef_: (n_features,) raw-unit coefficients, in ``feature_names_in_`` order.
@@ -151,7 +153,7 @@ class ReleaseRidge(_ReleaseEstimator):
         release_: the release it was fitted from (read, never changed).
     """
 
-    def __init__(self, alpha: float | None = None, debias: bool = False) -> None:
+    def __init__(self, alpha: float | None = None, debias: bool = True) -> None:
         self.alpha = alpha
         self.debias = debias
 
@@ -216,8 +218,8 @@ class ReleaseRidge(_ReleaseEstimator):
 
 
 class ReleaseOLS(ReleaseRidge):
-    """Ordinary least squares fitted from a labelled release: :class:`ReleaseRidge` with λ = 0 and no
-    hyper-parameters (scikit-learn's LinearRegression to ReleaseRidge's Ridge).  ``refit(alpha=…)`` is
+    """Ordinary least squares fitted from a labelled release: :class:`ReleaseRidge` with λ = 0, no
+    de-biasing and no hyper-parameters (scikit-learn's LinearRegression to ReleaseRidge's Ridge).  ``refit(alpha=…)`` is
     refused: use ``ReleaseRidge(alpha=…).fit(model.release_)``."""
 
     alpha = 0.0

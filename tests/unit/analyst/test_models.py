@@ -93,7 +93,7 @@ def test_fit_from_a_release_and_refit_with_a_new_lambda_at_no_privacy_cost(resul
     release = result.release
     before = (release.matrix.copy(), copy.deepcopy(release.privacy), release.sha256)
     disk = _files_digest(results["root"])  # the result files and every party's ledger
-    model = ReleaseRidge(alpha=2.0).fit(result)
+    model = ReleaseRidge(alpha=2.0, debias=False).fit(result)
     X, y = _xy(results["test"])
     coef, intercept = _numpy_ridge(release, 2.0)
     np.testing.assert_allclose(model.coef_, coef, rtol=1e-9, atol=1e-12)
@@ -130,10 +130,11 @@ def test_ols_is_the_normal_equations_without_lambda(results, kind):
     assert np.all(model.coef_errors(draws=50)[0] > 0)
 
 
-def test_the_default_lambda_is_the_jobs_own_fit(results):
-    result = open_result(results["gram"])
-    model = ReleaseRidge().fit(result)  # alpha=None: the release's rule, as `ltm job` fits
-    assert model.alpha_ == result.model["lambda"]
+@pytest.mark.parametrize("kind", ["gram", "sparse"])
+def test_the_defaults_are_the_jobs_own_fit(results, kind):
+    result = open_result(results[kind])
+    model = ReleaseRidge().fit(result)  # alpha=None: the release's λ rule, and de-biased, as `ltm job` fits
+    assert model.alpha_ == result.model["lambda"] and model.debias == result.model["debias"] is True
     np.testing.assert_allclose(model.coef_, [result.model["coef"][f] for f in model.feature_names_in_], rtol=1e-12)
 
 
