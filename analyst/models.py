@@ -2,7 +2,7 @@
 
 :class:`ReleaseRidge` (ridge), :class:`ReleaseOLS` (λ = 0) and :class:`ReleaseLowRank` follow scikit-learn's
 estimator conventions — hyper-parameters in ``__init__`` (``get_params``/``set_params``,
-``sklearn.base.clone``), fitted attributes ending in ``_``, ``predict``/``score``/``transform`` on raw
+``sklearn.base.clone``, ``check_is_fitted``), fitted attributes ending in ``_``, ``predict``/``score``/``transform`` on raw
 rows — but ``fit`` takes a *release* (a :class:`analyst.release.ReleasedSketch` or a
 :class:`analyst.result.JobResult` from :func:`analyst.result.open_result`), not ``(X, y)``.  A raw-data
 ``fit`` is what the privacy guarantee exists to avoid, so it is refused (``TypeError``); scikit-learn's
