@@ -5,7 +5,8 @@
 * ``ltm job submit FILE --analyst HOST:PORT`` — send the job to the analyst, which persists it,
   publishes it to every server and runs it (parties join with ``ltm party --job ID``).
 * ``ltm job status [ID] --analyst HOST:PORT`` — state and phase of one job or all jobs.
-* ``ltm job result ID --analyst HOST:PORT --out DIR`` — write a finished job's files.
+* ``ltm job result ID --analyst HOST:PORT --out DIR`` — write a finished job's files and its figure
+  into ``DIR/ID/``.
 * ``ltm job bounds DRAFT --analyst HOST:PORT --epsilon E --out FILE`` — the DP pre-job that
   estimates the column centres and spreads nobody knows (:mod:`analyst.bounds`).
 
@@ -188,17 +189,51 @@ def run_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def write_result(out: Path, job_id: str, files: dict[str, str]) -> Path:
+    """Write one job's files into ``out/<job_id>/`` (created), so results of several jobs share one
+    ``--out`` without overwriting each other; names from the analyst are checked (no directories, no
+    dot files), and so is the job id (one directory name).  Returns the job's directory."""
+    from ltm.identifiers import id_problem
+
+    problem = id_problem(job_id, "job id")
+    if problem:
+        raise CommandError(problem)
+    bad = [name for name in files if "/" in name or "\\" in name or name.startswith(".")]
+    if bad:
+        raise CommandError(f"refusing the file name {bad[0]!r} from the analyst")
+    d = out / job_id
+    d.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (d / name).write_text(text)
+    return d
+
+
+def write_result_figure(d: Path) -> str:
+    """Write the figure of the job in ``d`` (:mod:`analyst.figure`); returns the line to print: where
+    it went, or why there is none (no matplotlib: the ``plot`` extra; a release no model fits, e.g. a
+    singular one) — the job's files are written either way."""
+    import numpy as np
+
+    from analyst.figure import write_figure
+    from analyst.result import open_result
+
+    try:
+        path = write_figure(open_result(d))
+    except ImportError as exc:
+        if not (exc.name or "").startswith("matplotlib"):
+            raise
+        return "  no figure: matplotlib is not installed (pip install 'ltm[plot]')"
+    except (ValueError, np.linalg.LinAlgError) as exc:
+        return f"  no figure: {' '.join(str(exc).split())}"
+    return f"  figure: {path}"
+
+
 def run_result(args: argparse.Namespace) -> int:
-    """``ltm job result``: fetch a finished job's files into ``--out`` (names from the analyst are
-    checked: no directories, no dot files) and print the release hash and the model; returns 0.
+    """``ltm job result``: fetch a finished job's files into ``--out/<job id>/`` with its figure, and
+    print the release hash and the model; returns 0.
     """
     sha, files = asyncio.run(_with_analyst(args, lambda stub: job_result(stub, args.job_id)))
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    for name, text in files.items():
-        if "/" in name or name.startswith("."):
-            raise CommandError(f"refusing the file name {name!r} from the analyst")
-        (out / name).write_text(text)
+    out = write_result(Path(args.out), args.job_id, files)
     model = json.loads(files.get("model.json", "{}"))
     print(f"job {args.job_id!r}: release sha256 {sha}; wrote {', '.join(sorted(files))} to {out}")
     if "coef" in model:
@@ -206,4 +241,5 @@ def run_result(args: argparse.Namespace) -> int:
         print(f"  {model['model']}: {model['target']} ≈ {model['intercept']:.4g} + {coef}")
     elif model:
         print(f"  {model['model']} (rank {model.get('rank')}) on columns {model.get('columns')}")
+    print(write_result_figure(out))
     return 0

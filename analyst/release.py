@@ -146,3 +146,20 @@ def release_from_reply(spec: JobSpec, reply: GetReleaseResponse, participants: i
         scales=np.array([e.scale for e in spec.layout]), label=spec.label_index,
         intercept=spec.intercept_index, n=int(participants), **stated_noise(privacy),
         privacy=privacy, sha256=reply.release_sha256, kind=spec.sketch.kind)
+
+
+def release_from_json(obj: Mapping[str, Any], privacy: Mapping[str, Any] | None = None) -> ReleasedSketch:
+    """The release a ``release.json`` object describes (the inverse of
+    :func:`analyst.jobs.release_to_json`): the float64 (m, D) matrix (a lifted kind: (1, W)), the
+    columns, centres, scales, label and intercept, n, the stated noise, the SHA-256 and the kind.
+    ``privacy``: the job's privacy report (``privacy_report.json``), attached as
+    :attr:`ReleasedSketch.privacy` (default: empty).  No network and no privacy cost: it only reads
+    what was released."""
+    entries = obj.get("entry_noise_variance")
+    return ReleasedSketch(
+        matrix=np.asarray(obj["matrix"], dtype=np.float64), columns=tuple(obj["columns"]),
+        centers=np.asarray(obj["centers"], dtype=np.float64), scales=np.asarray(obj["scales"], dtype=np.float64),
+        label=obj["label"], intercept=obj["intercept"], n=int(obj["n"]),
+        noise_variance_per_column=float(obj["noise_variance_per_column"]),
+        entry_noise_variance=None if entries is None else np.asarray(entries, dtype=np.float64),
+        privacy=dict(privacy or {}), sha256=str(obj.get("sha256", "")), kind=str(obj.get("kind", "sparse")))

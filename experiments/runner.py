@@ -36,72 +36,9 @@ from experiments.executors import EXECUTORS, make_executor
 from experiments.registry import Scenario, get_scenario
 from experiments.results import ResultsCsv
 from experiments.spec import SPEC_DIR, Cell, ExperimentSpec, SpecError, load_spec
+from ltm.progress import Bar, progress_bar
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-
-
-class Progress:
-    """A carriage-return progress bar with ETA on stderr (no dependency).
-
-    On a terminal it redraws at most 5 times a second; otherwise it prints a line per 5% or minute.
-    """
-
-    def __init__(self, label: str, total: int, done: int, total_weight: float, done_weight: float,
-                 enabled: bool = True, stream=None) -> None:
-        self.label, self.total, self.done = label, total, done
-        self.total_weight, self.done_weight = max(total_weight, 1e-12), done_weight
-        self.session_weight = 0.0
-        self.start = time.monotonic()
-        self.stream = stream or sys.stderr
-        self.enabled = enabled
-        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
-        self._last = 0.0
-        self._last_decile = -1
-        self.render(force=True)
-
-    @staticmethod
-    def _clock(seconds: float) -> str:
-        seconds = int(max(seconds, 0))
-        h, rem = divmod(seconds, 3600)
-        m, s = divmod(rem, 60)
-        return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
-
-    def update(self, weight: float) -> None:
-        self.done += 1
-        self.done_weight += weight
-        self.session_weight += weight
-        self.render()
-
-    def render(self, force: bool = False) -> None:
-        if not self.enabled:
-            return
-        frac = min(self.done_weight / self.total_weight, 1.0)
-        elapsed = time.monotonic() - self.start
-        remaining = self.total_weight - self.done_weight
-        eta = elapsed / self.session_weight * remaining if self.session_weight > 0 else None
-        width = 28
-        fill = int(round(frac * width))
-        text = (f"{self.label} [{'#' * fill}{'.' * (width - fill)}] {self.done}/{self.total} "
-                f"{100 * frac:5.1f}%  elapsed {self._clock(elapsed)}  ETA {self._clock(eta) if eta is not None else '?'}")
-        now = time.monotonic()
-        if self.tty:
-            if force or now - self._last >= 0.2 or self.done == self.total:
-                self.stream.write("\r" + text + "\x1b[K")
-                self.stream.flush()
-                self._last = now
-        else:  # a log file: a line per 5% or per minute, whichever comes first
-            step = int(frac * 20)
-            if force or step != self._last_decile or now - self._last >= 60.0 or self.done == self.total:
-                self.stream.write(text + "\n")
-                self.stream.flush()
-                self._last_decile = step
-                self._last = now
-
-    def close(self) -> None:
-        if self.enabled and self.tty:
-            self.render(force=True)
-            self.stream.write("\n")
-            self.stream.flush()
 
 
 @dataclass
@@ -267,7 +204,7 @@ def _plan_pairs(spec: ExperimentSpec, scenario: Scenario, done: set[tuple[str, i
     return _Pairs(tasks, grid_order, total_weight, done_weight, pairs_total, resumed)
 
 
-def _compute_pairs(run: _Run, ex: Any, csv: ResultsCsv, pairs: _Pairs, bar: Progress, *, networked: bool,
+def _compute_pairs(run: _Run, ex: Any, csv: ResultsCsv, pairs: _Pairs, bar: Bar, *, networked: bool,
                    max_pairs: int | None) -> None:
     """Compute the pairs on ``ex``, appending each to ``results.csv`` as it comes back; on every way
     out, free the executor and the network and write ``run.json`` (:func:`_settle`)."""
@@ -288,7 +225,8 @@ def _compute_pairs(run: _Run, ex: Any, csv: ResultsCsv, pairs: _Pairs, bar: Prog
             for task, (rows, _) in finished:
                 csv.append(task.cell.cell_id, task.rep, task.seed, task.cell.axes, rows)
                 run.ran += 1
-                bar.update(task.weight)
+                bar.update(100.0 * task.weight / max(pairs.total_weight, 1e-12))  # percent of the weighted work
+                bar.describe(f"{pairs.resumed + run.ran}/{pairs.pairs_total} pairs")
     except KeyboardInterrupt:
         run.status = "interrupted"
         raise
@@ -375,8 +313,8 @@ def run_experiment(spec_ref: str | Path, out: str | Path | None = None, *, reduc
         out_dir.mkdir(parents=True, exist_ok=True)
         csv = ResultsCsv(out_dir / "results.csv", spec.axes).open()
         pairs = _plan_pairs(spec, scenario, csv.done(), max_pairs)
-        bar = Progress(spec.name, pairs.pairs_total, pairs.resumed, pairs.total_weight, pairs.done_weight,
-                       enabled=progress)
+        bar = progress_bar(100.0, spec.name, unit="%", quiet=not progress,
+                           initial=100.0 * pairs.done_weight / max(pairs.total_weight, 1e-12))
         _compute_pairs(run, ex, csv, pairs, bar, networked=networked, max_pairs=max_pairs)
     return _write_report(run, ex, csv, pairs, plots)
 

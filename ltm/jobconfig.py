@@ -216,6 +216,8 @@ FIELDS: tuple[Field, ...] = (
     # ---- how a run is made and reported (not job parameters: never in a job file)
     _f("seed", "run", "SEEDED MODE: reproducible and NOT private (experiments only)", type=int, flags=("--seed",)),
     _f("json", "run", "print one JSON object", False, action="store_true", flags=("--json",)),
+    _f("quiet", "run", "no progress bar on stderr (none is drawn either when stderr is not a terminal; "
+                       "ltm/progress.py)", False, action="store_true", flags=("--quiet", "--no-progress")),
     # ---- job-file only: the job's identity, structure and intake (a simulation makes its own)
     _f("job_id", "file", "the job id (it names files and directories of every actor)", "", toml=("job", "id"),
        file_required=True),

@@ -68,7 +68,6 @@ def _e2e(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plot", help="write a PNG of wall time and peak RSS against n (needs matplotlib)")
     p.add_argument("--from-json", nargs="+", metavar="JSON",
                    help="with --plot: plot these saved outputs (single runs or series) instead of running")
-    p.add_argument("--no-progress", action="store_true", help="no phase/progress lines on stderr")
     p.set_defaults(func=lazy("sim.tools.bench_e2e:run"))
 
 

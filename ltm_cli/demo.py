@@ -17,7 +17,7 @@ def configure(p: argparse.ArgumentParser) -> None:
                 helps={"parties": "party processes (default {default})", "k": "server processes (default {default})"})
     add_options(p, "privacy", only=("epsilon", "delta", "colluding_servers"))
     add_options(p, "data", only=("data", "label"), helps=DATA_HELPS)
-    add_options(p, "run")
+    add_options(p, "run", only=("seed", "json"))
     p.add_argument("--workdir", help="keep certificates, stores, logs and outputs here (default: a temp dir, removed)")
     p.add_argument("--deadline", type=float, default=60.0, help="seconds the analyst waits for parties")
     insecure(p)

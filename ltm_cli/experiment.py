@@ -7,6 +7,7 @@ import shlex
 from pathlib import Path
 
 from ltm_cli.app import lazy
+from ltm_cli.options import quiet
 
 DESCRIPTION = ("Run experiment specs (experiments/specs/*.toml): a scenario over a parameter grid, resumable, with "
                "results.csv, summary.md, plots and run.json.")
@@ -32,7 +33,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     run_p.add_argument("--scheduler", metavar="ADDRESS",
                        help="with --executor dask (implied): use the running Dask scheduler at ADDRESS "
                             "(e.g. tcp://host:8786) and its workers instead of a local cluster")
-    run_p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    quiet(run_p, "no progress bar on stderr (none either when stderr is not a terminal)")
     run_p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     run_p.set_defaults(func=run)
     lst = esub.add_parser("list", help="list the bundled specs and registered scenarios")
@@ -53,10 +54,10 @@ def run(args: argparse.Namespace) -> int:
              "--networked" if args.networked else "", f"--workers {args.workers}" if args.workers else "",
              f"--executor {executor}" if executor != "local" else "",
              f"--scheduler {shlex.quote(args.scheduler)}" if args.scheduler else "",
-             "--no-progress" if args.no_progress else "", "--no-plots" if args.no_plots else ""]
+             "--no-progress" if args.quiet else "", "--no-plots" if args.no_plots else ""]
     command = " ".join(["ltm experiment run", shlex.quote(args.spec), *[f for f in flags if f]])
     record = run_experiment(args.spec, args.out, reduced=args.reduced, networked=args.networked,
-                            workers=args.workers, progress=not args.no_progress, plots=not args.no_plots,
+                            workers=args.workers, progress=not args.quiet, plots=not args.no_plots,
                             command=command, executor=executor, scheduler=args.scheduler)
     out = Path(args.out) if args.out else REPO_ROOT / "runs" / (record["spec"] + ("-reduced" if args.reduced else ""))
     print(f"{record['spec']}: {record['pairs_done']}/{record['pairs_total']} (cell, rep) pairs, "

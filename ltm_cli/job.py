@@ -44,10 +44,12 @@ def configure(p: argparse.ArgumentParser) -> None:
     output(st, "print the jobs as JSON")
     st.set_defaults(func=lazy("analyst.operator:run_status"))
 
-    r = jsub.add_parser("result", help="write a finished job's files (release, privacy report, model, report)")
+    r = jsub.add_parser("result", help="write a finished job's files (release, privacy report, model, report) "
+                                       "and its figure into --out/<job id>/")
     r.add_argument("job_id", help="the finished job's id")
     _connection(r)
-    r.add_argument("--out", required=True, help="directory to write the files into (created)")
+    r.add_argument("--out", required=True, help="directory for the results: the job's files go into "
+                                                "OUT/<job id>/ (created)")
     r.set_defaults(func=lazy("analyst.operator:run_result"))
 
     b = jsub.add_parser("bounds", help="DP pre-job: estimate the missing column centres/spreads of a draft job "

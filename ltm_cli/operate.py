@@ -28,6 +28,6 @@ def configure(p: argparse.ArgumentParser) -> None:
     add_options(p, "sketch", only=("parties", "sketch", "m", "s", "partition", "share_mode"))
     add_options(p, "privacy", only=("epsilon", "delta", "colluding_servers"))
     add_options(p, "data", only=("data", "label"), helps=DATA_HELPS)
-    add_options(p, "run", helps={"seed": "SEEDED MODE (the parties must get the same --seed)"})
+    add_options(p, "run", only=("seed", "json"), helps={"seed": "SEEDED MODE (the parties must get the same --seed)"})
     p.add_argument("--deadline", type=float, default=120.0, help="seconds the analyst waits for parties (default 120)")
     p.set_defaults(func=lazy("sim.localnet.demo:run_operate"))

@@ -1,6 +1,6 @@
 """Option groups that several ``ltm`` commands share, each declared once.
 
-* output: ``--json`` (:func:`output`) and :func:`print_json`;
+* output: ``--json`` (:func:`output`), ``--quiet`` (:func:`quiet`) and :func:`print_json`;
 * seeds: ``--seed``, seeded mode (:func:`seed`);
 * certificates and endpoints: ``--certs``/``--insecure`` (:func:`certificates`, :func:`insecure`), the argparse types
   :func:`endpoint`, :func:`endpoints` and :func:`listen_address` (the one endpoint rule,
@@ -41,6 +41,13 @@ def seed(p: argparse.ArgumentParser, help: str | None = None, *, default: int | 
     """``--seed``, seeded mode (reproducible, NOT private).  ``text``: any string seeds the run."""
     add_options(p, "run", only=("seed",), helps={"seed": help} if help else None,
                 defaults={"seed": default} if default is not None else None, types={"seed": str} if text else None)
+
+
+def quiet(p: argparse.ArgumentParser, help: str | None = None, *, unset: bool = False) -> None:
+    """``--quiet`` (also ``--no-progress``): no progress bar on stderr (:mod:`ltm.progress`).  ``unset``:
+    default None, so a ``--config`` file may set it."""
+    add_options(p, "run", only=("quiet",), helps={"quiet": help} if help else None,
+                defaults={"quiet": None} if unset else None)
 
 
 def print_json(obj: Any) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ltm_cli.app import lazy
-from ltm_cli.options import actor_options, endpoints, privacy_number, seed
+from ltm_cli.options import actor_options, endpoints, privacy_number, quiet, seed
 from party.ledger import DEFAULT_BUDGET_DELTA, DEFAULT_BUDGET_EPSILON, DEFAULT_SOURCE
 from party.randomizer import DEFAULT_BATCH_CLIENTS
 
@@ -71,6 +71,6 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--state-dir", help="directory for the crash-recovery upload journal (default: "
                                        "<directory of --data>/.ltm-party-state); keep it on persistent storage")
     p.add_argument("--summary-file", help="write a JSON summary of the upload here")
-    p.add_argument("--no-progress", action="store_true", default=None,
-                   help="no progress lines on stderr while uploading (the JSON log and the summary remain)")
+    quiet(p, "no progress bar on stderr while reading and uploading (none either when stderr is not a "
+             "terminal; the JSON log and the summary remain)", unset=True)
     p.set_defaults(func=lazy("party.main:run"))

@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     """``ltm simulate``: run the job, print the report (``--json``) or its summary for a person."""
     from sim.runtime.simulate import simulate
 
-    report = simulate(simulate_config(args))
+    report = simulate(simulate_config(args), progress=not args.quiet)
     if args.json:
         print_json(report)
     else:

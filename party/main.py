@@ -178,7 +178,7 @@ async def _upload(args: argparse.Namespace, stubs: list[ltm_pb2_grpc.ServerStub]
     else:
         journal = UploadJournal.open(state_dir, spec, args.id, batch_clients=batch_clients, seeded=seeded)
         summary = await run_upload(stubs, spec, args.id, source, randomness, batch_clients=batch_clients,
-                                   progress=not args.no_progress, journal=journal, endpoints=endpoints)
+                                   progress=not args.quiet, journal=journal, endpoints=endpoints)
     return summary, process_usage()["cpu_s"] - cpu_before
 
 

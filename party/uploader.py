@@ -12,7 +12,6 @@ import asyncio
 import concurrent.futures
 import hashlib
 import logging
-import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from ltm.dp.noise import MAX_GRID_SCALE, widest_noise_draw
 from ltm.errors import LtmError, ProtocolError
 from ltm.jobspec import JobSpec, default_corrupt_parties
 from ltm.limits import decode_spec
+from ltm.progress import Bar, progress_bar
 from ltm.randomness import Randomness
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
 from party.data_source import PartySource
@@ -252,23 +252,6 @@ async def upload_batch(stub: ltm_pb2_grpc.ServerStub, batch: ShareBatch, job_id:
             await asyncio.sleep(delay)
 
 
-class Progress:
-    """A one-line progress display on stderr for uploads large enough to notice (> 1 s)."""
-
-    def __init__(self, label: str, total: int, enabled: bool) -> None:
-        self.label, self.total, self.done, self.enabled = label, total, 0, enabled
-        self.start = time.monotonic()
-
-    def advance(self, amount: int) -> None:
-        """Count ``amount`` more clients sent and redraw the progress bar on stderr (after the first second)."""
-        self.done += amount
-        if self.enabled and time.monotonic() - self.start > 1.0:
-            frac = self.done / max(self.total, 1)
-            bar = "#" * int(30 * frac)
-            print(f"\r{self.label} [{bar:<30}] {100 * frac:5.1f}% ({self.done}/{self.total} clients)",
-                  end="" if self.done < self.total else "\n", file=sys.stderr, flush=True)
-
-
 async def run_upload(stubs: list[ltm_pb2_grpc.ServerStub], spec: JobSpec, party_id: str,
                      table: Mapping[str, np.ndarray] | PartySource, randomness: Randomness, *,
                      batch_clients: int = DEFAULT_BATCH_CLIENTS, progress: bool = True,
@@ -288,14 +271,15 @@ async def run_upload(stubs: list[ltm_pb2_grpc.ServerStub], spec: JobSpec, party_
     started = time.time()
     summary = UploadSummary(party_id, bytes_per_server=[0] * spec.k, journal=str(journal.path) if journal else "")
     party = spec.party(party_id)
-    bar = Progress(party_id, party.size, progress)
+    # after 1 s: a short upload draws nothing (ltm.progress: stderr, a terminal only, not --quiet)
+    bar = progress_bar(party.size, party_id, unit="clients", quiet=not progress, delay_s=1.0)
     skip: set[int] = journal.done_batches() if journal is not None else set()
     if skip:
         summary.skipped_batches = len(skip)
         summary.skipped_clients = sum(b - a for i, a, b in
                                       plan_batches(party, effective_batch_clients(spec, party, batch_clients)).ranges
                                       if i in skip)
-        bar.advance(summary.skipped_clients)
+        bar.update(summary.skipped_clients)
     timings: dict[str, float] = {}
     batches = make_batches(spec, party_id, table, randomness, batch_clients=batch_clients, skip=skip,
                            batch_randomness=(lambda b: journal.randomness_for(b, randomness)) if journal else None,
@@ -313,11 +297,12 @@ async def run_upload(stubs: list[ltm_pb2_grpc.ServerStub], spec: JobSpec, party_
         return await _stream_batches(stubs, spec, journal, endpoints, summary, bar, timings, randomize_next,
                                      t0, started)
     finally:
+        bar.close()
         randomizer.shutdown(wait=False, cancel_futures=True)
 
 
 async def _stream_batches(stubs, spec: JobSpec, journal: UploadJournal | None, endpoints: list[str] | None,
-                          summary: UploadSummary, bar: Progress, timings: dict[str, float], randomize_next,
+                          summary: UploadSummary, bar: Bar, timings: dict[str, float], randomize_next,
                           t0: float, started: float) -> UploadSummary:
     """The loop of :func:`run_upload`: upload batch b while batch b + 1 is randomized."""
     pending = randomize_next()
@@ -359,7 +344,7 @@ async def _stream_batches(stubs, spec: JobSpec, journal: UploadJournal | None, e
             await asyncio.to_thread(journal.done, index)
         summary.batches += 1
         summary.clients += per_server[0].count
-        bar.advance(per_server[0].count)
+        bar.update(per_server[0].count)
     summary.seconds = time.monotonic() - t0
     summary.noise_s, summary.sharing_s = timings.get("noise", 0.0), timings.get("sharing", 0.0)
     summary.read_s, summary.map_s = timings.get("read", 0.0), timings.get("map", 0.0)

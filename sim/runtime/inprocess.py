@@ -18,6 +18,7 @@ from analyst.coordinator import coordinate
 from analyst.release import ReleasedSketch
 from ltm.client_set import ClientSet
 from ltm.jobspec import JobSpec, validate_job
+from ltm.progress import progress_bar
 from ltm.randomness import Randomness
 from party.ledger import Budget, PrivacyLedger, source_fingerprint
 from party.randomizer import DEFAULT_BATCH_CLIENTS, make_batches, party_randomness
@@ -87,12 +88,41 @@ def policy_refusal(spec: JobSpec, party_id: str, policies: Mapping[str, PartyPol
     return None
 
 
+def _send(spec: JobSpec, accepting: list, party_data: Mapping[str, Mapping[str, np.ndarray]],
+          randomness: Randomness, servers: list[ServerCore], plan, batch_clients: int, timing: dict[str, float],
+          progress: bool) -> list[int]:
+    """Every accepting party randomizes, shares and sends its batches to the server cores; returns the
+    bytes each server received and adds the seconds spent randomizing and sending to ``timing``."""
+    sent = [0] * spec.k
+    t_party = t_upload = 0.0
+    bar = progress_bar(sum(p.size for p in accepting), spec.job_id, unit="clients", quiet=not progress)
+    for party in accepting:
+        t = time.perf_counter()
+        batches = make_batches(spec, party.party_id, party_data[party.party_id],
+                               party_randomness(randomness, spec, party.party_id), plan=plan,
+                               batch_clients=batch_clients)
+        for per_server in batches:
+            t_party += time.perf_counter() - t
+            t = time.perf_counter()
+            for server, batch in zip(servers, per_server):
+                server.accept(batch, spec.job_id, caller_role="party", caller_id=party.party_id)
+                sent[batch.server] += batch.share.nbytes
+            bar.update(per_server[0].count)
+            t_upload += time.perf_counter() - t
+            t = time.perf_counter()
+        t_party += time.perf_counter() - t
+    bar.close()
+    timing["randomize_and_share"] = t_party
+    timing["upload"] = t_upload
+    return sent
+
+
 def run_inprocess(spec: JobSpec, party_data: Mapping[str, Mapping[str, np.ndarray]], randomness: Randomness,
                   *, batch_clients: int = DEFAULT_BATCH_CLIENTS,
                   servers: list[ServerCore] | None = None,
                   policies: Mapping[str, PartyPolicy] | None = None,
                   ledgers: Mapping[str, PrivacyLedger] | None = None, budget: Budget | None = None,
-                  ledger_dir: str | os.PathLike[str] | None = None) -> InProcessRun:
+                  ledger_dir: str | os.PathLike[str] | None = None, progress: bool = False) -> InProcessRun:
     """Run one job end to end.
 
     Args:
@@ -111,6 +141,8 @@ def run_inprocess(spec: JobSpec, party_data: Mapping[str, Mapping[str, np.ndarra
             before it sends anything, as ``ltm party`` does, recording its data's fingerprint; a
             party whose ledger cannot afford the job raises :class:`party.ledger.BudgetExceeded`
             (before any party has sent anything).
+        progress: a progress bar of the clients randomized and sent (:mod:`ltm.progress`: on stderr, on
+            a terminal only).
     """
     if spec.replicated:  # columns partition, degree-2: three servers on replicated shares
         from sim.runtime.replicated_run import run_replicated
@@ -143,24 +175,8 @@ def run_inprocess(spec: JobSpec, party_data: Mapping[str, Mapping[str, np.ndarra
         accepting.append(party)
     timing["ledger"] = time.perf_counter() - t0 - timing["create"]
 
-    sent = [0] * spec.k
-    t_party = t_upload = 0.0
-    for party in accepting:
-        t = time.perf_counter()
-        batches = make_batches(spec, party.party_id, party_data[party.party_id],
-                               party_randomness(randomness, spec, party.party_id), plan=analysis.noise_plan,
-                               batch_clients=batch_clients)
-        for per_server in batches:
-            t_party += time.perf_counter() - t
-            t = time.perf_counter()
-            for server, batch in zip(servers, per_server):
-                server.accept(batch, spec.job_id, caller_role="party", caller_id=party.party_id)
-                sent[batch.server] += batch.share.nbytes
-            t_upload += time.perf_counter() - t
-            t = time.perf_counter()
-        t_party += time.perf_counter() - t
-    timing["randomize_and_share"] = t_party
-    timing["upload"] = t_upload
+    sent = _send(spec, accepting, party_data, randomness, servers, analysis.noise_plan, batch_clients, timing,
+                 progress)
 
     run = asyncio.run(coordinate([InProcessServerLink(server) for server in servers], spec, deadline_s=0.0,
                                  randomness_label=randomness.label))

@@ -131,8 +131,9 @@ def training_matrix(spec: JobSpec, table: Table) -> np.ndarray:
     return V
 
 
-def simulate(cfg: SimulateConfig) -> dict[str, Any]:
-    """Run one simulated job; returns the JSON-ready report."""
+def simulate(cfg: SimulateConfig, *, progress: bool = False) -> dict[str, Any]:
+    """Run one simulated job; returns the JSON-ready report.  ``progress``: a progress bar of the
+    parties' clients on stderr (on a terminal only: :mod:`ltm.progress`)."""
     t_start = time.perf_counter()
     randomness = (Randomness.seeded_insecure(cfg.seed) if cfg.seed is not None else Randomness.system())
     if cfg.model is None:
@@ -156,7 +157,7 @@ def simulate(cfg: SimulateConfig) -> dict[str, Any]:
              if cfg.model == "rf_ridge" else None))
     t_spec = time.perf_counter() - t
     run = run_inprocess(spec, party_tables(spec, train), randomness, budget=budget_of(cfg),
-                        ledger_dir=cfg.ledger_dir)
+                        ledger_dir=cfg.ledger_dir, progress=progress)
     release = run.release
     V = training_matrix(spec, train)
     report: dict[str, Any] = {

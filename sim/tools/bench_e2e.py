@@ -28,11 +28,13 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from ltm.jobspec import JobSpec, warm_validation_in_background
+from ltm.progress import bar_enabled, progress_bar
 from ltm.randomness import Randomness
 from party.data_source import SyntheticRidge
 from sim.localnet.demo import _operate
@@ -161,8 +163,9 @@ class PartyFeeder:
 
 # ------------------------------------------------------------------ progress on stderr
 class PhaseDisplay:
-    """Phase lines on stderr with the elapsed time; during the upload, a line every ``every`` s with
-    the parties still running and the bytes the servers have received (of about ``expected``)."""
+    """Phase lines on stderr with the elapsed time; during the upload, on a terminal a progress bar of
+    the bytes the servers have received (:mod:`ltm.progress`), elsewhere (a log) a line every ``every`` s
+    with the parties still running and those bytes (of about the expected)."""
 
     def __init__(self, enabled: bool, n: int, every: float = 10.0) -> None:
         self.enabled, self.n, self.every = enabled, n, every
@@ -174,17 +177,28 @@ class PhaseDisplay:
         if self.enabled:
             print(f"[bench e2e n={self.n:.3g} {time.monotonic() - self.t0:7.1f} s] {text}", file=sys.stderr, flush=True)
 
-    def watch_upload(self, poll) -> None:
-        """Start printing ``poll()`` every ``every`` seconds until :meth:`stop`."""
+    def watch_upload(self, poll: Callable[[], tuple[int, int, str, str]]) -> None:
+        """Until :meth:`stop`, follow ``poll()`` — (bytes received, bytes expected, a short state, a
+        line for a log) — on a progress bar (a terminal), else as a line every ``every`` seconds."""
         if not self.enabled:
             return
+        bar = progress_bar(None, "upload", unit="B") if bar_enabled() else None
 
         def loop() -> None:
-            while not self._stop.wait(self.every):
+            while not self._stop.wait(0.5 if bar is not None else self.every):
                 try:
-                    self.say(poll())
+                    received, expected, state, line = poll()
                 except Exception as exc:  # a progress line must never break the run
                     self.say(f"upload: (progress unavailable: {type(exc).__name__})")
+                    continue
+                if bar is None:
+                    self.say(line)
+                    continue
+                bar.set_total(max(expected, received))
+                bar.describe(state)
+                bar.update(received - bar.n)
+            if bar is not None:
+                bar.close()
 
         self._thread = threading.Thread(target=loop, name="bench-progress", daemon=True)
         self._thread.start()
@@ -285,13 +299,15 @@ class _PartyLaunch:
         feeder.start()
         self.show.watch_upload(self.poll)
 
-    def poll(self) -> str:
-        """The upload's progress: parties running and started, bytes the servers received of those expected."""
+    def poll(self) -> tuple[int, int, str, str]:
+        """The upload's progress: bytes the servers received, those expected, the parties running and
+        started (short), and all of it as a line for a log."""
         spec, parties, expected = self.spec, self.parties, self.expected
         received = sum(server_wire_bytes(self.cluster.group, s, spec.job_id)["received"] for s in self.cluster.servers)
         running = sum(1 for p in parties if p.proc.poll() is None)
-        return (f"upload: {running} parties running, {len(parties)}/{len(spec.parties)} started; servers received "
-                f"{received / 1e9:.2f} GB of ≈ {expected / 1e9:.2f} GB ({min(received / expected, 1):.0%})")
+        state = f"{running} parties running, {len(parties)}/{len(spec.parties)} started"
+        return (received, expected, state, f"upload: {state}; servers received {received / 1e9:.2f} GB of "
+                f"≈ {expected / 1e9:.2f} GB ({min(received / expected, 1):.0%})")
 
 
 @dataclass
@@ -481,7 +497,7 @@ def run_e2e(args: argparse.Namespace, n: int | None = None, upload_mode: str | N
     metrics; every actor is stopped (and a temporary workdir removed) on every way out."""
     n = n if n is not None else (args.n[0] if isinstance(args.n, list) else args.n)
     parties_n = args.parties or default_parties(n)
-    show = PhaseDisplay(not getattr(args, "no_progress", False), n)
+    show = PhaseDisplay(not getattr(args, "quiet", False), n)
     t_start = time.monotonic()
     phases: dict[str, float] = {}
     workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="ltm-e2e-"))

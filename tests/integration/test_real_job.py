@@ -173,8 +173,8 @@ def reference_sha(dep, path: Path, file: str) -> str:
 
 
 def result(dep, job_id: str) -> dict[str, dict]:
-    out = dep["work"] / "results" / job_id
-    operator(dep, "result", job_id, "--analyst", dep["analyst"].endpoint, "--out", str(out))
+    out = dep["work"] / "results" / job_id  # `ltm job result` writes each job's files under --out/<job id>/
+    operator(dep, "result", job_id, "--analyst", dep["analyst"].endpoint, "--out", str(out.parent))
     return {name: json.loads((out / name).read_text()) for name in ("report.json", "model.json", "release.json",
                                                                    "privacy_report.json")}
 

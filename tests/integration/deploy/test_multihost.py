@@ -287,7 +287,7 @@ def test_the_guide_runs_with_every_host_in_its_own_namespace(tmp_path):
                 out = hosts.run(host, line)
                 if line.startswith("ltm job submit") and "--wait" in line:
                     assert "done" in out and "release sha256" in out, out
-        result = hosts.dir("operator") / "result"
+        result = hosts.dir("operator") / "result" / "power-ridge-1"  # `ltm job result` writes --out/<job id>/
         assert (result / "release.json").is_file() and (result / "model.json").is_file()
         # the services ran from their units: three servers and the analyst still up; each party's
         # one-shot run ended successfully

@@ -3,7 +3,6 @@ and the fast path against the real party/server/analyst cores."""
 from __future__ import annotations
 
 import csv
-import io
 import json
 from pathlib import Path
 
@@ -15,7 +14,7 @@ from experiments import ltmjobs
 from experiments.ltmjobs import Mechanism
 from experiments.registry import SCENARIOS, get_scenario, load_scenarios, register
 from experiments.results import ResultsCsv
-from experiments.runner import Progress, run_experiment
+from experiments.runner import run_experiment
 from experiments.seeds import derive_seed, subseed
 from experiments.spec import SPEC_DIR, SpecError, load_spec, spec_from_dict
 from ltm.randomness import Randomness
@@ -349,16 +348,6 @@ def test_missing_scenario_module_is_tolerated_and_named(capsys):
     with pytest.raises(ValueError, match="its module experiments.no_such_module is missing"):
         get_scenario("nope", "experiments.no_such_module")
     assert "burkhardt.ridge_synthetic" in SCENARIOS
-
-
-def test_progress_bar_renders_eta_without_a_terminal():
-    buf = io.StringIO()
-    bar = Progress("spec", total=10, done=0, total_weight=10.0, done_weight=0.0, stream=buf)
-    for _ in range(10):
-        bar.update(1.0)
-    bar.close()
-    text = buf.getvalue()
-    assert "10/10" in text and "100.0%" in text and "ETA" in text and "\r" not in text
 
 
 def test_cli_lists_specs_and_runs_one(tmp_path, capsys):
