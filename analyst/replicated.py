@@ -22,7 +22,7 @@ from analyst.release import ReleasedSketch
 from ltm.client_set import ClientSet
 from ltm.dp import accounting
 from ltm.jobspec import JobSpec
-from ltm.replicated import reconstruct_triangle
+from ltm.replicated import noise_known_parties, reconstruct_triangle
 
 
 def replicated_privacy_report(spec: JobSpec, *, randomness: str, seeded_parties: Sequence[str] = ()) -> dict[str, Any]:
@@ -31,15 +31,17 @@ def replicated_privacy_report(spec: JobSpec, *, randomness: str, seeded_parties:
     report them) is never DP, whatever ``randomness`` the operator declared."""
     plan = spec.noise_plan()
     p = spec.privacy
-    honest = len(spec.parties) - p.corrupt_parties
+    honest = len(spec.parties) - noise_known_parties(len(spec.parties), p.corrupt_parties)
     rho = accounting.kls_rho(math.sqrt(plan.grid_sigma2), honest, plan.grid_sensitivity, plan.grid_l1_sensitivity)
     achieved_delta = min(1.0, accounting.zcdp_delta(rho, p.epsilon))
     calibrated = achieved_delta <= p.delta * (1 + 1e-9)
     seeded = randomness.startswith("seeded") or bool(seeded_parties)
     t = spec.tolerated_colluding_servers
     guarantee = (f"({p.epsilon:g}, {achieved_delta:.3g})-DP per client (replace-one), against at most {t} of "
-                 f"{spec.k} servers (an honest majority: two colluding servers reconstruct the data) together "
-                 f"with up to {p.corrupt_parties} corrupt parties")
+                 f"{spec.k} servers (an honest majority: two colluding servers reconstruct the data) "
+                 + (f"together with up to {p.corrupt_parties} corrupt parties" if p.corrupt_parties else
+                    "provided every party follows the protocol (nothing checks that a party's shares are "
+                    "clipped, issue #30; one party may know its own noise)"))
     return {
         "release": "replicated degree-2 (columns partition)",
         "mechanism": str(plan.mechanism), "calibration": str(plan.calibration),

@@ -775,10 +775,14 @@ def _replicated_problems(spec: JobSpec) -> list[str]:
         problems.append("the replicated release supports the gaussian mechanism only")
     if spec.privacy.calibration != "tight":
         problems.append("the replicated release is calibrated 'tight' only (its noise is per party, not per client)")
-    honest = len(spec.parties) - spec.privacy.corrupt_parties
+    trust = replicated.unverified_party_problem(spec.privacy.corrupt_parties)
+    if trust is not None:
+        problems.append(trust)
+    honest = len(spec.parties) - replicated.noise_known_parties(len(spec.parties), spec.privacy.corrupt_parties)
     if spec.privacy.min_honest_load not in (0, honest):
         problems.append(f"min_honest_load of the replicated release counts the honest parties' noise draws per "
-                        f"entry: it must be parties − corrupt_parties = {honest} (got {spec.privacy.min_honest_load})")
+                        f"entry: it must be parties − max(corrupt_parties, 1) = {honest} "
+                        f"(got {spec.privacy.min_honest_load})")
     return problems
 
 
@@ -908,10 +912,11 @@ def default_corrupt_parties(spec: JobSpec) -> int:
     of which holds more than one client, tolerates at least one corrupt party: the gate then
     subtracts, row by row, the largest load one party holds (:func:`honest_row_loads`).  Otherwise
     0: single-client parties are covered by t′, a lone party holds every client itself, and in the
-    columns partition each party's noise protects its own columns.
+    columns partition each party's noise protects its own columns.  The replicated release's default
+    is 0 too: it cannot yet tolerate a deviating party (:func:`ltm.replicated.unverified_party_problem`;
+    raising the default would refuse every such job), and its calibration discounts one curious
+    party's own noise whatever corrupt_parties says (:func:`ltm.replicated.noise_known_parties`).
     """
-    if spec.replicated:
-        return replicated_corrupt_parties_default(len(spec.parties))
     return corrupt_parties_default(spec.partition, [p.size for p in spec.parties])
 
 
@@ -935,9 +940,11 @@ def default_upload_mode(spec: JobSpec) -> str:
 
 
 def replicated_corrupt_parties_default(parties: int) -> int:
-    """The replicated release's default corrupt-party tolerance: as in the rows partition, a party
-    knows its own noise, so with two or more parties the noise of one may be subtracted (1)."""
-    return 1 if parties >= 2 else 0
+    """The parties whose noise the replicated release's calibration discounts by default: as in the rows
+    partition, a party knows its own noise, so with two or more parties the noise of one may be
+    subtracted (1; :func:`ltm.replicated.noise_known_parties`).  Not the job's ``corrupt_parties``,
+    which counts deviating parties and is 0 (:func:`default_corrupt_parties`)."""
+    return replicated.noise_known_parties(parties, 0)
 
 
 def resolve_defaults(spec: JobSpec, load_fraction: float = DEFAULT_LOAD_FRACTION) -> JobSpec:
@@ -960,7 +967,8 @@ def resolve_defaults(spec: JobSpec, load_fraction: float = DEFAULT_LOAD_FRACTION
         p = replace(p, corrupt_parties=default_corrupt_parties(spec))
         spec = replace(spec, privacy=p)
     if p.min_honest_load == 0 and spec.replicated:  # L counts the parties' per-entry noise draws
-        p = replace(p, min_honest_load=max(len(spec.parties) - p.corrupt_parties, 1))
+        p = replace(p, min_honest_load=max(
+            len(spec.parties) - replicated.noise_known_parties(len(spec.parties), p.corrupt_parties), 1))
     if p.min_honest_load == 0:
         loads, deduction = honest_row_loads(spec, None, sketch)
         feasible = int((loads - deduction).min())

@@ -39,7 +39,14 @@ bound times 2^2f is ≤ 2^62, so one 64-bit limb suffices (at the limits, n = 2^
 entry (the same mechanism as AdaSSP's upper triangle); its replace-one ℓ2 sensitivity is √2·C²
 (docs/planner.md), widened for the rounding to √2·(C + √D·2^-f/2)².  Each of the P parties adds
 N_Z(0, σ_c²) per entry in units of 2^-2f, calibrated as the distributed discrete Gaussian with
-L = P − corrupt_parties honest draws per entry (a corrupt party knows its own noise).
+L = P − max(corrupt_parties, 1) honest draws per entry when P ≥ 2 (:func:`noise_known_parties`: a
+corrupt party knows its own noise, and so does a curious one that follows the protocol).
+
+**Parties must follow the protocol (for now).**  Nothing checks on the shares that a party's block
+is clipped: a party uploading M·e_j instead of its block would read, in the released cross Gram, M
+times client j's values held by the other parties.  Until verified clipping lands (issue #30) a
+replicated job tolerates no deviating party: ``corrupt_parties`` must be 0
+(:func:`unverified_party_problem`, asked by validation and by the party's policy).
 """
 from __future__ import annotations
 
@@ -61,6 +68,9 @@ __all__ = [
     "REPLICATED_SERVERS",
     "MAX_REPLICATED_FRAC_BITS",
     "honest_majority",
+    "noise_known_parties",
+    "UNVERIFIED_CORRUPT_PARTIES",
+    "unverified_party_problem",
     "triangle_width",
     "replicated_noise_plan",
     "replicated_frac_bits",
@@ -93,6 +103,30 @@ def honest_majority(k: int, colluding: int) -> bool:
     return 0 <= colluding and 2 * colluding < k
 
 
+def noise_known_parties(parties: int, corrupt_parties: int) -> int:
+    """Parties whose noise draws the replicated release's calibration discounts: the corrupt ones, and
+    at least one when P ≥ 2, because a party that follows the protocol still knows its own noise (a
+    curious party subtracts it).  ``corrupt_parties`` counts the parties that may *deviate*."""
+    return max(int(corrupt_parties), 1 if parties >= 2 else 0)
+
+
+#: Why a replicated job must not tolerate a deviating party yet (issue #30): nobody checks on the
+#: shares that a party's block is clipped, and an unclipped block M·e_j makes the cross Gram reveal
+#: M times client j's values held by the other parties (ε = ∞).
+UNVERIFIED_CORRUPT_PARTIES = (
+    "the replicated release (columns partition, colluding_servers = 1) currently assumes every party follows the "
+    "protocol: nothing checks that a party's shares encode a clipped block, so a corrupt party could read the "
+    "other parties' values; set corrupt_parties = 0 to accept that (issue #30), or use a sketch kind")
+
+
+def unverified_party_problem(corrupt_parties: int) -> str | None:
+    """The one-line refusal of a replicated job that tolerates ``corrupt_parties`` ≥ 1 deviating
+    parties (None when it tolerates none): every actor asks this (validation, the party's policy)."""
+    if corrupt_parties >= 1:
+        return f"{UNVERIFIED_CORRUPT_PARTIES} (got corrupt_parties = {corrupt_parties})"
+    return None
+
+
 def triangle_width(d: int) -> int:
     """D(D+1)/2 released entries: the upper triangle of Σ z zᵀ, ``numpy.triu_indices`` order."""
     return d * (d + 1) // 2
@@ -102,10 +136,11 @@ def replicated_noise_plan(*, epsilon: float, delta: float, clip_bound: float, d:
                           corrupt_parties: int, frac_bits: int, zcdp_rho: float | None = None) -> NoisePlan:
     """The per-party noise of the replicated release, in units of 2^-2f (``plan.frac_bits = 2f``).
 
-    L = parties − corrupt_parties honest per-entry draws; the sensitivity is
+    L = parties − :func:`noise_known_parties` honest per-entry draws (a corrupt party, and at least one
+    curious party, knows its own noise); the sensitivity is
     :func:`ltm.dp.sensitivity.rounded_gram_l2` (the plan adds √W·2^-2f more for its own rounding term: harmless).
     """
-    honest = parties - corrupt_parties
+    honest = parties - noise_known_parties(parties, corrupt_parties)
     if honest < 1:
         raise ValueError(f"the replicated release needs at least one honest party "
                          f"(parties={parties}, corrupt_parties={corrupt_parties})")

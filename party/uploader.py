@@ -26,6 +26,7 @@ from ltm.dp.grid import noise_grid_problem
 from ltm.dp.noise import MAX_GRID_SCALE, widest_noise_draw
 from ltm.errors import LtmError, ProtocolError
 from ltm.jobspec import JobSpec, default_corrupt_parties
+from ltm.replicated import unverified_party_problem
 from ltm.limits import decode_spec
 from ltm.randomness import Randomness
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
@@ -92,6 +93,8 @@ class PartyPolicy:
         if spec.partition == "rows" and p.t_prime < self.min_t_prime:
             problems.append(f"the job tolerates t′ = {p.t_prime} corrupt clients, this party requires at least "
                             f"{self.min_t_prime}")
+        if spec.replicated and (trust := unverified_party_problem(p.corrupt_parties)) is not None:
+            problems.append(trust)
         required = spec.k - 1 if self.min_colluding_servers is None else self.min_colluding_servers
         if spec.tolerated_colluding_servers < required:
             problems.append(f"the job is private only if at most {spec.tolerated_colluding_servers} of {spec.k} servers "

@@ -109,7 +109,7 @@ def check_replicated_release(spec: JobSpec, *, caller_role: str, job_digest: str
 
     As for a sketch job: only the analyst, this job's digest, once.  Then the participant set must
     be every client, held here: the release is one Gram over the joint vectors, and the parties'
-    noise (L = parties − corrupt_parties honest draws per entry) is calibrated for all of them.
+    noise (L = parties − max(corrupt_parties, 1) honest draws per entry) is calibrated for all of them.
     """
     check_release_request(spec, caller_role=caller_role, job_digest=job_digest, already_released=already_released)
     if participants is None or participants.n != spec.n:

@@ -116,8 +116,6 @@ def _choose_sketch(*, table: Table | ModelTable, n: int, width: int, kind: str, 
             servers=k, colluding_servers=colluding_servers, parties=parties,
             replicated_corrupt_parties=max(corrupt_parties, replicated_default)))
         kind, m, s = plan.kind, (m if m is not None and plan.kind != "gram" else plan.m), plan.s
-        if partition == "columns" and kind == "gram":
-            corrupt_parties = max(corrupt_parties, replicated_default)
         rule = f"planner: {plan.reason}"
     elif get_lift(kind) is not None:
         m, s, rule = 1, 1, f"{kind}: the public map is the sum over clients (m = s = 1)"
@@ -186,9 +184,9 @@ def build_job(table: Table | ModelTable, *, job_id: str, randomness: Randomness,
                          "its columns' moments")
     if reproduction is None:
         reproduction = randomness.reproducible
+    # The replicated release's noise discounts one curious party (ltm.replicated.noise_known_parties);
+    # its corrupt_parties (deviating parties) defaults to 0: it cannot tolerate one yet (issue #30).
     replicated_default = replicated_corrupt_parties_default(parties) if partition == "columns" else 0
-    if corrupt_parties is None and partition == "columns" and kind == "gram":
-        corrupt_parties = replicated_default
     if corrupt_parties is None:
         corrupt_parties = corrupt_parties_default(
             partition, [b - a for a, b in split_parties(n, parties)] if partition == "rows" else [])
