@@ -23,6 +23,7 @@ from ltm.client_set import ClientSet
 from ltm.dp import accounting
 from ltm.jobspec import JobSpec
 from ltm.replicated import noise_known_parties, reconstruct_triangle
+from ltm.verified_clipping import ClippingProofFailed, check_failures
 
 
 def replicated_privacy_report(spec: JobSpec, *, randomness: str, seeded_parties: Sequence[str] = ()) -> dict[str, Any]:
@@ -57,6 +58,17 @@ def replicated_privacy_report(spec: JobSpec, *, randomness: str, seeded_parties:
         "randomness": randomness,
         "seeded_parties": sorted(set(seeded_parties)),
     }
+
+
+def clipping_verdict(spec: JobSpec, shares: list[dict[str, np.ndarray]],
+                     digests: list[dict[tuple[str, str, int], str]]) -> None:
+    """The analyst's reading of the clipping checks (issue #30): every party's three re-randomised
+    check shares must add up to 0 and every share's two copies must agree.  Raises
+    :class:`ltm.verified_clipping.ClippingProofFailed` naming every party that fails (the same
+    decision each server's gate makes on its own, so a lying analyst releases nothing either)."""
+    failures = check_failures([p.party_id for p in spec.parties], shares, digests)
+    if failures:
+        raise ClippingProofFailed(failures)
 
 
 def replicated_release(spec: JobSpec, outputs: list[np.ndarray], *, randomness: str,

@@ -62,7 +62,8 @@ from ltm.dp.grid import round_to_grid
 from ltm.dp.noise import noise_tail_bound, sample_noise
 from ltm.randomness import KeystreamBuffer, Randomness
 from ltm.ring import HEADROOM_LIMIT
-from ltm.sharing import Share, reconstruct, share
+from ltm.sharing import Share, reconstruct, share, share_rows
+from ltm.verified_clipping import ProofShape, ProofUpload, party_proof
 
 __all__ = [
     "REPLICATED_SERVERS",
@@ -180,6 +181,7 @@ class BlockUpload:
         columns: indices of the block's entries in the joint client vector.
         first, second: the additive shares x_i and x_{i+1} of the block (n × d_p uint64; seeds or data).
         noise: the server's additive share of the party's noise vector (W,) (a zero-sharing plus the noise).
+        proof: the party's clipping proof for this server (:mod:`ltm.verified_clipping`), or None.
     """
 
     server: int
@@ -187,11 +189,14 @@ class BlockUpload:
     first: Share
     second: Share
     noise: Share
+    #: The party's proof that its block is clipped (a job with ``verified_clipping``), else None.
+    proof: ProofUpload | None = None
 
     @property
     def nbytes(self) -> int:
         """Payload bytes on the wire."""
-        return self.first.nbytes + self.second.nbytes + self.noise.nbytes
+        return (self.first.nbytes + self.second.nbytes + self.noise.nbytes
+                + (self.proof.nbytes if self.proof is not None else 0))
 
 
 #: Over gRPC (docs/architecture.md, "The replicated release") a party's upload to server i travels as
@@ -248,31 +253,29 @@ def share_noise(noise: np.ndarray, randomness: Randomness, *, mode: str = "seed"
 
 def party_uploads(block: np.ndarray, columns: tuple[int, ...], *, width: int, frac_bits: int,
                   plan: NoisePlan | None, randomness: Randomness, mode: str = "seed",
-                  primary: int = 0) -> list[BlockUpload]:
+                  primary: int = 0, proof: ProofShape | None = None) -> list[BlockUpload]:
     """One party's three uploads: its replicated block and its noise shares.
 
     ``width``: D of the joint client vector.  ``plan`` None: no noise (the shares of a zero vector
-    still re-randomise the outputs; exactness checks only).
+    still re-randomise the outputs; exactness checks only).  ``proof``: the shape of the party's
+    clipping proof (:func:`ltm.verified_clipping.proof_shape`) in a job with verified clipping; it
+    draws from its own randomness children, so the block and noise shares are the same bytes.
     """
     W = triangle_width(int(width))
     noise = (sample_noise(randomness.child("noise").stream(), plan, (W,)) if plan is not None
              else np.zeros(W, dtype=np.int64))
     pairs = share_block(block, frac_bits, randomness.child("block"), mode=mode, primary=primary)
     masks = share_noise(noise, randomness.child("masks"), mode=mode, primary=primary)
-    return [BlockUpload(i, tuple(columns), a, b, masks[i]) for i, (a, b) in enumerate(pairs)]
+    proofs: list[ProofUpload | None] = [None] * REPLICATED_SERVERS
+    if proof is not None:
+        proofs = list(party_proof(round_to_grid(block, frac_bits), proof, randomness.child("proof"), mode=mode,
+                                  primary=primary))
+    return [BlockUpload(i, tuple(columns), a, b, masks[i], proofs[i]) for i, (a, b) in enumerate(pairs)]
 
 
 # -------------------------------------------------------------------- the servers' side
 #: Clients per chunk of a server's products: the servers hold two chunk × D blocks, never n × D.
 OUTPUT_CHUNK_CLIENTS = 1 << 16
-
-
-def _rows(s: Share, a: int, b: int, buffer: KeystreamBuffer) -> np.ndarray:
-    """Rows a..b−1 of a 2-D share (n × d): a slice of its data, or of its seed's keystream."""
-    d = int(s.shape[1])
-    if s.seed is None:
-        return s.data[a:b]
-    return buffer.words(s.seed, (b - a) * d, a * d).reshape(b - a, d)
 
 
 def server_output(server: int, uploads: list[BlockUpload], n: int, d: int) -> np.ndarray:
@@ -303,8 +306,8 @@ def server_output(server: int, uploads: list[BlockUpload], n: int, d: int) -> np
         x, y = first[:b - a], second[:b - a]
         for up in uploads:
             cols = list(up.columns)
-            x[:, cols] = _rows(up.first, a, b, buffer)
-            y[:, cols] = _rows(up.second, a, b, buffer)
+            x[:, cols] = share_rows(up.first, a, b, buffer)
+            y[:, cols] = share_rows(up.second, a, b, buffer)
         # A_iᵀ(A_i + A_{i+1}) + A_{i+1}ᵀA_i: two products.  einsum's integer loops wrap mod 2^64 (the
         # ring) and are ~15× faster than uint64 matmul.
         prod += np.einsum("na,nb->ab", x, x + y)
