@@ -40,7 +40,8 @@ def replicated_privacy_report(spec: JobSpec, *, randomness: str, seeded_parties:
     t = spec.tolerated_colluding_servers
     guarantee = (f"({p.epsilon:g}, {achieved_delta:.3g})-DP per client (replace-one), against at most {t} of "
                  f"{spec.k} servers (an honest majority: two colluding servers reconstruct the data) "
-                 + (f"together with up to {p.corrupt_parties} corrupt parties" if p.corrupt_parties else
+                 + (f"together with up to {p.corrupt_parties} corrupt parties (every party's clipping verified "
+                    f"on the shares, a cheater passing with probability ≤ 2^-40)" if p.corrupt_parties else
                     "provided every party follows the protocol (nothing checks that a party's shares are "
                     "clipped, issue #30; one party may know its own noise)"))
     return {
@@ -51,6 +52,7 @@ def replicated_privacy_report(spec: JobSpec, *, randomness: str, seeded_parties:
         "noise_variance_per_entry": len(spec.parties) * draw_variance(plan),
         "honest_noise_draws": honest, "parties": len(spec.parties), "corrupt_parties": p.corrupt_parties,
         "colluding_servers": t, "servers": spec.k, "frac_bits": spec.frac_bits,
+        "verified_clipping": bool(spec.verified_clipping),
         "product_frac_bits": plan.frac_bits,
         "calibration_verified": bool(calibrated),
         "dp_verified": bool(calibrated and not seeded),

@@ -42,11 +42,12 @@ N_Z(0, σ_c²) per entry in units of 2^-2f, calibrated as the distributed discre
 L = P − max(corrupt_parties, 1) honest draws per entry when P ≥ 2 (:func:`noise_known_parties`: a
 corrupt party knows its own noise, and so does a curious one that follows the protocol).
 
-**Parties must follow the protocol (for now).**  Nothing checks on the shares that a party's block
-is clipped: a party uploading M·e_j instead of its block would read, in the released cross Gram, M
-times client j's values held by the other parties.  Until verified clipping lands (issue #30) a
-replicated job tolerates no deviating party: ``corrupt_parties`` must be 0
-(:func:`unverified_party_problem`, asked by validation and by the party's policy).
+**A deviating party.**  Unless the job has ``verified_clipping`` (:mod:`ltm.verified_clipping`, in
+process only for now), nothing checks on the shares that a party's block is clipped: a party
+uploading M·e_j instead of its block would read, in the released cross Gram, M times client j's
+values held by the other parties.  So an unverified replicated job tolerates no deviating party:
+``corrupt_parties`` must be 0 (:func:`unverified_party_problem`, asked by validation and by the
+party's policy; issue #30).
 """
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ from ltm.randomness import Randomness
 from ltm.replicated import BlockUpload, party_uploads
 from ltm.sharing import Share, share
 from ltm.verified_clipping import (CHECK_REPETITIONS, ClippingProofFailed, ProofUpload, combine, coefficient_key,
-                                   party_proof, proof_shape, server_check, server_constraints, verdict, witness)
+                                   proof_shape, server_check, server_constraints, verdict, witness)
 from ltm_datasets.synthetic import synthetic_ridge
 from party.randomizer import client_vectors, party_randomness
 from party.replicated import replicated_uploads
@@ -320,3 +320,17 @@ def test_a_missing_proof_or_unrelayed_check_releases_nothing(job):
         fresh.accept("party-0", replace(up, proof=None))
     with pytest.raises(ValueError, match="closed"):
         servers[0].accept("party-0", up)
+
+
+def test_parties_accept_a_verified_job_and_the_grpc_path_refuses_it_for_now(job):
+    from ltm.errors import ProtocolError
+    from party.uploader import PartyPolicy, PolicyViolation
+    from server.core import ServerCore
+
+    spec, _ = job
+    policy = PartyPolicy(max_epsilon=1.0, allow_reproduction=True, min_colluding_servers=1)
+    policy.check(spec, seeded=True)  # corrupt_parties = 1, verified: accepted
+    with pytest.raises(PolicyViolation, match="follows the protocol"):
+        policy.check(replace(spec, verified_clipping=False), seeded=True)
+    with pytest.raises(ProtocolError, match="in process only"):
+        ServerCore("server-0").create_job(spec, caller_role="analyst")
