@@ -182,17 +182,23 @@ def server_constraints(server: int, block: tuple[np.ndarray, np.ndarray], wit: t
     three servers to 0 in every column exactly when the block is valid (module docstring)."""
     x, x1 = (np.asarray(a, dtype=_U64) for a in block)
     w, w1 = (np.asarray(a, dtype=_U64) for a in wit)
-    n, d, E = x.shape[0], shape.d, shape.entry_bits
+    n, d, E, Tb = x.shape[0], shape.d, shape.entry_bits, shape.witness_width
     const = _U64(1) if server == 0 else _U64(0)  # server 0 carries the public constants
+    out = np.empty((n, shape.constraint_width), dtype=_U64)
+    bitc, entry, norm = out[:, :Tb], out[:, Tb:Tb + d], out[:, Tb + d]
     with np.errstate(over="ignore"):
-        # b² − b: the product share is w_i(w_i + 2w_{i+1}); the linear term −b takes −w_i on every
+        # b² − b: the product's share is w_i(w_i + 2w_{i+1}); the linear term −b takes −w_i on every
         # server (the three w_i add up to b), so the share is w_i(w_i + 2w_{i+1} − 1) on each.
-        bitc = w * (w + w1 + w1 - _U64(1))
-        u = np.einsum("nak,k->na", w[:, :d * E].reshape(n, d, E), _powers(E))
-        entry = u - x - const * _U64(1 << shape.r)
-        s = w[:, d * E:] @ _powers(shape.slack_bits)
-        norm = np.einsum("na,na->n", x, x + x1 + x1) + s - const * _U64(shape.bound)
-    return np.concatenate([bitc, entry, norm[:, None]], axis=1)
+        np.add(w1, w1, out=bitc)
+        bitc += w
+        bitc -= _U64(1)
+        bitc *= w
+        np.einsum("nak,k->na", w[:, :d * E].reshape(n, d, E), _powers(E), out=entry)
+        entry -= x
+        entry -= const * _U64(1 << shape.r)
+        norm[:] = np.einsum("na,na->n", x, x + x1 + x1) + w[:, d * E:] @ _powers(shape.slack_bits)
+        norm -= const * _U64(shape.bound)
+    return out
 
 
 def coefficient_key(job_digest: str, party_id: str, seeds: list[bytes]) -> bytes:
