@@ -288,19 +288,31 @@ def test_invalid_blocks_are_refused_naming_the_party(job, kind):
     _refused(spec, servers, seeds, "not proven clipped")
 
 
-def test_inconsistent_copies_are_refused(job):
-    """The two servers holding the same additive share get different values: their digests differ."""
+@pytest.mark.parametrize("what", ["block value", "block seed", "witness value"])
+def test_inconsistent_copies_are_refused(job, what):
+    """The two servers holding the same additive share get different values (or different seeds):
+    their digests differ, the party is named and nothing is released."""
     spec, data = job
 
     def cheat(spec, party, table, ups):
-        first = ups[1].first  # additive share 1, held by servers 1 (first) and 0 (second)
-        values = first.values().copy()
-        values[3, 0] += U64(1) << U64(63)
-        altered = Share(1, first.shape, data=values)
-        return [ups[0], replace(ups[1], first=altered), ups[2]]
+        # party-1's primary is index 1 % 3 = 1: share 1 is explicit, shares 0 and 2 are seeds.
+        if what == "block seed":  # share 2, held by server 2 (first) and server 1 (second)
+            other = Share(2, ups[1].second.shape, seed=bytes(32))
+            return [ups[0], replace(ups[1], second=other), ups[2]]
+        if what == "block value":  # share 1, held by servers 1 (first) and 0 (second)
+            first = ups[1].first
+            values = first.values().copy()
+            values[3, 0] += U64(1) << U64(63)
+            return [ups[0], replace(ups[1], first=Share(1, first.shape, data=values)), ups[2]]
+        proof = ups[1].proof
+        values = proof.first.values().copy()
+        values[0, 0] += U64(1)
+        return [ups[0], replace(ups[1], proof=replace(proof, first=Share(1, proof.first.shape, data=values))), ups[2]]
 
     servers, seeds = _servers_with(spec, data, cheat)
-    _refused(spec, servers, seeds, "different copies of its block share 1")
+    share_index = 2 if what == "block seed" else 1
+    kind = "witness" if what.startswith("witness") else "block"
+    _refused(spec, servers, seeds, f"different copies of its {kind} share {share_index}")
 
 
 def test_a_missing_proof_or_unrelayed_check_releases_nothing(job):
