@@ -346,3 +346,48 @@ def test_parties_accept_a_verified_job_and_the_grpc_path_refuses_it_for_now(job)
         policy.check(replace(spec, verified_clipping=False), seeded=True)
     with pytest.raises(ProtocolError, match="in process only"):
         ServerCore("server-0").create_job(spec, caller_role="analyst")
+
+
+def test_the_verdict_functions_directly():
+    from ltm.verified_clipping import check_failures, copy_problems
+
+    err = ClippingProofFailed({"b": "why b", "a": "why a"})
+    assert str(err) == "verified clipping failed, nothing released: party 'a': why a; party 'b': why b"
+    assert err.code == "FAILED_PRECONDITION" and err.exit_code == 3
+    ok = {("p", "block", 0): "h0", ("p", "block", 1): "h1", ("p", "block", 2): "h2"}
+    # server i holds shares i and i + 1: server 0 → 0, 1; server 1 → 1, 2; server 2 → 2, 0
+    held = [{k: v for k, v in ok.items() if k[2] in (i, (i + 1) % 3)} for i in range(3)]
+    assert copy_problems(held) == {}
+    bad = [dict(h) for h in held]
+    bad[2][("p", "block", 0)] = "other"
+    assert copy_problems(bad) == {"p": "servers 2 and 0 hold different copies of its block share 0"}
+    del bad[2][("p", "block", 0)]
+    assert copy_problems(bad) == {"p": "servers 2 and 0 hold different copies of its block share 0"}
+    zero = [np.array([1, 2], dtype=U64), np.array([3, 4], dtype=U64), -np.array([4, 6], dtype=U64)]
+    assert verdict(zero) and not verdict([zero[0], zero[1], zero[1]])
+    shares = [{"p": z, "q": z} for z in zero]
+    assert check_failures(["p", "q"], shares, held) == {}
+    del shares[1]["q"]
+    assert check_failures(["p", "q"], shares, held) == {"q": "its clipping check is missing"}
+    shares[1]["q"] = zero[0]
+    assert check_failures(["p", "q"], shares, held) == {
+        "q": "its block is not proven clipped (the check does not sum to 0)"}
+    assert check_failures(["p"], shares[:2], held) == {"p": "its clipping check is missing"}
+
+
+def test_coefficient_key_binds_job_party_and_every_seed_and_digests_bind_the_copy():
+    from ltm.verified_clipping import share_digest
+
+    base = coefficient_key("d", "p", SEEDS)
+    assert len(base) == 32
+    assert base != coefficient_key("e", "p", SEEDS) and base != coefficient_key("d", "q", SEEDS)
+    for i in range(3):
+        changed = list(SEEDS)
+        changed[i] = bytes([9]) * 32
+        assert coefficient_key("d", "p", changed) != base
+    with pytest.raises(ValueError, match="32 bytes"):
+        coefficient_key("d", "p", [b"x" * 31])
+    a = np.arange(6, dtype=U64).reshape(2, 3)
+    assert share_digest(None, a) == share_digest(None, a.copy()) != share_digest(None, a.reshape(3, 2))
+    assert share_digest(None, a) != share_digest(None, a + U64(1))
+    assert share_digest(bytes(32), None) != share_digest(bytes([1]) * 32, None)
