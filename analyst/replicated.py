@@ -22,7 +22,8 @@ from analyst.release import ReleasedSketch
 from ltm.client_set import ClientSet
 from ltm.dp import accounting
 from ltm.jobspec import JobSpec
-from ltm.replicated import reconstruct_triangle
+from ltm.replicated import noise_known_parties, reconstruct_triangle
+from ltm.verified_clipping import ClippingProofFailed, check_failures
 
 
 def replicated_privacy_report(spec: JobSpec, *, randomness: str, seeded_parties: Sequence[str] = ()) -> dict[str, Any]:
@@ -31,15 +32,18 @@ def replicated_privacy_report(spec: JobSpec, *, randomness: str, seeded_parties:
     report them) is never DP, whatever ``randomness`` the operator declared."""
     plan = spec.noise_plan()
     p = spec.privacy
-    honest = len(spec.parties) - p.corrupt_parties
+    honest = len(spec.parties) - noise_known_parties(len(spec.parties), p.corrupt_parties)
     rho = accounting.kls_rho(math.sqrt(plan.grid_sigma2), honest, plan.grid_sensitivity, plan.grid_l1_sensitivity)
     achieved_delta = min(1.0, accounting.zcdp_delta(rho, p.epsilon))
     calibrated = achieved_delta <= p.delta * (1 + 1e-9)
     seeded = randomness.startswith("seeded") or bool(seeded_parties)
     t = spec.tolerated_colluding_servers
     guarantee = (f"({p.epsilon:g}, {achieved_delta:.3g})-DP per client (replace-one), against at most {t} of "
-                 f"{spec.k} servers (an honest majority: two colluding servers reconstruct the data) together "
-                 f"with up to {p.corrupt_parties} corrupt parties")
+                 f"{spec.k} servers (an honest majority: two colluding servers reconstruct the data) "
+                 + (f"together with up to {p.corrupt_parties} corrupt parties (every party's clipping verified "
+                    f"on the shares, a cheater passing with probability ≤ 2^-40)" if p.corrupt_parties else
+                    "provided every party follows the protocol (nothing checks that a party's shares are "
+                    "clipped, issue #30; one party may know its own noise)"))
     return {
         "release": "replicated degree-2 (columns partition)",
         "mechanism": str(plan.mechanism), "calibration": str(plan.calibration),
@@ -48,6 +52,7 @@ def replicated_privacy_report(spec: JobSpec, *, randomness: str, seeded_parties:
         "noise_variance_per_entry": len(spec.parties) * draw_variance(plan),
         "honest_noise_draws": honest, "parties": len(spec.parties), "corrupt_parties": p.corrupt_parties,
         "colluding_servers": t, "servers": spec.k, "frac_bits": spec.frac_bits,
+        "verified_clipping": bool(spec.verified_clipping),
         "product_frac_bits": plan.frac_bits,
         "calibration_verified": bool(calibrated),
         "dp_verified": bool(calibrated and not seeded),
@@ -55,6 +60,17 @@ def replicated_privacy_report(spec: JobSpec, *, randomness: str, seeded_parties:
         "randomness": randomness,
         "seeded_parties": sorted(set(seeded_parties)),
     }
+
+
+def clipping_verdict(spec: JobSpec, shares: list[dict[str, np.ndarray]],
+                     digests: list[dict[tuple[str, str, int], str]]) -> None:
+    """The analyst's reading of the clipping checks (issue #30): every party's three re-randomised
+    check shares must add up to 0 and every share's two copies must agree.  Raises
+    :class:`ltm.verified_clipping.ClippingProofFailed` naming every party that fails (the same
+    decision each server's gate makes on its own, so a lying analyst releases nothing either)."""
+    failures = check_failures([p.party_id for p in spec.parties], shares, digests)
+    if failures:
+        raise ClippingProofFailed(failures)
 
 
 def replicated_release(spec: JobSpec, outputs: list[np.ndarray], *, randomness: str,

@@ -4,7 +4,8 @@ partition (issue #21) beside the committed RMGM-OLS numbers (docs/results/wu_tab
 
 Per split: the same split and scaling as :func:`experiments.wu.table1_cell`; the LTM job is
 :func:`sim.runtime.jobs.build_job`'s replicated release (``colluding_servers = 1``, 5 parties, 3 servers,
-one corrupt party tolerated) with Wu's identity transform and C = √width, each party's block clipped
+one corrupt party tolerated: every party's clipping is verified on the shares, ``verified_clipping``,
+which changes no released byte) with Wu's identity transform and C = √width, each party's block clipped
 at √d_j (no row is ever clipped, as in :func:`experiments.wu.ltm_columns_job`); run in process,
 seeded (NOT private).  Fitted by the ridge with the AdaSSP-style λ read off the release (the gram
 release's default, ``analyst.estimators.release_lambda``).  The guarantee is per individual (the
@@ -46,7 +47,7 @@ def replicated_columns_job(D: np.ndarray, *, job_id: str, epsilon: float, delta:
     C = math.sqrt(width)
     spec, _ = build_job(_table_of(D), job_id=job_id, randomness=Randomness.seeded_insecure(seed),
                         partition="columns", parties=parties, k=3, kind="gram", colluding_servers=1,
-                        epsilon=epsilon, delta=delta, clip_bound=C)
+                        epsilon=epsilon, delta=delta, clip_bound=C, verified_clipping=True)
     identity = tuple(ColumnSpec(c.name, c.role, 0.0, 1.0) for c in spec.columns)
     blocks = tuple(dataclasses.replace(q, clip_bound=C * math.sqrt(len(q.columns) / width) * (1 - 1e-12))
                    for q in spec.parties)

@@ -31,6 +31,7 @@ from ltm.dp.noise import noise_tail_bound
 from ltm.ring import HEADROOM_LIMIT
 from ltm import replicated
 from ltm.sharing import SHARE_MODES
+from ltm.verified_clipping import proof_shape
 from ltm.randomness import KeystreamBuffer
 from ltm.sketch import CHUNK_CLIENTS, SKETCH_KINDS, Sketch
 from ltm.transforms import TransformSpec, VectorEntry, transform_problems, vector_layout
@@ -189,6 +190,12 @@ class JobSpec:
     #: partition (ltm/replicated.py), which two colluding servers of three could open.  Omitted from
     #: the canonical JSON when None, so older specs keep their digests.
     colluding_servers: int | None = None
+    #: The replicated release with verified clipping (issue #30, :mod:`ltm.verified_clipping`): every
+    #: party proves on its shares that each client's block is within its budget share, and nothing
+    #: is released unless every proof passes.  Only such a job may tolerate a deviating party
+    #: (``corrupt_parties`` ≥ 1).  Omitted from the canonical JSON when false (older specs keep their
+    #: digests) and from :attr:`computation_digest` (the checks change nothing an honest job computes).
+    verified_clipping: bool = False
 
     def __post_init__(self) -> None:
         _canonical_floats(self)
@@ -325,6 +332,8 @@ class JobSpec:
             del d["upload_mode"]
         if d["colluding_servers"] is None:
             del d["colluding_servers"]
+        if not d["verified_clipping"]:
+            del d["verified_clipping"]
         if d["privacy"]["zcdp_rho"] is None:
             del d["privacy"]["zcdp_rho"]
         return d
@@ -346,8 +355,9 @@ class JobSpec:
 
     @functools.cached_property
     def computation_digest(self) -> str:
-        """Hex SHA-256 of the canonical spec without its name and its servers' network endpoints:
-        every field that decides what the job computes (data layout, sketch, noise, servers' ids).
+        """Hex SHA-256 of the canonical spec without its name, its servers' network endpoints and
+        :attr:`verified_clipping`: every field that decides what the job computes (data layout,
+        sketch, noise, servers' ids).
 
         Seeded (reproduction) randomness is derived from it, so one seed gives different jobs
         independent noise, while the same job run in process and over the network (different
@@ -357,6 +367,7 @@ class JobSpec:
         d = self.to_dict()
         d["job_id"] = ""
         d["servers"] = [{**srv, "endpoint": ""} for srv in d["servers"]]
+        d.pop("verified_clipping", None)  # the proof changes nothing an honest job releases
         return hashlib.sha256(json.dumps(d, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()).hexdigest()
 
     @staticmethod
@@ -753,6 +764,9 @@ def _privacy_problems(spec: JobSpec) -> list[str]:
                         "use corrupt_parties)")
     if not 0 <= p.corrupt_parties < max(len(spec.parties), 1):
         problems.append(f"corrupt_parties must be in [0, number of parties) (got {p.corrupt_parties})")
+    if spec.verified_clipping and not spec.replicated:
+        problems.append("verified_clipping applies to the replicated release only (columns partition, kind gram, "
+                        "colluding_servers = 1)")
     if spec.colluding_servers is not None and not 1 <= spec.colluding_servers < max(spec.k, 2):
         problems.append(f"colluding_servers must be in [1, k) (got {spec.colluding_servers} with k={spec.k})")
     if p.min_participants < 0 or p.min_participants > spec.n:
@@ -775,10 +789,14 @@ def _replicated_problems(spec: JobSpec) -> list[str]:
         problems.append("the replicated release supports the gaussian mechanism only")
     if spec.privacy.calibration != "tight":
         problems.append("the replicated release is calibrated 'tight' only (its noise is per party, not per client)")
-    honest = len(spec.parties) - spec.privacy.corrupt_parties
+    trust = replicated.unverified_party_problem(spec.privacy.corrupt_parties)
+    if trust is not None and not spec.verified_clipping:
+        problems.append(trust)
+    honest = len(spec.parties) - replicated.noise_known_parties(len(spec.parties), spec.privacy.corrupt_parties)
     if spec.privacy.min_honest_load not in (0, honest):
         problems.append(f"min_honest_load of the replicated release counts the honest parties' noise draws per "
-                        f"entry: it must be parties − corrupt_parties = {honest} (got {spec.privacy.min_honest_load})")
+                        f"entry: it must be parties − max(corrupt_parties, 1) = {honest} "
+                        f"(got {spec.privacy.min_honest_load})")
     return problems
 
 
@@ -860,6 +878,12 @@ def validate_job(spec: JobSpec, sketch: Sketch | None = None) -> JobAnalysis:
         plan = spec.noise_plan()
     except CalibrationError as exc:
         raise JobSpecError([f"noise calibration failed: {exc}"]) from exc
+    if spec.verified_clipping:  # the proof's norm identity must not wrap at this f (ltm/verified_clipping.py)
+        for party in spec.parties:
+            try:
+                proof_shape(len(spec.party_column_indices(party)), spec.frac_bits, party.clip_bound)
+            except ValueError as exc:
+                raise JobSpecError([f"party {party.party_id!r}: {exc}"]) from None
     if spec.replicated:  # products on the grid 2^-2f, noise from the parties (ltm/replicated.py)
         worst = replicated.entry_bound(spec.n, spec.clip_bound, spec.width, spec.frac_bits, plan,
                                        len(spec.parties)) * 2.0 ** (2 * spec.frac_bits)
@@ -908,9 +932,14 @@ def default_corrupt_parties(spec: JobSpec) -> int:
     of which holds more than one client, tolerates at least one corrupt party: the gate then
     subtracts, row by row, the largest load one party holds (:func:`honest_row_loads`).  Otherwise
     0: single-client parties are covered by t′, a lone party holds every client itself, and in the
-    columns partition each party's noise protects its own columns.
+    columns partition each party's noise protects its own columns.  The replicated release's default
+    is 0 too: it cannot yet tolerate a deviating party (:func:`ltm.replicated.unverified_party_problem`;
+    raising the default would refuse every such job), and its calibration discounts one curious
+    party's own noise whatever corrupt_parties says (:func:`ltm.replicated.noise_known_parties`).
+    A replicated job with :attr:`JobSpec.verified_clipping` catches a deviating party, so it takes
+    the realistic default again: one corrupt party when there are two or more.
     """
-    if spec.replicated:
+    if spec.replicated and spec.verified_clipping:
         return replicated_corrupt_parties_default(len(spec.parties))
     return corrupt_parties_default(spec.partition, [p.size for p in spec.parties])
 
@@ -935,9 +964,11 @@ def default_upload_mode(spec: JobSpec) -> str:
 
 
 def replicated_corrupt_parties_default(parties: int) -> int:
-    """The replicated release's default corrupt-party tolerance: as in the rows partition, a party
-    knows its own noise, so with two or more parties the noise of one may be subtracted (1)."""
-    return 1 if parties >= 2 else 0
+    """The parties whose noise the replicated release's calibration discounts by default: as in the rows
+    partition, a party knows its own noise, so with two or more parties the noise of one may be
+    subtracted (1; :func:`ltm.replicated.noise_known_parties`).  Not the job's ``corrupt_parties``,
+    which counts deviating parties and is 0 (:func:`default_corrupt_parties`)."""
+    return replicated.noise_known_parties(parties, 0)
 
 
 def resolve_defaults(spec: JobSpec, load_fraction: float = DEFAULT_LOAD_FRACTION) -> JobSpec:
@@ -960,7 +991,8 @@ def resolve_defaults(spec: JobSpec, load_fraction: float = DEFAULT_LOAD_FRACTION
         p = replace(p, corrupt_parties=default_corrupt_parties(spec))
         spec = replace(spec, privacy=p)
     if p.min_honest_load == 0 and spec.replicated:  # L counts the parties' per-entry noise draws
-        p = replace(p, min_honest_load=max(len(spec.parties) - p.corrupt_parties, 1))
+        p = replace(p, min_honest_load=max(
+            len(spec.parties) - replicated.noise_known_parties(len(spec.parties), p.corrupt_parties), 1))
     if p.min_honest_load == 0:
         loads, deduction = honest_row_loads(spec, None, sketch)
         feasible = int((loads - deduction).min())

@@ -351,7 +351,7 @@ def _replicated_candidate(inp: PlanInputs, mom: _Moments) -> Candidate:
     ridge edge τ = 2√(pv).  Always predicted (the plan's explanation quotes it); feasible only when
     the job allows an honest majority of k = 3 servers.
     """
-    from ltm.replicated import REPLICATED_SERVERS, honest_majority, replicated_noise_plan
+    from ltm.replicated import REPLICATED_SERVERS, honest_majority, replicated_noise_plan, unverified_party_problem
 
     D, n = inp.width, inp.n
     W = gram_width(D)
@@ -379,13 +379,17 @@ def _replicated_candidate(inp: PlanInputs, mom: _Moments) -> Candidate:
         terms = {"noise": var / mom.y2, "ridge_bias": bias / mom.y2}
         est = f"ridge, AdaSSP-style λ on the noisy XᵀX (predicted λ ≈ {lam:.4g})"
     t, k = _tolerated(inp), inp.servers
-    ok = k == REPLICATED_SERVERS and honest_majority(k, t)
-    note = (f"replicated release (columns partition): {P} parties each add noise, {c_par} may be corrupt; "
+    trust = unverified_party_problem(inp.corrupt_parties)
+    ok = k == REPLICATED_SERVERS and honest_majority(k, t) and trust is None
+    note = (f"replicated release (columns partition): {P} parties each add noise, {c_par} may know theirs; "
             f"released per-entry noise variance v = {v:.4g}; private if at most 1 of {REPLICATED_SERVERS} "
             f"servers is corrupt")
-    if not ok:
-        note += (f"; not allowed: the job tolerates {t} colluding servers of {k}"
-                 if k == REPLICATED_SERVERS else f"; needs k = {REPLICATED_SERVERS} servers (got {k})")
+    if k != REPLICATED_SERVERS:
+        note += f"; needs k = {REPLICATED_SERVERS} servers (got {k})"
+    elif not honest_majority(k, t):
+        note += f"; not allowed: the job tolerates {t} colluding servers of {k}"
+    elif trust is not None:
+        note += f"; not allowed: {trust}"
     return Candidate("gram", 1, 1, ex, terms, est, D, feasible=ok, note=note)
 
 
@@ -402,7 +406,8 @@ def _trust_note(inp: PlanInputs, mom: _Moments, cands: list[Candidate], best: Ca
         other = (f"; if any {k - 1} of {k} servers may collude (the default), the sparse sketch would reach "
                  f"about {explained - sketch.predicted_excess:.3g} R²" if sketch else "")
         return (f" Trust: this choice rests on an honest majority (at most {t} of {k} servers corrupt; two "
-                f"colluding servers would reconstruct every party's data); it should reach about "
+                f"colluding servers would reconstruct every party's data) and on every party following the "
+                f"protocol (nothing yet checks that a party's shares are clipped: issue #30); it should reach about "
                 f"{explained - best.predicted_excess:.3g} R²{other}.")
     if rep is None or not math.isfinite(rep.predicted_excess):
         return f" Trust: this choice rests on any {t} of {k} servers possibly colluding."

@@ -39,7 +39,15 @@ bound times 2^2f is ≤ 2^62, so one 64-bit limb suffices (at the limits, n = 2^
 entry (the same mechanism as AdaSSP's upper triangle); its replace-one ℓ2 sensitivity is √2·C²
 (docs/planner.md), widened for the rounding to √2·(C + √D·2^-f/2)².  Each of the P parties adds
 N_Z(0, σ_c²) per entry in units of 2^-2f, calibrated as the distributed discrete Gaussian with
-L = P − corrupt_parties honest draws per entry (a corrupt party knows its own noise).
+L = P − max(corrupt_parties, 1) honest draws per entry when P ≥ 2 (:func:`noise_known_parties`: a
+corrupt party knows its own noise, and so does a curious one that follows the protocol).
+
+**A deviating party.**  Unless the job has ``verified_clipping`` (:mod:`ltm.verified_clipping`, in
+process only for now), nothing checks on the shares that a party's block is clipped: a party
+uploading M·e_j instead of its block would read, in the released cross Gram, M times client j's
+values held by the other parties.  So an unverified replicated job tolerates no deviating party:
+``corrupt_parties`` must be 0 (:func:`unverified_party_problem`, asked by validation and by the
+party's policy; issue #30).
 """
 from __future__ import annotations
 
@@ -55,12 +63,16 @@ from ltm.dp.grid import round_to_grid
 from ltm.dp.noise import noise_tail_bound, sample_noise
 from ltm.randomness import KeystreamBuffer, Randomness
 from ltm.ring import HEADROOM_LIMIT
-from ltm.sharing import Share, reconstruct, share
+from ltm.sharing import Share, reconstruct, share, share_rows
+from ltm.verified_clipping import ProofShape, ProofUpload, party_proof
 
 __all__ = [
     "REPLICATED_SERVERS",
     "MAX_REPLICATED_FRAC_BITS",
     "honest_majority",
+    "noise_known_parties",
+    "UNVERIFIED_CORRUPT_PARTIES",
+    "unverified_party_problem",
     "triangle_width",
     "replicated_noise_plan",
     "replicated_frac_bits",
@@ -93,6 +105,30 @@ def honest_majority(k: int, colluding: int) -> bool:
     return 0 <= colluding and 2 * colluding < k
 
 
+def noise_known_parties(parties: int, corrupt_parties: int) -> int:
+    """Parties whose noise draws the replicated release's calibration discounts: the corrupt ones, and
+    at least one when P ≥ 2, because a party that follows the protocol still knows its own noise (a
+    curious party subtracts it).  ``corrupt_parties`` counts the parties that may *deviate*."""
+    return max(int(corrupt_parties), 1 if parties >= 2 else 0)
+
+
+#: Why a replicated job must not tolerate a deviating party yet (issue #30): nobody checks on the
+#: shares that a party's block is clipped, and an unclipped block M·e_j makes the cross Gram reveal
+#: M times client j's values held by the other parties (ε = ∞).
+UNVERIFIED_CORRUPT_PARTIES = (
+    "the replicated release (columns partition, colluding_servers = 1) currently assumes every party follows the "
+    "protocol: nothing checks that a party's shares encode a clipped block, so a corrupt party could read the "
+    "other parties' values; set corrupt_parties = 0 to accept that (issue #30), or use a sketch kind")
+
+
+def unverified_party_problem(corrupt_parties: int) -> str | None:
+    """The one-line refusal of a replicated job that tolerates ``corrupt_parties`` ≥ 1 deviating
+    parties (None when it tolerates none): every actor asks this (validation, the party's policy)."""
+    if corrupt_parties >= 1:
+        return f"{UNVERIFIED_CORRUPT_PARTIES} (got corrupt_parties = {corrupt_parties})"
+    return None
+
+
 def triangle_width(d: int) -> int:
     """D(D+1)/2 released entries: the upper triangle of Σ z zᵀ, ``numpy.triu_indices`` order."""
     return d * (d + 1) // 2
@@ -102,10 +138,11 @@ def replicated_noise_plan(*, epsilon: float, delta: float, clip_bound: float, d:
                           corrupt_parties: int, frac_bits: int, zcdp_rho: float | None = None) -> NoisePlan:
     """The per-party noise of the replicated release, in units of 2^-2f (``plan.frac_bits = 2f``).
 
-    L = parties − corrupt_parties honest per-entry draws; the sensitivity is
+    L = parties − :func:`noise_known_parties` honest per-entry draws (a corrupt party, and at least one
+    curious party, knows its own noise); the sensitivity is
     :func:`ltm.dp.sensitivity.rounded_gram_l2` (the plan adds √W·2^-2f more for its own rounding term: harmless).
     """
-    honest = parties - corrupt_parties
+    honest = parties - noise_known_parties(parties, corrupt_parties)
     if honest < 1:
         raise ValueError(f"the replicated release needs at least one honest party "
                          f"(parties={parties}, corrupt_parties={corrupt_parties})")
@@ -145,6 +182,7 @@ class BlockUpload:
         columns: indices of the block's entries in the joint client vector.
         first, second: the additive shares x_i and x_{i+1} of the block (n × d_p uint64; seeds or data).
         noise: the server's additive share of the party's noise vector (W,) (a zero-sharing plus the noise).
+        proof: the party's clipping proof for this server (:mod:`ltm.verified_clipping`), or None.
     """
 
     server: int
@@ -152,11 +190,14 @@ class BlockUpload:
     first: Share
     second: Share
     noise: Share
+    #: The party's proof that its block is clipped (a job with ``verified_clipping``), else None.
+    proof: ProofUpload | None = None
 
     @property
     def nbytes(self) -> int:
         """Payload bytes on the wire."""
-        return self.first.nbytes + self.second.nbytes + self.noise.nbytes
+        return (self.first.nbytes + self.second.nbytes + self.noise.nbytes
+                + (self.proof.nbytes if self.proof is not None else 0))
 
 
 #: Over gRPC (docs/architecture.md, "The replicated release") a party's upload to server i travels as
@@ -213,31 +254,29 @@ def share_noise(noise: np.ndarray, randomness: Randomness, *, mode: str = "seed"
 
 def party_uploads(block: np.ndarray, columns: tuple[int, ...], *, width: int, frac_bits: int,
                   plan: NoisePlan | None, randomness: Randomness, mode: str = "seed",
-                  primary: int = 0) -> list[BlockUpload]:
+                  primary: int = 0, proof: ProofShape | None = None) -> list[BlockUpload]:
     """One party's three uploads: its replicated block and its noise shares.
 
     ``width``: D of the joint client vector.  ``plan`` None: no noise (the shares of a zero vector
-    still re-randomise the outputs; exactness checks only).
+    still re-randomise the outputs; exactness checks only).  ``proof``: the shape of the party's
+    clipping proof (:func:`ltm.verified_clipping.proof_shape`) in a job with verified clipping; it
+    draws from its own randomness children, so the block and noise shares are the same bytes.
     """
     W = triangle_width(int(width))
     noise = (sample_noise(randomness.child("noise").stream(), plan, (W,)) if plan is not None
              else np.zeros(W, dtype=np.int64))
     pairs = share_block(block, frac_bits, randomness.child("block"), mode=mode, primary=primary)
     masks = share_noise(noise, randomness.child("masks"), mode=mode, primary=primary)
-    return [BlockUpload(i, tuple(columns), a, b, masks[i]) for i, (a, b) in enumerate(pairs)]
+    proofs: list[ProofUpload | None] = [None] * REPLICATED_SERVERS
+    if proof is not None:
+        proofs = list(party_proof(round_to_grid(block, frac_bits), proof, randomness.child("proof"), mode=mode,
+                                  primary=primary))
+    return [BlockUpload(i, tuple(columns), a, b, masks[i], proofs[i]) for i, (a, b) in enumerate(pairs)]
 
 
 # -------------------------------------------------------------------- the servers' side
 #: Clients per chunk of a server's products: the servers hold two chunk × D blocks, never n × D.
 OUTPUT_CHUNK_CLIENTS = 1 << 16
-
-
-def _rows(s: Share, a: int, b: int, buffer: KeystreamBuffer) -> np.ndarray:
-    """Rows a..b−1 of a 2-D share (n × d): a slice of its data, or of its seed's keystream."""
-    d = int(s.shape[1])
-    if s.seed is None:
-        return s.data[a:b]
-    return buffer.words(s.seed, (b - a) * d, a * d).reshape(b - a, d)
 
 
 def server_output(server: int, uploads: list[BlockUpload], n: int, d: int) -> np.ndarray:
@@ -268,8 +307,8 @@ def server_output(server: int, uploads: list[BlockUpload], n: int, d: int) -> np
         x, y = first[:b - a], second[:b - a]
         for up in uploads:
             cols = list(up.columns)
-            x[:, cols] = _rows(up.first, a, b, buffer)
-            y[:, cols] = _rows(up.second, a, b, buffer)
+            x[:, cols] = share_rows(up.first, a, b, buffer)
+            y[:, cols] = share_rows(up.second, a, b, buffer)
         # A_iᵀ(A_i + A_{i+1}) + A_{i+1}ᵀA_i: two products.  einsum's integer loops wrap mod 2^64 (the
         # ring) and are ~15× faster than uint64 matmul.
         prod += np.einsum("na,nb->ab", x, x + y)

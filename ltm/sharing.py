@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ltm.randomness import Randomness, keystream_uint64
+from ltm.randomness import KeystreamBuffer, Randomness, keystream_uint64
 
 SHARE_MODES = ("seed", "full")
 SEED_BYTES = 32
@@ -105,3 +105,12 @@ def reconstruct(shares: list[Share] | list[np.ndarray]) -> np.ndarray:
     for a in arrays[1:]:
         total += a
     return total
+
+
+def share_rows(s: Share, a: int, b: int, buffer: KeystreamBuffer) -> np.ndarray:
+    """Rows a..b−1 of a 2-D share (n × d): a slice of its data, or of its seed's keystream (so a
+    server streams a seed share chunk by chunk without expanding it whole)."""
+    d = int(s.shape[1])
+    if s.seed is None:
+        return s.data[a:b]
+    return buffer.words(s.seed, (b - a) * d, a * d).reshape(b - a, d)

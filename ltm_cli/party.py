@@ -32,7 +32,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-delta", type=privacy_number, help="largest δ this party accepts (default 1e-5)")
     p.add_argument("--min-colluding-servers", type=int, default=None,
                    help="the fewest colluding servers a job must tolerate (default: k − 1); 1 lets this party "
-                        "join the replicated release of the columns partition (private against 1 of 3 servers)")
+                        "join the replicated release of the columns partition (private against 1 of 3 servers; "
+                        "it assumes every party follows the protocol unless the job verifies clipping, so this "
+                        "party refuses one that tolerates corrupt parties without that)")
     p.add_argument("--min-corrupt-parties", type=int,
                    help="fewest corrupt parties a rows job with multi-client parties must tolerate (default 1)")
     p.add_argument("--upload-mode", choices=("per-client", "aggregate"),

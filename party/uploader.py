@@ -25,6 +25,7 @@ from ltm.dp.grid import noise_grid_problem
 from ltm.dp.noise import MAX_GRID_SCALE, widest_noise_draw
 from ltm.errors import LtmError, ProtocolError
 from ltm.jobspec import JobSpec, default_corrupt_parties
+from ltm.replicated import unverified_party_problem
 from ltm.limits import decode_spec
 from ltm.progress import Bar, progress_bar
 from ltm.randomness import Randomness
@@ -60,7 +61,9 @@ class PartyPolicy:
     ``min_colluding_servers``: the fewest colluding servers a job must tolerate (its trust
     assumption, ``JobSpec.colluding_servers``); None means k − 1, every server but one, so by
     default a party refuses the replicated release (private only against one server of three) and
-    joins it only when its operator lowers this to 1.
+    joins it only when its operator lowers this to 1.  A replicated job that tolerates a corrupt
+    party is refused unless the job verifies every party's clipping on the shares
+    (``verified_clipping``): without it a deviating party could read the others' values (issue #30).
     """
 
     max_epsilon: float = 1.0
@@ -92,6 +95,9 @@ class PartyPolicy:
         if spec.partition == "rows" and p.t_prime < self.min_t_prime:
             problems.append(f"the job tolerates t′ = {p.t_prime} corrupt clients, this party requires at least "
                             f"{self.min_t_prime}")
+        if (spec.replicated and not spec.verified_clipping
+                and (trust := unverified_party_problem(p.corrupt_parties)) is not None):
+            problems.append(trust)
         required = spec.k - 1 if self.min_colluding_servers is None else self.min_colluding_servers
         if spec.tolerated_colluding_servers < required:
             problems.append(f"the job is private only if at most {spec.tolerated_colluding_servers} of {spec.k} servers "

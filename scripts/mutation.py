@@ -59,6 +59,7 @@ MODULES: dict[str, list[str]] = {
     "ltm/dp/grid.py": ["tests/unit/ltm/dp/test_dp_accounting.py", "tests/unit/ltm/dp/test_dp_sensitivity.py",
                        "tests/unit/party/test_randomizer.py"],
     "ltm/dp/accounting.py": ["tests/unit/ltm/dp/test_dp_accounting.py"],
+    "ltm/verified_clipping.py": ["tests/unit/ltm/test_verified_clipping.py"],
 }
 
 STATUS_KILLED = {"killed", "timeout", "segfault", "caught by type check"}

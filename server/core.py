@@ -112,6 +112,9 @@ class ServerCore:
             validate_job(spec)
         except JobSpecError as exc:
             raise ProtocolError("INVALID_ARGUMENT", str(exc)) from exc
+        if spec.verified_clipping:  # the proof's parts and check RPCs are not on the wire yet (issue #30)
+            raise ProtocolError("FAILED_PRECONDITION", "verified clipping runs in process only for now; this "
+                                                       "server cannot check the parties' proofs over gRPC")
         self.server_index(spec)
         existing = self.store.get_job(spec.job_id)
         if existing is not None:

@@ -26,13 +26,16 @@ from ltm.errors import ProtocolError
 from ltm.jobspec import JobSpec, PartySpec, validate_job
 from ltm.replicated import (PART_NOISE, REPLICATED_PARTS, BlockUpload, server_output, triangle_width,
                             upload_from_parts)
+from ltm.randomness import Randomness
+from ltm.verified_clipping import (ClippingProofFailed, check_failures, coefficient_key, proof_shape, server_check,
+                                   share_digest)
 from server.release_gate import GateRefusal, check_release_request
 
 
 class ReplicatedServer:
     """One server's state for one replicated job: the uploads it holds, by party."""
 
-    def __init__(self, spec: JobSpec, server: int) -> None:
+    def __init__(self, spec: JobSpec, server: int, randomness: Randomness | None = None) -> None:
         validate_job(spec)
         if not spec.replicated:
             raise ValueError(f"job {spec.job_id!r} is not a replicated release (columns partition, kind gram)")
@@ -41,10 +44,16 @@ class ReplicatedServer:
         self.spec = spec
         self.server = server
         self.uploads: dict[str, BlockUpload] = {}
+        self.randomness = randomness or Randomness.system()
+        self.closed = False
+        self.check_seed: bytes | None = None
+        self.check_failures: dict[str, str] | None = None  # None: checks not yet decided
 
     def accept(self, party_id: str, upload: BlockUpload) -> None:
         """Hold one party's upload after checking it fits the job (party, columns, shapes, server)."""
         spec = self.spec
+        if self.closed:
+            raise ValueError(f"server {self.server}: job {spec.job_id!r} is closed; no more uploads")
         party = spec.party(party_id)  # KeyError: not a party of this job
         if party_id in self.uploads:
             raise ValueError(f"party {party_id!r} already uploaded to server {self.server}")
@@ -58,13 +67,66 @@ class ReplicatedServer:
             raise ValueError(f"party {party_id!r}: block shares must be {shape}")
         if upload.noise.shape != (spec.width * (spec.width + 1) // 2,):
             raise ValueError(f"party {party_id!r}: the noise share must have one value per released entry")
+        if spec.verified_clipping and upload.proof is None:
+            raise ValueError(f"party {party_id!r}: job {spec.job_id!r} needs a clipping proof with the block")
+        if upload.proof is not None and upload.proof.server != self.server:
+            raise ValueError(f"party {party_id!r}: a proof for server {upload.proof.server} reached server {self.server}")
         self.uploads[party_id] = upload
 
+    # ---------------------------------------------------------------- verified clipping (issue #30)
+    def close(self) -> bytes | None:
+        """Close the job to uploads.  With verified clipping, draw this server's check seed now, once
+        (a fresh 32 bytes: no party can know it while its upload could still change) and return it;
+        the analyst relays every server's seed to every server (:meth:`check_shares`)."""
+        self.closed = True
+        if self.spec.verified_clipping and self.check_seed is None:
+            self.check_seed = self.randomness.child("check-seed", self.server).bytes(32)
+        return self.check_seed
+
+    def check_shares(self, seeds: list[bytes]) -> tuple[dict[str, np.ndarray], dict[tuple[str, str, int], str]]:
+        """This server's re-randomised check share (κ,) of every party's clipping proof, with the
+        coefficients of :func:`ltm.verified_clipping.coefficient_key` over ``seeds`` (one per server,
+        in order; this server's own must be there), and the digests of the share copies it holds
+        (compared with the other holder's, :func:`ltm.verified_clipping.copy_problems`)."""
+        if not self.spec.verified_clipping:
+            raise ValueError(f"job {self.spec.job_id!r} has no verified clipping")
+        if not self.closed or self.check_seed is None:
+            raise ValueError(f"server {self.server}: the job must be closed before its checks")
+        if len(seeds) != self.spec.k or seeds[self.server] != self.check_seed:
+            raise ValueError(f"server {self.server}: the check seeds must be every server's, this one's included")
+        shares, digests = {}, {}
+        for party in self.spec.parties:
+            up = self.uploads.get(party.party_id)
+            if up is None or up.proof is None:
+                continue  # missing: every gate refuses (accept_checks)
+            shape = proof_shape(len(up.columns), self.spec.frac_bits, party.clip_bound)
+            key = coefficient_key(self.spec.digest, party.party_id, seeds)
+            shares[party.party_id] = server_check(self.server, (up.first, up.second), up.proof, shape, key)
+            for what, pair in (("block", (up.first, up.second)), ("witness", (up.proof.first, up.proof.second))):
+                for j, s in zip((self.server, (self.server + 1) % self.spec.k), pair):
+                    digests[(party.party_id, what, j)] = share_digest(s.seed, s.data)
+        return shares, digests
+
+    def accept_checks(self, shares: list[dict[str, np.ndarray]],
+                      digests: list[dict[tuple[str, str, int], str]]) -> dict[str, str]:
+        """Record every server's check shares and copy digests (as the analyst relays them) and decide,
+        here, which parties fail: a missing share, a check that does not sum to zero, or two holders
+        with different copies.  Returns {party: reason}; :meth:`output` refuses while any is there."""
+        failures = check_failures([p.party_id for p in self.spec.parties], shares, digests)
+        self.check_failures = dict(failures)
+        return self.check_failures
+
     def output(self) -> np.ndarray:
-        """This server's output share (uint64, D(D+1)/2), once every party has uploaded."""
+        """This server's output share (uint64, D(D+1)/2), once every party has uploaded (and, with
+        verified clipping, every party's proof has passed here: else :class:`ClippingProofFailed`)."""
         missing = [p.party_id for p in self.spec.parties if p.party_id not in self.uploads]
         if missing:
             raise ValueError(f"server {self.server}: no upload yet from {missing}; every party's block is needed")
+        if self.spec.verified_clipping:
+            if self.check_failures is None:
+                raise ClippingProofFailed({p.party_id: "its clipping check is missing" for p in self.spec.parties})
+            if self.check_failures:
+                raise ClippingProofFailed(self.check_failures)
         return server_output(self.server, list(self.uploads.values()), self.spec.n, self.spec.width)
 
 
@@ -109,7 +171,7 @@ def check_replicated_release(spec: JobSpec, *, caller_role: str, job_digest: str
 
     As for a sketch job: only the analyst, this job's digest, once.  Then the participant set must
     be every client, held here: the release is one Gram over the joint vectors, and the parties'
-    noise (L = parties − corrupt_parties honest draws per entry) is calibrated for all of them.
+    noise (L = parties − max(corrupt_parties, 1) honest draws per entry) is calibrated for all of them.
     """
     check_release_request(spec, caller_role=caller_role, job_digest=job_digest, already_released=already_released)
     if participants is None or participants.n != spec.n:

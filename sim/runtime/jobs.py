@@ -116,8 +116,6 @@ def _choose_sketch(*, table: Table | ModelTable, n: int, width: int, kind: str, 
             servers=k, colluding_servers=colluding_servers, parties=parties,
             replicated_corrupt_parties=max(corrupt_parties, replicated_default)))
         kind, m, s = plan.kind, (m if m is not None and plan.kind != "gram" else plan.m), plan.s
-        if partition == "columns" and kind == "gram":
-            corrupt_parties = max(corrupt_parties, replicated_default)
         rule = f"planner: {plan.reason}"
     elif get_lift(kind) is not None:
         m, s, rule = 1, 1, f"{kind}: the public map is the sum over clients (m = s = 1)"
@@ -160,7 +158,7 @@ def build_job(table: Table | ModelTable, *, job_id: str, randomness: Randomness,
               rff: RFFOptions | None = None, whiten: PublicSecondMoment | None = None,
               whiten_eta: float = 0.05, whiten_radius: float | None = None,
               reproduction: bool | None = None, upload_mode: str = "per-client",
-              colluding_servers: int | None = None) -> tuple[JobSpec, JobChoices]:
+              colluding_servers: int | None = None, verified_clipping: bool = False) -> tuple[JobSpec, JobChoices]:
     """A resolved, validated job spec for a table, and the choices made.
 
     ``corrupt_parties`` None: the default (:func:`ltm.jobspec.default_corrupt_parties`: one when
@@ -175,7 +173,9 @@ def build_job(table: Table | ModelTable, *, job_id: str, randomness: Randomness,
     ``upload_mode``: ``per-client``, ``aggregate`` or ``auto`` (:func:`ltm.jobspec.default_upload_mode`).
     ``colluding_servers``: the trust assumption (None: k − 1); with an honest majority (1 of 3) the
     columns partition's ``gram`` kind is the replicated degree-2 release (:mod:`ltm.replicated`),
-    and the planner (``kind="auto"``) may choose it.
+    and the planner (``kind="auto"``) may choose it.  ``verified_clipping``: the replicated release
+    with every party's clipping proven on the shares (:mod:`ltm.verified_clipping`; in process only),
+    which tolerates a corrupt party (the default is then one).
 
     Columns partition: each party clips its block to its share of C² by the public transform's
     budget shares (:func:`budget_shares`: label q, each regressor (1 − q)/p), so Σ_j C_j² = C².
@@ -186,8 +186,10 @@ def build_job(table: Table | ModelTable, *, job_id: str, randomness: Randomness,
                          "its columns' moments")
     if reproduction is None:
         reproduction = randomness.reproducible
+    # The replicated release's noise discounts one curious party (ltm.replicated.noise_known_parties);
+    # its corrupt_parties (deviating parties) defaults to 0: it cannot tolerate one yet (issue #30).
     replicated_default = replicated_corrupt_parties_default(parties) if partition == "columns" else 0
-    if corrupt_parties is None and partition == "columns" and kind == "gram":
+    if corrupt_parties is None and verified_clipping:  # a deviating party is caught: the realistic default
         corrupt_parties = replicated_default
     if corrupt_parties is None:
         corrupt_parties = corrupt_parties_default(
@@ -213,7 +215,7 @@ def build_job(table: Table | ModelTable, *, job_id: str, randomness: Randomness,
                             min_honest_load=min_honest_load),
         servers=tuple(ServerSpec(f"server-{i}", (endpoints or [""] * k)[i]) for i in range(k)),
         clip_norm="l1" if mechanism == "laplace" else "l2", share_mode=share_mode, transforms=transforms, upload_mode=upload_mode,
-        reproduction=reproduction, colluding_servers=colluding_servers,
+        reproduction=reproduction, colluding_servers=colluding_servers, verified_clipping=verified_clipping,
     )
     plan = choice.plan.to_dict() if choice.plan is not None else None
     return resolve_defaults(spec), JobChoices(m, choice.rule, plan)

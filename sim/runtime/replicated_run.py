@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from analyst.replicated import replicated_release
+from analyst.replicated import clipping_verdict, replicated_release
 from ltm.client_set import ClientSet
 from ltm.jobspec import JobSpec, validate_job
 from ltm.randomness import Randomness
@@ -23,6 +23,20 @@ from party.replicated import replicated_uploads
 from party.uploader import PartyPolicy
 from server.replicated import ReplicatedServer
 from sim.runtime.inprocess import policy_refusal
+
+
+def verify_clipping(spec: JobSpec, servers: list[ReplicatedServer], seeds: list[bytes | None]) -> None:
+    """The clipping checks (issue #30) as the analyst relays them: every server's post-close seed to
+    every server, then every server's check shares and copy digests to every server, whose own gate
+    decides (:meth:`ReplicatedServer.accept_checks`).  Raises :class:`ClippingProofFailed` naming the
+    failing parties (the analyst's verdict, :func:`analyst.replicated.clipping_verdict`, is the same
+    sum; each server's gate refuses its output on its own)."""
+    relayed = [s for s in seeds if s is not None]
+    checks = [server.check_shares(relayed) for server in servers]
+    shares, digests = [c[0] for c in checks], [c[1] for c in checks]
+    for server in servers:
+        server.accept_checks(shares, digests)
+    clipping_verdict(spec, shares, digests)
 
 
 def run_replicated(spec: JobSpec, party_data: Mapping[str, Mapping[str, np.ndarray]], randomness: Randomness, *,
@@ -39,7 +53,7 @@ def run_replicated(spec: JobSpec, party_data: Mapping[str, Mapping[str, np.ndarr
     timing: dict[str, float] = {}
     t0 = time.perf_counter()
     validate_job(spec)
-    servers = [ReplicatedServer(spec, i) for i in range(spec.k)]
+    servers = [ReplicatedServer(spec, i, randomness.child("server", i)) for i in range(spec.k)]
     timing["create"] = time.perf_counter() - t0
     refused: dict[str, str] = {}
     for party in spec.parties:
@@ -67,6 +81,11 @@ def run_replicated(spec: JobSpec, party_data: Mapping[str, Mapping[str, np.ndarr
             sent[up.server] += up.nbytes
     timing["randomize_and_share"] = time.perf_counter() - t
     t = time.perf_counter()
+    seeds = [server.close() for server in servers]
+    if spec.verified_clipping:
+        verify_clipping(spec, servers, seeds)  # ClippingProofFailed: nothing released
+        timing["verify_clipping"] = time.perf_counter() - t
+        t = time.perf_counter()
     outputs = [server.output() for server in servers]
     timing["release"] = time.perf_counter() - t
     t = time.perf_counter()

@@ -31,7 +31,7 @@ EXIT_CODES = {
     "party.data_source.DataSourceError": 2, "transport.certs.CSRPolicyError": 2, "transport.config.ConfigError": 2,
     "ltm_datasets.tables.DataError": 2, "experiments.spec.SpecError": 2, "experiments.executors.ExecutorUnavailable": 2,
     "experiments.report.PlotsUnavailable": 2, "experiments.release_backends.NetworkedJobFailed": 2,
-    "party.uploader.PolicyViolation": 3, "party.ledger.BudgetExceeded": 3, "party.ledger.AccountantUnavailable": 3,
+    "party.uploader.PolicyViolation": 3, "ltm.verified_clipping.ClippingProofFailed": 3, "party.ledger.BudgetExceeded": 3, "party.ledger.AccountantUnavailable": 3,
     "server.sqlite_store.StoreError": 3, "server.sqlite_store.StoreCorruptError": 3,
     "party.randomizer.PartyDataError": 4,
     "party.uploader.UploadIncomplete": 5,
@@ -44,6 +44,7 @@ STATUSES = {
     "ltm.jobspec.JobSpecError": "INVALID_ARGUMENT", "ltm.errors.DataLossError": "DATA_LOSS",
     "server.sqlite_store.StoreCorruptError": "DATA_LOSS", "analyst.store.AnalystStoreDamaged": "DATA_LOSS",
     "analyst.coordinator.ReleaseFailed": "FAILED_PRECONDITION",
+    "ltm.verified_clipping.ClippingProofFailed": "FAILED_PRECONDITION",
     "analyst.coordinator.ServerUnreachable": "FAILED_PRECONDITION", "analyst.coordinator.NotPublished": "UNAVAILABLE",
     "transport.tls.AuthenticationError": "UNAUTHENTICATED",
 }

@@ -66,9 +66,11 @@ def test_replicated_release_needs_an_honest_majority(table):
         validate_job(replace(spec, privacy=replace(spec.privacy, min_honest_load=5)))
 
 
-def test_defaults_one_corrupt_party_and_fraction_bits(table):
+def test_defaults_no_deviating_party_one_curious_party_and_fraction_bits(table):
+    # corrupt_parties counts deviating parties (0: the replicated release cannot tolerate one yet,
+    # issue #30); the noise still discounts one curious party's own draws (L = P − 1).
     spec = _job(table)
-    assert spec.privacy.corrupt_parties == 1 and spec.privacy.min_honest_load == 2
+    assert spec.privacy.corrupt_parties == 0 and spec.privacy.min_honest_load == 2
     plan = spec.noise_plan()
     assert plan.frac_bits == 2 * spec.frac_bits and plan.min_honest_load == 2
     assert plan.sensitivity >= math.sqrt(2) * spec.clip_bound**2
@@ -159,7 +161,8 @@ def test_job_file_auto_release_follows_the_trust_assumption(table):
     allowed = parse_job_file(text.replace("[privacy]\n", "[privacy]\ncolluding_servers = 1\n"))
     assert allowed.spec.sketch.kind == "gram" and allowed.spec.replicated
     assert "honest majority" in allowed.plan_reason
-    assert allowed.spec.frac_bits <= 24 and allowed.spec.privacy.min_honest_load == 3  # reproduction: c kept at 0
+    # c = 0 (no deviating party), L = P − 1: one curious party knows its own noise (noise_known_parties)
+    assert allowed.spec.frac_bits <= 24 and allowed.spec.privacy.min_honest_load == 2
 
 
 def test_a_server_core_holds_a_replicated_job_only_with_every_part(table):
@@ -283,3 +286,25 @@ def test_a_durable_server_keeps_a_replicated_job_across_a_restart(table, tmp_pat
         with pytest.raises(ProtocolError, match="already been released"):
             ServerCore("server-2", store).release(spec.job_id, ClientSet.from_mask(np.arange(spec.n) > 0),
                                                   caller_role=ANALYST_ROLE, job_digest=spec.digest)
+
+
+def test_a_deviating_party_is_refused_by_every_actor_until_clipping_is_verified(table):
+    """Issue #30: a corrupt party uploading M·e_j reads other parties' values through the cross Gram,
+    so a replicated job that tolerates a corrupt party is refused: by validation (servers, analyst,
+    ``ltm job check``), by the party's policy, and the planner does not choose it."""
+    spec = _job(table)
+    bad = replace(spec, privacy=replace(spec.privacy, corrupt_parties=1))
+    assert bad.noise_plan().min_honest_load == spec.noise_plan().min_honest_load == 2  # same noise
+    with pytest.raises(JobSpecError, match="assumes every party follows the protocol") as err:
+        validate_job(bad)
+    assert "corrupt_parties = 1" in str(err.value) and "\n" not in err.value.problems[0]
+    with pytest.raises(PolicyViolation, match="assumes every party follows the protocol"):
+        PartyPolicy(max_epsilon=1.0, allow_reproduction=True, min_colluding_servers=1).check(bad, seeded=True)
+    with pytest.raises(JobSpecError, match="assumes every party follows the protocol"):
+        _job(table, corrupt_parties=1)
+    inputs = dict(n=spec.n, width=spec.width, epsilon=1.0, delta=1e-6, partition="columns", task="regression",
+                  mechanism="gaussian", clip_bound=spec.clip_bound, servers=3, colluding_servers=1, parties=3)
+    assert plan_release(PlanInputs(**inputs, corrupt_parties=0)).kind == "gram"
+    refused = plan_release(PlanInputs(**inputs, corrupt_parties=1))
+    assert refused.kind != "gram"
+    assert "follows the protocol" in next(c.note for c in refused.candidates if c.kind == "gram")

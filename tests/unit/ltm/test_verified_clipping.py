@@ -1,0 +1,393 @@
+"""Verified clipping on the replicated shares (issue #30): the proof's shape and witness (test
+vectors), the constraints' zero-sum exactly for valid blocks, the attacks of the acceptance (an
+unclipped block M·e_j, an entry just over its range, a norm of 1.01·C_p, forged bits, bits that are
+not 0/1, a wrapping slack, inconsistent copies, a missing proof) refused in process with the party
+named and nothing released, the soundness rate with a weakened repetition count, and honest
+verified jobs releasing the same bytes as unverified ones."""
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from ltm.clipping import clip_rows
+from ltm.dp.grid import round_to_grid
+from ltm.jobspec import JobSpecError, validate_job
+from ltm.randomness import Randomness
+from ltm.replicated import BlockUpload, party_uploads
+from ltm.sharing import Share, share
+from ltm.verified_clipping import (CHECK_REPETITIONS, ClippingProofFailed, ProofUpload, combine, coefficient_key,
+                                   proof_shape, server_check, server_constraints, verdict, witness)
+from ltm_datasets.synthetic import synthetic_ridge
+from party.randomizer import client_vectors, party_randomness
+from party.replicated import replicated_uploads
+from server.replicated import ReplicatedServer
+from sim.runtime.inprocess import run_inprocess
+from sim.runtime.jobs import build_job, party_tables
+from sim.runtime.replicated_run import verify_clipping
+
+U64 = np.uint64
+SEEDS = [bytes([i]) * 32 for i in range(3)]
+
+
+# -------------------------------------------------------------------- the pure core
+def test_shape_and_witness_test_vector():
+    # d = 1, f = 2, C = 1: R = 4 + ½, B = ⌈20.25(1 + 2^-45)⌉ = 21, ⌊√21⌋ = 4 has 3 bits: r = 3, E = 4, L = 5.
+    shape = proof_shape(1, 2, 1.0)
+    assert (shape.bound, shape.r, shape.entry_bits, shape.slack_bits) == (21, 3, 4, 5)
+    assert shape.witness_width == 9 and shape.constraint_width == 11
+    w = witness(np.array([[-3], [4]]), shape)
+    # x̂ = −3: u = 5 = 0b0101 (LSB first 1,0,1,0); slack 21 − 9 = 12 = 0b01100 → 0,0,1,1,0
+    np.testing.assert_array_equal(w[0], [1, 0, 1, 0, 0, 0, 1, 1, 0])
+    # x̂ = 4: u = 12 → 0,0,1,1; slack 21 − 16 = 5 → 1,0,1,0,0
+    np.testing.assert_array_equal(w[1], [0, 0, 1, 1, 1, 0, 1, 0, 0])
+    with pytest.raises(ValueError, match="not clipped"):
+        witness(np.array([[5]]), shape)  # 25 > 21
+    with pytest.raises(ValueError, match="outside"):
+        witness(np.array([[8]]), shape)
+
+
+def test_shape_refuses_a_norm_that_could_wrap():
+    proof_shape(11, 24, 1.0)
+    with pytest.raises(ValueError, match="could wrap"):
+        proof_shape(64, 31, 1.0)
+
+
+def _replicate(values: np.ndarray, label: str, mode: str = "seed") -> list[np.ndarray]:
+    adds = share(np.ascontiguousarray(values).view(U64) if values.dtype == np.int64 else values, 3,
+                 Randomness.seeded_insecure(label), mode=mode, primary=1)
+    return [a.values() for a in adds]
+
+
+def _constraint_total(x: np.ndarray, w: np.ndarray, shape, mode: str = "seed") -> np.ndarray:
+    xs, ws = _replicate(x, "x" + mode, mode), _replicate(w, "w" + mode, mode)
+    c = [server_constraints(i, (xs[i], xs[(i + 1) % 3]), (ws[i], ws[(i + 1) % 3]), shape) for i in range(3)]
+    return c[0] + c[1] + c[2]
+
+
+@pytest.mark.parametrize("mode", ["seed", "full"])
+def test_honest_constraints_are_all_zero_even_at_the_bound(mode):
+    rng = np.random.default_rng(1)
+    d, f, C = 3, 20, 0.6
+    X = clip_rows(rng.normal(size=(2000, d)) * 3, C, "l2")
+    X[0] = np.full(d, C / math.sqrt(d))         # exactly on the sphere
+    X[1] = np.array([C, 0.0, 0.0])              # one entry at the bound
+    X[2] = np.array([-C, 0.0, 0.0])
+    x = round_to_grid(X, f)
+    shape = proof_shape(d, f, C)
+    assert not _constraint_total(x, witness(x, shape), shape, mode).any()
+
+
+def _forge(x: np.ndarray, shape, *, slack: np.ndarray | None = None) -> np.ndarray:
+    """A cheater's witness for any block: the low bits of u = x + 2^r and of the slack (wrapped),
+    without the checks :func:`witness` makes."""
+    x = np.asarray(x, dtype=np.int64)
+    u = (x + (1 << shape.r)).view(U64)
+    e = ((u[..., None] >> np.arange(shape.entry_bits, dtype=U64)) & U64(1)).reshape(x.shape[0], -1)
+    if slack is None:
+        with np.errstate(over="ignore"):
+            slack = U64(shape.bound) - np.einsum("na,na->n", x.view(U64), x.view(U64))
+    s = (slack[:, None] >> np.arange(shape.slack_bits, dtype=U64)) & U64(1)
+    return np.concatenate([e, s], axis=1).astype(U64)
+
+
+def test_each_kind_of_invalid_block_leaves_a_non_zero_constraint():
+    d, f, C = 2, 10, 0.5
+    shape = proof_shape(d, f, C)
+    base = round_to_grid(np.array([[0.3, -0.2]] * 4), f)
+    # an entry just over its range, a norm of 1.01·C, an unclipped M·e_j (wrapping)
+    over = base.copy()
+    over[1, 0] = 1 << shape.r
+    big = base.copy()
+    big[2] = round_to_grid(np.array([1.01 * C, 0.0]), f)
+    huge = base.copy()
+    huge[3, 1] = 2_000_000 << f
+    for bad, row in ((over, 1), (big, 2), (huge, 3)):
+        total = _constraint_total(bad, _forge(bad, shape), shape)
+        assert total[row].any() and not np.delete(total, row, axis=0).any()
+
+
+def test_non_bits_and_a_wrapping_slack_are_caught_by_the_bit_constraints():
+    d, f, C = 2, 10, 0.5
+    shape = proof_shape(d, f, C)
+    x = round_to_grid(np.array([[1.01 * C, 0.0]]), f)  # norm over the bound
+    w = _forge(x, shape)
+    # a slack that wraps, written with a non-bit in its top position so that the norm identity holds
+    with np.errstate(over="ignore"):
+        need = U64(shape.bound) - np.einsum("na,na->n", x.view(U64), x.view(U64))  # ≡ −(excess)
+    low = need & U64((1 << (shape.slack_bits - 1)) - 1)
+    w[:, -1] = (need - low) >> U64(shape.slack_bits - 1)
+    w[:, shape.d * shape.entry_bits:-1] = ((low[:, None] >> np.arange(shape.slack_bits - 1, dtype=U64))
+                                           & U64(1))
+    total = _constraint_total(x, w, shape)
+    T_b = shape.witness_width
+    assert not total[:, T_b:].any()            # both identities hold …
+    assert total[0, T_b - 1] != 0               # … but the slack's top "bit" is not 0/1
+    assert np.count_nonzero(total) == 1
+
+
+def test_combine_is_linear_chunked_and_rejects_a_bad_repetition_count():
+    rng = np.random.default_rng(2)
+    c = rng.integers(0, 2**63, size=(300, 7), dtype=np.int64).view(U64)
+    key = coefficient_key("d", "p", SEEDS)
+    whole = combine(c, key)
+    parts = combine(c[:100], key) + combine(c[100:], key, start=700)
+    np.testing.assert_array_equal(whole, parts)
+    # repetition t is Σ_j bit_t(W_j)·c_j, computed directly
+    from ltm.randomness import keystream_uint64
+    w = keystream_uint64(key, c.size)
+    flat = c.reshape(-1)
+    with np.errstate(over="ignore"):
+        direct = [int(np.sum(flat * ((w >> U64(t)) & U64(1)), dtype=U64)) for t in range(CHECK_REPETITIONS)]
+    assert [int(v) for v in whole] == direct
+    with pytest.raises(ValueError, match="repetitions"):
+        combine(c, key, 65)
+
+
+@pytest.mark.parametrize("kappa", [1, 2])
+def test_soundness_rate_with_a_weakened_repetition_count(kappa):
+    """One non-zero constraint (2^63: the value one repetition misses half the time, or an odd one)
+    passes κ repetitions with probability exactly 2^-κ; 1500 trials stay within 6 σ (flake < 1e-8)."""
+    trials = 1500
+    p = 2.0 ** -kappa
+    for value in (U64(1) << U64(63), U64(12345)):
+        c = np.zeros(50, dtype=U64)
+        c[17] = value
+        passed = sum(not combine(c, coefficient_key("job", "p", [i.to_bytes(32, "big")] * 3), kappa).any()
+                     for i in range(trials))
+        sd = math.sqrt(trials * p * (1 - p))
+        assert abs(passed - trials * p) <= 6 * sd, (value, passed)
+    # the production κ: the bound 2^-40 (docs/architecture.md); 500 keys never miss
+    c = np.zeros(50, dtype=U64)
+    c[3] = U64(1) << U64(63)
+    assert all(combine(c, coefficient_key("job", "p", [i.to_bytes(32, "big")] * 3)).any() for i in range(500))
+
+
+def test_check_shares_are_rerandomised_and_a_single_share_says_nothing_alone():
+    d, f, C = 2, 12, 0.7
+    shape = proof_shape(d, f, C)
+    X = clip_rows(np.random.default_rng(3).normal(size=(500, d)), C, "l2")
+    key = coefficient_key("d", "p", SEEDS)
+    outs = []
+    for seed in (1, 2):
+        R = Randomness.seeded_insecure(seed)
+        ups = party_uploads(X, (0, 1), width=d, frac_bits=f, plan=None, randomness=R, proof=shape)
+        z = [server_check(i, (u.first, u.second), u.proof, shape, key) for i, u in enumerate(ups)]
+        assert verdict(z)
+        outs.append(z)
+    # the same data under fresh randomness: every server's share changes (masks), the sum stays 0
+    assert all(not np.array_equal(a, b) for a, b in zip(*outs))
+
+
+# -------------------------------------------------------------------- the job, in process
+@pytest.fixture(scope="module")
+def table():
+    return synthetic_ridge(2000, 5, Randomness.seeded_insecure(7).child("data"))
+
+
+@pytest.fixture(scope="module")
+def job(table):
+    spec = build_job(table, job_id="vc", randomness=Randomness.seeded_insecure(8), partition="columns", parties=3,
+                     kind="gram", colluding_servers=1, verified_clipping=True)[0]
+    return spec, party_tables(spec, table)
+
+
+def test_verified_jobs_tolerate_a_corrupt_party_and_unverified_ones_do_not(job):
+    spec, _ = job
+    assert spec.verified_clipping and spec.privacy.corrupt_parties == 1
+    validate_job(spec)
+    with pytest.raises(JobSpecError, match="follows the protocol"):
+        validate_job(replace(spec, verified_clipping=False))
+    assert spec.computation_digest == replace(spec, verified_clipping=False).computation_digest
+    assert spec.digest != replace(spec, verified_clipping=False).digest
+
+
+def test_honest_verified_job_releases_the_same_bytes_as_the_unverified_one(job):
+    spec, data = job
+    plain = replace(spec, privacy=replace(spec.privacy, corrupt_parties=0), verified_clipping=False)
+    verified0 = replace(plain, verified_clipping=True)
+    a = run_inprocess(plain, data, Randomness.seeded_insecure(10))
+    b = run_inprocess(verified0, data, Randomness.seeded_insecure(10))
+    assert a.release.sha256 == b.release.sha256 and "verify_clipping" in b.timing_s
+    np.testing.assert_array_equal(a.result_shares[0] + a.result_shares[1] + a.result_shares[2],
+                                  b.result_shares[0] + b.result_shares[1] + b.result_shares[2])
+    assert run_inprocess(spec, data, Randomness.seeded_insecure(10)).release.sha256  # corrupt_parties = 1 runs
+
+
+def _servers_with(spec, data, cheat=None):
+    """Three servers holding every party's honest uploads, except ``cheat(uploads) → uploads`` for
+    party-1 (the corrupt party); then closed."""
+    servers = [ReplicatedServer(spec, i, Randomness.seeded_insecure(20).child("server", i)) for i in range(3)]
+    for party in spec.parties:
+        ups = replicated_uploads(spec, party.party_id, data[party.party_id],
+                                 party_randomness(Randomness.seeded_insecure(11), spec, party.party_id))
+        if cheat is not None and party.party_id == "party-1":
+            ups = cheat(spec, party, data[party.party_id], ups)
+        for server, up in zip(servers, ups):
+            server.accept(party.party_id, up)
+    return servers, [s.close() for s in servers]
+
+
+def _refused(spec, servers, seeds, match):
+    with pytest.raises(ClippingProofFailed, match=match) as err:
+        verify_clipping(spec, servers, seeds)
+    assert "party-1" in str(err.value) and "party-0" not in str(err.value) and "\n" not in str(err.value)
+    for server in servers:  # every server's own gate refuses: nothing is released
+        assert set(server.check_failures) == {"party-1"}
+        with pytest.raises(ClippingProofFailed, match="party-1"):
+            server.output()
+
+
+def _with_block(block_grid: np.ndarray, forged_witness: np.ndarray | None = None):
+    """A cheat: replace party-1's block (grid units) and its witness by the given arrays, shared
+    like an honest party's (consistent copies)."""
+    def cheat(spec, party, table, ups):
+        shape = proof_shape(block_grid.shape[1], spec.frac_bits, party.clip_bound)
+        wit = _forge(block_grid, shape) if forged_witness is None else forged_witness
+        R = Randomness.seeded_insecure("cheat")
+        xs = share(np.ascontiguousarray(block_grid, dtype=np.int64).view(U64), 3, R.child("x"), primary=1)
+        ws = share(wit, 3, R.child("w"), primary=1)
+        return [BlockUpload(i, u.columns, xs[i], xs[(i + 1) % 3], u.noise,
+                            ProofUpload(i, ws[i], ws[(i + 1) % 3], u.proof.mask)) for i, u in enumerate(ups)]
+    return cheat
+
+
+def _honest_grid(spec, party, table):
+    return round_to_grid(clip_rows(client_vectors(spec, party, table), party.clip_bound, spec.clip_norm),
+                         spec.frac_bits)
+
+
+def test_the_attack_an_unclipped_block_is_refused(job):
+    """The issue's attack: party-1 uploads M·e_j (M = 2·10⁶, f grid) to read client j's other values."""
+    spec, data = job
+    party = spec.party("party-1")
+    d = len(spec.party_column_indices(party))
+    attack = np.zeros((spec.n, d), dtype=np.int64)
+    attack[17, 0] = 2_000_000 << spec.frac_bits
+    servers, seeds = _servers_with(spec, data, _with_block(attack))
+    _refused(spec, servers, seeds, "not proven clipped")
+
+
+@pytest.mark.parametrize("kind", ["entry_over_range", "norm_1.01", "forged_bits"])
+def test_invalid_blocks_are_refused_naming_the_party(job, kind):
+    spec, data = job
+    party = spec.party("party-1")
+    grid = _honest_grid(spec, party, data["party-1"])
+    shape = proof_shape(grid.shape[1], spec.frac_bits, party.clip_bound)
+    forged = None
+    if kind == "entry_over_range":
+        grid[5] = 0
+        grid[5, 0] = 1 << shape.r
+    elif kind == "norm_1.01":
+        grid[5] = round_to_grid(np.eye(grid.shape[1])[0] * 1.01 * party.clip_bound, spec.frac_bits)
+    else:  # the honest block, with the bits of another (valid) block
+        forged = witness(np.roll(grid, 1, axis=0), shape)
+    servers, seeds = _servers_with(spec, data, _with_block(grid, forged))
+    _refused(spec, servers, seeds, "not proven clipped")
+
+
+@pytest.mark.parametrize("what", ["block value", "block seed", "witness value"])
+def test_inconsistent_copies_are_refused(job, what):
+    """The two servers holding the same additive share get different values (or different seeds):
+    their digests differ, the party is named and nothing is released."""
+    spec, data = job
+
+    def cheat(spec, party, table, ups):
+        # party-1's primary is index 1 % 3 = 1: share 1 is explicit, shares 0 and 2 are seeds.
+        if what == "block seed":  # share 2, held by server 2 (first) and server 1 (second)
+            other = Share(2, ups[1].second.shape, seed=bytes(32))
+            return [ups[0], replace(ups[1], second=other), ups[2]]
+        if what == "block value":  # share 1, held by servers 1 (first) and 0 (second)
+            first = ups[1].first
+            values = first.values().copy()
+            values[3, 0] += U64(1) << U64(63)
+            return [ups[0], replace(ups[1], first=Share(1, first.shape, data=values)), ups[2]]
+        proof = ups[1].proof
+        values = proof.first.values().copy()
+        values[0, 0] += U64(1)
+        return [ups[0], replace(ups[1], proof=replace(proof, first=Share(1, proof.first.shape, data=values))), ups[2]]
+
+    servers, seeds = _servers_with(spec, data, cheat)
+    share_index = 2 if what == "block seed" else 1
+    kind = "witness" if what.startswith("witness") else "block"
+    _refused(spec, servers, seeds, f"different copies of its {kind} share {share_index}")
+
+
+def test_a_missing_proof_or_unrelayed_check_releases_nothing(job):
+    spec, data = job
+    servers, seeds = _servers_with(spec, data)
+    with pytest.raises(ClippingProofFailed, match="missing"):
+        servers[0].output()  # checks not decided yet: the gate refuses
+    with pytest.raises(ValueError, match="every server's"):
+        servers[0].check_shares([seeds[1], seeds[1], seeds[2]])  # its own seed is not in the set
+    verify_clipping(spec, servers, seeds)
+    assert all(server.check_failures == {} for server in servers)
+    total = sum(server.output() for server in servers)
+    assert total.shape == (spec.width * (spec.width + 1) // 2,)
+    with pytest.raises(ValueError, match="needs a clipping proof"):
+        fresh = ReplicatedServer(spec, 0)
+        up = replicated_uploads(spec, "party-0", data["party-0"], Randomness.seeded_insecure(1))[0]
+        fresh.accept("party-0", replace(up, proof=None))
+    with pytest.raises(ValueError, match="closed"):
+        servers[0].accept("party-0", up)
+
+
+def test_parties_accept_a_verified_job_and_the_grpc_path_refuses_it_for_now(job):
+    from ltm.errors import ProtocolError
+    from party.uploader import PartyPolicy, PolicyViolation
+    from server.core import ServerCore
+
+    spec, _ = job
+    policy = PartyPolicy(max_epsilon=1.0, allow_reproduction=True, min_colluding_servers=1)
+    policy.check(spec, seeded=True)  # corrupt_parties = 1, verified: accepted
+    with pytest.raises(PolicyViolation, match="follows the protocol"):
+        policy.check(replace(spec, verified_clipping=False), seeded=True)
+    with pytest.raises(ProtocolError, match="in process only"):
+        ServerCore("server-0").create_job(spec, caller_role="analyst")
+
+
+def test_the_verdict_functions_directly():
+    from ltm.verified_clipping import check_failures, copy_problems
+
+    err = ClippingProofFailed({"b": "why b", "a": "why a"})
+    assert str(err) == "verified clipping failed, nothing released: party 'a': why a; party 'b': why b"
+    assert err.code == "FAILED_PRECONDITION" and err.exit_code == 3
+    ok = {("p", "block", 0): "h0", ("p", "block", 1): "h1", ("p", "block", 2): "h2"}
+    # server i holds shares i and i + 1: server 0 → 0, 1; server 1 → 1, 2; server 2 → 2, 0
+    held = [{k: v for k, v in ok.items() if k[2] in (i, (i + 1) % 3)} for i in range(3)]
+    assert copy_problems(held) == {}
+    bad = [dict(h) for h in held]
+    bad[2][("p", "block", 0)] = "other"
+    assert copy_problems(bad) == {"p": "servers 2 and 0 hold different copies of its block share 0"}
+    del bad[2][("p", "block", 0)]
+    assert copy_problems(bad) == {"p": "servers 2 and 0 hold different copies of its block share 0"}
+    zero = [np.array([1, 2], dtype=U64), np.array([3, 4], dtype=U64), -np.array([4, 6], dtype=U64)]
+    assert verdict(zero) and not verdict([zero[0], zero[1], zero[1]])
+    shares = [{"p": z, "q": z} for z in zero]
+    assert check_failures(["p", "q"], shares, held) == {}
+    del shares[1]["q"]
+    assert check_failures(["p", "q"], shares, held) == {"q": "its clipping check is missing"}
+    shares[1]["q"] = zero[0]
+    assert check_failures(["p", "q"], shares, held) == {
+        "q": "its block is not proven clipped (the check does not sum to 0)"}
+    assert check_failures(["p"], shares[:2], held) == {"p": "its clipping check is missing"}
+
+
+def test_coefficient_key_binds_job_party_and_every_seed_and_digests_bind_the_copy():
+    from ltm.verified_clipping import share_digest
+
+    base = coefficient_key("d", "p", SEEDS)
+    assert len(base) == 32
+    assert base != coefficient_key("e", "p", SEEDS) and base != coefficient_key("d", "q", SEEDS)
+    for i in range(3):
+        changed = list(SEEDS)
+        changed[i] = bytes([9]) * 32
+        assert coefficient_key("d", "p", changed) != base
+    with pytest.raises(ValueError, match="32 bytes"):
+        coefficient_key("d", "p", [b"x" * 31])
+    a = np.arange(6, dtype=U64).reshape(2, 3)
+    assert share_digest(None, a) == share_digest(None, a.copy()) != share_digest(None, a.reshape(3, 2))
+    assert share_digest(None, a) != share_digest(None, a + U64(1))
+    assert share_digest(bytes(32), None) != share_digest(bytes([1]) * 32, None)
