@@ -139,7 +139,17 @@ def main(argv: list[str] | None = None) -> int:
     from ltm.errors import LtmError
 
     try:
-        return int(args.func(args) or 0)
+        status = int(args.func(args) or 0)
+        sys.stdout.flush()  # here, not at exit: a reader that is gone (`| head`) is answered below
+        return status
+    except BrokenPipeError:
+        # The reader of our output has gone (`ltm job check … | head`): nothing more to say to anyone.
+        # Point stdout at /dev/null so the interpreter's last flush cannot raise again, and exit as a
+        # process killed by SIGPIPE would (128 + 13), without a traceback.  (Another pipe broken is a bug.)
+        if not _stdout_gone():
+            raise
+        _silence_stdout()
+        return 141
     except (LtmError, ValueError) as exc:
         # The one place an error becomes an exit status (ltm/errors.py lists them): the class's
         # exit_code, and one line unless the actor has logged it already.  A ValueError from outside
@@ -155,8 +165,32 @@ def main(argv: list[str] | None = None) -> int:
         import signal
 
         signum = getattr(exc, "signum", signal.SIGINT)
-        print(f"ltm {args.command}: {exc or 'interrupted'}", file=sys.stderr)
+        print(f"ltm {args.command}: {str(exc) or 'interrupted'}", file=sys.stderr)  # Ctrl-C: an empty exception
         return 128 + int(signum)
+
+
+def _stdout_gone() -> bool:
+    """Whether stdout is a pipe whose reader has closed it (poll reports an error on it)."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(ev & select.POLLERR for _, ev in poller.poll(0))
+    except (OSError, ValueError, AttributeError):  # no real stdout, or no poll on this platform
+        return False
+
+
+def _silence_stdout() -> None:
+    """Send whatever is still buffered for stdout (and anything written later) to /dev/null."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # no real stdout (a test's capture): nothing to silence
+        pass
 
 
 def _one_line(exc: BaseException) -> str:
