@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import importlib
+import os
 import sys
 from typing import Any, Callable
 
@@ -132,6 +133,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """``ltm``: parse ``argv`` (default: the process's), run the command, return its exit status."""
+    if "LTM_LIFELINE" in os.environ:  # ltm_cli.lifeline.ENV: imported only in a launcher's children
+        from ltm_cli.lifeline import hold_from_env
+
+        hold_from_env()  # started by a launcher (ltm demo, bench, loadtest): die with it, however it dies
     argv = list(sys.argv[1:] if argv is None else argv)
     command = next((a for a in argv if not a.startswith("-")), None)
     parser = build_parser(command)
@@ -183,8 +188,6 @@ def _stdout_gone() -> bool:
 
 def _silence_stdout() -> None:
     """Send whatever is still buffered for stdout (and anything written later) to /dev/null."""
-    import os
-
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
