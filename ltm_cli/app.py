@@ -131,8 +131,23 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def no_grpc_fork_handlers() -> None:
+    """Turn gRPC's fork support off for this process (and what it starts), unless the environment
+    says otherwise; call it before gRPC is imported (it reads the setting once, at import).
+
+    With it on (grpcio's default), a plain ``fork()`` of a process whose gRPC is busy — a launcher
+    with an open channel starting a party through ``preexec_fn``, ``user=``/``group=``, a fork-based
+    pool, or any Python that does not use ``vfork`` — runs gRPC's child handler, which restarts its
+    poller thread in the child; the child then closes the descriptors it inherited before ``exec``,
+    the epoll one among them, and gRPC aborts it: "epoll_wait error: Bad file descriptor", SIGABRT,
+    in the log of the process that never started (grpc/grpc#43055; 7 of 300 such forks here).  No
+    LTM process uses gRPC in a forked child (``multiprocessing`` uses "spawn"), so nothing needs it."""
+    os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
+
 def main(argv: list[str] | None = None) -> int:
     """``ltm``: parse ``argv`` (default: the process's), run the command, return its exit status."""
+    no_grpc_fork_handlers()  # before any command imports grpc
     if "LTM_LIFELINE" in os.environ:  # ltm_cli.lifeline.ENV: imported only in a launcher's children
         from ltm_cli.lifeline import hold_from_env
 
