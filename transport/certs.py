@@ -208,8 +208,8 @@ def host_problem(actor: str, host: str) -> str | None:
     return None
 
 
-def _host_san(host: str, actor: str | None = None) -> x509.GeneralName:
-    """The SAN for ``host`` (an IP address or a DNS name); with ``actor``, a DNS name must pass
+def _host_san(host: str, actor: str) -> x509.GeneralName:
+    """The SAN for ``host`` in ``actor``'s certificate: an IP address, or a DNS name that passes
     :func:`host_problem` for it (``ValueError`` otherwise)."""
     host = host.strip()
     if not host:
@@ -218,8 +218,7 @@ def _host_san(host: str, actor: str | None = None) -> x509.GeneralName:
         return x509.IPAddress(ipaddress.ip_address(host.strip("[]")))
     except ValueError:
         pass
-    problem = host_problem(actor, host) if actor is not None else (
-        None if _HOSTNAME_RE.fullmatch(host) else f"{shown(host)} is not a host name or an IP address")
+    problem = host_problem(actor, host)
     if problem:
         raise ValueError(problem)
     return x509.DNSName(host)
