@@ -357,7 +357,7 @@ def check_request(csr: x509.CertificateSigningRequest, expect: str | None = None
         raise CSRPolicyError("the request's key is not an EC P-256 key (make it with `ltm certs request`)")
     with warnings.catch_warnings():  # cryptography warns of a CN over 64 characters: refused below, in one line
         warnings.simplefilter("ignore")
-        attrs = [(a.oid, a.value) for a in csr.subject]
+        attrs = [(a.oid, a.value if isinstance(a.value, str) else a.value.decode("latin-1")) for a in csr.subject]
     names = {oid: value for oid, value in attrs}
     if len(attrs) != 3 or set(names) != {NameOID.ORGANIZATION_NAME, NameOID.ORGANIZATIONAL_UNIT_NAME,
                                           NameOID.COMMON_NAME} or names[NameOID.ORGANIZATION_NAME] != "LTM":
