@@ -57,7 +57,7 @@ class IdentifierError(LtmError, ValueError):
     exit_code = 2
 
 
-def _shown(value: Any) -> str:
+def shown(value: Any) -> str:
     """``value`` quoted for a message, cut short (a hostile id may be megabytes long)."""
     text = repr(value)
     return text if len(text) <= 80 else text[:70] + f"…' ({len(value) if isinstance(value, str) else '?'} chars)"
@@ -68,7 +68,7 @@ def id_problem(value: Any, what: str = "id") -> str | None:
     if not isinstance(value, str):
         return f"{what} must be a string, got {type(value).__name__}"
     if not (0 < len(value) <= MAX_ID_CHARS and _ID.fullmatch(value) and ".." not in value):
-        return f"{what} {_shown(value)} is not a valid id: use {ID_RULE}"
+        return f"{what} {shown(value)} is not a valid id: use {ID_RULE}"
     return None
 
 
@@ -81,7 +81,7 @@ def party_id_problem(value: Any, what: str = "party id") -> str | None:
     identity (``server-<n>``, ``analyst``, ``operator``)."""
     problem = id_problem(value, what)
     if problem is None and (value in _OTHER_ROLES or _SERVER.fullmatch(value)):
-        problem = f"{what} {_shown(value)} is the identity of a server, the analyst or the operator, not a party"
+        problem = f"{what} {shown(value)} is the identity of a server, the analyst or the operator, not a party"
     return problem
 
 
@@ -90,7 +90,7 @@ def server_id_problem(value: Any, what: str = "server id") -> str | None:
     if not isinstance(value, str):
         return f"{what} must be a string, got {type(value).__name__}"
     if not _SERVER.fullmatch(value):
-        return f"{what} {_shown(value)} is not {SERVER_RULE}"
+        return f"{what} {shown(value)} is not {SERVER_RULE}"
     return None
 
 
@@ -100,7 +100,7 @@ def column_problem(value: Any, what: str = "column name") -> str | None:
         return f"{what} must be a string, got {type(value).__name__}"
     if not (0 < len(value) <= MAX_COLUMN_CHARS and _COLUMN.fullmatch(value) and ".." not in value
             and "  " not in value and not value.endswith(" ")):
-        return f"{what} {_shown(value)} is not a valid column name: use {COLUMN_RULE}"
+        return f"{what} {shown(value)} is not a valid column name: use {COLUMN_RULE}"
     return None
 
 
@@ -112,7 +112,7 @@ def endpoint_problem(value: Any, what: str = "endpoint", *, any_port: bool = Fal
     low = 0 if any_port else 1
     m = _ENDPOINT.fullmatch(value)
     if not m or ".." in value or not low <= int(m.group(1)) <= 65535:
-        return f"{what} {_shown(value)} must be host:port (a DNS name, an IPv4 address or [IPv6], port {low}–65535)"
+        return f"{what} {shown(value)} must be host:port (a DNS name, an IPv4 address or [IPv6], port {low}–65535)"
     return None
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import importlib
+import os
 import sys
 from typing import Any, Callable
 
@@ -130,8 +131,27 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def no_grpc_fork_handlers() -> None:
+    """Turn gRPC's fork support off for this process (and what it starts), unless the environment
+    says otherwise; call it before gRPC is imported (it reads the setting once, at import).
+
+    With it on (grpcio's default), a plain ``fork()`` of a process whose gRPC is busy — a launcher
+    with an open channel starting a party through ``preexec_fn``, ``user=``/``group=``, a fork-based
+    pool, or any Python that does not use ``vfork`` — runs gRPC's child handler, which restarts its
+    poller thread in the child; the child then closes the descriptors it inherited before ``exec``,
+    the epoll one among them, and gRPC aborts it: "epoll_wait error: Bad file descriptor", SIGABRT,
+    in the log of the process that never started (grpc/grpc#43055; 7 of 300 such forks here).  No
+    LTM process uses gRPC in a forked child (``multiprocessing`` uses "spawn"), so nothing needs it."""
+    os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
+
 def main(argv: list[str] | None = None) -> int:
     """``ltm``: parse ``argv`` (default: the process's), run the command, return its exit status."""
+    no_grpc_fork_handlers()  # before any command imports grpc
+    if "LTM_LIFELINE" in os.environ:  # ltm_cli.lifeline.ENV: imported only in a launcher's children
+        from ltm_cli.lifeline import hold_from_env
+
+        hold_from_env()  # started by a launcher (ltm demo, bench, loadtest): die with it, however it dies
     argv = list(sys.argv[1:] if argv is None else argv)
     command = next((a for a in argv if not a.startswith("-")), None)
     parser = build_parser(command)
@@ -139,7 +159,17 @@ def main(argv: list[str] | None = None) -> int:
     from ltm.errors import LtmError
 
     try:
-        return int(args.func(args) or 0)
+        status = int(args.func(args) or 0)
+        sys.stdout.flush()  # here, not at exit: a reader that is gone (`| head`) is answered below
+        return status
+    except BrokenPipeError:
+        # The reader of our output has gone (`ltm job check … | head`): nothing more to say to anyone.
+        # Point stdout at /dev/null so the interpreter's last flush cannot raise again, and exit as a
+        # process killed by SIGPIPE would (128 + 13), without a traceback.  (Another pipe broken is a bug.)
+        if not _stdout_gone():
+            raise
+        _silence_stdout()
+        return 141
     except (LtmError, ValueError) as exc:
         # The one place an error becomes an exit status (ltm/errors.py lists them): the class's
         # exit_code, and one line unless the actor has logged it already.  A ValueError from outside
@@ -155,8 +185,30 @@ def main(argv: list[str] | None = None) -> int:
         import signal
 
         signum = getattr(exc, "signum", signal.SIGINT)
-        print(f"ltm {args.command}: {exc or 'interrupted'}", file=sys.stderr)
+        print(f"ltm {args.command}: {str(exc) or 'interrupted'}", file=sys.stderr)  # Ctrl-C: an empty exception
         return 128 + int(signum)
+
+
+def _stdout_gone() -> bool:
+    """Whether stdout is a pipe whose reader has closed it (poll reports an error on it)."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(ev & select.POLLERR for _, ev in poller.poll(0))
+    except (OSError, ValueError, AttributeError):  # no real stdout, or no poll on this platform
+        return False
+
+
+def _silence_stdout() -> None:
+    """Send whatever is still buffered for stdout (and anything written later) to /dev/null."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # no real stdout (a test's capture): nothing to silence
+        pass
 
 
 def _one_line(exc: BaseException) -> str:

@@ -34,10 +34,11 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="explicit comma-separated actor names (in addition to the above)")
     p.add_argument("--hosts", type=_csv, default=None,
                    help="comma-separated DNS names / IPs the servers listen on, for their certificates' SANs "
-                        "(default: localhost,127.0.0.1)")
+                        "(default: localhost,127.0.0.1): HOST for every server, server-<n>=HOST for one; a name "
+                        "that is a server's identity (server-1) goes into that server's certificate only")
     p.add_argument("--analyst-hosts", type=_csv, default=[],
                    help="DNS names / IPs the analyst's own service listens on (default: none; clients reach it "
-                        "by its identity 'analyst'); never the servers' hosts")
+                        "by its identity 'analyst'); never the servers' hosts, never another actor's identity")
     p.add_argument("--ca-dir", default=None,
                    help="where the CA private key (and a copy of ca.pem) goes (default: <out>-ca); keep it on "
                         "this machine, the CA host, never on an actor's host; `ltm certs sign --ca-dir` uses it")
@@ -96,3 +97,5 @@ def _subcommands(p: argparse.ArgumentParser) -> None:
     sg.add_argument("--expect", help="refuse unless the request is for this identity (e.g. server-2): check "
                                      "that a request is from whom it claims to be")
     sg.add_argument("--days", type=int, default=365, help="validity in days (default 365; capped by the CA's)")
+    sg.add_argument("--force", action="store_true",
+                    help="replace a file already at --out (never the CA's own ca.key or ca.pem)")

@@ -10,6 +10,11 @@ except ImportError:  # hypothesis is in the dev extra; the tests that need it sk
 
 import pytest  # noqa: E402
 
+from ltm_cli.app import no_grpc_fork_handlers  # noqa: E402
+
+# The test process launches actors while its own channels are busy: as in `ltm`, before grpc is imported.
+no_grpc_fork_handlers()
+
 
 @pytest.fixture(autouse=True)
 def _private_state_home(tmp_path_factory, monkeypatch):

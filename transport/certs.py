@@ -7,7 +7,10 @@ the role, so that a certificate is good only for what its actor does:
 
 * ``server-<n>``: EKU serverAuth (and clientAuth, for ``ltm health --as server-<n>`` probes); DNS
   SAN ``server-<n>`` (clients pin the server's identity with ``grpc.ssl_target_name_override``)
-  and a DNS/IP SAN per host it listens on (``hosts``, default ``localhost`` and ``127.0.0.1``).
+  and a DNS/IP SAN per host it listens on (``hosts``, default ``localhost`` and ``127.0.0.1``;
+  ``server-<n>=HOST`` for one server only).  A certificate names one actor identity, its own:
+  a host name that is an identity goes into that actor's certificate only (:func:`hosts_by_actor`),
+  and one that is another actor's is refused (:func:`host_problem`).
 * ``analyst``: EKU clientAuth (it calls the servers) and serverAuth for its own service only:
   DNS SAN ``analyst`` plus the analyst's own hosts (``analyst_hosts``, default none) — never the
   servers' hosts, so its certificate is not valid where a server serves.
@@ -31,13 +34,14 @@ make a new CA and re-issue every leaf instead).
 names for serving roles only and never another actor's identity — and signs it (``ltm certs
 sign``). Only requests and certificates are copied.
 
-Actor names: ``analyst``, ``operator``, ``server-<int>``, ``party-<id>`` (id: letters, digits,
-``_ . -``).
+Actor names: ``analyst``, ``operator``, ``server-<n>``, ``party-<id>``, with the job grammar's rules
+(:mod:`ltm.identifiers`: ASCII, no leading zero, at most 64 characters, no ``..``).  ``ltm certs sign``
+never writes over an existing file without ``--force``, nor ever over the CA's own files.
 
 Command line (its flags: ``ltm_cli/certs.py``, which calls the ``run_*`` functions here)::
 
     # one machine (tests, the demo, compose and Kubernetes bundles):
-    ltm certs --out certs/ --servers 3 --parties 4 --analyst [--hosts h1,10.0.0.5] [--analyst-hosts a1]
+    ltm certs --out certs/ --servers 3 --parties 4 --analyst [--hosts h1,server-1=10.0.0.5] [--analyst-hosts a1]
               [--ca-dir ca/] [--force]
     ltm certs --out certs/ --actors server-0,server-1,analyst
     # across machines:
@@ -53,6 +57,7 @@ import ipaddress
 import os
 import re
 import tempfile
+import warnings
 from pathlib import Path
 from typing import NamedTuple, Sequence
 
@@ -62,6 +67,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from ltm.errors import LtmError
+from ltm.identifiers import party_id_problem, server_id_problem, shown
 from transport.files import private_dir, write_private
 
 __all__ = [
@@ -72,6 +78,8 @@ __all__ = [
     "CertPaths",
     "check_request",
     "create_ca_dir",
+    "host_problem",
+    "hosts_by_actor",
     "load_ca",
     "make_request",
     "role_sans",
@@ -92,7 +100,10 @@ __all__ = [
     "write_certs",
 ]
 
-ACTOR_RE = re.compile(r"^(analyst|operator|server-\d+|party-[A-Za-z0-9_.-]+)$")
+#: An actor identity, the grammar of ``ltm.identifiers`` (ASCII only): ``server-<n>`` without leading
+#: zeros, ``party-<id>`` of at most 64 characters without ``..``.
+ACTOR_RE = re.compile(r"^(analyst|operator|server-(0|[1-9][0-9]{0,8})|party-(?!.*\.\.)[A-Za-z0-9_.-]{1,58})$",
+                      re.ASCII)
 ACTOR_URI_PREFIX = "ltm://actor/"
 DEFAULT_HOSTS: tuple[str, ...] = ("localhost", "127.0.0.1")
 CA_CERT_FILE = "ca.pem"
@@ -108,13 +119,16 @@ class CertPaths(NamedTuple):
 
 # ---------------------------------------------------------------------------- names
 def validate_actor(actor: str) -> str:
-    """Return ``actor`` if it is a well-formed actor name, else raise ``ValueError``."""
-    if not isinstance(actor, str) or not ACTOR_RE.fullmatch(actor):
-        raise ValueError(
-            f"bad actor name {actor!r}: expected 'analyst', 'operator', 'server-<n>' or 'party-<id>' "
-            f"(id of letters, digits, '_', '.', '-')"
-        )
-    return actor
+    """Return ``actor`` if it is a well-formed actor name (the job grammar's, :mod:`ltm.identifiers`:
+    a server id ``server-<n>``, a party id ``party-<id>``, or ``analyst``/``operator``), else raise
+    ``ValueError`` (the name cut short in the message)."""
+    if isinstance(actor, str) and ACTOR_RE.fullmatch(actor):
+        return actor
+    problem = (server_id_problem(actor, "the name") if isinstance(actor, str) and actor.startswith("server-") else
+               party_id_problem(actor, "the name") if isinstance(actor, str) and actor.startswith("party-") else None)
+    raise ValueError(f"bad actor name: {problem}" if problem else
+                     f"bad actor name {shown(actor)}: expected 'analyst', 'operator', 'server-<n>' or 'party-<id>' "
+                     f"(id of letters, digits, '_', '.', '-')")
 
 
 def role_of(actor: str) -> str:
@@ -171,14 +185,43 @@ def create_ca(common_name: str = "LTM test CA", days: int = 365):
     return key, cert
 
 
-def _host_san(host: str) -> x509.GeneralName:
+_HOSTNAME_RE = re.compile(r"^(?=.{1,253}$)([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$",
+                          re.ASCII)
+#: What looks like an actor identity as a DNS name (case-insensitive, as DNS compares; wider than
+#: :data:`ACTOR_RE`, so that ``server-01`` or ``SERVER-1`` cannot stand beside another identity either)
+_IDENTITY_RE = re.compile(r"^(analyst|operator|server-[0-9]+|party-[A-Za-z0-9_.-]+)$", re.IGNORECASE | re.ASCII)
+
+
+def host_problem(actor: str, host: str) -> str | None:
+    """Why the DNS name ``host`` may not be in ``actor``'s certificate (one line), or None.
+
+    A host name is an LDH name (letters, digits, '-', dots; no wildcard) and never another actor's
+    identity: a party pins a server, and the operator the analyst, by its identity as a DNS name,
+    so a certificate naming ``server-0`` passes for server-0 whoever holds it."""
+    if host.lower() == actor.lower():
+        return None
+    if not _HOSTNAME_RE.fullmatch(host):
+        return f"DNS name {shown(host)} is not a host name (letters, digits, '-' and dots; no wildcard)"
+    if _IDENTITY_RE.fullmatch(host):
+        return (f"DNS name {shown(host)} is an actor identity that is not {actor!r}: a certificate with it "
+                f"could pass for that actor")
+    return None
+
+
+def _host_san(host: str, actor: str) -> x509.GeneralName:
+    """The SAN for ``host`` in ``actor``'s certificate: an IP address, or a DNS name that passes
+    :func:`host_problem` for it (``ValueError`` otherwise)."""
     host = host.strip()
     if not host:
         raise ValueError("empty host name")
     try:
         return x509.IPAddress(ipaddress.ip_address(host.strip("[]")))
     except ValueError:
-        return x509.DNSName(host)
+        pass
+    problem = host_problem(actor, host)
+    if problem:
+        raise ValueError(problem)
+    return x509.DNSName(host)
 
 
 #: Roles whose certificates may serve TLS (carry serverAuth and host names).
@@ -201,7 +244,7 @@ def role_sans(actor: str, hosts: Sequence[str] | None = None) -> list[x509.Gener
         sans.append(x509.DNSName(actor))
         default_hosts = DEFAULT_HOSTS if role == "server" else ()
         for host in (default_hosts if hosts is None else hosts):
-            san = _host_san(host)
+            san = _host_san(host, actor)
             if san not in sans:
                 sans.append(san)
     return sans
@@ -269,8 +312,9 @@ class CSRPolicyError(LtmError, ValueError):
     exit_code = 2
 
 
-_HOSTNAME_RE = re.compile(r"^(?=.{1,253}$)([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$")
-_IDENTITY_RE = re.compile(ACTOR_RE.pattern, re.IGNORECASE)  # DNS names compare case-insensitively
+
+
+_RDN = {NameOID.ORGANIZATION_NAME: "O", NameOID.ORGANIZATIONAL_UNIT_NAME: "OU", NameOID.COMMON_NAME: "CN"}
 
 
 def _usage_names(usages) -> list[str]:
@@ -311,20 +355,23 @@ def check_request(csr: x509.CertificateSigningRequest, expect: str | None = None
     key = csr.public_key()
     if not isinstance(key, ec.EllipticCurvePublicKey) or key.curve.name != "secp256r1":
         raise CSRPolicyError("the request's key is not an EC P-256 key (make it with `ltm certs request`)")
-    attrs = [(a.oid, a.value) for a in csr.subject]
+    with warnings.catch_warnings():  # cryptography warns of a CN over 64 characters: refused below, in one line
+        warnings.simplefilter("ignore")
+        attrs = [(a.oid, a.value if isinstance(a.value, str) else a.value.decode("latin-1")) for a in csr.subject]
     names = {oid: value for oid, value in attrs}
     if len(attrs) != 3 or set(names) != {NameOID.ORGANIZATION_NAME, NameOID.ORGANIZATIONAL_UNIT_NAME,
                                           NameOID.COMMON_NAME} or names[NameOID.ORGANIZATION_NAME] != "LTM":
-        raise CSRPolicyError(f"subject {csr.subject.rfc4514_string()!r}: expected exactly O=LTM, OU=<role>, CN=<actor>")
+        raise CSRPolicyError(f"subject {shown(', '.join(f'{_RDN.get(o, o.dotted_string)}={v}' for o, v in attrs))}: expected exactly "
+                             f"O=LTM, OU=<role>, CN=<actor>")
     actor, role = str(names[NameOID.COMMON_NAME]), str(names[NameOID.ORGANIZATIONAL_UNIT_NAME])
     try:
         validate_actor(actor)
     except ValueError as exc:
         raise CSRPolicyError(str(exc)) from None
     if role_of(actor) != role:
-        raise CSRPolicyError(f"the request names role {role!r} for actor {actor!r}, whose role is {role_of(actor)!r}")
+        raise CSRPolicyError(f"the request names role {shown(role)} for actor {actor!r}, whose role is {role_of(actor)!r}")
     if expect is not None and actor != expect:
-        raise CSRPolicyError(f"the request is for {actor!r}, not the expected {expect!r}")
+        raise CSRPolicyError(f"the request is for {actor!r}, not the expected {shown(expect)}")
     allowed = {x509.SubjectAlternativeName, x509.ExtendedKeyUsage}
     for ext in csr.extensions:
         if type(ext.value) not in allowed:
@@ -355,14 +402,9 @@ def check_request(csr: x509.CertificateSigningRequest, expect: str | None = None
             continue
         if not isinstance(san, x509.DNSName):
             raise CSRPolicyError(f"the request asks for a {type(san).__name__} name; only URI, DNS and IP names are allowed")
-        name = san.value
-        if name == actor:
-            continue
-        if not _HOSTNAME_RE.fullmatch(name):
-            raise CSRPolicyError(f"DNS name {name!r} is not a host name (letters, digits, '-' and dots; no wildcard)")
-        if _IDENTITY_RE.fullmatch(name):
-            raise CSRPolicyError(f"DNS name {name!r} is an actor identity that is not {actor!r}: "
-                                 f"a certificate with it could pass for that actor")
+        problem = host_problem(actor, san.value)
+        if problem:
+            raise CSRPolicyError(problem)
     if serving and x509.DNSName(actor) not in sans:
         raise CSRPolicyError(f"a {role} certificate names its identity as DNS {actor!r}; the request does not")
     return actor, sans
@@ -389,8 +431,12 @@ def _key_pem(key) -> bytes:
     )
 
 
-def _write_atomic(path: Path, data: bytes, mode: int) -> None:
-    """Write via a same-directory temp file created with ``mode``, then rename over ``path``."""
+def _write_atomic(path: Path, data: bytes, mode: int, *, replace: bool = True) -> None:
+    """Write via a same-directory temp file created with ``mode``, then rename over ``path``; with
+    ``replace=False`` link it to ``path`` instead, which fails (``FileExistsError``) if anything is
+    there, a dangling link included — no window between a check and the write."""
+    if not replace and os.path.lexists(path):  # before the work, for a plain message
+        raise FileExistsError(f"{path} already exists; refusing to replace it (use --force)")
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         os.fchmod(fd, mode)
@@ -398,7 +444,14 @@ def _write_atomic(path: Path, data: bytes, mode: int) -> None:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        if replace:
+            os.replace(tmp, path)
+        else:
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                raise FileExistsError(f"{path} already exists; refusing to replace it (use --force)") from None
+            os.unlink(tmp)
     except BaseException:
         try:
             os.unlink(tmp)
@@ -407,14 +460,44 @@ def _write_atomic(path: Path, data: bytes, mode: int) -> None:
         raise
 
 
+def hosts_by_actor(actors: Sequence[str], hosts: Sequence[str] | None = None,
+                   analyst_hosts: Sequence[str] = ()) -> dict[str, list[str]]:
+    """Which host names go into which serving actor's certificate (the one-machine ``ltm certs``).
+
+    ``hosts`` (default ``localhost``, ``127.0.0.1``) are the servers': a plain host name or IP goes
+    to every server; ``server-<n>=HOST`` to that server only; a name that is an actor identity
+    (``server-1``, as compose names its containers) to that actor's own certificate only — never to
+    another's, where it would let that certificate pass for it.  ``analyst_hosts`` are the analyst's.
+    Refused (``ValueError``): an identity or ``server-<n>=`` naming a server not issued here, and any
+    name :func:`host_problem` refuses for its certificate (e.g. ``--analyst-hosts server-0``)."""
+    servers = [a for a in actors if role_of(a) == "server"]
+    out: dict[str, list[str]] = {a: [] for a in actors if role_of(a) in SERVING_ROLES}
+    for entry in (DEFAULT_HOSTS if hosts is None else hosts):
+        entry = entry.strip()
+        owner, _, name = entry.rpartition("=") if "=" in entry else ("", "", entry)
+        if not owner and _IDENTITY_RE.fullmatch(entry):
+            owner = entry.lower()
+        if owner and owner not in servers:
+            raise ValueError(f"--hosts {shown(entry)}: {shown(owner)} is not a server issued here "
+                             f"({', '.join(servers) or 'none'}); a host name that is an actor identity goes into "
+                             f"that actor's certificate only")
+        for server in ([owner] if owner else servers):
+            out[server].append(name)
+    if "analyst" in out:
+        out["analyst"] = [h.strip() for h in analyst_hosts]
+    for actor, names in out.items():
+        role_sans(actor, names)  # every name checked for its certificate (ValueError naming the first refused)
+    return out
+
+
 def write_certs(directory, actors: Sequence[str], hosts: Sequence[str] | None = None, *,
                 analyst_hosts: Sequence[str] = (), ca_dir=None, force: bool = False,
                 days: int = 365) -> dict[str, CertPaths]:
     """Create a fresh CA and a leaf per actor in ``directory``; return the paths written.
 
     ``directory`` (what the actors get): ``ca.pem``, ``<actor>.pem``, ``<actor>.key`` (0600).
-    ``hosts``: the servers' host names/IPs; ``analyst_hosts``: the analyst's own (see
-    :func:`issue_leaf`).  The CA key is written to ``ca_dir/ca.key`` (directory 0700, key 0600;
+    ``hosts``: the servers' host names/IPs; ``analyst_hosts``: the analyst's own (which certificate
+    gets which: :func:`hosts_by_actor`).  The CA key is written to ``ca_dir/ca.key`` (directory 0700, key 0600;
     ``ca.pem`` beside it, so ``ltm certs sign --ca-dir`` can sign more leaves later) if
     ``ca_dir`` is given — it must not be ``directory`` — and discarded otherwise; it is never put
     where the actors' files are (a stale ``ca.key`` there from an older layout is removed).
@@ -430,10 +513,7 @@ def write_certs(directory, actors: Sequence[str], hosts: Sequence[str] | None = 
         raise ValueError(f"duplicate actor names: {', '.join(dupes)}")
     if not actors:
         raise ValueError("no actors to issue certificates for")
-    hosts = list(DEFAULT_HOSTS) if hosts is None else list(hosts)
-    analyst_hosts = list(analyst_hosts)
-    for host in hosts + analyst_hosts:
-        _host_san(host)  # validate before touching the disk
+    names = hosts_by_actor(actors, hosts, analyst_hosts)  # checked before touching the disk
 
     out = Path(directory)
     key_dir = Path(ca_dir) if ca_dir is not None else None
@@ -451,8 +531,7 @@ def write_certs(directory, actors: Sequence[str], hosts: Sequence[str] | None = 
 
     ca_key, ca_cert = create_ca(days=days)
     result: dict[str, CertPaths] = {"ca": ca_paths}
-    leaves = {actor: issue_leaf(ca_key, ca_cert, actor, analyst_hosts if actor == "analyst" else hosts, days=days)
-              for actor in actors}
+    leaves = {actor: issue_leaf(ca_key, ca_cert, actor, names.get(actor), days=days) for actor in actors}
     (out / CA_KEY_FILE).unlink(missing_ok=True)  # never beside the actors' files
     if ca_paths.key is not None:
         private_dir(ca_paths.key.parent)
@@ -506,7 +585,7 @@ def write_request(directory, actor: str, hosts: Sequence[str] | None = None, *,
     of a certificate in use). Returns ``CertPaths(csr, key)``."""
     validate_actor(actor)
     for host in hosts or ():
-        _host_san(host)  # validate before touching the disk
+        _host_san(host, actor)  # validate before touching the disk
     d = private_dir(directory)
     key_path, csr_path = d / f"{actor}.key", d / f"{actor}.csr"
     if key_path.exists() and not force:
@@ -517,10 +596,15 @@ def write_request(directory, actor: str, hosts: Sequence[str] | None = None, *,
     return CertPaths(csr_path, key_path)
 
 
-def sign_request_file(ca_dir, csr_path, out, *, expect: str | None = None, days: int = 365) -> tuple[str, Path]:
+def sign_request_file(ca_dir, csr_path, out, *, expect: str | None = None, days: int = 365,
+                      force: bool = False) -> tuple[str, Path]:
     """On the CA host: check and sign the request in ``csr_path`` with the CA in ``ca_dir``; write the
     certificate to ``out`` (a file, or ``<actor>.pem`` in ``out`` when it is a directory or ends in
-    ``/``). Returns ``(actor, certificate path)``; :class:`CSRPolicyError` if the request is refused."""
+    ``/``). Returns ``(actor, certificate path)``; :class:`CSRPolicyError` if the request is refused.
+
+    An existing file is never replaced unless ``force`` (``FileExistsError``), and the CA's own
+    files (``ca_dir/ca.key``, ``ca_dir/ca.pem``) never, not even with ``force``: a certificate
+    written over the CA key would end the CA."""
     try:
         csr = x509.load_pem_x509_csr(Path(csr_path).read_bytes())
     except ValueError:
@@ -531,7 +615,10 @@ def sign_request_file(ca_dir, csr_path, out, *, expect: str | None = None, days:
     if target.is_dir() or str(out).endswith("/"):
         target.mkdir(parents=True, exist_ok=True)
         target = target / f"{actor}.pem"
-    _write_atomic(target, _cert_pem(cert), 0o644)
+    ca_files = {(Path(ca_dir) / f).resolve() for f in (CA_KEY_FILE, CA_CERT_FILE)}
+    if target.resolve() in ca_files:
+        raise ValueError(f"--out {str(target)!r} is the CA's own file: write the certificate elsewhere")
+    _write_atomic(target, _cert_pem(cert), 0o644, replace=force)
     return actor, target
 
 
@@ -604,13 +691,12 @@ def run_certs(args: argparse.Namespace) -> int:
                             force=args.force, days=args.days)
     except FileExistsError as exc:
         raise ValueError(str(exc)) from None  # `ltm` reports ValueError as a one-line error
-    hosts = ",".join(args.hosts if args.hosts is not None else DEFAULT_HOSTS)
+    names = hosts_by_actor(actors, args.hosts, args.analyst_hosts)
     print(f"CA       {paths['ca'].cert}  (public: give it to every actor)")
     for actor in actors:
         p = paths[actor]
-        role = role_of(actor)
-        where = (f"hosts {hosts}" if role == "server" else
-                 f"hosts {','.join(args.analyst_hosts) or '(none)'}" if role == "analyst" else "client only")
+        where = (f"DNS {actor}" + "".join(f", {h}" for h in names[actor] if h.lower() != actor)
+                 if actor in names else "client only")
         print(f"{actor:<8} {p.cert}  (key {p.key}, mode 0600; SAN {ACTOR_URI_PREFIX}{actor}, {where})")
     if args.bundles:
         for actor, bundle in write_bundles(args.out, args.bundles, actors).items():
@@ -658,8 +744,9 @@ def run_request(args: argparse.Namespace) -> int:
 def run_sign(args: argparse.Namespace) -> int:
     """``ltm certs sign``: check a signing request against its role and sign it; returns 0."""
     try:
-        actor, path = sign_request_file(args.ca_dir, args.csr, args.out, expect=args.expect, days=args.days)
-    except FileNotFoundError as exc:
+        actor, path = sign_request_file(args.ca_dir, args.csr, args.out, expect=args.expect, days=args.days,
+                                        force=args.force)
+    except (FileNotFoundError, FileExistsError) as exc:
         raise ValueError(str(exc)) from None
     cert = x509.load_pem_x509_certificate(path.read_bytes())
     sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value

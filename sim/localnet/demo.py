@@ -19,7 +19,6 @@ import argparse
 import asyncio
 import json
 import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -35,6 +34,7 @@ from party.ledger import describe_admission
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
 from sim.localnet.chaos import Chaos
 from sim.localnet.launcher import ActorProcess, ProcessGroup, stop_on_termination
+from sim.localnet.workdir import make_scratch_dir
 from sim.runtime.simulate import SimulateConfig, load_table, report_for_release, training_matrix
 from sim.runtime.jobs import build_job, party_tables
 from transport.certs import write_certs
@@ -227,7 +227,7 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
     is stopped (and a temporary workdir removed) on every way out."""
     t_start = time.monotonic()
     phases: dict[str, float] = {}
-    workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="ltm-demo-"))
+    workdir = Path(args.workdir) if args.workdir else make_scratch_dir("ltm-demo-")
     workdir.mkdir(parents=True, exist_ok=True)
     certs = None if args.insecure else workdir / "certs"
     group = ProcessGroup(workdir, certs, insecure=args.insecure)

@@ -23,7 +23,6 @@ import os
 import resource
 import shutil
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -40,6 +39,7 @@ from party.data_source import SyntheticRidge
 from sim.localnet.demo import _operate
 from sim.runtime.jobs import build_job
 from sim.localnet.launcher import ActorProcess, ProcessGroup, cpu_seconds, stop_on_termination
+from sim.localnet.workdir import make_scratch_dir
 from ltm_datasets.tables import ModelTable
 from transport.certs import write_certs
 
@@ -500,7 +500,7 @@ def run_e2e(args: argparse.Namespace, n: int | None = None, upload_mode: str | N
     show = PhaseDisplay(not getattr(args, "quiet", False), n)
     t_start = time.monotonic()
     phases: dict[str, float] = {}
-    workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="ltm-e2e-"))
+    workdir = Path(args.workdir) if args.workdir else make_scratch_dir("ltm-e2e-")
     workdir.mkdir(parents=True, exist_ok=True)
     certs = workdir / "certs"
     group = ProcessGroup(workdir, certs)

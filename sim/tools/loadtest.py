@@ -34,7 +34,6 @@ import multiprocessing as mp
 import os
 import resource
 import shutil
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -215,8 +214,12 @@ class Driver:
 
 
 def _driver_process(conn, spec_json: bytes, certs: str, party_ids: list[str], seed: str | None,
-                    connect_timeout: float) -> None:
-    """A driver in its own process: commands over a pipe (connect → upload* → close)."""
+                    connect_timeout: float, parent: int) -> None:
+    """A driver in its own process: commands over a pipe (connect → upload* → close); it dies with
+    the coordinator ``parent`` (which starts it from its main thread), however that dies."""
+    from ltm_cli.lifeline import hold
+
+    hold(parent)
 
     async def main() -> None:
         driver = Driver(spec_json, certs, party_ids, seed)
@@ -269,7 +272,8 @@ class _Drivers:
         for party_ids in self.slices:
             parent, child = ctx.Pipe()
             proc = ctx.Process(target=_driver_process, daemon=True,
-                               args=(child, spec_json, str(self.certs), party_ids, self.cfg.seed, connect_timeout))
+                               args=(child, spec_json, str(self.certs), party_ids, self.cfg.seed, connect_timeout,
+                                     os.getpid()))
             proc.start()
             self.procs.append((proc, parent))
         replies = [await self._recv(parent) for _, parent in self.procs]
@@ -522,7 +526,9 @@ def run_loadtest(cfg: LoadConfig, report: dict[str, Any] | None = None) -> dict[
     report = {} if report is None else report
     report.update({"config": asdict(cfg), "tls": True, "fd_limit": fd_limit, "timing_s": {}, "checks": {}})
     own = cfg.workdir is None
-    work = Path(tempfile.mkdtemp(prefix="ltm-load-")) if own else Path(cfg.workdir)
+    from sim.localnet.workdir import keep, make_scratch_dir
+
+    work = make_scratch_dir("ltm-load-") if own else Path(cfg.workdir)
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     from sim.localnet.launcher import stop_on_termination
@@ -544,6 +550,8 @@ def run_loadtest(cfg: LoadConfig, report: dict[str, Any] | None = None) -> dict[
     except BaseException as exc:
         # keep the servers' logs and stores for a post-mortem
         report["workdir_kept"] = str(work)
+        if own:
+            keep(work)  # not reclaimed by the next run's start either
         exc.add_note(f"ltm loadtest: servers' logs and stores kept in {work}")
         raise
     else:

@@ -140,3 +140,18 @@ def test_non_numeric_cell_is_refused_with_row_and_column(tmp_path):
     data.write_text("\n".join(lines) + "\n")
     proc = ltm("simulate", "--data", data, "--label", "y", "--parties", "2", "--k", "2")
     one_line_error(proc, "simulate", 2, "data row 8 (line 9), column 'b': '12;5' is not a number")
+
+
+def test_a_reader_that_has_gone_gets_no_traceback():
+    """`ltm job check FILE | head`: the reader closes the pipe before `ltm` writes; `ltm` exits as a
+    process killed by SIGPIPE would (141), with nothing on stderr."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # `head` has read what it wanted and gone
+    try:
+        proc = subprocess.run([sys.executable, "-m", "ltm_cli", "job", "check", str(REPO / "examples/jobs/power-ridge.toml")],
+                              env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=write_end, stderr=subprocess.PIPE,
+                              text=True, timeout=120)
+    finally:
+        os.close(write_end)
+    assert proc.returncode == 141, proc.stderr
+    assert proc.stderr == "", proc.stderr

@@ -297,10 +297,11 @@ def _alive(pid: int, start: str) -> bool:
     return fields[19] == start.split(" ", 1)[0] and fields[0] != "Z"
 
 
-def _sigterm_mid_run(tmp_path: Path, *argv: str, module: str = "ltm_cli", mid_run: str = " party ",
-                     kept: tuple[str, ...] = ()) -> None:
-    """SIGTERM once a child whose command line holds ``mid_run`` runs; then no child may be left and
-    nothing in the scratch directory but ``kept`` (a directory the caller named)."""
+def _signal_mid_run(tmp_path: Path, sig: int, *argv: str, module: str = "ltm_cli", mid_run: str = " party ",
+                    settle_s: float = 5.0) -> tuple[subprocess.Popen, str, Path]:
+    """Send ``sig`` to the command (not its children) once a child whose command line holds
+    ``mid_run`` runs; then wait up to ``settle_s`` for every child to be gone.  Returns the
+    command, its stderr and its scratch directory (``TMPDIR``)."""
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     # its own process group (like a service under systemd or a CI step), its scratch directory here
@@ -317,7 +318,7 @@ def _sigterm_mid_run(tmp_path: Path, *argv: str, module: str = "ltm_cli", mid_ru
             time.sleep(0.05)
         assert proc.poll() is None and any(mid_run in c for c in seen.values()), (proc.poll(), seen)
         assert any(scratch.iterdir())  # its data directory exists
-        proc.send_signal(signal.SIGTERM)  # what timeout, systemd, docker stop and CI runners send
+        proc.send_signal(sig)
         _, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
@@ -325,16 +326,55 @@ def _sigterm_mid_run(tmp_path: Path, *argv: str, module: str = "ltm_cli", mid_ru
             proc.communicate()
     # an orphan on its way out by itself (multiprocessing's resource tracker sees its pipe close) gets a
     # moment; an actor the run failed to stop would run on
-    settle = time.monotonic() + 5
+    settle = time.monotonic() + settle_s
     while time.monotonic() < settle and any(_alive(pid, cmd) for pid, cmd in seen.items()):
         time.sleep(0.05)
     left = {pid: cmd for pid, cmd in seen.items() if _alive(pid, cmd)}
     for pid in left:  # clean up after a failure, then report it
         os.kill(pid, signal.SIGKILL)
-    assert not left, f"processes left running: {left}"
+    assert not left, f"processes left running {settle_s} s after {signal.Signals(sig).name}: {left}"
+    return proc, err, scratch
+
+
+def _sigterm_mid_run(tmp_path: Path, *argv: str, module: str = "ltm_cli", mid_run: str = " party ",
+                     kept: tuple[str, ...] = ()) -> None:
+    """SIGTERM (what timeout, systemd, docker stop and CI runners send) once a child whose command
+    line holds ``mid_run`` runs; then no child may be left and nothing in the scratch directory but
+    ``kept`` (a directory the caller named)."""
+    proc, err, scratch = _signal_mid_run(tmp_path, signal.SIGTERM, *argv, module=module, mid_run=mid_run)
     assert sorted(p.name for p in scratch.iterdir()) == sorted(kept), f"left behind: {list(scratch.iterdir())}"
     assert proc.returncode == 128 + signal.SIGTERM, (proc.returncode, err[-2000:])
     assert "Traceback" not in err and "stopped by SIGTERM" in err, err[-2000:]
+
+
+def test_ctrl_c_of_ltm_demo_says_interrupted_and_exits_130(tmp_path):
+    proc, err, scratch = _signal_mid_run(tmp_path, signal.SIGINT, "demo")
+    assert proc.returncode == 130, (proc.returncode, err[-2000:])
+    assert err.splitlines()[-1] == "ltm demo: interrupted", err[-2000:]  # was "ltm demo: " (an empty message)
+    assert not any(scratch.iterdir())
+
+
+@pytest.mark.parametrize("argv, mid_run", [
+    (("demo",), " party "),
+    (("bench", "e2e", "--n", "200000", "--no-progress"), " party "),
+    (("loadtest", "--parties", "200", "--drivers", "2"), "multiprocessing"),  # its drivers connect or upload
+], ids=["demo", "bench-e2e", "loadtest"])
+def test_sigkill_mid_run_leaves_no_process_and_the_next_start_reclaims_the_folder(tmp_path, argv, mid_run):
+    """SIGKILL (or the OOM killer) runs no cleanup in the launcher: each child dies with it
+    (ltm_cli/lifeline.py) within 10 s, and the folder it left is removed by the next start."""
+    from sim.localnet.workdir import OWNER_FILE, reclaim_stale
+
+    proc, err, scratch = _signal_mid_run(tmp_path, signal.SIGKILL, *argv, mid_run=mid_run, settle_s=10.0)
+    assert proc.returncode == -signal.SIGKILL
+    left = [p for p in scratch.iterdir() if p.name.startswith("ltm-")]
+    assert len(left) == 1 and (left[0] / OWNER_FILE).is_file(), list(scratch.iterdir())  # nothing removed it
+    if argv[0] != "demo":
+        assert reclaim_stale(scratch) == left  # what every start does first
+    else:  # the next demo, run to the end
+        again = ltm("demo", "--k", "2", "--parties", "2", env={"TMPDIR": str(scratch)})
+        out, err = again.communicate(timeout=300)
+        assert again.returncode == 0, err[-2000:]
+    assert not any(p.name.startswith("ltm-") for p in scratch.iterdir()), list(scratch.iterdir())
 
 
 def test_sigterm_while_the_launcher_starts_processes_leaves_none_it_does_not_stop(tmp_path):
