@@ -25,6 +25,7 @@ come in the same order each pass; a query should say ``ORDER BY`` if its order c
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sqlite3
@@ -122,7 +123,8 @@ class SqlSource(StreamedSource):
         except self._errors() as exc:
             raise DataSourceError(f"{self.description}: {redact_dsn(str(exc).splitlines()[0])}") from None
         finally:
-            cur.close()
+            with contextlib.suppress(*self._errors()):  # the connection may be closed already
+                cur.close()
 
     def _connection(self):
         if getattr(self, "_conn", None) is None:

@@ -122,7 +122,7 @@ async def _operate(analyst_endpoint: str, certs: Path | None, insecure: bool, sp
 
 def _demo_config(args: argparse.Namespace) -> SimulateConfig:
     """The demo's job parameters, as ``ltm simulate`` takes them (a ridge model)."""
-    return SimulateConfig(data=args.data, label=args.label, partition=args.partition, parties=args.parties,
+    return SimulateConfig(data=args.data, query=getattr(args, "query", None), label=args.label, partition=args.partition, parties=args.parties,
                           k=args.k, sketch=args.sketch, m=args.m, s=args.s, epsilon=args.epsilon,
                           delta=args.delta, share_mode=args.share_mode, seed=args.seed, model="ridge",
                           colluding_servers=args.colluding_servers)
@@ -314,7 +314,7 @@ def print_summary(r: dict[str, Any]) -> None:
 def run_operate(args: argparse.Namespace) -> int:
     servers = args.servers  # (server id, endpoint) pairs, in order: ltm_cli.options.server_map checked them
     randomness = Randomness.seeded_insecure(args.seed) if args.seed is not None else Randomness.system()
-    cfg = SimulateConfig(data=args.data, label=args.label, partition=args.partition, parties=args.parties,
+    cfg = SimulateConfig(data=args.data, query=getattr(args, "query", None), label=args.label, partition=args.partition, parties=args.parties,
                          k=len(servers), sketch=args.sketch, m=args.m, s=args.s, epsilon=args.epsilon,
                          delta=args.delta, share_mode=args.share_mode, seed=args.seed, model="ridge",
                          colluding_servers=args.colluding_servers)
