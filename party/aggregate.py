@@ -62,7 +62,8 @@ from ltm.randomness import Randomness
 from ltm.sharing import share
 from ltm.sketch import Sketch
 
-__all__ = ["AGGREGATE_BATCH_INDEX", "PartyAggregate", "exact_chunk_clients", "aggregate_party", "aggregate_batches", "reduce_rows"]
+__all__ = ["AGGREGATE_BATCH_INDEX", "PartyAggregate", "exact_chunk_clients", "aggregate_party", "aggregate_batches",
+           "reduce_rows"]
 
 #: An aggregated upload is the party's only batch: index 0 over its whole client range.
 AGGREGATE_BATCH_INDEX = 0

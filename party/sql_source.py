@@ -148,6 +148,7 @@ class SqlSource(StreamedSource):
         return 0
 
     def close(self) -> None:
+        """Close the database connection (a PostgreSQL transaction ends with it)."""
         conn, self._conn = getattr(self, "_conn", None), None
         if conn is not None:
             conn.close()
@@ -180,7 +181,9 @@ class SqliteSource(SqlSource):
 
     def _connect(self):
         try:
-            return sqlite3.connect(f"file:{urllib.parse.quote(str(self.path.absolute()))}?mode=ro", uri=True)
+            # The party reads from its upload thread after opening here; its reads never overlap.
+            return sqlite3.connect(f"file:{urllib.parse.quote(str(self.path.absolute()))}?mode=ro", uri=True,
+                                   check_same_thread=False)
         except sqlite3.Error as exc:
             raise DataSourceError(f"{self.path}: not a readable SQLite database ({exc})") from None
 

@@ -20,9 +20,18 @@ from pathlib import Path
 
 import numpy as np
 
-from party.data_source import (FINGERPRINT_TAG, SCAN_CHUNK_ROWS, DataSourceError, NonNumeric, PartySource,
-                               SourceScan, _first_non_numeric, _sniff_delimiter, _to_float,
-                               fingerprint_column_header)
+from party.data_source import (
+    FINGERPRINT_TAG,
+    SCAN_CHUNK_ROWS,
+    DataSourceError,
+    NonNumeric,
+    PartySource,
+    SourceScan,
+    _first_non_numeric,
+    _sniff_delimiter,
+    _to_float,
+    fingerprint_column_header,
+)
 
 #: Rows per batch a format is asked for (the aggregate's chunk is at most this: no concatenation).
 BATCH_ROWS = 1 << 16
@@ -132,12 +141,14 @@ class StreamedSource(PartySource):
 
     @property
     def rows(self) -> int:
+        """The number of data rows (counted once: a Parquet footer, a CSV pass, a SQL count)."""
         if getattr(self, "_rows", None) is None:
             self._rows = self._count_rows()
         return self._rows
 
     @property
     def columns(self) -> tuple[str, ...]:
+        """The columns that may hold numbers (those found to hold text left out), in the source's order."""
         return tuple(k for k in self._kinds if k not in self.non_numeric)
 
     def _converted(self, batch: dict[str, object], first_row: int) -> dict[str, np.ndarray]:
@@ -325,6 +336,7 @@ class ParquetSource(StreamedSource):
                 yield {k: batch.column(k) for k in names}
 
     def close(self) -> None:
+        """Close the Parquet files."""
         for pf in getattr(self, "_files", []):
             pf.close()
 

@@ -11,15 +11,15 @@ from tests.helpers.optional import require
 
 pa = require("pyarrow")
 require("distributed")
-import pyarrow.parquet as pq  # noqa: E402
+import pyarrow.parquet as pq
 
-from ltm.randomness import Randomness  # noqa: E402
-from ltm_datasets.tables import ModelTable  # noqa: E402
-from party.aggregate import aggregate_party  # noqa: E402
-from party.dask_aggregate import DaskAggregator  # noqa: E402
-from party.data_source import SyntheticRidge, SyntheticRidgeSource  # noqa: E402
-from party.streamed_source import ParquetSource  # noqa: E402
-from sim.runtime.jobs import build_job  # noqa: E402
+from ltm.randomness import Randomness
+from ltm_datasets.tables import ModelTable
+from party.aggregate import aggregate_party
+from party.dask_aggregate import DaskAggregator
+from party.data_source import SyntheticRidge, SyntheticRidgeSource
+from party.streamed_source import ParquetSource
+from sim.runtime.jobs import build_job
 
 FILES = 16
 

@@ -17,7 +17,7 @@ from tests.helpers.postgres import PASSWORD, postgres_server
 
 pa = require("pyarrow")
 require("psycopg")
-import pyarrow.parquet as pq  # noqa: E402
+import pyarrow.parquet as pq
 
 N, SEED = 1500, "7"
 
