@@ -58,8 +58,10 @@ def read_party_source(path: str, args: argparse.Namespace | None = None) -> Part
 
 def data_exists(path: str) -> bool:
     """Whether ``--data`` names something to read (a file, a directory, a database, a synthetic source)."""
-    from party.sql_source import is_postgres
+    from party.sql_source import SQLITE_PREFIX, is_postgres
 
+    if path.startswith(SQLITE_PREFIX):
+        path = path[len(SQLITE_PREFIX) - 1:]
     return is_synthetic(path) or is_postgres(path) or Path(path).exists()
 
 

@@ -162,3 +162,22 @@ def test_a_streamed_read_meeting_a_text_cell_names_it(tmp_path):
     path.write_text("a\n" + "1\n" * 70000 + "bad\n")
     with pytest.raises(NonNumericCell, match=r"data row 70001 \(line 70002\), column 'a': 'bad'"):
         open_source(path).read(0, 70001, ["a"])
+
+
+def test_ltm_party_opens_each_source_with_its_flags(tmp_path, monkeypatch):
+    """``ltm party``'s reader: --query and the password flags reach the source, --dask sets its aggregator."""
+    import argparse
+
+    from party.main import data_exists, read_party_source
+
+    path = _formats(tmp_path, {"a": np.arange(4.0)})["sqlite"]
+    args = argparse.Namespace(query="SELECT a FROM t WHERE a > 1", password_env=None, password_file=None,
+                              dask="local:1")
+    source = read_party_source(str(path), args)
+    assert source.rows == 2 and source.aggregator.scheduler == "local:1"
+    assert data_exists(f"sqlite:///{path}") and data_exists("postgresql://u@h/db")
+    assert not data_exists(f"sqlite:///{tmp_path}/none.sqlite")
+    args.password_env = "LTM_NO_SUCH_VARIABLE"
+    monkeypatch.delenv("LTM_NO_SUCH_VARIABLE", raising=False)
+    with pytest.raises(PartyDataError, match="no such environment variable"):
+        read_party_source(str(path), args)
