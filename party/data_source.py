@@ -1,9 +1,11 @@
 """The party's data source: its rows (or column block) as named float64 columns.
 
-CSV (header row; ``,`` ``;`` or tab separated, sniffed) for people, ``.npz`` (one array per
-column) or a directory of ``<column>.npy`` files for large data, and a generated synthetic source
-for benchmarks.  :func:`open_source` gives a :class:`PartySource` that the party reads a chunk of
-clients at a time, so its memory does not grow with its client count (only a CSV is parsed whole).  Non-numeric columns are kept out and named; missing or non-finite
+CSV (header row; ``,`` ``;`` or tab separated, sniffed) for people, Parquet and SQL
+(:mod:`party.streamed_source`, :mod:`party.sql_source`), ``.npz`` (one array per column) or a
+directory of ``<column>.npy`` files for large data, and a generated synthetic source for
+benchmarks.  :func:`open_source` gives a :class:`PartySource` that the party reads a chunk of
+clients at a time, so its memory does not grow with its client count (a CSV is streamed by
+pyarrow; parsed whole only without it).  Non-numeric columns are kept out and named; missing or non-finite
 values stay NaN here so that :func:`party.randomizer.client_vectors` can say exactly which
 column and row are bad.
 """
