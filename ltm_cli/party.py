@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ltm_cli.app import lazy
+from ltm.jobconfig import add_options
 from ltm_cli.options import actor_options, endpoints, privacy_number, seed
 from party.ledger import DEFAULT_BUDGET_DELTA, DEFAULT_BUDGET_EPSILON, DEFAULT_SOURCE
 from party.randomizer import DEFAULT_BATCH_CLIENTS
@@ -27,9 +28,10 @@ def configure(p: argparse.ArgumentParser) -> None:
                    "an .npz or a directory of <column>.npy, or a generated benchmark source "
                    "(synthetic:ridge?d=10&n=1000000&seed=1, or a *.synth.json)", None),
     }, serves=False)
-    p.add_argument("--query", help="with a database --data (postgresql://user@host/db, or an SQLite file): the "
-                                   "table name, or a SELECT giving one row per client (the party's rows in a "
-                                   "fixed order: say ORDER BY if it could change)")
+    add_options(p, "data", only=("query",), helps={
+        "query": "with a database --data (postgresql://user@host/db, or an SQLite file): the table name, or a "
+                 "SELECT giving one row per client (the party's rows in a fixed order: say ORDER BY if it "
+                 "could change)"})
     p.add_argument("--password-env", metavar="NAME",
                    help="read the database password from the environment variable NAME (default: libpq's "
                         "PGPASSWORD or ~/.pgpass); a DSN may not carry one")
