@@ -56,3 +56,43 @@ def test_dask_aggregate_equals_the_single_process_one(tmp_path, kind):
 @pytest.mark.slow
 def test_dask_aggregate_at_ten_million_rows(tmp_path):
     _check(tmp_path, 10_000_000, "gram", workers=2)
+
+
+def test_parties_reducing_on_dask_release_the_same_bytes_over_grpc(three_servers, tmp_path):
+    """Real server processes (mutual TLS): an aggregate gram job whose parties reduce their Parquet
+    folders on a local Dask cluster releases what the same parties release from memory, noise included."""
+    import asyncio
+    from dataclasses import replace
+
+    from ltm_datasets.synthetic import synthetic_ridge
+    from sim.runtime.jobs import party_tables
+    from tests.helpers.servers import release_over_grpc
+
+    randomness = Randomness.seeded_insecure("dask-grpc")
+    table = synthetic_ridge(6000, 4, randomness)
+    spec, _ = build_job(table, job_id="dask-grpc-memory", randomness=randomness, parties=2, k=3, kind="gram",
+                        upload_mode="aggregate", endpoints=three_servers.endpoints)
+    tables = party_tables(spec, table)
+    sources = {}
+    for pid, cols in tables.items():
+        folder = tmp_path / pid
+        folder.mkdir()
+        n = len(next(iter(cols.values())))
+        for i, (a, b) in enumerate(zip((0, n // 4, n // 2), (n // 4, n // 2, n))):
+            pq.write_table(pa.table({k: v[a:b] for k, v in cols.items()}), folder / f"part-{i}.parquet")
+        sources[pid] = ParquetSource(folder)
+        sources[pid].aggregator = _Counted("local:2")
+    memory = asyncio.run(release_over_grpc(three_servers, spec, tables, randomness))
+    spread = asyncio.run(release_over_grpc(three_servers, replace(spec, job_id="dask-grpc-dask"), sources,
+                                           randomness))
+    assert spread.participants.count == memory.participants.count == spec.n
+    assert spread.release.sha256 == memory.release.sha256
+    assert [s.aggregator.calls for s in sources.values()] == [1, 1]  # each party's aggregate went to Dask
+
+
+class _Counted(DaskAggregator):
+    calls = 0
+
+    def reduce(self, *args):
+        self.calls += 1
+        return super().reduce(*args)
