@@ -31,6 +31,7 @@ import re
 import sqlite3
 import urllib.parse
 from collections.abc import Iterator
+from typing import Any
 from pathlib import Path
 
 from party.data_source import DataSourceError
@@ -138,7 +139,7 @@ class SqlSource(StreamedSource):
         columns = ", ".join('"' + n.replace('"', '""') + '"' for n in names)
         return f"SELECT {columns} FROM ({self._sql}) AS ltm_q"
 
-    def _batches(self, names: list[str], start: int) -> Iterator[dict[str, object]]:
+    def _batches(self, names: list[str], start: int) -> Iterator[dict[str, Any]]:
         for rows in self._execute(self._projected(names)):
             yield {k: [r[j] for r in rows] for j, k in enumerate(names)}
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator, Sequence
+from typing import Any
 from pathlib import Path
 
 import numpy as np
@@ -130,12 +131,12 @@ class StreamedSource(PartySource):
     def _count_rows(self) -> int:
         raise NotImplementedError
 
-    def _batches(self, names: list[str], start: int) -> Iterator[dict[str, object]]:
+    def _batches(self, names: list[str], start: int) -> Iterator[dict[str, Any]]:
         """Raw batches of the columns ``names`` from row ``start`` on (a subclass may start earlier
         and say so by returning rows before it: see :meth:`_restart`)."""
         raise NotImplementedError
 
-    def _skip_to(self, names: list[str], start: int) -> tuple[int, Iterator[dict[str, object]]]:
+    def _skip_to(self, names: list[str], start: int) -> tuple[int, Iterator[dict[str, Any]]]:
         """(first row of the stream, the stream) for reading from ``start``; default: from row 0."""
         return 0, self._batches(names, 0)
 
@@ -151,9 +152,11 @@ class StreamedSource(PartySource):
         """The columns that may hold numbers (those found to hold text left out), in the source's order."""
         return tuple(k for k in self._kinds if k not in self.non_numeric)
 
-    def _converted(self, batch: dict[str, object], first_row: int) -> dict[str, np.ndarray]:
+    def _converted(self, batch: dict[str, Any], first_row: int) -> dict[str, np.ndarray]:
         return {k: cells_to_float(v, column=k, first_row=first_row, source=self.description, lines=self._lines)
                 for k, v in batch.items()}
+
+    _cursor: dict[str, Any] | None = None
 
     def _restart(self, names: list[str], start: int) -> None:
         first, stream = self._skip_to(names, start)
@@ -167,10 +170,11 @@ class StreamedSource(PartySource):
             return {}
         if start == stop:
             return {k: np.empty(0) for k in names}
-        cur = getattr(self, "_cursor", None)
+        cur = self._cursor
         if cur is None or cur["names"] != names or start < cur["pos"]:
             self._restart(names, start)
             cur = self._cursor
+        assert cur is not None
         parts: list[dict[str, np.ndarray]] = []
         while cur["pos"] < stop:
             if not cur["buffer"]:
@@ -315,8 +319,9 @@ class ParquetSource(StreamedSource):
             offset += pf.metadata.num_rows
         return out
 
-    def _skip_to(self, names: list[str], start: int) -> tuple[int, Iterator[dict[str, object]]]:
-        groups, offset = [], 0
+    def _skip_to(self, names: list[str], start: int) -> tuple[int, Iterator[dict[str, Any]]]:
+        groups: list[tuple[int, int, int]] = []
+        offset = 0
         for i, pf in enumerate(self._files):
             for g in range(pf.metadata.num_row_groups):
                 n = pf.metadata.row_group(g).num_rows
@@ -326,10 +331,10 @@ class ParquetSource(StreamedSource):
         first = groups[0][2] if groups else offset
         return first, self._group_batches(names, groups)
 
-    def _batches(self, names: list[str], start: int) -> Iterator[dict[str, object]]:
+    def _batches(self, names: list[str], start: int) -> Iterator[dict[str, Any]]:
         return self._skip_to(names, start)[1]
 
-    def _group_batches(self, names: list[str], groups: list[tuple[int, int, int]]) -> Iterator[dict[str, object]]:
+    def _group_batches(self, names: list[str], groups: list[tuple[int, int, int]]) -> Iterator[dict[str, Any]]:
         for i, g, offset in groups:
             for batch in self._files[i].iter_batches(batch_size=BATCH_ROWS, row_groups=[g], columns=names,
                                                      use_threads=False):
@@ -409,7 +414,7 @@ class CsvStreamSource(StreamedSource):
             return self._utf8_error()
         return DataSourceError(f"{self.path}: not readable as CSV ({text})")
 
-    def _batches(self, names: list[str], start: int) -> Iterator[dict[str, object]]:
+    def _batches(self, names: list[str], start: int) -> Iterator[dict[str, Any]]:
         import pyarrow as pa
 
         reader = self._reader(names)
