@@ -52,6 +52,11 @@ def read_party_source(path: str, args: argparse.Namespace | None = None) -> Part
     if getattr(args, "dask", None):
         from party.dask_aggregate import DaskAggregator
 
+        if not hasattr(source, "partitions"):
+            source.close()
+            raise PartyDataError(f"--dask reduces a Parquet file or folder (one task per file); "
+                                 f"{source.description} is not one")
+
         source.aggregator = DaskAggregator(args.dask)
     return source
 

@@ -173,10 +173,17 @@ def test_ltm_party_opens_each_source_with_its_flags(tmp_path, monkeypatch):
     path = _formats(tmp_path, {"a": np.arange(4.0)})["sqlite"]
     args = argparse.Namespace(query="SELECT a FROM t WHERE a > 1", password_env=None, password_file=None,
                               dask="local:1")
-    source = read_party_source(str(path), args)
-    assert source.rows == 2 and source.aggregator.scheduler == "local:1"
+    folder = _formats(tmp_path, {"a": np.arange(4.0)}, "p")["folder"]
+    parquet = read_party_source(str(folder), argparse.Namespace(**{**vars(args), "query": None}))
+    assert parquet.rows == 4 and parquet.aggregator.scheduler == "local:1"
+    args.dask = None
+    assert read_party_source(str(path), args).rows == 2
+    args.dask = "local:1"
     assert data_exists(f"sqlite:///{path}") and data_exists("postgresql://u@h/db")
     assert not data_exists(f"sqlite:///{tmp_path}/none.sqlite")
+    with pytest.raises(PartyDataError, match="--dask reduces a Parquet file or folder"):
+        read_party_source(str(path), args)  # an SQLite source has no files to spread
+    args.dask = None
     args.password_env = "LTM_NO_SUCH_VARIABLE"
     monkeypatch.delenv("LTM_NO_SUCH_VARIABLE", raising=False)
     with pytest.raises(PartyDataError, match="no such environment variable"):
