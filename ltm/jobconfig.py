@@ -121,7 +121,9 @@ GROUPS: dict[str, str] = {
 FIELDS: tuple[Field, ...] = (
     # ---- data: where a simulated or demonstrated job's rows come from (never in a job file: a job
     # file is public information only, and each party reads its own data)
-    _f("data", "data", "CSV file (header row; ',' ';' or tab separated)", flags=("--data",)),
+    _f("data", "data", "CSV file (header row; ',' ';' or tab separated), Parquet file or folder, SQLite file, or "
+                       "postgresql://user@host/db (password from PGPASSWORD, never in the DSN)", flags=("--data",)),
+    _f("query", "data", "with a database --data: the table name or a SELECT", flags=("--query",)),
     _f("label", "data", "label column of --data", flags=("--label",)),
     _f("features", "data", "comma-separated feature columns (default: every numeric column)",
        flags=("--features",)),

@@ -10,7 +10,7 @@ from ltm.jobconfig import add_options, positive_int
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    """``ltm bench`` and its subcommands sketch, paper, noise and e2e."""
+    """``ltm bench`` and its subcommands sketch, paper, noise, source and e2e."""
     bsub = p.add_subparsers(dest="bench", required=True)
     sk = bsub.add_parser("sketch", help="one server's result-share computation and the bytes it receives")
     sk.add_argument("--n", type=positive_int, default=1_000_000, help="clients (default 1000000)")
@@ -32,6 +32,14 @@ def configure(p: argparse.ArgumentParser) -> None:
                                                           "on a shared machine)")
     output(noise, JSON_ANYWAY)
     noise.set_defaults(func=run_noise)
+    src = bsub.add_parser("source", help="a party's aggregated gram upload from a Parquet file against a bare pyarrow "
+                                          "scan + numpy XᵀX: both times and each pass's peak RSS (JSON)")
+    src.add_argument("--n", type=float, default=1e7, help="rows (default 1e7)")
+    src.add_argument("--d", type=positive_int, default=9, help="features; the file has d + 1 columns (default 9)")
+    src.add_argument("--path", help="use this Parquet file (written there first if missing; kept with --keep)")
+    src.add_argument("--keep", action="store_true", help="keep the written file")
+    output(src, JSON_ANYWAY)
+    src.set_defaults(func=run_source)
     _e2e(bsub.add_parser("e2e", help="networked end-to-end run on loopback: wall time, phases, peak RSS, disk"))
 
 
@@ -96,4 +104,12 @@ def run_noise(args: argparse.Namespace) -> int:
     from sim.tools.bench_noise import bench
 
     print_json(bench(args.draws, args.repeat, args.cpu))
+    return 0
+
+
+def run_source(args: argparse.Namespace) -> int:
+    """``ltm bench source``: the party's streamed Parquet aggregate against a bare pass; prints JSON."""
+    from sim.tools.bench_source import bench
+
+    print_json(bench(int(args.n), args.d, args.path, args.keep))
     return 0

@@ -16,7 +16,12 @@ def configure(p: argparse.ArgumentParser) -> None:
     add_options(p, "sketch", only=("parties", "k", "sketch", "m", "s", "partition", "share_mode"),
                 helps={"parties": "party processes (default {default})", "k": "server processes (default {default})"})
     add_options(p, "privacy", only=("epsilon", "delta", "colluding_servers"))
-    add_options(p, "data", only=("data", "label"), helps=DATA_HELPS)
+    add_options(p, "data", only=("data", "query", "label"), helps=DATA_HELPS)
+    p.add_argument("--party-format", choices=("csv", "parquet", "sqlite"), default="csv",
+                   help="the file each party process reads its rows from (default csv)")
+    p.add_argument("--party-postgres", metavar="DSN",
+                   help="instead: each party reads its rows from its own table of this PostgreSQL database "
+                        "(the demo writes them; password from PGPASSWORD)")
     add_options(p, "run", only=("seed", "json"))
     p.add_argument("--workdir", help="keep certificates, stores, logs and outputs here (default: a temp dir, removed)")
     p.add_argument("--deadline", type=float, default=60.0, help="seconds the analyst waits for parties")

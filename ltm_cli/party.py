@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ltm_cli.app import lazy
+from ltm.jobconfig import add_options
 from ltm_cli.options import actor_options, endpoints, privacy_number, quiet, seed
 from party.ledger import DEFAULT_BUDGET_DELTA, DEFAULT_BUDGET_EPSILON, DEFAULT_SOURCE
 from party.randomizer import DEFAULT_BATCH_CLIENTS
@@ -22,10 +23,23 @@ def configure(p: argparse.ArgumentParser) -> None:
         "--id": ("this party's identity, e.g. party-3 (must match its certificate)", None),
         "--servers": ("server endpoints host:port, comma-separated, in the job's server order", endpoints),
         "--job": ("job id to join", None),
-        "--data": ("this party's rows (rows partition) or columns (columns partition): a CSV, an .npz or a "
-                   "directory of <column>.npy (read a batch at a time), or a generated benchmark source "
+        "--data": ("this party's rows (rows partition) or columns (columns partition), read a batch at a "
+                   "time: a CSV, a Parquet file or folder, a PostgreSQL DSN or an SQLite file (with --query), "
+                   "an .npz or a directory of <column>.npy, or a generated benchmark source "
                    "(synthetic:ridge?d=10&n=1000000&seed=1, or a *.synth.json)", None),
     }, serves=False)
+    add_options(p, "data", only=("query",), helps={
+        "query": "with a database --data (postgresql://user@host/db, or an SQLite file): the table name, or a "
+                 "SELECT giving one row per client (the party's rows in a fixed order: say ORDER BY if it "
+                 "could change)"})
+    p.add_argument("--password-env", metavar="NAME",
+                   help="read the database password from the environment variable NAME (default: libpq's "
+                        "PGPASSWORD or ~/.pgpass); a DSN may not carry one")
+    p.add_argument("--password-file", metavar="PATH", help="read the database password from this file's first line")
+    p.add_argument("--dask", metavar="SCHEDULER",
+                   help="compute an aggregated upload from a Parquet folder on this Dask cluster "
+                        "(tcp://host:8786; local:N for a local cluster of N workers): one task per file, "
+                        "exact integer partials added here (docs/usage.md)")
     p.add_argument("--server-ids", help="expected server identities, comma-separated (default: the identities the "
                                         "job spec names, pinned in the TLS handshake either way)")
     p.add_argument("--max-epsilon", type=privacy_number, help="largest ε this party accepts (default 1)")

@@ -13,7 +13,7 @@ import numpy as np
 
 from ltm.errors import LtmError
 from ltm.jobspec import INTERCEPT_NAME, ColumnSpec
-from party.data_source import DataSourceError, SyntheticRidge, parse_csv
+from party.data_source import DataSourceError, NonNumeric, SyntheticRidge, parse_csv
 
 
 
@@ -89,6 +89,13 @@ def read_csv(text: str, *, source: str, label: str | None, features: list[str] |
         parsed, skipped = parse_csv(text, source=source)
     except DataSourceError as exc:
         raise DataError(str(exc)) from None
+    return table_of(parsed, skipped, source=source, label=label, features=features)
+
+
+def table_of(parsed: dict[str, np.ndarray], skipped: dict[str, NonNumeric], *, source: str, label: str | None,
+             features: list[str] | None = None) -> Table:
+    """A :class:`Table` of a source's numeric columns (``parsed``; ``skipped``: its non-numeric ones
+    and their first bad cell), with the simulation's refusals, whatever the source's format."""
     wanted = (features or []) + ([label] if label else [])
     for name in wanted:
         if name in skipped:
@@ -121,6 +128,32 @@ def load_csv(path: str | Path, *, label: str | None, features: list[str] | None 
     if not p.is_file():
         raise DataError(f"no such file: {p}")
     return read_csv(p.read_text(encoding="utf-8-sig"), source=str(p), label=label, features=features)
+
+
+def load_data(path: str | Path, *, label: str | None, features: list[str] | None = None,
+              query: str | None = None) -> Table:
+    """A simulation's table from ``--data``: a CSV (parsed whole, :func:`load_csv`), or any source a
+    party reads (Parquet, PostgreSQL with ``query``, SQLite: :func:`party.data_source.open_source`)
+    read whole through the same validation core, so the same data give the same table."""
+    if str(path).endswith(".csv") and query is None:
+        return load_csv(path, label=label, features=features)
+    from party.data_source import NpzSource, NpyDirSource, open_source
+    from party.streamed_source import StreamedSource
+
+    try:
+        source = open_source(path, query=query)
+    except DataSourceError as exc:
+        raise DataError(str(exc)) from None
+    try:
+        if not isinstance(source, StreamedSource) or isinstance(source, (NpzSource, NpyDirSource)):
+            raise DataError(f"{path}: ltm simulate reads a CSV, Parquet, PostgreSQL or SQLite source")
+        try:
+            parsed, skipped = source.read_all()
+        except DataSourceError as exc:
+            raise DataError(str(exc)) from None
+        return table_of(parsed, skipped, source=source.description, label=label, features=features)
+    finally:
+        source.close()
 
 
 def public_columns(table: Table | ModelTable, *, intercept: bool, clip_bound: float) -> tuple[ColumnSpec, ...]:

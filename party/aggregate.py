@@ -62,7 +62,8 @@ from ltm.randomness import Randomness
 from ltm.sharing import share
 from ltm.sketch import Sketch
 
-__all__ = ["AGGREGATE_BATCH_INDEX", "PartyAggregate", "exact_chunk_clients", "aggregate_party", "aggregate_batches"]
+__all__ = ["AGGREGATE_BATCH_INDEX", "PartyAggregate", "exact_chunk_clients", "aggregate_party", "aggregate_batches",
+           "reduce_rows"]
 
 #: An aggregated upload is the party's only batch: index 0 over its whole client range.
 AGGREGATE_BATCH_INDEX = 0
@@ -175,17 +176,45 @@ def aggregate_party(spec: JobSpec, party_id: str, table: Mapping[str, np.ndarray
     """The party's partial of the public map over all its clients, streamed chunk by chunk.
 
     ``table``: the party's columns in memory or a :class:`~party.data_source.PartySource` (read one
-    chunk at a time, so memory is O(chunk + m·W) whatever the party's size).  ``noise``: the
-    randomness the noise is drawn from, or None for no noise (tests that compare with per-client
-    sums bit for bit).  ``timings`` accumulates ``"read"``, ``"map"`` and ``"noise"`` seconds.
+    chunk at a time, so memory is O(chunk + m·W) whatever the party's size); a source with an
+    ``aggregator`` (``ltm party --dask``: :class:`party.dask_aggregate.DaskAggregator`) has its
+    partitions reduced there instead, to the same integers.  ``noise``: the randomness the noise
+    is drawn from, or None for no noise (tests that compare with per-client sums bit for bit).
+    ``timings`` accumulates ``"read"``, ``"map"`` and ``"noise"`` seconds.
     """
-    from party.randomizer import open_source, release_vectors  # the per-client path's own functions
+    from party.randomizer import open_source  # the per-client path's own checks
 
     party = spec.party(party_id)
     plan = plan or spec.noise_plan()
+    tally = timings if timings is not None else {}
+    aggregator = getattr(table, "aggregator", None)
+    if aggregator is not None:
+        open_source(spec, party, table)  # the same column checks before any task is sent
+        out, loads = aggregator.reduce(spec, party_id, table)
+    else:
+        out, loads = reduce_rows(spec, party_id, table, 0, party.size, tally=tally)
+    if noise is not None:
+        t0 = time.perf_counter()
+        reached = np.flatnonzero(loads)
+        drawn = sample_noise(noise.stream(), plan, (reached.size, out.shape[1]), multiplicity=loads[reached][:, None])
+        out[reached] += drawn.view(np.uint64)
+        tally["noise"] = tally.get("noise", 0.0) + (time.perf_counter() - t0)
+    return PartyAggregate(out, loads)
+
+
+def reduce_rows(spec: JobSpec, party_id: str, table: Mapping[str, np.ndarray] | object, lo: int, hi: int,
+                *, row_offset: int = 0, tally: dict[str, float] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The noise-free partial of rows ``[lo, hi)`` of ``table``, which hold the party's rows
+    ``row_offset + lo …`` (a Dask partition is one file of the party's folder): ``(values`` uint64
+    (m, W), ``loads`` int64 (m,)).  Exact integers in Z_2^64, so partials over any split of the
+    party's rows add up, in any order, to the same bytes (module docstring)."""
+    from party.randomizer import open_source, release_vectors  # the per-client path's own functions
+
+    party = spec.party(party_id)
     sketch = spec.make_sketch()
     width = len(spec.upload_columns(party))
-    source, streamed, needed, pipeline, columns = open_source(spec, party, table)
+    source, streamed, needed, pipeline, columns = open_source(spec, party, table) if row_offset == 0 and \
+        (lo, hi) == (0, party.size) else _partition_source(spec, party, table)
     out = np.zeros((sketch.m, width), dtype=np.uint64)
     loads = np.zeros(sketch.m, dtype=np.int64)
     # The gram kind of a grid job: the exact BLAS Gram block (module docstring).
@@ -195,29 +224,34 @@ def aggregate_party(spec: JobSpec, party_id: str, table: Mapping[str, np.ndarray
     upper = gram_indices(spec.width) if gram else None
     if gram and width != gram_width(spec.width):  # pragma: no cover - a gram party uploads the whole triangle
         raise ValueError(f"a gram upload has {gram_width(spec.width)} values, the party's columns give {width}")
-    tally = timings if timings is not None else {}
+    tally = tally if tally is not None else {}
     with _one_blas_thread(gram):
-        for lo in range(0, party.size, step):
-            hi = min(lo + step, party.size)
+        for a in range(lo, hi, step):
+            b = min(a + step, hi)
             t0 = time.perf_counter()
-            chunk = source.read(lo, hi, needed)
+            chunk = source.read(a, b, needed)
             t1 = time.perf_counter()
-            vectors = release_vectors(spec, party, pipeline, chunk, columns, rows=hi - lo,
-                                      streamed=streamed, row_offset=lo, lifted=not gram)
+            vectors = release_vectors(spec, party, pipeline, chunk, columns, rows=b - a,
+                                      streamed=streamed, row_offset=row_offset + a, lifted=not gram)
             if gram:
                 _gram_chunk(spec, vectors, out, upper)
-                loads[0] += hi - lo
+                loads[0] += b - a
             else:
-                _chunk_partial(sketch, party.start + lo, round_to_grid(vectors, spec.frac_bits), out, loads, bound)
+                _chunk_partial(sketch, party.start + row_offset + a, round_to_grid(vectors, spec.frac_bits), out,
+                               loads, bound)
             tally["read"] = tally.get("read", 0.0) + (t1 - t0)
             tally["map"] = tally.get("map", 0.0) + (time.perf_counter() - t1)
-    if noise is not None:
-        t0 = time.perf_counter()
-        reached = np.flatnonzero(loads)
-        drawn = sample_noise(noise.stream(), plan, (reached.size, width), multiplicity=loads[reached][:, None])
-        out[reached] += drawn.view(np.uint64)
-        tally["noise"] = tally.get("noise", 0.0) + (time.perf_counter() - t0)
-    return PartyAggregate(out, loads)
+    return out, loads
+
+
+def _partition_source(spec: JobSpec, party: PartySpec, source: object):
+    """``open_source``'s tuple for one partition (a file holding part of the party's rows): the
+    party's row count is checked on the whole folder, not here."""
+    from party.randomizer import _needed_raw_columns
+    from ltm.transforms import FeaturePipeline
+
+    columns = tuple(spec.party_column_indices(party))
+    return source, True, _needed_raw_columns(spec, list(columns)), FeaturePipeline.for_spec(spec), columns
 
 
 def aggregate_batches(spec: JobSpec, party_id: str, table: Mapping[str, np.ndarray] | object,

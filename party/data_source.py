@@ -1,9 +1,11 @@
 """The party's data source: its rows (or column block) as named float64 columns.
 
-CSV (header row; ``,`` ``;`` or tab separated, sniffed) for people, ``.npz`` (one array per
-column) or a directory of ``<column>.npy`` files for large data, and a generated synthetic source
-for benchmarks.  :func:`open_source` gives a :class:`PartySource` that the party reads a chunk of
-clients at a time, so its memory does not grow with its client count (only a CSV is parsed whole).  Non-numeric columns are kept out and named; missing or non-finite
+CSV (header row; ``,`` ``;`` or tab separated, sniffed) for people, Parquet and SQL
+(:mod:`party.streamed_source`, :mod:`party.sql_source`), ``.npz`` (one array per column) or a
+directory of ``<column>.npy`` files for large data, and a generated synthetic source for
+benchmarks.  :func:`open_source` gives a :class:`PartySource` that the party reads a chunk of
+clients at a time, so its memory does not grow with its client count (a CSV is streamed by
+pyarrow; parsed whole only without it).  Non-numeric columns are kept out and named; missing or non-finite
 values stay NaN here so that :func:`party.randomizer.client_vectors` can say exactly which
 column and row are bad.
 """
@@ -55,10 +57,13 @@ class NonNumeric:
     row: int
     value: str
     numeric_cells: int
+    #: whether the source has text lines (CSV) to name besides the data row (not Parquet or SQL)
+    lines: bool = True
 
     def describe(self, source: str) -> str:
-        """The one-line refusal naming the cell: data row, file line, column and value."""
-        return (f"{source}: data row {self.row} (line {self.row + 1}), column {self.column!r}: "
+        """The one-line refusal naming the cell: data row, file line (CSV), column and value."""
+        line = f" (line {self.row + 1})" if self.lines else ""
+        return (f"{source}: data row {self.row}{line}, column {self.column!r}: "
                 f"{self.value!r} is not a number "
                 f"(fix the cell, or leave it empty or NA to mark it missing)")
 
@@ -547,15 +552,33 @@ def is_synthetic(path: str | Path) -> bool:
     return str(path).startswith(SYNTHETIC_PREFIX)
 
 
-def open_source(path: str | Path) -> PartySource:
-    """The party's data as a :class:`PartySource`: ``.csv`` (parsed whole: CSV is for people),
-    ``.npz`` and a directory of ``<column>.npy`` (read per chunk), ``*.synth.json`` or
-    ``synthetic:ridge?…`` (generated per chunk: benchmarks)."""
+def open_source(path: str | Path, *, query: str | None = None, password: str | None = None,
+                stream_csv: bool = True) -> PartySource:
+    """The party's data as a :class:`PartySource`, read a chunk at a time whatever its format:
+
+    * ``.csv``: streamed by pyarrow's CSV reader (:class:`party.streamed_source.CsvStreamSource`;
+      parsed whole when pyarrow is not installed, or with ``stream_csv=False``);
+    * ``.parquet`` or a directory of ``*.parquet`` (:class:`party.streamed_source.ParquetSource`);
+    * ``postgresql://…`` with ``query`` (a table name or a SELECT) and ``password`` (None: libpq's
+      ``PGPASSWORD``), or an SQLite file (``sqlite:///path``, ``.sqlite``, ``.sqlite3``, ``.db``)
+      (:mod:`party.sql_source`);
+    * ``.npz`` and a directory of ``<column>.npy``; ``*.synth.json`` or ``synthetic:ridge?…``
+      (generated per chunk: benchmarks).
+    """
+    from party import sql_source  # (these import this module)
+    from party.streamed_source import CsvStreamSource, ParquetSource
+
     if is_synthetic(path):
         return parse_synthetic(str(path))
+    if sql_source.is_postgres(str(path)):
+        return sql_source.PostgresSource(str(path), query, password=password)
+    if query is not None and not sql_source.is_sqlite(str(path)):
+        raise DataSourceError(f"{path}: --query reads a SQL source (postgresql://… or an SQLite file), not this")
+    if sql_source.is_sqlite(str(path)):
+        return sql_source.SqliteSource(path, query)
     p = Path(path)
     if p.is_dir():
-        return NpyDirSource(p)
+        return ParquetSource(p) if any(p.glob("*.parquet")) else NpyDirSource(p)
     if not p.is_file():
         raise DataSourceError(f"no such file: {p}")
     if p.name.endswith(SYNTHETIC_SUFFIX):
@@ -567,8 +590,27 @@ def open_source(path: str | Path) -> PartySource:
             raise DataSourceError(f"{p}: not a synthetic descriptor ({exc})") from None
     if p.suffix == ".npz":
         return NpzSource(p)
+    if p.suffix in (".parquet", ".pq"):
+        return ParquetSource(p)
+    if stream_csv and _have_pyarrow():
+        return CsvStreamSource(p)
     columns, non_numeric = parse_csv(read_text(p), source=str(p))
     return TableSource(columns, description=str(p), non_numeric=non_numeric)
+
+
+def _have_pyarrow() -> bool:
+    try:
+        import pyarrow.csv  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def is_database(path: str | Path) -> bool:
+    """Whether ``--data`` names a database (a PostgreSQL DSN or an SQLite file)."""
+    from party import sql_source
+
+    return sql_source.is_postgres(str(path)) or sql_source.is_sqlite(str(path))
 
 
 def as_source(data: Mapping[str, np.ndarray] | PartySource) -> PartySource:

@@ -17,11 +17,12 @@ from ltm.errors import CommandError
 from ltm.jobspec import JobSpec
 from ltm.randomness import Randomness
 from ltm.v1 import ltm_pb2_grpc
-from party.data_source import DataSourceError, PartySource, is_synthetic, open_source
+from party.data_source import DataSourceError, PartySource, is_database, is_synthetic, open_source
 from party.journal import JournalError, UploadJournal
 from party.ledger import (DEFAULT_BUDGET_DELTA, DEFAULT_BUDGET_EPSILON, DEFAULT_SOURCE, AccountantUnavailable,
                           Budget, BudgetExceeded, LedgerError, PrivacyLedger, source_fingerprint)
 from party.replicated import run_replicated_upload
+from party.sql_source import redact_dsn
 from party.randomizer import DEFAULT_BATCH_CLIENTS, PartyDataError, check_source, party_randomness
 from party.uploader import (PartyPolicy, PolicyViolation, UploadIncomplete, UploadSummary, fetch_job,
                             run_upload)
@@ -37,17 +38,36 @@ LOGGED_REFUSALS = (PolicyViolation, BudgetExceeded, AccountantUnavailable, Ledge
                    JournalError)
 
 
-def read_party_source(path: str) -> PartySource:
-    """The party's data as a streamed source (``party/data_source.py``: only a CSV is read whole)."""
+def read_party_source(path: str, args: argparse.Namespace | None = None) -> PartySource:
+    """The party's data as a streamed source (``party/data_source.py``): ``args`` gives ``--query``,
+    the database password's source (``--password-env``, ``--password-file``) and ``--dask``."""
+    from party.sql_source import read_password
+
     try:
-        return open_source(path)
+        source = open_source(path, query=getattr(args, "query", None),
+                             password=read_password(getattr(args, "password_env", None),
+                                                    getattr(args, "password_file", None)))
     except DataSourceError as exc:
         raise PartyDataError(str(exc)) from None
+    if getattr(args, "dask", None):
+        from party.dask_aggregate import DaskAggregator
+
+        if not hasattr(source, "partitions"):
+            source.close()
+            raise PartyDataError(f"--dask reduces a Parquet file or folder (one task per file); "
+                                 f"{source.description} is not one")
+
+        source.aggregator = DaskAggregator(args.dask)
+    return source
 
 
 def data_exists(path: str) -> bool:
-    """Whether ``--data`` names something to read (a file, a column directory, a synthetic source)."""
-    return is_synthetic(path) or Path(path).exists()
+    """Whether ``--data`` names something to read (a file, a directory, a database, a synthetic source)."""
+    from party.sql_source import SQLITE_PREFIX, is_postgres
+
+    if path.startswith(SQLITE_PREFIX):
+        path = path[len(SQLITE_PREFIX) - 1:]
+    return is_synthetic(path) or is_postgres(path) or Path(path).exists()
 
 
 def process_usage() -> dict[str, float | int]:
@@ -64,7 +84,7 @@ def default_state_dir(data: str) -> Path:
     directory is read-only (a read-only volume), or the data is generated (``synthetic:…``, no
     directory) — under $XDG_STATE_HOME (~/.local/state)."""
     fallback = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "ltm-party"
-    if is_synthetic(data):
+    if is_synthetic(data) or (is_database(data) and not Path(data).exists()):
         return fallback
     beside = Path(data).absolute().parent / ".ltm-party-state"
     if beside.is_dir() or os.access(beside.parent, os.W_OK):
@@ -212,9 +232,12 @@ async def participate(args: argparse.Namespace) -> dict:
         await _wait_for_data(args.data, deadline)
         if args.id not in {p.party_id for p in spec.parties}:
             raise PolicyViolation(f"{args.id} is not a party of job {spec.job_id!r}")
-        source = read_party_source(args.data)
+        source = read_party_source(args.data, args)
         # One streamed pass finds bad values (nothing is sent) and fingerprints the data for the ledger's record.
-        check_source(spec, args.id, source)
+        try:
+            check_source(spec, args.id, source)
+        except DataSourceError as exc:  # met while streaming (a ragged CSV row, bytes that are not UTF-8, …)
+            raise PartyDataError(str(exc)) from None
         state_dir = Path(args.state_dir) if args.state_dir else default_state_dir(args.data)
         # One ledger per party id on this host, whatever the data; charged durably before anything
         # is sent (refusal: BudgetExceeded; a missing or corrupt ledger: LedgerError).
@@ -285,7 +308,7 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError("--new-source needs --new-source-reason: why is this data new (disjoint individuals, not "
                            "a copy, subset, re-sort or edit of data already charged)?", status=2)
     if not args.wait_for_data and not data_exists(args.data):
-        raise CommandError(f"data file {args.data} does not exist; nothing was sent (give the right --data, or "
+        raise CommandError(f"data file {redact_dsn(args.data)} does not exist; nothing was sent (give the right --data, or "
                            f"--wait-for-data if another process is still writing it)", status=4)
     start_actor(args.id, args.log_level, one_arena=False)
     try:

@@ -110,6 +110,8 @@ def check_source(spec: JobSpec, party_id: str, source: PartySource) -> None:
     party = spec.party(party_id)
     names = _checked_source(spec, party, source, spec.party_column_indices(party))
     nonfinite = source.scan().nonfinite
+    # A streamed text source (CSV, SQL) learns which columns are not numbers in the scan: ask again.
+    names = _checked_source(spec, party, source, spec.party_column_indices(party))
     for name in names:
         if name in nonfinite:
             count, first = nonfinite[name]

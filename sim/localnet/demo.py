@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import shutil
 import time
@@ -75,6 +76,46 @@ def prepare_job(cfg: SimulateConfig, train, randomness: Randomness, endpoints: l
     return spec, choices
 
 
+def party_data_argv(args: argparse.Namespace, data_dir: Path, party_id: str) -> list[str]:
+    """The ``--data`` (and ``--query``) a demo party reads: its CSV, or the same rows written as
+    Parquet, SQLite or a PostgreSQL table (``--party-format``, ``--party-postgres``)."""
+    fmt, dsn = getattr(args, "party_format", "csv"), getattr(args, "party_postgres", None)
+    csv_path = data_dir / f"{party_id}.csv"
+    if fmt == "csv" and not dsn:
+        return ["--data", str(csv_path)]
+    from party.data_source import load_columns
+
+    table = load_columns(csv_path)[0]
+    table_name = party_id.replace("-", "_")
+    if dsn:
+        import psycopg
+
+        cols = ", ".join(f'"{c}" double precision' for c in table)
+        with psycopg.connect(dsn) as conn:
+            conn.execute(f'DROP TABLE IF EXISTS "{table_name}"')
+            conn.execute(f'CREATE TABLE "{table_name}" ({cols})')
+            with conn.cursor().copy(f'COPY "{table_name}" FROM STDIN') as copy:
+                for row in zip(*(v.tolist() for v in table.values())):
+                    copy.write_row(row)
+        return ["--data", dsn, "--query", table_name]
+    if fmt == "parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        pq.write_table(pa.table(table), data_dir / f"{party_id}.parquet")
+        return ["--data", str(data_dir / f"{party_id}.parquet")]
+    import sqlite3
+
+    path = data_dir / f"{party_id}.sqlite"
+    path.unlink(missing_ok=True)
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        conn.execute(f'CREATE TABLE "{table_name}" ({", ".join(f"{chr(34)}{c}{chr(34)} REAL" for c in table)})')
+        conn.executemany(f'INSERT INTO "{table_name}" VALUES ({", ".join("?" * len(table))})',
+                         zip(*(v.tolist() for v in table.values())))
+        conn.commit()
+    return ["--data", str(path)]
+
+
 async def _operate(analyst_endpoint: str, certs: Path | None, insecure: bool, spec: JobSpec,
                    start_parties, randomness_label: str, deadline: float,
                    chaos=None) -> tuple[dict, ReleasedSketch, dict]:
@@ -122,7 +163,7 @@ async def _operate(analyst_endpoint: str, certs: Path | None, insecure: bool, sp
 
 def _demo_config(args: argparse.Namespace) -> SimulateConfig:
     """The demo's job parameters, as ``ltm simulate`` takes them (a ridge model)."""
-    return SimulateConfig(data=args.data, label=args.label, partition=args.partition, parties=args.parties,
+    return SimulateConfig(data=args.data, query=getattr(args, "query", None), label=args.label, partition=args.partition, parties=args.parties,
                           k=args.k, sketch=args.sketch, m=args.m, s=args.s, epsilon=args.epsilon,
                           delta=args.delta, share_mode=args.share_mode, seed=args.seed, model="ridge",
                           colluding_servers=args.colluding_servers)
@@ -160,7 +201,7 @@ class _DemoParties:
         for p in chosen:
             # No --server-ids: a party pins the server identities the job spec names by default.
             argv = ["party", "--id", p.party_id, "--servers", self.server_endpoints,
-                    "--job", spec.job_id, "--data", str(data_dir / f"{p.party_id}.csv"),
+                    "--job", spec.job_id, *party_data_argv(args, data_dir, p.party_id),
                     "--max-epsilon", str(cfg.epsilon), "--max-delta", str(max(cfg.delta, 1e-12)),
                     "--summary-file", str(data_dir / f"{p.party_id}.summary.json"), "--no-progress"]
             if args.seed is not None:
@@ -314,7 +355,7 @@ def print_summary(r: dict[str, Any]) -> None:
 def run_operate(args: argparse.Namespace) -> int:
     servers = args.servers  # (server id, endpoint) pairs, in order: ltm_cli.options.server_map checked them
     randomness = Randomness.seeded_insecure(args.seed) if args.seed is not None else Randomness.system()
-    cfg = SimulateConfig(data=args.data, label=args.label, partition=args.partition, parties=args.parties,
+    cfg = SimulateConfig(data=args.data, query=getattr(args, "query", None), label=args.label, partition=args.partition, parties=args.parties,
                          k=len(servers), sketch=args.sketch, m=args.m, s=args.s, epsilon=args.epsilon,
                          delta=args.delta, share_mode=args.share_mode, seed=args.seed, model="ridge",
                          colluding_servers=args.colluding_servers)

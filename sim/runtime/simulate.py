@@ -28,7 +28,7 @@ from ltm.transforms import FeaturePipeline
 from party.ledger import Budget
 from ltm_datasets.real import load_bundled
 from ltm_datasets.synthetic import synthetic_lowrank, synthetic_nonlinear, synthetic_ridge
-from ltm_datasets.tables import DataError, Table, load_csv
+from ltm_datasets.tables import DataError, Table, load_data
 from sim.runtime.inprocess import run_inprocess
 from sim.runtime.jobs import RFFOptions, build_job, party_tables
 
@@ -71,6 +71,8 @@ class SimulateConfig:
     share_mode: str = default("share_mode")
     upload_mode: str = "per-client"  # or "aggregate" / "auto" (ltm.jobspec.default_upload_mode)
     # rf_ridge: public random features applied by the parties (ltm.transforms)
+    #: with a database ``data``: its table or SELECT (party.sql_source)
+    query: str | None = default("query")
     features_n: int = 16
     bandwidth: float | None = default("bandwidth")
     feature_map: str = default("feature_map")
@@ -101,7 +103,7 @@ def load_table(cfg: SimulateConfig, randomness: Randomness) -> tuple[Table, Tabl
         return synthetic_lowrank(cfg.n, cfg.d, cfg.rank, randomness.child("train")), None
     if cfg.synthetic is not None:
         raise DataError(f"unknown synthetic generator {cfg.synthetic!r}; choose ridge, lowrank or nonlinear")
-    table = load_csv(cfg.data, label=cfg.label, features=cfg.features) if cfg.data else load_bundled()
+    table = load_data(cfg.data, label=cfg.label, features=cfg.features, query=cfg.query) if cfg.data else load_bundled()
     if cfg.data is None and cfg.label is not None and cfg.label != table.label:
         raise DataError("--label needs --data (the bundled dataset has a fixed label)")
     # The held-out rows are a public choice, not a privacy mechanism: a fixed public split, so the
