@@ -73,8 +73,8 @@ def print_summary(r: dict[str, Any]) -> None:
 
     pr = r["privacy"]
     print(f"LTM simulate — {r['data']}")
-    print(f"  {r['n_train']} training rows, {r['parties']} parties ({r['partition']}), {r['servers']} servers, "
-          f"{release_words(r['sketch'])}")
+    print(f"  {r['n_train']} training rows, {r['parties']} parties ({r['partition']}, {r['upload_mode']} uploads), "
+          f"{r['servers']} servers, {release_words(r['sketch'])}")
     if r.get("plan"):
         print(f"  release kind chosen by the planner: {r['plan']['reason']}")
     for line in privacy_lines(pr, str(r["sketch"]["kind"])):

@@ -69,7 +69,7 @@ class SimulateConfig:
     clip: float = default("clip")
     intercept: bool = default("intercept")
     share_mode: str = default("share_mode")
-    upload_mode: str = "per-client"  # or "aggregate" / "auto" (ltm.jobspec.default_upload_mode)
+    upload_mode: str = default("upload_mode")  # "auto": what a real job does (ltm.jobspec.default_upload_mode)
     # rf_ridge: public random features applied by the parties (ltm.transforms)
     features_n: int = 16
     bandwidth: float | None = default("bandwidth")
@@ -169,6 +169,8 @@ def simulate(cfg: SimulateConfig) -> dict[str, Any]:
         "parties": len(spec.parties),
         "servers": spec.k,
         "share_mode": spec.share_mode,
+        "upload_mode": spec.upload_mode,  # the mode that ran ("auto" resolved by ltm.jobspec.default_upload_mode)
+        "upload_mode_requested": cfg.upload_mode,
         "sketch": {"kind": spec.sketch.kind, "m": spec.sketch.m, "s": spec.make_sketch().pieces,
                    "m_rule": choices.m_rule},
         "release_kind": spec.sketch.kind,
