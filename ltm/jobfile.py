@@ -133,6 +133,8 @@ class JobFile:
     deadline_s: float = DEFAULT_DEADLINE_S
     #: with ``[release] kind = "auto"``: why the planner chose the spec's kind and parameters
     plan_reason: str = ""
+    #: the planner's warning when it predicts R² ≤ 0 (``ltm.planner.Plan.warning``; empty otherwise)
+    plan_warning: str = ""
 
 
 def budget_shares(regressors: int, labelled: bool) -> tuple[float, float]:
@@ -384,18 +386,18 @@ def parse_job_file(text: str, *, source: str = "job file", resolve: bool = True)
     )
     if p.items:
         raise JobFileError(p.items, source)
-    plan_reason = ""
+    plan_reason = plan_warning = ""
     if spec.upload_mode == "auto":
         spec = replace(spec, upload_mode=default_upload_mode(spec))
     if kind == "auto":
-        spec, plan_reason = _planned(spec, m, cols.labelled, job.max_party_upload_bytes or 0)
+        spec, plan_reason, plan_warning = _planned(spec, m, cols.labelled, job.max_party_upload_bytes or 0)
     if resolve:
         try:
             spec = resolve_defaults(spec)
             validate_job(spec)
         except JobSpecError as exc:
             raise JobFileError(exc.problems, source) from None
-    return JobFile(spec, fit, job.deadline_s, plan_reason)
+    return JobFile(spec, fit, job.deadline_s, plan_reason, plan_warning)
 
 
 def _sections(p: _Problems, doc: dict[str, Any]) -> tuple[dict[str, dict], dict[str, list[dict]]]:
@@ -677,8 +679,10 @@ def _transforms_section(p: _Problems, entries: list[dict]) -> list[TransformSpec
             transforms.append(t)
     return transforms
 
-def _planned(spec: JobSpec, m: int | None, labelled: bool, max_party_upload_bytes: int = 0) -> tuple[JobSpec, str]:
-    """``[release] kind = "auto"``: the planner's kind and parameters (ltm.planner, public inputs only)."""
+def _planned(spec: JobSpec, m: int | None, labelled: bool, max_party_upload_bytes: int = 0
+             ) -> tuple[JobSpec, str, str]:
+    """``[release] kind = "auto"``: the planner's kind and parameters (ltm.planner, public inputs only),
+    its reason and its warning (empty unless it predicts R² ≤ 0)."""
     from ltm.planner import PlanInputs, plan_release  # noqa: PLC0415 - only for kind "auto"
 
     p = spec.privacy
@@ -696,7 +700,7 @@ def _planned(spec: JobSpec, m: int | None, labelled: bool, max_party_upload_byte
     except ValueError as exc:
         raise JobFileError([f"[release].kind 'auto': the planner could not choose: {exc}"]) from None
     chosen_m = m if m is not None and plan.kind != "gram" else plan.m
-    return replace(spec, sketch=replace(spec.sketch, kind=plan.kind, m=chosen_m, s=plan.s)), plan.reason
+    return replace(spec, sketch=replace(spec.sketch, kind=plan.kind, m=chosen_m, s=plan.s)), plan.reason, plan.warning
 
 
 def _column(p: _Problems, c: dict, where: str, name: str, role: str, share: float,

@@ -80,7 +80,12 @@ def print_summary(r: dict[str, Any]) -> None:
     for line in privacy_lines(pr, str(r["sketch"]["kind"])):
         print(line)
     print(f"  randomness: {r['randomness']}")
-    for line in model_table("LTM " + r["model"], r["metrics"], r["baselines"], private_lam=r.get("lambda")):
+    fallback = r.get("fallback") or {}
+    if fallback.get("used"):
+        print(f"  released model: intercept-only, not {r['model']} (fallback; --no-fallback fits it anyway): "
+              f"{fallback['why']}")
+    name = "LTM intercept-only" if fallback.get("used") else "LTM " + r["model"]
+    for line in model_table(name, r["metrics"], r["baselines"], private_lam=r.get("lambda")):
         print(line)
     if "r2" in r["metrics"]:
         print("  " + verdict(r["metrics"], r["baselines"], n=int(r["n_train"]), epsilon=float(pr["epsilon"]),
