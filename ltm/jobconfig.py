@@ -205,7 +205,7 @@ FIELDS: tuple[Field, ...] = (
        action="store_false", flags=("--no-debias",), toml=("fit", "debias")),
     _f("fallback", "model", "fit the regression even when the plan predicts R² ≤ 0 (default: release the "
                             "intercept-only model then, and say so)", True, action="store_false",
-       flags=("--no-fallback",)),
+       flags=("--no-fallback",), toml=("fit", "fallback")),
     _f("rank", "model", "components of --model lowrank (default {default})", 5, type=positive_int, flags=("--rank",),
        toml=("fit", "rank")),
     _f("intercept", "model", "add an explicit intercept column (the public centering already makes the model "

@@ -57,3 +57,28 @@ def test_no_fallback_fits_the_regression_on_the_same_release(fell_back):
 def test_a_job_the_plan_trusts_releases_the_regression():
     r = simulate(SimulateConfig(synthetic="ridge", n=20_000, d=4, epsilon=1.0, seed=5))
     assert not r["plan"]["warning"] and r["released_model"] == "ridge" and not r["fallback"]["used"]
+
+
+def test_the_networked_analyst_falls_back_as_the_job_file_asks():
+    """analyst.jobs: a real job's fit releases the intercept-only model when the plan for its release
+    kind predicts R² ≤ 0, unless its [fit] says fallback = false; a job the plan trusts is fitted."""
+    from analyst.jobs import fallback_reason, fit_model
+    from ltm.jobfile import FitSpec
+    from ltm.randomness import Randomness
+    from ltm_datasets.synthetic import synthetic_ridge
+    from sim.runtime.inprocess import run_inprocess
+    from sim.runtime.jobs import build_job, party_tables
+
+    table = synthetic_ridge(20_000, 4, Randomness.seeded_insecure("fallback-job"))
+    spec, _ = build_job(table, job_id="bad", randomness=Randomness.seeded_insecure(1), partition="columns",
+                        kind="auto", epsilon=0.05)
+    why = fallback_reason(spec, FitSpec())
+    assert why and "R²" in why and fallback_reason(spec, FitSpec(fallback=False)) == ""
+    release = run_inprocess(spec, party_tables(spec, table), Randomness.seeded_insecure(2)).release
+    fell = fit_model(release, "ridge", fallback=why)
+    assert fell["released_model"] == "intercept-only" and fell["fallback"]["used"] and fell["fallback"]["why"] == why
+    assert all(c == 0.0 for c in fell["coef"].values())
+    fitted = fit_model(release, "ridge")
+    assert fitted["released_model"] == "ridge" and any(c != 0.0 for c in fitted["coef"].values())
+    good, _ = build_job(table, job_id="good", randomness=Randomness.seeded_insecure(1), kind="auto", epsilon=1.0)
+    assert fallback_reason(good, FitSpec()) == ""
