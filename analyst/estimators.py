@@ -50,6 +50,7 @@ __all__ = [
     "to_scaled",
     "LinearPredictor",
     "linear_predictor",
+    "intercept_only",
     "OLS",
     "Ridge",
     "RMGMOLS",
@@ -284,6 +285,15 @@ def linear_predictor(coef_scaled: np.ndarray, meta: ColumnMeta) -> LinearPredict
     model = LinearPredictor()
     model._set_from_release(coef_scaled, meta)
     model.solver_ = "external"
+    return model
+
+
+def intercept_only(meta: ColumnMeta) -> LinearPredictor:
+    """The intercept-only model: w = 0 in the transformed space, so it predicts the label's public
+    centre for every row — what an analyst releases instead of a regression the plan predicts to
+    be worse than the mean (``solver_ = "intercept-only"``)."""
+    model = linear_predictor(np.zeros(len(meta.feature_indices)), meta)
+    model.solver_ = "intercept-only"
     return model
 
 

@@ -23,13 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from analyst.coordinator import JobRun, Retries, ServerLink, coordinate, publish_links
-from analyst.estimators import LowRank, make_estimator, release_lambda
+from analyst.estimators import LowRank, intercept_only, make_estimator, release_lambda
 from analyst.replicated import release_from_shares
 from analyst.release import ReleasedSketch
 from analyst.store import AnalystStore, JobRecord
 from ltm.client_set import ClientSet
 from ltm.identifiers import id_problem
-from ltm.jobfile import FitSpec
+from ltm.jobfile import FitSpec, plan_for
 from ltm.jsonio import json_default
 from ltm.jobspec import JobSpec, JobSpecError, validate_job
 
@@ -39,9 +39,23 @@ UNDECLARED_RANDOMNESS = "declared by each party (not visible to the analyst)"
 OUTPUT_FILES = ("release.json", "privacy_report.json", "model.json", "report.json")
 
 
+def fallback_reason(spec: JobSpec, fit: FitSpec) -> str:
+    """Why the analyst releases the intercept-only model instead of ``fit.model`` (empty: it does
+    not): the plan for this job's release kind (:func:`ltm.jobfile.plan_for`, public inputs only)
+    predicts R² ≤ 0 and the job's ``[fit] fallback`` is on (the default)."""
+    if not fit.fallback or fit.model in ("none", "lowrank") or spec.label_index is None \
+            or spec.sketch.kind not in ("gram", "sparse", "dense"):
+        return ""
+    try:
+        return plan_for(spec, True, kinds=(spec.sketch.kind,)).warning
+    except ValueError:  # the planner finds no feasible candidate of this kind: nothing to warn about
+        return ""
+
+
 def fit_model(release: ReleasedSketch, model: str, *, lam: float = 0.0, rank: int = 5,
-              debias: bool = True) -> dict[str, Any]:
-    """Fit ``model`` on a release; returns a JSON-ready description ("none": nothing to fit)."""
+              debias: bool = True, fallback: str = "") -> dict[str, Any]:
+    """Fit ``model`` on a release; returns a JSON-ready description ("none": nothing to fit).
+    ``fallback``: a reason to release the intercept-only model instead (:func:`fallback_reason`)."""
     if model == "none":
         return {"model": "none"}
     if model == "lowrank":
@@ -51,9 +65,11 @@ def fit_model(release: ReleasedSketch, model: str, *, lam: float = 0.0, rank: in
     # λ = 0 in a job's [fit] means "the default rule": report the λ the fit used, and which rule gave it
     # (the gram rule can itself give 0: then the noisy XᵀX needs no ridge).
     lam, lam_rule = (lam, "given in the job's [fit]") if lam else release_lambda(release)
-    est = make_estimator(model, lam=lam, rank=rank, debias=debias).fit(release)
+    est = intercept_only(release) if fallback else make_estimator(model, lam=lam, rank=rank, debias=debias).fit(release)
     features = [c for i, c in enumerate(release.columns) if i != release.label and i != release.intercept]
-    return {"model": model, "lambda": lam, "lambda_rule": lam_rule, "debias": bool(getattr(est, "debias", False)),
+    return {"model": model, "released_model": "intercept-only" if fallback else model,
+            "fallback": {"used": bool(fallback), "why": fallback or "the plan predicts R² > 0"},
+            "lambda": lam, "lambda_rule": lam_rule, "debias": bool(getattr(est, "debias", False)),
             "coef": dict(zip(features, map(float, est.coef_))), "intercept": float(est.intercept_),
             "target": release.columns[release.label] if release.label is not None else None}
 
@@ -272,7 +288,8 @@ class JobRunner:
     def _outputs(self, record: JobRecord, run: JobRun) -> dict[str, str]:
         spec, fit = record.spec, FitSpec.from_dict(record.fit)
         t = time.monotonic()
-        model = fit_model(run.release, fit.model, lam=fit.lam, rank=fit.rank, debias=fit.debias)
+        model = fit_model(run.release, fit.model, lam=fit.lam, rank=fit.rank, debias=fit.debias,
+                          fallback=fallback_reason(spec, fit))
         run.timing_s["fit"] = time.monotonic() - t
         report = {"job_id": spec.job_id, "job_digest": spec.digest, "release_sha256": run.release.sha256,
                   "participants": run.participants.count, **participant_ranges_json(run.participants),

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ def run_check(args: argparse.Namespace) -> int:
     summary = spec_summary(jf)
     plan = jf.spec.noise_plan()
     summary["plan_reason"] = jf.plan_reason
+    summary["plan_warning"] = jf.plan_warning
     summary["noise"] = {"mechanism": plan.mechanism, "sigma_client": plan.sigma_client,
                         "sigma_release": plan.sigma_release, "laplace_scale": plan.laplace_scale}
     if args.json:
@@ -46,6 +48,9 @@ def run_check(args: argparse.Namespace) -> int:
         return 0
     s = jf.spec
     print(f"{args.file}: OK — job {s.job_id!r}, digest {s.digest}")
+    if jf.plan_warning:  # loud: on stderr too, where a script that keeps only the status line still sees it
+        print(f"  WARNING: {jf.plan_warning}")
+        print(f"{args.file}: WARNING: {jf.plan_warning}", file=sys.stderr)
     print(f"  {s.partition} partition, n={s.n}, {len(s.parties)} parties, {s.k} servers "
           f"({', '.join(f'{v.server_id}={v.endpoint}' for v in s.servers)})")
     print(f"  release: {s.sketch.kind} m={s.sketch.m} s={s.sketch.s}; fit: {jf.fit.model}")

@@ -147,6 +147,10 @@ FIELDS: tuple[Field, ...] = (
        type=positive_int, flags=("--m",), toml=("release", "m"), unit="rows"),
     _f("s", "sketch", "non-zeros per column of a sparse sketch (default {default})", 1, type=positive_int,
        flags=("--s",), toml=("release", "s")),
+    _f("upload_mode", "sketch", "how parties upload: auto (default: what a real job does, aggregate when every "
+                                "party holds several clients and t′ = 0, else per-client; ltm.jobspec.default_upload_mode), "
+                                "per-client or aggregate", "auto", choices=("auto", "per-client", "aggregate"),
+       flags=("--upload-mode",), toml=("job", "upload_mode")),
     _f("share_mode", "sketch", "seed: helper shares travel as 32-byte seeds (default); full: every share explicit",
        "seed", choices=("seed", "full"), flags=("--share-mode",), toml=("job", "share_mode")),
     # ---- privacy
@@ -201,6 +205,9 @@ FIELDS: tuple[Field, ...] = (
        file_note="a job file writes the rule as 0 (FitSpec.lam), a number TOML can hold"),
     _f("debias", "model", "ridge: do not subtract the known noise Gram (the paper's faithful analyst)", True,
        action="store_false", flags=("--no-debias",), toml=("fit", "debias")),
+    _f("fallback", "model", "fit the regression even when the plan predicts R² ≤ 0 (default: release the "
+                            "intercept-only model then, and say so)", True, action="store_false",
+       flags=("--no-fallback",), toml=("fit", "fallback")),
     _f("rank", "model", "components of --model lowrank (default {default})", 5, type=positive_int, flags=("--rank",),
        toml=("fit", "rank")),
     _f("intercept", "model", "add an explicit intercept column (the public centering already makes the model "
@@ -231,9 +238,6 @@ FIELDS: tuple[Field, ...] = (
        unit="seconds"),
     _f("reproduction", "file", "a reproduction job: its servers accept seeded, NOT private batches", False,
        toml=("job", "reproduction")),
-    _f("upload_mode", "file", "how parties upload: auto (aggregate when every party holds several clients), "
-                              "per-client or aggregate", "auto", choices=("auto", "per-client", "aggregate"),
-       toml=("job", "upload_mode")),
     _f("max_party_upload_bytes", "file", "the planner's bound on one party's upload (0: no bound)", 0, type=int,
        toml=("job", "max_party_upload_bytes"), unit="bytes"),
     _f("sketch_seed", "file", "the public sketch seed (default: derived from the job id)", toml=("release", "seed")),

@@ -114,14 +114,18 @@ class FitSpec:
     lam: float = 0.0  # 0 = the default rule (analyst.estimators.default_ridge_lambda)
     rank: int = 5
     debias: bool = True
+    #: release the intercept-only model when the plan predicts R² ≤ 0 (``ltm.planner.Plan.warning``)
+    fallback: bool = True
 
     def to_dict(self) -> dict[str, Any]:
-        return {"model": self.model, "lambda": self.lam, "rank": self.rank, "debias": self.debias}
+        return {"model": self.model, "lambda": self.lam, "rank": self.rank, "debias": self.debias,
+                "fallback": self.fallback}
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> "FitSpec":
         return FitSpec(model=str(d.get("model", "ridge")), lam=float(d.get("lambda", 0.0)),
-                       rank=int(d.get("rank", 5)), debias=bool(d.get("debias", True)))
+                       rank=int(d.get("rank", 5)), debias=bool(d.get("debias", True)),
+                       fallback=bool(d.get("fallback", True)))
 
 
 @dataclass(frozen=True)
@@ -133,6 +137,8 @@ class JobFile:
     deadline_s: float = DEFAULT_DEADLINE_S
     #: with ``[release] kind = "auto"``: why the planner chose the spec's kind and parameters
     plan_reason: str = ""
+    #: the planner's warning when it predicts R² ≤ 0 (``ltm.planner.Plan.warning``; empty otherwise)
+    plan_warning: str = ""
 
 
 def budget_shares(regressors: int, labelled: bool) -> tuple[float, float]:
@@ -384,18 +390,18 @@ def parse_job_file(text: str, *, source: str = "job file", resolve: bool = True)
     )
     if p.items:
         raise JobFileError(p.items, source)
-    plan_reason = ""
+    plan_reason = plan_warning = ""
     if spec.upload_mode == "auto":
         spec = replace(spec, upload_mode=default_upload_mode(spec))
     if kind == "auto":
-        spec, plan_reason = _planned(spec, m, cols.labelled, job.max_party_upload_bytes or 0)
+        spec, plan_reason, plan_warning = _planned(spec, m, cols.labelled, job.max_party_upload_bytes or 0)
     if resolve:
         try:
             spec = resolve_defaults(spec)
             validate_job(spec)
         except JobSpecError as exc:
             raise JobFileError(exc.problems, source) from None
-    return JobFile(spec, fit, job.deadline_s, plan_reason)
+    return JobFile(spec, fit, job.deadline_s, plan_reason, plan_warning)
 
 
 def _sections(p: _Problems, doc: dict[str, Any]) -> tuple[dict[str, dict], dict[str, list[dict]]]:
@@ -654,7 +660,8 @@ def _fit_keys(p: _Problems, fit_t: dict, cols: _Columns) -> FitSpec:
     if isinstance(lam, float) and lam < 0:
         p.add(f"[fit].lambda must be ≥ 0 (0 = the default rule), got {lam}")
     debias = p.get(fit_t, "debias", bool, "[fit]", file_default("debias"))
-    return FitSpec(model, lam, rank, debias)
+    fallback = p.get(fit_t, "fallback", bool, "[fit]", file_default("fallback"))
+    return FitSpec(model, lam, rank, debias, fallback)
 
 
 def _transforms_section(p: _Problems, entries: list[dict]) -> list[TransformSpec]:
@@ -677,26 +684,36 @@ def _transforms_section(p: _Problems, entries: list[dict]) -> list[TransformSpec
             transforms.append(t)
     return transforms
 
-def _planned(spec: JobSpec, m: int | None, labelled: bool, max_party_upload_bytes: int = 0) -> tuple[JobSpec, str]:
-    """``[release] kind = "auto"``: the planner's kind and parameters (ltm.planner, public inputs only)."""
-    from ltm.planner import PlanInputs, plan_release  # noqa: PLC0415 - only for kind "auto"
+def plan_for(spec: JobSpec, labelled: bool, max_party_upload_bytes: int = 0,
+             kinds: tuple[str, ...] | None = None) -> Any:
+    """The planner's :class:`ltm.planner.Plan` for a job (public inputs only): the candidates of
+    ``[release] kind = "auto"`` (``kinds`` None), or of the given kinds.  Raises ValueError when
+    no kind is feasible."""
+    from ltm.planner import PlanInputs, plan_release  # noqa: PLC0415 - only when a plan is asked for
 
     p = spec.privacy
     probe = replace(spec, sketch=replace(spec.sketch, kind="sparse", m=1, s=1))
+    return plan_release(PlanInputs(
+        n=spec.n, width=probe.width, epsilon=p.epsilon, delta=p.delta, partition=spec.partition,
+        task="regression" if labelled else "lowrank", mechanism=p.mechanism, clip_bound=spec.clip_bound,
+        party_sizes=tuple(q.size for q in spec.parties) if spec.partition == "rows" else (),
+        corrupt_parties=p.corrupt_parties, t_prime=p.t_prime,
+        kinds=kinds or (("gram", "sparse") if p.calibration != "paper" else ("sparse",)),
+        upload_mode=spec.upload_mode, servers=spec.k, max_party_upload_bytes=max_party_upload_bytes,
+        colluding_servers=spec.colluding_servers, parties=len(spec.parties),
+        replicated_corrupt_parties=max(p.corrupt_parties, 1 if len(spec.parties) >= 2 else 0)))
+
+
+def _planned(spec: JobSpec, m: int | None, labelled: bool, max_party_upload_bytes: int = 0
+             ) -> tuple[JobSpec, str, str]:
+    """``[release] kind = "auto"``: the planner's kind and parameters (ltm.planner, public inputs only),
+    its reason and its warning (empty unless it predicts R² ≤ 0)."""
     try:
-        plan = plan_release(PlanInputs(
-            n=spec.n, width=probe.width, epsilon=p.epsilon, delta=p.delta, partition=spec.partition,
-            task="regression" if labelled else "lowrank", mechanism=p.mechanism, clip_bound=spec.clip_bound,
-            party_sizes=tuple(q.size for q in spec.parties) if spec.partition == "rows" else (),
-            corrupt_parties=p.corrupt_parties, t_prime=p.t_prime,
-            kinds=("gram", "sparse") if p.calibration != "paper" else ("sparse",),
-            upload_mode=spec.upload_mode, servers=spec.k, max_party_upload_bytes=max_party_upload_bytes,
-            colluding_servers=spec.colluding_servers, parties=len(spec.parties),
-            replicated_corrupt_parties=max(p.corrupt_parties, 1 if len(spec.parties) >= 2 else 0)))
+        plan = plan_for(spec, labelled, max_party_upload_bytes)
     except ValueError as exc:
         raise JobFileError([f"[release].kind 'auto': the planner could not choose: {exc}"]) from None
     chosen_m = m if m is not None and plan.kind != "gram" else plan.m
-    return replace(spec, sketch=replace(spec.sketch, kind=plan.kind, m=chosen_m, s=plan.s)), plan.reason
+    return replace(spec, sketch=replace(spec.sketch, kind=plan.kind, m=chosen_m, s=plan.s)), plan.reason, plan.warning
 
 
 def _column(p: _Problems, c: dict, where: str, name: str, role: str, share: float,

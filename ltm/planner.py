@@ -30,6 +30,12 @@ First-order formulas (derivations in docs/planner.md):
   chosen by minimising the sum over the feasible range (≥ max(4D, 16), ≤ n/64, every row's honest
   load ≥ 1).
 
+The noise in both is the job's own: each kind's per-entry variance is the number of draws an
+entry sums (one per client and piece; an aggregated Laplace upload: one per party reaching the row)
+times σ_c² of the GRID noise plan the parties draw with (``plan_noise(frac_bits=…)``: the
+distributed discrete Gaussian's zCDP calibration, or the Laplace's per-draw scale), i.e. what the
+release will state (``Candidate.noise_variance``; tests/unit/sim/test_planner_noise.py).
+
 What is assumed without a public second moment: the job's public column transforms give every
 client vector norm ≈ C (``ltm_datasets.tables.public_columns``: E‖z‖² ≈ C², the label's share
 q = 1/(1 + √p), each regressor p-th of the rest), regressors uncorrelated (Σ = (1 − q)C²/p · I),
@@ -63,7 +69,7 @@ import numpy as np
 from ltm.dp.calibration import analytic_gaussian_sigma, plan_noise
 from ltm.dp.defaults import DEFAULT_CLIP_BOUND, DEFAULT_LOAD_FRACTION
 from ltm.dp.sensitivity import gram_sensitivity, sketch_l2
-from ltm.lifts import gram_width
+from ltm.lifts import gram_noise_factors, gram_width
 
 __all__ = ["PlanInputs", "Candidate", "Plan", "plan_release", "default_m", "KINDS", "DEFAULT_ASSUMED_R2",
            "DEFAULT_MAX_UPLOAD_VALUES"]
@@ -144,6 +150,9 @@ class Candidate:
     feasible: bool = True
     note: str = ""
     cost: dict[str, float] = field(default_factory=dict)
+    #: the noise variance of one released (scaled) entry the prediction uses, as the release will
+    #: state it: a gram release's diagonal entry; a sketch's average row (E[NᵀN]_cc / m); 0: unknown
+    noise_variance: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -158,6 +167,11 @@ class Plan:
     candidates: tuple[Candidate, ...]
     reason: str
     assumptions: tuple[str, ...]
+    #: regression: the predicted R² of the chosen release in the transformed space, the explained
+    #: share wᵀΣw/E[y²] minus the UNCAPPED first-order loss (None: low rank)
+    predicted_r2: float | None = None
+    #: non-empty when the plan predicts a model no better than the mean (:func:`noise_warning`)
+    warning: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """Strict-JSON dict: an infeasible candidate's prediction is None (it says ``feasible: false``
@@ -225,23 +239,53 @@ def _deduction(inp: PlanInputs, share: float) -> float:
     return inp.t_prime * (1 if inp.partition == "rows" else 0) + share * sum(sizes[:c])
 
 
+#: The grid the planner calibrates on: a job's f is the largest ≤ 32 its headroom allows
+#: (ltm.jobspec.resolve_defaults), and the rounding widening at 2^-32 is negligible.
+PLAN_FRAC_BITS = 32
+
+
+def _plan_draw_variance(inp: PlanInputs, *, L: int, pieces: int, width: int, sensitivity: float | None = None,
+                        noise_factors: Any = None) -> float:
+    """The variance of one noise draw (data units², factor 1) of the GRID plan a job with this
+    honest load L would get — the plan the parties draw with (:meth:`ltm.jobspec.JobSpec.noise_plan`),
+    so that the prediction states the noise the release states: its ``sigma_client`` (Gaussian: the
+    distributed discrete Gaussian's σ_c from zCDP; Laplace: whatever each (client, piece) draws)."""
+    plan = plan_noise(mechanism=inp.mechanism, calibration="tight", epsilon=inp.epsilon,
+                      delta=inp.delta if inp.mechanism == "gaussian" else 0.0, clip_norm=inp.clip_bound, s=pieces,
+                      min_honest_load=L, sensitivity=sensitivity, sketch_kind="sparse" if sensitivity is None
+                      else "sum", frac_bits=PLAN_FRAC_BITS, width=width, noise_factors=noise_factors)
+    return plan.sigma_client**2
+
+
+def _entry_draws(inp: PlanInputs, load: float) -> float:
+    """How many draws of the plan one release entry sums when ``load`` clients reach its row: one
+    per (client, piece) — an aggregated Gaussian draw of multiplicity k has the variance of k draws —
+    except the aggregate upload's discrete Laplace, one whole draw per party that reaches the row
+    (every party in the rows partition, the column's owner in the columns partition;
+    ltm.dp.noise.sample_noise, analyst.reconstruct.release_noise_variance)."""
+    if inp.upload_mode != "aggregate" or inp.mechanism != "laplace":
+        return load
+    parties = len(inp.party_sizes) if inp.partition == "rows" and inp.party_sizes else \
+        (1 if inp.partition == "columns" else max(inp.parties, 1))
+    return min(float(parties), load)
+
+
 def _release_variance(inp: PlanInputs, *, sensitivity_scale: float, load: float, deduction: float,
-                      pieces: int) -> float | None:
-    """Variance of one released (scaled) entry: load honest-or-not draws of σ_c² = σ_Y²/L, /pieces."""
-    L = math.floor(DEFAULT_LOAD_FRACTION * (load - deduction))
+                      pieces: int, min_load: float | None = None) -> float | None:
+    """Variance of one released (scaled) entry whose row ``load`` clients reach: its draws
+    (:func:`_entry_draws`) of the grid plan's σ_c² (:func:`_plan_draw_variance`, for the min honest
+    load L = fraction·(min_load − deduction) the job would get), /pieces.  A lifted kind's (Δ given)
+    is its diagonal's, factor 1.  None: no honest load left."""
+    L = math.floor(DEFAULT_LOAD_FRACTION * ((load if min_load is None else min_load) - deduction))
     if L < 1:
         return None
-    C = inp.clip_bound
-    if sensitivity_scale > 0:  # lifted: Δ given
-        sens = sensitivity_scale
-        plan = plan_noise(mechanism=inp.mechanism, calibration="tight", epsilon=inp.epsilon,
-                          delta=inp.delta if inp.mechanism == "gaussian" else 0.0, clip_norm=C, s=1,
-                          min_honest_load=L, sensitivity=sens, sketch_kind="sum")
+    if sensitivity_scale > 0:  # lifted (gram): Δ given, the lift's per-entry factors
+        gaussian = inp.mechanism == "gaussian"
+        var = _plan_draw_variance(inp, L=L, pieces=1, width=gram_width(inp.width), sensitivity=sensitivity_scale,
+                                  noise_factors=gram_noise_factors(inp.width) if gaussian else None)
     else:
-        plan = plan_noise(mechanism=inp.mechanism, calibration="tight", epsilon=inp.epsilon,
-                          delta=inp.delta if inp.mechanism == "gaussian" else 0.0, clip_norm=C, s=pieces,
-                          min_honest_load=L)
-    return load * plan.sigma_client**2 / pieces
+        var = _plan_draw_variance(inp, L=L, pieces=pieces, width=inp.width)
+    return _entry_draws(inp, load) * var / pieces
 
 
 def _gram_candidate(inp: PlanInputs, mom: _Moments) -> Candidate:
@@ -257,13 +301,12 @@ def _gram_candidate(inp: PlanInputs, mom: _Moments) -> Candidate:
     if v is None:
         return Candidate("gram", 1, 1, math.inf, upload_values=W, feasible=False,
                          note="no honest load left after the corruption deduction")
-    off = v / 2.0  # the Gaussian's per-entry scales: v/2 off the diagonal (ltm/lifts.py)
-    if inp.mechanism == "laplace":  # i.i.d. DLap: v off it too, and one draw per party when aggregated
-        v = off = v * min(max(inp.parties, 1), n) / n if inp.upload_mode == "aggregate" else v
+    # the Gaussian's per-entry scales: v/2 off the diagonal (ltm/lifts.py); Laplace draws are i.i.d.
+    off = v / 2.0 if inp.mechanism == "gaussian" else v
     if inp.task == "lowrank":
         err = 2.0 * math.sqrt(D * off) / (n * mom.top)
         return Candidate("gram", 1, 1, err, {"noise_spectral": err}, "top eigenvectors of the noisy ZᵀZ",
-                         W, note=f"released per-entry noise variance v = {v:.4g}")
+                         W, note=f"released per-entry noise variance v = {v:.4g}", noise_variance=v)
     p = D - 1
     mu, w2 = mom.mu, mom.w2
     c = off * (1.0 + float(w2.sum()))
@@ -274,20 +317,26 @@ def _gram_candidate(inp: PlanInputs, mom: _Moments) -> Candidate:
     ex = min((var + bias) / mom.y2, float(np.sum(mu * w2)) / mom.y2)
     return Candidate("gram", 1, 1, ex, {"noise": var / mom.y2, "ridge_bias": bias / mom.y2},
                      f"ridge, AdaSSP-style λ = max(0, τ − λ_min(noisy XᵀX)), τ = 2√(p·Var E_ij) ≈ "
-                     f"{tau:.4g} (predicted λ ≈ {lam:.4g})", W, note=f"released per-entry noise variance v = {v:.4g}")
+                     f"{tau:.4g} (predicted λ ≈ {lam:.4g})", W, note=f"released per-entry noise variance v = {v:.4g}",
+                     noise_variance=v)
+
+
+def _sketch_entry_variance(inp: PlanInputs, kind: str, m: int, s: int) -> float | None:
+    """v_e, the noise variance of one scaled entry of an average sketch row (None: no honest load)."""
+    pieces = m if kind == "dense" else s
+    load = inp.n * pieces / m
+    # a sparse row's load is binomial: keep 3 standard deviations below the mean for the minimum
+    min_load = load if kind == "dense" else load - 3.0 * math.sqrt(load)
+    # the average row carries the draws of `load` clients, of the σ_c the least loaded row sets
+    return _release_variance(inp, sensitivity_scale=0.0, load=load, min_load=min_load,
+                             deduction=_deduction(inp, pieces / m), pieces=pieces)
 
 
 def _sketch_terms(inp: PlanInputs, mom: _Moments, kind: str, m: int, s: int) -> tuple[float, dict[str, float]] | None:
     n, D = inp.n, inp.width
-    pieces = m if kind == "dense" else s
-    load = n * pieces / m
-    # a sparse row's load is binomial: keep 3 standard deviations below the mean for the minimum
-    min_load = load if kind == "dense" else load - 3.0 * math.sqrt(load)
-    v_e = _release_variance(inp, sensitivity_scale=0.0, load=min_load, deduction=_deduction(inp, pieces / m),
-                            pieces=pieces)
+    v_e = _sketch_entry_variance(inp, kind, m, s)
     if v_e is None:
         return None
-    v_e *= load / max(min_load, 1.0)  # the average row carries `load` draws of the min-row σ_c
     if inp.task == "lowrank":
         lam1 = mom.top
         sketch = lam1 * math.sqrt(D / m)
@@ -334,8 +383,10 @@ def _sketch_candidate(inp: PlanInputs, mom: _Moments, kind: str) -> Candidate:
         return Candidate(kind, m, m if kind == "dense" else s, math.inf, terms, upload_values=pieces_values(m),
                          feasible=False, note=f"upload {pieces_values(m)} values per client exceeds the cap")
     est = "de-biased ridge, λ = v·√m" if inp.task == "regression" else "top right singular vectors of Ã"
+    v_e = float(_sketch_entry_variance(inp, kind, m, s) or 0.0)
     return Candidate(kind, m, m if kind == "dense" else s, ex, terms, est, pieces_values(m),
-                     note=f"m minimises the predicted error over [{lo}, {hi}]")
+                     note=f"m minimises the predicted error over [{lo}, {hi}]; released per-entry noise variance "
+                          f"v_e = {v_e:.4g}", noise_variance=v_e)
 
 
 def _tolerated(inp: PlanInputs) -> int:
@@ -390,7 +441,7 @@ def _replicated_candidate(inp: PlanInputs, mom: _Moments) -> Candidate:
         note += f"; not allowed: the job tolerates {t} colluding servers of {k}"
     elif trust is not None:
         note += f"; not allowed: {trust}"
-    return Candidate("gram", 1, 1, ex, terms, est, D, feasible=ok, note=note)
+    return Candidate("gram", 1, 1, ex, terms, est, D, feasible=ok, note=note, noise_variance=v)
 
 
 def _trust_note(inp: PlanInputs, mom: _Moments, cands: list[Candidate], best: Candidate) -> str:
@@ -499,7 +550,35 @@ def plan_release(inp: PlanInputs) -> Plan:
         f"{inp.upload_mode} uploads; costs from per-operation rates measured on a 2-core machine "
         f"(ltm/planner.py COST_RATES), utility tolerance {inp.utility_tolerance:g}",
     )
-    return Plan(best.kind, best.m, best.s, best.estimator, best.predicted_excess, tuple(cands), reason, assumptions)
+    r2 = predicted_r2(inp, mom, best)
+    warning = noise_warning(r2, mom, best)
+    if warning:
+        reason = f"WARNING: {warning} {reason}"
+    return Plan(best.kind, best.m, best.s, best.estimator, best.predicted_excess, tuple(cands), reason, assumptions,
+                r2, warning)
+
+
+def predicted_r2(inp: PlanInputs, mom: _Moments, c: Candidate) -> float | None:
+    """A regression candidate's predicted R² (transformed space): the explained share wᵀΣw/E[y²]
+    minus its first-order loss terms, uncapped (the capped ``predicted_excess`` stops at the
+    explained share, where the de-biased ridge shrinks to w = 0: the uncapped sum says by how much
+    the noise beats the signal).  None for low rank."""
+    if inp.task != "regression" or mom.y2 <= 0:
+        return None
+    explained = float(np.sum(mom.mu * mom.w2)) / mom.y2
+    return explained - float(sum(c.terms.values()))
+
+
+def noise_warning(r2: float | None, mom: _Moments, c: Candidate) -> str:
+    """The plan's loud warning when its predicted R² is ≤ 0 (the predicted loss reaches the explained
+    share, i.e. the model would do no better than predicting the mean); empty otherwise."""
+    if r2 is None or r2 > 0:
+        return ""
+    explained = float(np.sum(mom.mu * mom.w2)) / mom.y2
+    return (f"the predicted R² of this release is {r2:.3g} ≤ 0 (predicted loss {explained - r2:.3g} against an "
+            f"explained share of {explained:.3g}): a fitted model would do worse than predicting the mean, so the "
+            f"analyst releases the intercept-only model unless the fit asks for the regression (--no-fallback). "
+            f"Raise ε or n, or choose a release kind with less noise.")
 
 
 # -------------------------------------------------------------------- cost (issue #22)

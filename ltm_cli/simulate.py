@@ -73,14 +73,19 @@ def print_summary(r: dict[str, Any]) -> None:
 
     pr = r["privacy"]
     print(f"LTM simulate — {r['data']}")
-    print(f"  {r['n_train']} training rows, {r['parties']} parties ({r['partition']}), {r['servers']} servers, "
-          f"{release_words(r['sketch'])}")
+    print(f"  {r['n_train']} training rows, {r['parties']} parties ({r['partition']}, {r['upload_mode']} uploads), "
+          f"{r['servers']} servers, {release_words(r['sketch'])}")
     if r.get("plan"):
         print(f"  release kind chosen by the planner: {r['plan']['reason']}")
     for line in privacy_lines(pr, str(r["sketch"]["kind"])):
         print(line)
     print(f"  randomness: {r['randomness']}")
-    for line in model_table("LTM " + r["model"], r["metrics"], r["baselines"], private_lam=r.get("lambda")):
+    fallback = r.get("fallback") or {}
+    if fallback.get("used"):
+        print(f"  released model: intercept-only, not {r['model']} (fallback; --no-fallback fits it anyway): "
+              f"{fallback['why']}")
+    name = "LTM intercept-only" if fallback.get("used") else "LTM " + r["model"]
+    for line in model_table(name, r["metrics"], r["baselines"], private_lam=r.get("lambda")):
         print(line)
     if "r2" in r["metrics"]:
         print("  " + verdict(r["metrics"], r["baselines"], n=int(r["n_train"]), epsilon=float(pr["epsilon"]),

@@ -295,7 +295,7 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
         t = time.monotonic()
         V = training_matrix(spec, train)
         rng = np.random.default_rng(np.frombuffer(randomness.child("baselines").bytes(16), dtype=np.uint64))
-        model_report = report_for_release(cfg, spec, release, V, test, rng)
+        model_report = report_for_release(cfg, spec, release, V, test, rng, plan=choices.plan)
         phases["fit_and_baselines"] = time.monotonic() - t
         processes = [{"role": ap.role, "id": ap.actor, "pid": ap.pid,
                       **({"previous_pids": ap.previous_pids} if ap.previous_pids else {})} for ap in group.processes]

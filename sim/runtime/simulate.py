@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 
 from analyst.baselines import adassp, cv_ridge_lambda, local_release, mod_sulq, ssp_ridge
-from analyst.estimators import (LowRank, default_ridge_lambda, linear_predictor, make_estimator, release_lambda,
-                                solve_ridge)
+from analyst.estimators import (LowRank, default_ridge_lambda, intercept_only, linear_predictor, make_estimator,
+                                release_lambda, solve_ridge)
 from analyst.metrics import phi, psi, r2, mse
 from analyst.random_features import FeatureSpaceModel, RFRidge
 from ltm.clipping import clip_rows
@@ -66,10 +66,11 @@ class SimulateConfig:
     lam: float | None = default("lam")
     debias: bool = default("debias")
     rank: int = default("rank")
+    fallback: bool = default("fallback")  # the intercept-only model when the plan predicts R² ≤ 0
     clip: float = default("clip")
     intercept: bool = default("intercept")
     share_mode: str = default("share_mode")
-    upload_mode: str = "per-client"  # or "aggregate" / "auto" (ltm.jobspec.default_upload_mode)
+    upload_mode: str = default("upload_mode")  # "auto": what a real job does (ltm.jobspec.default_upload_mode)
     # rf_ridge: public random features applied by the parties (ltm.transforms)
     #: with a database ``data``: its table or SELECT (party.sql_source)
     query: str | None = default("query")
@@ -172,6 +173,8 @@ def simulate(cfg: SimulateConfig, *, progress: bool = False) -> dict[str, Any]:
         "parties": len(spec.parties),
         "servers": spec.k,
         "share_mode": spec.share_mode,
+        "upload_mode": spec.upload_mode,  # the mode that ran ("auto" resolved by ltm.jobspec.default_upload_mode)
+        "upload_mode_requested": cfg.upload_mode,
         "sketch": {"kind": spec.sketch.kind, "m": spec.sketch.m, "s": spec.make_sketch().pieces,
                    "m_rule": choices.m_rule},
         "release_kind": spec.sketch.kind,
@@ -187,7 +190,7 @@ def simulate(cfg: SimulateConfig, *, progress: bool = False) -> dict[str, Any]:
     }
     t = time.perf_counter()
     rng = np.random.default_rng(np.frombuffer(randomness.child("baselines").bytes(16), dtype=np.uint64))
-    report.update(report_for_release(cfg, spec, release, V, test, rng))
+    report.update(report_for_release(cfg, spec, release, V, test, rng, plan=choices.plan))
     t_fit = time.perf_counter() - t
     timing = {"spec": t_spec, **run.timing_s, "fit_and_baselines": t_fit,
               "total": time.perf_counter() - t_start}
@@ -197,15 +200,17 @@ def simulate(cfg: SimulateConfig, *, progress: bool = False) -> dict[str, Any]:
 
 
 def report_for_release(cfg: SimulateConfig, spec: JobSpec, release, V: np.ndarray, test: Table | None,
-                       rng: np.random.Generator) -> dict[str, Any]:
+                       rng: np.random.Generator, plan: dict | None = None) -> dict[str, Any]:
     """Fit the configured model on a release and set it beside the baselines on the same data.
 
     Shared by ``simulate`` (in-process release) and ``demo`` (networked release), so the same
-    seed gives the same numbers in process and over gRPC.
+    seed gives the same numbers in process and over gRPC.  ``plan``: the planner's output
+    (``Plan.to_dict()``); when it warns that the predicted R² is ≤ 0 the released model is the
+    intercept-only one unless ``cfg.fallback`` is off (:func:`fallback_reason`).
     """
     if cfg.model == "lowrank":
         return _lowrank_report(cfg, spec, release, V, rng)
-    report = _regression_report(cfg, spec, release, V, test, rng)
+    report = _regression_report(cfg, spec, release, V, test, rng, fallback_reason(cfg, plan))
     if spec.transforms:
         report["transforms"] = [asdict(t) for t in spec.transforms]
     return report
@@ -258,7 +263,15 @@ def own_scale_lambda(model: str, release, ridge_lam: float, ridge_rule: str) -> 
     return ridge_lam / n, f"λ_ridge/n on the XᵀX/n + λI scale; λ_ridge from {ridge_rule}"
 
 
-def _regression_report(cfg: SimulateConfig, spec: JobSpec, release, V, test: Table, rng) -> dict[str, Any]:
+def fallback_reason(cfg: SimulateConfig, plan: dict | None) -> str:
+    """Why the intercept-only model is released instead of ``cfg.model`` (empty: it is not): the
+    plan predicts R² ≤ 0 (``Plan.warning``) and the fit did not ask for the regression anyway."""
+    warning = str((plan or {}).get("warning") or "")
+    return warning if warning and cfg.fallback and cfg.model != "rf_ridge" else ""
+
+
+def _regression_report(cfg: SimulateConfig, spec: JobSpec, release, V, test: Table, rng,
+                       fallback: str = "") -> dict[str, Any]:
     lam, lam_rule = release_lambda(release)
     if cfg.lam is not None:
         lam, lam_rule = cfg.lam, "given"
@@ -272,7 +285,7 @@ def _regression_report(cfg: SimulateConfig, spec: JobSpec, release, V, test: Tab
 
     # Coefficients over the release's regressors → a model that predicts raw rows.
     wrap = (lambda w: FeatureSpaceModel(w, spec)) if spec.transforms else (lambda w: linear_predictor(w, release))
-    model = estimator(fit_lam).fit(release)
+    model = intercept_only(release) if fallback else estimator(fit_lam).fit(release)
     label = spec.label_index
     A = V[:, [j for j in range(spec.width) if j != label]]
     b = V[:, label]
@@ -288,6 +301,9 @@ def _regression_report(cfg: SimulateConfig, spec: JobSpec, release, V, test: Tab
                                                  local_rel.n)).fit(local_rel)
     metrics = _regression_metrics(model, spec, V, lam, test)
     return {
+        "released_model": "intercept-only" if fallback else cfg.model,
+        "fallback": {"used": bool(fallback), "why": fallback or "the plan predicts R² > 0 (or no plan)",
+                     "disabled": not cfg.fallback},
         "coef": [float(c) for c in model.coef_],
         "intercept": float(model.intercept_),
         "lambda": fit_lam,

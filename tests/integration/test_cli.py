@@ -85,7 +85,9 @@ def test_demo_runs_real_processes_with_tls():
 
 def test_demo_and_simulate_release_the_same_bytes_under_a_seed(capsys):
     r, _ = _demo("--seed", "7")
-    s = run_json(capsys, ["simulate", "--seed", "7", "--json"])
+    # the demo's parties upload per client (a real job's auto mode would aggregate: `--upload-mode`)
+    s = run_json(capsys, ["simulate", "--seed", "7", "--upload-mode", "per-client", "--json"])
+    assert s["upload_mode"] == "per-client"
     assert r["release_sha256"] == s["release_sha256"]
     assert r["metrics"] == s["metrics"]
 

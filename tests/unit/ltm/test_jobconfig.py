@@ -199,11 +199,13 @@ OWN_FLAGS = {
     ("bench e2e", "--n"): "clients of the benchmark, or a series of them, not synthetic rows",
     ("bench e2e", "--d"): "the client vector's width",
     ("bench e2e", "--parties"): "party processes, default by n (4 up to 10^7, then n / 6.25e6)",
+    ("bench e2e", "--upload-mode"): "adds 'both': per-client and aggregate side by side",
     ("bench sketch", "--n"): "clients of the benchmark, not synthetic rows",
     ("bench sketch", "--d"): "the client vector's width",
     ("audit", "--n"): "clients of the audited job",
     ("loadtest", "--parties"): "concurrent party streams P (default 1000), not a job's parties",
     ("party", "--data"): "the party's own data: a CSV, a column directory or a synthetic source",
+    ("party", "--upload-mode"): "the party's policy: refuse a job whose upload mode differs",
     ("job bounds", "--epsilon"): "the DP pre-job's total ε, required, split between its rounds",
     ("job bounds", "--delta"): "the DP pre-job's total δ (default 1e-7)",
     # the party's own budget and ledger; `ltm simulate`'s flags of the same names stand in for them

@@ -110,6 +110,27 @@ def test_release_kind_auto_asks_the_planner():
     assert (hist.spec.sketch.kind, hist.spec.sketch.m, hist.spec.sketch.s) == ("hist_log", 1, 1)
 
 
+def test_a_plan_predicting_r2_at_most_zero_warns_loudly(capsys):
+    """Issue #32: a job whose planned release is predicted worse than the mean says so in the plan's
+    reason and `ltm job check` prints the warning (stdout and stderr); a good one does not."""
+    import argparse
+    import tempfile
+
+    from analyst.operator import run_check
+
+    parties = [{"id": "party-0", "clients": 20000}, {"id": "party-1", "clients": 20000}]
+    good = parse_job_file(render_job_file(doc(release={}, parties=parties)))
+    assert not good.plan_warning and "WARNING" not in good.plan_reason
+    bad_doc = doc(release={}, parties=parties, privacy={"epsilon": 0.0001, "delta": 1e-6})
+    bad = parse_job_file(render_job_file(bad_doc))
+    assert bad.plan_warning and bad.plan_reason.startswith("WARNING") and "intercept-only" in bad.plan_warning
+    with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as fh:
+        fh.write(render_job_file(bad_doc))
+    assert run_check(argparse.Namespace(file=fh.name, json=False)) == 0
+    out = capsys.readouterr()
+    assert "WARNING" in out.out and "WARNING" in out.err
+
+
 def test_upload_mode_key_default_rule_and_round_trip():
     auto = parse_job_file(render_job_file(doc()))
     assert auto.spec.upload_mode == "aggregate"  # every party holds many clients, t′ = 0
