@@ -86,6 +86,11 @@ MAX_SKETCH_ROWS = 1 << 20
 MAX_PIECES = 64
 
 
+#: What a column with no public transform is told: where its bounds can come from.
+NO_BOUNDS_HINT = ("if nobody has public bounds for it, estimate them with a DP pre-job: "
+                  "`ltm job bounds DRAFT --epsilon E --out MAIN.toml` (docs/bounds.md)")
+
+
 class JobFileError(LtmError, ValueError):
     """A job file that cannot run; ``problems`` has one actionable line per problem."""
 
@@ -710,8 +715,10 @@ def _column(p: _Problems, c: dict, where: str, name: str, role: str, share: floa
         return ColumnSpec(name, role, 0.0, 1.0 / budget)
     forms = [k for k in ("range", "spread", "scale") if k in c]
     if len(forms) != 1 or ("range" in c) == ("center" in c):
+        # A column with no transform at all is a draft's: its bounds may come from a DP pre-job.
+        none = not forms and "center" not in c
         p.add(f"{where}: give exactly one public transform: range = [lo, hi], or center and spread, or "
-              f"center and scale")
+              f"center and scale" + (f"; {NO_BOUNDS_HINT}" if none else ""))
         return None
     if not isinstance(clip_bound, float) or clip_bound <= 0:
         return None

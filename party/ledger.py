@@ -668,8 +668,8 @@ class PrivacyLedger:
                     f"refusing job {spec.job_id!r} (digest {spec.digest[:12]}…): privacy budget exceeded — this "
                     f"party's ledger (source {source!r}) has spent {before}; with this job (ε = "
                     f"{spec.privacy.epsilon:g}, δ = {spec.privacy.delta:g}) it would reach ε = {after.epsilon:.4g} "
-                    f"> the budget ε = {self.budget.epsilon:g} at δ = {self.budget.delta:g} ({ACCOUNTANT}); "
-                    f"nothing was sent")
+                    f"> the budget ε = {self.budget.epsilon:g} at δ = {self.budget.delta:g} ({ACCOUNTANT}, this "
+                    f"party's --budget-epsilon and --budget-delta); nothing was sent")
             charge = {"kind": "charge", **asdict(loss), "at": _now(), "source": source,
                       "data_fingerprint": data_fingerprint}
             del charge["charged_at"]

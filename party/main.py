@@ -291,10 +291,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         result = asyncio.run(participate(args))
     except LOGGED_REFUSALS as exc:
-        # A party often runs unattended: its refusals are JSON log lines (what operators collect);
-        # the ltm command then only exits with the class's status (ltm/errors.py).
-        log.error(f"{exc.prefix}{exc}")
-        exc.reported = True
+        # A party often runs unattended: its refusals are JSON log lines with the details (what
+        # operators collect); a person reads the command's one plain error line on stderr
+        # (ltm_cli/app.py), which names the rule, the job's value and the flag that would accept it.
+        log.error(f"{exc.prefix}{exc}", extra={"refusal": type(exc).__name__,
+                                               "reasons": getattr(exc, "reasons", [str(exc)])})
         raise
     except grpc.aio.AioRpcError as exc:
         log.error("upload refused", extra={"code": exc.code().name, "details": exc.details()})
