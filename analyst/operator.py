@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ltm.errors import CommandError
-from ltm.jobfile import JobFile, JobFileError, parse_job_file, read_job_text, spec_summary
+from ltm.jobfile import JobFile, JobFileError, forced_choice_warning, parse_job_file, read_job_text, spec_summary
 
 
 def read_job_file(path: str) -> JobFile:
@@ -40,6 +40,7 @@ def run_check(args: argparse.Namespace) -> int:
     summary["plan_reason"] = jf.plan_reason
     summary["noise"] = {"mechanism": plan.mechanism, "sigma_client": plan.sigma_client,
                         "sigma_release": plan.sigma_release, "laplace_scale": plan.laplace_scale}
+    summary["warnings"] = [w for w in (forced_choice_warning(jf),) if w]
     if args.json:
         print(json.dumps(summary, indent=2))
         return 0
@@ -63,6 +64,8 @@ def run_check(args: argparse.Namespace) -> int:
     for x in s.prejobs:
         print(f"  transforms from DP pre-job {x.job_id!r} ({x.kind}, ε={x.epsilon:g}, δ={x.delta:g}, "
               f"digest {x.digest[:12]}…)")
+    for w in summary["warnings"]:
+        print(f"  warning: {w}")
     return 0
 
 

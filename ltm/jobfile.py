@@ -138,6 +138,10 @@ class JobFile:
     deadline_s: float = DEFAULT_DEADLINE_S
     #: with ``[release] kind = "auto"``: why the planner chose the spec's kind and parameters
     plan_reason: str = ""
+    #: whether the file forces the release choice (a kind other than "auto", or m)
+    forced: bool = False
+    #: ``[job] max_party_upload_bytes`` (0: no bound), a planner input
+    max_party_upload_bytes: int = 0
 
 
 def budget_shares(regressors: int, labelled: bool) -> tuple[float, float]:
@@ -394,13 +398,21 @@ def parse_job_file(text: str, *, source: str = "job file", resolve: bool = True)
         spec = replace(spec, upload_mode=default_upload_mode(spec))
     if kind == "auto":
         spec, plan_reason = _planned(spec, m, cols.labelled, job.max_party_upload_bytes or 0)
+    if spec.replicated and job.upload_mode == "auto":  # the rule above ran before the planner chose gram
+        spec = replace(spec, upload_mode=default_upload_mode(spec))
+    if spec.replicated and job.upload_mode == "aggregate":
+        # refused, not ignored: the replicated release has one upload of its own (party/replicated.py)
+        raise JobFileError(["[job].upload_mode 'aggregate' does not apply to the replicated release (columns "
+                            "partition, kind gram): each party uploads replicated shares of its noisy column "
+                            "block once, its own upload; remove upload_mode (or set it to auto)"], source)
     if resolve:
         try:
             spec = resolve_defaults(spec)
             validate_job(spec)
         except JobSpecError as exc:
             raise JobFileError(exc.problems, source) from None
-    return JobFile(spec, fit, job.deadline_s, plan_reason)
+    return JobFile(spec, fit, job.deadline_s, plan_reason, forced=kind != "auto" or m is not None,
+                   max_party_upload_bytes=job.max_party_upload_bytes or 0)
 
 
 def _sections(p: _Problems, doc: dict[str, Any]) -> tuple[dict[str, dict], dict[str, list[dict]]]:
@@ -682,22 +694,41 @@ def _transforms_section(p: _Problems, entries: list[dict]) -> list[TransformSpec
             transforms.append(t)
     return transforms
 
-def _planned(spec: JobSpec, m: int | None, labelled: bool, max_party_upload_bytes: int = 0) -> tuple[JobSpec, str]:
-    """``[release] kind = "auto"``: the planner's kind and parameters (ltm.planner, public inputs only)."""
-    from ltm.planner import PlanInputs, plan_release  # noqa: PLC0415 - only for kind "auto"
+def _plan_inputs(spec: JobSpec, labelled: bool, max_party_upload_bytes: int = 0) -> Any:
+    """The planner's public inputs for ``spec`` (what ``kind = "auto"`` plans with)."""
+    from ltm.planner import PlanInputs  # only for kind "auto" and `ltm job check`
 
     p = spec.privacy
     probe = replace(spec, sketch=replace(spec.sketch, kind="sparse", m=1, s=1))
+    return PlanInputs(
+        n=spec.n, width=probe.width, epsilon=p.epsilon, delta=p.delta, partition=spec.partition,
+        task="regression" if labelled else "lowrank", mechanism=p.mechanism, clip_bound=spec.clip_bound,
+        party_sizes=tuple(q.size for q in spec.parties) if spec.partition == "rows" else (),
+        corrupt_parties=p.corrupt_parties, t_prime=p.t_prime,
+        kinds=("gram", "sparse") if p.calibration != "paper" else ("sparse",),
+        upload_mode=spec.upload_mode, servers=spec.k, max_party_upload_bytes=max_party_upload_bytes,
+        colluding_servers=spec.colluding_servers, parties=len(spec.parties),
+        replicated_corrupt_parties=max(p.corrupt_parties, 1 if len(spec.parties) >= 2 else 0))
+
+
+def forced_choice_warning(jf: JobFile) -> str:
+    """``ltm job check``'s warning when the file forces a release choice (a kind, or m) whose
+    predicted R² is far below the planner's choice (:class:`ltm.planner.ForcedChoice`); else ""."""
+    if not jf.forced or not any(c.role == "label" for c in jf.spec.columns):
+        return ""
+    from ltm.planner import compare_forced
+
+    k = jf.spec.sketch
+    got = compare_forced(_plan_inputs(jf.spec, True, jf.max_party_upload_bytes), k.kind, k.m, k.s)
+    return got.warning() if got is not None else ""
+
+
+def _planned(spec: JobSpec, m: int | None, labelled: bool, max_party_upload_bytes: int = 0) -> tuple[JobSpec, str]:
+    """``[release] kind = "auto"``: the planner's kind and parameters (ltm.planner, public inputs only)."""
+    from ltm.planner import plan_release  # only for kind "auto"
+
     try:
-        plan = plan_release(PlanInputs(
-            n=spec.n, width=probe.width, epsilon=p.epsilon, delta=p.delta, partition=spec.partition,
-            task="regression" if labelled else "lowrank", mechanism=p.mechanism, clip_bound=spec.clip_bound,
-            party_sizes=tuple(q.size for q in spec.parties) if spec.partition == "rows" else (),
-            corrupt_parties=p.corrupt_parties, t_prime=p.t_prime,
-            kinds=("gram", "sparse") if p.calibration != "paper" else ("sparse",),
-            upload_mode=spec.upload_mode, servers=spec.k, max_party_upload_bytes=max_party_upload_bytes,
-            colluding_servers=spec.colluding_servers, parties=len(spec.parties),
-            replicated_corrupt_parties=max(p.corrupt_parties, 1 if len(spec.parties) >= 2 else 0)))
+        plan = plan_release(_plan_inputs(spec, labelled, max_party_upload_bytes))
     except ValueError as exc:
         raise JobFileError([f"[release].kind 'auto': the planner could not choose: {exc}"]) from None
     chosen_m = m if m is not None and plan.kind != "gram" else plan.m
