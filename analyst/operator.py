@@ -131,7 +131,7 @@ async def wait_done(stub, job_id: str, timeout: float, poll_s: float = 0.5) -> d
     while True:
         try:
             st = (await job_status(stub, job_id))[0]
-            if st["state"] in ("done", "failed"):
+            if st["state"] in ("done", "failed", "cancelled"):
                 return st
         except grpc.aio.AioRpcError as exc:
             if exc.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
@@ -189,6 +189,20 @@ def run_status(args: argparse.Namespace) -> int:
               + (f"; release sha256 {st['release_sha256']}" if st["release_sha256"] else "")
               + (f" — {st['error']}" if st["error"] else ""))
     return 0
+
+
+def run_cancel(args: argparse.Namespace) -> int:
+    """``ltm job cancel``: cancel a job that is not done; returns 0 when every server confirmed, 1
+    when some could not be told (the line names them: run the command again)."""
+    from ltm.v1 import ltm_pb2
+
+    async def go(stub):
+        return info_dict(await stub.Cancel(ltm_pb2.CancelRequest(job_id=args.job_id, reason=args.reason or ""),
+                                           timeout=120.0))
+
+    st = asyncio.run(_with_analyst(args, go))
+    print(f"job {st['job_id']!r}: {st['state']} — {st['error']}")
+    return 1 if "not yet told" in st["error"] else 0
 
 
 def run_result(args: argparse.Namespace) -> int:
