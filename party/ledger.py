@@ -62,6 +62,13 @@ the number of records and the last digest: a ledger that is missing while its he
 upload journals, :func:`party.journal.party_journals`) shows earlier jobs is refused
 (:class:`LedgerMissing`), and one shorter than its head (an old copy put back) is refused too.
 
+**It detects accidents, not tampering.**  The digests are unkeyed and the head sits beside the
+ledger, so whoever can write the directory can delete the ledger and its head together (with no
+upload journals left: a fresh budget), put back an older ledger *with its own head*, or remove
+charges and recompute every digest — each passes.  The chain catches a truncated, hand-edited or
+half-restored file and a lost ledger whose head survived; it cannot protect a party's budget from
+its own host, which the threat model leaves to the party (docs/architecture.md §8).
+
 **Upgrading.**  A party whose ledger file does not exist yet but which has ledgers of the old
 format (``ltm.ledger.v1``, one per data fingerprint, in ``<state dir>/ledger`` or the ledger
 directory) starts from ALL their charges, on its default source, whatever data each was for: the
