@@ -131,6 +131,12 @@ def training_matrix(spec: JobSpec, table: Table) -> np.ndarray:
     return V
 
 
+def exact_matrix(spec: JobSpec, table: Table) -> np.ndarray:
+    """The transformed client rows (n, D) before clipping: what the non-private baseline is fitted on
+    (the exact training rows, in the model's own coordinates)."""
+    return FeaturePipeline.for_spec(spec).vectors(table.columns, rows=table.n)
+
+
 def simulate(cfg: SimulateConfig) -> dict[str, Any]:
     """Run one simulated job; returns the JSON-ready report."""
     t_start = time.perf_counter()
@@ -184,7 +190,7 @@ def simulate(cfg: SimulateConfig) -> dict[str, Any]:
     }
     t = time.perf_counter()
     rng = np.random.default_rng(np.frombuffer(randomness.child("baselines").bytes(16), dtype=np.uint64))
-    report.update(report_for_release(cfg, spec, release, V, test, rng))
+    report.update(report_for_release(cfg, spec, release, V, test, rng, exact=exact_matrix(spec, train)))
     t_fit = time.perf_counter() - t
     timing = {"spec": t_spec, **run.timing_s, "fit_and_baselines": t_fit,
               "total": time.perf_counter() - t_start}
@@ -194,15 +200,18 @@ def simulate(cfg: SimulateConfig) -> dict[str, Any]:
 
 
 def report_for_release(cfg: SimulateConfig, spec: JobSpec, release, V: np.ndarray, test: Table | None,
-                       rng: np.random.Generator) -> dict[str, Any]:
+                       rng: np.random.Generator, *, exact: np.ndarray | None = None) -> dict[str, Any]:
     """Fit the configured model on a release and set it beside the baselines on the same data.
 
-    Shared by ``simulate`` (in-process release) and ``demo`` (networked release), so the same
-    seed gives the same numbers in process and over gRPC.
+    ``V``: the clipped rows the parties release (:func:`training_matrix`; the central and local
+    baselines and φ use them); ``exact``: the same rows unclipped (:func:`exact_matrix`), on which
+    the non-private regression baselines are fitted (default: ``V``).  Shared by ``simulate``
+    (in-process release) and ``demo`` (networked release), so the same seed gives the same numbers
+    in process and over gRPC.
     """
     if cfg.model == "lowrank":
         return _lowrank_report(cfg, spec, release, V, rng)
-    report = _regression_report(cfg, spec, release, V, test, rng)
+    report = _regression_report(cfg, spec, release, V, test, rng, V if exact is None else exact)
     if spec.transforms:
         report["transforms"] = [asdict(t) for t in spec.transforms]
     return report
@@ -255,7 +264,8 @@ def own_scale_lambda(model: str, release, ridge_lam: float, ridge_rule: str) -> 
     return ridge_lam / n, f"λ_ridge/n on the XᵀX/n + λI scale; λ_ridge from {ridge_rule}"
 
 
-def _regression_report(cfg: SimulateConfig, spec: JobSpec, release, V, test: Table, rng) -> dict[str, Any]:
+def _regression_report(cfg: SimulateConfig, spec: JobSpec, release, V, test: Table, rng,
+                       exact: np.ndarray) -> dict[str, Any]:
     lam, lam_rule = release_lambda(release)
     if cfg.lam is not None:
         lam, lam_rule = cfg.lam, "given"
@@ -273,9 +283,11 @@ def _regression_report(cfg: SimulateConfig, spec: JobSpec, release, V, test: Tab
     label = spec.label_index
     A = V[:, [j for j in range(spec.width) if j != label]]
     b = V[:, label]
-    ols = wrap(solve_ridge(A, b, 0.0))
-    lam_cv = cv_ridge_lambda(A, b, rng)
-    ridge_cv = wrap(solve_ridge(A, b, lam_cv))
+    # the non-private fits: on the exact (unclipped) training rows, as the summary says
+    A_exact, b_exact = exact[:, [j for j in range(spec.width) if j != label]], exact[:, label]
+    ols = wrap(solve_ridge(A_exact, b_exact, 0.0))
+    lam_cv = cv_ridge_lambda(A_exact, b_exact, rng)
+    ridge_cv = wrap(solve_ridge(A_exact, b_exact, lam_cv))
     delta = baseline_delta(cfg)
     central = {name: {**_regression_metrics(wrap(fit.coef), spec, V, lam, test), "method": name, "lambda": fit.lam}
                for name, fit in central_baselines(A, b, cfg.epsilon, delta, spec.clip_bound, rng).items()}
