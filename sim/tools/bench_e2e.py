@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from ltm.jobconfig import parse_count, parse_counts  # noqa: F401  (the flag's type, re-exported)
 from ltm.jobspec import JobSpec, warm_validation_in_background
 from ltm.randomness import Randomness
 from party.data_source import SyntheticRidge
@@ -43,22 +44,6 @@ from transport.certs import write_certs
 
 #: Held-out rows generated (separately from the parties' rows) to report the fit's test R².
 TEST_ROWS = 100_000
-
-
-def parse_count(text: str) -> int:
-    """A client count: ``1000000``, ``1_000_000``, ``1e6`` or ``2.5e7`` (must be a whole number ≥ 1)."""
-    try:
-        value = float(text.replace("_", ""))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of clients: {text!r} (e.g. 1000000 or 1e6)") from None
-    if not (math.isfinite(value) and value >= 1 and value == int(value)):
-        raise argparse.ArgumentTypeError(f"not a whole number of clients ≥ 1: {text!r}")
-    return int(value)
-
-
-def parse_counts(text: str) -> list[int]:
-    """``--n``: one count or a comma-separated series (``1e6,1e7,1e8``)."""
-    return [parse_count(t.strip()) for t in text.split(",") if t.strip()]
 
 
 def default_parties(n: int) -> int:
