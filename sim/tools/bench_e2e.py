@@ -275,8 +275,16 @@ class _PartyLaunch:
         spec, parties, expected = self.spec, self.parties, self.expected
         received = sum(server_wire_bytes(self.cluster.group, s, spec.job_id)["received"] for s in self.cluster.servers)
         running = sum(1 for p in parties if p.proc.poll() is None)
-        return (f"upload: {running} parties running, {len(parties)}/{len(spec.parties)} started; servers received "
-                f"{received / 1e9:.2f} GB of ≈ {expected / 1e9:.2f} GB ({min(received / expected, 1):.0%})")
+        return upload_progress(running, len(parties), len(spec.parties), received, expected)
+
+
+def upload_progress(running: int, started: int, parties: int, received: int, expected: int) -> str:
+    """The bench's upload progress line, each byte count in its own unit (``8.96 MB of ≈ 17.92 MB``)."""
+    from transport.metering import human_bytes
+
+    share = f" ({min(received / expected, 1):.0%})" if expected > 0 else ""
+    return (f"upload: {running} parties running, {started}/{parties} started; servers received "
+            f"{human_bytes(received)} of ≈ {human_bytes(expected)}{share}")
 
 
 @dataclass
