@@ -100,7 +100,7 @@ from ltm.errors import LtmError
 from ltm.jobspec import JobSpec
 from party.data_source import FINGERPRINT_TAG, PartySource, fingerprint_column_header
 from party.journal import _component, party_journals
-from transport.files import private_dir, write_private
+from transport.files import private_dir, shared_dir_problem, write_private
 
 try:  # POSIX advisory locks; without fcntl two processes on one ledger are not serialised
     import fcntl
@@ -154,6 +154,17 @@ class LedgerCorrupt(LedgerError):
 
 class LedgerMissing(LedgerError):
     """The ledger file is gone (or rolled back) while the party's other state shows earlier jobs."""
+
+
+def check_ledger_dir(directory: str | os.PathLike[str]) -> None:
+    """Refuse (:class:`LedgerError`) an existing ledger directory that is not the party's own — a
+    shared one such as ``/tmp`` (mode 1777), or a link to one, or another user's: the ledger makes
+    its directory 0700, which would lock everyone else out of it (and others could delete the
+    ledger).  A directory that does not exist yet is created 0700."""
+    shared = shared_dir_problem(directory)
+    if shared is not None:
+        raise LedgerError(f"refusing the ledger directory: {shared}; give --ledger-dir a directory of this "
+                          f"party's own (a new one is created 0700), e.g. a new subdirectory of it")
 
 
 def default_ledger_dir() -> Path:
@@ -473,6 +484,7 @@ class PrivacyLedger:
         created 0700).  ``journal_dir``: the party's upload-journal directory, whose journals count
         as evidence of earlier jobs when the ledger file is missing."""
         d = Path(directory) if directory is not None else default_ledger_dir()
+        check_ledger_dir(d)
         try:
             private_dir(d)
         except OSError as exc:

@@ -20,7 +20,7 @@ from ltm.v1 import ltm_pb2_grpc
 from party.data_source import DataSourceError, PartySource, is_synthetic, open_source
 from party.journal import JournalError, UploadJournal
 from party.ledger import (DEFAULT_BUDGET_DELTA, DEFAULT_BUDGET_EPSILON, DEFAULT_SOURCE, AccountantUnavailable,
-                          Budget, BudgetExceeded, LedgerError, PrivacyLedger, source_fingerprint)
+                          Budget, BudgetExceeded, LedgerError, PrivacyLedger, check_ledger_dir, source_fingerprint)
 from party.replicated import run_replicated_upload
 from party.randomizer import DEFAULT_BATCH_CLIENTS, PartyDataError, check_source, party_randomness
 from party.uploader import (PartyPolicy, PolicyViolation, UploadIncomplete, UploadSummary, fetch_job,
@@ -284,6 +284,8 @@ def run(args: argparse.Namespace) -> int:
     if args.new_source and not (args.new_source_reason or "").strip():
         raise CommandError("--new-source needs --new-source-reason: why is this data new (disjoint individuals, not "
                            "a copy, subset, re-sort or edit of data already charged)?", status=2)
+    if args.ledger_dir:  # a shared directory is refused now, not after the servers were contacted
+        check_ledger_dir(args.ledger_dir)
     if not args.wait_for_data and not data_exists(args.data):
         raise CommandError(f"data file {args.data} does not exist; nothing was sent (give the right --data, or "
                            f"--wait-for-data if another process is still writing it)", status=4)
