@@ -152,7 +152,7 @@ async def job_result(stub, job_id: str) -> tuple[str, dict[str, str]]:
 
 def run_submit(args: argparse.Namespace) -> int:
     """``ltm job submit``: submit a job file, optionally wait until it ends; returns 0, or 1 when
-    the job failed.
+    the job failed or was cancelled.
     """
     jf = read_job_file(args.file)
 
@@ -171,7 +171,7 @@ def run_submit(args: argparse.Namespace) -> int:
         print(f"  parties join with: ltm party --job {jf.spec.job_id} --id PARTY --data THEIR_FILE "
               f"--servers {','.join(v.endpoint for v in jf.spec.servers)} "
               f"--server-ids {','.join(v.server_id for v in jf.spec.servers)} --certs DIR")
-    return 1 if st["state"] == "failed" else 0
+    return 1 if st["state"] in ("failed", "cancelled") else 0
 
 
 def run_status(args: argparse.Namespace) -> int:
