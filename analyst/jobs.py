@@ -28,6 +28,7 @@ from analyst.replicated import release_from_shares
 from analyst.release import ReleasedSketch
 from analyst.store import AnalystStore, JobRecord
 from ltm.client_set import ClientSet
+from ltm.errors import ProtocolError
 from ltm.identifiers import id_problem
 from ltm.jobfile import FitSpec, plan_for
 from ltm.jsonio import json_default
@@ -213,6 +214,8 @@ class JobRunner:
         record = self.store.get(job_id)
         if record is None:
             raise KeyError(f"job {job_id!r} was not submitted to this analyst")
+        if record.state == "cancelled":
+            return record
         if record.state in ("published", "failed"):
             fields: dict[str, Any] = {"state": "running", "error": "", "close_at": time.time() + deadline_s}
             if fit is not None:
@@ -223,6 +226,27 @@ class JobRunner:
         if record.state != "done":
             await self.start(job_id)
         return self.store.get(job_id)  # type: ignore[return-value]
+
+    async def cancel(self, job_id: str, reason: str) -> JobRecord:
+        """Cancel a job that is not done: mark it cancelled durably (a restart does not resume it, a
+        submit under its id is refused), then stop its task.  Telling the servers is the caller's
+        (:meth:`analyst.service.AnalystService.Cancel`).  KeyError if it was never submitted here;
+        a done job raises :class:`~ltm.errors.ProtocolError` (its release exists)."""
+        record = await asyncio.to_thread(self.store.get, job_id)
+        if record is None:
+            raise KeyError(f"job {job_id!r} was not submitted to this analyst")
+        if record.state == "done":
+            raise ProtocolError("FAILED_PRECONDITION", f"job {job_id!r} is done: its release exists and cannot be "
+                                                       f"taken back; there is nothing to cancel")
+        if record.state != "cancelled":
+            await asyncio.to_thread(self.store.cancel, job_id, reason)
+        task = self.tasks.pop(job_id, None)
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        self.live.pop(job_id, None)
+        log.info("job cancelled", extra={"job_id": job_id, "reason": reason})
+        return await asyncio.to_thread(self.store.get, job_id)  # type: ignore[return-value]
 
     def start(self, job_id: str) -> asyncio.Task:
         """The job's background task (started if it is not running)."""

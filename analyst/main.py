@@ -4,13 +4,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import time
 from pathlib import Path
 
 from analyst.coordinator import DEFAULT_RETRY, RetryPolicy
 from analyst.service import AnalystService
 from ltm.jobspec import warm_validation_in_background
 from ltm.v1 import ltm_pb2_grpc
-from transport.serve import actor_settings, serve_until_signal, start_actor
+from transport.serve import actor_settings, count_of, listening_phrase, say, serve_until_signal, start_actor
 from transport.tls import make_channel, make_server
 
 log = logging.getLogger("ltm.analyst")
@@ -37,9 +38,26 @@ async def serve(args: argparse.Namespace) -> None:
     resumed = await service.runner.resume()  # jobs a previous incarnation was running
     if resumed:
         log.info("resumed jobs", extra={"jobs": resumed})
+    state = Path(args.state_dir or args.out).absolute()
+
+    def serving(port: int) -> None:
+        warm_validation_in_background()
+        say(startup_line(args, port, len(service.store.job_ids()), len(resumed), state))
+
+    started = time.monotonic()
     await serve_until_signal(server, service_name=SERVICE_NAME, listen=args.listen, cert_dir=args.certs,
                              actor="analyst", insecure=insecure, port_file=args.port_file,
-                             health_listen=args.health_listen, on_serving=lambda port: warm_validation_in_background())
+                             health_listen=args.health_listen, on_serving=serving)
+    say(f"ltm analyst: stopped after {time.monotonic() - started:.0f} s; {count_of(len(service.store.job_ids()), 'job')} "
+        f"held in {state}")
+
+
+def startup_line(args: argparse.Namespace, port: int, held: int, resumed: int, state: Path) -> str:
+    """``ltm analyst: listening on 127.0.0.1:50050 (mutual TLS, …); jobs in …, N held, M resumed; …``."""
+    health = f"; health probe in plaintext on {args.health_listen}" if args.health_listen else ""
+    return (f"ltm analyst: {listening_phrase(args, port)}; jobs in {state}, {count_of(held, 'job')} held, "
+            f"{resumed} resumed; results under {Path(args.out).absolute()}/<job>/{health}. Stop with SIGTERM "
+            f"(Ctrl-C).")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ltm.errors import CommandError
-from ltm.jobfile import JobFile, JobFileError, parse_job_file, read_job_text, spec_summary
+from ltm.jobfile import JobFile, JobFileError, forced_choice_warning, parse_job_file, read_job_text, spec_summary
 
 
 def read_job_file(path: str) -> JobFile:
@@ -43,6 +43,7 @@ def run_check(args: argparse.Namespace) -> int:
     summary["plan_warning"] = jf.plan_warning
     summary["noise"] = {"mechanism": plan.mechanism, "sigma_client": plan.sigma_client,
                         "sigma_release": plan.sigma_release, "laplace_scale": plan.laplace_scale}
+    summary["warnings"] = [w for w in (forced_choice_warning(jf),) if w]
     if args.json:
         print(json.dumps(summary, indent=2))
         return 0
@@ -69,6 +70,8 @@ def run_check(args: argparse.Namespace) -> int:
     for x in s.prejobs:
         print(f"  transforms from DP pre-job {x.job_id!r} ({x.kind}, ε={x.epsilon:g}, δ={x.delta:g}, "
               f"digest {x.digest[:12]}…)")
+    for w in summary["warnings"]:
+        print(f"  warning: {w}")
     return 0
 
 
@@ -134,7 +137,7 @@ async def wait_done(stub, job_id: str, timeout: float, poll_s: float = 0.5) -> d
     while True:
         try:
             st = (await job_status(stub, job_id))[0]
-            if st["state"] in ("done", "failed"):
+            if st["state"] in ("done", "failed", "cancelled"):
                 return st
         except grpc.aio.AioRpcError as exc:
             if exc.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
@@ -155,7 +158,7 @@ async def job_result(stub, job_id: str) -> tuple[str, dict[str, str]]:
 
 def run_submit(args: argparse.Namespace) -> int:
     """``ltm job submit``: submit a job file, optionally wait until it ends; returns 0, or 1 when
-    the job failed.
+    the job failed or was cancelled.
     """
     jf = read_job_file(args.file)
 
@@ -174,7 +177,7 @@ def run_submit(args: argparse.Namespace) -> int:
         print(f"  parties join with: ltm party --job {jf.spec.job_id} --id PARTY --data THEIR_FILE "
               f"--servers {','.join(v.endpoint for v in jf.spec.servers)} "
               f"--server-ids {','.join(v.server_id for v in jf.spec.servers)} --certs DIR")
-    return 1 if st["state"] == "failed" else 0
+    return 1 if st["state"] in ("failed", "cancelled") else 0
 
 
 def run_status(args: argparse.Namespace) -> int:
@@ -231,6 +234,20 @@ def write_result_figure(d: Path) -> str:
     except (ValueError, np.linalg.LinAlgError) as exc:
         return f"  no figure: {' '.join(str(exc).split())}"
     return f"  figure: {path}"
+
+
+def run_cancel(args: argparse.Namespace) -> int:
+    """``ltm job cancel``: cancel a job that is not done; returns 0 when every server confirmed, 1
+    when some could not be told (the line names them: run the command again)."""
+    from ltm.v1 import ltm_pb2
+
+    async def go(stub):
+        return info_dict(await stub.Cancel(ltm_pb2.CancelRequest(job_id=args.job_id, reason=args.reason or ""),
+                                           timeout=120.0))
+
+    st = asyncio.run(_with_analyst(args, go))
+    print(f"job {st['job_id']!r}: {st['state']} — {st['error']}")
+    return 1 if "not yet told" in st["error"] else 0
 
 
 def run_result(args: argparse.Namespace) -> int:

@@ -162,6 +162,44 @@ class AnalystService(ltm_pb2_grpc.AnalystServicer):
         log.info("job submitted", extra={"job_id": spec.job_id, "digest": record.digest})
         return self._info(spec.job_id)
 
+    async def Cancel(self, request, context):
+        """Cancel a job that is not done (operator only): the analyst marks it cancelled durably and
+        stops it, then tells every server to drop it; a server it cannot reach is named in the
+        answer's ``error`` (repeat the cancel to tell it).  NOT_FOUND for a job never submitted here.
+        """
+        await authenticate(context, {"operator"}, insecure=self.insecure)
+        await _check_job_id(context, request.job_id)
+        reason = request.reason[:200]
+        try:
+            record = await self.runner.cancel(request.job_id, reason)
+        except KeyError as exc:
+            await context.abort(grpc.StatusCode.NOT_FOUND, exc.args[0])
+        except ProtocolError as exc:
+            await self._refuse(context, exc)
+        missed = await self._tell_servers(record.spec, reason)
+        note = f"cancelled by the operator{f': {reason}' if reason else ''}"
+        if missed:
+            note += f"; not yet told (repeat `ltm job cancel` to tell them): {'; '.join(missed)}"
+        await asyncio.to_thread(self.store.cancel, request.job_id, note)
+        log.info("job cancelled", extra={"job_id": request.job_id, "servers_not_told": missed})
+        return self._info(request.job_id)
+
+    async def _tell_servers(self, spec: JobSpec, reason: str) -> list[str]:
+        """Ask every server of ``spec`` to drop the job; returns "server-i (CODE: why)" for each that
+        did not confirm."""
+        try:
+            stubs = self._stubs(spec)
+        except ProtocolError as exc:
+            return [f"every server ({exc.message})"]
+
+        async def one(stub) -> None:
+            await stub.CancelJob(ltm_pb2.CancelJobRequest(job_id=spec.job_id, reason=reason), timeout=20.0)
+
+        results = await asyncio.gather(*(one(s) for s in stubs), return_exceptions=True)
+        return [f"{srv.server_id} ({r.code().name if isinstance(r, grpc.aio.AioRpcError) else type(r).__name__}: "
+                f"{r.details() if isinstance(r, grpc.aio.AioRpcError) else r})"
+                for srv, r in zip(spec.servers, results) if isinstance(r, BaseException)]
+
     def _info(self, job_id: str) -> ltm_pb2.JobInfo:
         st = self.runner.status(job_id)
         return ltm_pb2.JobInfo(job_id=st["job_id"], job_digest=st["job_digest"], state=st["state"], phase=st["phase"],

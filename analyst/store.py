@@ -6,7 +6,8 @@ Everything the analyst must not forget across a crash is committed here before i
 * a submitted job — its canonical spec, what to fit, the randomness label, and the *absolute*
   time at which intake closes — before it is published to any server;
 * whether every server acknowledged the job, and its phase as it advances (``published`` →
-  ``running`` → ``done`` | ``failed``);
+  ``running`` → ``done`` | ``failed``; or ``cancelled`` by the operator: the row stays, without
+  data, so the id is never taken again);
 * the finished release: the servers' result shares and the participant set (its ClientSet ranges,
   16 bytes per range whatever n is; so the reconstructed
   sketch, its SHA-256 and every model fitted on it are re-derivable bit for bit) and the output
@@ -38,7 +39,7 @@ from transport.files import private_dir, touch_private
 
 DB_NAME = "analyst.db"
 LOCK_NAME = "analyst.lock"
-STATES = ("published", "running", "done", "failed")
+STATES = ("published", "running", "done", "failed", "cancelled")
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
     job_id        TEXT PRIMARY KEY,
@@ -160,6 +161,9 @@ class AnalystStore:
         Raises ``KeyError`` (message: what to do) for the same job id with a different spec.
         """
         existing = self.get(spec.job_id)
+        if existing is not None and existing.state == "cancelled":
+            raise KeyError(f"job {spec.job_id!r} was cancelled on this analyst; its id is retired: submit the job "
+                           f"again under a new job id")
         if existing is not None:
             if existing.digest != spec.digest:
                 raise KeyError(f"job {spec.job_id!r} already exists on this analyst with a different spec "
@@ -181,7 +185,8 @@ class AnalystStore:
         if "state" in fields and fields["state"] not in STATES:
             raise ValueError(f"unknown state {fields['state']!r}")
         cols = ", ".join(f"{k} = ?" for k in fields)
-        self._write(f"UPDATE jobs SET {cols}, updated_at = ? WHERE job_id = ?",
+        # a cancelled job stays cancelled (a task still finishing its last step cannot revive it)
+        self._write(f"UPDATE jobs SET {cols}, updated_at = ? WHERE job_id = ? AND state != 'cancelled'",
                     (*fields.values(), time.time(), job_id))
 
     def finish(self, job_id: str, *, release_sha256: str, participants: ClientSet, shares: list[np.ndarray],
@@ -192,9 +197,16 @@ class AnalystStore:
         blob = np.ascontiguousarray(np.stack(shares), dtype="<u8").tobytes()
         header = json.dumps({"k": k, "m": m, "d": d, "n": participants.n})
         self._write("UPDATE jobs SET state = 'done', phase = '', error = '', release_sha256 = ?, participants = ?, "
-                    "shares = ?, outputs_json = ?, updated_at = ? WHERE job_id = ?",
+                    "shares = ?, outputs_json = ?, updated_at = ? WHERE job_id = ? AND state != 'cancelled'",
                     (release_sha256, _RANGES_TAG + participants.to_bytes(),
                      header.encode() + b"\n" + blob, json.dumps(outputs), time.time(), job_id))
+
+    def cancel(self, job_id: str, reason: str) -> None:
+        """Mark the job ``cancelled`` (durably) and drop what it holds (shares, participants, outputs);
+        the row stays as the retired id's record."""
+        self._write("UPDATE jobs SET state = 'cancelled', phase = '', error = ?, participants = NULL, shares = NULL, "
+                    "outputs_json = '{}', release_sha256 = '', updated_at = ? WHERE job_id = ?",
+                    (reason, time.time(), job_id))
 
     def get(self, job_id: str) -> JobRecord | None:
         """The stored record of ``job_id``, or None (a row that no longer parses is damage: exit 3)."""

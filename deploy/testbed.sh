@@ -6,8 +6,9 @@
 #   deploy/testbed.sh [--seed N] [--columns] [--keep] [--build-only]
 #
 # Needs a Docker engine.  Run as root on a Debian machine without one, it installs Debian's
-# docker.io, docker-compose and mmdebstrap and starts dockerd in the background (log in
-# $LTM_TESTBED_DIR/dockerd.log), and stops that dockerd again at the end.
+# docker.io and starts dockerd in the background (log in $LTM_TESTBED_DIR/dockerd.log), and stops
+# that dockerd again at the end; engine or not, it installs docker-compose and (with no registry)
+# mmdebstrap when they are missing (not root: one line naming them, exit 3).
 # Base image: the digest-pinned one in deploy/Dockerfile when an image registry answers; otherwise a
 # Debian bookworm base built from Debian packages (mmdebstrap | docker import → ltm-base:bookworm-local).
 # The project's wheels come from a local wheelhouse (deploy/wheelhouse, git- and docker-ignored
@@ -71,18 +72,26 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# install_missing WHY PKG…: install the Debian packages named (root), or stop with one line saying
+# which to install; whether an engine already answers or not (a running engine may lack compose).
+install_missing() {
+  local why="$1"; shift
+  [ $# = 0 ] && return 0
+  if [ "$(id -u)" != 0 ]; then
+    echo "testbed.sh: $why: install $* (Debian: apt-get install $*), or run as root on Debian" >&2; exit 3
+  fi
+  say "installing Debian's $* ($why)"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+has_compose() { docker compose version >/dev/null 2>&1 || command -v docker-compose >/dev/null; }
+
 t=$(date +%s.%N)
 if ! docker info >/dev/null 2>&1; then
   if [ "$(id -u)" != 0 ]; then
     echo "testbed.sh: no Docker engine answers and not root: start one (or run as root on Debian)" >&2; exit 3
   fi
-  if ! command -v dockerd >/dev/null || ! command -v mmdebstrap >/dev/null \
-     || ! { command -v docker-compose >/dev/null || docker compose version >/dev/null 2>&1; }; then
-    say "installing Debian's docker.io, docker-compose and mmdebstrap"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-      docker.io docker-compose mmdebstrap iptables >/dev/null
-  fi
+  if ! command -v dockerd >/dev/null; then install_missing "no Docker engine" docker.io iptables; fi
   say "starting dockerd (log $WORK/dockerd.log)"
   dockerd >"$WORK/dockerd.log" 2>&1 &
   DOCKERD_PID=$!
@@ -90,6 +99,7 @@ if ! docker info >/dev/null 2>&1; then
   for _ in $(seq 1 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
   docker info >/dev/null 2>&1 || { echo "testbed.sh: dockerd did not start; see $WORK/dockerd.log" >&2; exit 3; }
 fi
+if ! has_compose; then install_missing "the engine has no compose" docker-compose; fi
 if docker compose version >/dev/null 2>&1; then
   COMPOSE_BIN=(docker compose)
 else
@@ -111,6 +121,7 @@ else
     say "no registry: reusing $LTM_BASE_IMAGE (built from Debian packages earlier; docker rmi it to rebuild)"
   else
     say "no registry: building $LTM_BASE_IMAGE from Debian bookworm packages with mmdebstrap"
+    if ! command -v mmdebstrap >/dev/null; then install_missing "no registry to pull the base image" mmdebstrap; fi
     mmdebstrap --quiet --variant=essential --include=python3,python3-venv,libstdc++6 \
       --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
       --dpkgopt='path-exclude=/usr/share/locale/*' bookworm "$WORK/base.tar" "${LTM_DEBIAN_MIRROR:-http://deb.debian.org/debian}"

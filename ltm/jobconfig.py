@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterable
 from ltm.dp.defaults import DEFAULT_CLIP_BOUND, DEFAULT_DELTA
 
 __all__ = ["Field", "FIELDS", "GROUPS", "add_options", "config_values", "default", "field", "file_default",
-           "flag_fields", "positive_int", "toml_fields", "toml_sections"]
+           "flag_fields", "positive_int", "parse_count", "parse_counts", "toml_fields", "toml_sections"]
 
 
 def positive_int(text: str) -> int:
@@ -39,6 +39,24 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be ≥ 1, got {value}")
     return value
+
+
+def parse_count(text: str) -> int:
+    """A client count: ``1000000``, ``1_000_000``, ``1e6`` or ``2.5e7`` (must be a whole number ≥ 1)."""
+    import math
+
+    try:
+        value = float(text.replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of clients: {text!r} (e.g. 1000000 or 1e6)") from None
+    if not (math.isfinite(value) and value >= 1 and value == int(value)):
+        raise argparse.ArgumentTypeError(f"not a whole number of clients ≥ 1: {text!r}")
+    return int(value)
+
+
+def parse_counts(text: str) -> list[int]:
+    """An ``argparse`` type (``ltm bench e2e --n``): one count or a comma-separated series (``1e6,1e7,1e8``)."""
+    return [parse_count(t.strip()) for t in text.split(",") if t.strip()]
 
 
 class _Same:

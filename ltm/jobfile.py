@@ -86,6 +86,11 @@ MAX_SKETCH_ROWS = 1 << 20
 MAX_PIECES = 64
 
 
+#: What a column with no public transform is told: where its bounds can come from.
+NO_BOUNDS_HINT = ("if nobody has public bounds for it, estimate them with a DP pre-job: "
+                  "`ltm job bounds DRAFT --epsilon E --out MAIN.toml` (docs/bounds.md)")
+
+
 class JobFileError(LtmError, ValueError):
     """A job file that cannot run; ``problems`` has one actionable line per problem."""
 
@@ -139,6 +144,10 @@ class JobFile:
     plan_reason: str = ""
     #: the planner's warning when it predicts R² ≤ 0 (``ltm.planner.Plan.warning``; empty otherwise)
     plan_warning: str = ""
+    #: whether the file forces the release choice (a kind other than "auto", or m)
+    forced: bool = False
+    #: ``[job] max_party_upload_bytes`` (0: no bound), a planner input
+    max_party_upload_bytes: int = 0
 
 
 def budget_shares(regressors: int, labelled: bool) -> tuple[float, float]:
@@ -395,13 +404,21 @@ def parse_job_file(text: str, *, source: str = "job file", resolve: bool = True)
         spec = replace(spec, upload_mode=default_upload_mode(spec))
     if kind == "auto":
         spec, plan_reason, plan_warning = _planned(spec, m, cols.labelled, job.max_party_upload_bytes or 0)
+    if spec.replicated and job.upload_mode == "auto":  # the rule above ran before the planner chose gram
+        spec = replace(spec, upload_mode=default_upload_mode(spec))
+    if spec.replicated and job.upload_mode == "aggregate":
+        # refused, not ignored: the replicated release has one upload of its own (party/replicated.py)
+        raise JobFileError(["[job].upload_mode 'aggregate' does not apply to the replicated release (columns "
+                            "partition, kind gram): each party uploads replicated shares of its noisy column "
+                            "block once, its own upload; remove upload_mode (or set it to auto)"], source)
     if resolve:
         try:
             spec = resolve_defaults(spec)
             validate_job(spec)
         except JobSpecError as exc:
             raise JobFileError(exc.problems, source) from None
-    return JobFile(spec, fit, job.deadline_s, plan_reason, plan_warning)
+    return JobFile(spec, fit, job.deadline_s, plan_reason, plan_warning, forced=kind != "auto" or m is not None,
+                   max_party_upload_bytes=job.max_party_upload_bytes or 0)
 
 
 def _sections(p: _Problems, doc: dict[str, Any]) -> tuple[dict[str, dict], dict[str, list[dict]]]:
@@ -684,16 +701,15 @@ def _transforms_section(p: _Problems, entries: list[dict]) -> list[TransformSpec
             transforms.append(t)
     return transforms
 
-def plan_for(spec: JobSpec, labelled: bool, max_party_upload_bytes: int = 0,
-             kinds: tuple[str, ...] | None = None) -> Any:
-    """The planner's :class:`ltm.planner.Plan` for a job (public inputs only): the candidates of
-    ``[release] kind = "auto"`` (``kinds`` None), or of the given kinds.  Raises ValueError when
-    no kind is feasible."""
-    from ltm.planner import PlanInputs, plan_release  # noqa: PLC0415 - only when a plan is asked for
+def _plan_inputs(spec: JobSpec, labelled: bool, max_party_upload_bytes: int = 0,
+                 kinds: tuple[str, ...] | None = None) -> Any:
+    """The planner's public inputs for ``spec``: what ``kind = "auto"`` plans with (``kinds`` None), or the
+    given kinds."""
+    from ltm.planner import PlanInputs  # noqa: PLC0415 - only when a plan is asked for
 
     p = spec.privacy
     probe = replace(spec, sketch=replace(spec.sketch, kind="sparse", m=1, s=1))
-    return plan_release(PlanInputs(
+    return PlanInputs(
         n=spec.n, width=probe.width, epsilon=p.epsilon, delta=p.delta, partition=spec.partition,
         task="regression" if labelled else "lowrank", mechanism=p.mechanism, clip_bound=spec.clip_bound,
         party_sizes=tuple(q.size for q in spec.parties) if spec.partition == "rows" else (),
@@ -701,7 +717,29 @@ def plan_for(spec: JobSpec, labelled: bool, max_party_upload_bytes: int = 0,
         kinds=kinds or (("gram", "sparse") if p.calibration != "paper" else ("sparse",)),
         upload_mode=spec.upload_mode, servers=spec.k, max_party_upload_bytes=max_party_upload_bytes,
         colluding_servers=spec.colluding_servers, parties=len(spec.parties),
-        replicated_corrupt_parties=max(p.corrupt_parties, 1 if len(spec.parties) >= 2 else 0)))
+        replicated_corrupt_parties=max(p.corrupt_parties, 1 if len(spec.parties) >= 2 else 0))
+
+
+def plan_for(spec: JobSpec, labelled: bool, max_party_upload_bytes: int = 0,
+             kinds: tuple[str, ...] | None = None) -> Any:
+    """The planner's :class:`ltm.planner.Plan` for a job (public inputs only): the candidates of
+    ``[release] kind = "auto"`` (``kinds`` None), or of the given kinds.  Raises ValueError when
+    no kind is feasible."""
+    from ltm.planner import plan_release  # noqa: PLC0415 - only when a plan is asked for
+
+    return plan_release(_plan_inputs(spec, labelled, max_party_upload_bytes, kinds))
+
+
+def forced_choice_warning(jf: JobFile) -> str:
+    """``ltm job check``'s warning when the file forces a release choice (a kind, or m) whose
+    predicted R² is far below the planner's choice (:class:`ltm.planner.ForcedChoice`); else ""."""
+    if not jf.forced or not any(c.role == "label" for c in jf.spec.columns):
+        return ""
+    from ltm.planner import compare_forced
+
+    k = jf.spec.sketch
+    got = compare_forced(_plan_inputs(jf.spec, True, jf.max_party_upload_bytes), k.kind, k.m, k.s)
+    return got.warning() if got is not None else ""
 
 
 def _planned(spec: JobSpec, m: int | None, labelled: bool, max_party_upload_bytes: int = 0
@@ -727,8 +765,10 @@ def _column(p: _Problems, c: dict, where: str, name: str, role: str, share: floa
         return ColumnSpec(name, role, 0.0, 1.0 / budget)
     forms = [k for k in ("range", "spread", "scale") if k in c]
     if len(forms) != 1 or ("range" in c) == ("center" in c):
+        # A column with no transform at all is a draft's: its bounds may come from a DP pre-job.
+        none = not forms and "center" not in c
         p.add(f"{where}: give exactly one public transform: range = [lo, hi], or center and spread, or "
-              f"center and scale")
+              f"center and scale" + (f"; {NO_BOUNDS_HINT}" if none else ""))
         return None
     if not isinstance(clip_bound, float) or clip_bound <= 0:
         return None

@@ -72,10 +72,14 @@ from ltm.dp.sensitivity import gram_sensitivity, sketch_l2
 from ltm.lifts import gram_noise_factors, gram_width
 
 __all__ = ["PlanInputs", "Candidate", "Plan", "plan_release", "default_m", "KINDS", "DEFAULT_ASSUMED_R2",
-           "DEFAULT_MAX_UPLOAD_VALUES"]
+           "DEFAULT_MAX_UPLOAD_VALUES", "FAR_BELOW_FRACTION", "ForcedChoice", "compare_forced"]
 
 KINDS = ("gram", "sparse", "dense")
 DEFAULT_ASSUMED_R2 = 0.5
+#: A forced release choice is "far below" the planner's when its predicted R² is less than this
+#: fraction of the planner's predicted R² (it gives up more than a fifth of what the planner's
+#: choice predicts): ``ltm job check`` warns (:func:`compare_forced`, docs/planner.md).
+FAR_BELOW_FRACTION = 0.8
 #: Largest number of values one client may upload per job (gram: D(D+1)/2; sketch: pieces·D).
 DEFAULT_MAX_UPLOAD_VALUES = 4096
 #: Dense sketches cost m pieces per client: only small m are candidates.
@@ -466,6 +470,59 @@ def _trust_note(inp: PlanInputs, mom: _Moments, cands: list[Candidate], best: Ca
             f"(about {explained - best.predicted_excess:.3g} R²); a replicated release would reach about "
             f"{explained - rep.predicted_excess:.3g} R² if 1 of 3 servers may be corrupt "
             f"(set colluding_servers = 1 to allow it).")
+
+
+# -------------------------------------------------------------------- a forced choice
+@dataclass(frozen=True)
+class ForcedChoice:
+    """A job's forced release choice beside the planner's, each as a predicted R² in the transformed
+    space (explained share wᵀΣw/E[y²] minus the predicted loss; None: infeasible)."""
+
+    kind: str
+    m: int
+    s: int
+    predicted_r2: float | None
+    plan: Plan
+    planned_r2: float
+
+    @property
+    def far_below(self) -> bool:
+        """Whether the forced choice predicts less than :data:`FAR_BELOW_FRACTION` of the planner's R²."""
+        if self.planned_r2 <= 0:
+            return False
+        return self.predicted_r2 is None or self.predicted_r2 < FAR_BELOW_FRACTION * self.planned_r2
+
+    def warning(self) -> str:
+        """One line for ``ltm job check`` (empty unless :attr:`far_below`)."""
+        if not self.far_below:
+            return ""
+        shape = "gram" if self.kind == "gram" else f"{self.kind} m = {self.m}, s = {self.s}"
+        planned = "gram" if self.plan.kind == "gram" else f"{self.plan.kind} m = {self.plan.m}, s = {self.plan.s}"
+        got = "is infeasible" if self.predicted_r2 is None else f"predicts R² ≈ {self.predicted_r2:.2g}"
+        return (f"the forced release ({shape}) {got}, far below the planner's choice ({planned}, R² ≈ "
+                f"{self.planned_r2:.2g}; predictions in the transformed space, docs/planner.md): use "
+                f"[release] kind = \"auto\" without m unless you have a reason (say it in a comment)")
+
+
+def compare_forced(inp: PlanInputs, kind: str, m: int, s: int) -> ForcedChoice | None:
+    """Regression only: the forced (``kind``, ``m``, ``s``) beside the planner's choice for ``inp``
+    (None for a low-rank task, or when the planner finds nothing feasible)."""
+    if inp.task != "regression":
+        return None
+    try:
+        plan = plan_release(inp)
+    except ValueError:
+        return None
+    mom = _moments(inp)
+    explained = float(np.sum(mom.mu * mom.w2)) / mom.y2
+    if kind == "gram":
+        cand = _gram_candidate(inp, mom)
+        excess = cand.predicted_excess if cand.feasible else math.inf
+    else:
+        got = _sketch_terms(inp, mom, kind, m, s)
+        excess = math.inf if got is None else got[0]
+    forced = explained - excess if math.isfinite(excess) else None
+    return ForcedChoice(kind, m, s, forced, plan, explained - plan.predicted_excess)
 
 
 # -------------------------------------------------------------------- the fixed rule

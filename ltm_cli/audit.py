@@ -27,6 +27,11 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--frac-bits", type=int, default=0, help="fraction bits of the grid (0: the default)")
     add_options(p, "sketch", only=("m", "s", "k", "share_mode"), defaults={"m": 4, "k": 2},
                 helps={"m": "sketch rows (default {default})"})
+    add_options(p, "sketch", only=("sketch",), defaults={"sketch": "sparse"}, helps={
+        "sketch": "the audited release kind: sparse (default), dense or gram (not auto; the last two use the "
+                  "generic statistic, sim/tools/audit.py)"})
+    p.add_argument("--upload-mode", choices=("per-client", "aggregate"), default="per-client",
+                   help="how the audited job's parties upload (default per-client)")
     p.add_argument("--alpha", type=float, default=1e-6,
                    help="probability that a reported bound is invalid (Bonferroni over the thresholds)")
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1,
@@ -41,7 +46,8 @@ def run(args: argparse.Namespace) -> int:
 
     base = AuditConfig(runs=args.runs, n=args.n, m=args.m, s=args.s, k=args.k, epsilon=args.epsilon,
                        delta=args.delta, clip=args.clip, frac_bits=args.frac_bits, share_mode=args.share_mode,
-                       alpha=args.alpha, seed=args.seed, workers=max(1, args.workers))
+                       alpha=args.alpha, seed=args.seed, workers=max(1, args.workers), release=args.sketch,
+                       upload_mode=args.upload_mode)
     factors = [float(x) for x in args.controls.split(",") if x.strip()]
     report: dict[str, Any] = {"default": run_audit(base)}
     report["controls"] = [run_audit(replace(base, sigma_factor=f, runs=args.control_runs or args.runs))

@@ -6,7 +6,7 @@ import argparse
 
 from ltm_cli.app import lazy
 from ltm_cli.options import JSON_ANYWAY, output, print_json
-from ltm.jobconfig import add_options, positive_int
+from ltm.jobconfig import add_options, parse_counts, positive_int
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -44,8 +44,6 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def _e2e(p: argparse.ArgumentParser) -> None:
-    from sim.tools.bench_e2e import parse_counts  # imports grpc; only when `bench` is the command
-
     p.add_argument("--n", type=parse_counts, default=[1_000_000],
                    help="clients: 1000000, 1e8, or a series 1e6,1e7,1e8 (default 1e6)")
     p.add_argument("--d", type=int, default=10, help="features per client (default 10)")

@@ -21,7 +21,7 @@ def _connection(p: argparse.ArgumentParser) -> None:
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    """``ltm job`` and its subcommands check, submit, status, result and bounds."""
+    """``ltm job`` and its subcommands check, submit, status, cancel, result and bounds."""
     jsub = p.add_subparsers(dest="job_command", required=True)
 
     c = jsub.add_parser("check", help="validate a job file and print its digest and resolved choices")
@@ -43,6 +43,13 @@ def configure(p: argparse.ArgumentParser) -> None:
     _connection(st)
     output(st, "print the jobs as JSON")
     st.set_defaults(func=lazy("analyst.operator:run_status"))
+
+    x = jsub.add_parser("cancel", help="cancel a job that is not done: the analyst and every server drop it, and "
+                                       "its id is never taken again")
+    x.add_argument("job_id", help="the job's id")
+    x.add_argument("--reason", default="", help="why (kept with the retired id; at most 200 characters)")
+    _connection(x)
+    x.set_defaults(func=lazy("analyst.operator:run_cancel"))
 
     r = jsub.add_parser("result", help="write a finished job's files (release, privacy report, model, report) "
                                        "and its figure into --out/<job id>/")

@@ -62,6 +62,13 @@ the number of records and the last digest: a ledger that is missing while its he
 upload journals, :func:`party.journal.party_journals`) shows earlier jobs is refused
 (:class:`LedgerMissing`), and one shorter than its head (an old copy put back) is refused too.
 
+**It detects accidents, not tampering.**  The digests are unkeyed and the head sits beside the
+ledger, so whoever can write the directory can delete the ledger and its head together (with no
+upload journals left: a fresh budget), put back an older ledger *with its own head*, or remove
+charges and recompute every digest — each passes.  The chain catches a truncated, hand-edited or
+half-restored file and a lost ledger whose head survived; it cannot protect a party's budget from
+its own host, which the threat model leaves to the party (docs/architecture.md §8).
+
 **Upgrading.**  A party whose ledger file does not exist yet but which has ledgers of the old
 format (``ltm.ledger.v1``, one per data fingerprint, in ``<state dir>/ledger`` or the ledger
 directory) starts from ALL their charges, on its default source, whatever data each was for: the
@@ -93,7 +100,7 @@ from ltm.errors import LtmError
 from ltm.jobspec import JobSpec
 from party.data_source import FINGERPRINT_TAG, PartySource, fingerprint_column_header
 from party.journal import _component, party_journals
-from transport.files import private_dir, write_private
+from transport.files import private_dir, shared_dir_problem, write_private
 
 try:  # POSIX advisory locks; without fcntl two processes on one ledger are not serialised
     import fcntl
@@ -147,6 +154,17 @@ class LedgerCorrupt(LedgerError):
 
 class LedgerMissing(LedgerError):
     """The ledger file is gone (or rolled back) while the party's other state shows earlier jobs."""
+
+
+def check_ledger_dir(directory: str | os.PathLike[str]) -> None:
+    """Refuse (:class:`LedgerError`) an existing ledger directory that is not the party's own — a
+    shared one such as ``/tmp`` (mode 1777), or a link to one, or another user's: the ledger makes
+    its directory 0700, which would lock everyone else out of it (and others could delete the
+    ledger).  A directory that does not exist yet is created 0700."""
+    shared = shared_dir_problem(directory)
+    if shared is not None:
+        raise LedgerError(f"refusing the ledger directory: {shared}; give --ledger-dir a directory of this "
+                          f"party's own (a new one is created 0700), e.g. a new subdirectory of it")
 
 
 def default_ledger_dir() -> Path:
@@ -466,6 +484,7 @@ class PrivacyLedger:
         created 0700).  ``journal_dir``: the party's upload-journal directory, whose journals count
         as evidence of earlier jobs when the ledger file is missing."""
         d = Path(directory) if directory is not None else default_ledger_dir()
+        check_ledger_dir(d)
         try:
             private_dir(d)
         except OSError as exc:
@@ -668,8 +687,8 @@ class PrivacyLedger:
                     f"refusing job {spec.job_id!r} (digest {spec.digest[:12]}…): privacy budget exceeded — this "
                     f"party's ledger (source {source!r}) has spent {before}; with this job (ε = "
                     f"{spec.privacy.epsilon:g}, δ = {spec.privacy.delta:g}) it would reach ε = {after.epsilon:.4g} "
-                    f"> the budget ε = {self.budget.epsilon:g} at δ = {self.budget.delta:g} ({ACCOUNTANT}); "
-                    f"nothing was sent")
+                    f"> the budget ε = {self.budget.epsilon:g} at δ = {self.budget.delta:g} ({ACCOUNTANT}, this "
+                    f"party's --budget-epsilon and --budget-delta); nothing was sent")
             charge = {"kind": "charge", **asdict(loss), "at": _now(), "source": source,
                       "data_fingerprint": data_fingerprint}
             del charge["charged_at"]

@@ -20,7 +20,7 @@ from ltm.v1 import ltm_pb2_grpc
 from party.data_source import DataSourceError, PartySource, is_database, is_synthetic, open_source
 from party.journal import JournalError, UploadJournal
 from party.ledger import (DEFAULT_BUDGET_DELTA, DEFAULT_BUDGET_EPSILON, DEFAULT_SOURCE, AccountantUnavailable,
-                          Budget, BudgetExceeded, LedgerError, PrivacyLedger, source_fingerprint)
+                          Budget, BudgetExceeded, LedgerError, PrivacyLedger, check_ledger_dir, source_fingerprint)
 from party.replicated import run_replicated_upload
 from party.sql_source import redact_dsn
 from party.randomizer import DEFAULT_BATCH_CLIENTS, PartyDataError, check_source, party_randomness
@@ -307,6 +307,8 @@ def run(args: argparse.Namespace) -> int:
     if args.new_source and not (args.new_source_reason or "").strip():
         raise CommandError("--new-source needs --new-source-reason: why is this data new (disjoint individuals, not "
                            "a copy, subset, re-sort or edit of data already charged)?", status=2)
+    if args.ledger_dir:  # a shared directory is refused now, not after the servers were contacted
+        check_ledger_dir(args.ledger_dir)
     if not args.wait_for_data and not data_exists(args.data):
         raise CommandError(f"data file {redact_dsn(args.data)} does not exist; nothing was sent (give the right --data, or "
                            f"--wait-for-data if another process is still writing it)", status=4)
@@ -314,10 +316,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         result = asyncio.run(participate(args))
     except LOGGED_REFUSALS as exc:
-        # A party often runs unattended: its refusals are JSON log lines (what operators collect);
-        # the ltm command then only exits with the class's status (ltm/errors.py).
-        log.error(f"{exc.prefix}{exc}")
-        exc.reported = True
+        # A party often runs unattended: its refusals are JSON log lines with the details (what
+        # operators collect); a person reads the command's one plain error line on stderr
+        # (ltm_cli/app.py), which names the rule, the job's value and the flag that would accept it.
+        log.error(f"{exc.prefix}{exc}", extra={"refusal": type(exc).__name__,
+                                               "reasons": getattr(exc, "reasons", [str(exc)])})
         raise
     except grpc.aio.AioRpcError as exc:
         log.error("upload refused", extra={"code": exc.code().name, "details": exc.details()})

@@ -42,9 +42,17 @@ RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grp
 
 
 class PolicyViolation(LtmError):
-    """The job asks for something this party's policy does not accept; nothing was sent."""
+    """The job asks for something this party's policy does not accept; nothing was sent.
+
+    ``reasons``: each rule the job breaks, with the job's value and the flag that would accept it
+    (the party's JSON log lists them; the command's one error line joins them).
+    """
 
     exit_code = 3
+
+    def __init__(self, message: str, reasons: list[str] | None = None):
+        super().__init__(message)
+        self.reasons = list(reasons or [message])
 
 
 @dataclass(frozen=True)
@@ -86,25 +94,30 @@ class PartyPolicy:
         p = spec.privacy
         problems = []
         if p.epsilon > self.max_epsilon:
-            problems.append(f"ε = {p.epsilon:g} exceeds this party's limit {self.max_epsilon:g}")
+            problems.append(f"ε = {p.epsilon:g} exceeds this party's limit {self.max_epsilon:g} (to accept it: "
+                            f"--max-epsilon {p.epsilon:g})")
         if p.delta > self.max_delta:
-            problems.append(f"δ = {p.delta:g} exceeds this party's limit {self.max_delta:g}")
+            problems.append(f"δ = {p.delta:g} exceeds this party's limit {self.max_delta:g} (to accept it: "
+                            f"--max-delta {p.delta:g})")
         if default_corrupt_parties(spec) and p.corrupt_parties < self.min_corrupt_parties:
             problems.append(f"the job tolerates {p.corrupt_parties} corrupt parties, this party requires at least "
-                            f"{self.min_corrupt_parties} (every party knows its own clients' noise)")
+                            f"{self.min_corrupt_parties} (every party knows its own clients' noise; to accept it: "
+                            f"--min-corrupt-parties {p.corrupt_parties})")
         if spec.partition == "rows" and p.t_prime < self.min_t_prime:
             problems.append(f"the job tolerates t′ = {p.t_prime} corrupt clients, this party requires at least "
-                            f"{self.min_t_prime}")
+                            f"{self.min_t_prime} (to accept it: --min-t-prime {p.t_prime})")
         if (spec.replicated and not spec.verified_clipping
                 and (trust := unverified_party_problem(p.corrupt_parties)) is not None):
             problems.append(trust)
         required = spec.k - 1 if self.min_colluding_servers is None else self.min_colluding_servers
         if spec.tolerated_colluding_servers < required:
             problems.append(f"the job is private only if at most {spec.tolerated_colluding_servers} of {spec.k} servers "
-                            f"collude; this party requires tolerance of {required} (its policy's trust assumption)")
+                            f"collude; this party requires tolerance of {required} (its policy's trust assumption; to accept "
+                            f"it: --min-colluding-servers {spec.tolerated_colluding_servers})")
         if p.min_participants < self.min_participants:
             problems.append(f"the job may be released over as few as {p.min_participants} participants, this "
-                            f"party requires at least {self.min_participants}")
+                            f"party requires at least {self.min_participants} (to accept it: --min-participants "
+                            f"{p.min_participants})")
         # Defence in depth (validate_job checks it too, but a party trusts no analyst's tooling):
         # the per-client noise must be many grid steps wide (ltm.dp.grid).
         plan = spec.noise_plan()
@@ -120,16 +133,18 @@ class PartyPolicy:
             problems.append(f"a noise draw would be {widest:.3g} grid steps wide, beyond the exact sampler's range "
                             f"2^44: the job needs fewer fraction bits (now {spec.frac_bits}) or a larger ε")
         if p.calibration == "paper" and not self.allow_reproduction_calibration:
-            problems.append("calibration 'paper' is a reproduction mode; this party does not accept it")
+            problems.append("calibration 'paper' is a reproduction mode; this party does not accept it (to accept it: "
+                            "--allow-paper-calibration)")
         if seeded and not spec.reproduction:
             problems.append("this party draws seeded (reproducible, NOT private) randomness and the job is not "
                             "marked as a reproduction; the servers would refuse its batches (drop --seed)")
         elif spec.reproduction and not (seeded or self.allow_reproduction):
             problems.append("the job is marked as a reproduction: its servers accept seeded (NOT private) "
-                            "randomness from parties, so it is not private; this party does not accept it")
+                            "randomness from parties, so it is not private; this party does not accept it (to accept it: "
+                            "--allow-reproduction)")
         if self.upload_mode and self.upload_mode != spec.upload_mode:
             problems.append(f"the job takes {spec.upload_mode} uploads (upload_mode {spec.upload_mode!r}), this party "
-                            f"was started to upload {self.upload_mode!r}")
+                            f"was started to upload {self.upload_mode!r} (to accept it: --upload-mode {spec.upload_mode})")
         ids = tuple(s.server_id for s in spec.servers)
         # A served spec is not validated here (that walks all n clients): its ids at least must be in
         # the grammar every server checks (ltm.identifiers), since they name this party's files and pins.
@@ -140,9 +155,10 @@ class PartyPolicy:
         if not_servers:
             problems.append(f"the job names {not_servers} as servers; server identities are server-<n>")
         if self.expected_servers and ids != self.expected_servers:
-            problems.append(f"the job's servers {list(ids)} are not the expected {list(self.expected_servers)}")
+            problems.append(f"the job's servers {list(ids)} are not the expected {list(self.expected_servers)} "
+                            f"(--server-ids)")
         if problems:
-            raise PolicyViolation("refusing the job: " + "; ".join(problems))
+            raise PolicyViolation(f"refusing the job {spec.job_id[:80]!r}: " + "; ".join(problems), reasons=problems)
 
 
 def _is_server_actor(actor: str) -> bool:

@@ -14,7 +14,7 @@ import numpy as np
 
 from ltm.batch import ShareBatch
 from ltm.client_set import ClientSet
-from ltm.errors import ProtocolError
+from ltm.errors import ProtocolError, bounded
 from ltm.identifiers import id_problem
 from ltm.jobspec import JobSpec, JobSpecError, validate_job
 from ltm.limits import SLOT_CACHE_BYTES
@@ -22,7 +22,7 @@ from ltm.sketch import Sketch
 from server import replicated
 from server.release_gate import ANALYST_ROLE, check_release
 from server.result_share import result_share
-from server.store import MemoryStore, ReleaseRecord, ServerStore, StoredBatch
+from server.store import MemoryStore, ReleaseRecord, ServerStore, StoredBatch, cancelled_message
 
 
 @dataclass(frozen=True)
@@ -77,6 +77,9 @@ class ServerCore:
             raise ProtocolError("INVALID_ARGUMENT", problem)
         spec = self.store.get_job(job_id)
         if spec is None:
+            why = self.store.cancelled(job_id)
+            if why is not None:
+                raise ProtocolError("FAILED_PRECONDITION", cancelled_message(job_id, why))
             raise ProtocolError("NOT_FOUND", f"unknown job {job_id!r} on server {self.server_id!r}")
         return spec
 
@@ -116,6 +119,9 @@ class ServerCore:
             raise ProtocolError("FAILED_PRECONDITION", "verified clipping runs in process only for now; this "
                                                        "server cannot check the parties' proofs over gRPC")
         self.server_index(spec)
+        why = self.store.cancelled(spec.job_id)
+        if why is not None:  # a cancelled id is retired: never a second job under it
+            raise ProtocolError("FAILED_PRECONDITION", cancelled_message(spec.job_id, why))
         existing = self.store.get_job(spec.job_id)
         if existing is not None:
             if existing.digest != spec.digest:
@@ -124,6 +130,18 @@ class ServerCore:
             return spec.digest
         self.store.put_job(spec)
         return spec.digest
+
+    def cancel_job(self, job_id: str, reason: str, *, caller_role: str) -> bool:
+        """Drop a job (analyst only): its batches, release record and spec go, its id is retired for
+        good on this server (also an id it never held).  False if it was cancelled already."""
+        if caller_role != ANALYST_ROLE:
+            raise ProtocolError("PERMISSION_DENIED", f"only the analyst may cancel jobs (caller role {caller_role!r})")
+        problem = id_problem(job_id, "job id")
+        if problem:
+            raise ProtocolError("INVALID_ARGUMENT", problem)
+        self._sketches.pop(job_id, None)
+        self._slots.pop(job_id, None)
+        return self.store.cancel_job(job_id, bounded(reason, 200))
 
     # ------------------------------------------------------------------ upload
     def check_upload(self, spec: JobSpec, *, caller_id: str, party_id: str, batch_index: int, start: int, stop: int,

@@ -16,7 +16,7 @@ from ltm.limits import ServerLimits
 from server.service import ServerService, add_to_server
 from transport.config import ConfigError, load_config, merge
 from transport.metering import ByteMeter
-from transport.serve import actor_settings, serve_until_signal, start_actor
+from transport.serve import actor_settings, count_of, listening_phrase, say, serve_until_signal, start_actor
 from transport.tls import make_server
 
 log = logging.getLogger("ltm.server")
@@ -59,25 +59,16 @@ async def serve(args: argparse.Namespace, limits: ServerLimits) -> None:
         f"held in {Path(args.data_dir).absolute()}")
 
 
-def say(line: str) -> None:
-    """A line for a person on stdout (the JSON log lines go to stderr), flushed: under systemd or a
-    launcher stdout is a pipe and would hold it until exit."""
-    print(line, flush=True)
-
-
 def startup_line(args: argparse.Namespace, port: int, held: int) -> str:
     """``ltm server server-0: listening on 127.0.0.1:50051 (mutual TLS, …); store …, N jobs held``."""
-    host = args.listen.rsplit(":", 1)[0] if ":" in args.listen else args.listen
-    tls = ("PLAINTEXT, unauthenticated: --insecure, for testing only" if args.insecure
-           else f"mutual TLS, certificates {args.certs}")
     health = f"; health probe in plaintext on {args.health_listen}" if args.health_listen else ""
-    return (f"ltm server {args.id}: listening on {host}:{port} ({tls}); store {Path(args.data_dir).absolute()}, "
+    return (f"ltm server {args.id}: {listening_phrase(args, port)}; store {Path(args.data_dir).absolute()}, "
             f"{jobs(held)} held{health}. Stop with SIGTERM (Ctrl-C).")
 
 
 def jobs(n: int) -> str:
     """``n`` jobs in words for the startup line ("1 job", "3 jobs")."""
-    return f"{n} job" if n == 1 else f"{n} jobs"
+    return count_of(n, "job")
 
 
 def check(data_dir: str) -> int:

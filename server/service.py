@@ -108,6 +108,9 @@ def add_to_server(service: "ServerService", server) -> None:
         "Status": grpc.unary_unary_rpc_method_handler(
             service.Status, request_deserializer=_decoder(pb.StatusRequest),
             response_serializer=pb.StatusResponse.SerializeToString),
+        "CancelJob": grpc.unary_unary_rpc_method_handler(
+            service.CancelJob, request_deserializer=_decoder(pb.CancelJobRequest),
+            response_serializer=pb.CancelJobResponse.SerializeToString),
     }
     missing = set(ltm_pb2.DESCRIPTOR.services_by_name["Server"].methods_by_name) - set(handlers)
     if missing:  # a new RPC in the .proto must be added here too
@@ -186,6 +189,17 @@ class ServerService(ltm_pb2_grpc.ServerServicer):
             await _abort(context, exc)
         log.info("job created", extra={"job_id": spec.job_id, "digest": digest, "caller": who.actor})
         return ltm_pb2.CreateJobResponse(job_id=spec.job_id, job_digest=digest)
+
+    async def CancelJob(self, request, context):
+        """Drop a job and retire its id for good (analyst only; durable before the answer)."""
+        who = await authenticate(context, {"analyst"}, insecure=self.insecure)
+        await _check_decoded(context, request)
+        try:
+            fresh = await self._call(self.core.cancel_job, request.job_id, request.reason, caller_role=who.role)
+        except Exception as exc:
+            await _abort(context, exc)
+        log.info("job cancelled", extra={"job_id": request.job_id, "already": not fresh, "caller": who.actor})
+        return ltm_pb2.CancelJobResponse(job_id=request.job_id, already=not fresh)
 
     async def GetJob(self, request, context):
         """The published job spec (canonical JSON), its digest and whether intake is closed (any actor)."""

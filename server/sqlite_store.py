@@ -76,7 +76,7 @@ from ltm.jobspec import JobSpec
 from ltm.sharing import SEED_BYTES, Share
 from server.coverage import Coverage
 from server.replicated import part_shape
-from server.store import ReleaseRecord, StoredBatch
+from server.store import ReleaseRecord, StoredBatch, cancelled_message
 from transport.files import PRIVATE_FILE_MODE, create_private, fsync_dir, private_dir, touch_private
 
 try:  # POSIX advisory locks; without fcntl the single-process rule is not enforced
@@ -185,6 +185,7 @@ class SqliteStore:
         self._failed: BaseException | None = None
         self._jobs: dict[str, JobSpec] = {}
         self._retired: set[str] = set()
+        self._cancelled: dict[str, str] = {}  # job id → why the analyst cancelled it (retired too)
         self._closed_jobs: set[str] = set()
         self._coverage: dict[str, Coverage] = {}
         self._durable_dirs: set[Path] = set()
@@ -290,8 +291,13 @@ class SqliteStore:
             if blob_path is not None:
                 referenced[blob_path] = int(np.prod(json.loads(shape), dtype=np.int64)) * 8
         released = {r[0] for r in conn.execute("SELECT job_id FROM releases")}
-        self._retired = {r[0] for r in conn.execute("SELECT job_id FROM retired_jobs")}
-        pending, stale, problems = _scan(self.directory, referenced, set(self._jobs) | self._retired, released)
+        for job_id, marker in conn.execute("SELECT job_id, marker FROM retired_jobs"):
+            self._retired.add(job_id)
+            why = _cancel_reason(marker)
+            if why is not None:
+                self._cancelled[job_id] = why
+        pending, stale, problems = _scan(self.directory, referenced, set(self._jobs) | self._retired, released,
+                                         set(self._cancelled))
         if problems:
             raise StoreCorruptError(_refusal(self.directory, problems))
         if not self._recover:
@@ -358,6 +364,8 @@ class SqliteStore:
             raise ValueError(f"job spec {spec.job_id!r} does not survive a JSON round trip; cannot store it")
         with self._lock:
             conn = self._check_usable()
+            if spec.job_id in self._cancelled:
+                raise ProtocolError("FAILED_PRECONDITION", cancelled_message(spec.job_id, self._cancelled[spec.job_id]))
             if spec.job_id in self._retired:
                 raise ProtocolError("FAILED_PRECONDITION", f"job id {spec.job_id!r} was released on this server "
                                                            f"before its database was lost (release marker kept); "
@@ -406,6 +414,37 @@ class SqliteStore:
     def is_closed(self, job_id: str) -> bool:
         """Whether the job's intake is closed."""
         return job_id in self._closed_jobs
+
+    def cancelled(self, job_id: str) -> str | None:
+        """Why the analyst cancelled ``job_id`` (None: not cancelled)."""
+        return self._cancelled.get(job_id)
+
+    def cancel_job(self, job_id: str, reason: str) -> bool:
+        """Drop the job (its batches, release row and spec) and retire its id for good, in one
+        committed transaction; then delete its blobs (a crash before that leaves files the next open
+        removes: the job is cancelled).  A release marker stays (the once-only record).  Works for an
+        id this store never held too (it is retired).  Returns False if it was cancelled already."""
+        with self._lock:
+            conn = self._check_usable()
+            if job_id in self._cancelled:
+                return False
+            marker = json.dumps({"cancelled": True, "reason": reason}, sort_keys=True)
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                for table in ("batches", "releases", "jobs"):
+                    conn.execute(f"DELETE FROM {table} WHERE job_id = ?", (job_id,))
+                conn.execute("INSERT OR REPLACE INTO retired_jobs(job_id, marker) VALUES (?, ?)", (job_id, marker))
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            self._commit(conn)
+            self._cancelled[job_id] = reason
+            self._retired.add(job_id)
+            self._jobs.pop(job_id, None)
+            self._coverage.pop(job_id, None)
+            self._closed_jobs.discard(job_id)
+        _remove_tree(self.directory / BLOB_DIR / path_component(job_id))
+        return True
 
     # ------------------------------------------------------------------ batches
     def get_batch_digest(self, job_id: str, party_id: str, batch_index: int) -> str | None:
@@ -764,6 +803,24 @@ class SqliteStore:
 
 
 # ---------------------------------------------------------------------- open-time checks
+def _cancel_reason(marker: str) -> str | None:
+    """The reason in a ``retired_jobs`` marker written by a cancel (None: a release marker)."""
+    try:
+        obj = json.loads(marker)
+    except ValueError:
+        return None
+    return str(obj.get("reason", "")) if isinstance(obj, dict) and obj.get("cancelled") is True else None
+
+
+def _remove_tree(root: Path) -> None:
+    """Delete ``root`` and everything under it (a cancelled job's blobs), fsyncing its parent."""
+    import shutil
+
+    if root.exists():
+        shutil.rmtree(root, ignore_errors=True)
+        fsync_dir(root.parent)
+
+
 def _files_under(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob("*") if not p.is_dir()) if root.is_dir() else []
 
@@ -804,20 +861,25 @@ def _temp_target(name: str) -> str | None:
     return base if dot and base.endswith(BLOB_SUFFIX) and re.fullmatch(r"[0-9a-f]+", token) else None
 
 
-def _scan(d: Path, referenced: dict[str, int], jobs: set[str], released: set[str]):
+def _scan(d: Path, referenced: dict[str, int], jobs: set[str], released: set[str],
+          cancelled: set[str] = frozenset()):
     """Compare the files under ``d`` with what the database names.
 
-    Returns (pending renames [(tmp, final)], stale temp files, problems).  Problems (unknown blobs,
-    missing or wrong-size committed blobs, markers of unknown jobs, damaged markers) refuse the open."""
+    Returns (pending renames [(tmp, final)], stale files, problems).  Problems (unknown blobs,
+    missing or wrong-size committed blobs, markers of unknown jobs, damaged markers) refuse the open.
+    Blobs of a ``cancelled`` job are stale (a crash between the cancel's commit and their removal)."""
     pending: list[tuple[Path, Path]] = []
     stale: list[Path] = []
     problems: list[str] = []
     present: set[str] = set()
     temps: list[tuple[Path, str]] = []
+    dropped = {path_component(j) for j in cancelled}
     for p in _files_under(d / BLOB_DIR):
         rel = p.relative_to(d).as_posix()
         target = _temp_target(p.name)
-        if target is not None:
+        if p.relative_to(d / BLOB_DIR).parts[0] in dropped:
+            stale.append(p)
+        elif target is not None:
             temps.append((p, p.with_name(target).relative_to(d).as_posix()))
         elif rel in referenced:
             present.add(rel)

@@ -33,6 +33,13 @@ class ReleaseRecord:
     result: np.ndarray | None
 
 
+def cancelled_message(job_id: str, reason: str) -> str:
+    """What every request naming a cancelled job is told (FAILED_PRECONDITION)."""
+    why = f" ({reason})" if reason else ""
+    return (f"job {job_id!r} was cancelled by the analyst{why}; its id is retired: submit the job again "
+            f"under a new job id")
+
+
 class ServerStore(Protocol):
     def put_job(self, spec: JobSpec) -> None:
         """Store a job spec (durably in a durable store) before the core acknowledges it."""
@@ -73,6 +80,13 @@ class ServerStore(Protocol):
     def seeded_parties(self, job_id: str) -> list[str]:
         """The sorted ids of the parties that uploaded seeded (reproducible, NOT private) batches."""
 
+    def cancelled(self, job_id: str) -> str | None:
+        """Why the analyst cancelled ``job_id`` (None: not cancelled)."""
+
+    def cancel_job(self, job_id: str, reason: str) -> bool:
+        """Drop the job and everything stored for it, and retire its id for good (also an id never
+        held); False if it was cancelled already."""
+
 
 class MemoryStore:
     """In-memory :class:`ServerStore` for simulations and tests (nothing survives the process)."""
@@ -83,6 +97,7 @@ class MemoryStore:
         self._coverage: dict[str, Coverage] = {}
         self._closed: set[str] = set()
         self._releases: dict[str, ReleaseRecord] = {}
+        self._cancelled: dict[str, str] = {}
 
     def put_job(self, spec: JobSpec) -> None:
         """Hold ``spec`` with no batches and an empty coverage."""
@@ -141,3 +156,17 @@ class MemoryStore:
     def seeded_parties(self, job_id: str) -> list[str]:
         """The sorted ids of the parties with seeded (not private) batches in the job."""
         return sorted({s.batch.party_id for s in self._batches[job_id].values() if s.batch.seeded})
+
+    def cancelled(self, job_id: str) -> str | None:
+        """Why the job was cancelled (None: not cancelled)."""
+        return self._cancelled.get(job_id)
+
+    def cancel_job(self, job_id: str, reason: str) -> bool:
+        """Drop the job's spec, batches and release record; its id stays retired."""
+        if job_id in self._cancelled:
+            return False
+        for table in (self._jobs, self._batches, self._coverage, self._releases):
+            table.pop(job_id, None)
+        self._closed.discard(job_id)
+        self._cancelled[job_id] = reason
+        return True

@@ -34,6 +34,27 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def shared_dir_problem(path: str | os.PathLike[str]) -> str | None:
+    """Why an EXISTING directory (or the one a symlink points to) is not this user's own to make
+    private: another owner, or group- or world-writable (``/tmp``: mode 1777).  Tightening
+    such a directory to 0700 would break everyone else who uses it; None when it is this user's own
+    (or does not exist yet)."""
+    p = Path(path)
+    try:
+        st = p.stat()  # follows a symlink: the directory it points to is what would be changed
+    except OSError:
+        return None
+    if not stat.S_ISDIR(st.st_mode):
+        return None
+    mode = stat.S_IMODE(st.st_mode)
+    shown = f"{str(p)!r}" + (f" (a link to {str(p.resolve())!r})" if p.is_symlink() else "")
+    if hasattr(os, "getuid") and st.st_uid != os.getuid():
+        return f"{shown} belongs to uid {st.st_uid}, not to this user (uid {os.getuid()})"
+    if mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"{shown} is a shared directory (mode {mode:04o})"
+    return None
+
+
 def private_dir(path: str | os.PathLike[str]) -> Path:
     """Create ``path`` (and missing parents, which are created 0700 too) as a 0700 directory, or
     tighten an existing one to 0700. Returns the path. Raises ``OSError`` as ``mkdir`` does

@@ -67,7 +67,9 @@ class ByteMeter(grpc.aio.ServerInterceptor):
 
 
 def human_bytes(x: Any) -> str:
-    """A byte count for a person: ``8.96 MB``, ``224 B``; "—" for a missing count."""
+    """A byte count for a person: ``1.25 GB``, ``8.96 MB``, ``224 B``; "—" for a missing count."""
     if not isinstance(x, (int, float)) or isinstance(x, bool):
         return "—"
+    if x >= 1e9:
+        return f"{x / 1e9:.2f} GB"
     return f"{x / 1e6:.2f} MB" if x >= 1e6 else f"{x / 1e3:.1f} kB" if x >= 1e3 else f"{int(x)} B"

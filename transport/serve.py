@@ -87,3 +87,23 @@ async def serve_until_signal(server: grpc.aio.Server, *, service_name: str, list
     if probe_server is not None:
         await probe_server.stop(grace=None)
     log.info("stopped")
+
+
+def say(line: str) -> None:
+    """A line for a person on stdout (the JSON log lines go to stderr), flushed: under systemd or a
+    launcher stdout is a pipe and would hold it until exit."""
+    print(line, flush=True)
+
+
+def listening_phrase(args: argparse.Namespace, port: int) -> str:
+    """``listening on 127.0.0.1:50051 (mutual TLS, certificates certs)``: an actor's start-up line's core."""
+    host = args.listen.rsplit(":", 1)[0] if ":" in args.listen else args.listen
+    tls = ("PLAINTEXT, unauthenticated: --insecure, for testing only" if args.insecure
+           else f"mutual TLS, certificates {args.certs}")
+    return f"listening on {host}:{port} ({tls})"
+
+
+def count_of(n: int, word: str) -> str:
+    """``n`` things in words ("1 job", "3 jobs")."""
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+

@@ -6,6 +6,22 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class CancelJobRequest(_message.Message):
+    __slots__ = ("job_id", "reason")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    reason: str
+    def __init__(self, job_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class CancelJobResponse(_message.Message):
+    __slots__ = ("job_id", "already")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    ALREADY_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    already: bool
+    def __init__(self, job_id: _Optional[str] = ..., already: _Optional[bool] = ...) -> None: ...
+
 class CreateJobRequest(_message.Message):
     __slots__ = ("spec_json",)
     SPEC_JSON_FIELD_NUMBER: _ClassVar[int]
@@ -165,6 +181,14 @@ class StatusResponse(_message.Message):
     store_seconds: float
     release_seconds: float
     def __init__(self, job_id: _Optional[str] = ..., closed: _Optional[bool] = ..., released: _Optional[bool] = ..., clients_held: _Optional[int] = ..., batches: _Optional[int] = ..., bytes_received: _Optional[int] = ..., bytes_sent: _Optional[int] = ..., store_seconds: _Optional[float] = ..., release_seconds: _Optional[float] = ...) -> None: ...
+
+class CancelRequest(_message.Message):
+    __slots__ = ("job_id", "reason")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    reason: str
+    def __init__(self, job_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class SubmitRequest(_message.Message):
     __slots__ = ("spec_json", "fit_json", "deadline_s", "randomness")

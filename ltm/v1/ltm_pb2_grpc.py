@@ -66,6 +66,11 @@ class ServerStub:
                 request_serializer=ltm_dot_v1_dot_ltm__pb2.StatusRequest.SerializeToString,
                 response_deserializer=ltm_dot_v1_dot_ltm__pb2.StatusResponse.FromString,
                 _registered_method=True)
+        self.CancelJob = channel.unary_unary(
+                '/ltm.v1.Server/CancelJob',
+                request_serializer=ltm_dot_v1_dot_ltm__pb2.CancelJobRequest.SerializeToString,
+                response_deserializer=ltm_dot_v1_dot_ltm__pb2.CancelJobResponse.FromString,
+                _registered_method=True)
 
 
 class ServerServicer:
@@ -116,6 +121,14 @@ class ServerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CancelJob(self, request, context):
+        """Analyst cancels a job: the server drops its batches and release record and retires the job id
+        for good (durably; also an id it never held). Idempotent.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ServerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -148,6 +161,11 @@ def add_ServerServicer_to_server(servicer, server):
                     servicer.Status,
                     request_deserializer=ltm_dot_v1_dot_ltm__pb2.StatusRequest.FromString,
                     response_serializer=ltm_dot_v1_dot_ltm__pb2.StatusResponse.SerializeToString,
+            ),
+            'CancelJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.CancelJob,
+                    request_deserializer=ltm_dot_v1_dot_ltm__pb2.CancelJobRequest.FromString,
+                    response_serializer=ltm_dot_v1_dot_ltm__pb2.CancelJobResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -324,6 +342,33 @@ class Server:
             metadata,
             _registered_method=True)
 
+    @staticmethod
+    def CancelJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ltm.v1.Server/CancelJob',
+            ltm_dot_v1_dot_ltm__pb2.CancelJobRequest.SerializeToString,
+            ltm_dot_v1_dot_ltm__pb2.CancelJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
 
 class AnalystStub:
     """---------------------------------------------------------------- analyst service
@@ -370,6 +415,11 @@ class AnalystStub:
                 '/ltm.v1.Analyst/GetResult',
                 request_serializer=ltm_dot_v1_dot_ltm__pb2.GetResultRequest.SerializeToString,
                 response_deserializer=ltm_dot_v1_dot_ltm__pb2.GetResultResponse.FromString,
+                _registered_method=True)
+        self.Cancel = channel.unary_unary(
+                '/ltm.v1.Analyst/Cancel',
+                request_serializer=ltm_dot_v1_dot_ltm__pb2.CancelRequest.SerializeToString,
+                response_deserializer=ltm_dot_v1_dot_ltm__pb2.JobInfo.FromString,
                 _registered_method=True)
 
 
@@ -430,6 +480,15 @@ class AnalystServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Cancel(self, request, context):
+        """Operator cancels a job that is not done: the analyst stops it, drops its data, tells every
+        server to drop it, and never takes the id again (durably). Idempotent: repeating it re-tells
+        the servers that could not be reached.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AnalystServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -467,6 +526,11 @@ def add_AnalystServicer_to_server(servicer, server):
                     servicer.GetResult,
                     request_deserializer=ltm_dot_v1_dot_ltm__pb2.GetResultRequest.FromString,
                     response_serializer=ltm_dot_v1_dot_ltm__pb2.GetResultResponse.SerializeToString,
+            ),
+            'Cancel': grpc.unary_unary_rpc_method_handler(
+                    servicer.Cancel,
+                    request_deserializer=ltm_dot_v1_dot_ltm__pb2.CancelRequest.FromString,
+                    response_serializer=ltm_dot_v1_dot_ltm__pb2.JobInfo.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -660,6 +724,33 @@ class Analyst:
             '/ltm.v1.Analyst/GetResult',
             ltm_dot_v1_dot_ltm__pb2.GetResultRequest.SerializeToString,
             ltm_dot_v1_dot_ltm__pb2.GetResultResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Cancel(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ltm.v1.Analyst/Cancel',
+            ltm_dot_v1_dot_ltm__pb2.CancelRequest.SerializeToString,
+            ltm_dot_v1_dot_ltm__pb2.JobInfo.FromString,
             options,
             channel_credentials,
             insecure,

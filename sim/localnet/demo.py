@@ -36,7 +36,7 @@ from ltm.v1 import ltm_pb2, ltm_pb2_grpc
 from sim.localnet.chaos import Chaos
 from sim.localnet.launcher import ActorProcess, ProcessGroup, stop_on_termination
 from sim.localnet.workdir import make_scratch_dir
-from sim.runtime.simulate import SimulateConfig, load_table, report_for_release, training_matrix
+from sim.runtime.simulate import SimulateConfig, exact_matrix, load_table, report_for_release, training_matrix
 from sim.runtime.jobs import build_job, party_tables
 from transport.certs import write_certs
 from transport.tls import check_certificates, make_channel
@@ -295,7 +295,8 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
         t = time.monotonic()
         V = training_matrix(spec, train)
         rng = np.random.default_rng(np.frombuffer(randomness.child("baselines").bytes(16), dtype=np.uint64))
-        model_report = report_for_release(cfg, spec, release, V, test, rng, plan=choices.plan)
+        model_report = report_for_release(cfg, spec, release, V, test, rng, plan=choices.plan,
+                                          exact=exact_matrix(spec, train))
         phases["fit_and_baselines"] = time.monotonic() - t
         processes = [{"role": ap.role, "id": ap.actor, "pid": ap.pid,
                       **({"previous_pids": ap.previous_pids} if ap.previous_pids else {})} for ap in group.processes]
@@ -379,7 +380,8 @@ def run_operate(args: argparse.Namespace) -> int:
     out = {"command": "operate", "tls": not args.insecure, "release_sha256": report["release_sha256"],
            "participants": report["participants"], "held_per_server": report["held_per_server"],
            "privacy": report["privacy"], "analyst_model": report["model"],
-           **report_for_release(cfg, spec, release, training_matrix(spec, train), test, rng),
+           **report_for_release(cfg, spec, release, training_matrix(spec, train), test, rng,
+                                exact=exact_matrix(spec, train)),
            "timing_s": {**phases, "analyst": report["timing_s"]}}
     print(json.dumps(out, indent=2, allow_nan=False) if args.json else
           f"released {out['release_sha256']} over {out['participants']} clients; R² {out['metrics']['r2']:.4f} "

@@ -134,6 +134,12 @@ def training_matrix(spec: JobSpec, table: Table) -> np.ndarray:
     return V
 
 
+def exact_matrix(spec: JobSpec, table: Table) -> np.ndarray:
+    """The transformed client rows (n, D) before clipping: what the non-private baseline is fitted on
+    (the exact training rows, in the model's own coordinates)."""
+    return FeaturePipeline.for_spec(spec).vectors(table.columns, rows=table.n)
+
+
 def simulate(cfg: SimulateConfig, *, progress: bool = False) -> dict[str, Any]:
     """Run one simulated job; returns the JSON-ready report.  ``progress``: a progress bar of the
     parties' clients on stderr (on a terminal only: :mod:`ltm.progress`)."""
@@ -190,7 +196,8 @@ def simulate(cfg: SimulateConfig, *, progress: bool = False) -> dict[str, Any]:
     }
     t = time.perf_counter()
     rng = np.random.default_rng(np.frombuffer(randomness.child("baselines").bytes(16), dtype=np.uint64))
-    report.update(report_for_release(cfg, spec, release, V, test, rng, plan=choices.plan))
+    report.update(report_for_release(cfg, spec, release, V, test, rng, plan=choices.plan,
+                                     exact=exact_matrix(spec, train)))
     t_fit = time.perf_counter() - t
     timing = {"spec": t_spec, **run.timing_s, "fit_and_baselines": t_fit,
               "total": time.perf_counter() - t_start}
@@ -200,17 +207,22 @@ def simulate(cfg: SimulateConfig, *, progress: bool = False) -> dict[str, Any]:
 
 
 def report_for_release(cfg: SimulateConfig, spec: JobSpec, release, V: np.ndarray, test: Table | None,
-                       rng: np.random.Generator, plan: dict | None = None) -> dict[str, Any]:
+                       rng: np.random.Generator, plan: dict | None = None, *,
+                       exact: np.ndarray | None = None) -> dict[str, Any]:
     """Fit the configured model on a release and set it beside the baselines on the same data.
 
-    Shared by ``simulate`` (in-process release) and ``demo`` (networked release), so the same
-    seed gives the same numbers in process and over gRPC.  ``plan``: the planner's output
+    ``V``: the clipped rows the parties release (:func:`training_matrix`; the central and local
+    baselines and φ use them); ``exact``: the same rows unclipped (:func:`exact_matrix`), on which
+    the non-private regression baselines are fitted (default: ``V``).  ``plan``: the planner's output
     (``Plan.to_dict()``); when it warns that the predicted R² is ≤ 0 the released model is the
-    intercept-only one unless ``cfg.fallback`` is off (:func:`fallback_reason`).
+    intercept-only one unless ``cfg.fallback`` is off (:func:`fallback_reason`).  Shared by ``simulate``
+    (in-process release) and ``demo`` (networked release), so the same seed gives the same numbers
+    in process and over gRPC.
     """
     if cfg.model == "lowrank":
         return _lowrank_report(cfg, spec, release, V, rng)
-    report = _regression_report(cfg, spec, release, V, test, rng, fallback_reason(cfg, plan))
+    report = _regression_report(cfg, spec, release, V, test, rng, V if exact is None else exact,
+                                fallback_reason(cfg, plan))
     if spec.transforms:
         report["transforms"] = [asdict(t) for t in spec.transforms]
     return report
@@ -271,7 +283,7 @@ def fallback_reason(cfg: SimulateConfig, plan: dict | None) -> str:
 
 
 def _regression_report(cfg: SimulateConfig, spec: JobSpec, release, V, test: Table, rng,
-                       fallback: str = "") -> dict[str, Any]:
+                       exact: np.ndarray, fallback: str = "") -> dict[str, Any]:
     lam, lam_rule = release_lambda(release)
     if cfg.lam is not None:
         lam, lam_rule = cfg.lam, "given"
@@ -289,9 +301,11 @@ def _regression_report(cfg: SimulateConfig, spec: JobSpec, release, V, test: Tab
     label = spec.label_index
     A = V[:, [j for j in range(spec.width) if j != label]]
     b = V[:, label]
-    ols = wrap(solve_ridge(A, b, 0.0))
-    lam_cv = cv_ridge_lambda(A, b, rng)
-    ridge_cv = wrap(solve_ridge(A, b, lam_cv))
+    # the non-private fits: on the exact (unclipped) training rows, as the summary says
+    A_exact, b_exact = exact[:, [j for j in range(spec.width) if j != label]], exact[:, label]
+    ols = wrap(solve_ridge(A_exact, b_exact, 0.0))
+    lam_cv = cv_ridge_lambda(A_exact, b_exact, rng)
+    ridge_cv = wrap(solve_ridge(A_exact, b_exact, lam_cv))
     delta = baseline_delta(cfg)
     central = {name: {**_regression_metrics(wrap(fit.coef), spec, V, lam, test), "method": name, "lambda": fit.lam}
                for name, fit in central_baselines(A, b, cfg.epsilon, delta, spec.clip_bound, rng).items()}

@@ -33,6 +33,21 @@ through the real cores many times:
 * **Negative control.**  ``sigma_factor < 1`` multiplies every client's σ_c (an under-calibrated
   mechanism, e.g. a forgotten factor): the audit must then report ε_lb > ε.
 
+**Any release kind and upload mode** (``release``, ``upload_mode``).  The default audits the sparse
+sketch with per-client uploads as above (its statistic and its grid follow from the job alone).  For
+another kind (``dense``, ``gram``) or aggregated uploads the same runs go through the same cores, and:
+
+* the neighbours: the target's row is ``C·e1`` in D; in D′ it is ``−C·e1`` for a sketch, ``C·e2``
+  for ``gram`` (whose lift z zᵀ cannot tell ±v apart; e1 vs e2 moves the triangle by √2·C², the
+  gram release's Δ₂);
+* the statistic: ``T = ⟨u, Y⟩`` with u the unit vector along E_D[Y] − E_D′[Y], which is computed
+  exactly before any run as the difference of one D and one D′ release drawn with the *same*
+  seeded randomness (the noise and shares do not depend on the data, so they cancel); for the sparse
+  per-client default it is the projection above up to scale;
+* the grid: fixed before any audit run from a *pilot* of separate releases (their own randomness,
+  never counted): midpoint of the pilot means ± (half their distance + 6 pilot standard deviations).
+  ``epsilon_pair`` and ``tightness`` then use the pilot's estimates of T's shift and spread.
+
 The ε an infinitely long audit would approach (``epsilon_pair``: the exact ε at δ of a Gaussian
 mechanism with the measured pair's Δ/σ) is reported beside ε_lb; with finitely many runs the
 Clopper–Pearson bounds keep ε_lb well below it (a black-box audit at δ = 1e-6 cannot observe the
@@ -100,6 +115,13 @@ class AuditConfig:
     thresholds: int = 241
     seed: str | None = None
     workers: int = 1
+    release: str = "sparse"          # sparse | dense | gram (the audited release kind)
+    upload_mode: str = "per-client"  # per-client | aggregate
+
+    @property
+    def generic(self) -> bool:
+        """Whether the general statistic and a pilot grid are used (anything but sparse, per-client)."""
+        return self.release != "sparse" or self.upload_mode != "per-client"
 
 
 @dataclass(frozen=True)
@@ -113,6 +135,10 @@ class AuditJob:
     rows: tuple[int, ...]     # the target's sketch row per piece
     signs: tuple[int, ...]    # ±1 per piece
     target_loads: tuple[int, ...]
+    #: the generic statistic's unit direction (shape of Y), None for the sparse per-client default
+    direction: np.ndarray | None = None
+    lifted: bool = False             # a gram job: D′ moves the target to C·e2 (module docstring)
+    shift: float = 0.0               # generic: ‖E_D[Y] − E_D′[Y]‖, exactly E_D[T] − E_D′[T]
 
     @property
     def mean_shift(self) -> float:
@@ -126,6 +152,17 @@ class AuditJob:
         return self.plan.sigma_client * math.sqrt(sum(self.target_loads))
 
 
+AUDITED_KINDS = ("sparse", "dense", "gram")
+
+
+def _audited_sketch(cfg: AuditConfig) -> SketchSpec:
+    if cfg.release not in AUDITED_KINDS:
+        raise ValueError(f"ltm audit audits the release kinds {', '.join(AUDITED_KINDS)}, not {cfg.release!r}")
+    if cfg.release == "gram":  # the servers' map is the sum: one row
+        return SketchSpec("gram", 1, 1, "a0" * 32)
+    return SketchSpec(cfg.release, cfg.m, cfg.s if cfg.release == "sparse" else cfg.m, "a0" * 32)
+
+
 def build_audit_job(cfg: AuditConfig) -> AuditJob:
     edges = np.linspace(0, cfg.n, cfg.parties + 1).astype(int)
     draft = JobSpec(
@@ -133,9 +170,10 @@ def build_audit_job(cfg: AuditConfig) -> AuditJob:
         columns=tuple(ColumnSpec(f"x{j}") for j in range(cfg.width)),
         parties=tuple(PartySpec(f"party-{i}", int(a), int(b), (), cfg.clip)
                       for i, (a, b) in enumerate(zip(edges[:-1], edges[1:]))),
-        clip_bound=cfg.clip, frac_bits=cfg.frac_bits, sketch=SketchSpec("sparse", cfg.m, cfg.s, "a0" * 32),
+        clip_bound=cfg.clip, frac_bits=cfg.frac_bits, sketch=_audited_sketch(cfg),
         privacy=PrivacySpec(epsilon=cfg.epsilon, delta=cfg.delta, min_participants=cfg.n),
         servers=tuple(ServerSpec(f"server-{i}") for i in range(cfg.k)), share_mode=cfg.share_mode,
+        upload_mode=cfg.upload_mode,
         # An audit is an experiment on synthetic data: it measures the calibration with every client
         # honest (no corruption deducted) and may draw seeded randomness, so it is a reproduction job.
         reproduction=True)
@@ -144,24 +182,45 @@ def build_audit_job(cfg: AuditConfig) -> AuditJob:
     tightest = int(loads.min())  # L = the smallest full-participation row load (t′ = 0)
     spec = resolve_defaults(replace(draft, privacy=replace(draft.privacy, min_honest_load=tightest)))
     validate_job(spec)
-    rows, negative = sketch.placement(0, cfg.n)
-    burden = loads[rows].sum(axis=0)  # Σ_l load of each client's rows
-    target = int(np.argmin(burden))
     claimed = spec.noise_plan()
     plan = replace(claimed, sigma_client=claimed.sigma_client * cfg.sigma_factor,
                    grid_sigma2=claimed.grid_sigma2 * cfg.sigma_factor**2)
-    return AuditJob(spec, plan, claimed, target, tuple(int(r) for r in rows[:, target]),
-                    tuple(-1 if x else 1 for x in negative[:, target]), tuple(int(loads[r]) for r in rows[:, target]))
+    if cfg.release == "sparse":  # the target: a client whose rows carry the smallest load
+        rows, negative = sketch.placement(0, cfg.n)
+        burden = loads[rows].sum(axis=0)  # Σ_l load of each client's rows
+        target = int(np.argmin(burden))
+        job = AuditJob(spec, plan, claimed, target, tuple(int(r) for r in rows[:, target]),
+                       tuple(-1 if x else 1 for x in negative[:, target]),
+                       tuple(int(loads[r]) for r in rows[:, target]))
+    else:  # every client is in every row (dense) or in the one sum (gram): equal loads
+        job = AuditJob(spec, plan, claimed, 0, (), (), tuple(int(x) for x in loads), lifted=cfg.release == "gram")
+    if not cfg.generic:
+        return job
+    diff = _mean_difference(job)
+    return replace(job, direction=diff / float(np.linalg.norm(diff)), shift=float(np.linalg.norm(diff)))
+
+
+def _mean_difference(job: AuditJob) -> np.ndarray:
+    """E_D[Y] − E_D′[Y]: one D and one D′ release with the same seeded randomness differ by exactly
+    that (the noise and the shares do not depend on the data)."""
+    same = "ltm-audit/direction"
+    diff = (release_once(job, _tables(job, "D"), Randomness.seeded_insecure(same))
+            - release_once(job, _tables(job, "D_prime"), Randomness.seeded_insecure(same)))
+    if not np.linalg.norm(diff) > 0:
+        raise ValueError("the audited neighbours give the same release mean: nothing to audit")
+    return diff
 
 
 def _tables(job: AuditJob, dataset: str) -> dict[str, dict[str, np.ndarray]]:
     spec = job.spec
     sign = 1.0 if dataset == "D" else -1.0
+    # a lifted (gram) release cannot tell ±v apart: its D′ moves the target to C·e2 instead
+    column = "x1" if job.lifted and dataset != "D" else "x0"
     out = {}
     for p in spec.parties:
         cols = {f"x{j}": np.zeros(p.size) for j in range(spec.width)}
         if p.start <= job.target < p.stop:
-            cols["x0"][job.target - p.start] = sign * spec.clip_bound
+            cols[column][job.target - p.start] = (1.0 if job.lifted else sign) * spec.clip_bound
         out[p.party_id] = cols
     return out
 
@@ -184,7 +243,9 @@ def release_once(job: AuditJob, tables: dict[str, dict[str, np.ndarray]], random
 
 
 def statistic(job: AuditJob, Y: np.ndarray) -> float:
-    """T = Σ_l sign_l · Y[row_l, 0]."""
+    """T = Σ_l sign_l · Y[row_l, 0]; generic: T = ⟨u, Y⟩ (module docstring)."""
+    if job.direction is not None:
+        return float(np.sum(job.direction * Y))
     return float(sum(sign * Y[row, 0] for row, sign in zip(job.rows, job.signs)))
 
 
@@ -287,18 +348,54 @@ def pair_epsilon(mean_shift: float, sd: float, delta: float) -> float:
     return hi
 
 
+#: Most pilot releases per neighbouring dataset that fix a generic audit's grid (never counted in the
+#: bound): min(PILOT_RUNS, max(50, runs)).
+PILOT_RUNS = 200
+
+
+def pilot(cfg: AuditConfig, job: AuditJob) -> dict[str, float]:
+    """A generic audit's pilot (module docstring): T's mean under D and D′ and its spread, from
+    up to :data:`PILOT_RUNS` releases each with randomness of their own, run before the audit's."""
+    count = min(PILOT_RUNS, max(50, cfg.runs))
+    t = {}
+    for dataset in DATASETS:
+        tables = _tables(job, dataset)
+        t[dataset] = np.array([statistic(job, release_once(job, tables, Randomness.system() if cfg.seed is None else
+                                                                 Randomness.seeded_insecure(
+                                                                     f"ltm-audit-pilot/{cfg.seed}/{dataset}/{i}")))
+                               for i in range(count)])
+    sd = math.sqrt((t["D"].var(ddof=1) + t["D_prime"].var(ddof=1)) / 2.0)
+    return {"mean_D": float(t["D"].mean()), "mean_D_prime": float(t["D_prime"].mean()), "sd": sd, "runs": count}
+
+
+def _grid_and_pair(cfg: AuditConfig, job: AuditJob) -> tuple[np.ndarray, float, float, dict[str, float]]:
+    """The threshold grid, T's shift and spread (the job's, or a generic audit's pilot estimates),
+    and the expected statistic the report states."""
+    if not cfg.generic:
+        expected = {"expected_mean_D": job.mean_shift / 2.0, "expected_mean_D_prime": -job.mean_shift / 2.0,
+                    "expected_sd": job.sd}
+        return threshold_grid(job, cfg.thresholds), job.mean_shift, job.sd, expected
+    p = pilot(cfg, job)
+    shift = job.shift  # exact; the pilot estimates T's spread and centre
+    half = shift / 2.0 + 6.0 * p["sd"]
+    mid = (p["mean_D"] + p["mean_D_prime"]) / 2.0
+    expected = {"expected_mean_D": p["mean_D"], "expected_mean_D_prime": p["mean_D_prime"], "expected_sd": p["sd"],
+                "expected_from": f"a pilot of {p['runs']} releases per dataset"}
+    return np.linspace(mid - half, mid + half, cfg.thresholds), shift, p["sd"], expected
+
+
 def run_audit(cfg: AuditConfig) -> dict[str, Any]:
     """Run the audit; returns a JSON-friendly report (see module docstring)."""
     if cfg.runs < 1:
         raise ValueError("runs must be ≥ 1")
     t0 = time.perf_counter()
     job = build_audit_job(cfg)
+    grid, shift, sd, expected = _grid_and_pair(cfg, job)  # fixed before any audit run
     stats, prints = collect_statistics(cfg)
     elapsed = time.perf_counter() - t0
-    grid = threshold_grid(job, cfg.thresholds)
     bound = epsilon_lower_bound(stats["D"], stats["D_prime"], grid, cfg.delta, cfg.alpha)
     calibrated_ratio = job.claimed.sensitivity / job.claimed.sigma_release  # Δ/σ_Y
-    pair_ratio = job.mean_shift / (job.claimed.sigma_client * math.sqrt(sum(job.target_loads)))
+    pair_ratio = shift / (sd / cfg.sigma_factor)  # T's Δ/σ under the calibrated (not the audited) plan
     distinct = len(np.unique(prints))
     return {
         "claimed": {"epsilon": cfg.epsilon, "delta": cfg.delta, "calibration": job.spec.privacy.calibration,
@@ -312,9 +409,10 @@ def run_audit(cfg: AuditConfig) -> dict[str, Any]:
             "min_honest_load": job.spec.privacy.min_honest_load,
             "target_client": job.target, "target_rows": list(job.rows), "target_row_loads": list(job.target_loads),
             "tightness": pair_ratio / calibrated_ratio,
-            "epsilon_pair": pair_epsilon(job.mean_shift, job.sd, cfg.delta),
+            "epsilon_pair": pair_epsilon(shift, sd, cfg.delta),
         },
-        "job": {"n": cfg.n, "m": cfg.m, "s": cfg.s, "k": cfg.k, "parties": cfg.parties, "width": cfg.width,
+        "job": {"release": cfg.release, "upload_mode": cfg.upload_mode, "n": cfg.n, "m": job.spec.sketch.m,
+                "s": job.spec.sketch.s, "k": cfg.k, "parties": cfg.parties, "width": cfg.width,
                 "clip": cfg.clip, "share_mode": cfg.share_mode, "frac_bits": job.spec.frac_bits},
         "runs_per_dataset": cfg.runs,
         "alpha": cfg.alpha,
@@ -322,9 +420,8 @@ def run_audit(cfg: AuditConfig) -> dict[str, Any]:
         **bound,
         "violation": bound["epsilon_lb"] > cfg.epsilon,
         "statistic": {
-            "expected_mean_D": job.mean_shift / 2.0, "mean_D": float(stats["D"].mean()),
-            "expected_mean_D_prime": -job.mean_shift / 2.0, "mean_D_prime": float(stats["D_prime"].mean()),
-            "expected_sd": job.sd, "sd_D": float(stats["D"].std(ddof=1)) if cfg.runs > 1 else None,
+            **expected, "mean_D": float(stats["D"].mean()), "mean_D_prime": float(stats["D_prime"].mean()),
+            "sd_D": float(stats["D"].std(ddof=1)) if cfg.runs > 1 else None,
             "sd_D_prime": float(stats["D_prime"].std(ddof=1)) if cfg.runs > 1 else None,
             # whole releases, not T: T is a fixed-point value, so two of 10^5 fresh draws may coincide
             "distinct_releases": distinct,

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
 import os
 import resource
 import shutil
@@ -32,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from ltm.jobconfig import parse_count, parse_counts  # noqa: F401  (the flag's type, re-exported)
 from ltm.jobspec import JobSpec, warm_validation_in_background
 from ltm.progress import bar_enabled, progress_bar
 from ltm.randomness import Randomness
@@ -45,22 +45,6 @@ from transport.certs import write_certs
 
 #: Held-out rows generated (separately from the parties' rows) to report the fit's test R².
 TEST_ROWS = 100_000
-
-
-def parse_count(text: str) -> int:
-    """A client count: ``1000000``, ``1_000_000``, ``1e6`` or ``2.5e7`` (must be a whole number ≥ 1)."""
-    try:
-        value = float(text.replace("_", ""))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of clients: {text!r} (e.g. 1000000 or 1e6)") from None
-    if not (math.isfinite(value) and value >= 1 and value == int(value)):
-        raise argparse.ArgumentTypeError(f"not a whole number of clients ≥ 1: {text!r}")
-    return int(value)
-
-
-def parse_counts(text: str) -> list[int]:
-    """``--n``: one count or a comma-separated series (``1e6,1e7,1e8``)."""
-    return [parse_count(t.strip()) for t in text.split(",") if t.strip()]
 
 
 def default_parties(n: int) -> int:
@@ -306,8 +290,17 @@ class _PartyLaunch:
         received = sum(server_wire_bytes(self.cluster.group, s, spec.job_id)["received"] for s in self.cluster.servers)
         running = sum(1 for p in parties if p.proc.poll() is None)
         state = f"{running} parties running, {len(parties)}/{len(spec.parties)} started"
-        return (received, expected, state, f"upload: {state}; servers received {received / 1e9:.2f} GB of "
-                f"≈ {expected / 1e9:.2f} GB ({min(received / expected, 1):.0%})")
+        return (received, expected, state,
+                upload_progress(running, len(parties), len(spec.parties), received, expected))
+
+
+def upload_progress(running: int, started: int, parties: int, received: int, expected: int) -> str:
+    """The bench's upload progress line, each byte count in its own unit (``8.96 MB of ≈ 17.92 MB``)."""
+    from transport.metering import human_bytes
+
+    share = f" ({min(received / expected, 1):.0%})" if expected > 0 else ""
+    return (f"upload: {running} parties running, {started}/{parties} started; servers received "
+            f"{human_bytes(received)} of ≈ {human_bytes(expected)}{share}")
 
 
 @dataclass

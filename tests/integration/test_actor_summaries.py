@@ -81,3 +81,20 @@ def test_server_and_party_say_what_they_did(tmp_path) -> None:
                                    f"certificates {certs}); store "), lines
         assert "0 jobs held" in lines[0]
         assert lines[-1].startswith(f"ltm server server-{i}: stopped after ") and "1 job held in" in lines[-1]
+
+
+def test_the_analyst_says_where_it_listens_and_keeps_its_jobs(tmp_path) -> None:
+    certs = tmp_path / "certs"
+    write_certs(certs, ["server-0", "analyst", "operator"])
+    group = ProcessGroup(tmp_path, certs)
+    out = tmp_path / "analyst-out"
+    try:
+        analyst = group.start_service("analyst", "analyst", ["analyst", "--out", str(out)])
+    finally:
+        group.stop_all()
+    lines = _human_lines(analyst.log_path.read_text())
+    port = analyst.endpoint.rsplit(":", 1)[1]
+    assert lines[0] == (f"ltm analyst: listening on 127.0.0.1:{port} (mutual TLS, certificates {certs}); jobs in "
+                        f"{out.absolute()}, 0 jobs held, 0 resumed; results under {out.absolute()}/<job>/. Stop "
+                        f"with SIGTERM (Ctrl-C)."), lines
+    assert lines[-1].startswith("ltm analyst: stopped after ") and lines[-1].endswith(f"0 jobs held in {out.absolute()}")

@@ -67,3 +67,19 @@ def test_top_level_help_loads_no_command():
     loaded = loaded_modules("--help")
     assert packages(loaded) <= {"ltm", "ltm_cli"}
     assert {m for m in loaded if m.startswith("ltm_cli.")} == {"ltm_cli.app"}, sorted(loaded)
+
+
+#: What no `--help` of a tool command needs: the actors, the simulator, gRPC, numpy, the crypto and
+#: accounting stacks (each costs a second or more of imports on a loaded machine).
+HEAVY = ("sim", "party", "server", "analyst", "experiments", "grpc", "numpy", "scipy", "cryptography",
+         "dp_accounting", "matplotlib")
+
+
+@pytest.mark.parametrize("argv", [("bench", "--help"), ("bench", "e2e", "--help"), ("bench", "sketch", "--help")])
+def test_bench_help_imports_nothing_heavy(argv):
+    # a count of what is imported, not a time: robust under load
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.run([sys.executable, "-c", PROBE, *argv], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "usage: ltm bench" in proc.stdout, proc.stderr[-2000:]
+    heavy = sorted({m.split(".")[0] for m in proc.stderr.splitlines()} & set(HEAVY))
+    assert not heavy, f"`ltm {' '.join(argv)}` imported {heavy}"

@@ -250,6 +250,13 @@ POLICY_CASES = {
 }
 
 
+#: the flag each refusal's plain error line names (what would accept the job)
+POLICY_FLAGS = {"eps2": "--max-epsilon 2", "eps-strict": "--max-epsilon 1", "delta": "--max-delta 0.001",
+                "paper": "--allow-paper-calibration", "corrupt0": "--min-corrupt-parties 0",
+                "corrupt2": "--min-corrupt-parties 1", "tprime": "--min-t-prime 0", "participants": "--min-participants",
+                "reproduction": "--allow-reproduction", "seeded": "drop --seed"}
+
+
 @pytest.fixture(scope="module")
 def policy_runs(deployment):
     """One `ltm party` process per policy case plus an acceptable control job, all at once."""
@@ -283,6 +290,10 @@ def test_party_refuses_a_job_outside_its_policy_before_sending(deployment, polic
     code, log = out[job_id]
     assert code == 3, f"exit {code}; log:\n{log[-2000:]}"
     assert "refusing the job" in log and POLICY_CASES[job_id][2] in log, log[-2000:]
+    # besides the JSON log line, one plain line a person reads: the rule, the job's value, the flag
+    plain = [line for line in log.splitlines() if line.startswith("ltm party: error: ")]
+    assert len(plain) == 1, log[-2000:]
+    assert POLICY_CASES[job_id][2] in plain[0] and POLICY_FLAGS[job_id] in plain[0], plain[0]
     for state in states(deployment, job_id):
         job, batches, releases, blobs, (closed, released, clients_held) = state
         assert job == [(specs[job_id].digest, 0)]

@@ -207,8 +207,10 @@ def test_a_missing_ledger_is_refused_never_a_fresh_budget(world):
 def test_a_tampered_charge_is_a_one_line_refusal(world):
     code, log, _ = world["results"]["third"]["move"]
     assert code == 7, log[-2000:]
-    (line,) = [l for l in log.splitlines() if "privacy ledger" in l]
-    assert "is corrupt at record 1: pure_epsilon is -100.0, not positive" in line
+    # the JSON log line (its message) and one plain line on stderr, each the whole refusal in one line
+    logged, plain = [l for l in log.splitlines() if "privacy ledger" in l]
+    assert plain.startswith("ltm party: error: privacy ledger: ") and logged == plain.removeprefix("ltm party: error: ")
+    assert "is corrupt at record 1: pure_epsilon is -100.0, not positive" in plain
     assert "Traceback" not in log
 
 

@@ -80,7 +80,12 @@ def artifacts(tmp_path_factory) -> dict[str, Path]:
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     wheels, sdists = sorted(dist.glob("ltm-*.whl")), sorted(dist.glob("ltm-*.tar.gz"))
     assert len(wheels) == 1 and len(sdists) == 1, sorted(p.name for p in dist.iterdir())
-    return {"tmp": tmp, "wheel": wheels[0], "sdist": sdists[0]}
+    return {"tmp": tmp, "wheel": wheels[0], "sdist": sdists[0], "log": r.stdout + r.stderr}
+
+
+def test_the_build_has_no_deprecated_metadata(artifacts):
+    # e.g. `project.license` as a table (setuptools stops reading it in 2027): the SPDX string form
+    assert "deprecated" not in artifacts["log"].lower(), artifacts["log"][-3000:]
 
 
 def test_the_wheel_carries_the_package_data(artifacts):

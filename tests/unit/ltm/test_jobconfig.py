@@ -215,6 +215,7 @@ OWN_FLAGS = {
 }
 #: Defaults a command sets for a reason of its own, through add_options(defaults=...).
 OWN_DEFAULTS = {("bench e2e", "seed"): 1, ("bench sketch", "m"): 100, ("audit", "m"): 4, ("audit", "k"): 2,
+                ("audit", "sketch"): "sparse",  # an audit audits one kind: "auto" is no mechanism
                 ("loadtest", "m"): 16,
                 ("party", "quiet"): None}  # None: a party's --config file may set it
 

@@ -57,6 +57,18 @@ def test_every_problem_gets_its_own_line():
     assert all("\n" not in p for p in problems)
 
 
+def test_a_column_without_bounds_points_to_the_bounds_prejob():
+    draft = doc()
+    draft["columns"][0] = {"name": "a"}  # nobody has public bounds for it: a draft for `ltm job bounds`
+    draft["columns"][1] = {"name": "b", "center": 1.0}  # half a transform: a mistake, not a draft
+    with pytest.raises(JobFileError) as err:
+        parse_job_file(render_job_file(draft))
+    [a] = [p for p in err.value.problems if "('a')" in p]
+    [b] = [p for p in err.value.problems if "('b')" in p]
+    assert "`ltm job bounds DRAFT" in a and "docs/bounds.md" in a
+    assert "ltm job bounds" not in b
+
+
 def test_job_validation_problems_come_through():
     with pytest.raises(JobFileError) as err:
         parse_job_file(render_job_file(doc(release={"kind": "sparse", "m": 2})))

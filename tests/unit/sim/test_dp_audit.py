@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 import subprocess
 import sys
 
@@ -118,3 +119,49 @@ def test_ltm_audit_command_prints_json():
     assert [r["sigma_factor"] for r in report["summary"]] == [1.0, 0.1]
     assert report["default"]["runs_per_dataset"] == 40 and report["default"]["statistic"]["distinct_releases"] == 80
     assert "seeded" in report["default"]["randomness"]
+
+
+def test_a_gram_release_is_audited_with_the_generic_statistic():
+    """CI size (the slow test below audits every kind and mode with a negative control): a gram job,
+    its exact mean difference along C·e1 against C·e2, and a default mechanism below its claim."""
+    cfg = AuditConfig(runs=150, seed="kind-ci", release="gram")
+    job = build_audit_job(cfg)
+    assert job.spec.sketch.kind == "gram" and job.shift == pytest.approx(math.sqrt(2) * cfg.clip**2, rel=1e-9)
+    r = run_audit(cfg)
+    assert r["job"]["release"] == "gram" and not r["violation"] and r["epsilon_lb"] < 1.0
+    assert r["statistic"]["expected_from"] == "a pilot of 150 releases per dataset"
+    # T's spread as the pilot estimated it (pooled over D and D′: 2·149 degrees of freedom) and as the
+    # audit's D runs measured it agree: their variance ratio is F(149, 298), inside its central 1 − 1e-6
+    f = r["statistic"]["sd_D"] ** 2 / r["statistic"]["expected_sd"] ** 2
+    assert scipy.stats.f.ppf(5e-7, cfg.runs - 1, 2 * (cfg.runs - 1)) < f < scipy.stats.f.ppf(1 - 5e-7, cfg.runs - 1,
+                                                                                               2 * (cfg.runs - 1))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("release, upload_mode", [("sparse", "aggregate"), ("dense", "per-client"),
+                                                  ("gram", "per-client"), ("gram", "aggregate")])
+def test_any_release_kind_and_upload_mode_is_audited(release, upload_mode):
+    """The generic statistic (module docstring): the job has the kind and mode asked for, T's shift
+    is exactly the mean difference, the default mechanism stays below its claim, and a σ/10
+    negative control is caught (its pair's Δ/σ ≈ 2.2: ε_lb > 1 needs far fewer runs than this)."""
+    cfg = AuditConfig(runs=300, seed=f"kind-{release}-{upload_mode}", release=release, upload_mode=upload_mode)
+    job = build_audit_job(cfg)
+    assert (job.spec.sketch.kind, job.spec.upload_mode) == (release, upload_mode)
+    # the direction comes from the exact mean difference: for gram, C·e1 against C·e2 moves two
+    # diagonal entries of the triangle by C² each (√2·C², the kind's Δ₂)
+    expected_shift = math.sqrt(2) * cfg.clip**2 if release == "gram" else 2 * cfg.clip * job.spec.make_sketch().pieces ** 0.5
+    assert job.shift == pytest.approx(expected_shift, rel=1e-9)
+    r = run_audit(cfg)
+    assert r["job"]["release"] == release and r["job"]["upload_mode"] == upload_mode
+    assert not r["violation"] and r["epsilon_lb"] < 1.0
+    control = run_audit(replace(cfg, sigma_factor=0.1, runs=400))
+    assert control["violation"] and control["epsilon_lb"] > 1.0, control["epsilon_lb"]
+
+
+def test_ltm_audit_takes_a_release_kind_and_an_upload_mode():
+    out = subprocess.run([sys.executable, "-m", "ltm_cli", "audit", "--runs", "30", "--controls", "",
+                          "--release", "gram", "--upload-mode", "aggregate", "--workers", "1", "--seed", "cli"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    job = json.loads(out.stdout)["default"]["job"]
+    assert (job["release"], job["upload_mode"]) == ("gram", "aggregate")
