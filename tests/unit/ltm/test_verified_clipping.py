@@ -26,7 +26,7 @@ from party.replicated import replicated_uploads
 from server.replicated import ReplicatedServer
 from sim.runtime.inprocess import run_inprocess
 from sim.runtime.jobs import build_job, party_tables
-from sim.runtime.replicated_run import verify_clipping
+from sim.runtime.replicated_run import replicated_servers, verify_clipping
 
 U64 = np.uint64
 SEEDS = [bytes([i]) * 32 for i in range(3)]
@@ -34,17 +34,17 @@ SEEDS = [bytes([i]) * 32 for i in range(3)]
 
 # -------------------------------------------------------------------- the pure core
 def test_shape_and_witness_test_vector():
-    # d = 1, f = 2, C = 1: R = 4 + ½, B = ⌈20.25(1 + 2^-45)⌉ = 21, ⌊√21⌋ = 4 has 3 bits: r = 3, E = 4, L = 5.
+    # d = 1, f = 2, C = 1: R = 4 + ½, B = ⌊20.25⌋ = 20, ⌊√20⌋ = 4 has 3 bits: r = 3, E = 4, L = 5.
     shape = proof_shape(1, 2, 1.0)
-    assert (shape.bound, shape.r, shape.entry_bits, shape.slack_bits) == (21, 3, 4, 5)
+    assert (shape.bound, shape.r, shape.entry_bits, shape.slack_bits) == (20, 3, 4, 5)
     assert shape.witness_width == 9 and shape.constraint_width == 11
     w = witness(np.array([[-3], [4]]), shape)
-    # x̂ = −3: u = 5 = 0b0101 (LSB first 1,0,1,0); slack 21 − 9 = 12 = 0b01100 → 0,0,1,1,0
-    np.testing.assert_array_equal(w[0], [1, 0, 1, 0, 0, 0, 1, 1, 0])
-    # x̂ = 4: u = 12 → 0,0,1,1; slack 21 − 16 = 5 → 1,0,1,0,0
-    np.testing.assert_array_equal(w[1], [0, 0, 1, 1, 1, 0, 1, 0, 0])
+    # x̂ = −3: u = 5 = 0b0101 (LSB first 1,0,1,0); slack 20 − 9 = 11 = 0b01011 → 1,1,0,1,0
+    np.testing.assert_array_equal(w[0], [1, 0, 1, 0, 1, 1, 0, 1, 0])
+    # x̂ = 4: u = 12 → 0,0,1,1; slack 20 − 16 = 4 → 0,0,1,0,0
+    np.testing.assert_array_equal(w[1], [0, 0, 1, 1, 0, 0, 1, 0, 0])
     with pytest.raises(ValueError, match="not clipped"):
-        witness(np.array([[5]]), shape)  # 25 > 21
+        witness(np.array([[5]]), shape)  # 25 > 20
     with pytest.raises(ValueError, match="outside"):
         witness(np.array([[8]]), shape)
 
@@ -219,7 +219,7 @@ def test_honest_verified_job_releases_the_same_bytes_as_the_unverified_one(job):
 def _servers_with(spec, data, cheat=None):
     """Three servers holding every party's honest uploads, except ``cheat(uploads) → uploads`` for
     party-1 (the corrupt party); then closed."""
-    servers = [ReplicatedServer(spec, i, Randomness.seeded_insecure(20).child("server", i)) for i in range(3)]
+    servers = replicated_servers(spec)
     for party in spec.parties:
         ups = replicated_uploads(spec, party.party_id, data[party.party_id],
                                  party_randomness(Randomness.seeded_insecure(11), spec, party.party_id))
@@ -291,7 +291,7 @@ def test_invalid_blocks_are_refused_naming_the_party(job, kind):
 @pytest.mark.parametrize("what", ["block value", "block seed", "witness value"])
 def test_inconsistent_copies_are_refused(job, what):
     """The two servers holding the same additive share get different values (or different seeds):
-    their digests differ, the party is named and nothing is released."""
+    the copy terms of the masked check no longer cancel, the party is named and nothing is released."""
     spec, data = job
 
     def cheat(spec, party, table, ups):
@@ -310,9 +310,7 @@ def test_inconsistent_copies_are_refused(job, what):
         return [ups[0], replace(ups[1], proof=replace(proof, first=Share(1, proof.first.shape, data=values))), ups[2]]
 
     servers, seeds = _servers_with(spec, data, cheat)
-    share_index = 2 if what == "block seed" else 1
-    kind = "witness" if what.startswith("witness") else "block"
-    _refused(spec, servers, seeds, f"different copies of its {kind} share {share_index}")
+    _refused(spec, servers, seeds, "share copies differ")
 
 
 def test_a_missing_proof_or_unrelayed_check_releases_nothing(job):
@@ -349,35 +347,24 @@ def test_parties_accept_a_verified_job_and_the_grpc_path_refuses_it_for_now(job)
 
 
 def test_the_verdict_functions_directly():
-    from ltm.verified_clipping import check_failures, copy_problems
+    from ltm.verified_clipping import check_failures
 
     err = ClippingProofFailed({"b": "why b", "a": "why a"})
     assert str(err) == "verified clipping failed, nothing released: party 'a': why a; party 'b': why b"
     assert err.code == "FAILED_PRECONDITION" and err.exit_code == 3
-    ok = {("p", "block", 0): "h0", ("p", "block", 1): "h1", ("p", "block", 2): "h2"}
-    # server i holds shares i and i + 1: server 0 → 0, 1; server 1 → 1, 2; server 2 → 2, 0
-    held = [{k: v for k, v in ok.items() if k[2] in (i, (i + 1) % 3)} for i in range(3)]
-    assert copy_problems(held) == {}
-    bad = [dict(h) for h in held]
-    bad[2][("p", "block", 0)] = "other"
-    assert copy_problems(bad) == {"p": "servers 2 and 0 hold different copies of its block share 0"}
-    del bad[2][("p", "block", 0)]
-    assert copy_problems(bad) == {"p": "servers 2 and 0 hold different copies of its block share 0"}
     zero = [np.array([1, 2], dtype=U64), np.array([3, 4], dtype=U64), -np.array([4, 6], dtype=U64)]
     assert verdict(zero) and not verdict([zero[0], zero[1], zero[1]])
     shares = [{"p": z, "q": z} for z in zero]
-    assert check_failures(["p", "q"], shares, held) == {}
+    assert check_failures(["p", "q"], shares) == {}
     del shares[1]["q"]
-    assert check_failures(["p", "q"], shares, held) == {"q": "its clipping check is missing"}
+    assert check_failures(["p", "q"], shares) == {"q": "its clipping check is missing"}
     shares[1]["q"] = zero[0]
-    assert check_failures(["p", "q"], shares, held) == {
-        "q": "its block is not proven clipped (the check does not sum to 0)"}
-    assert check_failures(["p"], shares[:2], held) == {"p": "its clipping check is missing"}
+    assert check_failures(["p", "q"], shares) == {
+        "q": "its block is not proven clipped or its share copies differ (the check does not sum to 0)"}
+    assert check_failures(["p"], shares[:2]) == {"p": "its clipping check is missing"}
 
 
-def test_coefficient_key_binds_job_party_and_every_seed_and_digests_bind_the_copy():
-    from ltm.verified_clipping import share_digest
-
+def test_coefficient_key_binds_job_party_and_every_seed():
     base = coefficient_key("d", "p", SEEDS)
     assert len(base) == 32
     assert base != coefficient_key("e", "p", SEEDS) and base != coefficient_key("d", "q", SEEDS)
@@ -387,7 +374,4 @@ def test_coefficient_key_binds_job_party_and_every_seed_and_digests_bind_the_cop
         assert coefficient_key("d", "p", changed) != base
     with pytest.raises(ValueError, match="32 bytes"):
         coefficient_key("d", "p", [b"x" * 31])
-    a = np.arange(6, dtype=U64).reshape(2, 3)
-    assert share_digest(None, a) == share_digest(None, a.copy()) != share_digest(None, a.reshape(3, 2))
-    assert share_digest(None, a) != share_digest(None, a + U64(1))
-    assert share_digest(bytes(32), None) != share_digest(bytes([1]) * 32, None)
+
