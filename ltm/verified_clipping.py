@@ -5,9 +5,9 @@ docs/architecture.md, "Verified clipping").
 **Statement.**  For every client: each entry x̂_a is an integer in [−2^r, 2^r) (no wrap-around in
 Z_2^64) and ‖x̂‖² ≤ B, where R = C_p·2^f + √d/2 is the party's radius in grid units (the clipped
 block's norm plus the rounding, the radius the sensitivity :func:`ltm.dp.sensitivity.rounded_gram_l2`
-is computed for: Σ_p R_p² ≤ (C·2^f + √D/2)² by Cauchy–Schwarz when Σ_p C_p² ≤ C²), B = ⌈R²(1 + 2^-45)⌉
-(the factor absorbs the float rounding of R², far inside the 10⁻¹² the spec's Σ C_p² ≤ C² allows),
-and r is the bit length of ⌊√B⌋.
+is computed for: Σ_p R_p² ≤ (C·2^f + √D/2)² by Cauchy–Schwarz when Σ_p C_p² ≤ C²), B = ⌊R²⌋
+computed exactly in rationals (:func:`bound_squared`: ‖x̂‖² is an integer, so ‖x̂‖² ≤ R² ⇔ ‖x̂‖² ≤ ⌊R²⌋;
+any larger B would admit a block outside R), and r is the bit length of ⌊√B⌋.
 
 **Witness.**  The party also replicate-shares, like its block, per client the E = r + 1 bits of
 each offset u_a = x̂_a + 2^r and the L = bit length of B bits of the slack S = B − ‖x̂‖²
@@ -27,22 +27,32 @@ as for O_i; server 0 adds the constants):
 So the constraint vector c (T = T_b + d + 1 values per client) is zero exactly when the block is
 valid, and depends only on the party's own data.
 
+**Check vector.**  v = (c, δ): the constraint values c as the servers' shares add up (each from
+its own copies), then per additive share j the differences δ_j between the copy of x_j, w_j held by
+server j and the one held by server j − 1 (:func:`server_check` adds its first copy at region i and
+subtracts its second at region i + 1, :func:`copy_offsets`).  v = 0 exactly when the two holders of
+every share got the same values and the block so defined is valid.  No digests of copies are
+published: the share a server lacks is a fixed function of the data once its own are fixed.
+
 **Check** (:func:`combine`).  After every server has closed the job, each draws a fresh 32-byte
-seed; the coefficient key is a hash of the job digest, the party and all k seeds
-(:func:`coefficient_key`).  Its AES-CTR keystream gives one 64-bit word W_j per constraint value;
-repetition t (t < κ) is the subset sum Σ_j bit_t(W_j)·c_j.  Server i sends its share of the κ sums
-plus its share of the party's zero-sharing (re-randomisation: given their sum, the three shares are
-uniform), and the party passes iff the three add up to 0 in every repetition (:func:`verdict`).
+seed from the system CSPRNG; the coefficient key K is a hash of the job digest, the party and all k
+seeds (:func:`coefficient_key`).  Its AES-CTR keystream gives one 64-bit word W_j per value of v;
+repetition t (t < κ) is the subset sum S_t = Σ_j bit_t(W_j)·v_j.  Server i sends its share of the κ
+sums plus two masks: its share of the party's zero-sharing and the servers' own zero-sharing
+F(k_{i,i+1}, K) − F(k_{i−1,i}, K) from keys only two servers share (:func:`server_mask`), fresh for
+every K; the party passes iff the three answers add up to 0 in every repetition (:func:`verdict`).
 
-*Soundness:* c is fixed when the uploads are (before any seed exists).  If c ≠ 0, pick j* with
-c_{j*} ≠ 0; for each t, conditioned on every other bit, S_t = a_t + bit_t(W_{j*})·c_{j*} is zero for
-at most one of the two values of that bit, and the κ bits of W_{j*} are independent and uniform, so
-Pr[all κ sums are zero] ≤ 2^-κ (κ = :data:`CHECK_REPETITIONS` = 40).  No ring argument is needed:
-one repetition misses c = 2^63 with probability exactly ½, which is why there are κ of them.
+*Soundness, for any mask sum m fixed before the coefficients:* let m be the sum of the party's mask
+shares (0 when honest; the servers' masks add up to exactly 0).  The party passes iff S_t = −m_t for every t < κ.  v and m are fixed
+before the coefficients exist (at upload; no seed exists yet).  If v ≠ 0, pick j* with v_{j*} ≠ 0;
+for each t, conditioned on every other bit, S_t + m_t = a_t + bit_t(W_{j*})·v_{j*} is zero for at
+most one of the two values of that bit, and the κ bits of W_{j*} are independent and uniform, so
+Pr[pass] ≤ 2^-κ (κ = :data:`CHECK_REPETITIONS` = 40).  No ring argument is needed: one repetition
+misses v = 2^63 with probability exactly ½, which is why there are κ of them.
 
-*Cost:* the κ subset sums are 16 at a time: for each 16-bit slice of W, a scatter-add of c into
+*Cost:* the κ subset sums are 16 at a time: for each 16-bit slice of W, a scatter-add of v into
 2^16 buckets by the slice's value (one pass), then the 16 sums are bucket sums weighted by the
-bucket index's bits (:func:`combine`) — ⌈κ/16⌉ passes over c, not κ.
+bucket index's bits (:func:`combine`) — ⌈κ/16⌉ passes over v, not κ.
 """
 from __future__ import annotations
 
