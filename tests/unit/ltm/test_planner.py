@@ -163,10 +163,10 @@ def test_auto_with_verified_clipping_chooses_the_replicated_release():
     from ltm_datasets.synthetic import synthetic_ridge
     from sim.runtime.jobs import build_job
 
-    base = dict(n=80_000, width=7, epsilon=1.0, delta=1e-6, partition="columns", parties=3, colluding_servers=1,
-                corrupt_parties=1)
+    base = {"n": 80_000, "width": 7, "epsilon": 1.0, "delta": 1e-6, "partition": "columns", "parties": 3,
+            "colluding_servers": 1, "corrupt_parties": 1}
     refused = plan_release(PlanInputs(**base))
-    assert refused.kind != "gram" and not [c for c in refused.candidates if c.kind == "gram"][0].feasible
+    assert refused.kind != "gram" and not next(c for c in refused.candidates if c.kind == "gram").feasible
     verified = plan_release(PlanInputs(**base, verified_clipping=True))
     assert verified.kind == "gram" and "proven on the shares" in verified.reason
     assert "nothing yet checks" not in verified.reason
