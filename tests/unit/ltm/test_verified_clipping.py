@@ -626,3 +626,37 @@ def test_a_badly_shaped_proof_is_refused_on_accept_naming_the_party(job):
     mask = Share(0, (3,), data=np.zeros(3, dtype=U64))
     with pytest.raises(ValueError, match="party 'party-2': the check mask must be"):
         ReplicatedServer(spec, 0).accept("party-2", replace(up, proof=replace(up.proof, mask=mask)))
+
+
+def test_the_servers_zero_sharing_sums_to_zero_and_is_fresh_per_key():
+    from ltm.verified_clipping import mask_key_pairs, pair_mask, server_mask
+
+    pairs = mask_key_pairs(KEYS)
+    assert pairs == [(KEYS[0], KEYS[2]), (KEYS[1], KEYS[0]), (KEYS[2], KEYS[1])]
+    K, K1 = coefficient_key("d", "p", SEEDS), coefficient_key("d", "q", SEEDS)
+    for key in (K, K1):
+        masks = [server_mask(p, key) for p in pairs]
+        assert all(m.shape == (CHECK_REPETITIONS,) and m.dtype == U64 and m.any() for m in masks)
+        assert not (masks[0] + masks[1] + masks[2]).any()
+    assert not np.array_equal(server_mask(pairs[0], K), server_mask(pairs[0], K1))
+    assert not np.array_equal(pair_mask(KEYS[0], K), pair_mask(KEYS[1], K))
+    assert pair_mask(KEYS[0], K, 3).shape == (3,)
+    with pytest.raises(ValueError, match="32 bytes"):
+        pair_mask(b"k" * 31, K)
+    with pytest.raises(ValueError, match="3 pairwise mask keys"):
+        mask_key_pairs(KEYS[:2])
+    with pytest.raises(ValueError, match="3 pairwise mask keys"):
+        mask_key_pairs([KEYS[0], KEYS[1], b"x"])
+
+
+def test_check_shares_needs_the_pairwise_mask_keys(job):
+    spec, data = job
+    servers, seeds = _servers_with(spec, data)
+    bare = ReplicatedServer(spec, 0)
+    for party in spec.parties:
+        bare.accept(party.party_id, servers[0].uploads[party.party_id])
+    seeds = [bare.close(), seeds[1], seeds[2]]
+    with pytest.raises(ValueError, match="no pairwise mask keys"):
+        bare.check_shares(seeds)
+    with pytest.raises(ValueError, match="compute this server's check shares"):
+        bare.accept_checks([{}, {}, {}])
