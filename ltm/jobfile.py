@@ -717,7 +717,8 @@ def _plan_inputs(spec: JobSpec, labelled: bool, max_party_upload_bytes: int = 0,
         kinds=kinds or (("gram", "sparse") if p.calibration != "paper" else ("sparse",)),
         upload_mode=spec.upload_mode, servers=spec.k, max_party_upload_bytes=max_party_upload_bytes,
         colluding_servers=spec.colluding_servers, parties=len(spec.parties),
-        replicated_corrupt_parties=max(p.corrupt_parties, 1 if len(spec.parties) >= 2 else 0))
+        replicated_corrupt_parties=max(p.corrupt_parties, 1 if len(spec.parties) >= 2 else 0),
+        verified_clipping=spec.verified_clipping)
 
 
 def plan_for(spec: JobSpec, labelled: bool, max_party_upload_bytes: int = 0,
