@@ -1,0 +1,235 @@
+"""Prime fields for the proofs, vectorised over numpy uint64 arrays.
+
+:data:`FIELD64` is the CFRG VDAF draft's Field64, p = 2^64 − 2^32 + 1 ("Goldilocks"): products are
+formed from 32-bit limbs in uint64 and reduced with 2^64 ≡ 2^32 − 1 and 2^96 ≡ −1 (mod p), so a
+multiplication is about twenty vectorised uint64 operations and no Python loop.  Its multiplicative
+group has order 2^32 · (2^32 − 1), so it has roots of unity of every power-of-two order ≤ 2^32,
+which the NTT needs.  :func:`small_field` builds a field with p < 2^32 (products fit uint64 as
+they are): the soundness and zero-knowledge tests use one, where a cheating prover's success rate
+is large enough to be measured.
+
+Elements are canonical uint64 values in [0, p); :meth:`Field.decode` refuses anything else.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field as dc_field
+
+import numpy as np
+
+from ltm.errors import LtmError
+
+_M32 = np.uint64(0xFFFFFFFF)
+_S32 = np.uint64(32)
+_GOLDILOCKS = (1 << 64) - (1 << 32) + 1
+
+
+class FieldError(LtmError, ValueError):
+    """Bad field input: a non-canonical element, a wrong length or an unsupported parameter."""
+
+    code = "INVALID_ARGUMENT"
+    exit_code = 2
+
+
+def _is_prime(n: int) -> bool:
+    if n < 2:
+        return False
+    d, s = n - 1, 0
+    while d % 2 == 0:
+        d, s = d // 2, s + 1
+    for a in (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37):
+        if a % n == 0:
+            continue
+        x = pow(a, d, n)
+        if x in (1, n - 1):
+            continue
+        for _ in range(s - 1):
+            x = x * x % n
+            if x == n - 1:
+                break
+        else:
+            return False
+    return True
+
+
+def _generator(p: int) -> int:
+    """The smallest generator of the multiplicative group of Z_p (p prime)."""
+    order, factors, m, f = p - 1, [], p - 1, 2
+    while f * f <= m:
+        if m % f == 0:
+            factors.append(f)
+            while m % f == 0:
+                m //= f
+        f += 1
+    if m > 1:
+        factors.append(m)
+    g = 2
+    while any(pow(g, order // q, p) == 1 for q in factors):
+        g += 1
+    return g
+
+
+@dataclass(frozen=True)
+class Field:
+    """A prime field Z_p with vectorised arithmetic on uint64 arrays (elements canonical in [0, p)).
+
+    Attributes:
+        p: the prime modulus (p < 2^32, or p = 2^64 − 2^32 + 1).
+        generator: a generator of the multiplicative group.
+        name: a short name, bound into every hash that derives randomness for this field.
+    """
+
+    p: int
+    generator: int
+    name: str
+    _pu: np.uint64 = dc_field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not (self.p == _GOLDILOCKS or 2 < self.p < (1 << 32)) or not _is_prime(self.p):
+            raise FieldError(f"unsupported field modulus {self.p}: a prime below 2^32 or 2^64 - 2^32 + 1")
+        object.__setattr__(self, "_pu", np.uint64(self.p))
+
+    @property
+    def wide(self) -> bool:
+        """True for Field64 (products need the limb reduction)."""
+        return self.p == _GOLDILOCKS
+
+    @property
+    def encoded_size(self) -> int:
+        """Bytes per element on the wire (little-endian)."""
+        return 8
+
+    # -- arithmetic (inputs canonical; outputs canonical) -------------------------------------
+    def add(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        a, b = np.asarray(a, np.uint64), np.asarray(b, np.uint64)
+        with np.errstate(over="ignore"):
+            s = a + b
+        if self.wide:
+            # a + b < 2p < 2^65: a wrap dropped 2^64 ≡ 2^32 − 1; otherwise subtract p once if needed.
+            wrapped = s < a
+            with np.errstate(over="ignore"):
+                s = np.where(wrapped, s + np.uint64(0xFFFFFFFF), s)
+        return np.where(s >= self._pu, s - self._pu, s)
+
+    def sub(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        a, b = np.asarray(a, np.uint64), np.asarray(b, np.uint64)
+        with np.errstate(over="ignore"):
+            d = a - b
+            return np.where(a < b, d + self._pu, d)  # uint64 wrap: d + p ≡ a − b + p (mod 2^64)
+
+    def neg(self, a: np.ndarray) -> np.ndarray:
+        return self.sub(np.zeros_like(np.asarray(a, np.uint64)), a)
+
+    def mul(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        a, b = np.asarray(a, np.uint64), np.asarray(b, np.uint64)
+        if not self.wide:
+            return (a * b) % self._pu  # p < 2^32: the product fits uint64
+        a0, a1, b0, b1 = a & _M32, a >> _S32, b & _M32, b >> _S32
+        with np.errstate(over="ignore"):
+            ll, hh = a0 * b0, a1 * b1
+            lh = a0 * b1
+            mid = lh + a1 * b0
+            mid_carry = (mid < lh).astype(np.uint64)
+            lo = ll + (mid << _S32)
+            lo_carry = (lo < ll).astype(np.uint64)
+            hi = hh + (mid >> _S32) + (mid_carry << _S32) + lo_carry
+        return self.reduce128(lo, hi)
+
+    def reduce128(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        """(hi · 2^64 + lo) mod p for uint64 arrays ``lo``, ``hi`` (any values)."""
+        lo, hi = np.asarray(lo, np.uint64), np.asarray(hi, np.uint64)
+        if not self.wide:
+            two64 = np.uint64((1 << 64) % self.p)
+            return self.add(self.mul(hi % self._pu, two64), lo % self._pu)
+        eps = np.uint64(0xFFFFFFFF)
+        hi_hi, hi_lo = hi >> _S32, hi & _M32
+        with np.errstate(over="ignore"):
+            t0 = lo - hi_hi  # 2^96 ≡ −1
+            t0 = np.where(lo < hi_hi, t0 - eps, t0)  # the wrap added 2^64 ≡ 2^32 − 1: take it back
+            t1 = hi_lo * eps  # 2^64 ≡ 2^32 − 1; < 2^64
+            r = t0 + t1
+            r = np.where(r < t1, r + eps, r)
+        return np.where(r >= self._pu, r - self._pu, r)
+
+    def pow(self, a: int, e: int) -> int:
+        return pow(int(a), int(e), self.p)
+
+    def inv(self, a: int) -> int:
+        if int(a) % self.p == 0:
+            raise FieldError("0 has no inverse")
+        return pow(int(a), self.p - 2, self.p)
+
+    def root_of_unity(self, order: int) -> int:
+        """A primitive ``order``-th root of unity (``order`` a power of two dividing p − 1)."""
+        if order < 1 or order & (order - 1) or (self.p - 1) % order:
+            raise FieldError(f"the field mod {self.p} has no root of unity of order {order}")
+        return pow(self.generator, (self.p - 1) // order, self.p)
+
+    def matvec(self, a: np.ndarray, u: np.ndarray) -> np.ndarray:
+        """Σ_j a[..., j] · u[j] in the field: a (..., N), u (N,) → (...,)."""
+        prod = self.mul(a, np.asarray(u, np.uint64))
+        # Sum the 32-bit halves separately (exact in uint64 for N < 2^32), then reduce.
+        lo = (prod & _M32).sum(axis=-1, dtype=np.uint64)
+        hi = (prod >> _S32).sum(axis=-1, dtype=np.uint64)
+        with np.errstate(over="ignore"):
+            low = lo + (hi << _S32)
+            carry = (low < lo).astype(np.uint64)
+        return self.reduce128(low, (hi >> _S32) + carry)
+
+    def matmul(self, a: np.ndarray, m: np.ndarray) -> np.ndarray:
+        """a (..., N) @ m (N, J) in the field → (..., J)."""
+        m = np.asarray(m, np.uint64)
+        return np.stack([self.matvec(a, m[:, j]) for j in range(m.shape[1])], axis=-1)
+
+    # -- bytes ---------------------------------------------------------------------------------
+    def from_uniform_words(self, words: np.ndarray) -> np.ndarray:
+        """Field elements from pairs of uniform uint64 words: (..., 2·N) → (..., N), (hi·2^64 + lo) mod p
+        (statistical distance from uniform ≤ p / 2^128 per element)."""
+        words = np.asarray(words, np.uint64)
+        return self.reduce128(words[..., 0::2], words[..., 1::2])
+
+    def encode(self, a: np.ndarray) -> bytes:
+        """Little-endian 8-byte encoding of canonical elements."""
+        return np.ascontiguousarray(np.asarray(a, np.uint64)).astype("<u8").tobytes()
+
+    def decode(self, data: bytes, count: int | None = None) -> np.ndarray:
+        """Elements from :meth:`encode`'s bytes; refuses a wrong length or a non-canonical element."""
+        if len(data) % 8 or (count is not None and len(data) != 8 * count):
+            want = f"{8 * count} bytes ({count} elements)" if count is not None else "a multiple of 8 bytes"
+            raise FieldError(f"field vector of {len(data)} bytes; expected {want}")
+        out = np.frombuffer(data, dtype="<u8").astype(np.uint64)
+        self.check(out)
+        return out
+
+    def check(self, a: np.ndarray, what: str = "field vector") -> np.ndarray:
+        """``a`` as uint64, refusing a non-canonical element (≥ p) or a non-integer dtype."""
+        arr = np.asarray(a)
+        if arr.dtype != np.uint64:
+            raise FieldError(f"{what} must be uint64 field elements, got dtype {arr.dtype}")
+        bad = arr >= self._pu
+        if bad.any():
+            first = int(np.flatnonzero(bad.ravel())[0])
+            raise FieldError(f"{what}: element {first} is not canonical (≥ p = {self.p})")
+        return arr
+
+    def from_int(self, values: np.ndarray) -> np.ndarray:
+        """Signed int64 values (|v| < p) as field elements."""
+        v = np.asarray(values, np.int64)
+        u = np.abs(v).astype(np.uint64)
+        return np.where(v < 0, self.neg(u % self._pu), u % self._pu)
+
+    def to_int(self, a: np.ndarray) -> np.ndarray:
+        """Canonical elements as signed int64 in (−p/2, p/2) (for decoding sums of small values)."""
+        a = np.asarray(a, np.uint64)
+        half = self._pu // np.uint64(2)
+        return np.where(a > half, -(self._pu - a).astype(np.int64), a.astype(np.int64))
+
+
+#: The CFRG VDAF draft's Field64 (generator 7, as in the draft).
+FIELD64 = Field(_GOLDILOCKS, 7, "Field64")
+
+
+def small_field(p: int) -> Field:
+    """A field with prime p < 2^32, for tests where a cheating prover's success must be measurable."""
+    if not (2 < p < (1 << 32)) or not _is_prime(p):
+        raise FieldError(f"small_field needs a prime 2 < p < 2^32, got {p}")
+    return Field(p, _generator(p), f"F{p}")
