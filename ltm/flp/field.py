@@ -12,7 +12,8 @@ Elements are canonical uint64 values in [0, p); :meth:`Field.decode` refuses any
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field as dc_field
+from dataclasses import dataclass
+from dataclasses import field as dc_field
 
 import numpy as np
 
@@ -28,6 +29,7 @@ class FieldError(LtmError, ValueError):
 
     code = "INVALID_ARGUMENT"
     exit_code = 2
+    prefix = "validity proof: "
 
 
 def _is_prime(n: int) -> bool:

@@ -144,8 +144,12 @@ def query_plan(circuit: BoundedL2, rand: QueryRandomness, num_shares: int) -> Qu
         B[2 * R:, 4 * r] = [int(u[j % P]) for j in range(G)]
         A[n * b:, 4 * r] = [q[L] * pow(2, j, p) for j in range(circuit.slack_bits)]
         c[4 * r] = -q[L] * circuit.bound * inv_k
-    as_field = lambda m: np.array([[int(v) % p for v in row] for row in np.atleast_2d(m)], dtype=np.uint64)  # noqa: E731
-    return QueryPlan(circuit, num_shares, as_field(A), as_field(B), as_field(c[None, :])[0])
+    return QueryPlan(circuit, num_shares, _as_field(A, p), _as_field(B, p), _as_field(c[None, :], p)[0])
+
+
+def _as_field(m: np.ndarray, p: int) -> np.ndarray:
+    """A matrix of Python integers reduced mod p, as uint64."""
+    return np.array([[int(v) % p for v in row] for row in m], dtype=np.uint64)
 
 
 def query(plan: QueryPlan, meas_share: np.ndarray, proof_share: np.ndarray) -> np.ndarray:

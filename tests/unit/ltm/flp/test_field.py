@@ -1,0 +1,93 @@
+"""Field64 and small-field arithmetic against Python integers; NTT against the definition; byte checks."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ltm.flp.field import FIELD64, Field, FieldError, small_field
+from ltm.flp.ntt import intt, ntt
+
+P64 = FIELD64.p
+EDGES = [0, 1, 2, P64 - 1, P64 - 2, 2**32, 2**32 - 1, 2**32 + 1, 2**63, P64 - 2**32, 2**64 - 2**33 + 3]
+
+
+def _operands(field, count=4000, seed=0):
+    rng = np.random.default_rng(seed)
+    a = rng.integers(0, 2**64 - 1, count, dtype=np.uint64, endpoint=True) % np.uint64(field.p)
+    b = rng.integers(0, 2**64 - 1, count, dtype=np.uint64, endpoint=True) % np.uint64(field.p)
+    edges = np.array([e % field.p for e in EDGES], dtype=np.uint64)
+    return np.concatenate([a, np.repeat(edges, len(edges))]), np.concatenate([b, np.tile(edges, len(edges))])
+
+
+@pytest.mark.parametrize("field", [FIELD64, small_field(97), small_field(4294967291)])
+def test_arithmetic_matches_python_integers(field):
+    a, b = _operands(field)
+    p = field.p
+    ai, bi = [int(v) for v in a], [int(v) for v in b]
+    assert [int(v) for v in field.mul(a, b)] == [x * y % p for x, y in zip(ai, bi)]
+    assert [int(v) for v in field.add(a, b)] == [(x + y) % p for x, y in zip(ai, bi)]
+    assert [int(v) for v in field.sub(a, b)] == [(x - y) % p for x, y in zip(ai, bi)]
+    assert [int(v) for v in field.neg(a)] == [(-x) % p for x in ai]
+
+
+@pytest.mark.parametrize("field", [FIELD64, small_field(97)])
+def test_reduce128_and_matvec(field):
+    rng = np.random.default_rng(1)
+    lo, hi = (rng.integers(0, 2**64 - 1, 500, dtype=np.uint64, endpoint=True) for _ in range(2))
+    lo[:3], hi[:3] = 2**64 - 1, 2**64 - 1  # the largest 128-bit values
+    got = field.reduce128(lo, hi)
+    assert [int(v) for v in got] == [(int(h) << 64 | int(x)) % field.p for x, h in zip(lo, hi)]
+    a, b = _operands(field, 300, seed=2)
+    m = a[:300].reshape(3, 100)
+    m[0] = field.p - 1  # all-maximal rows make the uint64 half-sums carry
+    u = b[:100].copy()
+    u[:] = field.p - 1
+    want = [sum(int(x) * int(y) for x, y in zip(row, u)) % field.p for row in m]
+    assert [int(v) for v in field.matvec(m, u)] == want
+
+
+@pytest.mark.parametrize("field", [FIELD64, small_field(97)])
+def test_ntt_is_evaluation_at_roots_and_inverts(field):
+    n = 16
+    rng = np.random.default_rng(3)
+    c = rng.integers(0, 2**63, (2, n), dtype=np.uint64) % np.uint64(field.p)
+    w = field.root_of_unity(n)
+    want = [[sum(int(c[r, j]) * pow(w, i * j, field.p) for j in range(n)) % field.p for i in range(n)]
+            for r in range(2)]
+    assert ntt(field, c).tolist() == want
+    assert (intt(field, ntt(field, c)) == c).all()
+
+
+def test_roots_of_unity_and_generator():
+    w = FIELD64.root_of_unity(1 << 32)
+    assert pow(w, 1 << 32, P64) == 1 and pow(w, 1 << 31, P64) != 1
+    with pytest.raises(FieldError, match="no root of unity of order 64"):
+        small_field(97).root_of_unity(64)
+    with pytest.raises(FieldError, match="power of two"):
+        ntt(FIELD64, np.zeros((1, 12), dtype=np.uint64))
+
+
+def test_encoding_refuses_bad_bytes_and_non_canonical_elements():
+    x = np.array([0, 1, P64 - 1], dtype=np.uint64)
+    assert (FIELD64.decode(FIELD64.encode(x), 3) == x).all()
+    with pytest.raises(FieldError, match="expected 32 bytes"):
+        FIELD64.decode(FIELD64.encode(x), 4)
+    with pytest.raises(FieldError, match="multiple of 8"):
+        FIELD64.decode(b"\x00" * 7)
+    with pytest.raises(FieldError, match="element 1 is not canonical"):
+        FIELD64.decode(np.array([5, P64], dtype="<u8").tobytes())
+    with pytest.raises(FieldError, match="dtype int64"):
+        FIELD64.check(np.array([1, 2]))
+    with pytest.raises(FieldError, match="needs a prime"):
+        small_field(91)  # 7 · 13
+    with pytest.raises(FieldError, match="unsupported field modulus"):
+        Field(2**61 - 1, 37, "M61")  # prime, but neither small nor Field64
+    with pytest.raises(FieldError, match="no inverse"):
+        FIELD64.inv(0)
+
+
+def test_signed_round_trip():
+    v = np.array([-5, 0, 7, -(2**40)], dtype=np.int64)
+    assert (FIELD64.to_int(FIELD64.from_int(v)) == v).all()
+    f = small_field(97)
+    assert f.from_int(np.array([-1]))[0] == 96
