@@ -77,12 +77,12 @@ class BoundedL2:
 
     @property
     def gadget_len(self) -> int:
-        """Coefficients of the gadget polynomial (degree 2(P − 1))."""
-        return 2 * self.wire_len - 1
+        """Values of the gadget polynomial (degree 2(P − 1)) sent in the proof: at the 2P-th roots of unity."""
+        return 2 * self.wire_len
 
     @property
     def proof_len(self) -> int:
-        """Π: 2R wire seeds, then the gadget polynomial's coefficients."""
+        """Π: 2R wire seeds, then the gadget polynomial's values at the 2P-th roots of unity."""
         return 2 * self.reps + self.gadget_len
 
     @property

@@ -125,16 +125,22 @@ class Field:
         a, b = np.asarray(a, np.uint64), np.asarray(b, np.uint64)
         if not self.wide:
             return (a * b) % self._pu  # p < 2^32: the product fits uint64
+        a, b = np.broadcast_arrays(a, b)
+        # The 128-bit product from 32-bit limbs, in place (this is the proofs' hot loop):
+        # a·b = a1 b1·2^64 + (a0 b1 + a1 b0)·2^32 + a0 b0.
         a0, a1, b0, b1 = a & _M32, a >> _S32, b & _M32, b >> _S32
         with np.errstate(over="ignore"):
-            ll, hh = a0 * b0, a1 * b1
-            lh = a0 * b1
-            mid = lh + a1 * b0
-            mid_carry = (mid < lh).astype(np.uint64)
-            lo = ll + (mid << _S32)
-            lo_carry = (lo < ll).astype(np.uint64)
-            hi = hh + (mid >> _S32) + (mid_carry << _S32) + lo_carry
-        return self.reduce128(lo, hi)
+            lo = a0 * b0
+            hi = a1 * b1
+            a0 *= b1
+            a1 *= b0
+            a0 += a1  # the middle term, mod 2^64
+            hi += (a0 < a1).astype(np.uint64) << _S32  # its carry
+            hi += a0 >> _S32
+            a0 <<= _S32
+            lo += a0
+            hi += lo < a0  # the low word's carry
+        return self._reduce_in_place(lo, hi)
 
     def reduce128(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         """(hi · 2^64 + lo) mod p for uint64 arrays ``lo``, ``hi`` (any values)."""
@@ -142,15 +148,23 @@ class Field:
         if not self.wide:
             two64 = np.uint64((1 << 64) % self.p)
             return self.add(self.mul(hi % self._pu, two64), lo % self._pu)
+        lo, hi = np.broadcast_arrays(lo, hi)
+        return self._reduce_in_place(lo.copy(), hi.copy())
+
+    def _reduce_in_place(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        """Field64: (hi·2^64 + lo) mod p with 2^96 ≡ −1 and 2^64 ≡ 2^32 − 1, overwriting ``lo``, ``hi``."""
         eps = np.uint64(0xFFFFFFFF)
-        hi_hi, hi_lo = hi >> _S32, hi & _M32
+        hi_hi = hi >> _S32
         with np.errstate(over="ignore"):
-            t0 = lo - hi_hi  # 2^96 ≡ −1
-            t0 = np.where(lo < hi_hi, t0 - eps, t0)  # the wrap added 2^64 ≡ 2^32 − 1: take it back
-            t1 = hi_lo * eps  # 2^64 ≡ 2^32 − 1; < 2^64
-            r = t0 + t1
-            r = np.where(r < t1, r + eps, r)
-        return np.where(r >= self._pu, r - self._pu, r)
+            hi &= _M32
+            hi *= eps  # hi_lo·(2^32 − 1) < 2^64
+            borrow = lo < hi_hi
+            lo -= hi_hi  # 2^96 ≡ −1
+            lo -= borrow * eps  # a borrow wrapped by 2^64 ≡ 2^32 − 1: take it back
+            lo += hi
+            lo += (lo < hi) * eps  # a carry dropped 2^64 ≡ 2^32 − 1: add it back
+            lo -= (lo >= self._pu) * self._pu
+        return lo
 
     def pow(self, a: int, e: int) -> int:
         return pow(int(a), int(e), self.p)
@@ -177,10 +191,39 @@ class Field:
             carry = (low < lo).astype(np.uint64)
         return self.reduce128(low, (hi >> _S32) + carry)
 
-    def matmul(self, a: np.ndarray, m: np.ndarray) -> np.ndarray:
-        """a (..., N) @ m (N, J) in the field → (..., J)."""
+    def matmul(self, a: np.ndarray, m: np.ndarray, chunk: int = 2048) -> np.ndarray:
+        """a (C, N) @ m (N, J) in the field → (C, J).
+
+        Field64: both sides split into four 16-bit limbs held in float64, so one BLAS product
+        (C, 4N) @ (4N, 7J) gives, for each limb weight 2^(16d), d = 0..6, the exact integer
+        Σ_{l+k=d} Σ_j a_l[j]·m_k[j] (each term < 2^32, at most 4N of them: exact below 2^53 for
+        N < 2^19); the seven partial sums are then reduced mod p.  ``chunk`` rows at a time.
+        """
         m = np.asarray(m, np.uint64)
-        return np.stack([self.matvec(a, m[:, j]) for j in range(m.shape[1])], axis=-1)
+        a = np.asarray(a, np.uint64)
+        if not self.wide:
+            return np.stack([self.matvec(a, m[:, j]) for j in range(m.shape[1])], axis=-1)
+        n, j = m.shape
+        if n >= 1 << 19:
+            raise FieldError(f"matmul inner dimension {n} too large for exact float64 limbs")
+        limbs = [((m >> np.uint64(16 * k)) & np.uint64(0xFFFF)).astype(np.float64) for k in range(4)]
+        wide = np.zeros((4 * n, 7 * j), dtype=np.float64)
+        for l in range(4):
+            for k in range(4):
+                wide[l * n:(l + 1) * n, (l + k) * j:(l + k + 1) * j] = limbs[k]
+        weights = [np.uint64(pow(2, 16 * d, self.p)) for d in range(7)]
+        out = np.empty((a.shape[0], j), dtype=np.uint64)
+        for start in range(0, a.shape[0], chunk):
+            rows = a[start:start + chunk]
+            split = np.empty((rows.shape[0], 4, n), dtype=np.float64)
+            for l in range(4):
+                split[:, l, :] = (rows >> np.uint64(16 * l)) & np.uint64(0xFFFF)
+            sums = (split.reshape(rows.shape[0], 4 * n) @ wide).astype(np.uint64).reshape(-1, 7, j)
+            acc = np.zeros((rows.shape[0], j), dtype=np.uint64)
+            for d in range(7):  # each partial sum < 2^53 < p: canonical already
+                acc = self.add(acc, self.mul(sums[:, d, :], weights[d]))
+            out[start:start + chunk] = acc
+        return out
 
     # -- bytes ---------------------------------------------------------------------------------
     def from_uniform_words(self, words: np.ndarray) -> np.ndarray:

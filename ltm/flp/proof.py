@@ -4,7 +4,9 @@ Vectorised over C clients.  For the circuit of :mod:`ltm.flp.circuit` (one Mul g
 times), the prover builds two wire polynomials of degree < P from their values at the P-th roots
 of unity α^j: R random seeds at j < R, the gadget's inputs of call i at j = R + i, zeros after;
 the gadget polynomial is their product (degree 2(P − 1)).  The proof is the 2R seeds and the
-gadget polynomial's coefficients.
+gadget polynomial's values at the 2P-th roots of unity ω^i (even i: the P-th roots, where they are
+products of wire values; odd i: one NTT pair per wire).  A verifier reads the gadget's outputs at
+the calls directly off the proof and interpolates G(t) from the 2P values.
 
 The verifier is *linear* in (input share, proof share): for each of R query points t_r (not a
 P-th root of unity) and a random linear combination q_r of the circuit's L + 1 outputs it computes
@@ -23,11 +25,12 @@ query randomness).  Soundness is therefore not subject to offline grinding (Fiat
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
 from ltm.flp.circuit import BoundedL2
-from ltm.flp.field import FieldError
+from ltm.flp.field import Field, FieldError
 from ltm.flp.ntt import intt, ntt
 from ltm.randomness import keystream_uint64, xof
 
@@ -41,15 +44,28 @@ def prove(circuit: BoundedL2, meas: np.ndarray, prove_rand: np.ndarray) -> np.nd
     meas = _checked(circuit, meas, circuit.meas_len, "bits")
     prove_rand = _checked(circuit, prove_rand, 2 * R, "prove randomness")
     w0, w1 = circuit.wires(meas, 1)
-    C = meas.shape[0]
-    pad = np.zeros((C, P - R - circuit.calls), dtype=np.uint64)
-    v0 = np.concatenate([prove_rand[:, :R], w0, pad], axis=1)
+    pad = np.zeros((meas.shape[0], P - R - circuit.calls), dtype=np.uint64)
+    v0 = np.concatenate([prove_rand[:, :R], w0, pad], axis=1)  # the wires at the P-th roots α^j
     v1 = np.concatenate([prove_rand[:, R:], w1, pad], axis=1)
-    zeros = np.zeros((C, P), dtype=np.uint64)
-    e0 = ntt(f, np.concatenate([intt(f, v0), zeros], axis=1))  # the wires at the 2P-th roots
-    e1 = ntt(f, np.concatenate([intt(f, v1), zeros], axis=1))
-    gadget = intt(f, f.mul(e0, e1))[:, : circuit.gadget_len]  # degree ≤ 2P − 2: the top coefficient is 0
+    # The gadget polynomial W0·W1 at the 2P-th roots ω^i: at even i (ω^{2j} = α^j) the product of the
+    # values, at odd i the product of the wires on the coset ω·α^j.
+    gadget = np.empty((meas.shape[0], 2 * P), dtype=np.uint64)
+    gadget[:, 0::2] = f.mul(v0, v1)
+    gadget[:, 1::2] = f.mul(_odd_coset(circuit, v0), _odd_coset(circuit, v1))
     return np.concatenate([prove_rand, gadget], axis=1)
+
+
+def _odd_coset(circuit: BoundedL2, values: np.ndarray) -> np.ndarray:
+    """W(ω·α^j), j < P, of the polynomials W of degree < P with ``values`` (C, P) at the α^j."""
+    f, P = circuit.field, circuit.wire_len
+    return ntt(f, f.mul(intt(f, values), _coset_twist(f, P)))
+
+
+@lru_cache(maxsize=16)
+def _coset_twist(f: Field, P: int) -> np.ndarray:
+    """ω^i for a primitive 2P-th root ω, i < P."""
+    omega = f.root_of_unity(2 * P)
+    return np.array([pow(omega, i, f.p) for i in range(P)], dtype=np.uint64)
 
 
 def _checked(circuit: BoundedL2, a: np.ndarray, width: int, what: str) -> np.ndarray:
@@ -87,16 +103,17 @@ def query_randomness(circuit: BoundedL2, seed: bytes, context: bytes) -> QueryRa
     return QueryRandomness(np.array(ts, dtype=np.uint64), q.reshape(R, circuit.meas_len + 1))
 
 
-def lagrange_at(circuit: BoundedL2, t: int) -> np.ndarray:
-    """λ_j(t) for the P-th roots α^j: the weights with W(t) = Σ_j λ_j(t)·W(α^j) for deg W < P."""
-    p, P = circuit.field.p, circuit.wire_len
-    alpha = circuit.field.root_of_unity(P)
+def lagrange_at(field: Field, points: int, t: int) -> np.ndarray:
+    """λ_j(t) for the N-th roots α^j (N = ``points``): W(t) = Σ_j λ_j(t)·W(α^j) for deg W < N.
+
+    λ_j(t) = α^j (t^N − 1) / (N (t − α^j)); at t = α^j itself, the indicator of j."""
+    p, P = field.p, points
+    alpha = field.root_of_unity(P)
+    nodes = [pow(alpha, j, p) for j in range(P)]
+    if pow(t, P, p) == 1:
+        return np.array([int(a == t % p) for a in nodes], dtype=np.uint64)
     scale = (pow(t, P, p) - 1) * pow(P, p - 2, p) % p
-    out, a = [], 1
-    for _ in range(P):
-        out.append(scale * a * pow((t - a) % p, p - 2, p) % p)
-        a = a * alpha % p
-    return np.array(out, dtype=np.uint64)
+    return np.array([scale * a * pow((t - a) % p, p - 2, p) % p for a in nodes], dtype=np.uint64)
 
 
 @dataclass(frozen=True)
@@ -127,7 +144,7 @@ def query_plan(circuit: BoundedL2, rand: QueryRandomness, num_shares: int) -> Qu
     c = np.zeros(4 * R, dtype=object)
     for r in range(R):
         t, q = int(rand.t[r]), [int(v) for v in rand.q[r]]
-        lam = [int(v) for v in lagrange_at(circuit, t)]
+        lam = [int(v) for v in lagrange_at(f, P, t)]
         for wire in (0, 1):  # W_w(t) = Σ seeds + Σ_i λ_{R+i}·(call inputs)
             col = 4 * r + 1 + wire
             B[wire * R:(wire + 1) * R, col] = lam[:R]
@@ -135,13 +152,11 @@ def query_plan(circuit: BoundedL2, rand: QueryRandomness, num_shares: int) -> Qu
             for a in range(n):  # x_a = Σ_j 2^j m_{a,j} − 2^(b−1)/K
                 A[a * b:(a + 1) * b, col] += [lam[R + L + a] * w for w in weights]
             c[col] = -sum(lam[R + L:R + L + n]) * circuit.offset * inv_k - wire * sum(lam[R:R + L]) * inv_k
-        B[2 * R:, 4 * r + 3] = [pow(t, e, p) for e in range(G)]
-        # v_r's gadget part: Σ_j coef_j·Σ_pos c_pos·α^{pos·j}; c_pos is q_i at bit calls, q_L at entry calls.
-        comb = np.zeros(P, dtype=np.uint64)
-        comb[R:R + L] = q[:L]
-        comb[R + L:R + L + n] = q[L]
-        u = ntt(f, comb[None, :])[0]  # Σ_pos comb_pos α^{pos·j} for j < P; α^P = 1 repeats it
-        B[2 * R:, 4 * r] = [int(u[j % P]) for j in range(G)]
+        B[2 * R:, 4 * r + 3] = [int(v) for v in lagrange_at(f, G, t)]  # G(t) from its 2P values
+        # v_r's gadget part: the gadget's output at call i is G(α^{R+i}) = the proof's value 2(R + i);
+        # weighted by q_i at bit calls, by q_L at entry calls.
+        B[2 * R + 2 * R:2 * R + 2 * (R + L):2, 4 * r] = q[:L]
+        B[2 * R + 2 * (R + L):2 * R + 2 * (R + L + n):2, 4 * r] = q[L]
         A[n * b:, 4 * r] = [q[L] * pow(2, j, p) for j in range(circuit.slack_bits)]
         c[4 * r] = -q[L] * circuit.bound * inv_k
     return QueryPlan(circuit, num_shares, _as_field(A, p), _as_field(B, p), _as_field(c[None, :], p)[0])

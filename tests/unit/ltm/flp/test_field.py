@@ -91,3 +91,14 @@ def test_signed_round_trip():
     assert (FIELD64.to_int(FIELD64.from_int(v)) == v).all()
     f = small_field(97)
     assert f.from_int(np.array([-1]))[0] == 96
+
+
+def test_matmul_limbs_match_python_integers():
+    rng = np.random.default_rng(4)
+    a = rng.integers(0, 2**64 - 1, (5, 300), dtype=np.uint64, endpoint=True) % np.uint64(P64)
+    m = rng.integers(0, 2**64 - 1, (300, 3), dtype=np.uint64, endpoint=True) % np.uint64(P64)
+    a[0], m[:, 0] = P64 - 1, P64 - 1  # the largest limbs everywhere: the partial sums are at their largest
+    want = [[sum(int(a[r, i]) * int(m[i, c]) for i in range(300)) % P64 for c in range(3)] for r in range(5)]
+    assert FIELD64.matmul(a, m, chunk=2).tolist() == want
+    assert small_field(97).matmul(a % np.uint64(97), m % np.uint64(97)).tolist() == [
+        [sum(int(a[r, i] % 97) * int(m[i, c] % 97) for i in range(300)) % 97 for c in range(3)] for r in range(5)]

@@ -11,6 +11,7 @@ from scipy.stats import binomtest
 
 from ltm.flp.circuit import BoundedL2
 from ltm.flp.field import FIELD64, FieldError, small_field
+from ltm.flp.ntt import ntt
 from ltm.flp.proof import (
     QueryRandomness,
     combine,
@@ -179,8 +180,8 @@ def _cheating_proof(circuit, meas, seeds, targets):
     at = sum(cf * pow(pow(alpha, jstar, p), e, p) for e, cf in enumerate(d)) % p
     c = delta * pow(at, p - 2, p) % p
     d = [cf * c % p for cf in d] + [0] * (circuit.gadget_len - len(d))
-    out = honest.copy()
-    out[0, 2 * R:] = f.add(honest[0, 2 * R:], np.array(d, dtype=np.uint64))
+    out = honest.copy()  # the proof carries G at the 2P-th roots: add D's values there
+    out[0, 2 * R:] = f.add(honest[0, 2 * R:], ntt(f, np.array([d], dtype=np.uint64))[0])
     return out
 
 
@@ -298,11 +299,11 @@ def test_vectors():
 #: Recorded from the first implementation (first 128 bits of SHA-256 of the little-endian elements).
 EXPECTED_VECTORS = {
     "meas": "f544d99af80e428094d412f3cbb9adc2",
-    "proof": "606368d1a1f34b578fc7d3ec5a1fdd02",
-    "leader": "31d804a41170d0b1d9a5c590bdeff507",
+    "proof": "b107490d72c9dff98acb1d92c2bd3fce",
+    "leader": "a004ae0a0246d4ed1a1fd9a18d9e46cc",
     "helper_seed": "a2843747a7b2c169e845abc758e3c111",
     "query": "82e0ed7348e0fe63caf5468dd42bc6f0",
-    "verifier": "f5ecefaea070cda69932457fde43a01a",
+    "verifier": "324923698d255236cfeb634aa43c2c86",
 }
 
 
@@ -311,13 +312,13 @@ def test_bad_inputs_are_refused_with_clear_errors():
     plan = query_plan(CIRCUIT, query_randomness(CIRCUIT, b"q" * 16, b"job"), 2)
     with pytest.raises(FieldError, match=r"input share: expected shape \(clients, 41\)"):
         query(plan, meas[:, :-1], proof)
-    with pytest.raises(FieldError, match=r"proof share: expected shape \(clients, 131\)"):
+    with pytest.raises(FieldError, match=r"proof share: expected shape \(clients, 132\)"):
         query(plan, meas, proof[:, 1:])
     with pytest.raises(FieldError, match="2 input shares but 1 proof shares"):
         query(plan, meas, proof[:1])
     bad = proof.copy()
     bad[1, 7] = np.uint64(FIELD64.p)
-    with pytest.raises(FieldError, match="proof share: element 138 is not canonical"):
+    with pytest.raises(FieldError, match="proof share: element 139 is not canonical"):
         query(plan, meas, bad)
     with pytest.raises(FieldError, match="dtype int64"):
         query(plan, meas.astype(np.int64), proof)
