@@ -105,18 +105,18 @@ class Field:
         a, b = np.asarray(a, np.uint64), np.asarray(b, np.uint64)
         with np.errstate(over="ignore"):
             s = a + b
-        if self.wide:
-            # a + b < 2p < 2^65: a wrap dropped 2^64 ≡ 2^32 − 1; otherwise subtract p once if needed.
-            wrapped = s < a
-            with np.errstate(over="ignore"):
-                s = np.where(wrapped, s + np.uint64(0xFFFFFFFF), s)
-        return np.where(s >= self._pu, s - self._pu, s)
+            if self.wide:
+                # a + b < 2p < 2^65: a wrap dropped 2^64 ≡ 2^32 − 1 (and then s + 2^32 − 1 < p).
+                s += (s < a) * np.uint64(0xFFFFFFFF)
+            s -= (s >= self._pu) * self._pu
+        return s
 
     def sub(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         a, b = np.asarray(a, np.uint64), np.asarray(b, np.uint64)
         with np.errstate(over="ignore"):
             d = a - b
-            return np.where(a < b, d + self._pu, d)  # uint64 wrap: d + p ≡ a − b + p (mod 2^64)
+            d += (a < b) * self._pu  # the uint64 wrap plus p is a − b + p
+        return d  # uint64 wrap: d + p ≡ a − b + p (mod 2^64)
 
     def neg(self, a: np.ndarray) -> np.ndarray:
         return self.sub(np.zeros_like(np.asarray(a, np.uint64)), a)
@@ -125,7 +125,10 @@ class Field:
         a, b = np.asarray(a, np.uint64), np.asarray(b, np.uint64)
         if not self.wide:
             return (a * b) % self._pu  # p < 2^32: the product fits uint64
-        a, b = np.broadcast_arrays(a, b)
+        shape = np.broadcast_shapes(a.shape, b.shape)
+        if b.shape == shape and a.shape != shape:
+            a, b = b, a  # keep the smaller operand (a twiddle row) un-broadcast: its limbs stay small
+        a = np.broadcast_to(a, shape)
         # The 128-bit product from 32-bit limbs, in place (this is the proofs' hot loop):
         # a·b = a1 b1·2^64 + (a0 b1 + a1 b0)·2^32 + a0 b0.
         a0, a1, b0, b1 = a & _M32, a >> _S32, b & _M32, b >> _S32

@@ -48,7 +48,7 @@ def _transform(field: Field, a: np.ndarray, inverse: bool) -> np.ndarray:
     h = 1
     for w in _twiddles(field, n, inverse):
         x = x.reshape(*lead, n // (2 * h), 2, h)
-        even, odd = x[..., 0, :], field.mul(x[..., 1, :], w)
+        even, odd = x[..., 0, :], (x[..., 1, :] if h == 1 else field.mul(x[..., 1, :], w))
         x = np.concatenate([field.add(even, odd), field.sub(even, odd)], axis=-1)
         h *= 2
     return x.reshape(*lead, n)

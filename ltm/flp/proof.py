@@ -48,11 +48,36 @@ def prove(circuit: BoundedL2, meas: np.ndarray, prove_rand: np.ndarray) -> np.nd
     v0 = np.concatenate([prove_rand[:, :R], w0, pad], axis=1)  # the wires at the P-th roots α^j
     v1 = np.concatenate([prove_rand[:, R:], w1, pad], axis=1)
     # The gadget polynomial W0·W1 at the 2P-th roots ω^i: at even i (ω^{2j} = α^j) the product of the
-    # values, at odd i the product of the wires on the coset ω·α^j.
+    # values, at odd i the product of the wires on the coset ω·α^j.  The map to the coset is linear
+    # and W1 − W0 is a public constant (−1 at the bit calls) plus the seeds' difference, so one
+    # transform pair serves both wires.
+    odd0 = _odd_coset(circuit, v0)
+    odd1 = f.add(odd0, _coset_of_difference(circuit, f.sub(prove_rand[:, R:], prove_rand[:, :R])))
     gadget = np.empty((meas.shape[0], 2 * P), dtype=np.uint64)
     gadget[:, 0::2] = f.mul(v0, v1)
-    gadget[:, 1::2] = f.mul(_odd_coset(circuit, v0), _odd_coset(circuit, v1))
+    gadget[:, 1::2] = f.mul(odd0, odd1)
     return np.concatenate([prove_rand, gadget], axis=1)
+
+
+def _coset_of_difference(circuit: BoundedL2, seed_diff: np.ndarray) -> np.ndarray:
+    """(W1 − W0)(ω·α^j) (C, P): the coset image of (seed_diff at j < R, −1 at the bit calls, 0 after)."""
+    f, R, P = circuit.field, circuit.reps, circuit.wire_len
+    basis, const = _coset_basis(circuit)
+    out = np.broadcast_to(const, (seed_diff.shape[0], P)).copy()
+    for r in range(R):
+        out = f.add(out, f.mul(seed_diff[:, r:r + 1], basis[r]))
+    return out
+
+
+@lru_cache(maxsize=16)
+def _coset_basis(circuit: BoundedL2) -> tuple[np.ndarray, np.ndarray]:
+    """The coset images of the unit vectors at the R seed positions (R, P), and of the constant part."""
+    f, R, P = circuit.field, circuit.reps, circuit.wire_len
+    units = np.zeros((R + 1, P), dtype=np.uint64)
+    units[np.arange(R), np.arange(R)] = 1
+    units[R, R:R + circuit.meas_len] = f.p - 1
+    images = _odd_coset(circuit, units)
+    return images[:R], images[R]
 
 
 def _odd_coset(circuit: BoundedL2, values: np.ndarray) -> np.ndarray:
