@@ -17,7 +17,9 @@ the circuit need no leader role.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 
@@ -55,6 +57,35 @@ class BoundedL2:
                              f"p={self.field.p}: the norm check would be unsound; use fewer bits or a larger field")
         if (self.field.p - 1) % (2 * self.wire_len):
             raise FieldError(f"the field mod {self.field.p} has no root of unity of order {2 * self.wire_len}")
+
+    @classmethod
+    def for_grid(cls, field: Field, width: int, clip_bound: float, frac_bits: int, reps: int = 2) -> "BoundedL2":
+        """The circuit for a client's vector clipped to ℓ2 norm ``clip_bound`` and rounded to the grid
+        2^-f (``ltm.dp.grid.round_to_grid``), W = ``width`` entries.
+
+        Rounding moves each entry by ≤ 1/2 grid unit, so ‖x̂‖ ≤ C·2^f + √W/2; B is the ceiling of the
+        square of that, computed in exact rationals with √W rounded up and C·2^f widened by 2^-40
+        (a float clip may overshoot C by a few ulps).  Entries get bits for |x̂_a| ≤ √B.
+        """
+        if width < 1 or not clip_bound > 0 or frac_bits < 0:
+            raise FieldError(f"bad grid parameters width={width} clip_bound={clip_bound} frac_bits={frac_bits}")
+        root_w = Fraction(math.isqrt(width) + (0 if math.isqrt(width) ** 2 == width else 1))
+        radius = Fraction(clip_bound) * 2**frac_bits * (1 + Fraction(1, 2**40)) + root_w / 2
+        bound = math.ceil(radius * radius)
+        return cls(field, width, math.isqrt(bound).bit_length() + 1, bound, reps)
+
+    def soundness_error(self) -> float:
+        """An upper bound on the probability that one invalid input is accepted (any proof).
+
+        If the gadget polynomial G equals W0·W1, the circuit's outputs are the true ones and each of
+        the R independent random combinations q_r misses a nonzero output with probability 1/p.
+        Otherwise G − W0·W1 ≠ 0 has degree ≤ 2P − 1 (G is interpolated from 2P values) and each
+        query point, uniform over the p − P − r admissible points, is one of its roots with
+        probability ≤ (2P − 1)/(p − P − R).  Each derived element is within p/2^128 of uniform.
+        """
+        p, P, R = self.field.p, self.wire_len, self.reps
+        bias = p / 2.0**128
+        return ((2 * P - 1) / (p - P - R) + bias) ** R + (1.0 / p + bias) ** R
 
     @property
     def slack_bits(self) -> int:

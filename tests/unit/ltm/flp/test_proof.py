@@ -338,3 +338,35 @@ def test_bad_inputs_are_refused_with_clear_errors():
         split(CIRCUIT, meas, proof, 1, Randomness.seeded_insecure(1), CTX)
     with pytest.raises(FieldError, match=r"shape \(clients, 5\)"):
         CIRCUIT.encode(np.zeros((2, 4), np.int64))
+
+
+def test_for_grid_accepts_every_clipped_rounded_vector_and_refuses_just_beyond():
+    from ltm.clipping import clip_rows
+    from ltm.dp.grid import round_to_grid
+
+    width, clip, f = 11, 1.0, 20
+    circuit = BoundedL2.for_grid(FIELD64, width, clip, f)
+    rng = np.random.default_rng(7)
+    raw = rng.normal(size=(2000, width)) * rng.choice([0.01, 1.0, 100.0], size=(2000, 1))
+    raw[0] = 0.0
+    raw[1] = 0.0
+    raw[1, 0] = -5.0  # one entry at the clip bound
+    raw[2] = (0.5 + 2.0**-22) * 2.0**-f  # every entry rounds up: the rounding adds √W/2 to the norm
+    raw[2, 0] = clip
+    x = round_to_grid(clip_rows(raw, clip), f)
+    meas = circuit.encode(x)  # refuses if any vector were outside the circuit's bound
+    proof = prove(circuit, meas, prove_rand(circuit, Randomness.seeded_insecure(2), len(x)))
+    plan = query_plan(circuit, query_randomness(circuit, b"g" * 16, b"job"), 1)
+    assert decide(circuit, query(plan, meas, proof)).all()
+    assert circuit.bound < (clip * 2**f + np.sqrt(width) / 2 + 1) ** 2  # and not loose by more than a unit
+    over = x[:1].copy()
+    over[0, 0] = int(np.ceil(np.sqrt(circuit.bound + 1)))
+    with pytest.raises(FieldError, match="squared norm exceeds"):
+        circuit.encode(over)
+
+
+def test_soundness_error_bounds_the_measured_cheat_and_meets_the_job_target():
+    rate = (SMALL.wire_len - 1) / (SMALL.field.p - SMALL.wire_len)
+    assert rate <= SMALL.soundness_error() < 2.5 * rate  # the general bound: deg 2P − 1, not P − 1 roots
+    job = BoundedL2.for_grid(FIELD64, 11, 1.0, 20)
+    assert job.soundness_error() * 1e8 < 2.0**-40  # 10^8 clients, every one cheating
