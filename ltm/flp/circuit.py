@@ -59,7 +59,7 @@ class BoundedL2:
             raise FieldError(f"the field mod {self.field.p} has no root of unity of order {2 * self.wire_len}")
 
     @classmethod
-    def for_grid(cls, field: Field, width: int, clip_bound: float, frac_bits: int, reps: int = 2) -> "BoundedL2":
+    def for_grid(cls, field: Field, width: int, clip_bound: float, frac_bits: int, reps: int = 2) -> BoundedL2:
         """The circuit for a client's vector clipped to ℓ2 norm ``clip_bound`` and rounded to the grid
         2^-f (``ltm.dp.grid.round_to_grid``), W = ``width`` entries.
 
