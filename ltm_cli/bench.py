@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+from ltm.jobconfig import add_options, positive_int
 from ltm_cli.app import lazy
 from ltm_cli.options import JSON_ANYWAY, output, print_json
-from ltm.jobconfig import add_options, positive_int
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -45,7 +45,9 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def _e2e(p: argparse.ArgumentParser) -> None:
-    from sim.tools.bench_e2e import parse_counts  # imports grpc; only when `bench` is the command
+    from sim.tools.bench_e2e import (
+        parse_counts,  # imports grpc; only when `bench` is the command
+    )
 
     p.add_argument("--n", type=parse_counts, default=[1_000_000],
                    help="clients: 1000000, 1e8, or a series 1e6,1e7,1e8 (default 1e6)")
