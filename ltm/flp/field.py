@@ -228,6 +228,25 @@ class Field:
             out[start:start + chunk] = acc
         return out
 
+    def matmul_bits(self, bits: np.ndarray, m: np.ndarray, chunk: int = 4096) -> np.ndarray:
+        """bits (C, N) with every entry 0 or 1 @ m (N, J) in the field → (C, J): one BLAS product
+        (C, N) @ (N, 4J) against m's four 16-bit limbs (each sum < N·2^16, exact in float64)."""
+        bits, m = np.asarray(bits, np.uint64), np.asarray(m, np.uint64)
+        if bits.size and bits.max() > 1:
+            raise FieldError("matmul_bits needs entries 0 or 1")
+        n, j = m.shape
+        limbs = np.concatenate([((m >> np.uint64(16 * k)) & np.uint64(0xFFFF)).astype(np.float64)
+                                for k in range(4)], axis=1)
+        weights = [np.uint64(pow(2, 16 * k, self.p)) for k in range(4)]
+        out = np.empty((bits.shape[0], j), dtype=np.uint64)
+        for start in range(0, bits.shape[0], chunk):
+            sums = (bits[start:start + chunk].astype(np.float64) @ limbs).astype(np.uint64)
+            acc = np.zeros((sums.shape[0], j), dtype=np.uint64)
+            for k in range(4):  # each limb sum < 2^53: reduced mod p (a no-op in Field64), then weighed
+                acc = self.add(acc, self.mul(sums[:, k * j:(k + 1) * j] % self._pu, weights[k]))
+            out[start:start + chunk] = acc
+        return out
+
     # -- bytes ---------------------------------------------------------------------------------
     def from_uniform_words(self, words: np.ndarray) -> np.ndarray:
         """Field elements from pairs of uniform uint64 words: (..., 2·N) → (..., N), (hi·2^64 + lo) mod p

@@ -51,12 +51,41 @@ def prove(circuit: BoundedL2, meas: np.ndarray, prove_rand: np.ndarray) -> np.nd
     # values, at odd i the product of the wires on the coset ω·α^j.  The map to the coset is linear
     # and W1 − W0 is a public constant (−1 at the bit calls) plus the seeds' difference, so one
     # transform pair serves both wires.
-    odd0 = _odd_coset(circuit, v0)
+    odd0 = _odd_coset_of_wire0(circuit, meas, prove_rand[:, :R], v0)
     odd1 = f.add(odd0, _coset_of_difference(circuit, f.sub(prove_rand[:, R:], prove_rand[:, :R])))
     gadget = np.empty((meas.shape[0], 2 * P), dtype=np.uint64)
     gadget[:, 0::2] = f.mul(v0, v1)
     gadget[:, 1::2] = f.mul(odd0, odd1)
     return np.concatenate([prove_rand, gadget], axis=1)
+
+
+def _odd_coset_of_wire0(circuit: BoundedL2, meas: np.ndarray, seeds: np.ndarray, v0: np.ndarray) -> np.ndarray:
+    """W0 on the odd coset (C, P).  W0's values are affine in (seeds, bits), so for bits that are 0 or 1
+    (every honest prover's) one BLAS product against the precomputed images of the bits replaces the
+    transform pair; any other input (a cheat's) takes the transforms."""
+    f = circuit.field
+    if meas.size and meas.max() > 1:
+        return _odd_coset(circuit, v0)
+    seed_images, bit_images, const = _wire0_images(circuit)
+    out = f.add(f.matmul_bits(meas, bit_images), const)
+    for r in range(circuit.reps):
+        out = f.add(out, f.mul(seeds[:, r:r + 1], seed_images[r]))
+    return out
+
+
+@lru_cache(maxsize=16)
+def _wire0_images(circuit: BoundedL2) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The odd-coset images of W0's seeds (R, P), of its bits (L, P) and of its constant part (P,)."""
+    f, R, L, n, b, P = circuit.field, circuit.reps, circuit.meas_len, circuit.n, circuit.bits, circuit.wire_len
+    units = np.zeros((R + L + 1, P), dtype=np.uint64)
+    units[np.arange(R), np.arange(R)] = 1
+    units[R + np.arange(L), R + np.arange(L)] = 1  # bit i is the first input of call i ...
+    weights = circuit.entry_weights()
+    for a in range(n):  # ... and bit j of entry a weighs 2^j in x_a, the input of call L + a
+        units[R + a * b + np.arange(b), R + L + a] = weights
+    units[R + L, R + L:R + L + n] = f.neg(np.uint64(circuit.offset % f.p))  # x_a's constant −2^(b−1)
+    images = _odd_coset(circuit, units)
+    return images[:R], images[R:R + L], images[R + L]
 
 
 def _coset_of_difference(circuit: BoundedL2, seed_diff: np.ndarray) -> np.ndarray:

@@ -102,3 +102,17 @@ def test_matmul_limbs_match_python_integers():
     assert FIELD64.matmul(a, m, chunk=2).tolist() == want
     assert small_field(97).matmul(a % np.uint64(97), m % np.uint64(97)).tolist() == [
         [sum(int(a[r, i] % 97) * int(m[i, c] % 97) for i in range(300)) % 97 for c in range(3)] for r in range(5)]
+
+
+@pytest.mark.parametrize("field", [FIELD64, small_field(97)])
+def test_matmul_bits_matches_python_integers(field):
+    rng = np.random.default_rng(5)
+    bits = rng.integers(0, 2, (7, 200), dtype=np.uint64)
+    bits[0] = 1
+    m = rng.integers(0, 2**64 - 1, (200, 4), dtype=np.uint64, endpoint=True) % np.uint64(field.p)
+    m[:, 0] = field.p - 1
+    want = [[sum(int(bits[r, i]) * int(m[i, c]) for i in range(200)) % field.p for c in range(4)] for r in range(7)]
+    assert field.matmul_bits(bits, m, chunk=3).tolist() == want
+    bits[2, 5] = 2
+    with pytest.raises(FieldError, match="entries 0 or 1"):
+        field.matmul_bits(bits, m)
