@@ -229,22 +229,27 @@ class Field:
         return out
 
     def matmul_bits(self, bits: np.ndarray, m: np.ndarray, chunk: int = 4096) -> np.ndarray:
-        """bits (C, N) with every entry 0 or 1 @ m (N, J) in the field → (C, J): one BLAS product
-        (C, N) @ (N, 4J) against m's four 16-bit limbs (each sum < N·2^16, exact in float64)."""
+        """bits (C, N) with every entry 0 or 1 @ m (N, J) in the field → (C, J), N < 2^20: one BLAS
+        product (C, N) @ (N, 4J) against m's four 16-bit limbs (each sum s_k < N·2^16, exact in
+        float64), then Σ_k s_k·2^(16k) < 2^84 assembled in two words and reduced once."""
         bits, m = np.asarray(bits, np.uint64), np.asarray(m, np.uint64)
         if bits.size and bits.max() > 1:
             raise FieldError("matmul_bits needs entries 0 or 1")
-        n, j = m.shape
+        if m.shape[0] >= 1 << 20:
+            raise FieldError(f"matmul_bits inner dimension {m.shape[0]} too large")
+        j = m.shape[1]
         limbs = np.concatenate([((m >> np.uint64(16 * k)) & np.uint64(0xFFFF)).astype(np.float64)
                                 for k in range(4)], axis=1)
-        weights = [np.uint64(pow(2, 16 * k, self.p)) for k in range(4)]
         out = np.empty((bits.shape[0], j), dtype=np.uint64)
+        s16 = np.uint64(16)
         for start in range(0, bits.shape[0], chunk):
-            sums = (bits[start:start + chunk].astype(np.float64) @ limbs).astype(np.uint64)
-            acc = np.zeros((sums.shape[0], j), dtype=np.uint64)
-            for k in range(4):  # each limb sum < 2^53: reduced mod p (a no-op in Field64), then weighed
-                acc = self.add(acc, self.mul(sums[:, k * j:(k + 1) * j] % self._pu, weights[k]))
-            out[start:start + chunk] = acc
+            s = (bits[start:start + chunk].astype(np.float64) @ limbs).astype(np.uint64)
+            low = s[:, :j] + (s[:, j:2 * j] << s16)  # < 2^53
+            high = s[:, 2 * j:3 * j] + (s[:, 3 * j:] << s16)  # < 2^53, weighs 2^32
+            with np.errstate(over="ignore"):
+                lo = low + (high << _S32)
+            hi = (high >> _S32) + (lo < low)
+            out[start:start + chunk] = self.reduce128(lo, hi)
         return out
 
     # -- bytes ---------------------------------------------------------------------------------
