@@ -261,7 +261,7 @@ class Field:
 
     def encode(self, a: np.ndarray) -> bytes:
         """Little-endian 8-byte encoding of canonical elements."""
-        return np.ascontiguousarray(np.asarray(a, np.uint64)).astype("<u8").tobytes()
+        return np.ascontiguousarray(self.check(a)).astype("<u8").tobytes()
 
     def decode(self, data: bytes, count: int | None = None) -> np.ndarray:
         """Elements from :meth:`encode`'s bytes; refuses a wrong length or a non-canonical element."""
@@ -284,14 +284,16 @@ class Field:
         return arr
 
     def from_int(self, values: np.ndarray) -> np.ndarray:
-        """Signed int64 values (|v| < p) as field elements."""
-        v = np.asarray(values, np.int64)
-        u = np.abs(v).astype(np.uint64)
+        """Signed integer values (int64) as field elements."""
+        v = np.asarray(values)
+        if not np.issubdtype(v.dtype, np.signedinteger):
+            raise FieldError(f"from_int needs signed integers, got dtype {v.dtype}")
+        u = np.abs(v.astype(np.int64)).astype(np.uint64)
         return np.where(v < 0, self.neg(u % self._pu), u % self._pu)
 
     def to_int(self, a: np.ndarray) -> np.ndarray:
         """Canonical elements as signed int64 in (−p/2, p/2) (for decoding sums of small values)."""
-        a = np.asarray(a, np.uint64)
+        a = self.check(a)
         half = self._pu // np.uint64(2)
         return np.where(a > half, -(self._pu - a).astype(np.int64), a.astype(np.int64))
 

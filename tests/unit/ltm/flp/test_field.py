@@ -116,3 +116,49 @@ def test_matmul_bits_matches_python_integers(field):
     bits[2, 5] = 2
     with pytest.raises(FieldError, match="entries 0 or 1"):
         field.matmul_bits(bits, m)
+
+
+# ====== mutation-kill tests for ltm/flp/field.py (each value computed independently) ======
+
+def test_inverse_and_its_refusals():
+    for field in (FIELD64, small_field(97)):
+        for a in (2, 5, field.p - 1):
+            assert a * field.inv(a) % field.p == 1
+        for zero in (0, field.p, 3 * field.p):  # every multiple of p is 0 in the field
+            with pytest.raises(FieldError, match=r"^0 has no inverse$"):
+                field.inv(zero)
+
+
+def test_roots_of_unity_have_exactly_their_order():
+    for field, orders in ((FIELD64, (1, 2, 4, 64, 1 << 20)), (small_field(97), (1, 2, 8, 32))):
+        for order in orders:
+            w = field.root_of_unity(order)
+            assert pow(w, order, field.p) == 1
+            assert order == 1 or pow(w, order // 2, field.p) == field.p - 1  # primitive: w^(order/2) = −1
+        for bad in (0, 3, 6, 12):
+            with pytest.raises(FieldError, match=f"no root of unity of order {bad}$"):
+                field.root_of_unity(bad)
+
+
+def test_decode_messages_are_exact():
+    with pytest.raises(FieldError, match=r"^field vector of 7 bytes; expected a multiple of 8 bytes$"):
+        FIELD64.decode(b"\x00" * 7)
+    with pytest.raises(FieldError, match=r"^field vector of 8 bytes; expected 16 bytes \(2 elements\)$"):
+        FIELD64.decode(b"\x00" * 8, 2)
+
+
+def test_encode_and_signed_conversions_are_strict_and_exact():
+    with pytest.raises(FieldError, match="dtype int64"):
+        FIELD64.encode(np.array([1, 2]))
+    with pytest.raises(FieldError, match="not canonical"):
+        FIELD64.encode(np.array([P64], dtype=np.uint64))
+    assert FIELD64.encode(np.array([1, P64 - 1], dtype=np.uint64)) == (1).to_bytes(8, "little") + (
+        P64 - 1).to_bytes(8, "little")
+    with pytest.raises(FieldError, match="signed integers, got dtype float64"):
+        FIELD64.from_int(np.array([1.0]))
+    assert FIELD64.from_int(np.array([0, -1, 1], dtype=np.int32)).tolist() == [0, P64 - 1, 1]
+    half = (P64 - 1) // 2  # the largest value to_int reads as positive
+    got = FIELD64.to_int(np.array([half, half + 1, 0, P64 - 1], dtype=np.uint64)).tolist()
+    assert got == [half, half + 1 - P64, 0, -1]
+    with pytest.raises(FieldError, match="dtype int64"):
+        FIELD64.to_int(np.array([1]))
