@@ -11,7 +11,7 @@ from scipy.stats import binomtest
 
 from ltm.flp.circuit import BoundedL2
 from ltm.flp.field import FIELD64, FieldError, small_field
-from ltm.flp.ntt import ntt
+from ltm.flp.ntt import intt, ntt
 from ltm.flp.proof import (
     QueryRandomness,
     combine,
@@ -370,3 +370,72 @@ def test_soundness_error_bounds_the_measured_cheat_and_meets_the_job_target():
     assert rate <= SMALL.soundness_error() < 2.5 * rate  # the general bound: deg 2P − 1, not P − 1 roots
     job = BoundedL2.for_grid(FIELD64, 11, 1.0, 20)
     assert job.soundness_error() * 1e8 < 2.0**-40  # 10^8 clients, every one cheating
+
+
+# -- a second route to the verifier ------------------------------------------------------------------
+
+def _horner(coeffs, t, p):
+    acc = 0
+    for c in reversed(coeffs):
+        acc = (acc * t + c) % p
+    return acc
+
+
+def _direct_verifier(circuit, meas, proof, rand, k):
+    """The verifier share of one client computed from the definitions in Python integers: rebuild
+    the wires from the share, interpolate (inverse NTT) and evaluate at t by Horner, read the gadget
+    outputs off the proof's even points, interpolate G from its 2P values."""
+    f, R, L, n, b, P = circuit.field, circuit.reps, circuit.meas_len, circuit.n, circuit.bits, circuit.wire_len
+    p = f.p
+    inv_k = pow(k, p - 2, p)
+    m = [int(v) for v in meas]
+    x = [(sum(m[a * b + j] << j for j in range(b)) - (circuit.offset * inv_k)) % p for a in range(n)]
+    slack = sum(m[n * b + j] << j for j in range(circuit.slack_bits)) % p
+    seeds, gvals = [int(v) for v in proof[:2 * R]], np.asarray(proof[2 * R:], np.uint64)
+    w0 = seeds[:R] + m + x + [0] * (P - R - L - n)
+    w1 = seeds[R:] + [(v - inv_k) % p for v in m] + x + [0] * (P - R - L - n)
+    c0, c1 = (intt(f, np.array([w], np.uint64))[0].tolist() for w in (w0, w1))
+    gcoef = intt(f, gvals[None, :])[0].tolist()
+    out = []
+    for r in range(R):
+        t, q = int(rand.t[r]), [int(v) for v in rand.q[r]]
+        g_at = [int(gvals[2 * (R + i)]) for i in range(L + n)]  # G(α^{R+i}) = value at ω^{2(R+i)}
+        v = (sum(qi * gi for qi, gi in zip(q[:L], g_at[:L])) + q[L] * (sum(g_at[L:]) + slack - circuit.bound * inv_k)) % p
+        out += [v, _horner(c0, t, p), _horner(c1, t, p), _horner(gcoef, t, p)]
+    return out
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_query_equals_the_verifier_computed_from_its_definition(k):
+    """On arbitrary (random, invalid) shares, so every coefficient of the linear map is exercised."""
+    f = CIRCUIT.field
+    rng = np.random.default_rng(11 + k)
+    meas = rng.integers(0, 2**64 - 1, (3, CIRCUIT.meas_len), dtype=np.uint64, endpoint=True) % np.uint64(f.p)
+    proof = rng.integers(0, 2**64 - 1, (3, CIRCUIT.proof_len), dtype=np.uint64, endpoint=True) % np.uint64(f.p)
+    meas[0] = CIRCUIT.encode(np.array([[3, -4, 0, 12, -30]]))[0]  # and one honest-looking share
+    rand = query_randomness(CIRCUIT, b"direct-route-000", b"job")
+    got = query(query_plan(CIRCUIT, rand, k), meas, proof)
+    for c in range(3):
+        assert got[c].tolist() == _direct_verifier(CIRCUIT, meas[c], proof[c], rand, k)
+
+
+def test_prove_equals_the_product_of_the_interpolated_wires():
+    """The proof's 2P values are W0·W1 at the 2P-th roots, W0, W1 interpolated from their P values
+    (coefficients by inverse NTT, evaluated by Horner): the fast paths (bits by BLAS, one transform
+    pair) agree with the definition for a valid input and for a non-bit one."""
+    f, R, P = CIRCUIT.field, CIRCUIT.reps, CIRCUIT.wire_len
+    p = f.p
+    meas = CIRCUIT.encode(np.array([[3, -4, 0, 12, -30], [31, 0, 0, 0, -1]]))
+    meas[1, 2] = 7  # not a bit: the cheat's path
+    seeds = np.array([[1, 2, 3, 4], [p - 1, 0, 5, p - 2]], np.uint64)
+    proof = prove(CIRCUIT, meas, seeds)
+    w0, w1 = CIRCUIT.wires(meas, 1)
+    omega = f.root_of_unity(2 * P)
+    for c in range(2):
+        pad = [0] * (P - R - CIRCUIT.calls)
+        v0 = [int(s) for s in seeds[c, :R]] + w0[c].tolist() + pad
+        v1 = [int(s) for s in seeds[c, R:]] + w1[c].tolist() + pad
+        c0, c1 = (intt(f, np.array([v], np.uint64))[0].tolist() for v in (v0, v1))
+        want = [_horner(c0, pow(omega, i, p), p) * _horner(c1, pow(omega, i, p), p) % p for i in range(2 * P)]
+        assert proof[c, 2 * R:].tolist() == want
+        assert proof[c, :2 * R].tolist() == seeds[c].tolist()
