@@ -439,3 +439,31 @@ def test_prove_equals_the_product_of_the_interpolated_wires():
         want = [_horner(c0, pow(omega, i, p), p) * _horner(c1, pow(omega, i, p), p) % p for i in range(2 * P)]
         assert proof[c, 2 * R:].tolist() == want
         assert proof[c, :2 * R].tolist() == seeds[c].tolist()
+
+
+def _rank_mod_p(rows, p):
+    rows = [list(r) for r in rows]
+    rank, cols = 0, len(rows[0])
+    for c in range(cols):
+        pivot = next((i for i in range(rank, len(rows)) if rows[i][c] % p), None)
+        if pivot is None:
+            continue
+        rows[rank], rows[pivot] = rows[pivot], rows[rank]
+        inv = pow(rows[rank][c], p - 2, p)
+        rows[rank] = [v * inv % p for v in rows[rank]]
+        for i in range(len(rows)):
+            if i != rank and rows[i][c] % p:
+                factor = rows[i][c]
+                rows[i] = [(v - factor * w) % p for v, w in zip(rows[i], rows[rank])]
+        rank += 1
+    return rank
+
+
+@pytest.mark.parametrize("circuit", [CIRCUIT, TINY, BoundedL2(small_field(97), n=2, bits=2, bound=3)])
+def test_each_servers_verifier_share_is_uniform_given_the_sum(circuit):
+    """A helper's input and proof shares are uniform, so its verifier share is uniform over the image
+    of the plan's linear map; the map has full rank 4R, so that image is everything: the analyst's
+    view of the separate shares is the (simulatable) sum plus uniform noise."""
+    plan = query_plan(circuit, query_randomness(circuit, b"rank-check-seed0", b"job"), 2)
+    matrix = np.concatenate([plan.meas_map, plan.proof_map]).tolist()
+    assert _rank_mod_p(matrix, circuit.field.p) == circuit.verifier_len
