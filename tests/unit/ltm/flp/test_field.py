@@ -162,3 +162,68 @@ def test_encode_and_signed_conversions_are_strict_and_exact():
     assert got.dtype == np.int64 and got.tolist() == [half, half + 1 - P64, 0, -1]
     with pytest.raises(FieldError, match="dtype int64"):
         FIELD64.to_int(np.array([1]))
+
+
+def test_primality_and_generators_against_a_sieve():
+    from ltm.flp.field import _generator, _is_prime
+
+    limit = 3000
+    sieve = np.ones(limit, dtype=bool)
+    sieve[:2] = False
+    for i in range(2, int(limit**0.5) + 1):
+        sieve[i * i::i] = False
+    assert [n for n in range(limit) if _is_prime(n)] == np.flatnonzero(sieve).tolist()
+    # strong pseudoprimes to the first bases, a Carmichael number, and large primes
+    for composite in (561, 2047, 1373653, 25326001, 3215031751, 2152302898747, 3474749660383,
+                      341550071728321, 3825123056546413051, (2**32 + 1), P64 + 2):
+        assert not _is_prime(composite), composite
+    for prime in (2**31 - 1, 4294967291, 4294967311, P64, 2**61 - 1):
+        assert _is_prime(prime), prime
+    for p in [n for n in range(3, 400) if sieve[n]]:
+        g = _generator(p)
+        orders = [next(k for k in range(1, p) if pow(c, k, p) == 1) for c in range(2, g + 1)]
+        assert orders[-1] == p - 1 and all(o < p - 1 for o in orders[:-1]), p  # the smallest primitive root
+
+
+def test_field_moduli_at_the_edges():
+    assert Field(3, 2, "F3").p == 3 and small_field(3).generator == 2
+    for bad in (2, 4294967311):  # too small; a prime just above 2^32
+        with pytest.raises(FieldError, match="unsupported field modulus"):
+            Field(bad, 1, "bad")
+        with pytest.raises(FieldError, match=f"^small_field needs a prime 2 < p < 2\\^32, got {bad}$"):
+            small_field(bad)
+
+
+def test_operations_take_python_integers_exactly():
+    """Mid-range Python integers (numpy would hold them as int64; mixing with uint64 would go to float)."""
+    a, b = [2**62 + 1, 3, 2**62 + 2**40], [2**62 + 7, 2**61 + 5, 12345]
+    for field in (FIELD64,):
+        p = field.p
+        assert field.add(a, b).tolist() == [(x + y) % p for x, y in zip(a, b)]
+        assert field.sub(a, b).tolist() == [(x - y) % p for x, y in zip(a, b)]
+        assert field.sub(b, a).tolist() == [(y - x) % p for x, y in zip(a, b)]
+        assert field.neg(a).tolist() == [(-x) % p for x in a]
+        assert field.mul(a, b).tolist() == [x * y % p for x, y in zip(a, b)]
+        assert field.reduce128(a, b).tolist() == [(y << 64 | x) % p for x, y in zip(a, b)]
+        assert int(field.matvec(np.array([a], np.uint64), b)[0]) == sum(x * y for x, y in zip(a, b)) % p
+        assert field.matmul(np.array([a], np.uint64), np.array(b, np.uint64)[:, None]).tolist() == [
+            [sum(x * y for x, y in zip(a, b)) % p]]
+
+
+def test_scalar_arithmetic_raises_no_overflow_warnings():
+    import warnings
+
+    top = np.uint64(P64 - 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert int(FIELD64.add(top, top)) == P64 - 2
+        assert int(FIELD64.sub(np.uint64(0), top)) == 1
+        assert int(FIELD64.mul(top, top)) == 1
+        assert int(FIELD64.reduce128(np.uint64(2**64 - 1), np.uint64(2**64 - 1))) == (2**128 - 1) % P64
+
+
+def test_reduction_edge_words():
+    cases = [(P64, 0), (5, 5 << 32), (0, 1 << 32), (2**32 - 1, (2**32 - 1) << 32), (P64 - 1, 1), (0, 0)]
+    lo = np.array([c[0] for c in cases], np.uint64)
+    hi = np.array([c[1] for c in cases], np.uint64)
+    assert FIELD64.reduce128(lo, hi).tolist() == [(h << 64 | x) % P64 for x, h in cases]
