@@ -227,3 +227,13 @@ def test_reduction_edge_words():
     lo = np.array([c[0] for c in cases], np.uint64)
     hi = np.array([c[1] for c in cases], np.uint64)
     assert FIELD64.reduce128(lo, hi).tolist() == [(h << 64 | x) % P64 for x, h in cases]
+
+
+def test_from_uniform_words_pairs_low_then_high_word():
+    words = np.array([[3, 0, 2**64 - 1, 2**64 - 1, 7, 1], [0, 5, P64, 0, 1, 2**63]], dtype=np.uint64)
+    want = [[(int(r[2 * i + 1]) << 64 | int(r[2 * i])) % P64 for i in range(3)] for r in words]
+    assert FIELD64.from_uniform_words(words).tolist() == want
+    assert FIELD64.from_uniform_words(words[0].tolist()).tolist() == want[0]
+    f = small_field(97)
+    assert f.from_uniform_words(words).tolist() == [[(int(r[2 * i + 1]) << 64 | int(r[2 * i])) % 97 for i in range(3)]
+                                                    for r in words]
