@@ -169,9 +169,6 @@ class Field:
             lo -= (lo >= self._pu) * self._pu
         return lo
 
-    def pow(self, a: int, e: int) -> int:
-        return pow(int(a), int(e), self.p)
-
     def inv(self, a: int) -> int:
         if int(a) % self.p == 0:
             raise FieldError("0 has no inverse")
