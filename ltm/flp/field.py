@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from dataclasses import field as dc_field
 
 import numpy as np
+import numpy.typing as npt
 
 from ltm.errors import LtmError
 
@@ -101,7 +102,7 @@ class Field:
         return 8
 
     # -- arithmetic (inputs canonical; outputs canonical) -------------------------------------
-    def add(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    def add(self, a: npt.ArrayLike, b: npt.ArrayLike) -> np.ndarray:
         a, b = np.asarray(a, np.uint64), np.asarray(b, np.uint64)
         with np.errstate(over="ignore"):
             s = a + b
@@ -111,17 +112,17 @@ class Field:
             s -= (s >= self._pu) * self._pu
         return s
 
-    def sub(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    def sub(self, a: npt.ArrayLike, b: npt.ArrayLike) -> np.ndarray:
         a, b = np.asarray(a, np.uint64), np.asarray(b, np.uint64)
         with np.errstate(over="ignore"):
             d = a - b
             d += (a < b) * self._pu  # the uint64 wrap plus p is a − b + p
         return d  # uint64 wrap: d + p ≡ a − b + p (mod 2^64)
 
-    def neg(self, a: np.ndarray) -> np.ndarray:
+    def neg(self, a: npt.ArrayLike) -> np.ndarray:
         return self.sub(np.zeros_like(np.asarray(a, np.uint64)), a)
 
-    def mul(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    def mul(self, a: npt.ArrayLike, b: npt.ArrayLike) -> np.ndarray:
         a, b = np.asarray(a, np.uint64), np.asarray(b, np.uint64)
         if not self.wide:
             return (a * b) % self._pu  # p < 2^32: the product fits uint64
@@ -145,7 +146,7 @@ class Field:
             hi += lo < a0  # the low word's carry
         return self._reduce_in_place(lo, hi)
 
-    def reduce128(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    def reduce128(self, lo: npt.ArrayLike, hi: npt.ArrayLike) -> np.ndarray:
         """(hi · 2^64 + lo) mod p for uint64 arrays ``lo``, ``hi`` (any values)."""
         lo, hi = np.asarray(lo, np.uint64), np.asarray(hi, np.uint64)
         if not self.wide:
@@ -180,7 +181,7 @@ class Field:
             raise FieldError(f"the field mod {self.p} has no root of unity of order {order}")
         return pow(self.generator, (self.p - 1) // order, self.p)
 
-    def matvec(self, a: np.ndarray, u: np.ndarray) -> np.ndarray:
+    def matvec(self, a: npt.ArrayLike, u: npt.ArrayLike) -> np.ndarray:
         """Σ_j a[..., j] · u[j] in the field: a (..., N), u (N,) → (...,)."""
         prod = self.mul(a, np.asarray(u, np.uint64))
         # Sum the 32-bit halves separately (exact in uint64 for N < 2^32), then reduce.
@@ -250,7 +251,7 @@ class Field:
         return out
 
     # -- bytes ---------------------------------------------------------------------------------
-    def from_uniform_words(self, words: np.ndarray) -> np.ndarray:
+    def from_uniform_words(self, words: npt.ArrayLike) -> np.ndarray:
         """Field elements from pairs of uniform uint64 words: (..., 2·N) → (..., N), (hi·2^64 + lo) mod p
         (statistical distance from uniform ≤ p / 2^128 per element)."""
         words = np.asarray(words, np.uint64)
