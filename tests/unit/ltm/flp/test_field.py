@@ -237,3 +237,33 @@ def test_from_uniform_words_pairs_low_then_high_word():
     f = small_field(97)
     assert f.from_uniform_words(words).tolist() == [[(int(r[2 * i + 1]) << 64 | int(r[2 * i])) % 97 for i in range(3)]
                                                     for r in words]
+
+
+def test_sums_whose_low_word_carries():
+    """Inputs built so that the two-word assembly of a sum carries out of the low word."""
+    m = np.array([[0xFFFFFFFF00000000], [0x00000000FFFFFFFF], [1]], dtype=np.uint64)
+    want = (0xFFFFFFFF00000000 + 0xFFFFFFFF + 1) % P64
+    assert FIELD64.matmul_bits(np.ones((1, 3), np.uint64), m).tolist() == [[want]]
+    assert FIELD64.matvec(m[:, 0], np.ones(3, np.uint64)).tolist() == want
+    assert FIELD64.matmul(np.ones((1, 3), np.uint64), m).tolist() == [[want]]
+
+
+def test_shapes_tall_batched_and_broadcast():
+    rng = np.random.default_rng(9)
+    f = FIELD64
+    a = rng.integers(0, 2**63, (10, 3), dtype=np.uint64)
+    m = rng.integers(0, 2**63, (3, 2), dtype=np.uint64)
+    want = [[sum(int(a[r, i]) * int(m[i, c]) for i in range(3)) % P64 for c in range(2)] for r in range(10)]
+    assert f.matmul(a, m, chunk=2).tolist() == want  # more rows than columns, several chunks
+    bits = (a & np.uint64(1))
+    want_bits = [[sum(int(bits[r, i]) * int(m[i, c]) for i in range(3)) % P64 for c in range(2)] for r in range(10)]
+    assert f.matmul_bits(bits, m, chunk=3).tolist() == want_bits
+    cube = a[:6].reshape(2, 3, 3)
+    u = m[:, 0]
+    assert f.matvec(cube, u).tolist() == [[sum(int(cube[x, y, i]) * int(u[i]) for i in range(3)) % P64
+                                           for y in range(3)] for x in range(2)]
+    small, full = np.array([2, 3], np.uint64), a[:3, :2]
+    for left, right in ((small, full), (full, small), (small[:, None], full[:1])):
+        got = f.mul(left, right)
+        lb, rb = np.broadcast_arrays(left, right)
+        assert got.tolist() == [[int(x) * int(y) % P64 for x, y in zip(rx, ry)] for rx, ry in zip(lb, rb)]
