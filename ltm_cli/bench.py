@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 
+from ltm.errors import CommandError
+from ltm.jobconfig import add_options, parse_counts, positive_int
 from ltm_cli.app import lazy
 from ltm_cli.options import JSON_ANYWAY, output, print_json
-from ltm.jobconfig import add_options, parse_counts, positive_int
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    """``ltm bench`` and its subcommands sketch, paper, noise, source and e2e."""
+    """``ltm bench`` and its subcommands sketch, paper, noise, source, e2e and flp."""
     bsub = p.add_subparsers(dest="bench", required=True)
     sk = bsub.add_parser("sketch", help="one server's result-share computation and the bytes it receives")
     sk.add_argument("--n", type=positive_int, default=1_000_000, help="clients (default 1000000)")
@@ -41,6 +42,15 @@ def configure(p: argparse.ArgumentParser) -> None:
     output(src, JSON_ANYWAY)
     src.set_defaults(func=run_source)
     _e2e(bsub.add_parser("e2e", help="networked end-to-end run on loopback: wall time, phases, peak RSS, disk"))
+    flp = bsub.add_parser("flp", help="validity proofs (FLP): prove / query / decide CPU and bytes per client")
+    flp.add_argument("--n", type=positive_int, default=100_000, help="clients (default 100000)")
+    flp.add_argument("--width", type=positive_int, default=11, help="entries per client vector (default 11: D = 10 "
+                                                                   "features and the label)")
+    flp.add_argument("--frac-bits", type=positive_int, default=20, help="grid fraction bits (default 20)")
+    flp.add_argument("--k", type=positive_int, default=2, help="servers (default 2)")
+    flp.add_argument("--chunk", type=positive_int, default=8192, help="clients per vectorised chunk (default 8192)")
+    output(flp, JSON_ANYWAY)
+    flp.set_defaults(func=run_flp)
 
 
 def _e2e(p: argparse.ArgumentParser) -> None:
@@ -110,4 +120,15 @@ def run_source(args: argparse.Namespace) -> int:
     from sim.tools.bench_source import bench
 
     print_json(bench(int(args.n), args.d, args.path, args.keep))
+    return 0
+
+
+def run_flp(args: argparse.Namespace) -> int:
+    """``ltm bench flp``: the validity proof's CPU and bytes per client; prints JSON."""
+    from sim.tools.bench_flp import FlpBenchConfig, bench_flp
+
+    if args.k < 2:
+        raise CommandError("--k must be ≥ 2 (one leader and at least one helper)")
+    print_json(bench_flp(FlpBenchConfig(n=args.n, width=args.width, frac_bits=args.frac_bits, k=args.k,
+                                        chunk=args.chunk)))
     return 0

@@ -60,6 +60,12 @@ MODULES: dict[str, list[str]] = {
                        "tests/unit/party/test_randomizer.py"],
     "ltm/dp/accounting.py": ["tests/unit/ltm/dp/test_dp_accounting.py"],
     "ltm/verified_clipping.py": ["tests/unit/ltm/test_verified_clipping.py"],
+    "ltm/flp/field.py": ["tests/unit/ltm/flp/test_field.py"],
+    "ltm/flp/ntt.py": ["tests/unit/ltm/flp/test_field.py"],
+    "ltm/flp/circuit.py": ["tests/unit/ltm/flp/test_proof.py"],
+    "ltm/flp/proof.py": ["tests/unit/ltm/flp/test_proof.py"],
+    "ltm/flp/shares.py": ["tests/unit/ltm/flp/test_proof.py"],
+    "ltm/flp/verify.py": ["tests/unit/ltm/flp/test_verify.py"],
 }
 
 STATUS_KILLED = {"killed", "timeout", "segfault", "caught by type check"}

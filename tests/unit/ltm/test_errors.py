@@ -27,7 +27,7 @@ EXIT_CODES = {
     "ltm.errors.CommandError": 2, "transport.tls.CertificateMissing": 2, "analyst.store.AnalystStoreInUse": 2,
     "analyst.store.AnalystStoreDamaged": 2,  # a CommandError: the instance says 3 (analyst/store.py)
     "ltm.client_set.ClientSetError": 2, "ltm.dp.calibration.CalibrationError": 2, "ltm.identifiers.IdentifierError": 2,
-    "ltm.jobfile.JobFileError": 2, "ltm.jobspec.JobSpecError": 2, "ltm.transforms.TransformError": 2,
+    "ltm.jobfile.JobFileError": 2, "ltm.jobspec.JobSpecError": 2, "ltm.flp.field.FieldError": 2, "ltm.transforms.TransformError": 2,
     "party.data_source.DataSourceError": 2, "transport.certs.CSRPolicyError": 2, "transport.config.ConfigError": 2,
     "ltm_datasets.tables.DataError": 2, "experiments.spec.SpecError": 2, "experiments.executors.ExecutorUnavailable": 2,
     "experiments.report.PlotsUnavailable": 2, "experiments.release_backends.NetworkedJobFailed": 2,
@@ -42,6 +42,7 @@ EXIT_CODES = {
 #: The gRPC status a service answers with; every other class is INTERNAL (a generic answer, details logged).
 STATUSES = {
     "ltm.jobspec.JobSpecError": "INVALID_ARGUMENT", "ltm.errors.DataLossError": "DATA_LOSS",
+    "ltm.flp.field.FieldError": "INVALID_ARGUMENT",
     "server.sqlite_store.StoreCorruptError": "DATA_LOSS", "analyst.store.AnalystStoreDamaged": "DATA_LOSS",
     "analyst.coordinator.ReleaseFailed": "FAILED_PRECONDITION",
     "ltm.verified_clipping.ClippingProofFailed": "FAILED_PRECONDITION",
