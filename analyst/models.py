@@ -28,12 +28,14 @@ import numpy as np
 
 from analyst.estimators import OLS, LowRank, Ridge, release_lambda
 from analyst.release import ReleasedSketch
+from ltm.errors import LtmError
 
 __all__ = ["NotFittedError", "ReleaseLowRank", "ReleaseOLS", "ReleaseRidge", "as_release"]
 
 
-class NotFittedError(ValueError, AttributeError):
-    """A model used before :meth:`fit` (a ValueError and an AttributeError, as scikit-learn's is)."""
+class NotFittedError(LtmError, ValueError, AttributeError):
+    """A model used before :meth:`fit` (a ValueError and an AttributeError, as scikit-learn's is; an
+    :class:`ltm.errors.LtmError` like every error of the project)."""
 
 
 @functools.cache

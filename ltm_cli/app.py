@@ -148,8 +148,8 @@ def no_grpc_fork_handlers() -> None:
 def main(argv: list[str] | None = None) -> int:
     """``ltm``: parse ``argv`` (default: the process's), run the command, return its exit status."""
     no_grpc_fork_handlers()  # before any command imports grpc
-    if "LTM_LIFELINE" in os.environ:  # ltm_cli.lifeline.ENV: imported only in a launcher's children
-        from ltm_cli.lifeline import hold_from_env
+    if "LTM_LIFELINE" in os.environ:  # transport.lifeline.ENV: imported only in a launcher's children
+        from transport.lifeline import hold_from_env
 
         hold_from_env()  # started by a launcher (ltm demo, bench, loadtest): die with it, however it dies
     argv = list(sys.argv[1:] if argv is None else argv)

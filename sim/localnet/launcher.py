@@ -8,7 +8,7 @@ with its original arguments — a server on its previous port, so clients reconn
 
 Actors run in their own sessions (a Ctrl-C in the terminal reaches the launcher only), so the
 launcher must stop them itself; if it cannot (SIGKILL, the OOM killer), each dies with it
-(:mod:`ltm_cli.lifeline`: a parent-death signal, so start processes from the main thread).  On a
+(:mod:`transport.lifeline`: a parent-death signal, so start processes from the main thread).  On a
 normal stop: :func:`stop_on_termination` makes SIGTERM and SIGHUP (what
 ``timeout``, systemd, ``docker stop``, CI runners and a closed terminal send) take the Ctrl-C path,
 a ``KeyboardInterrupt`` that unwinds through the ``finally`` blocks which stop every actor and
@@ -32,7 +32,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from ltm.errors import LtmError
-from ltm_cli.lifeline import child_env
+from transport.lifeline import child_env
 from transport.tls import make_sync_channel
 
 if TYPE_CHECKING:
@@ -183,7 +183,7 @@ class ProcessGroup:
         # One local deployment is one host: its parties keep their per-host state (the privacy ledger,
         # $XDG_STATE_HOME/ltm/ledger, party/ledger.py) in the workdir, not in the user's own.
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "XDG_STATE_HOME": str(self.workdir / "state")}
-        env = child_env(env)  # it dies with this process, even a SIGKILLed one (ltm_cli/lifeline.py)
+        env = child_env(env)  # it dies with this process, even a SIGKILLed one (transport/lifeline.py)
         with open(log_path, "ab") as log:
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         return proc, log_path

@@ -217,7 +217,7 @@ def _driver_process(conn, spec_json: bytes, certs: str, party_ids: list[str], se
                     connect_timeout: float, parent: int) -> None:
     """A driver in its own process: commands over a pipe (connect → upload* → close); it dies with
     the coordinator ``parent`` (which starts it from its main thread), however that dies."""
-    from ltm_cli.lifeline import hold
+    from transport.lifeline import hold
 
     hold(parent)
 

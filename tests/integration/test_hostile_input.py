@@ -361,7 +361,7 @@ def test_ctrl_c_of_ltm_demo_says_interrupted_and_exits_130(tmp_path):
 ], ids=["demo", "bench-e2e", "loadtest"])
 def test_sigkill_mid_run_leaves_no_process_and_the_next_start_reclaims_the_folder(tmp_path, argv, mid_run):
     """SIGKILL (or the OOM killer) runs no cleanup in the launcher: each child dies with it
-    (ltm_cli/lifeline.py) within 10 s, and the folder it left is removed by the next start."""
+    (transport/lifeline.py) within 10 s, and the folder it left is removed by the next start."""
     from sim.localnet.workdir import OWNER_FILE, reclaim_stale
 
     proc, err, scratch = _signal_mid_run(tmp_path, signal.SIGKILL, *argv, mid_run=mid_run, settle_s=10.0)

@@ -33,6 +33,7 @@ EXIT_CODES = {
     "experiments.report.PlotsUnavailable": 2, "experiments.release_backends.NetworkedJobFailed": 2,
     "party.uploader.PolicyViolation": 3, "ltm.verified_clipping.ClippingProofFailed": 3, "party.ledger.BudgetExceeded": 3, "party.ledger.AccountantUnavailable": 3,
     "server.sqlite_store.StoreError": 3, "server.sqlite_store.StoreCorruptError": 3,
+    "party.streamed_source.NonNumericCell": 2,  # a DataSourceError, as its parent
     "party.randomizer.PartyDataError": 4,
     "party.uploader.UploadIncomplete": 5,
     "party.journal.JournalError": 6,
