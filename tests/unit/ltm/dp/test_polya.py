@@ -1,0 +1,124 @@
+"""The exact Pólya (negative binomial) sampler of ltm.dp.polya: the pieces of the distributed discrete Laplace.
+
+Goodness of fit: a chi-square test over the bins of the exact pmf (mpmath's Γ), at a significance of
+1e-7 per test, so each test flakes with probability < 1e-6.  The exact path is forced by widening the
+float allowances until most decisions are ambiguous: the distribution must not change.
+"""
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import mpmath
+import numpy as np
+import pytest
+
+import ltm.dp.polya as polya
+from ltm.dp.polya import negative_binomial, polya_laplace, polya_variance
+from ltm.randomness import Randomness
+from tests.unit.ltm.dp.test_dp_noise import ALPHA, _chi_square_p, _dlap_pmf
+
+
+def _stream(label: str):
+    return Randomness.seeded_insecure(f"dp-polya-{label}").stream()
+
+
+def _nb_pmf(t: float, r: Fraction):
+    p = mpmath.exp(-1 / mpmath.mpf(t))
+    rr = mpmath.mpf(r.numerator) / r.denominator
+
+    def pmf(k: int):
+        if k < 0:
+            return mpmath.mpf(0)
+        return mpmath.exp(mpmath.loggamma(k + rr) - mpmath.loggamma(rr) - mpmath.loggamma(k + 1)) \
+            * (1 - p) ** rr * p**k
+    return pmf
+
+
+CASES = [(3.0, Fraction(1, 3)), (2.5, Fraction(2, 5)), (4.0, Fraction(1)), (1.5, Fraction(7, 4)),
+         (0.7, Fraction(1, 2)), (12.0, Fraction(1, 20))]
+
+
+@pytest.mark.parametrize("t,r", CASES)
+def test_negative_binomial_has_the_exact_pmf(t, r):
+    draws = negative_binomial(_stream(f"{t}-{r}"), t, r, 200_000)
+    assert draws.dtype == np.int64 and draws.min() >= 0
+    assert _chi_square_p(draws, _nb_pmf(t, r)) > ALPHA
+
+
+@pytest.mark.parametrize("t,r", [(3.0, Fraction(1, 3)), (2.5, Fraction(3, 5)), (1.5, Fraction(5, 4))])
+def test_the_exact_path_keeps_the_distribution(monkeypatch, t, r):
+    """Allowances so wide that most float decisions are ambiguous: the exact path decides them."""
+    monkeypatch.setattr(polya, "_REL", 0.05)
+    monkeypatch.setattr(polya, "_ABS", 0.05)
+    calls = []
+    original = polya._finish_exactly
+    monkeypatch.setattr(polya, "_finish_exactly", lambda *a: calls.append(a[-1]) or original(*a))
+    draws = negative_binomial(_stream(f"exact-{t}-{r}"), t, r, 6_000)
+    assert len(calls) > 600  # the exact path really ran, in both of its stages
+    assert sum(w is None for w in calls) > 200 and sum(w is not None for w in calls) > 200
+    assert _chi_square_p(draws, _nb_pmf(t, r)) > ALPHA
+
+
+@pytest.mark.parametrize("L,t", [(1, 3.0), (3, 3.0), (8, 1.2)])
+def test_L_pieces_sum_to_one_discrete_laplace(L, t):
+    """Σ of L independent NB(1/L, p) − NB(1/L, p) is exactly DLap(t)."""
+    n = 120_000
+    pieces = polya_laplace(_stream(f"sum-{L}-{t}"), t, Fraction(1, L), n * L).reshape(L, n)
+    assert _chi_square_p(pieces.sum(axis=0), _dlap_pmf(t)) > ALPHA
+
+
+def test_large_scales_have_the_stated_moments():
+    """t = 10^8 grid steps, r = 1/50: the mean r·p/(1 − p) within 6 standard errors."""
+    n, t, r = 400_000, 1e8, Fraction(1, 50)
+    x = negative_binomial(_stream("big"), t, r, n).astype(float)
+    p = math.exp(-1 / t)
+    mean, var = float(r) * p / (1 - p), float(r) * p / (1 - p) ** 2
+    assert abs(x.mean() / mean - 1) < 6 * math.sqrt(var / n) / mean
+    y = polya_laplace(_stream("bigd"), t, Fraction(50), 20_000).astype(float)  # 50 whole DLap each
+    assert abs(np.mean(y * y) / polya_variance(t, 50.0) - 1) < 6 * math.sqrt(5.0 / 20_000)
+
+
+def test_variance_formula():
+    t, r = 3.7, 0.3
+    p = math.exp(-1 / t)
+    assert polya_variance(t, r) == pytest.approx(2 * r * p / (1 - p) ** 2, rel=1e-14)
+    q = math.exp(-1 / t)  # r = 1: the discrete Laplace's 2q/(1 − q)²
+    assert polya_variance(t, 1.0) == pytest.approx(2 * q / (1 - q) ** 2, rel=1e-14)
+
+
+def test_draws_are_reproducible_and_checked():
+    a = negative_binomial(_stream("r"), 5.0, Fraction(2, 7), 1000)
+    b = negative_binomial(_stream("r"), 5.0, Fraction(2, 7), 1000)
+    assert np.array_equal(a, b)
+    assert negative_binomial(_stream("r"), 5.0, Fraction(2, 7), 0).shape == (0,)
+    with pytest.raises(ValueError, match="shape must be > 0"):
+        negative_binomial(_stream("r"), 5.0, Fraction(0), 3)
+    with pytest.raises(ValueError, match="negative binomial scale"):
+        negative_binomial(_stream("r"), 0.0, Fraction(1, 2), 3)
+
+
+@pytest.mark.parametrize("m,e,k", [(3, -2, 5), (12345, -20, 17), (2**70 + 1, -75, 3)])
+def test_dyadic_powers_and_roots_bracket_the_value(m, e, k):
+    x = polya._Dyadic(m, e)
+    exact = Fraction(m) * Fraction(2) ** e
+    lo, hi = x.pow(k, 40, False), x.pow(k, 40, True)
+    assert Fraction(lo.m) * Fraction(2) ** lo.e <= exact**k <= Fraction(hi.m) * Fraction(2) ** hi.e
+    assert Fraction(hi.m, lo.m) * Fraction(2) ** (hi.e - lo.e) < 1 + Fraction(k + 2, 2**36)
+    r_lo, r_hi = x.root(k, 40, False), x.root(k, 40, True)
+    assert (Fraction(r_lo.m) * Fraction(2) ** r_lo.e) ** k <= exact <= (Fraction(r_hi.m) * Fraction(2) ** r_hi.e) ** k
+    assert r_hi.m - r_lo.m <= 1 and r_hi.e == r_lo.e
+    assert polya._iroot(10**40 + 1, 4) == 10**10 and polya._iroot(10**40 - 1, 4) == 10**10 - 1
+
+
+def test_exact_decisions_match_the_float_ones():
+    """The exact path's point and mark agree with a direct float evaluation far from the boundaries."""
+    t, stream = 3.0, _stream("decide")
+    words = [3 << 62]  # V = 0.75: Π = 0.75^3 vs 1 − e^{−1/3} = 0.283 (r = 1/3): a point
+    ex = polya._Exact(stream, t, 1, 3, words)
+    assert ex.point_exists()
+    ex2 = polya._Exact(stream, t, 1, 3, [1 << 62])  # V = 0.25: Π = 1/64 < 0.283: none
+    assert not ex2.point_exists()
+    z = 1 - 0.75**3
+    w = polya._Lazy(1 << 60)  # W = 1/16: mark 1 + ⌊ln(1/16)/ln z⌋
+    assert ex.mark(w) == 1 + math.floor(math.log(1 / 16) / math.log(z))
