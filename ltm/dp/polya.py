@@ -66,21 +66,21 @@ _START_BITS = 128
 class _Dyadic:
     """A non-negative m·2^e; ``round(prec, up)`` keeps ``prec`` significant bits, rounding down or up."""
 
-    __slots__ = ("m", "e")
+    __slots__ = ("e", "m")
 
     def __init__(self, m: int, e: int) -> None:
         self.m, self.e = m, e
 
-    def round(self, prec: int, up: bool) -> "_Dyadic":
+    def round(self, prec: int, up: bool) -> _Dyadic:
         shift = self.m.bit_length() - prec
         if shift <= 0:
             return self
         return _Dyadic(-((-self.m) >> shift) if up else self.m >> shift, self.e + shift)
 
-    def mul(self, other: "_Dyadic", prec: int, up: bool) -> "_Dyadic":
+    def mul(self, other: _Dyadic, prec: int, up: bool) -> _Dyadic:
         return _Dyadic(self.m * other.m, self.e + other.e).round(prec, up)
 
-    def pow(self, k: int, prec: int, up: bool) -> "_Dyadic":
+    def pow(self, k: int, prec: int, up: bool) -> _Dyadic:
         """self^k with every product rounded the same way (so a bound stays a bound)."""
         out, base = _Dyadic(1, 0), self
         while k:
@@ -91,7 +91,7 @@ class _Dyadic:
                 base = base.mul(base, prec, up)
         return out
 
-    def root(self, a: int, prec: int, up: bool) -> "_Dyadic":
+    def root(self, a: int, prec: int, up: bool) -> _Dyadic:
         """self^(1/a), ``prec`` bits, rounded down or up (an integer a-th root of a shifted mantissa)."""
         if a == 1 or self.m == 0:
             return self
@@ -101,13 +101,13 @@ class _Dyadic:
         r = _iroot(big, a)
         return _Dyadic(r + 1 if up and r**a != big else r, e)
 
-    def one_minus(self) -> "_Dyadic":
+    def one_minus(self) -> _Dyadic:
         """1 − self, exactly (self ≤ 1)."""
         if self.e >= 0:
             return _Dyadic(1 - (self.m << self.e), 0)
         return _Dyadic((1 << -self.e) - self.m, self.e)
 
-    def less(self, other: "_Dyadic") -> bool:
+    def less(self, other: _Dyadic) -> bool:
         e = min(self.e, other.e)
         return (self.m << (self.e - e)) < (other.m << (other.e - e))
 
@@ -127,7 +127,7 @@ def _iroot(n: int, a: int) -> int:
 class _Lazy:
     """A uniform V on (0, 1) of which the first ``bits`` bits (the integer ``v``) are drawn so far."""
 
-    __slots__ = ("v", "bits")
+    __slots__ = ("bits", "v")
 
     def __init__(self, word: int) -> None:
         self.v, self.bits = int(word), 64

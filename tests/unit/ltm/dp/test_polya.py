@@ -13,7 +13,7 @@ import mpmath
 import numpy as np
 import pytest
 
-import ltm.dp.polya as polya
+from ltm.dp import polya
 from ltm.dp.polya import negative_binomial, polya_laplace, polya_variance
 from ltm.randomness import Randomness
 from tests.unit.ltm.dp.test_dp_noise import ALPHA, _chi_square_p, _dlap_pmf
