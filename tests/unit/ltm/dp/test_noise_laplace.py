@@ -15,8 +15,13 @@ import numpy as np
 import pytest
 
 from ltm.dp.calibration import plan_noise
-from ltm.dp.noise import (LAPLACE_TAIL_SCALES, discrete_laplace, laplace_element_pieces, noise_tail_bound,
-                          sample_noise)
+from ltm.dp.noise import (
+    LAPLACE_TAIL_SCALES,
+    discrete_laplace,
+    laplace_element_pieces,
+    noise_tail_bound,
+    sample_noise,
+)
 from ltm.randomness import Randomness
 
 LOADS = (1, 7, 50)
