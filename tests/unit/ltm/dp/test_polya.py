@@ -122,3 +122,41 @@ def test_exact_decisions_match_the_float_ones():
     z = 1 - 0.75**3
     w = polya._Lazy(1 << 60)  # W = 1/16: mark 1 + ⌊ln(1/16)/ln z⌋
     assert ex.mark(w) == 1 + math.floor(math.log(1 / 16) / math.log(z))
+
+
+def test_iroot_is_the_floor_of_the_root():
+    for a in range(1, 6):
+        for n in range(0, 400):
+            r = polya._iroot(n, a)
+            assert r**a <= n < (r + 1) ** a, (n, a)
+    big = 3**200 + 5
+    r = polya._iroot(big, 7)
+    assert r**7 <= big < (r + 1) ** 7
+
+
+def test_a_coarse_start_refines_and_keeps_the_distribution(monkeypatch):
+    """A working precision of a few bits and wide float allowances: nearly every exact decision is
+    ambiguous at first, so the exact path extends the uniforms from the stream and raises the
+    precision until it separates, and the distribution is still the exact one."""
+    monkeypatch.setattr(polya, "_START_BITS", 4)
+    monkeypatch.setattr(polya, "_REL", 0.05)
+    monkeypatch.setattr(polya, "_ABS", 0.05)
+    refinements = []
+    original = polya._Exact._refine
+    monkeypatch.setattr(polya._Exact, "_refine", lambda self, extra: refinements.append(len(extra)) or
+                        original(self, extra))
+    t, r = 2.5, Fraction(2, 3)
+    draws = negative_binomial(_stream("coarse"), t, r, 4_000)
+    assert refinements.count(0) > 100 and sum(1 for k in refinements if k == 1) > 100  # both decisions refined
+    assert _chi_square_p(draws, _nb_pmf(t, r)) > ALPHA
+
+
+def test_refinement_extends_every_uniform_by_one_word():
+    stream = _stream("extend")
+    ex = polya._Exact(stream, 3.0, 1, 2, [5, 7])
+    w = polya._Lazy(9)
+    before = stream._word
+    ex._refine([w])
+    assert stream._word == before + 3 and ex.prec == polya._START_BITS + 64
+    assert [v.bits for v in ex.vs] == [128, 128] and w.bits == 128
+    assert ex.vs[0].v >> 64 == 5 and ex.vs[1].v >> 64 == 7 and w.v >> 64 == 9
