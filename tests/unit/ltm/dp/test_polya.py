@@ -126,7 +126,7 @@ def test_exact_decisions_match_the_float_ones():
 
 def test_iroot_is_the_floor_of_the_root():
     for a in range(1, 6):
-        for n in range(0, 400):
+        for n in range(400):
             r = polya._iroot(n, a)
             assert r**a <= n < (r + 1) ** a, (n, a)
     big = 3**200 + 5
