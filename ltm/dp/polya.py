@@ -34,9 +34,12 @@ dyadic interval arithmetic rounded outward (integers only, :class:`_Dyadic`), re
 interval separates.  A float decision holds for every extension of the words it saw, so the two
 paths together sample exactly the stated distribution.
 
-**Vectorised.**  One numpy round per Poisson point over the elements still running (a shrinking
-array: each round keeps an element with probability below 1 − (1 − p)^r); the exact path is a Python
-loop over the rare ambiguous elements only.
+**Vectorised.**  The first point is decided for every element by one integer comparison of its
+word with a certified cut (V₁ ≤ e^{−r·λ₀}: no point); then one numpy round per Poisson point over
+the elements still running (a shrinking array: each round keeps an element with probability below
+1 − (1 − p)^r); the exact path is a Python loop over the rare ambiguous elements only.  Measured at
+t = 3·10^8 (1 CPU, loaded machine): ~120 ns per piece NB − NB' at r = 1/57000, ~180 ns at 1/1000,
+~0.7 µs at 1/50 and ~20 µs at ½ (r·λ₀ ≈ 10 points per draw); DLap(t) itself ~230 ns.
 """
 from __future__ import annotations
 
@@ -268,13 +271,18 @@ class _Run:
     def __init__(self, stream: RandomStream, t: float, a: int, b: int, count: int) -> None:
         self.stream, self.t, self.a, self.b = stream, t, a, b
         self.out = np.zeros(count, dtype=np.int64)
-        self.idx = np.arange(count)
-        self.y_lo = np.zeros(count)
-        self.y_hi = np.zeros(count)
         self.history: list[tuple[np.ndarray, np.ndarray]] = []  # (element indices, V words) per round
         lam_lo, lam_hi = _lambda0_bounds(t)
         r = a / b
         self.thr = (lam_lo * r * (1.0 - _REL), lam_hi * r * (1.0 + _REL))  # r·λ₀ (Y < r·λ₀: a point)
+        # The first point exists iff V₁ > e^{−r·λ₀}: a word U with (U + 1)·2^-64 below a certified lower
+        # bound of that has none (most of them for r = 1/L), decided by one integer comparison.
+        self.cut = max(0, math.floor(math.exp(-self.thr[1]) * (1.0 - _REL) * 2.0**64) - 1)
+        words = stream.uint64(count)
+        self.idx = np.flatnonzero(words >= np.uint64(self.cut))
+        self.first = words[self.idx]
+        self.y_lo = np.zeros(self.idx.size)
+        self.y_hi = np.zeros(self.idx.size)
 
     def words_of(self, i: int) -> list[int]:
         """The V words element ``i`` has drawn, in order."""
@@ -293,7 +301,7 @@ class _Run:
 
     def round(self) -> None:
         """One point per running element: does it exist, and its mark."""
-        words = self.stream.uint64(self.idx.size)
+        words, self.first = (self.first, None) if self.first is not None else (self.stream.uint64(self.idx.size), None)
         self.history.append((self.idx, words))
         lo, hi = _neg_log_bounds(words)
         self.y_lo = (self.y_lo + lo) * (1.0 - _REL)

@@ -160,3 +160,16 @@ def test_refinement_extends_every_uniform_by_one_word():
     assert stream._word == before + 3 and ex.prec == polya._START_BITS + 64
     assert [v.bits for v in ex.vs] == [128, 128] and w.bits == 128
     assert ex.vs[0].v >> 64 == 5 and ex.vs[1].v >> 64 == 7 and w.v >> 64 == 9
+
+
+@pytest.mark.parametrize("t,a,b", [(3.0, 1, 3), (1e8, 1, 1000), (0.4, 2, 5), (2.0**44, 1, 57_000)])
+def test_the_first_round_cut_decides_only_certain_words(t, a, b):
+    """A word U below the cut has (U + 1)·2^-64 ≤ e^{−(a/b)·λ₀} (no point, whatever V's later bits),
+    and the cut is within a relative 2^-40 of that bound (so almost every such word is decided)."""
+    mpmath.mp.prec = 200
+    lam0 = -mpmath.log(1 - mpmath.exp(-1 / mpmath.mpf(t)))
+    c = mpmath.exp(-mpmath.mpf(a) / b * lam0) * mpmath.mpf(2) ** 64
+    run = polya._Run(_stream("cut"), t, a, b, 1000)
+    assert run.cut + 1 <= c and run.cut >= c * (1 - mpmath.mpf(2) ** -40)
+    assert run.idx.size == int((run.first >= np.uint64(run.cut)).sum())
+    mpmath.mp.prec = 53
