@@ -106,9 +106,8 @@ class _Dyadic:
 
     def one_minus(self) -> _Dyadic:
         """1 − self, exactly (self ≤ 1)."""
-        if self.e >= 0:
-            return _Dyadic(1 - (self.m << self.e), 0)
-        return _Dyadic((1 << -self.e) - self.m, self.e)
+        e = min(self.e, 0)
+        return _Dyadic((1 << -e) - (self.m << (self.e - e)), e)
 
     def less(self, other: _Dyadic) -> bool:
         e = min(self.e, other.e)

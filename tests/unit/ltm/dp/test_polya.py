@@ -173,3 +173,14 @@ def test_the_first_round_cut_decides_only_certain_words(t, a, b):
     assert run.cut + 1 <= c and run.cut >= c * (1 - mpmath.mpf(2) ** -40)
     assert run.idx.size == int((run.first >= np.uint64(run.cut)).sum())
     mpmath.mp.prec = 53
+
+
+def test_lazy_uniform_and_dyadic_helpers_are_exact():
+    lazy = polya._Lazy(5)
+    assert (lazy.lo().m, lazy.lo().e, lazy.hi().m, lazy.hi().e) == (5, -64, 6, -64)
+    assert lazy.neg_log() == pytest.approx(-math.log(5.5 * 2.0**-64), rel=1e-15)
+    for m, e in ((3, -2), (1, 0), (0, 0), (0, 5), (7, -3)):
+        one = polya._Dyadic(m, e).one_minus()
+        assert Fraction(one.m) * Fraction(2) ** one.e == 1 - Fraction(m) * Fraction(2) ** e
+    a, b = polya._Dyadic(3, -2), polya._Dyadic(6, -3)  # equal values: neither is less
+    assert not a.less(b) and not b.less(a) and polya._Dyadic(5, -3).less(a)
