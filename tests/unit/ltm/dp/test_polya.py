@@ -184,3 +184,29 @@ def test_lazy_uniform_and_dyadic_helpers_are_exact():
         assert Fraction(one.m) * Fraction(2) ** one.e == 1 - Fraction(m) * Fraction(2) ** e
     a, b = polya._Dyadic(3, -2), polya._Dyadic(6, -3)  # equal values: neither is less
     assert not a.less(b) and not b.less(a) and polya._Dyadic(5, -3).less(a)
+
+
+def test_float_bounds_bracket_the_exact_values():
+    """The certified float intervals contain mpmath's values (200 bits), and are not loose by more
+    than a relative 2^-40: −ln V over a word's cell, λ₀ and the threshold r·λ₀."""
+    mpmath.mp.prec = 200
+    words = np.array([1, 2, 3, 2**52 - 1, 2**52, 2**63, 2**64 - 2**11, 2**64 - 1], dtype=np.uint64)
+    lo, hi = polya._neg_log_bounds(words)
+    for w, a, b in zip(words, lo, hi):
+        v_lo, v_hi = mpmath.mpf(int(w)) / 2**64, mpmath.mpf(int(w) + 1) / 2**64
+        assert a <= -mpmath.log(v_hi) and -mpmath.log(v_lo) <= b
+        assert b - a <= -mpmath.log(v_lo) + mpmath.log(v_hi) + 2.0**-40 * (1 + b)
+    for t in (0.3, 3.0, 1e8, 2.0**44):
+        lam = -mpmath.log(1 - mpmath.exp(-1 / mpmath.mpf(t)))
+        lam_lo, lam_hi = polya._lambda0_bounds(t)
+        assert lam_lo <= lam <= lam_hi and lam_hi - lam_lo < 2.0**-40 * (1 + lam)
+        run = polya._Run(_stream("thr"), t, 3, 7, 4)
+        assert run.thr[0] <= lam * 3 / 7 <= run.thr[1] and run.thr[1] - run.thr[0] < 2.0**-40 * (1 + lam)
+    mpmath.mp.prec = 53
+
+
+def test_dyadic_roots_are_tight():
+    x = polya._Dyadic(12345, -20)
+    r_lo, r_hi = x.root(5, 60, False), x.root(5, 60, True)
+    value = (Fraction(12345) / 2**20) ** Fraction(1, 5)
+    assert Fraction(r_hi.m - r_lo.m) * Fraction(2) ** r_lo.e < 2 ** -50 * float(value)
