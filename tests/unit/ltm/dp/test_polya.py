@@ -210,3 +210,46 @@ def test_dyadic_roots_are_tight():
     r_lo, r_hi = x.root(5, 60, False), x.root(5, 60, True)
     value = (Fraction(12345) / 2**20) ** Fraction(1, 5)
     assert Fraction(r_hi.m - r_lo.m) * Fraction(2) ** r_lo.e < 2 ** -50 * float(value)
+
+
+class _Words:
+    """A stream that returns ``words`` first, then the real stream's."""
+
+    def __init__(self, words, label):
+        self.queue, self.real = [int(w) for w in words], _stream(label)
+
+    def uint64(self, n):
+        head, self.queue = self.queue[:n], self.queue[n:]
+        tail = self.real.uint64(n - len(head)) if n > len(head) else np.zeros(0, np.uint64)
+        return np.concatenate([np.array(head, dtype=np.uint64), tail])
+
+
+def _word_at(neg_log: float) -> int:
+    """The 64-bit word U with U·2^-64 ≈ e^{−neg_log}."""
+    return int(mpmath.floor(mpmath.exp(-mpmath.mpf(neg_log)) * 2**64))
+
+
+def test_close_calls_go_to_the_exact_path(monkeypatch):
+    """A first point within the certified error of r·λ₀, and a mark whose quotient is within it of
+    an integer, are not decided in floats; the same cases a little farther away are."""
+    t, a, b = 40.0, 1, 3
+    calls = []
+    monkeypatch.setattr(polya, "_finish_exactly", lambda *args: calls.append(args[-1]) or 0)
+    lam_lo, lam_hi = polya._lambda0_bounds(t)
+    r_lam = (lam_lo + lam_hi) / 2 * a / b
+    # the point: −ln V just inside r·λ₀ (by 2^-47 relative: within the error) and well inside (by 1e-6)
+    run = polya._Run(_Words([_word_at(r_lam * (1 - 2.0**-47)), _word_at(r_lam * (1 - 1e-6))], "close"), t, a, b, 2)
+    run.round()
+    assert calls == [None] and 1 in run.idx.tolist() + [int(i) for i in np.flatnonzero(run.out)]
+    # the mark of a point at y: E_w/rate within 2^-43 (relative, inside the ~2^-42.5 the allowances
+    # add up to here) of an integer k on either side, and 1e-6 away
+    y = r_lam / 2
+    rate = float(-mpmath.log(1 - mpmath.exp(-mpmath.mpf(y) * b / a)))
+    k = 7
+    for offset, exact in ((2.0**-43, True), (1e-6, False), (-(2.0**-43), True)):
+        calls.clear()
+        run = polya._Run(_Words([_word_at(y), _word_at(rate * k * (1 + offset))], f"mark{offset}"), t, a, b, 1)
+        run.round()
+        assert (calls == [_word_at(rate * k * (1 + offset))]) is exact, offset
+        if not exact:
+            assert run.out[0] == 1 + (k if offset > 0 else k - 1)
