@@ -12,6 +12,8 @@ from analyst.release import ReleasedSketch
 from ltm.dp.calibration import NoisePlan, gaussian_delta
 from ltm.client_set import ClientSet
 from ltm.dp import accounting
+from ltm.dp.noise import laplace_element_pieces
+from ltm.dp.polya import polya_variance
 from ltm.jobspec import JobSpec, honest_row_loads, participant_set, range_row_loads
 from ltm.lifts import get_lift
 from ltm.ring import decode
@@ -141,24 +143,24 @@ def privacy_report(spec: JobSpec, plan: NoisePlan, participants: ClientSet | np.
 
 
 def draw_variance(plan: NoisePlan) -> float:
-    """The variance (data units²) of one noise draw of ``plan``, before any per-entry factor:
-    σ_c² for the Gaussian (the σ_c the sampler draws with), the exact variance of the discrete
-    Laplace DLap(t), ``2e^(-1/t)/(1 − e^(-1/t))²`` grid steps² (≈ 2t², what σ_c² states), for a
-    grid Laplace plan."""
+    """The variance (data units²) of one (client, piece) noise draw of ``plan``, before any
+    per-entry factor: σ_c² for the Gaussian (the σ_c the sampler draws with); for a grid Laplace
+    plan the exact variance of its Pólya piece NB(1/P, p) − NB(1/P, p), ``2p/(P·(1 − p)²)`` grid
+    steps² with p = e^(-1/t) and P = ``plan.laplace_pieces`` (P = 1: DLap(t) itself)."""
     if plan.mechanism == "laplace" and plan.on_grid:
-        t = plan.grid_scale
-        return math.ldexp(2.0 * math.exp(-1.0 / t) / math.expm1(-1.0 / t) ** 2, -2 * plan.frac_bits)
+        return math.ldexp(polya_variance(plan.grid_scale, 1.0 / plan.laplace_pieces), -2 * plan.frac_bits)
     return plan.sigma_client**2
 
 
-def _column_draws(spec: JobSpec, participants: ClientSet, sketch: Sketch) -> float:
-    """``Σ_r draws_r / pieces``: the noise draws one column of the scaled release sums up (draws_r:
-    the draws in each entry of row r; the scale 1/√pieces squared).
+def _column_draws(spec: JobSpec, plan: NoisePlan, participants: ClientSet, sketch: Sketch) -> float:
+    """``Σ_r draws_r / pieces``: the (client, piece) draws one column of the scaled release sums up
+    (draws_r: the draws in each entry of row r; the scale 1/√pieces squared).
 
     One per participating (client, piece), so ``count`` — the aggregate upload's Gaussian draw of
-    multiplicity load_r has the variance of load_r draws — except the aggregate upload's discrete
-    Laplace: one whole draw per entry per party that reaches the row (:func:`ltm.dp.noise.sample_noise`),
-    every party in the rows partition, only a column's owner in the columns partition."""
+    multiplicity load_r has the variance of load_r draws — except the aggregate upload's Laplace:
+    a party whose clients reach a row load_r times draws the share of min(load_r, P) pairs
+    (:func:`ltm.dp.noise.laplace_element_pieces`), every party in the rows partition, only a
+    column's owner in the columns partition."""
     if not (spec.aggregated and spec.privacy.mechanism == "laplace"):
         return float(participants.count)
     ranges = [(p.start, p.stop) for p in spec.parties] if spec.partition == "rows" else [(0, spec.n)]
@@ -167,9 +169,9 @@ def _column_draws(spec: JobSpec, participants: ClientSet, sketch: Sketch) -> flo
         if not participants.intersects(start, stop):
             continue
         if sketch.kind in ("sum", "dense"):  # every client reaches every row
-            total += sketch.m
+            total += sketch.m * int(laplace_element_pieces(plan, participants.count_in(start, stop)))
         else:
-            total += int(np.count_nonzero(range_row_loads(sketch, start, stop, participants)))
+            total += int(laplace_element_pieces(plan, range_row_loads(sketch, start, stop, participants)).sum())
     return total * sketch.scale**2
 
 
@@ -183,7 +185,7 @@ def release_noise_variance(spec: JobSpec, plan: NoisePlan, participants: ClientS
     A lifted kind (one row): each entry's ``draws·Var(draw)·factor_j`` (the plan's per-entry
     ``noise_factors``: the Gaussian gram's ½ off the diagonal; Laplace draws are i.i.d.), and its
     largest value as the per-column number."""
-    column = _column_draws(spec, participants, sketch) * draw_variance(plan)
+    column = _column_draws(spec, plan, participants, sketch) * draw_variance(plan)
     if get_lift(spec.sketch.kind) is None:
         return float(column), None
     # one release row (m = s = 1): the column's draws are the row's

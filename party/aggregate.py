@@ -38,10 +38,10 @@ for bit.
 **Noise once per released entry.**  In per-client mode each (client, piece) of the party adds one
 draw of variance σ_c² to its row.  The aggregate adds, to each entry of a row r that the party's
 clients reach ``load_r`` times, one draw from :func:`ltm.dp.noise.sample_noise` with
-``multiplicity = load_r``: the same variance ``load_r·σ_c²`` (Gaussian; Laplace: one whole
-discrete Laplace per entry, as that function states).  Rows the party does not reach get nothing,
-as in per-client mode.  So each released entry's total noise variance is what it is in per-client
-mode, and the release gate's honest-load check means the same.
+``multiplicity = load_r``: the same variance ``load_r·σ_c²`` (Gaussian; Laplace: the share of
+min(load_r, L) Pólya pieces of one DLap(t), as that function states — L honest pieces already make
+the DLap(t), so the Laplace variance is at most the per-client one).  Rows the party does not reach
+get nothing, as in per-client mode.  So the release gate's honest-load check means the same.
 """
 from __future__ import annotations
 

@@ -29,8 +29,8 @@ clients and parties are subtracted), so the release is
   multiplier z = 1/√(2ρ) of the continuous Gaussian with the same ρ (for a continuous plan, a
   seeded reproduction's float Gaussian, z = σ_c·√L/Δ₂ itself); the true loss under the gate,
   whatever the calibration claimed;
-* ``laplace``: a grid plan's every honest draw is a whole discrete Laplace DLap(t), so an entry is
-  pure ⌈Δ₁⌉/t-DP; a continuous plan adds at least Lap(b) per entry (L honest Γ(shape, b)
+* ``laplace``: a grid plan's L honest draws in an entry (Pólya pieces, :mod:`ltm.dp.polya`) sum to
+  at least one discrete Laplace DLap(t), so an entry is pure ⌈Δ₁⌉/t-DP; a continuous plan adds at least Lap(b) per entry (L honest Γ(shape, b)
   differences with L·shape ≥ 1) — pure ε = Δ₁/b; with L·shape < 1 (the paper's Laplace split as
   printed) the noise is not a Laplace at all and the job has no finite ε: it is refused.
 

@@ -56,6 +56,7 @@ MODULES: dict[str, list[str]] = {
     "analyst/gram.py": ["tests/unit/analyst/test_gram.py"],
     "party/ledger.py": ["tests/unit/party/test_ledger.py", "tests/unit/party/test_ledger_file.py"],
     "ltm/dp/noise.py": ["tests/unit/ltm/dp/test_dp_noise.py", "tests/unit/ltm/dp/test_noise_laplace.py"],
+    "ltm/dp/polya.py": ["tests/unit/ltm/dp/test_polya.py", "tests/unit/ltm/dp/test_noise_laplace.py"],
     "ltm/dp/grid.py": ["tests/unit/ltm/dp/test_dp_accounting.py", "tests/unit/ltm/dp/test_dp_sensitivity.py",
                        "tests/unit/party/test_randomizer.py"],
     "ltm/dp/accounting.py": ["tests/unit/ltm/dp/test_dp_accounting.py"],

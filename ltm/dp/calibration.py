@@ -11,7 +11,9 @@ Modes (``plan_noise(calibration=...)``):
     ``Δ₁ = 2sC`` (Laplace, ℓ1 clip).  With at least ``L`` honest (client, piece) pairs in every
     row of ``Y``, the honest noise of one entry is ``N(0, σ_Y²)`` with ``σ_Y`` from the analytic
     Gaussian mechanism (Balle & Wang 2018), resp. ``Lap(b)`` with ``b = Δ₁/ε``; each pair adds
-    ``N(0, σ_Y²/L)`` resp. ``Γ(1/L, b) − Γ(1/L, b)``.  Extra honest noise is post-processing.
+    ``N(0, σ_Y²/L)`` resp. ``Γ(1/L, b) − Γ(1/L, b)``; on the grid the discrete counterparts, the
+    distributed discrete Gaussian and NB(1/L, e^{−1/t}) − NB(1/L, e^{−1/t}) (L of which are exactly
+    one DLap(t), t = ⌈Δ₁⌉/ε).  Extra honest noise is post-processing.
 
 ``paper`` (NOT PRIVATE AS PRINTED — reproductions only)
     Burkhardt et al. Corollary 4.7 (sparse, Gaussian) and Corollary 4.10 (dense, Laplace/Gamma)
@@ -34,6 +36,7 @@ from ltm.dp.sensitivity import sketch_l1, sketch_l2
 from ltm.dp import accounting
 from ltm.dp.grid import rounding_widening
 from ltm.dp.mechanisms import CALIBRATIONS, MECHANISMS, Calibration, Mechanism
+from ltm.dp.polya import polya_variance
 from ltm.errors import LtmError
 
 __all__ = [
@@ -358,10 +361,12 @@ class NoisePlan:
             split count is the paper's ``n/m − t′`` instead (see ``gamma_shape``).
         sigma_client: std of each (client, piece, column) noise draw (data units).
         sigma_release: std of the noise in one unscaled release entry when exactly the split count
-            of honest pairs lands in it (L draws for Gaussian; one whole DLap for grid Laplace).
+            of honest pairs lands in it (L draws for Gaussian; one DLap(t) for grid Laplace).
         laplace_scale: Laplace: the scale of each draw (data units; grid: t·2^-f); Gaussian ``0.0``.
-        gamma_shape: Laplace: continuous plans split Lap(b) into Γ(shape, b) differences; grid plans
-            draw a whole DLap(t) per pair, shape ``1.0``.  Gaussian: ``0.0``.
+        gamma_shape: Laplace: the share of one release's noise each pair draws: continuous plans
+            split Lap(b) into Γ(shape, b) differences, tight grid plans DLap(t) into
+            NB(shape, e^{−1/t}) differences (shape 1/L), paper grid plans draw a whole DLap(t)
+            (``1.0``); :attr:`laplace_pieces` is 1/shape.  Gaussian: ``0.0``.
         interpolate_p: the exponent p of ``interpolate``, else ``None``.
         frac_bits: f of the grid (0: a continuous plan).
         base_sensitivity: the release kind's stated Δ for unrounded vectors.
@@ -417,6 +422,14 @@ class NoisePlan:
     def grid_noise_sd(self) -> float:
         """Per-client noise sd in grid steps (Gaussian ≤ σ_c; DLap(t): ≈ √2·t)."""
         return math.ldexp(self.sigma_client, self.frac_bits)
+
+    @property
+    def laplace_pieces(self) -> int:
+        """Laplace: the pieces one release's noise is split into, 1/``gamma_shape`` (L for a tight
+        grid plan: NB(1/L, p) − NB(1/L, p) per pair; 1 for whole DLap(t) draws)."""
+        if self.mechanism != Mechanism.LAPLACE:
+            raise ValueError("laplace_pieces is defined for Laplace plans only")
+        return max(1, round(1.0 / self.gamma_shape))
 
     @property
     def min_noise_factor(self) -> float:
@@ -681,10 +694,13 @@ def _laplace_scale(a: _PlanArgs) -> tuple[float, float, float]:
 
 
 def _laplace_plan(a: _PlanArgs) -> NoisePlan:
-    """The Laplace plan: continuous, Γ(shape, b) differences; on the grid a whole DLap(t) per pair.
+    """The Laplace plan: continuous, Γ(shape, b) differences; on the grid Pólya pieces of one DLap(t).
 
-    On the grid one draw per entry is already ε-DP: t = ⌈Δ₁⌉/ε in grid steps (tight,
-    :func:`ltm.dp.accounting.discrete_laplace_scale`) or the paper's b as printed.
+    On the grid t = ⌈Δ₁⌉/ε in grid steps (tight, :func:`ltm.dp.accounting.discrete_laplace_scale`)
+    or the paper's b as printed.  Tight splits DLap(t) into L pieces: each honest (client, piece)
+    pair draws NB(1/L, p) − NB(1/L, p), p = e^{−1/t} (:func:`ltm.dp.polya.polya_laplace`), so the
+    L honest pairs the gate guarantees in an entry sum to exactly one DLap(t) (more are
+    post-processing; docs/architecture.md §4).  Paper keeps a whole DLap(t) per pair.
     """
     base, b, shape = _laplace_scale(a)
     if not a.frac_bits:
@@ -697,14 +713,16 @@ def _laplace_plan(a: _PlanArgs) -> NoisePlan:
     sens = base + widen
     grid_sens = sens * a.scale
     if a.calib == Calibration.TIGHT:
-        t_grid = accounting.discrete_laplace_scale(a.eps, grid_sens)
+        t_grid, pieces = accounting.discrete_laplace_scale(a.eps, grid_sens), a.load
     else:
-        t_grid = b * a.scale
-    sd = math.sqrt(2.0) * t_grid / a.scale
+        t_grid, pieces = b * a.scale, 1
+    release_var = polya_variance(t_grid, 1.0)  # DLap(t)'s exact variance 2p/(1 − p)², grid steps²
     return NoisePlan(
-        **a.common(), delta=a.delta, sensitivity=float(sens), sigma_client=float(sd), sigma_release=float(sd),
-        laplace_scale=float(t_grid / a.scale), gamma_shape=1.0, base_sensitivity=float(base),
-        rounding_widening=float(widen), grid_scale=float(t_grid), grid_l1_sensitivity=float(grid_sens),
+        **a.common(), delta=a.delta, sensitivity=float(sens),
+        sigma_client=float(math.sqrt(release_var / pieces) / a.scale),
+        sigma_release=float(math.sqrt(release_var) / a.scale), laplace_scale=float(t_grid / a.scale),
+        gamma_shape=1.0 / pieces, base_sensitivity=float(base), rounding_widening=float(widen),
+        grid_scale=float(t_grid), grid_l1_sensitivity=float(grid_sens),
     )
 
 

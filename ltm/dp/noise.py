@@ -3,9 +3,11 @@
 Every noise value a party adds is an integer number of grid steps 2^-f:
 
 * **discrete Gaussian** N_Z(0, σ²) (P(y) ∝ exp(−y²/(2σ²)), y ∈ Z) for the (ε, δ) mechanism, and
-* **discrete Laplace** DLap(t) (P(y) ∝ exp(−|y|/t)) for the pure-ε mechanism,
+* **discrete Laplace** DLap(t) (P(y) ∝ exp(−|y|/t)) for the pure-ε mechanism, drawn by a party
+  as L Pólya pieces NB(1/L, e^{−1/t}) − NB(1/L, e^{−1/t}) (:mod:`ltm.dp.polya`; L of them sum to
+  exactly one DLap(t)),
 
-both sampled *exactly*: the output distribution is the stated one, with no floating-point tail or
+all sampled *exactly*: the output distribution is the stated one, with no floating-point tail or
 rounding, given uniform bits from :class:`ltm.randomness.RandomStream` (AES-256-CTR).
 
 **The algorithms.**  Canonne, Kamath & Steinke 2020 (*The Discrete Gaussian for Differential
@@ -38,6 +40,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from ltm.dp.polya import polya_laplace
 from ltm.randomness import RandomStream
 
 __all__ = [
@@ -48,6 +51,7 @@ __all__ = [
     "widest_noise_draw",
     "sample_noise",
     "noise_tail_bound",
+    "laplace_element_pieces",
 ]
 
 #: Largest σ or t (grid units) the samplers take: keeps every candidate magnitude, σ²/t and t in
@@ -367,7 +371,8 @@ def discrete_gaussian(stream: RandomStream, sigma2: float, count: int) -> np.nda
 
 #: Per-draw magnitude bounds of the ring headroom check.  The discrete Gaussian N_Z(0, σ²) is
 #: σ-subgaussian (Canonne, Kamath & Steinke 2020, Corollary 9): P(|X| ≥ 20σ) ≤ 2e^-200.  DLap(t):
-#: P(|Y| ≥ 100t) ≤ e^-100.
+#: P(|Y| ≥ 100t) ≤ e^-100; a Pólya piece of share r ≤ 1 too (NB(r, p) is stochastically below the
+#: geometric NB(1, p), so P(|NB − NB'| ≥ 100t) ≤ 2e^-100).
 GAUSSIAN_TAIL_SIGMAS = 20.0
 LAPLACE_TAIL_SCALES = 100.0
 
@@ -394,7 +399,11 @@ def sample_noise(stream: RandomStream, plan, shape: tuple[int, ...], *, multipli
     M clients' draws of one party in one entry and has their variance; it is *not* distributed as
     their sum, and :func:`ltm.dp.accounting.job_event` accounts only M = 1 draws (the L-fold sum) —
     per-entry draws need their own accounting (the heterogeneous sum of discrete Gaussians).
-    Laplace: each element is one whole DLap(t), whatever M (one draw alone makes an entry ε-DP).
+    Laplace: each element is NB(r, p) − NB(r, p), p = e^{−1/t}, with r = min(M, P)/P for a plan
+    split into P = ``plan.laplace_pieces`` pieces (:func:`laplace_element_pieces`): one (client,
+    piece) pair's share 1/L, an aggregate of M pairs that of min(M, L) pairs (L honest pairs make
+    one DLap(t), so more than L in one party's draw would only add noise; ltm/dp/polya.py).  A
+    whole-draw plan (P = 1: paper) draws one DLap(t) per element.
     A plan with per-entry ``noise_factors`` (W,) scales element j of the last axis to
     N_Z(0, M·factor_j·σ_c²) (the gram release's ½ off the diagonal).
     """
@@ -404,7 +413,7 @@ def sample_noise(stream: RandomStream, plan, shape: tuple[int, ...], *, multipli
     count = int(np.prod(shape, dtype=np.int64))
     mult = _multiplicities(multiplicity, shape)
     if plan.mechanism == "laplace":
-        return discrete_laplace(stream, plan.grid_scale, count).reshape(shape)
+        return _sample_laplace(stream, plan, count, mult).reshape(shape)
     factors = getattr(plan, "noise_factors", None)
     if factors is not None:  # per-entry scales along the last axis (the gram release: ltm/lifts.py)
         return _sample_scaled(stream, plan.grid_sigma2, np.asarray(factors, dtype=np.float64), shape, mult)
@@ -417,6 +426,28 @@ def sample_noise(stream: RandomStream, plan, shape: tuple[int, ...], *, multipli
         # rounded up: the product may round down by half an ulp, and more noise is post-processing
         out[where] = discrete_gaussian(stream, math.nextafter(plan.grid_sigma2 * float(m), math.inf), where.size)
     return out.reshape(shape)
+
+
+def laplace_element_pieces(plan, multiplicity):
+    """The (client, piece) shares one Laplace noise element of :func:`sample_noise` carries:
+    min(M, P) for multiplicity M (an int or an int array) and P = ``plan.laplace_pieces``.  Its
+    variance is that many times a pair's, ``2p/(P·(1 − p)²)`` grid steps² (p = e^{−1/t})."""
+    return np.minimum(multiplicity, plan.laplace_pieces)
+
+
+def _sample_laplace(stream: RandomStream, plan, count: int, mult: np.ndarray | None) -> np.ndarray:
+    """:func:`sample_noise`'s Laplace elements (flat): one vectorised draw per distinct share."""
+    t, pieces = plan.grid_scale, plan.laplace_pieces
+    if pieces == 1:  # whole draws (paper, or L = 1): the discrete Laplace itself
+        return discrete_laplace(stream, t, count)
+    if mult is None:
+        return polya_laplace(stream, t, Fraction(1, pieces), count)
+    out = np.empty(count, dtype=np.int64)
+    shares = laplace_element_pieces(plan, mult.reshape(-1))
+    for share in np.unique(shares):
+        where = np.flatnonzero(shares == share)
+        out[where] = polya_laplace(stream, t, Fraction(int(share), pieces), where.size)
+    return out
 
 
 def _sample_scaled(stream: RandomStream, sigma2: float, factors: np.ndarray, shape: tuple[int, ...],
@@ -449,7 +480,7 @@ def _sample_scaled(stream: RandomStream, sigma2: float, factors: np.ndarray, sha
 
 def widest_noise_draw(plan, multiplicity: int = 1) -> float:
     """The largest scale (grid steps) one draw of ``plan`` has: σ_c·√multiplicity for the discrete
-    Gaussian, t for the discrete Laplace (whose multiplicity is always one whole draw); 0 for a
+    Gaussian, t for the discrete Laplace (the parameter of its Pólya pieces whatever their share); 0 for a
     continuous plan.  :func:`sample_noise` refuses a scale above :data:`MAX_GRID_SCALE`."""
     if not plan.on_grid:
         return 0.0

@@ -149,11 +149,14 @@ def test_privacy_report_laplace_and_other_labels():
     report = privacy_report(spec, plan, mask, randomness="csprng")
     assert report["achieved_delta"] == 0.0 and report["sensitivity_l1"] == plan.sensitivity
     assert report["dp_verified"] is True and report["guarantee"].startswith(f"({spec.privacy.epsilon:g}, 0)-DP")
-    # each honest pair draws a whole DLap(t): one honest pair per row suffices, none does not
-    few = np.zeros(spec.n, bool)
-    few[:20] = True
-    _, honest_few = _weakest_honest_load(spec, few)
-    assert privacy_report(spec, plan, few, randomness="csprng")["dp_verified"] is (honest_few >= 1)
+    # each honest pair draws a Pólya piece, 1/L of a DLap(t): L honest pairs per row suffice, fewer do not
+    assert plan.laplace_pieces == spec.privacy.min_honest_load > 1
+    for count in (20, 250, 400):
+        few = np.zeros(spec.n, bool)
+        few[:count] = True
+        _, honest_few = _weakest_honest_load(spec, few)
+        verified = privacy_report(spec, plan, few, randomness="csprng")["dp_verified"]
+        assert verified is (honest_few >= plan.laplace_pieces) and verified is (count == 400)
     assert privacy_report(spec, plan, np.zeros(spec.n, bool), randomness="csprng")["dp_verified"] is False
     cols = _job(partition="columns", s=2)
     text = privacy_report(cols, cols.noise_plan(), mask, randomness="csprng")["guarantee"]
@@ -204,12 +207,13 @@ def test_privacy_report_boundaries_are_inclusive():
     assert delta is not None
     at = _replace(spec, privacy=_replace(spec.privacy, delta=delta))
     assert privacy_report(at, plan, mask, randomness="x")["dp_verified"] is True
-    # Laplace: a whole DLap per honest pair (one pair verifies); a scale below Δ₁/ε does not, even by 1.5
+    # Laplace: L Pólya pieces per entry make one DLap (the feasible L verifies); a scale below Δ₁/ε does not,
+    # even by 1.5
     lap = _job(mechanism="laplace", delta=0.0, s=2)
     feasible = int(lap.make_sketch().row_loads().min())
     lap = _job(mechanism="laplace", delta=0.0, s=2, min_honest_load=feasible)
     lplan = lap.noise_plan()
-    assert lplan.gamma_shape == 1.0
+    assert lplan.laplace_pieces == feasible
     assert privacy_report(lap, lplan, mask, randomness="x")["dp_verified"] is True
     weak = _replace(lplan, laplace_scale=lplan.laplace_scale / 1.5)
     assert privacy_report(lap, weak, mask, randomness="x")["dp_verified"] is False

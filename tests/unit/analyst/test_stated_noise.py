@@ -180,6 +180,7 @@ from analyst.gram import adassp_lambda, noise_edge, wigner_variance  # noqa: E40
 from analyst.reconstruct import draw_variance, release_noise_variance  # noqa: E402
 from analyst.release import ReleasedSketch, stated_noise  # noqa: E402
 from ltm.client_set import ClientSet  # noqa: E402
+from ltm.jobspec import honest_row_loads  # noqa: E402
 from ltm.lifts import gram_from_vector, gram_noise_factors, gram_width  # noqa: E402
 
 
@@ -239,35 +240,48 @@ def test_a_release_rebuilt_from_its_privacy_report_states_the_same_noise():
             assert again.entry_noise_variance is None and "entry_noise_variance" not in rel.privacy
 
 
-def test_draw_variance_is_the_exact_discrete_laplace_variance():
-    """Σ x² P(x) of DLap(t), P(x) ∝ e^(−|x|/t), summed directly (the tail beyond 60t is < e^-50)."""
+def test_draw_variance_is_the_exact_variance_of_a_polya_piece():
+    """Σ x² P(x) of DLap(t), P(x) ∝ e^(−|x|/t), summed directly (the tail beyond 60t is < e^-50),
+    divided by the L pieces a tight plan splits it into (whole draws: L = 1)."""
     spec, _ = zero_spec(8, 3, kind="gram", parties=2, k=2, mechanism="laplace", delta=0.0)
     plan = spec.noise_plan()
+    assert plan.laplace_pieces == spec.privacy.min_honest_load > 1
     for t in (0.7, 3.0, 41.5):
         x = np.arange(-int(60 * t) - 1, int(60 * t) + 2, dtype=np.float64)
         w = np.exp(-np.abs(x) / t)
         exact = float(np.sum(x * x * w) / np.sum(w))
         grid = 2.0 ** (-2 * plan.frac_bits)
-        assert draw_variance(replace(plan, grid_scale=t)) == pytest.approx(exact * grid, rel=1e-12)
+        assert draw_variance(replace(plan, grid_scale=t)) == pytest.approx(exact * grid / plan.laplace_pieces,
+                                                                          rel=1e-12)
+        assert draw_variance(replace(plan, grid_scale=t, gamma_shape=1.0)) == pytest.approx(exact * grid, rel=1e-12)
     gauss, _ = zero_spec(8, 3, kind="gram", parties=2, k=2)
     assert draw_variance(gauss.noise_plan()) == gauss.noise_plan().sigma_client ** 2
 
 
 def test_release_noise_variance_counts_who_drew():
-    """Per-client: one draw per (client, piece); aggregated Laplace: one per party and reached row
-    (rows partition), one per reached row from a column's owner (columns partition)."""
+    """Per-client: one draw per (client, piece); aggregated Laplace: the share of min(load, L) pieces
+    per party and reached row (rows partition), per reached row from a column's owner (columns)."""
     spec, _ = zero_spec(8, 3, kind="gram", parties=2, k=2)
     plan, sketch, everyone = spec.noise_plan(), spec.make_sketch(), ClientSet.full(spec.n)
     column, entries = release_noise_variance(spec, plan, everyone, sketch)
     np.testing.assert_allclose(entries, 8 * plan.sigma_client**2 * gram_noise_factors(3), rtol=1e-15)
     assert column == entries.max()
     agg, _ = zero_spec(8, 3, kind="gram", parties=2, k=2, mechanism="laplace", delta=0.0, upload_mode="aggregate")
-    column, entries = release_noise_variance(agg, agg.noise_plan(), everyone, agg.make_sketch())
-    np.testing.assert_allclose(entries, 2 * draw_variance(agg.noise_plan()), rtol=1e-15)
+    plan = agg.noise_plan()
+    column, entries = release_noise_variance(agg, plan, everyone, agg.make_sketch())
+    pieces = 2 * min(4, plan.laplace_pieces)  # two parties of 4 clients each
+    assert pieces < 8  # the cap at L pieces matters here
+    np.testing.assert_allclose(entries, pieces * draw_variance(plan), rtol=1e-15)
+    per_client, _ = zero_spec(8, 3, kind="gram", parties=2, k=2, mechanism="laplace", delta=0.0)
+    _, entries = release_noise_variance(per_client, per_client.noise_plan(), everyone, per_client.make_sketch())
+    np.testing.assert_allclose(entries, 8 * draw_variance(plan), rtol=1e-15)
     cols, _ = zero_spec(64, 4, kind="sparse", m=8, s=1, partition="columns", parties=2, k=2, mechanism="laplace",
                         delta=0.0, upload_mode="aggregate")
-    column, entries = release_noise_variance(cols, cols.noise_plan(), ClientSet.full(64), cols.make_sketch())
-    assert entries is None and column == pytest.approx(8 * draw_variance(cols.noise_plan()), rel=1e-15)
+    plan = cols.noise_plan()
+    loads = honest_row_loads(cols, ClientSet.full(64))[0]  # one owner per column: every client's row
+    column, entries = release_noise_variance(cols, plan, ClientSet.full(64), cols.make_sketch())
+    want = int(np.minimum(loads, plan.laplace_pieces).sum())
+    assert entries is None and column == pytest.approx(want * draw_variance(plan), rel=1e-15)
 
 
 def test_wigner_variance_is_the_dominating_profile():

@@ -11,7 +11,7 @@ def test_bench_noise_prints_ns_per_draw_for_every_sampler(capsys):
     assert main(["bench", "noise", "--draws", "2000", "--repeat", "1", "--cpu"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert sum(name.startswith("before:") for name in result) == 2
-    assert sum(name.startswith("after:") for name in result) == 4
+    assert sum(name.startswith("after:") for name in result) == 5
     assert all(math.isfinite(ns) and ns > 0 for ns in result.values())
 
 

@@ -882,9 +882,14 @@ def test_laplace_plan_fields(calibration, frac_bits):
     widen = s * _W * _STEP
     sens_g = (base + widen) / _STEP
     t_grid = math.ceil(sens_g) / eps if calibration == "tight" else b / _STEP  # DLap(t) is ε-DP for Δ₁ ≤ ⌈Δ₁⌉
-    _assert_fields(plan, **common, sensitivity=base + widen, sigma_client=math.sqrt(2.0) * t_grid * _STEP,
-                   sigma_release=math.sqrt(2.0) * t_grid * _STEP, laplace_scale=t_grid * _STEP, gamma_shape=1.0,
+    # tight: L Pólya pieces NB(1/L, p) − NB(1/L, p) of one DLap(t); paper: a whole DLap(t) per pair
+    pieces = load if calibration == "tight" else 1
+    p = math.exp(-1.0 / t_grid)
+    dlap_sd = math.sqrt(2.0 * p) / -math.expm1(-1.0 / t_grid) * _STEP  # DLap(t)'s exact sd, ≈ √2·t
+    _assert_fields(plan, **common, sensitivity=base + widen, sigma_client=dlap_sd / math.sqrt(pieces),
+                   sigma_release=dlap_sd, laplace_scale=t_grid * _STEP, gamma_shape=1.0 / pieces,
                    rounding_widening=widen, grid_scale=t_grid, grid_l1_sensitivity=sens_g)
+    assert plan.laplace_pieces == pieces
 
 
 @pytest.mark.parametrize("factors", [None, (1.0, 0.25)])
