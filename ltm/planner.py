@@ -252,29 +252,35 @@ PLAN_FRAC_BITS = 32
 
 
 def _plan_draw_variance(inp: PlanInputs, *, L: int, pieces: int, width: int, sensitivity: float | None = None,
-                        noise_factors: Any = None) -> float:
+                        noise_factors: Any = None) -> tuple[float, int]:
     """The variance of one noise draw (data units², factor 1) of the GRID plan a job with this
     honest load L would get — the plan the parties draw with (:meth:`ltm.jobspec.JobSpec.noise_plan`),
     so that the prediction states the noise the release states: its ``sigma_client`` (Gaussian: the
-    distributed discrete Gaussian's σ_c from zCDP; Laplace: whatever each (client, piece) draws)."""
+    distributed discrete Gaussian's σ_c from zCDP; Laplace: whatever each (client, piece) draws), and for
+    Laplace the number of pieces P one whole DLap(t) is split into (``NoisePlan.laplace_pieces``; 1 else)."""
     plan = plan_noise(mechanism=inp.mechanism, calibration="tight", epsilon=inp.epsilon,
                       delta=inp.delta if inp.mechanism == "gaussian" else 0.0, clip_norm=inp.clip_bound, s=pieces,
                       min_honest_load=L, sensitivity=sensitivity, sketch_kind="sparse" if sensitivity is None
                       else "sum", frac_bits=PLAN_FRAC_BITS, width=width, noise_factors=noise_factors)
-    return plan.sigma_client**2
+    return plan.sigma_client**2, (plan.laplace_pieces if inp.mechanism == "laplace" else 1)
 
 
-def _entry_draws(inp: PlanInputs, load: float) -> float:
+def _entry_draws(inp: PlanInputs, load: float, laplace_pieces: int = 1) -> float:
     """How many draws of the plan one release entry sums when ``load`` clients reach its row: one
-    per (client, piece) — an aggregated Gaussian draw of multiplicity k has the variance of k draws —
-    except the aggregate upload's discrete Laplace, one whole draw per party that reaches the row
-    (every party in the rows partition, the column's owner in the columns partition;
-    ltm.dp.noise.sample_noise, analyst.reconstruct.release_noise_variance)."""
+    per (client, piece) — an aggregated draw of multiplicity k has the variance of k draws — except
+    the aggregate upload's discrete Laplace: a party whose M clients reach the row adds one element
+    worth min(M, P) pieces (P = ``laplace_pieces``; ltm.dp.noise.laplace_element_pieces), so the entry
+    sums Σ_parties min(M_p, P) (every party in the rows partition, M_p its share of the load; the
+    column's owner in the columns partition; analyst.reconstruct.release_noise_variance)."""
     if inp.upload_mode != "aggregate" or inp.mechanism != "laplace":
         return load
-    parties = len(inp.party_sizes) if inp.partition == "rows" and inp.party_sizes else \
-        (1 if inp.partition == "columns" else max(inp.parties, 1))
-    return min(float(parties), load)
+    if inp.partition == "rows" and inp.party_sizes:
+        n = float(sum(inp.party_sizes))
+        return sum(min(load * size / n, float(laplace_pieces)) for size in inp.party_sizes)
+    if inp.partition == "columns":
+        return min(load, float(laplace_pieces))
+    parties = max(inp.parties, 1)
+    return parties * min(load / parties, float(laplace_pieces))
 
 
 def _release_variance(inp: PlanInputs, *, sensitivity_scale: float, load: float, deduction: float,
@@ -288,11 +294,12 @@ def _release_variance(inp: PlanInputs, *, sensitivity_scale: float, load: float,
         return None
     if sensitivity_scale > 0:  # lifted (gram): Δ given, the lift's per-entry factors
         gaussian = inp.mechanism == "gaussian"
-        var = _plan_draw_variance(inp, L=L, pieces=1, width=gram_width(inp.width), sensitivity=sensitivity_scale,
-                                  noise_factors=gram_noise_factors(inp.width) if gaussian else None)
+        var, shares = _plan_draw_variance(inp, L=L, pieces=1, width=gram_width(inp.width),
+                                          sensitivity=sensitivity_scale,
+                                          noise_factors=gram_noise_factors(inp.width) if gaussian else None)
     else:
-        var = _plan_draw_variance(inp, L=L, pieces=pieces, width=inp.width)
-    return _entry_draws(inp, load) * var / pieces
+        var, shares = _plan_draw_variance(inp, L=L, pieces=pieces, width=inp.width)
+    return _entry_draws(inp, load, shares) * var / pieces
 
 
 def _gram_candidate(inp: PlanInputs, mom: _Moments) -> Candidate:

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ltm.clipping import clip_rows
+from ltm.dp.defaults import DEFAULT_CLIP_BOUND
 from ltm.dp.grid import round_to_grid
 from ltm.flp.circuit import BoundedL2
 from ltm.flp.field import FIELD64
@@ -32,7 +33,7 @@ class FlpBenchConfig:
 
     n: int = 100_000
     width: int = 11
-    clip_bound: float = 1.0
+    clip_bound: float = DEFAULT_CLIP_BOUND
     frac_bits: int = 20
     k: int = 2
     reps: int = 2
