@@ -31,8 +31,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from analyst.gram import solve_gram, top_eigenvectors
-from analyst.release import ReleasedSketch
+from ltm.analyst.gram import solve_gram, top_eigenvectors
+from ltm.analyst.release import ReleasedSketch
 from ltm.dp.calibration import analytic_gaussian_sigma
 from ltm.clipping import clip_rows
 from ltm.dp.sensitivity import (gram_l2, gram_l2_triangle, joint_cross_moment_l2, min_eigenvalue_sensitivity,
@@ -60,11 +60,11 @@ class PrivateRegression:
 
     Attributes:
         coef: (d,) coefficients in the space of A's columns (wrap with
-            ``analyst.estimators.linear_predictor(coef, release)`` for raw units).
+            ``ltm.analyst.estimators.linear_predictor(coef, release)`` for raw units).
         lam: the ridge λ actually used (AdaSSP's is chosen adaptively and privately).
         sigmas: the noise standard deviation of each released statistic.
         projected: True when the noisy ``AᵀA`` was not positive definite and the solver projected
-            it (:func:`analyst.gram.solve_gram`: eigenvalues raised to 0 before λ is added, and with
+            it (:func:`ltm.analyst.gram.solve_gram`: eigenvalues raised to 0 before λ is added, and with
             λ = 0 zero directions dropped).
         noisy_gram: (d, d) the released ``AᵀA + E`` (without λ).
         noisy_moment: (d,) the released ``Aᵀb + e``.
@@ -170,7 +170,7 @@ def ssp_ridge(
     """Central sufficient-statistics perturbation (SSP) ridge regression.
 
     ``x = (AᵀA + E_AA + λI)^{-1} (Aᵀb + e_Ab)`` from one (ε, δ)-DP release of
-    ``[A b]ᵀ[A b] + E`` (:func:`ssp_statistics`), solved by :func:`analyst.gram.solve_gram` (the
+    ``[A b]ᵀ[A b] + E`` (:func:`ssp_statistics`), solved by :func:`ltm.analyst.gram.solve_gram` (the
     LTM's own noisy-Gram solver): a noisy ``AᵀA`` that is not positive semidefinite is projected
     onto the PSD cone before λ is added (λ = 0: pseudo-inverse on the positive part);
     ``projected`` reports it.  Post-processing, so the output stays (ε, δ)-DP.
@@ -220,7 +220,7 @@ def adassp(
        ``√(d log(2d²/ρ))``; here σ₂ is the analytic-Gaussian scale).
     3. ``AᵀA + σ₂ Z_sym`` (symmetric, upper triangle i.i.d.) and ``Aᵀb + σ₃ z``.
 
-    Output ``θ = (noisy AᵀA + λI)^{-1} noisy Aᵀb`` by :func:`analyst.gram.solve_gram` (a noisy
+    Output ``θ = (noisy AᵀA + λI)^{-1} noisy Aᵀb`` by :func:`ltm.analyst.gram.solve_gram` (a noisy
     AᵀA that is not PSD is first projected onto the PSD cone — a safeguard the paper does not
     have; reported by ``projected``).
 

@@ -163,7 +163,7 @@ async def run_bounds(stub, draft: Draft, *, epsilon: float, delta: float, rounds
                      randomness: str = "", timeout: float | None = None, say=print,
                      intercept: bool = False) -> tuple[JobFile, dict]:
     """Run the pre-job rounds through the analyst (``stub``: an Analyst stub) and build the main job."""
-    from analyst.operator import job_result, submit_job, wait_done
+    from ltm.analyst.operator import job_result, submit_job, wait_done
 
     if rounds not in (1, 2):
         raise ValueError("--rounds must be 1 or 2")
@@ -205,7 +205,7 @@ def run_bounds_command(args: argparse.Namespace) -> int:
     bounds, then write the main job file with the estimated centres and spreads; returns the exit
     status.
     """
-    from analyst.operator import _with_analyst
+    from ltm.analyst.operator import _with_analyst
 
     path = Path(args.draft)
     text = read_job_text(path)  # bounded read, UTF-8 checked

@@ -28,8 +28,8 @@ from typing import Protocol, TypeVar
 import grpc
 import numpy as np
 
-from analyst.release import ReleasedSketch
-from analyst.replicated import release_from_shares
+from ltm.analyst.release import ReleasedSketch
+from ltm.analyst.replicated import release_from_shares
 from ltm.client_set import ClientSet, ClientSetError
 from ltm.errors import LtmError
 from ltm.jobspec import JobSpec

@@ -5,7 +5,7 @@ private RLS).  Paper: Liao, Needell & Xue, *Differentially Private Random Featur
 
 Algorithm 1 is output perturbation of the min-norm interpolant ``c♯ = Φ⁺y``: ``ĉ = c♯ + z``.  A
 trusted curator holds all the data; this module is for comparison with the LTM release
-(``analyst.random_features.RFRidge``), not a distributed protocol.
+(``ltm.analyst.random_features.RFRidge``), not a distributed protocol.
 
 Modes (``mode=``):
 

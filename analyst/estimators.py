@@ -25,7 +25,7 @@ Estimators (Burkhardt et al. §5, Theorems 5.4 and 5.8; Wu et al. §4.1–§4.2,
   ``((X̃ᵀX̃ − v I)/n + λI)^{-1} X̃ᵀỹ/n`` with ``v = release.noise_variance_per_column``.
 * :class:`LowRank` — the top-k right singular vectors of Ã.
 
-On a ``gram`` release (noisy ZᵀZ, :mod:`analyst.gram`) the same classes solve the normal
+On a ``gram`` release (noisy ZᵀZ, :mod:`ltm.analyst.gram`) the same classes solve the normal
 equations directly: OLS ``Ĝxx⁻¹ĝxy``, ridge ``(Ĝxx + λI)⁻¹ĝxy`` (the noise is zero-mean, so
 there is nothing to de-bias), RMGM/DGM with ``XᵀX/n`` read off Ĝ, low rank the top eigenvectors.
 
@@ -38,8 +38,8 @@ from typing import Any
 
 import numpy as np
 
-from analyst.gram import adassp_lambda, gram_blocks, solve_gram, top_eigenvectors
-from analyst.release import ReleasedSketch
+from ltm.analyst.gram import adassp_lambda, gram_blocks, solve_gram, top_eigenvectors
+from ltm.analyst.release import ReleasedSketch
 
 __all__ = [
     "ColumnTransform",
@@ -68,7 +68,7 @@ class ColumnTransform:
     """What the raw-unit mapping needs: the column names, their public centres and scales
     (float64 (D,)), and the indices of the label and the intercept (None when absent).  A
     :class:`ReleasedSketch` has the same attributes and is accepted wherever this is
-    (:data:`ColumnMeta`); :class:`analyst.mapback.RawColumns` is the job's raw columns."""
+    (:data:`ColumnMeta`); :class:`ltm.analyst.mapback.RawColumns` is the job's raw columns."""
 
     columns: tuple[str, ...]
     centers: np.ndarray
@@ -573,7 +573,7 @@ def release_lambda(release: ReleasedSketch) -> tuple[float, str]:
     """The default ridge λ for a release, and the rule that gave it.
 
     A sketch: :func:`default_ridge_lambda` (v·√m, v the noise variance per scaled entry).  A
-    ``gram`` release: the AdaSSP-style :func:`analyst.gram.adassp_lambda` on its noisy XᵀX, with the
+    ``gram`` release: the AdaSSP-style :func:`ltm.analyst.gram.adassp_lambda` on its noisy XᵀX, with the
     per-entry noise variances the release states (:attr:`ReleasedSketch.gram_noise_variance`).
     """
     if release.kind == "gram":

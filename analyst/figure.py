@@ -3,7 +3,7 @@
 A regression job: its coefficients with DP error bars — each coefficient in standardised units (one
 public scale of the feature moves the label by that many of its public scales, so features in
 different units share one axis), with the 95 % range of the release's noise
-(:meth:`analyst.models.ReleaseRidge.coef_errors`, a parametric bootstrap of the noise the release
+(:meth:`ltm.analyst.models.ReleaseRidge.coef_errors`, a parametric bootstrap of the noise the release
 states), and the raw-unit value written beside it.  A low-rank job: the release's spectrum, the kept
 components marked, and the level the noise alone would reach.  Post-processing of the release only.
 
@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from analyst.models import ReleaseLowRank, ReleaseRidge
-from analyst.result import JobResult
+from ltm.analyst.models import ReleaseLowRank, ReleaseRidge
+from ltm.analyst.result import JobResult
 
 __all__ = ["FIGURE_FILE", "write_figure"]
 

@@ -87,7 +87,7 @@ def adassp_lambda(Gxx: np.ndarray, noise_variance: float | np.ndarray, *, bound:
     (``bound="edge"``, default) or AdaSSP's bound (``bound="adassp"``); see the module docstring.
 
     ``noise_variance``: the (p, p) variance of each entry of Gxx's noise (a release's
-    :attr:`~analyst.release.ReleasedSketch.gram_noise_variance` block), or the v of a Wigner profile
+    :attr:`~ltm.analyst.release.ReleasedSketch.gram_noise_variance` block), or the v of a Wigner profile
     (v on the diagonal, v/2 off it) as a number."""
     Gxx = np.asarray(Gxx, dtype=np.float64)
     p = Gxx.shape[0]
@@ -108,8 +108,8 @@ def adassp_lambda(Gxx: np.ndarray, noise_variance: float | np.ndarray, *, bound:
 
 def solve_gram(Gxx: np.ndarray, gxy: np.ndarray, lam: float) -> tuple[np.ndarray, str]:
     """The noisy-Gram solver of every estimator on released sufficient statistics: the LTM's
-    ``gram`` estimators (:mod:`analyst.estimators`) and the central SSP / AdaSSP baselines
-    (:mod:`analyst.baselines`) alike.  Why this rule: "Solving a noisy Gram matrix" in
+    ``gram`` estimators (:mod:`ltm.analyst.estimators`) and the central SSP / AdaSSP baselines
+    (:mod:`ltm.analyst.baselines`) alike.  Why this rule: "Solving a noisy Gram matrix" in
     docs/planner.md.
 
     With ``H = (Ĝxx + Ĝxxᵀ)/2 = Σ_k e_k v_k v_kᵀ`` and ``tol = 10⁻¹²·max_k |e_k|``:

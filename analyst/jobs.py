@@ -1,9 +1,9 @@
 """The analyst's job runner: many jobs at once, each persisted, each resumable after a crash.
 
 A job is submitted with its public spec, what to fit (:class:`ltm.jobfile.FitSpec`) and how long
-intake stays open.  The runner commits it to the :class:`~analyst.store.AnalystStore` (with the
+intake stays open.  The runner commits it to the :class:`~ltm.analyst.store.AnalystStore` (with the
 *absolute* closing time), then, in a background task per job, runs the one coordinator
-(:func:`analyst.coordinator.coordinate`: publish → wait → close → intersect → release →
+(:func:`ltm.analyst.coordinator.coordinate`: publish → wait → close → intersect → release →
 reconstruct), fits the model and commits the result shares, participant set and output files
 before reporting the job done.  On start, every job the store has as ``running`` is resumed; the
 servers' idempotence makes the resumed job release the same bytes.
@@ -22,11 +22,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from analyst.coordinator import JobRun, Retries, ServerLink, coordinate, publish_links
-from analyst.estimators import LowRank, intercept_only, make_estimator, release_lambda
-from analyst.replicated import release_from_shares
-from analyst.release import ReleasedSketch
-from analyst.store import AnalystStore, JobRecord
+from ltm.analyst.coordinator import JobRun, Retries, ServerLink, coordinate, publish_links
+from ltm.analyst.estimators import LowRank, intercept_only, make_estimator, release_lambda
+from ltm.analyst.replicated import release_from_shares
+from ltm.analyst.release import ReleasedSketch
+from ltm.analyst.store import AnalystStore, JobRecord
 from ltm.client_set import ClientSet
 from ltm.errors import ProtocolError
 from ltm.identifiers import id_problem
@@ -230,7 +230,7 @@ class JobRunner:
     async def cancel(self, job_id: str, reason: str) -> JobRecord:
         """Cancel a job that is not done: mark it cancelled durably (a restart does not resume it, a
         submit under its id is refused), then stop its task.  Telling the servers is the caller's
-        (:meth:`analyst.service.AnalystService.Cancel`).  KeyError if it was never submitted here;
+        (:meth:`ltm.analyst.service.AnalystService.Cancel`).  KeyError if it was never submitted here;
         a done job raises :class:`~ltm.errors.ProtocolError` (its release exists)."""
         record = await asyncio.to_thread(self.store.get, job_id)
         if record is None:

@@ -5,14 +5,14 @@ the feature entries before the parties clip.  A model fitted on the release has 
 the client vector's regressor entries; for LINEAR transforms
 :meth:`ltm.transforms.FeaturePipeline.pull_back` maps them to the raw columns' (center/scale)
 entries, and :func:`raw_linear_predictor` then gives raw-unit ``coef_`` / ``intercept_`` through
-the usual :func:`analyst.estimators.map_to_raw`.  OLS is affine-equivariant, so this round trip is
+the usual :func:`ltm.analyst.estimators.map_to_raw`.  OLS is affine-equivariant, so this round trip is
 exact: the mapped-back OLS of whitened rows IS the OLS of the raw rows.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from analyst.estimators import ColumnTransform, LinearPredictor, linear_predictor
+from ltm.analyst.estimators import ColumnTransform, LinearPredictor, linear_predictor
 from ltm.jobspec import JobSpec
 from ltm.transforms import FeaturePipeline
 
@@ -20,7 +20,7 @@ __all__ = ["RawColumns", "raw_linear_predictor"]
 
 
 class RawColumns(ColumnTransform):
-    """The job's raw columns as a :class:`analyst.estimators.ColumnTransform` (before transforms)."""
+    """The job's raw columns as a :class:`ltm.analyst.estimators.ColumnTransform` (before transforms)."""
 
     @classmethod
     def from_spec(cls, spec: JobSpec) -> "RawColumns":

@@ -3,8 +3,8 @@
 :class:`ReleaseRidge` (ridge), :class:`ReleaseOLS` (λ = 0) and :class:`ReleaseLowRank` follow scikit-learn's
 estimator conventions — hyper-parameters in ``__init__`` (``get_params``/``set_params``,
 ``sklearn.base.clone``, ``check_is_fitted``), fitted attributes ending in ``_``, ``predict``/``score``/``transform`` on raw
-rows — but ``fit`` takes a *release* (a :class:`analyst.release.ReleasedSketch` or a
-:class:`analyst.result.JobResult` from :func:`analyst.result.open_result`), not ``(X, y)``.  A raw-data
+rows — but ``fit`` takes a *release* (a :class:`ltm.analyst.release.ReleasedSketch` or a
+:class:`ltm.analyst.result.JobResult` from :func:`ltm.analyst.result.open_result`), not ``(X, y)``.  A raw-data
 ``fit`` is what the privacy guarantee exists to avoid, so it is refused (``TypeError``); scikit-learn's
 estimator checks that fit on raw arrays therefore do not apply (tests/unit/analyst/test_models.py runs
 the ones that do).
@@ -14,7 +14,7 @@ with another rank, :meth:`ReleaseRidge.coef_errors` — is post-processing of th
 it, never changes it, and costs no privacy.  scikit-learn itself is optional: this module imports it
 only inside ``__sklearn_tags__``, which only scikit-learn calls.
 
-The solvers are :mod:`analyst.estimators`' (the same numbers ``ltm job`` fits).
+The solvers are :mod:`ltm.analyst.estimators`' (the same numbers ``ltm job`` fits).
 """
 from __future__ import annotations
 
@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from analyst.estimators import OLS, LowRank, Ridge, release_lambda
-from analyst.release import ReleasedSketch
+from ltm.analyst.estimators import OLS, LowRank, Ridge, release_lambda
+from ltm.analyst.release import ReleasedSketch
 from ltm.errors import LtmError
 
 __all__ = ["NotFittedError", "ReleaseLowRank", "ReleaseOLS", "ReleaseRidge", "as_release"]
@@ -47,13 +47,13 @@ def _not_fitted(sklearn_class: type | None) -> type:
 
 def as_release(source: Any) -> ReleasedSketch:
     """The release of ``source``: a :class:`ReleasedSketch`, or anything with a ``release`` attribute
-    that is one (a :class:`analyst.result.JobResult`).  Raw arrays are refused with the reason."""
+    that is one (a :class:`ltm.analyst.result.JobResult`).  Raw arrays are refused with the reason."""
     if isinstance(source, ReleasedSketch):
         return source
     inner = getattr(source, "release", None)
     if isinstance(inner, ReleasedSketch):
         return inner
-    raise TypeError(f"fit takes a DP release (analyst.result.open_result(DIR) or a ReleasedSketch), got "
+    raise TypeError(f"fit takes a DP release (ltm.analyst.result.open_result(DIR) or a ReleasedSketch), got "
                     f"{type(source).__name__}: these models are fitted from a release, never from raw data")
 
 
@@ -132,7 +132,7 @@ class ReleaseRidge(_ReleaseEstimator):
     """Ridge regression (``alpha=0``: OLS) fitted from a labelled release, in raw units.
 
     On a ``gram`` release it solves ``(X̃ᵀX̃ + λI)⁻¹ X̃ᵀỹ`` from the noisy Gram; on a sketch, the same
-    normal equations of the sketched rows (:class:`analyst.estimators.Ridge`), with ``debias``
+    normal equations of the sketched rows (:class:`ltm.analyst.estimators.Ridge`), with ``debias``
     subtracting the release's known noise Gram diagonal.  ``alpha`` is λ of the transformed problem
     (columns ``(x − centre) / scale`` as the job declared them).
 
@@ -141,7 +141,7 @@ class ReleaseRidge(_ReleaseEstimator):
 
     Args:
         alpha: λ ≥ 0, or None (default) for the release's own rule
-            (:func:`analyst.estimators.release_lambda`, the rule ``ltm job`` uses).
+            (:func:`ltm.analyst.estimators.release_lambda`, the rule ``ltm job`` uses).
         debias: a sketch release only: subtract the expected noise Gram diagonal (default True, as a
             job's ``[fit]``; False: the paper's faithful analyst).  A ``gram`` release has nothing to
             subtract (its noise has mean zero).
@@ -201,7 +201,7 @@ class ReleaseRidge(_ReleaseEstimator):
     def coef_errors(self, draws: int = 200, seed: int = 0) -> tuple[np.ndarray, float]:
         """Standard deviations of ``coef_`` (n_features,) and of ``intercept_`` due to the DP noise: the
         fit repeated (with the same ``alpha_``) on ``draws`` copies of the release with fresh Gaussian
-        noise of the variances the release states (:func:`analyst.result.noise_statement`).  A
+        noise of the variances the release states (:func:`ltm.analyst.result.noise_statement`).  A
         parametric bootstrap of the noise only (not of the sampling of the rows; Laplace noise is
         approximated by a Gaussian of its variance); post-processing, no privacy cost.  The draws
         are analysis randomness, not privacy noise: a fixed ``seed`` keeps a figure reproducible."""

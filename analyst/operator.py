@@ -8,9 +8,9 @@
 * ``ltm job result ID --analyst HOST:PORT --out DIR`` — write a finished job's files and its figure
   into ``DIR/ID/``.
 * ``ltm job bounds DRAFT --analyst HOST:PORT --epsilon E --out FILE`` — the DP pre-job that
-  estimates the column centres and spreads nobody knows (:mod:`analyst.bounds`).
+  estimates the column centres and spreads nobody knows (:mod:`ltm.analyst.bounds`).
 
-The flags are declared in ``ltm_cli/job.py``.  No command here takes a data file: the analyst's side of a job is public information only.  The
+The flags are declared in ``ltm/cli/job.py``.  No command here takes a data file: the analyst's side of a job is public information only.  The
 network modules (grpc, stubs) are imported only by the commands that talk to the analyst.
 """
 from __future__ import annotations
@@ -88,7 +88,7 @@ async def _with_analyst(args: argparse.Namespace, fn):
     import grpc
 
     from ltm.v1 import ltm_pb2_grpc
-    from transport.tls import make_channel
+    from ltm.transport.tls import make_channel
 
     _need_analyst(args)
     options = None if args.insecure else [("grpc.ssl_target_name_override", "analyst")]
@@ -217,13 +217,13 @@ def write_result(out: Path, job_id: str, files: dict[str, str]) -> Path:
 
 
 def write_result_figure(d: Path) -> str:
-    """Write the figure of the job in ``d`` (:mod:`analyst.figure`); returns the line to print: where
+    """Write the figure of the job in ``d`` (:mod:`ltm.analyst.figure`); returns the line to print: where
     it went, or why there is none (no matplotlib: the ``plot`` extra; a release no model fits, e.g. a
     singular one) — the job's files are written either way."""
     import numpy as np
 
-    from analyst.figure import write_figure
-    from analyst.result import open_result
+    from ltm.analyst.figure import write_figure
+    from ltm.analyst.result import open_result
 
     try:
         path = write_figure(open_result(d))

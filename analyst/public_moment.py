@@ -1,7 +1,7 @@
 """Central DP-OLS with a public second moment (Cao & Zhang): DP-PMTOLSE and the paper's baseline.
 
 THESE ARE CENTRAL-MODEL SIMULATION ESTIMATORS, NOT PRODUCTION RELEASES (like
-:mod:`analyst.baselines`): they run on plaintext data in one process and draw their noise from the
+:mod:`ltm.analyst.baselines`): they run on plaintext data in one process and draw their noise from the
 caller's seeded ``numpy.random.Generator``.  They exist to reproduce the paper (Cao & Zhang,
 *Enhancing Differentially Private Linear Regression via Public Second-Moment*, Alg. 1–4 of its
 §3) and as central baselines for the LTM's whitening transform, where the parties whiten before
@@ -24,7 +24,7 @@ clipping and the analyst maps coefficients back.
 Corrections to the paper (its Lemma 7 and Alg. 2–4) applied here:
 
 * "GUE(σ²)" is a REAL symmetric matrix: the upper triangle including the diagonal is i.i.d.
-  N(0, σ²) and mirrored (:func:`analyst.baselines.symmetric_gaussian`); ``(Z+Zᵀ)/2`` would
+  N(0, σ²) and mirrored (:func:`ltm.analyst.baselines.symmetric_gaussian`); ``(Z+Zᵀ)/2`` would
   under-noise the off-diagonal (a privacy bug).
 * ρ is the budget PER released statistic, so each algorithm is 2ρ-zCDP in total; ε is reported
   with ``ε = 2ρ + 2·sqrt(2ρ·log(1/δ))`` (not ``ρ + …``).
@@ -42,7 +42,7 @@ from typing import Literal
 
 import numpy as np
 
-from analyst.baselines import symmetric_gaussian
+from ltm.analyst.baselines import symmetric_gaussian
 from ltm.clipping import clip_rows
 from ltm.dp.sensitivity import cross_moment_l2, gram_l2, gram_l2_triangle
 from ltm.second_moment import PublicSecondMoment, pmt_radius, zcdp_gaussian_sigma, zcdp_to_epsilon

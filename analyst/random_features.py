@@ -10,7 +10,7 @@ where ``w`` (``coef_scaled_``) are the coefficients over the release's regressor
 ``s_y`` the label's public center and scale.
 
 * :class:`RFRidge` — ridge in random-feature space on an LTM release (kernel ridge regression with
-  the kernel the public map approximates), de-biased like ``analyst.estimators.Ridge``;
+  the kernel the public map approximates), de-biased like ``ltm.analyst.estimators.Ridge``;
   sklearn-style ``fit(release)`` / ``predict(X_raw)`` / ``coef_``.
 * :class:`FeatureSpaceModel` — wraps any transformed-space coefficients (baselines fitted on the
   clear mapped rows) with the same raw-input ``predict``.
@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from analyst.estimators import Ridge, default_ridge_lambda
-from analyst.release import ReleasedSketch
+from ltm.analyst.estimators import Ridge, default_ridge_lambda
+from ltm.analyst.release import ReleasedSketch
 from ltm.transforms import FeaturePipeline
 
 __all__ = ["FeatureSpaceModel", "RFRidge"]

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from analyst.release import ReleasedSketch
+from ltm.analyst.release import ReleasedSketch
 from ltm.dp.calibration import NoisePlan, gaussian_delta
 from ltm.client_set import ClientSet
 from ltm.dp import accounting
@@ -178,7 +178,7 @@ def _column_draws(spec: JobSpec, plan: NoisePlan, participants: ClientSet, sketc
 def release_noise_variance(spec: JobSpec, plan: NoisePlan, participants: ClientSet,
                            sketch: Sketch) -> tuple[float, np.ndarray | None]:
     """What a release states about its noise: ``(noise_variance_per_column, entry_noise_variance)``
-    of :class:`~analyst.release.ReleasedSketch`, from the plan the parties drew with and who drew.
+    of :class:`~ltm.analyst.release.ReleasedSketch`, from the plan the parties drew with and who drew.
 
     A sketch: ``Σ_r draws_r·Var(draw)/pieces`` (the scale 1/√pieces applied) = E[NᵀN]_cc, and None
     (per-client uploads: ``participants·σ_c²``).

@@ -45,8 +45,8 @@ class ReleasedSketch:
         entry_noise_variance: a lifted kind (required): float64 (W,), the variance of the noise in
             each of the W released entries, in the released coordinates (a ``gram`` release: the
             unweighted upper triangle, ``triu_indices`` order), as the noise was drawn — derived
-            from the noise plan and who drew it (:func:`analyst.reconstruct.release_noise_variance`,
-            :func:`analyst.replicated.replicated_release`), never assumed by an estimator.  None
+            from the noise plan and who drew it (:func:`ltm.analyst.reconstruct.release_noise_variance`,
+            :func:`ltm.analyst.replicated.replicated_release`), never assumed by an estimator.  None
             for a sketch.
     """
 
@@ -150,7 +150,7 @@ def release_from_reply(spec: JobSpec, reply: GetReleaseResponse, participants: i
 
 def release_from_json(obj: Mapping[str, Any], privacy: Mapping[str, Any] | None = None) -> ReleasedSketch:
     """The release a ``release.json`` object describes (the inverse of
-    :func:`analyst.jobs.release_to_json`): the float64 (m, D) matrix (a lifted kind: (1, W)), the
+    :func:`ltm.analyst.jobs.release_to_json`): the float64 (m, D) matrix (a lifted kind: (1, W)), the
     columns, centres, scales, label and intercept, n, the stated noise, the SHA-256 and the kind.
     ``privacy``: the job's privacy report (``privacy_report.json``), attached as
     :attr:`ReleasedSketch.privacy` (default: empty).  No network and no privacy cost: it only reads

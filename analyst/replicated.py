@@ -1,7 +1,7 @@
 """The analyst's side of the replicated degree-2 release: three output shares → a ``gram`` release.
 
 The sum of the servers' output shares is triu(ẐᵀẐ) + Σ_p e_p on the grid 2^-2f (ltm/replicated.py).
-It is returned as a :class:`~analyst.release.ReleasedSketch` of kind ``gram`` (the unweighted
+It is returned as a :class:`~ltm.analyst.release.ReleasedSketch` of kind ``gram`` (the unweighted
 triangle, the gram release's own layout: ltm/lifts.py), so every gram estimator fits it unchanged.  Its noise is i.i.d.
 per triangle entry: each of the P parties adds one N_Z(0, σ_c²) draw to each entry, so every Gram
 entry, diagonal and off-diagonal alike, carries variance v = P·σ_c² (the rows gram's Gaussian noise
@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from analyst.reconstruct import draw_variance, reconstruct_release
-from analyst.release import ReleasedSketch
+from ltm.analyst.reconstruct import draw_variance, reconstruct_release
+from ltm.analyst.release import ReleasedSketch
 from ltm.client_set import ClientSet
 from ltm.dp import accounting
 from ltm.jobspec import JobSpec
@@ -94,7 +94,7 @@ def replicated_release(spec: JobSpec, outputs: list[np.ndarray], *, randomness: 
 def release_from_shares(spec: JobSpec, shares: list[np.ndarray], participants: ClientSet, *, randomness: str,
                         seeded_parties: Sequence[str] = ()) -> ReleasedSketch:
     """The release from the servers' result shares, whichever kind the job is: the replicated
-    release's three output shares, or a sketch job's shares (:func:`analyst.reconstruct.reconstruct_release`).
+    release's three output shares, or a sketch job's shares (:func:`ltm.analyst.reconstruct.reconstruct_release`).
     The coordinator and a finished job's stored shares (analyst/jobs.py) both come here."""
     if spec.replicated:
         return replicated_release(spec, [np.asarray(s).reshape(-1) for s in shares], randomness=randomness,

@@ -4,11 +4,11 @@
 columns, public centres and scales, and the noise it carries), ``privacy_report.json`` (ε, δ, the
 mechanism and the noise statement), ``model.json`` (the fit the job asked for) and ``report.json``.
 :func:`open_result` reads them back into a :class:`JobResult`; the estimators of
-:mod:`analyst.models` fit from its :attr:`JobResult.release`.  Everything here is post-processing
+:mod:`ltm.analyst.models` fit from its :attr:`JobResult.release`.  Everything here is post-processing
 of what was released: reading it, and fitting any number of models from it, costs no privacy.
 
-    from analyst.result import open_result
-    from analyst.models import ReleaseRidge
+    from ltm.analyst.result import open_result
+    from ltm.analyst.models import ReleaseRidge
 
     result = open_result("results/power-ridge-1")
     model = ReleaseRidge(alpha=None).fit(result)      # the release's own λ rule
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from analyst.release import ReleasedSketch, release_from_json
+from ltm.analyst.release import ReleasedSketch, release_from_json
 
 __all__ = ["RESULT_FILES", "JobResult", "noise_statement", "open_result"]
 
@@ -55,7 +55,7 @@ class JobResult:
     Attributes:
         job_id: the job's id (the directory's name, or the report's ``job_id``).
         path: the directory it was read from.
-        release: the release (:class:`analyst.release.ReleasedSketch`), its ``privacy`` the report.
+        release: the release (:class:`ltm.analyst.release.ReleasedSketch`), its ``privacy`` the report.
         privacy: the privacy report (ε, δ, mechanism, calibration, the noise it adds).
         model: the fit the job asked for (``model.json``; ``{}`` if absent).
         report: the job's report (participants, timings, …; ``{}`` if absent).

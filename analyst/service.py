@@ -1,7 +1,7 @@
 """The analyst's gRPC layer (``ltm.v1.Analyst``): submit, run, status, results, fit.
 
 Driven by an operator (certificate role ``operator``).  Jobs live in the analyst's durable store
-(:mod:`analyst.store`) and run in the :class:`~analyst.jobs.JobRunner`, many at once; a restarted
+(:mod:`ltm.analyst.store`) and run in the :class:`~ltm.analyst.jobs.JobRunner`, many at once; a restarted
 analyst resumes the jobs it was running.  A finished job's outputs are also written to
 ``<out>/<job_id>/``: ``release.json`` (the scaled sketch, its columns and SHA-256),
 ``privacy_report.json``, ``model.json`` and ``report.json``.
@@ -18,16 +18,16 @@ from pathlib import Path
 import grpc
 import numpy as np
 
-from analyst.coordinator import DEFAULT_RETRY, NotPublished, ReleaseFailed, RetryPolicy, Retries, grpc_links
-from analyst.jobs import UNDECLARED_RANDOMNESS, JobRunner, fit_model, release_of, release_to_json, result_files  # noqa: F401
-from analyst.store import AnalystStore
+from ltm.analyst.coordinator import DEFAULT_RETRY, NotPublished, ReleaseFailed, RetryPolicy, Retries, grpc_links
+from ltm.analyst.jobs import UNDECLARED_RANDOMNESS, JobRunner, fit_model, release_of, release_to_json, result_files  # noqa: F401
+from ltm.analyst.store import AnalystStore
 from ltm.errors import LtmError, ProtocolError
 from ltm.identifiers import id_problem
 from ltm.jobfile import MAX_COLUMNS, MAX_DEADLINE_S, MODELS, FitSpec
 from ltm.jobspec import JobSpec, JobSpecError
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
 from ltm.limits import ServerLimits, parse_spec
-from transport.tls import authenticate
+from ltm.transport.tls import authenticate
 
 log = logging.getLogger("ltm.analyst")
 

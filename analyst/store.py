@@ -35,7 +35,7 @@ import numpy as np
 from ltm.client_set import ClientSet
 from ltm.errors import CommandError, DataLossError
 from ltm.jobspec import JobSpec, JobSpecError
-from transport.files import private_dir, touch_private
+from ltm.transport.files import private_dir, touch_private
 
 DB_NAME = "analyst.db"
 LOCK_NAME = "analyst.lock"

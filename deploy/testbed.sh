@@ -300,7 +300,7 @@ PHASE[networks]=$(since "$t")
 
 # ------------------------------------------------------------------ the same job with `ltm demo`
 t=$(date +%s.%N)
-"$PYTHON" -m ltm_cli demo --seed "$SEED" $DEMO_PARAMS --json >"$WORK/demo.json"
+"$PYTHON" -m ltm.cli demo --seed "$SEED" $DEMO_PARAMS --json >"$WORK/demo.json"
 DEMO_SHA=$("$PYTHON" -c 'import json,sys; print(json.load(open(sys.argv[1]))["release_sha256"])' "$WORK/demo.json")
 PHASE[ltm_demo]=$(since "$t")
 

@@ -18,18 +18,18 @@ from pathlib import Path
 
 import numpy as np
 
-from analyst.models import ReleaseRidge
-from analyst.result import open_result
+from ltm.analyst.models import ReleaseRidge
+from ltm.analyst.result import open_result
 
 
 def make_result(out: Path) -> tuple[Path, np.ndarray, np.ndarray]:
     """Run a seeded ``gram`` ridge job on the bundled data in process and write its result directory
     under ``out``; returns the directory and the held-out rows (X (n, d) raw features, y (n,))."""
-    from analyst.jobs import fit_model, release_json
+    from ltm.analyst.jobs import fit_model, release_json
     from ltm.randomness import Randomness
-    from sim.runtime.inprocess import run_inprocess
-    from sim.runtime.jobs import build_job, party_tables
-    from sim.runtime.simulate import SimulateConfig, load_table
+    from ltm.sim.runtime.inprocess import run_inprocess
+    from ltm.sim.runtime.jobs import build_job, party_tables
+    from ltm.sim.runtime.simulate import SimulateConfig, load_table
 
     randomness = Randomness.seeded_insecure(7)  # NOT private: an example that gives the same numbers each run
     train, test = load_table(SimulateConfig(seed=7), randomness)
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
 
     # 5. the figure `ltm job result` writes (matplotlib: the plot extra)
     try:
-        from analyst.figure import write_figure
+        from ltm.analyst.figure import write_figure
 
         print(f"figure: {write_figure(result)}")
     except ImportError:

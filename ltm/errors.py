@@ -7,7 +7,7 @@ walks the packages to check it), which carries two things:
   (``INVALID_ARGUMENT``, ``FAILED_PRECONDITION``, ``DATA_LOSS``, …).  ``INTERNAL`` (the default)
   means the error is not the caller's to act on: a server answers it with a generic message and logs
   the details.  The in-process runtime raises the exception as is.
-* ``exit_code``: the ``ltm`` command's exit status when the error ends a command.  ``ltm_cli/app.py``
+* ``exit_code``: the ``ltm`` command's exit status when the error ends a command.  ``ltm/cli/app.py``
   maps it in one place: one line ``ltm <command>: error: <prefix><message>`` on stderr (unless the
   actor already logged it, ``reported``) and ``exit_code``.  The statuses (README, deploy/README.md):
   2 a usage or input error, 3 a refusal (a party's policy or budget; damaged server or analyst state),

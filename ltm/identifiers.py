@@ -12,7 +12,7 @@ instead of each file-name builder escaping whatever it was given:
   never containing ``..``: one path component on every file system, one TLS/DNS-safe label,
   nothing to quote in TOML or a log line (no ``/``, ``\\``, spaces, control characters, newlines).
 * **server ids**: a server identity as ``ltm certs`` issues it, ``server-<n>``
-  (:data:`transport.certs.ACTOR_RE`), with ASCII digits: a party pins it in the TLS handshake, so a
+  (:data:`ltm.transport.certs.ACTOR_RE`), with ASCII digits: a party pins it in the TLS handshake, so a
   job naming ``party-3`` or ``analyst`` as a server would have parties send shares to whoever
   holds that certificate.
 * **server endpoints** (when given): ``host:port`` with a DNS name, an IPv4 address or a
@@ -72,7 +72,7 @@ def id_problem(value: Any, what: str = "id") -> str | None:
     return None
 
 
-#: identities of the other roles (transport.certs): a party named so could never upload as itself
+#: identities of the other roles (ltm.transport.certs): a party named so could never upload as itself
 _OTHER_ROLES = ("analyst", "operator")
 
 

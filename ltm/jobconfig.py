@@ -10,7 +10,7 @@ that sets it.  From this table
   (:data:`GROUPS`: data, sketch, privacy, model, features, run);
 * :func:`toml_sections` is the job file's key table, and :func:`file_default` the value an absent
   key takes (``ltm.jobfile`` reads and validates the keys with them);
-* :func:`default` gives the simulator's configuration (``sim.runtime.simulate.SimulateConfig``) its
+* :func:`default` gives the simulator's configuration (``ltm.sim.runtime.simulate.SimulateConfig``) its
   defaults, and :func:`config_values` picks a command's parsed flags for it.
 
 A field has a flag, a job-file key, or both.  Where both exist they share one default and one help

@@ -46,7 +46,7 @@ from ltm.jobspec import _typed as typed_record
 from ltm.sharing import SHARE_MODES
 from ltm.transforms import TransformSpec
 
-#: The models the analyst can fit on a release (``analyst.estimators`` implements each); "none"
+#: The models the analyst can fit on a release (``ltm.analyst.estimators`` implements each); "none"
 #: keeps the release only (e.g. the histograms of the bounds pre-job).
 MODELS: tuple[str, ...] = ("ols", "ridge", "lowrank", "rmgm_ols", "dgm_ols", "none")
 #: Domain separation for a sketch seed derived from the job id when the file gives none.
@@ -116,7 +116,7 @@ class FitSpec:
     """What the analyst fits on the release (post-processing: it costs no privacy)."""
 
     model: str = "ridge"
-    lam: float = 0.0  # 0 = the default rule (analyst.estimators.default_ridge_lambda)
+    lam: float = 0.0  # 0 = the default rule (ltm.analyst.estimators.default_ridge_lambda)
     rank: int = 5
     debias: bool = True
     #: release the intercept-only model when the plan predicts R² ≤ 0 (``ltm.planner.Plan.warning``)

@@ -120,7 +120,7 @@ class PrivacySpec:
     #: dp_accounting's conversion (:func:`ltm.dp.accounting.rho_for`), filled by
     #: :func:`resolve_defaults`.  Public and in the digest, so servers and the analyst plan the noise
     #: (headroom, grid and the fit) from it without loading the accountant; every party checks it
-    #: with the accountant before its ledger charges (:func:`party.ledger.job_loss`).  None: every
+    #: with the accountant before its ledger charges (:func:`ltm.party.ledger.job_loss`).  None: every
     #: actor computes it with the accountant.  Omitted from the canonical JSON when None.
     zcdp_rho: float | None = None
 
@@ -977,7 +977,7 @@ def resolve_defaults(spec: JobSpec, load_fraction: float = DEFAULT_LOAD_FRACTION
     left at 0: min_honest_load L (``load_fraction`` of the feasible honest load), min_participants
     (half the clients), and frac_bits (the largest ≤ 32 the headroom allows, planned at that f).
 
-    Every way of building a job (``sim.runtime.jobs.build_job``, job files) goes through here, so a
+    Every way of building a job (``ltm.sim.runtime.jobs.build_job``, job files) goes through here, so a
     deployment job gets the corruption default without asking for it.  An ``auto`` upload mode
     becomes :func:`default_upload_mode`'s choice."""
     if spec.upload_mode == "auto":

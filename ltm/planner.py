@@ -37,7 +37,7 @@ distributed discrete Gaussian's zCDP calibration, or the Laplace's per-draw scal
 release will state (``Candidate.noise_variance``; tests/unit/sim/test_planner_noise.py).
 
 What is assumed without a public second moment: the job's public column transforms give every
-client vector norm ≈ C (``ltm_datasets.tables.public_columns``: E‖z‖² ≈ C², the label's share
+client vector norm ≈ C (``ltm.datasets.tables.public_columns``: E‖z‖² ≈ C², the label's share
 q = 1/(1 + √p), each regressor p-th of the rest), regressors uncorrelated (Σ = (1 − q)C²/p · I),
 and an assumed R² (default 0.5).  Real data are correlated (Σ has small eigenvalues) and that
 moves absolute predictions, but not the ranking of the kinds in the rows partition: the gram
@@ -271,7 +271,7 @@ def _entry_draws(inp: PlanInputs, load: float, laplace_pieces: int = 1) -> float
     the aggregate upload's discrete Laplace: a party whose M clients reach the row adds one element
     worth min(M, P) pieces (P = ``laplace_pieces``; ltm.dp.noise.laplace_element_pieces), so the entry
     sums Σ_parties min(M_p, P) (every party in the rows partition, M_p its share of the load; the
-    column's owner in the columns partition; analyst.reconstruct.release_noise_variance)."""
+    column's owner in the columns partition; ltm.analyst.reconstruct.release_noise_variance)."""
     if inp.upload_mode != "aggregate" or inp.mechanism != "laplace":
         return load
     if inp.partition == "rows" and inp.party_sizes:
@@ -324,7 +324,7 @@ def _gram_candidate(inp: PlanInputs, mom: _Moments) -> Candidate:
     p = D - 1
     mu, w2 = mom.mu, mom.w2
     c = off * (1.0 + float(w2.sum()))
-    tau = 2.0 * math.sqrt(p * off)  # the noise's spectral edge (analyst.gram.noise_edge of the Wigner v = 2·off)
+    tau = 2.0 * math.sqrt(p * off)  # the noise's spectral edge (ltm.analyst.gram.noise_edge of the Wigner v = 2·off)
     lam = max(0.0, tau - n * float(mu.min()))
     var = float(np.sum(mu * c / (n * mu + lam) ** 2))
     bias = float(np.sum(mu * lam**2 * w2 / (n * mu + lam) ** 2))

@@ -8,7 +8,7 @@ uploads k shares of that one (m, W) partial instead of one noisy copy per client
 * the histogram kinds (the one-row ``sum`` map): ``Σ_own lift(z)`` rounded per client.
 
 **Exactly the servers' map.**  Every client's vector is built, clipped, lifted and rounded to the
-grid 2^-f by the same functions as in per-client mode (:func:`party.randomizer.release_vectors`,
+grid 2^-f by the same functions as in per-client mode (:func:`ltm.party.randomizer.release_vectors`,
 :func:`ltm.dp.grid.round_to_grid`), and the placement of its non-zeros is the public
 :meth:`ltm.sketch.Sketch.placement`.  So without noise the aggregate is, bit for bit, the sum in
 Z_2^64 of what the servers would compute from the party's per-client uploads
@@ -175,14 +175,14 @@ def aggregate_party(spec: JobSpec, party_id: str, table: Mapping[str, np.ndarray
                     timings: dict[str, float] | None = None) -> PartyAggregate:
     """The party's partial of the public map over all its clients, streamed chunk by chunk.
 
-    ``table``: the party's columns in memory or a :class:`~party.data_source.PartySource` (read one
+    ``table``: the party's columns in memory or a :class:`~ltm.party.data_source.PartySource` (read one
     chunk at a time, so memory is O(chunk + m·W) whatever the party's size); a source with an
-    ``aggregator`` (``ltm party --dask``: :class:`party.dask_aggregate.DaskAggregator`) has its
+    ``aggregator`` (``ltm party --dask``: :class:`ltm.party.dask_aggregate.DaskAggregator`) has its
     partitions reduced there instead, to the same integers.  ``noise``: the randomness the noise
     is drawn from, or None for no noise (tests that compare with per-client sums bit for bit).
     ``timings`` accumulates ``"read"``, ``"map"`` and ``"noise"`` seconds.
     """
-    from party.randomizer import open_source  # the per-client path's own checks
+    from ltm.party.randomizer import open_source  # the per-client path's own checks
 
     party = spec.party(party_id)
     plan = plan or spec.noise_plan()
@@ -208,7 +208,7 @@ def reduce_rows(spec: JobSpec, party_id: str, table: Mapping[str, np.ndarray] | 
     ``row_offset + lo …`` (a Dask partition is one file of the party's folder): ``(values`` uint64
     (m, W), ``loads`` int64 (m,)).  Exact integers in Z_2^64, so partials over any split of the
     party's rows add up, in any order, to the same bytes (module docstring)."""
-    from party.randomizer import open_source, release_vectors  # the per-client path's own functions
+    from ltm.party.randomizer import open_source, release_vectors  # the per-client path's own functions
 
     party = spec.party(party_id)
     sketch = spec.make_sketch()
@@ -247,7 +247,7 @@ def reduce_rows(spec: JobSpec, party_id: str, table: Mapping[str, np.ndarray] | 
 def _partition_source(spec: JobSpec, party: PartySpec, source: object):
     """``open_source``'s tuple for one partition (a file holding part of the party's rows): the
     party's row count is checked on the whole folder, not here."""
-    from party.randomizer import _needed_raw_columns
+    from ltm.party.randomizer import _needed_raw_columns
     from ltm.transforms import FeaturePipeline
 
     columns = tuple(spec.party_column_indices(party))
@@ -261,7 +261,7 @@ def aggregate_batches(spec: JobSpec, party_id: str, table: Mapping[str, np.ndarr
     """The party's one aggregated upload: k :class:`ShareBatch` (``aggregate=True``) of shape
     (1, m, W) over its whole client range, seed-compressed as per-client batches are.
 
-    Randomness as in :func:`party.randomizer.make_batches` for batch 0 (``batch_randomness(0)``
+    Randomness as in :func:`ltm.party.randomizer.make_batches` for batch 0 (``batch_randomness(0)``
     when given: the journaled key, so a restarted party re-sends identical shares)."""
     if not spec.aggregated:
         raise ValueError(f"job {spec.job_id!r} takes {spec.upload_mode} uploads (upload_mode {spec.upload_mode!r}); "

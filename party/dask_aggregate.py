@@ -2,7 +2,7 @@
 
 A party whose rows outgrow one machine keeps them as a folder of Parquet files (a data lake's
 usual layout).  Each file is one task: a worker opens it, reduces its rows with the party's own
-code (:func:`party.aggregate.reduce_rows`: built, clipped, rounded and lifted exactly as in one
+code (:func:`ltm.party.aggregate.reduce_rows`: built, clipped, rounded and lifted exactly as in one
 process) to an exact partial in Z_2^64 — uint64 (m, W) values and int64 (m,) loads — and the party
 adds the partials.  Addition mod 2^64 is associative and commutative, and each partial is the
 exact integer sum of its rows, so the result is the single-process aggregate byte for byte
@@ -10,7 +10,7 @@ whatever the files, the workers or the order they finish in (tests/integration/t
 
 No noise and no randomness leave the party: workers see the public job spec and the data they
 already read from the shared storage, and return noise-free partials; the party adds the noise
-(:func:`party.aggregate.aggregate_party`) before it secret-shares the upload.  A worker therefore
+(:func:`ltm.party.aggregate.aggregate_party`) before it secret-shares the upload.  A worker therefore
 handles the party's raw rows and their partial sums: run it on the party's own machines.
 
 ``SCHEDULER``: ``tcp://host:8786`` (an existing cluster: every worker needs LTM and the
@@ -29,8 +29,8 @@ from ltm.jobspec import JobSpec
 def reduce_partition(spec: JobSpec, party_id: str, path: str, row_offset: int, rows: int) -> tuple[np.ndarray, np.ndarray]:
     """On a worker: the exact noise-free partial of one Parquet file that holds the party's rows
     ``[row_offset, row_offset + rows)``: ``(values`` uint64 (m, W), ``loads`` int64 (m,))."""
-    from party.aggregate import reduce_rows
-    from party.streamed_source import ParquetSource
+    from ltm.party.aggregate import reduce_rows
+    from ltm.party.streamed_source import ParquetSource
 
     source = ParquetSource(path)
     try:
@@ -42,7 +42,7 @@ def reduce_partition(spec: JobSpec, party_id: str, path: str, row_offset: int, r
 
 
 class DaskAggregator:
-    """Reduces a :class:`~party.streamed_source.ParquetSource`'s files on a Dask cluster."""
+    """Reduces a :class:`~ltm.party.streamed_source.ParquetSource`'s files on a Dask cluster."""
 
     def __init__(self, scheduler: str) -> None:
         self.scheduler = scheduler

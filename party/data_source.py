@@ -1,12 +1,12 @@
 """The party's data source: its rows (or column block) as named float64 columns.
 
 CSV (header row; ``,`` ``;`` or tab separated, sniffed) for people, Parquet and SQL
-(:mod:`party.streamed_source`, :mod:`party.sql_source`), ``.npz`` (one array per column) or a
+(:mod:`ltm.party.streamed_source`, :mod:`ltm.party.sql_source`), ``.npz`` (one array per column) or a
 directory of ``<column>.npy`` files for large data, and a generated synthetic source for
 benchmarks.  :func:`open_source` gives a :class:`PartySource` that the party reads a chunk of
 clients at a time, so its memory does not grow with its client count (a CSV is streamed by
 pyarrow; parsed whole only without it).  Non-numeric columns are kept out and named; missing or non-finite
-values stay NaN here so that :func:`party.randomizer.client_vectors` can say exactly which
+values stay NaN here so that :func:`ltm.party.randomizer.client_vectors` can say exactly which
 column and row are bad.
 """
 from __future__ import annotations
@@ -143,7 +143,7 @@ def load_columns(path: str | Path) -> tuple[dict[str, np.ndarray], dict[str, Non
 #: Rows per read when a source is scanned column by column (fingerprint, finiteness): 1 Mi rows =
 #: 8 MiB per float64 column, whatever the party's size.
 SCAN_CHUNK_ROWS = 1 << 20
-#: Domain tag of the ledger's data fingerprint (``party.ledger.source_fingerprint``).
+#: Domain tag of the ledger's data fingerprint (``ltm.party.ledger.source_fingerprint``).
 FINGERPRINT_TAG = b"ltm.source.v1"
 
 
@@ -173,7 +173,7 @@ class PartySource:
     :class:`NpzSource` and :class:`NpyDirSource` (read per chunk from the file, never whole), and
     :class:`SyntheticRidgeSource` (generated chunk by chunk: benchmarks).  ``read`` returns each
     column as a 1-D array of ``stop − start`` values — float64 for real data; any other dtype is
-    returned as stored so that :mod:`party.randomizer` can name the problem.  A source never
+    returned as stored so that :mod:`ltm.party.randomizer` can name the problem.  A source never
     builds an array of the party's size unless it already holds one (:class:`TableSource`).
     """
 
@@ -214,7 +214,7 @@ class PartySource:
         """Fingerprint and finiteness of every numeric column, in one streamed pass (cached).
 
         The fingerprint is SHA-256 over the columns sorted by name, each as its name, its length
-        and its values as little-endian float64 — the same value :func:`party.ledger.source_fingerprint`
+        and its values as little-endian float64 — the same value :func:`ltm.party.ledger.source_fingerprint`
         gives for the same columns held in memory — so it is computed column by column, a chunk at a
         time (one pass per column; each column's reads are sequential).  Columns that are not one
         real number per row (:attr:`unusable`: an ``.npz``'s 2-D or text arrays) are left out of it.
@@ -406,7 +406,7 @@ SYNTHETIC_BLOCK_ROWS = 1 << 16
 @dataclass(frozen=True)
 class SyntheticRidge:
     """A deterministic, random-access synthetic ridge dataset (Burkhardt et al. §6.2, the model of
-    :func:`ltm_datasets.synthetic.synthetic_ridge`): rows ``x ~ N(0, I_d)``, label ``y = x·β + N(0, noise²)``
+    :func:`ltm.datasets.synthetic.synthetic_ridge`): rows ``x ~ N(0, I_d)``, label ``y = x·β + N(0, noise²)``
     with true coefficients ``β ~ N(0, I_d)``; columns ``x0 … x{d-1}, y``.
 
     Global row i lives in block ``i // block``, drawn from numpy's SFC64 generator seeded with the
@@ -556,17 +556,17 @@ def open_source(path: str | Path, *, query: str | None = None, password: str | N
                 stream_csv: bool = True) -> PartySource:
     """The party's data as a :class:`PartySource`, read a chunk at a time whatever its format:
 
-    * ``.csv``: streamed by pyarrow's CSV reader (:class:`party.streamed_source.CsvStreamSource`;
+    * ``.csv``: streamed by pyarrow's CSV reader (:class:`ltm.party.streamed_source.CsvStreamSource`;
       parsed whole when pyarrow is not installed, or with ``stream_csv=False``);
-    * ``.parquet`` or a directory of ``*.parquet`` (:class:`party.streamed_source.ParquetSource`);
+    * ``.parquet`` or a directory of ``*.parquet`` (:class:`ltm.party.streamed_source.ParquetSource`);
     * ``postgresql://…`` with ``query`` (a table name or a SELECT) and ``password`` (None: libpq's
       ``PGPASSWORD``), or an SQLite file (``sqlite:///path``, ``.sqlite``, ``.sqlite3``, ``.db``)
-      (:mod:`party.sql_source`);
+      (:mod:`ltm.party.sql_source`);
     * ``.npz`` and a directory of ``<column>.npy``; ``*.synth.json`` or ``synthetic:ridge?…``
       (generated per chunk: benchmarks).
     """
-    from party import sql_source  # (these import this module)
-    from party.streamed_source import CsvStreamSource, ParquetSource
+    from ltm.party import sql_source  # (these import this module)
+    from ltm.party.streamed_source import CsvStreamSource, ParquetSource
 
     if is_synthetic(path):
         return parse_synthetic(str(path))
@@ -608,7 +608,7 @@ def _have_pyarrow() -> bool:
 
 def is_database(path: str | Path) -> bool:
     """Whether ``--data`` names a database (a PostgreSQL DSN or an SQLite file)."""
-    from party import sql_source
+    from ltm.party import sql_source
 
     return sql_source.is_postgres(str(path)) or sql_source.is_sqlite(str(path))
 

@@ -48,7 +48,7 @@ from ltm.batch import ShareBatch
 from ltm.errors import LtmError
 from ltm.jobspec import JobSpec
 from ltm.randomness import DERIVED_MODE, Randomness
-from transport.files import fsync_dir
+from ltm.transport.files import fsync_dir
 
 log = logging.getLogger("ltm.party")
 

@@ -55,11 +55,11 @@ time) — each carrying the SHA-256 of the previous record's digest and its own 
 record edited, removed or reordered breaks the chain.  Every record is validated when read (a known
 kind and mechanism; finite, non-negative ε and δ with δ < 1; a finite positive noise parameter);
 anything wrong is a one-line :class:`LedgerCorrupt`, never a reset and never a traceback.  It is
-written with :func:`transport.files.write_private` (temp file, fsync, rename, directory fsync; mode
+written with :func:`ltm.transport.files.write_private` (temp file, fsync, rename, directory fsync; mode
 0600 in a 0700 directory) *before* the first share is sent, under an exclusive ``flock`` so that two
 party processes cannot both spend the last of a budget.  Beside it ``<party>.ledger.head`` records
 the number of records and the last digest: a ledger that is missing while its head (or the party's
-upload journals, :func:`party.journal.party_journals`) shows earlier jobs is refused
+upload journals, :func:`ltm.party.journal.party_journals`) shows earlier jobs is refused
 (:class:`LedgerMissing`), and one shorter than its head (an old copy put back) is refused too.
 
 **It detects accidents, not tampering.**  The digests are unkeyed and the head sits beside the
@@ -98,9 +98,9 @@ import numpy as np
 
 from ltm.errors import LtmError
 from ltm.jobspec import JobSpec
-from party.data_source import FINGERPRINT_TAG, PartySource, fingerprint_column_header
-from party.journal import _component, party_journals
-from transport.files import private_dir, shared_dir_problem, write_private
+from ltm.party.data_source import FINGERPRINT_TAG, PartySource, fingerprint_column_header
+from ltm.party.journal import _component, party_journals
+from ltm.transport.files import private_dir, shared_dir_problem, write_private
 
 try:  # POSIX advisory locks; without fcntl two processes on one ledger are not serialised
     import fcntl
@@ -188,7 +188,7 @@ class Budget:
 
 
 #: No limit: every job is still charged and its spend reported, none is refused for the budget.  For
-#: experiment sweeps only, where each simulated run is a world of its own (experiments/release_backends.py).
+#: experiment sweeps only, where each simulated run is a world of its own (ltm/experiments/release_backends.py).
 UNLIMITED = Budget(math.inf, DEFAULT_BUDGET_DELTA)
 
 
@@ -311,7 +311,7 @@ def within_budget(epsilon: float, budget: Budget) -> bool:
 def source_fingerprint(table: Mapping[str, np.ndarray] | PartySource) -> str:
     """SHA-256 of a party's data (its columns by name, as float64): recorded with each charge.
 
-    A streamed :class:`~party.data_source.PartySource` is hashed chunk by chunk
+    A streamed :class:`~ltm.party.data_source.PartySource` is hashed chunk by chunk
     (:meth:`PartySource.scan`: the same value for the same columns, in O(chunk) memory), except a
     generated synthetic source, whose fingerprint is the hash of its descriptor (the data are a
     function of it; docs: party/data_source.py).  It does not key the ledger (the party id does).

@@ -17,17 +17,17 @@ from ltm.errors import CommandError
 from ltm.jobspec import JobSpec
 from ltm.randomness import Randomness
 from ltm.v1 import ltm_pb2_grpc
-from party.data_source import DataSourceError, PartySource, is_database, is_synthetic, open_source
-from party.journal import JournalError, UploadJournal
-from party.ledger import (DEFAULT_BUDGET_DELTA, DEFAULT_BUDGET_EPSILON, DEFAULT_SOURCE, AccountantUnavailable,
+from ltm.party.data_source import DataSourceError, PartySource, is_database, is_synthetic, open_source
+from ltm.party.journal import JournalError, UploadJournal
+from ltm.party.ledger import (DEFAULT_BUDGET_DELTA, DEFAULT_BUDGET_EPSILON, DEFAULT_SOURCE, AccountantUnavailable,
                           Budget, BudgetExceeded, LedgerError, PrivacyLedger, check_ledger_dir, source_fingerprint)
-from party.replicated import run_replicated_upload
-from party.sql_source import redact_dsn
-from party.randomizer import DEFAULT_BATCH_CLIENTS, PartyDataError, check_source, party_randomness
-from party.uploader import (PartyPolicy, PolicyViolation, UploadIncomplete, UploadSummary, fetch_job,
+from ltm.party.replicated import run_replicated_upload
+from ltm.party.sql_source import redact_dsn
+from ltm.party.randomizer import DEFAULT_BATCH_CLIENTS, PartyDataError, check_source, party_randomness
+from ltm.party.uploader import (PartyPolicy, PolicyViolation, UploadIncomplete, UploadSummary, fetch_job,
                             run_upload)
-from transport.serve import actor_settings, start_actor
-from transport.tls import make_channel
+from ltm.transport.serve import actor_settings, start_actor
+from ltm.transport.tls import make_channel
 
 log = logging.getLogger("ltm.party")
 #: While fetching the job spec these mean "not yet": the job is not published or a server is not up.
@@ -41,7 +41,7 @@ LOGGED_REFUSALS = (PolicyViolation, BudgetExceeded, AccountantUnavailable, Ledge
 def read_party_source(path: str, args: argparse.Namespace | None = None) -> PartySource:
     """The party's data as a streamed source (``party/data_source.py``): ``args`` gives ``--query``,
     the database password's source (``--password-env``, ``--password-file``) and ``--dask``."""
-    from party.sql_source import read_password
+    from ltm.party.sql_source import read_password
 
     try:
         source = open_source(path, query=getattr(args, "query", None),
@@ -50,7 +50,7 @@ def read_party_source(path: str, args: argparse.Namespace | None = None) -> Part
     except DataSourceError as exc:
         raise PartyDataError(str(exc)) from None
     if getattr(args, "dask", None):
-        from party.dask_aggregate import DaskAggregator
+        from ltm.party.dask_aggregate import DaskAggregator
 
         if not hasattr(source, "partitions"):
             source.close()
@@ -63,7 +63,7 @@ def read_party_source(path: str, args: argparse.Namespace | None = None) -> Part
 
 def data_exists(path: str) -> bool:
     """Whether ``--data`` names something to read (a file, a directory, a database, a synthetic source)."""
-    from party.sql_source import SQLITE_PREFIX, is_postgres
+    from ltm.party.sql_source import SQLITE_PREFIX, is_postgres
 
     if path.startswith(SQLITE_PREFIX):
         path = path[len(SQLITE_PREFIX) - 1:]
@@ -266,8 +266,8 @@ async def participate(args: argparse.Namespace) -> dict:
 def summary_lines(r: dict) -> list[str]:
     """The end of a party's run for a person (stdout; the JSON log lines go to stderr): the job,
     what was sent where, how long it took, and the privacy spent and left."""
-    from party.ledger import describe_admission
-    from transport.metering import human_bytes
+    from ltm.party.ledger import describe_admission
+    from ltm.transport.metering import human_bytes
 
     def count(n: int, word: str, plural: str) -> str:
         return f"{n} {word if n == 1 else plural}"
@@ -318,7 +318,7 @@ def run(args: argparse.Namespace) -> int:
     except LOGGED_REFUSALS as exc:
         # A party often runs unattended: its refusals are JSON log lines with the details (what
         # operators collect); a person reads the command's one plain error line on stderr
-        # (ltm_cli/app.py), which names the rule, the job's value and the flag that would accept it.
+        # (ltm/cli/app.py), which names the rule, the job's value and the flag that would accept it.
         log.error(f"{exc.prefix}{exc}", extra={"refusal": type(exc).__name__,
                                                "reasons": getattr(exc, "reasons", [str(exc)])})
         raise

@@ -22,7 +22,7 @@ from ltm.dp.noise import sample_noise
 from ltm.randomness import Randomness
 from ltm.sharing import share
 from ltm.transforms import FeaturePipeline
-from party.data_source import PartySource, TableSource
+from ltm.party.data_source import PartySource, TableSource
 
 #: Clients per upload batch: 65 536 × 11 columns × 8 B ≈ 5.8 MB per piece, well under gRPC limits
 #: once chunked, and small enough to keep a party's memory flat.
@@ -237,7 +237,7 @@ def make_batches(spec: JobSpec, party_id: str, table: Mapping[str, np.ndarray] |
     noisy copies) and ``"sharing"`` (secret sharing) and ``"read"`` (reading the source).
 
     ``table`` is the party's columns in memory (checked whole before the first batch) or a
-    :class:`~party.data_source.PartySource`, read lazily one batch of rows at a time (checked chunk
+    :class:`~ltm.party.data_source.PartySource`, read lazily one batch of rows at a time (checked chunk
     by chunk), so a party's memory is O(batch) whatever its client count.  Both give bit-identical
     batches for the same data.
     """
@@ -245,7 +245,7 @@ def make_batches(spec: JobSpec, party_id: str, table: Mapping[str, np.ndarray] |
         raise ValueError("a replicated job (columns partition, kind gram) is shared by party/replicated.py, "
                          "not in sketch batches")
     if spec.upload_mode == "aggregate":  # one aggregated upload per party (party/aggregate.py)
-        from party.aggregate import aggregate_batches
+        from ltm.party.aggregate import aggregate_batches
         yield from aggregate_batches(spec, party_id, table, randomness, plan=plan,
                                      batch_randomness=batch_randomness, skip=skip, timings=timings)
         return

@@ -29,9 +29,9 @@ from ltm.jobspec import JobSpec
 from ltm.randomness import Randomness
 from ltm.replicated import BlockUpload, party_uploads, upload_parts
 from ltm.verified_clipping import proof_shape
-from party.data_source import PartySource
-from party.randomizer import client_vectors
-from party.uploader import UploadIncomplete, UploadSummary, upload_batch
+from ltm.party.data_source import PartySource
+from ltm.party.randomizer import client_vectors
+from ltm.party.uploader import UploadIncomplete, UploadSummary, upload_batch
 
 
 def replicated_uploads(spec: JobSpec, party_id: str, table: Mapping[str, np.ndarray],

@@ -1,10 +1,10 @@
 """SQL sources: a PostgreSQL query or table (psycopg 3, server-side cursor) and SQLite files (stdlib).
 
-Both are :class:`party.streamed_source.StreamedSource`: rows come a batch at a time
+Both are :class:`ltm.party.streamed_source.StreamedSource`: rows come a batch at a time
 (``fetchmany``; PostgreSQL through a named, server-side cursor, so the server holds the result
 and the party's memory is one batch), projected to the columns asked
 (``SELECT "a", "b" FROM (<query>) AS q``), and every batch goes through the one validation core
-(:func:`party.streamed_source.cells_to_float`): NULL is a missing value, text that is not a number
+(:func:`ltm.party.streamed_source.cells_to_float`): NULL is a missing value, text that is not a number
 is refused naming column and row, as in a CSV.
 
 **Why psycopg 3 and not ADBC.**  psycopg's binary wheel is one package with libpq inside, its
@@ -34,8 +34,8 @@ from collections.abc import Iterator
 from typing import Any
 from pathlib import Path
 
-from party.data_source import DataSourceError
-from party.streamed_source import BATCH_ROWS, NUMBER, TEXT, StreamedSource
+from ltm.party.data_source import DataSourceError
+from ltm.party.streamed_source import BATCH_ROWS, NUMBER, TEXT, StreamedSource
 
 POSTGRES_PREFIXES = ("postgresql://", "postgres://")
 SQLITE_PREFIX = "sqlite:///"

@@ -3,8 +3,8 @@
 Each format gives raw batches (a column's cells as an Arrow array, a numpy array or a list of
 Python values); one validation core, :func:`cells_to_float`, turns every batch of every format
 into float64 with the same rules and the same one-line refusals as today's whole-file CSV
-(:func:`party.data_source.parse_csv`): empty cells, ``?``, ``NA``, ``nan`` and SQL NULL are
-missing (NaN, refused later by :func:`party.randomizer.client_vectors` naming column and row),
+(:func:`ltm.party.data_source.parse_csv`): empty cells, ``?``, ``NA``, ``nan`` and SQL NULL are
+missing (NaN, refused later by :func:`ltm.party.randomizer.client_vectors` naming column and row),
 and a cell that is not a number is refused naming its column and data row.
 
 :class:`StreamedSource` serves :meth:`PartySource.read` from a forward cursor: the aggregate and
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from party.data_source import (
+from ltm.party.data_source import (
     FINGERPRINT_TAG,
     SCAN_CHUNK_ROWS,
     DataSourceError,
@@ -115,7 +115,7 @@ def cells_to_float(values, *, column: str, first_row: int, source: str, lines: b
 
 class StreamedSource(PartySource):
     """A source read as a forward stream of batches (subclasses: :class:`ParquetSource`,
-    :class:`CsvStreamSource`, :class:`party.sql_source.SqlSource`).
+    :class:`CsvStreamSource`, :class:`ltm.party.sql_source.SqlSource`).
 
     A subclass sets ``description``, ``_kinds`` (column → :data:`NUMBER` / :data:`TEXT`, in the
     source's order; anything else goes to ``unusable`` with its message), and implements
@@ -350,7 +350,7 @@ class ParquetSource(StreamedSource):
 class CsvStreamSource(StreamedSource):
     """A CSV file read in a stream by pyarrow's CSV reader (blocks of a few MB), every cell
     converted by :func:`cells_to_float`: the same columns, values and refusals as the whole-file
-    reader (:func:`party.data_source.parse_csv`), in memory O(block) whatever the file's size."""
+    reader (:func:`ltm.party.data_source.parse_csv`), in memory O(block) whatever the file's size."""
 
     _lines = True
 

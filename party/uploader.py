@@ -30,10 +30,10 @@ from ltm.limits import decode_spec
 from ltm.progress import Bar, progress_bar
 from ltm.randomness import Randomness
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
-from party.data_source import PartySource
-from party.journal import UploadJournal
-from party.randomizer import DEFAULT_BATCH_CLIENTS, effective_batch_clients, make_batches, plan_batches
-from transport.certs import role_of
+from ltm.party.data_source import PartySource
+from ltm.party.journal import UploadJournal
+from ltm.party.randomizer import DEFAULT_BATCH_CLIENTS, effective_batch_clients, make_batches, plan_batches
+from ltm.transport.certs import role_of
 
 log = logging.getLogger("ltm.party")
 UPLOAD_CHUNK_BYTES = 1 << 20
@@ -285,7 +285,7 @@ async def run_upload(stubs: list[ltm_pb2_grpc.ServerStub], spec: JobSpec, party_
     every server acknowledged in an earlier run are skipped, and a batch an earlier run started is
     re-derived bit for bit from its key and re-sent (idempotent on the servers).
 
-    ``table``: the party's columns in memory, or a :class:`~party.data_source.PartySource` read
+    ``table``: the party's columns in memory, or a :class:`~ltm.party.data_source.PartySource` read
     one batch of rows at a time (batch b + 1 is read and randomized while batch b uploads), so
     the party holds at most two batches whatever its client count.
     """

@@ -33,7 +33,16 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 SCRATCH = REPO / ".mutation"
 EQUIVALENTS = REPO / "scripts" / "mutation_equivalents.toml"
-PACKAGES = ["ltm", "party", "server", "analyst", "sim", "ltm_datasets", "experiments", "transport"]
+PACKAGES = ["ltm"]
+#: The actor folders sit at the top of the repository and install as ltm.party, ltm.server, ltm.analyst
+#: (pyproject's package-dir); the scratch copy moves them into ltm/ so that mutmut's copy imports them by the
+#: same names without the editable install (which would import the unmutated checkout).
+ACTOR_FOLDERS = ("party", "server", "analyst")
+
+
+def scratch_path(module: str) -> str:
+    """``party/ledger.py`` → ``ltm/party/ledger.py`` (where the scratch copy holds it); core paths unchanged."""
+    return f"ltm/{module}" if module.split("/")[0] in ACTOR_FOLDERS else module
 
 #: module → the tests that exercise it (fast, in-process; no subprocesses, since a subprocess
 #: would import the unmutated code).  Ordered from the most stable module to the most changed.
@@ -94,13 +103,15 @@ def copy_repo(dest: Path, commit: str) -> None:
     dest.mkdir(parents=True)
     archive = subprocess.run(["git", "archive", commit], cwd=REPO, capture_output=True, check=True).stdout
     subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    for folder in ACTOR_FOLDERS:
+        shutil.move(str(dest / folder), str(dest / "ltm" / folder))
 
 
 def write_config(dest: Path, module: str, tests: list[str]) -> None:
     config = (
         "\n[tool.mutmut]\n"
         f"source_paths = {json.dumps(PACKAGES)}\n"
-        f"only_mutate = {json.dumps([module])}\n"
+        f"only_mutate = {json.dumps([scratch_path(module)])}\n"
         f"pytest_add_cli_args_test_selection = {json.dumps(tests)}\n"
         'pytest_add_cli_args = ["-x", "-q"]\n'
         # mutmut's default fork isolation crashes with a KeyError on these suites; forkserver does not,

@@ -2,7 +2,7 @@
 
 A party that finds bad data exits 4 before it sends anything.  It once sometimes died of SIGABRT
 instead (gRPC: "epoll_wait ... Bad file descriptor") under load: not the party at all, but the
-child its launcher had forked, aborted by gRPC before it could exec (ltm_cli.app.no_grpc_fork_handlers
+child its launcher had forked, aborted by gRPC before it could exec (ltm.cli.app.no_grpc_fork_handlers
 says why).  This script is the check: it starts 3 real ``ltm server`` processes (mutual TLS,
 loopback), publishes a job, writes a CSV with a NaN, and runs ``--runs`` party processes,
 ``--concurrent`` at a time, while ``--burners`` processes spin on the CPU; every exit status other
@@ -55,7 +55,7 @@ def _busy_grpc(endpoint: str, certs: Path, actor: str, stop: threading.Event) ->
     used channel (a call in flight at the moment of a fork makes gRPC skip its handlers)."""
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    from transport.tls import make_sync_channel
+    from ltm.transport.tls import make_sync_channel
 
     channel = make_sync_channel(endpoint, certs, "operator", options=[("grpc.ssl_target_name_override", actor)])
     stub = health_pb2_grpc.HealthStub(channel)
@@ -69,12 +69,12 @@ def run_loop(runs: int, concurrent: int, burners: int, work: Path, timeout: floa
              fork: bool = False) -> dict:
     """The loop (see the module docstring); returns its report."""
     from ltm.v1 import ltm_pb2, ltm_pb2_grpc
-    from sim.localnet import launcher
-    from sim.localnet.launcher import ProcessGroup
-    from sim.runtime.jobs import party_tables
+    from ltm.sim.localnet import launcher
+    from ltm.sim.localnet.launcher import ProcessGroup
+    from ltm.sim.runtime.jobs import party_tables
     from tests.helpers.jobs import seeded_job
-    from transport.certs import write_certs
-    from transport.tls import make_sync_channel
+    from ltm.transport.certs import write_certs
+    from ltm.transport.tls import make_sync_channel
 
     certs = work / "certs"
     write_certs(certs, ["server-0", "server-1", "server-2", "party-0", "party-1", "analyst", "operator"])
@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--grpc-fork-support", action="store_true", help="leave gRPC's fork support on (before the fix)")
     args = p.parse_args(argv)
     if not args.grpc_fork_support:
-        from ltm_cli.app import no_grpc_fork_handlers
+        from ltm.cli.app import no_grpc_fork_handlers
 
         no_grpc_fork_handlers()  # as `ltm` does, before grpc is imported
     with tempfile.TemporaryDirectory(prefix="ltm-exit-loop-") as work:

@@ -2,7 +2,7 @@
 
 Transport- and storage-agnostic: the gRPC servicer and the in-process runtime call the same
 methods, passing the caller's authenticated identity (role, id).  State lives in a
-:class:`~server.store.ServerStore` (in memory for simulations, SQLite for real servers) and is
+:class:`~ltm.server.store.ServerStore` (in memory for simulations, SQLite for real servers) and is
 written *before* a request is acknowledged.
 """
 from __future__ import annotations
@@ -19,10 +19,10 @@ from ltm.identifiers import id_problem
 from ltm.jobspec import JobSpec, JobSpecError, validate_job
 from ltm.limits import SLOT_CACHE_BYTES
 from ltm.sketch import Sketch
-from server import replicated
-from server.release_gate import ANALYST_ROLE, check_release
-from server.result_share import result_share
-from server.store import MemoryStore, ReleaseRecord, ServerStore, StoredBatch, cancelled_message
+from ltm.server import replicated
+from ltm.server.release_gate import ANALYST_ROLE, check_release
+from ltm.server.result_share import result_share
+from ltm.server.store import MemoryStore, ReleaseRecord, ServerStore, StoredBatch, cancelled_message
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ A party uploads contiguous client ranges, every batch with the same columns (all
 rows partition, its own column block in the columns partition), so what a server holds is a few
 ranges per column set even at n = 10⁸.  An (n, W) bool table would cost n·W bytes (1.1 GB at
 n = 10⁸, W = 11); :class:`Coverage` costs 16 bytes per range.  Both stores keep one per job
-(:class:`server.store.MemoryStore` updates it on each batch, :class:`server.sqlite_store.SqliteStore`
+(:class:`ltm.server.store.MemoryStore` updates it on each batch, :class:`ltm.server.sqlite_store.SqliteStore`
 rebuilds it from its batch rows at open).
 """
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """``ltm server --check`` and ``--repair``: the offline fsck of a server data directory.
 
-The server itself never runs this module: :class:`~server.sqlite_store.SqliteStore` makes the
+The server itself never runs this module: :class:`~ltm.server.sqlite_store.SqliteStore` makes the
 checks it needs when it opens a directory (and refuses to open a damaged one).  With the server
 stopped, :func:`check_directory` verifies everything (those open-time checks, every blob's content
 digest, every release record against its marker, file modes) and :func:`repair_directory` makes a
@@ -15,10 +15,10 @@ from pathlib import Path
 
 import numpy as np
 
-from server.sqlite_store import (_RETIRED, _SCHEMA, BLOB_DIR, DB_NAME, RELEASE_DIR, RELEASE_SUFFIX, SCHEMA_VERSION,
+from ltm.server.sqlite_store import (_RETIRED, _SCHEMA, BLOB_DIR, DB_NAME, RELEASE_DIR, RELEASE_SUFFIX, SCHEMA_VERSION,
                                  SqliteStore, StoreCorruptError, StoreError, _database_lost, _files_under, _parse_marker,
                                  _refusal, _scan)
-from transport.files import PRIVATE_FILE_MODE, private_dir, touch_private
+from ltm.transport.files import PRIVATE_FILE_MODE, private_dir, touch_private
 
 
 def check_directory(directory: str | os.PathLike[str]) -> tuple[list[str], dict[str, int]]:
@@ -28,7 +28,7 @@ def check_directory(directory: str | os.PathLike[str]) -> tuple[list[str], dict[
     d = Path(directory)
     if not d.is_dir():
         return [f"{str(d)!r} is not a directory"], {}
-    from transport.files import mode_problems
+    from ltm.transport.files import mode_problems
     modes = [f"readable by others: {m}" for m in mode_problems(d)]
     lost = _database_lost(d)
     if lost:

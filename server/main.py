@@ -11,13 +11,13 @@ import logging
 import time
 from pathlib import Path
 
-from server.core import ServerCore
+from ltm.server.core import ServerCore
 from ltm.limits import ServerLimits
-from server.service import ServerService, add_to_server
-from transport.config import ConfigError, load_config, merge
-from transport.metering import ByteMeter
-from transport.serve import actor_settings, count_of, listening_phrase, say, serve_until_signal, start_actor
-from transport.tls import make_server
+from ltm.server.service import ServerService, add_to_server
+from ltm.transport.config import ConfigError, load_config, merge
+from ltm.transport.metering import ByteMeter
+from ltm.transport.serve import actor_settings, count_of, listening_phrase, say, serve_until_signal, start_actor
+from ltm.transport.tls import make_server
 
 log = logging.getLogger("ltm.server")
 SERVICE_NAME = "ltm.v1.Server"
@@ -30,7 +30,7 @@ async def serve(args: argparse.Namespace, limits: ServerLimits) -> None:
     TLS unless ``--insecure``) on ``--listen`` (and a plaintext health probe on ``--health-listen``
     if given), and print a startup and a shutdown line for a person.
     """
-    from server.sqlite_store import SqliteStore
+    from ltm.server.sqlite_store import SqliteStore
 
     store = SqliteStore(Path(args.data_dir))
     core = ServerCore(args.id, store)
@@ -73,7 +73,7 @@ def jobs(n: int) -> str:
 
 def check(data_dir: str) -> int:
     """``ltm server --check``: print what was verified and every problem; 0 = intact, 3 = damaged."""
-    from server.fsck import check_directory
+    from ltm.server.fsck import check_directory
 
     problems, counts = check_directory(data_dir)
     summary = ", ".join(f"{v} {k}" for k, v in counts.items())
@@ -86,7 +86,7 @@ def check(data_dir: str) -> int:
 
 def repair(data_dir: str) -> int:
     """``ltm server --repair``: print what was moved or retired; 0 = startable now, 3 = not repairable."""
-    from server.fsck import repair_directory
+    from ltm.server.fsck import repair_directory
 
     done = repair_directory(data_dir)  # not repairable: StoreError, which the ltm command exits 3 with
     for line in done:
@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     start_actor(args.id, args.log_level, one_arena=True)
-    from server.sqlite_store import StoreError
+    from ltm.server.sqlite_store import StoreError
     try:
         asyncio.run(serve(args, limits))
     except StoreError as exc:

@@ -6,7 +6,7 @@ triu(ZᵀZ) + noise locally (:func:`ltm.replicated.server_output`): it never tal
 servers.  It refuses a job that is not a replicated release, and an upload for another server,
 another job, or a party it already holds.
 
-Over gRPC the same class computes the output share: :class:`server.core.ServerCore` stores each
+Over gRPC the same class computes the output share: :class:`ltm.server.core.ServerCore` stores each
 party's three wire parts as ordinary batches (``BatchHeader.batch_index`` = the part,
 :data:`ltm.replicated.PART_FIRST` …), checks each header with :func:`check_part`, counts a job's
 clients as held only when every party's three parts are in (:func:`holds_every_part`), applies
@@ -29,7 +29,7 @@ from ltm.replicated import (PART_NOISE, REPLICATED_PARTS, BlockUpload, server_ou
 from ltm.randomness import Randomness
 from ltm.verified_clipping import (CHECK_REPETITIONS, ClippingProofFailed, check_failures, coefficient_key,
                                    proof_shape, server_check)
-from server.release_gate import GateRefusal, check_release_request
+from ltm.server.release_gate import GateRefusal, check_release_request
 
 
 class ReplicatedServer:

@@ -1,6 +1,6 @@
-"""The server's gRPC layer: a thin ``grpc.aio`` servicer over :class:`server.core.ServerCore`.
+"""The server's gRPC layer: a thin ``grpc.aio`` servicer over :class:`ltm.server.core.ServerCore`.
 
-Every RPC authenticates the caller from its mTLS certificate (``transport.tls``), hands the
+Every RPC authenticates the caller from its mTLS certificate (``ltm.transport.tls``), hands the
 request to the pure core in a worker thread (numpy work must not block the event loop), and maps
 each :class:`ltm.errors.LtmError` to the gRPC status its class names (a refused request's status;
 damaged storage → ``DATA_LOSS``; anything unexpected → ``INTERNAL``, logged; messages cut to a
@@ -39,11 +39,11 @@ from ltm.client_set import ClientSet, ClientSetError
 from ltm.errors import LtmError, ProtocolError, bounded
 from ltm.sharing import SEED_BYTES, Share
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
-from server.core import ServerCore
+from ltm.server.core import ServerCore
 from ltm.limits import ServerLimits, parse_spec
-from transport.memory import return_free_memory
-from transport.metering import ByteMeter
-from transport.tls import authenticate
+from ltm.transport.memory import return_free_memory
+from ltm.transport.metering import ByteMeter
+from ltm.transport.tls import authenticate
 
 log = logging.getLogger("ltm.server")
 
@@ -268,7 +268,7 @@ class ServerService(ltm_pb2_grpc.ServerServicer):
             self._give_back(ticket)
             async with self._freed():
                 self._freed().notify_all()
-            # The batch's buffer is free now: hand its pages back (transport/memory.py)
+            # The batch's buffer is free now: hand its pages back (ltm/transport/memory.py)
             await asyncio.to_thread(return_free_memory)
 
     def _give_back(self, ticket: UploadTicket) -> None:
@@ -591,7 +591,7 @@ class ServerService(ltm_pb2_grpc.ServerServicer):
 
     async def Release(self, request, context):
         """The job's result share (analyst only): uint64 (m, D), little-endian, streamed in chunks of
-        :data:`RELEASE_CHUNK_BYTES`; gated and once-only (:meth:`server.core.ServerCore.release`).
+        :data:`RELEASE_CHUNK_BYTES`; gated and once-only (:meth:`ltm.server.core.ServerCore.release`).
         """
         who = await authenticate(context, {"analyst"}, insecure=self.insecure)
         await _check_decoded(context, request)

@@ -1,4 +1,4 @@
-"""A durable :class:`~server.store.ServerStore`: SQLite (WAL, ``synchronous=FULL``) plus share blobs.
+"""A durable :class:`~ltm.server.store.ServerStore`: SQLite (WAL, ``synchronous=FULL``) plus share blobs.
 
 Layout of a store directory::
 
@@ -37,8 +37,8 @@ Integrity (never a wrong answer, never a deletion on a guess):
 * on open, a database that is missing or empty while ``blobs/`` or ``releases/`` hold files, a
   blob no row names, a release marker of a job the database does not know, or a committed blob
   that is missing or of the wrong size makes the store refuse to open (:class:`StoreCorruptError`,
-  listing what it found); nothing is deleted.  :func:`server.fsck.check_directory` verifies a
-  directory offline (``ltm server --check``), :func:`server.fsck.repair_directory` repairs it.
+  listing what it found); nothing is deleted.  :func:`ltm.server.fsck.check_directory` verifies a
+  directory offline (``ltm server --check``), :func:`ltm.server.fsck.repair_directory` repairs it.
 * If a COMMIT itself fails the store cannot know whether the transaction reached the disk; it then
   refuses every further write (:class:`StoreError`) until it is reopened, which re-derives the state
   from what is actually on disk.
@@ -74,10 +74,10 @@ from ltm.batch import ShareBatch
 from ltm.errors import DataLossError, LtmError, ProtocolError
 from ltm.jobspec import JobSpec
 from ltm.sharing import SEED_BYTES, Share
-from server.coverage import Coverage
-from server.replicated import part_shape
-from server.store import ReleaseRecord, StoredBatch, cancelled_message
-from transport.files import PRIVATE_FILE_MODE, create_private, fsync_dir, private_dir, touch_private
+from ltm.server.coverage import Coverage
+from ltm.server.replicated import part_shape
+from ltm.server.store import ReleaseRecord, StoredBatch, cancelled_message
+from ltm.transport.files import PRIVATE_FILE_MODE, create_private, fsync_dir, private_dir, touch_private
 
 try:  # POSIX advisory locks; without fcntl the single-process rule is not enforced
     import fcntl
@@ -168,7 +168,7 @@ def _as_int_tuple(values) -> tuple[int, ...]:
 
 
 class SqliteStore:
-    """Durable :class:`~server.store.ServerStore` in one directory (see module docstring).
+    """Durable :class:`~ltm.server.store.ServerStore` in one directory (see module docstring).
 
     Use as a context manager or call :meth:`close`; only one open store per directory (also
     within one process) — a second open raises :class:`StoreError` until the first is closed.

@@ -14,7 +14,7 @@ import numpy as np
 
 from ltm.batch import ShareBatch
 from ltm.jobspec import JobSpec
-from server.coverage import Coverage
+from ltm.server.coverage import Coverage
 
 
 @dataclass(frozen=True)

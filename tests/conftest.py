@@ -10,7 +10,7 @@ except ImportError:  # hypothesis is in the dev extra; the tests that need it sk
 
 import pytest  # noqa: E402
 
-from ltm_cli.app import no_grpc_fork_handlers  # noqa: E402
+from ltm.cli.app import no_grpc_fork_handlers  # noqa: E402
 
 # The test process launches actors while its own channels are busy: as in `ltm`, before grpc is imported.
 no_grpc_fork_handlers()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ltm_cli.app import COMMANDS, build_parser
+from ltm.cli.app import COMMANDS, build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", ROOT / "deploy" / "README.md", *sorted((ROOT / "docs").glob("*.md")),
@@ -74,7 +74,7 @@ def _cases() -> list[tuple[str, str]]:
 @pytest.mark.parametrize("doc,command", _cases())
 def test_documented_commands_name_real_subcommands_and_flags(doc: str, command: str) -> None:
     words = shlex.split(command)[1:]
-    assert words and words[0] in COMMANDS, f"{doc}: `{command}`: no subcommand {words[:1]} in ltm_cli.app.COMMANDS"
+    assert words and words[0] in COMMANDS, f"{doc}: `{command}`: no subcommand {words[:1]} in ltm.cli.app.COMMANDS"
     path, known = _options(build_parser(words[0]), words)
     flags = {w.split("=", 1)[0] for w in words if w.startswith("--")}
     unknown = sorted(flags - known)

@@ -347,7 +347,7 @@ class NoisePlan:
 
     Real-valued fields are in data units; ``grid_*`` fields in grid steps 2^-f.  A plan with
     ``frac_bits = 0`` is *continuous* (no grid): the papers' float mechanisms, for planning and the
-    seeded simulations of ``experiments/``; a party only samples from a grid plan.
+    seeded simulations of ``ltm/experiments/``; a party only samples from a grid plan.
 
     Attributes:
         mechanism: :class:`~ltm.dp.mechanisms.Mechanism` (a ``str``).

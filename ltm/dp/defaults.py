@@ -2,14 +2,14 @@
 
 Production defaults live here, in the core, and every caller imports them: the job spec
 (:mod:`ltm.jobspec`), the planner (:mod:`ltm.planner`), the command line and the simulator
-(:mod:`sim.runtime.jobs` imports the clip default from here, never the other way round).
+(:mod:`ltm.sim.runtime.jobs` imports the clip default from here, never the other way round).
 """
 from __future__ import annotations
 
 __all__ = ["DEFAULT_CLIP_BOUND", "DEFAULT_DELTA", "DEFAULT_LOAD_FRACTION"]
 
 #: C, the ℓ2 (Gaussian) or ℓ1 (Laplace) norm every client vector is clipped to.  The public column
-#: transforms (``ltm_datasets.tables.public_columns``) scale the columns so that E‖z‖² ≈ C², so 1 is the unit
+#: transforms (``ltm.datasets.tables.public_columns``) scale the columns so that E‖z‖² ≈ C², so 1 is the unit
 #: ball the sensitivities of :mod:`ltm.dp.sensitivity` are stated for.
 DEFAULT_CLIP_BOUND = 1.0
 

@@ -11,8 +11,8 @@ import asyncio
 from pathlib import Path
 
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
-from transport.serve import serve_until_signal
-from transport.tls import make_server
+from ltm.transport.serve import serve_until_signal
+from ltm.transport.tls import make_server
 
 
 class HostileSpec(ltm_pb2_grpc.ServerServicer):

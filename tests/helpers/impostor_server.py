@@ -15,10 +15,10 @@ from pathlib import Path
 
 from ltm.jobspec import JobSpec
 from ltm.v1 import ltm_pb2_grpc
-from server.core import ServerCore
-from server.service import ServerService
-from transport.serve import serve_until_signal
-from transport.tls import make_server
+from ltm.server.core import ServerCore
+from ltm.server.service import ServerService
+from ltm.transport.serve import serve_until_signal
+from ltm.transport.tls import make_server
 
 
 async def main() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import subprocess
 
-from sim.localnet.launcher import ActorProcess, ProcessGroup
+from ltm.sim.localnet.launcher import ActorProcess, ProcessGroup
 
 
 def log_messages(text: str) -> str:

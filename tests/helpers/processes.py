@@ -1,4 +1,4 @@
-"""Stopping the processes a test started itself (outside :class:`sim.localnet.launcher.ProcessGroup`)."""
+"""Stopping the processes a test started itself (outside :class:`ltm.sim.localnet.launcher.ProcessGroup`)."""
 from __future__ import annotations
 
 import signal

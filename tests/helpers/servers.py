@@ -12,12 +12,12 @@ from typing import Any
 
 import grpc
 
-from analyst.coordinator import DEFAULT_RETRY, JobRun, RetryPolicy, publish, run_job
+from ltm.analyst.coordinator import DEFAULT_RETRY, JobRun, RetryPolicy, publish, run_job
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
-from party.randomizer import party_randomness
-from party.uploader import fetch_job, run_upload
-from sim.localnet.launcher import ActorProcess, ProcessGroup
-from transport.tls import make_channel, make_sync_channel
+from ltm.party.randomizer import party_randomness
+from ltm.party.uploader import fetch_job, run_upload
+from ltm.sim.localnet.launcher import ActorProcess, ProcessGroup
+from ltm.transport.tls import make_channel, make_sync_channel
 
 
 def pinned(server: ActorProcess) -> list[tuple[str, str]]:
@@ -81,7 +81,7 @@ class Servers:
 async def upload_all(servers: Servers, spec, tables: dict, randomness, *, parties: Sequence[str] | None = None,
                      fetch: bool = False, upload: Callable[..., Any] = run_upload, **upload_options) -> None:
     """Every party of ``spec`` (or ``parties``) uploads its table with its own certificate, one after
-    another, through ``upload`` (:func:`party.uploader.run_upload`, without progress bars, unless given;
+    another, through ``upload`` (:func:`ltm.party.uploader.run_upload`, without progress bars, unless given;
     ``upload_options`` go to it).  With ``fetch`` each party first fetches the job from every server
     and checks its digest, as ``ltm party`` does."""
     if upload is run_upload:
@@ -101,7 +101,7 @@ async def upload_all(servers: Servers, spec, tables: dict, randomness, *, partie
 async def release_over_grpc(servers: Servers, spec, tables: dict, randomness, *, deadline_s: float = 10,
                             policy: RetryPolicy = DEFAULT_RETRY, **upload_options) -> JobRun:
     """The analyst publishes ``spec``, the parties upload (:func:`upload_all` with ``upload_options``) and
-    the analyst runs the job to its release (:func:`analyst.coordinator.run_job` with ``deadline_s`` and
+    the analyst runs the job to its release (:func:`ltm.analyst.coordinator.run_job` with ``deadline_s`` and
     ``policy``)."""
     channels, analyst = servers.aio_stubs("analyst")
     try:

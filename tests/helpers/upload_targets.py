@@ -12,11 +12,11 @@ from pathlib import Path
 import grpc
 
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
-from party.randomizer import make_batches, party_randomness
-from party.uploader import batch_header
-from server.sqlite_store import SqliteStore
-from sim.runtime.jobs import party_tables
-from transport.tls import make_sync_channel
+from ltm.party.randomizer import make_batches, party_randomness
+from ltm.party.uploader import batch_header
+from ltm.server.sqlite_store import SqliteStore
+from ltm.sim.runtime.jobs import party_tables
+from ltm.transport.tls import make_sync_channel
 
 from tests.helpers.jobs import seeded_job
 

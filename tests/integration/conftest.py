@@ -5,8 +5,8 @@ from collections.abc import Callable, Iterator, Sequence
 
 import pytest
 
-from sim.localnet.launcher import ProcessGroup
-from transport.certs import write_certs
+from ltm.sim.localnet.launcher import ProcessGroup
+from ltm.transport.certs import write_certs
 
 from tests.helpers.servers import Servers
 
@@ -14,7 +14,7 @@ from tests.helpers.servers import Servers
 @pytest.fixture(scope="module")
 def start_servers(tmp_path_factory) -> Iterator[Callable[..., Servers]]:
     """``start_servers(name, k, actors, **cert_options)`` writes one CA's certificates for
-    server-0..k-1 and ``actors`` (``cert_options`` go to :func:`transport.certs.write_certs`) in a
+    server-0..k-1 and ``actors`` (``cert_options`` go to :func:`ltm.transport.certs.write_certs`) in a
     fresh directory named after ``name`` and starts the k servers there.  Every group it started is
     stopped (and every stub channel closed) when the test module ends, after the fixtures that use it
     have torn down."""

@@ -12,13 +12,13 @@ from pathlib import Path
 
 from ltm.randomness import Randomness
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
-from ltm_datasets.synthetic import synthetic_ridge
-from sim.localnet.demo import write_party_csv
-from sim.runtime.jobs import build_job, party_tables
-from sim.localnet.launcher import ProcessGroup
-from transport.certs import write_certs
-from transport.metering import human_bytes
-from transport.tls import make_sync_channel
+from ltm.datasets.synthetic import synthetic_ridge
+from ltm.sim.localnet.demo import write_party_csv
+from ltm.sim.runtime.jobs import build_job, party_tables
+from ltm.sim.localnet.launcher import ProcessGroup
+from ltm.transport.certs import write_certs
+from ltm.transport.metering import human_bytes
+from ltm.transport.tls import make_sync_channel
 
 REPO = Path(__file__).resolve().parents[2]
 K = 2
@@ -54,7 +54,7 @@ def test_server_and_party_say_what_they_did(tmp_path) -> None:
         write_party_csv(data, party_tables(spec, table)["party-0"])
         summary_file = tmp_path / "summary.json"
         proc = subprocess.run(
-            [sys.executable, "-m", "ltm_cli", "party", "--id", "party-0", "--job", "words", "--data", str(data),
+            [sys.executable, "-m", "ltm.cli", "party", "--id", "party-0", "--job", "words", "--data", str(data),
              "--servers", ",".join(s.endpoint for s in servers), "--certs", str(certs), "--no-progress",
              "--state-dir", str(tmp_path / "state"), "--summary-file", str(summary_file)],
             env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True, timeout=60)

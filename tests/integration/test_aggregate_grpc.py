@@ -8,13 +8,13 @@ import grpc
 import numpy as np
 import pytest
 
-from analyst.coordinator import publish
+from ltm.analyst.coordinator import publish
 from ltm.randomness import Randomness
-from party import aggregate, randomizer
-from party.randomizer import make_batches
-from party.uploader import upload_batch
-from ltm_datasets.synthetic import synthetic_ridge
-from sim.runtime.jobs import build_job, party_tables
+from ltm.party import aggregate, randomizer
+from ltm.party.randomizer import make_batches
+from ltm.party.uploader import upload_batch
+from ltm.datasets.synthetic import synthetic_ridge
+from ltm.sim.runtime.jobs import build_job, party_tables
 
 from tests.helpers.servers import close_channels, release_over_grpc
 

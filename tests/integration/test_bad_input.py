@@ -5,9 +5,9 @@ and its stored state is untouched.
 Two kinds of target, both with real mutual TLS:
 
 * an in-process ``grpc.aio`` server (on its own event-loop thread) hosting
-  :class:`server.service.ServerService` over a :class:`server.sqlite_store.SqliteStore` — fast
+  :class:`ltm.server.service.ServerService` over a :class:`ltm.server.sqlite_store.SqliteStore` — fast
   enough for hundreds of hypothesis-generated uploads;
-* real ``ltm server`` processes (``sim.localnet.launcher.ProcessGroup``) for a smaller hypothesis run, a
+* real ``ltm server`` processes (``ltm.sim.localnet.launcher.ProcessGroup``) for a smaller hypothesis run, a
   table of named cases, unauthenticated and wrong-role callers, the other RPCs, uploads after
   close, and ``ltm party`` refusing bad CSV data before it sends anything.
 
@@ -43,16 +43,16 @@ from ltm.client_set import ClientSet
 from ltm.identifiers import id_problem
 from ltm.randomness import Randomness
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
-from party.randomizer import PartyDataError, client_vectors, make_batches
-from server.core import ServerCore
+from ltm.party.randomizer import PartyDataError, client_vectors, make_batches
+from ltm.server.core import ServerCore
 from ltm.limits import ServerLimits
-from server.service import MAX_BATCH_BYTES, ServerService
-from server.sqlite_store import SqliteStore
-from ltm_datasets.synthetic import synthetic_ridge
-from sim.runtime.jobs import build_job
-from sim.localnet.launcher import ProcessGroup
-from transport.certs import write_certs
-from transport.tls import add_secure_port, make_server, make_sync_channel
+from ltm.server.service import MAX_BATCH_BYTES, ServerService
+from ltm.server.sqlite_store import SqliteStore
+from ltm.datasets.synthetic import synthetic_ridge
+from ltm.sim.runtime.jobs import build_job
+from ltm.sim.localnet.launcher import ProcessGroup
+from ltm.transport.certs import write_certs
+from ltm.transport.tls import add_secure_port, make_server, make_sync_channel
 
 from tests.helpers import party_runs  # tests/helpers/party_runs.py
 from tests.helpers.upload_targets import ACTORS, BATCH, K, TIMEOUT, Target, World, encode, make_world, stream  # noqa: E402
@@ -860,7 +860,7 @@ def test_core_refuses_batch_indices_a_store_cannot_hold(tmp_path, index):
     """The in-process runtime hands batches to the core directly (no protobuf uint64 bound):
     the core refuses indices outside [0, 2^63) itself, on either store, and stores nothing."""
     from ltm.errors import ProtocolError
-    from server.store import MemoryStore
+    from ltm.server.store import MemoryStore
 
     world = make_world()
     batch = world.batches[("party-0", 0)][0]
@@ -1013,7 +1013,7 @@ POLLER = """
 import sys, time
 from pathlib import Path
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
-from transport.tls import make_sync_channel
+from ltm.transport.tls import make_sync_channel
 endpoint, certs, seconds = sys.argv[1], Path(sys.argv[2]), float(sys.argv[3])
 stub = ltm_pb2_grpc.ServerStub(make_sync_channel(endpoint, certs, "party-1",
                                                  options=[("grpc.ssl_target_name_override", "server-0")]))
@@ -1130,7 +1130,7 @@ def _intermediate_cert_dir(certs: Path, out: Path, actor: str) -> None:
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.x509.oid import NameOID
 
-    from transport.certs import _new_key, issue_leaf
+    from ltm.transport.certs import _new_key, issue_leaf
 
     ca_key = serialization.load_pem_private_key((_ca_key_dir(certs) / "ca.key").read_bytes(), None)
     ca_cert = x509.load_pem_x509_certificate((certs / "ca.pem").read_bytes())

@@ -7,7 +7,7 @@ import time
 import numpy as np
 import pytest
 
-from ltm_cli.app import main
+from ltm.cli.app import main
 
 REQUIRED_PRIVACY = {"epsilon", "delta", "calibration", "clip_norm", "sensitivity_l2", "sigma_client",
                     "sigma_release", "min_honest_load", "t_prime"}
@@ -65,7 +65,7 @@ def test_bench_sketch_prints_json(capsys):
 
 def _demo(*args):
     t = time.monotonic()
-    out = subprocess.run([sys.executable, "-m", "ltm_cli", "demo", "--json", *args], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-m", "ltm.cli", "demo", "--json", *args], capture_output=True, text=True,
                          timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout), time.monotonic() - t
@@ -106,7 +106,7 @@ def test_demo_columns_runs_the_replicated_release_as_simulate_does(capsys):
 
 def test_bench_e2e_smoke():
     """A small networked benchmark runs and reports phases, wire bytes and peak RSS (no timing asserts)."""
-    out = subprocess.run([sys.executable, "-m", "ltm_cli", "bench", "e2e", "--n", "20000", "--parties", "3",
+    out = subprocess.run([sys.executable, "-m", "ltm.cli", "bench", "e2e", "--n", "20000", "--parties", "3",
                           "--max-running-parties", "2", "--json"], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     r = json.loads(out.stdout)
@@ -133,7 +133,7 @@ def test_bench_e2e_smoke():
 def test_bench_e2e_runs_the_replicated_release():
     """`ltm bench e2e --partition columns --colluding-servers 1`: the replicated release with real
     processes (its parties accept the trust assumption), fitted close to the generating model."""
-    out = subprocess.run([sys.executable, "-m", "ltm_cli", "bench", "e2e", "--n", "20000", "--partition", "columns",
+    out = subprocess.run([sys.executable, "-m", "ltm.cli", "bench", "e2e", "--n", "20000", "--partition", "columns",
                           "--colluding-servers", "1", "--json", "--no-progress"],
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -148,8 +148,8 @@ def test_bench_party_feeder_bounds_the_running_parties(tmp_path):
     """At most ``limit`` party processes run at once, and every queued one is started."""
     import time
 
-    from sim.tools.bench_e2e import PartyFeeder
-    from sim.localnet.launcher import ActorProcess
+    from ltm.sim.tools.bench_e2e import PartyFeeder
+    from ltm.sim.localnet.launcher import ActorProcess
 
     running_max = []
 
@@ -175,7 +175,7 @@ def test_bench_party_feeder_bounds_the_running_parties(tmp_path):
 def test_bench_e2e_counts_series_and_plot(tmp_path):
     import argparse
 
-    from sim.tools.bench_e2e import default_parties, parse_count, parse_counts, plot_series
+    from ltm.sim.tools.bench_e2e import default_parties, parse_count, parse_counts, plot_series
 
     assert [parse_count(t) for t in ("1000000", "1e6", "1_000_000", "2.5e7")] == [10**6, 10**6, 10**6, 25 * 10**6]
     assert parse_counts("1e6, 1e7,1e8") == [10**6, 10**7, 10**8]
@@ -192,7 +192,7 @@ def test_bench_e2e_counts_series_and_plot(tmp_path):
 
 
 def test_bench_paper_grid_cells_are_the_papers():
-    from sim.tools.bench import MP_SPDZ
+    from ltm.sim.tools.bench import MP_SPDZ
 
     assert len(MP_SPDZ) == 16
     for (table, n, s, k), (t, c) in MP_SPDZ.items():

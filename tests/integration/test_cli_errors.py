@@ -11,14 +11,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sim.localnet.launcher import ProcessGroup
+from ltm.sim.localnet.launcher import ProcessGroup
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def ltm(*argv: str, timeout: float = 120) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    return subprocess.run([sys.executable, "-m", "ltm_cli", *map(str, argv)], env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "ltm.cli", *map(str, argv)], env=env, capture_output=True,
                           text=True, timeout=timeout)
 
 
@@ -148,7 +148,7 @@ def test_a_reader_that_has_gone_gets_no_traceback():
     read_end, write_end = os.pipe()
     os.close(read_end)  # `head` has read what it wanted and gone
     try:
-        proc = subprocess.run([sys.executable, "-m", "ltm_cli", "job", "check", str(REPO / "examples/jobs/power-ridge.toml")],
+        proc = subprocess.run([sys.executable, "-m", "ltm.cli", "job", "check", str(REPO / "examples/jobs/power-ridge.toml")],
                               env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=write_end, stderr=subprocess.PIPE,
                               text=True, timeout=120)
     finally:

@@ -13,16 +13,17 @@ from pathlib import Path
 
 import pytest
 
-from ltm_cli.app import COMMANDS
+from ltm.cli.app import COMMANDS
 
 REPO = Path(__file__).resolve().parents[2]
-PROJECT_PACKAGES = {"ltm", "ltm_cli", "party", "server", "analyst", "sim", "ltm_datasets", "experiments", "transport"}
+#: The subpackages of the ``ltm`` namespace; any other ``ltm.*`` module is the core.
+SUBPACKAGES = {"cli", "party", "server", "analyst", "sim", "datasets", "experiments", "transport"}
 
 
 #: Runs the ``ltm`` command, then prints every module the interpreter holds, one per line.
 PROBE = """
 import sys
-from ltm_cli.app import main
+from ltm.cli.app import main
 try:
     main(sys.argv[1:])
 except SystemExit:
@@ -37,36 +38,37 @@ def loaded_modules(*argv: str) -> set[str]:
     proc = subprocess.run([sys.executable, "-c", PROBE, *argv], env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "usage: ltm" in proc.stdout
-    return {name for name in proc.stderr.splitlines() if name.split(".")[0] in PROJECT_PACKAGES}
+    return {name for name in proc.stderr.splitlines() if name.split(".")[0] == "ltm"}
 
 
 def packages(modules: set[str]) -> set[str]:
-    return {m.split(".")[0] for m in modules}
+    """``ltm.server.core`` → ``ltm.server``; a core module (``ltm.jobspec``, ``ltm.dp.noise``) → ``ltm``."""
+    return {"ltm." + m.split(".")[1] if m.count(".") and m.split(".")[1] in SUBPACKAGES else "ltm" for m in modules}
 
 
 @pytest.mark.parametrize(
     "command, allowed",
     [
-        ("server", {"ltm", "ltm_cli", "server", "transport"}),
-        ("party", {"ltm", "ltm_cli", "party", "transport"}),
-        ("analyst", {"ltm", "ltm_cli", "analyst", "transport"}),
-        ("certs", {"ltm", "ltm_cli", "transport"}),
-        ("job", {"ltm", "ltm_cli", "analyst", "transport"}),
-        ("health", {"ltm", "ltm_cli", "transport"}),
+        ("server", {"ltm", "ltm.cli", "ltm.server", "ltm.transport"}),
+        ("party", {"ltm", "ltm.cli", "ltm.party", "ltm.transport"}),
+        ("analyst", {"ltm", "ltm.cli", "ltm.analyst", "ltm.transport"}),
+        ("certs", {"ltm", "ltm.cli", "ltm.transport"}),
+        ("job", {"ltm", "ltm.cli", "ltm.analyst", "ltm.transport"}),
+        ("health", {"ltm", "ltm.cli", "ltm.transport"}),
     ],
 )
 def test_actor_command_loads_only_its_actor(command, allowed):
     loaded = loaded_modules(command, "--help")
-    assert f"ltm_cli.{command}" in loaded  # the command's own module built its parser
-    other_commands = {f"ltm_cli.{c}" for c in COMMANDS if c != command}
+    assert f"ltm.cli.{command}" in loaded  # the command's own module built its parser
+    other_commands = {f"ltm.cli.{c}" for c in COMMANDS if c != command}
     assert not loaded & other_commands, f"`ltm {command} --help` loaded {sorted(loaded & other_commands)}"
     assert packages(loaded) <= allowed, f"`ltm {command} --help` loaded {sorted(packages(loaded) - allowed)}"
 
 
 def test_top_level_help_loads_no_command():
     loaded = loaded_modules("--help")
-    assert packages(loaded) <= {"ltm", "ltm_cli"}
-    assert {m for m in loaded if m.startswith("ltm_cli.")} == {"ltm_cli.app"}, sorted(loaded)
+    assert packages(loaded) <= {"ltm", "ltm.cli"}
+    assert {m for m in loaded if m.startswith("ltm.cli.")} == {"ltm.cli.app"}, sorted(loaded)
 
 
 #: What no `--help` of a tool command needs: the actors, the simulator, gRPC, numpy, the crypto and

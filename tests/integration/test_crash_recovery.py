@@ -22,21 +22,21 @@ import grpc
 import numpy as np
 import pytest
 
-from analyst.coordinator import (ReleaseFailed, RetryPolicy, close_all, fetch_result_share, publish,
+from ltm.analyst.coordinator import (ReleaseFailed, RetryPolicy, close_all, fetch_result_share, publish,
                                  run_job)
-from analyst.reconstruct import reconstruct_release
-from ltm_cli.app import main
+from ltm.analyst.reconstruct import reconstruct_release
+from ltm.cli.app import main
 from ltm.client_set import ClientSet
 from ltm.randomness import DERIVED_MODE, Randomness
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
-from party.journal import JournalError, UploadJournal, journal_path
-from party.randomizer import clip_rows, client_vectors, make_batches, plan_batches, party_randomness
-from party.uploader import run_upload, upload_batch
-from ltm_datasets.synthetic import synthetic_ridge
-from sim.localnet.demo import write_party_csv
-from sim.runtime.inprocess import run_inprocess
-from sim.runtime.jobs import build_job, party_tables
-from transport.tls import make_channel
+from ltm.party.journal import JournalError, UploadJournal, journal_path
+from ltm.party.randomizer import clip_rows, client_vectors, make_batches, plan_batches, party_randomness
+from ltm.party.uploader import run_upload, upload_batch
+from ltm.datasets.synthetic import synthetic_ridge
+from ltm.sim.localnet.demo import write_party_csv
+from ltm.sim.runtime.inprocess import run_inprocess
+from ltm.sim.runtime.jobs import build_job, party_tables
+from ltm.transport.tls import make_channel
 
 from tests.helpers.jobs import seeded_job
 from tests.helpers.servers import close_channels, pinned, release_over_grpc
@@ -429,7 +429,7 @@ def test_release_over_the_intersection_when_the_gate_allows_it(dep):
 # ---------------------------------------------------------------------------- (d) ltm demo --chaos
 def test_demo_chaos_releases_the_undisturbed_bytes(capsys):
     t = time.monotonic()
-    out = subprocess.run([sys.executable, "-m", "ltm_cli", "demo", "--chaos", "--seed", "7", "--json"],
+    out = subprocess.run([sys.executable, "-m", "ltm.cli", "demo", "--chaos", "--seed", "7", "--json"],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     chaos = json.loads(out.stdout)

@@ -14,12 +14,12 @@ require("distributed")
 import pyarrow.parquet as pq
 
 from ltm.randomness import Randomness
-from ltm_datasets.tables import ModelTable
-from party.aggregate import aggregate_party
-from party.dask_aggregate import DaskAggregator
-from party.data_source import SyntheticRidge, SyntheticRidgeSource
-from party.streamed_source import ParquetSource
-from sim.runtime.jobs import build_job
+from ltm.datasets.tables import ModelTable
+from ltm.party.aggregate import aggregate_party
+from ltm.party.dask_aggregate import DaskAggregator
+from ltm.party.data_source import SyntheticRidge, SyntheticRidgeSource
+from ltm.party.streamed_source import ParquetSource
+from ltm.sim.runtime.jobs import build_job
 
 FILES = 16
 
@@ -64,8 +64,8 @@ def test_parties_reducing_on_dask_release_the_same_bytes_over_grpc(three_servers
     import asyncio
     from dataclasses import replace
 
-    from ltm_datasets.synthetic import synthetic_ridge
-    from sim.runtime.jobs import party_tables
+    from ltm.datasets.synthetic import synthetic_ridge
+    from ltm.sim.runtime.jobs import party_tables
     from tests.helpers.servers import release_over_grpc
 
     randomness = Randomness.seeded_insecure("dask-grpc")

@@ -58,7 +58,7 @@ def _ltm(args: list[str], timeout: float = 300) -> subprocess.CompletedProcess:
     import os
 
     env = {**os.environ, "PGPASSWORD": PASSWORD}
-    return subprocess.run([sys.executable, "-m", "ltm_cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "ltm.cli", *args], capture_output=True, text=True,
                           timeout=timeout, env=env)
 
 

@@ -18,7 +18,7 @@ LEAN = REPO / "tests" / "helpers" / "lean_site"
 
 def _lean(*argv: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(LEAN), str(REPO)])}
-    return subprocess.run([sys.executable, "-m", "ltm_cli", *argv], env=env, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "ltm.cli", *argv], env=env, capture_output=True, text=True,
                           timeout=300)
 
 
@@ -26,7 +26,7 @@ def test_the_blocker_blocks():
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(LEAN), str(REPO)])}
     r = subprocess.run([sys.executable, "-c", "import matplotlib"], env=env, capture_output=True, text=True)
     assert r.returncode != 0 and "dev-only" in r.stderr
-    r = subprocess.run([sys.executable, "-c", "import sim.tools.audit as a; a.clopper_pearson_upper([1], 2, 0.1)"],
+    r = subprocess.run([sys.executable, "-c", "import ltm.sim.tools.audit as a; a.clopper_pearson_upper([1], 2, 0.1)"],
                        env=env, capture_output=True, text=True)
     assert r.returncode != 0 and "ltm audit needs scipy" in r.stderr  # its ImportError, caught
 

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from experiments import executors
-from experiments.executors import ExecutorUnavailable, make_executor
-from experiments.results import ResultsCsv
-from experiments.runner import run_experiment
+from ltm.experiments import executors
+from ltm.experiments.executors import ExecutorUnavailable, make_executor
+from ltm.experiments.results import ResultsCsv
+from ltm.experiments.runner import run_experiment
 from tests.helpers.optional import require
 
 SPEC = "burkhardt_fig3"  # reduced: 4 cells × 2 repetitions of differing cost, ≈ 1 s in one process
@@ -109,7 +109,7 @@ def test_dask_resumes_a_partial_run_computing_only_the_missing_pairs(distributed
 _TOY = '''
 from pathlib import Path
 
-from experiments.registry import register
+from ltm.experiments.registry import register
 
 
 @register("test.dasktoy")
@@ -173,7 +173,7 @@ def test_an_unreachable_scheduler_is_a_clear_error(distributed, tmp_path, monkey
     assert time.monotonic() - t < 15
     assert not (tmp_path / "o").exists(), "nothing is written when the executor cannot start"
 
-    from ltm_cli.app import main
+    from ltm.cli.app import main
 
     monkeypatch.setattr(executors, "DEFAULT_CONNECT_TIMEOUT", 1.0)
     assert main(["experiment", "run", SPEC, "--reduced", "--out", str(tmp_path / "cli"), "--scheduler", address,
@@ -186,7 +186,7 @@ def test_without_dask_the_dask_executor_is_a_one_line_error(tmp_path, monkeypatc
     monkeypatch.setitem(sys.modules, "distributed", None)  # as if not installed: `import distributed` fails
     with pytest.raises(ExecutorUnavailable, match=r"pip install 'ltm\[dask\]'"):
         make_executor("dask", 2)
-    from ltm_cli.app import main
+    from ltm.cli.app import main
 
     assert main(["experiment", "run", SPEC, "--reduced", "--out", str(tmp_path / "o"), "--executor", "dask",
                  "--no-progress", "--no-plots"]) == 2

@@ -18,14 +18,14 @@ import pytest
 
 from ltm.randomness import Randomness
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
-from party.randomizer import make_batches, party_randomness
-from party.uploader import batch_header
+from ltm.party.randomizer import make_batches, party_randomness
+from ltm.party.uploader import batch_header
 from ltm.limits import ServerLimits
-from ltm_datasets.synthetic import synthetic_ridge
-from sim.runtime.jobs import build_job, party_tables
-from sim.localnet.launcher import ProcessGroup
-from transport.certs import write_certs
-from transport.tls import make_sync_channel
+from ltm.datasets.synthetic import synthetic_ridge
+from ltm.sim.runtime.jobs import build_job, party_tables
+from ltm.sim.localnet.launcher import ProcessGroup
+from ltm.transport.certs import write_certs
+from ltm.transport.tls import make_sync_channel
 
 WINDOW = 3.0                      # stream_rate_window_seconds on the test server
 LIMITS = ServerLimits(stream_rate_window_seconds=WINDOW)

@@ -27,11 +27,11 @@ import pytest
 
 from ltm.client_set import ClientSet
 from ltm.v1 import ltm_pb2
-from party.randomizer import make_batches, party_randomness
-from party.uploader import batch_header
-from server.release_gate import check_release
-from sim.runtime.jobs import party_tables
-from sim.localnet.launcher import ProcessGroup
+from ltm.party.randomizer import make_batches, party_randomness
+from ltm.party.uploader import batch_header
+from ltm.server.release_gate import check_release
+from ltm.sim.runtime.jobs import party_tables
+from ltm.sim.localnet.launcher import ProcessGroup
 
 from tests.helpers import party_runs  # tests/helpers/party_runs.py
 from tests.helpers.jobs import seeded_job

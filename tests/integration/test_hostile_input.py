@@ -1,6 +1,6 @@
 """Hostile input, round three (issue #23), through real processes: the `ltm` command, server and
 analyst processes over mutual TLS, and `ltm demo` / `ltm bench e2e` / `ltm loadtest` /
-`python -m sim.tools.bounds_eval --networked` stopped by SIGTERM.
+`python -m ltm.sim.tools.bounds_eval --networked` stopped by SIGTERM.
 
 Each finding of the issue has a case here (or in tests/unit/ltm/test_identifiers.py for the parser itself,
 tests/integration/test_bad_input.py for a party's non-UTF-8 CSV) that failed at 59676f2:
@@ -42,7 +42,7 @@ TIMEOUT = 20.0
 CHECK_SECONDS = 20.0
 
 
-def ltm(*argv: str, env: dict | None = None, module: str = "ltm_cli", **kwargs) -> subprocess.Popen:
+def ltm(*argv: str, env: dict | None = None, module: str = "ltm.cli", **kwargs) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", module, *map(str, argv)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})}, **kwargs)
@@ -238,7 +238,7 @@ def test_the_analyst_refuses_hostile_specs_and_ids_at_once(actors):
 
 # ---------------------------------------------------------------------------- a party's data file
 def test_a_data_file_that_is_not_csv_text_is_bad_data_not_a_traceback(tmp_path):
-    from party.data_source import DataSourceError, open_source
+    from ltm.party.data_source import DataSourceError, open_source
 
     latin1 = tmp_path / "latin1.csv"
     latin1.write_bytes(b"a,b\n1.0,2.0\n3.0,Z\xfcrich\n")
@@ -254,7 +254,7 @@ def test_a_data_file_that_is_not_csv_text_is_bad_data_not_a_traceback(tmp_path):
 # ---------------------------------------------------------------------------- a damaged analyst.db
 @pytest.mark.parametrize("damage", ["garbage", "truncated", "zeros"])
 def test_a_damaged_analyst_db_is_one_line_and_exit_3(tmp_path, damage):
-    from analyst.store import AnalystStore
+    from ltm.analyst.store import AnalystStore
 
     state = tmp_path / "state"
     store = AnalystStore(state)
@@ -297,7 +297,7 @@ def _alive(pid: int, start: str) -> bool:
     return fields[19] == start.split(" ", 1)[0] and fields[0] != "Z"
 
 
-def _signal_mid_run(tmp_path: Path, sig: int, *argv: str, module: str = "ltm_cli", mid_run: str = " party ",
+def _signal_mid_run(tmp_path: Path, sig: int, *argv: str, module: str = "ltm.cli", mid_run: str = " party ",
                     settle_s: float = 5.0) -> tuple[subprocess.Popen, str, Path]:
     """Send ``sig`` to the command (not its children) once a child whose command line holds
     ``mid_run`` runs; then wait up to ``settle_s`` for every child to be gone.  Returns the
@@ -336,7 +336,7 @@ def _signal_mid_run(tmp_path: Path, sig: int, *argv: str, module: str = "ltm_cli
     return proc, err, scratch
 
 
-def _sigterm_mid_run(tmp_path: Path, *argv: str, module: str = "ltm_cli", mid_run: str = " party ",
+def _sigterm_mid_run(tmp_path: Path, *argv: str, module: str = "ltm.cli", mid_run: str = " party ",
                      kept: tuple[str, ...] = ()) -> None:
     """SIGTERM (what timeout, systemd, docker stop and CI runners send) once a child whose command
     line holds ``mid_run`` runs; then no child may be left and nothing in the scratch directory but
@@ -361,8 +361,8 @@ def test_ctrl_c_of_ltm_demo_says_interrupted_and_exits_130(tmp_path):
 ], ids=["demo", "bench-e2e", "loadtest"])
 def test_sigkill_mid_run_leaves_no_process_and_the_next_start_reclaims_the_folder(tmp_path, argv, mid_run):
     """SIGKILL (or the OOM killer) runs no cleanup in the launcher: each child dies with it
-    (transport/lifeline.py) within 10 s, and the folder it left is removed by the next start."""
-    from sim.localnet.workdir import OWNER_FILE, reclaim_stale
+    (ltm/transport/lifeline.py) within 10 s, and the folder it left is removed by the next start."""
+    from ltm.sim.localnet.workdir import OWNER_FILE, reclaim_stale
 
     proc, err, scratch = _signal_mid_run(tmp_path, signal.SIGKILL, *argv, mid_run=mid_run, settle_s=10.0)
     assert proc.returncode == -signal.SIGKILL
@@ -380,7 +380,7 @@ def test_sigkill_mid_run_leaves_no_process_and_the_next_start_reclaims_the_folde
 def test_sigterm_while_the_launcher_starts_processes_leaves_none_it_does_not_stop(tmp_path):
     """The main thread spends most of a process start inside Popen (it waits for the child's exec):
     a SIGTERM landing there must wait until the process is in the group, or stop_all misses it."""
-    from sim.localnet.launcher import ProcessGroup, Terminated, stop_on_termination
+    from ltm.sim.localnet.launcher import ProcessGroup, Terminated, stop_on_termination
 
     for trial in range(8):  # it lands in Popen most times; 8 tries make missing the bug unlikely
         group = ProcessGroup(tmp_path / str(trial), None, insecure=True)
@@ -392,7 +392,7 @@ def test_sigterm_while_the_launcher_starts_processes_leaves_none_it_does_not_sto
             finally:
                 recorded = {ap.pid for ap in group.processes}
                 unrecorded = [pid for pid, c in _children(os.getpid()).items()
-                              if "-m ltm_cli --help --insecure" in c and pid not in recorded]
+                              if "-m ltm.cli --help --insecure" in c and pid not in recorded]
                 group.stop_all()
         for pid in unrecorded:  # clean up after a failure, then report it
             os.kill(pid, signal.SIGKILL)
@@ -415,4 +415,4 @@ def test_sigterm_to_ltm_loadtest_mid_run_leaves_no_process_and_no_directory(tmp_
 
 def test_sigterm_to_bounds_eval_mid_run_leaves_no_process(tmp_path):
     # the networked run's directory is the caller's (--networked DIR), so it stays
-    _sigterm_mid_run(tmp_path, "--networked", tmp_path / "tmp" / "work", module="sim.tools.bounds_eval", kept=("work",))
+    _sigterm_mid_run(tmp_path, "--networked", tmp_path / "tmp" / "work", module="ltm.sim.tools.bounds_eval", kept=("work",))

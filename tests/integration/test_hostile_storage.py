@@ -22,9 +22,9 @@ import pytest
 
 from ltm.client_set import ClientSet
 from ltm.v1 import ltm_pb2
-from sim.localnet.launcher import ProcessGroup
-from transport.certs import write_certs
-from transport.files import mode_problems
+from ltm.sim.localnet.launcher import ProcessGroup
+from ltm.transport.certs import write_certs
+from ltm.transport.files import mode_problems
 
 from tests.helpers.upload_targets import ACTORS, Target, encode, make_world, stream
 
@@ -60,7 +60,7 @@ def disk_state(d: Path):
 
 def ltm(*args, timeout=60.0) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.run([sys.executable, "-m", "ltm_cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "ltm.cli", *args], capture_output=True, text=True,
                           timeout=timeout, env=env)
 
 
@@ -234,7 +234,7 @@ def test_blobs_without_their_database_refuse_to_start_and_nothing_is_deleted(rel
             (d / "server.db").write_bytes(b"")
         elif how == "fresh":  # a valid database that knows nothing (e.g. from another directory)
             fresh = released["work"] / "fresh-store"
-            from server.sqlite_store import SqliteStore
+            from ltm.server.sqlite_store import SqliteStore
             SqliteStore(fresh).close()
             shutil.copy(fresh / "server.db", d / "server.db")
         before = disk_state(d)

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def ltm(*argv) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ltm_cli", *map(str, argv)], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "ltm.cli", *map(str, argv)], capture_output=True, text=True,
                           timeout=180, env={**os.environ, "PYTHONPATH": str(ROOT)})
 
 

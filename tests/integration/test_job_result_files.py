@@ -18,17 +18,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analyst.jobs import fit_model
-from analyst.models import ReleaseLowRank, ReleaseRidge
-from analyst.result import open_result
-from analyst.store import AnalystStore
+from ltm.analyst.jobs import fit_model
+from ltm.analyst.models import ReleaseLowRank, ReleaseRidge
+from ltm.analyst.result import open_result
+from ltm.analyst.store import AnalystStore
 from ltm.jsonio import json_default
 from ltm.randomness import Randomness
-from ltm_datasets.synthetic import synthetic_ridge
-from ltm_datasets.tables import Table
-from sim.localnet.launcher import ProcessGroup
-from sim.runtime.inprocess import run_inprocess
-from sim.runtime.jobs import build_job, party_tables
+from ltm.datasets.synthetic import synthetic_ridge
+from ltm.datasets.tables import Table
+from ltm.sim.localnet.launcher import ProcessGroup
+from ltm.sim.runtime.inprocess import run_inprocess
+from ltm.sim.runtime.jobs import build_job, party_tables
 
 
 def _finished_job(store: AnalystStore, table: Table, job_id: str, fit: dict) -> str:
@@ -69,7 +69,7 @@ def analyst(tmp_path_factory):
 
 
 def _result(analyst, job_id: str, out: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ltm_cli", "job", "result", job_id, "--analyst",
+    return subprocess.run([sys.executable, "-m", "ltm.cli", "job", "result", job_id, "--analyst",
                            analyst["endpoint"], "--insecure", "--out", str(out)],
                           capture_output=True, text=True, timeout=300, check=False)
 
@@ -99,7 +99,7 @@ def test_without_matplotlib_the_figure_is_a_one_line_note(analyst, tmp_path):
     """matplotlib is the plot extra: hidden from the command (a None entry in sys.modules makes its
     import fail), the files are still written and one line says why there is no figure."""
     code = ("import sys; sys.modules['matplotlib'] = None; sys.modules['matplotlib.figure'] = None; "
-            "from ltm_cli.app import main; sys.exit(main(sys.argv[1:]))")
+            "from ltm.cli.app import main; sys.exit(main(sys.argv[1:]))")
     done = subprocess.run([sys.executable, "-c", code, "job", "result", "ridge-1", "--analyst", analyst["endpoint"],
                            "--insecure", "--out", str(tmp_path)], capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr

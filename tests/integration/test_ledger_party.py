@@ -21,9 +21,9 @@ import numpy as np
 import pytest
 
 from ltm.jobfile import parse_job_file, render_job_file
-from sim.localnet.demo import write_party_csv
+from ltm.sim.localnet.demo import write_party_csv
 
-import party.ledger as L
+import ltm.party.ledger as L
 from tests.helpers import party_runs  # tests/helpers/party_runs.py
 from tests.helpers.servers import create_job, held as servers_held
 
@@ -115,7 +115,7 @@ def world(start_servers):
     write_party_csv(fresh, rows(1000))  # other individuals
     second["new-source"] = (publish(spec_of("cohort-2", endpoints)), fresh,
                             ["--new-source", "cohort-2", "--new-source-reason", "the 2026 cohort: new patients"])
-    ledger_dir = work / "state" / "ltm" / "ledger"  # the deployment's $XDG_STATE_HOME (sim/localnet/launcher.py)
+    ledger_dir = work / "state" / "ltm" / "ledger"  # the deployment's $XDG_STATE_HOME (ltm/sim/localnet/launcher.py)
     (ledger_dir / f"{PARTY['missing']}.ledger.json").unlink(missing_ok=True)  # (missing_ok: so that the
     # tests fail on their assertions, not here, with a ledger kept elsewhere)
     second["missing"] = (publish(spec_of("again-missing", endpoints)), data["missing"], [])
@@ -220,7 +220,7 @@ def test_a_tampered_charge_is_a_one_line_refusal(world):
 ])
 def test_source_flags_are_checked_before_anything_is_contacted(tmp_path, flags, message):
     (tmp_path / "rows.csv").write_text("x0\n1\n")
-    proc = subprocess.run([sys.executable, "-m", "ltm_cli", "party", "--id", "party-0", "--servers", "127.0.0.1:1",
+    proc = subprocess.run([sys.executable, "-m", "ltm.cli", "party", "--id", "party-0", "--servers", "127.0.0.1:1",
                            "--job", "j", "--data", str(tmp_path / "rows.csv"), "--insecure", *flags],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2, proc.stderr
@@ -228,7 +228,7 @@ def test_source_flags_are_checked_before_anything_is_contacted(tmp_path, flags, 
 
 
 def test_ltm_simulate_charges_persistent_ledgers_across_runs(tmp_path):
-    from sim.runtime.simulate import SimulateConfig, simulate
+    from ltm.sim.runtime.simulate import SimulateConfig, simulate
 
     cfg = dict(synthetic="ridge", n=600, d=3, parties=2, k=2, m=8, seed=1, budget_epsilon=1.2,
                ledger_dir=str(tmp_path))

@@ -1,5 +1,5 @@
 """Load: many concurrent party streams against 3 real `ltm server` processes on loopback, mTLS
-(``sim/tools/loadtest.py``).  CI size: 100 parties (one certificate and 3 channels each, 300 concurrent
+(``ltm/sim/tools/loadtest.py``).  CI size: 100 parties (one certificate and 3 channels each, 300 concurrent
 uploads), then a 2-driver-process run in full share mode; the 1000-stream run is
 ``ltm loadtest --parties 1000`` (prints JSON).
 
@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from sim.tools.loadtest import LoadConfig, ensure_certs, run_loadtest
+from ltm.sim.tools.loadtest import LoadConfig, ensure_certs, run_loadtest
 
 CI_PARTIES = 100
 
@@ -47,7 +47,7 @@ def _check(report: dict, parties: int, clients_per_party: int, k: int = 3) -> No
 
 
 def test_100_concurrent_party_streams_via_the_command(certs_cache):
-    out = subprocess.run([sys.executable, "-m", "ltm_cli", "loadtest", "--parties", str(CI_PARTIES),
+    out = subprocess.run([sys.executable, "-m", "ltm.cli", "loadtest", "--parties", str(CI_PARTIES),
                           "--deadline", "90", "--certs-cache", str(certs_cache)],
                          capture_output=True, text=True, timeout=150)
     assert out.returncode == 0, out.stderr[-3000:]

@@ -10,15 +10,15 @@ import grpc
 import numpy as np
 import pytest
 
-from analyst.coordinator import close_all, fetch_result_share, publish
+from ltm.analyst.coordinator import close_all, fetch_result_share, publish
 from ltm.randomness import Randomness
 from ltm.v1 import ltm_pb2
-from party.randomizer import make_batches
-from party.uploader import upload_batch
-from ltm_datasets.synthetic import synthetic_ridge
-from sim.runtime.inprocess import run_inprocess
-from sim.runtime.jobs import build_job, party_tables
-from transport.certs import write_certs
+from ltm.party.randomizer import make_batches
+from ltm.party.uploader import upload_batch
+from ltm.datasets.synthetic import synthetic_ridge
+from ltm.sim.runtime.inprocess import run_inprocess
+from ltm.sim.runtime.jobs import build_job, party_tables
+from ltm.transport.certs import write_certs
 
 from tests.helpers.clear_releases import clear_gram_release, shares_sum
 from tests.helpers.jobs import seeded_job

@@ -2,7 +2,7 @@
 
 The launcher keeps its own gRPC busy and starts every party with a plain fork(), the case in which
 gRPC's fork handler used to abort the child before its exec (SIGABRT, "epoll_wait error: Bad file
-descriptor"; ltm_cli.app.no_grpc_fork_handlers).  Slow (a few minutes on 2 cores); the CI version
+descriptor"; ltm.cli.app.no_grpc_fork_handlers).  Slow (a few minutes on 2 cores); the CI version
 is tests/unit/ltm_cli/test_grpc_fork.py."""
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from transport.certs import write_certs
+from ltm.transport.certs import write_certs
 
 REPO = Path(__file__).resolve().parents[2]
 BODIES = {
@@ -48,7 +48,7 @@ def test_a_hostile_spec_from_an_unpinned_server_is_refused_in_one_line(certs, tm
             assert server.poll() is None and time.monotonic() < end, server.stderr.read().decode()
             time.sleep(0.05)
         (tmp_path / "data.csv").write_text("x\n1\n")
-        out = subprocess.run([sys.executable, "-m", "ltm_cli", "party", "--id", "party-0", "--job", "j",
+        out = subprocess.run([sys.executable, "-m", "ltm.cli", "party", "--id", "party-0", "--job", "j",
                               "--data", str(tmp_path / "data.csv"), "--servers", f"127.0.0.1:{port_file.read_text().strip()}",
                               "--certs", str(certs), "--wait", "2", "--no-progress",
                               "--ledger-dir", str(tmp_path / "ledger"), "--state-dir", str(tmp_path / "state")],

@@ -19,7 +19,7 @@ import pytest
 if not hasattr(pty, "openpty"):
     pytest.skip("no pseudo-terminals on this platform", allow_module_level=True)
 
-SIMULATE = [sys.executable, "-m", "ltm_cli", "simulate", "--synthetic", "ridge", "--n", "20000", "--seed", "7",
+SIMULATE = [sys.executable, "-m", "ltm.cli", "simulate", "--synthetic", "ridge", "--n", "20000", "--seed", "7",
             "--json"]
 
 

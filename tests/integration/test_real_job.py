@@ -2,7 +2,7 @@
 
 Only the parties are given data paths, each its own file; the operator's job file holds public
 information only (ranges from the dataset's documentation).  When run as root with ``ip netns``,
-every actor runs in its own network namespace on its own address (sim/localnet/netns.py); otherwise all
+every actor runs in its own network namespace on its own address (ltm/sim/localnet/netns.py); otherwise all
 run on loopback (also with ``LTM_TEST_NETNS=0``).  Everything started here is stopped here, and every namespace removed.
 
 Covers (issue 9): the whole job from a job file, releasing and fitting; two jobs one after the
@@ -26,14 +26,14 @@ import pytest
 
 from ltm.jobfile import parse_job_file, render_job_file
 from ltm.randomness import Randomness
-from party.data_source import load_columns
-from ltm_datasets.tables import read_csv
-from sim.localnet.demo import write_party_csv
-from sim.runtime.inprocess import run_inprocess
-from sim.localnet.launcher import ProcessGroup
-from sim.localnet.netns import NetnsLab, netns_available
+from ltm.party.data_source import load_columns
+from ltm.datasets.tables import read_csv
+from ltm.sim.localnet.demo import write_party_csv
+from ltm.sim.runtime.inprocess import run_inprocess
+from ltm.sim.localnet.launcher import ProcessGroup
+from ltm.sim.localnet.netns import NetnsLab, netns_available
 from tests.helpers.party_runs import log_messages
-from transport.certs import write_certs
+from ltm.transport.certs import write_certs
 
 K = 3
 SEED = 7
@@ -47,7 +47,7 @@ LABEL = "Sub_metering_3"
 
 
 def _data() -> dict[str, np.ndarray]:
-    text = resources.files("ltm_datasets").joinpath("data", "household_power_sample100k_part1of2.csv").read_text()
+    text = resources.files("ltm.datasets").joinpath("data", "household_power_sample100k_part1of2.csv").read_text()
     lines = text.splitlines()[: len(PARTIES) * ROWS_PER_PARTY + 1]
     return read_csv("\n".join(lines) + "\n", source="bundled", label=LABEL).columns
 
@@ -130,7 +130,7 @@ def operator(dep, *argv: str, timeout: float = 120) -> str:
 
 def check(path: Path) -> subprocess.CompletedProcess:
     """``ltm job check`` (no network, no certificates)."""
-    return subprocess.run([sys.executable, "-m", "ltm_cli", "job", "check", str(path)], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "ltm.cli", "job", "check", str(path)], capture_output=True,
                           text=True, timeout=120)
 
 

@@ -1,8 +1,8 @@
-"""The networked experiment backend returns the in-process backend's release (experiments/release_backends.py).
+"""The networked experiment backend returns the in-process backend's release (ltm/experiments/release_backends.py).
 
 ``NetworkedBackend`` starts real ``ltm server`` and ``ltm analyst`` processes on loopback (mutual
 TLS) and one ``ltm party`` process per party, then rebuilds the release from the analyst's
-``GetRelease`` reply (:func:`analyst.release.release_from_reply`, as ``ltm demo`` does).  With the
+``GetRelease`` reply (:func:`ltm.analyst.release.release_from_reply`, as ``ltm demo`` does).  With the
 same seed that release must equal ``InProcessBackend``'s field for field: the matrix bit for bit, the
 kind, the client vector's names (after transforms), and the noise it states — for a sketch, a
 lifted ``gram`` job and a job with a random-feature transform.  One deployment serves every case;
@@ -13,8 +13,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from experiments.release_backends import InProcessBackend, NetworkedBackend
-from sim.runtime.jobs import RFFOptions, party_tables
+from ltm.experiments.release_backends import InProcessBackend, NetworkedBackend
+from ltm.sim.runtime.jobs import RFFOptions, party_tables
 
 from tests.helpers.jobs import seeded_job
 

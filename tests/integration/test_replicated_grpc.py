@@ -14,18 +14,18 @@ import grpc
 import numpy as np
 import pytest
 
-from analyst.coordinator import close_all, fetch_result_share, publish
+from ltm.analyst.coordinator import close_all, fetch_result_share, publish
 from ltm.client_set import ClientSet
 from ltm.clipping import clip_rows
 from ltm.randomness import Randomness
 from ltm.replicated import clear_triangle
-from party import replicated as party_replicated
-from party.randomizer import client_vectors, party_randomness
-from party.replicated import replicated_batches, run_replicated_upload
-from party.uploader import upload_batch
-from ltm_datasets.synthetic import synthetic_ridge
-from sim.runtime.inprocess import run_inprocess
-from sim.runtime.jobs import build_job, party_tables
+from ltm.party import replicated as party_replicated
+from ltm.party.randomizer import client_vectors, party_randomness
+from ltm.party.replicated import replicated_batches, run_replicated_upload
+from ltm.party.uploader import upload_batch
+from ltm.datasets.synthetic import synthetic_ridge
+from ltm.sim.runtime.inprocess import run_inprocess
+from ltm.sim.runtime.jobs import build_job, party_tables
 
 from tests.helpers.servers import close_channels, held, publish_over_grpc, release_over_grpc, upload_all
 
@@ -144,14 +144,14 @@ def test_a_server_refuses_a_malformed_part(deployment):
 def test_a_party_process_refuses_a_weaker_trust_assumption_than_its_policy(deployment, tmp_path):
     """`ltm party` (a real process over TLS) refuses the replicated job by default (its policy asks
     for any k − 1 colluding servers), sends nothing, and joins it with --min-colluding-servers 1."""
-    from sim.localnet.demo import write_party_csv
+    from ltm.sim.localnet.demo import write_party_csv
 
     spec, tables, randomness = _job(deployment, "rep-policy", seed=25, n=300)
 
     asyncio.run(publish_over_grpc(deployment, spec))
     data = tmp_path / "party-0.csv"
     write_party_csv(data, tables["party-0"])
-    argv = [sys.executable, "-m", "ltm_cli", "party", "--id", "party-0", "--certs", str(deployment.certs),
+    argv = [sys.executable, "-m", "ltm.cli", "party", "--id", "party-0", "--certs", str(deployment.certs),
             "--servers", ",".join(deployment.endpoints), "--job", spec.job_id,
             "--data", str(data), "--no-progress", "--seed", "25", "--allow-reproduction",
             "--ledger-dir", str(tmp_path / "ledger"), "--state-dir", str(tmp_path / "state")]

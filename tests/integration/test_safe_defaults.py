@@ -27,16 +27,16 @@ import grpc
 import numpy as np
 import pytest
 
-from analyst.coordinator import run_job
+from ltm.analyst.coordinator import run_job
 from ltm.jobspec import JobSpec
 from ltm.randomness import Randomness
 from ltm.v1 import ltm_pb2
-from party.randomizer import make_batches, party_randomness
-from party.uploader import batch_header
-from ltm_datasets.synthetic import synthetic_ridge
-from sim.localnet.demo import write_party_csv
-from sim.runtime.jobs import build_job, party_tables
-from sim.localnet.launcher import ProcessGroup
+from ltm.party.randomizer import make_batches, party_randomness
+from ltm.party.uploader import batch_header
+from ltm.datasets.synthetic import synthetic_ridge
+from ltm.sim.localnet.demo import write_party_csv
+from ltm.sim.runtime.jobs import build_job, party_tables
+from ltm.sim.localnet.launcher import ProcessGroup
 
 from tests.helpers import party_runs  # tests/helpers/party_runs.py
 from tests.helpers.gaussian import gaussian_delta
@@ -217,7 +217,7 @@ def test_a_party_without_server_ids_refuses_an_endpoint_presenting_another_actor
 
 # ------------------------------------------------------------------------------ corruption default
 def test_default_demo_tolerates_a_corrupt_party_and_reports_the_ledgers(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "ltm_cli", "demo", "--json", "--workdir", str(tmp_path)],
+    out = subprocess.run([sys.executable, "-m", "ltm.cli", "demo", "--json", "--workdir", str(tmp_path)],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     r = json.loads(out.stdout)

@@ -1,4 +1,4 @@
-"""transport.certs / transport.tls against real gRPC servers on 127.0.0.1 (no project protos)."""
+"""ltm.transport.certs / ltm.transport.tls against real gRPC servers on 127.0.0.1 (no project protos)."""
 from __future__ import annotations
 
 import asyncio
@@ -12,9 +12,9 @@ import pytest
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from ltm_cli.app import main
-from transport.certs import role_of, write_certs
-from transport.tls import (
+from ltm.cli.app import main
+from ltm.transport.certs import role_of, write_certs
+from ltm.transport.tls import (
     AuthenticationError,
     Identity,
     InsecureIdentity,

@@ -29,7 +29,9 @@ import pytest
 from tests.helpers.optional import require
 
 ROOT = Path(__file__).resolve().parents[2]
-PROJECT_PACKAGES = ("ltm", "ltm_cli", "party", "server", "analyst", "sim", "ltm_datasets", "experiments", "transport")
+#: The one top-level package of the wheel, and the folders of its subpackages inside it.
+PROJECT_PACKAGES = ("ltm",)
+SUBPACKAGES = ("cli", "party", "server", "analyst", "sim", "datasets", "experiments", "transport")
 
 
 def _source_copy(dest: Path) -> Path:
@@ -90,16 +92,18 @@ def test_the_build_has_no_deprecated_metadata(artifacts):
 
 def test_the_wheel_carries_the_package_data(artifacts):
     names = set(zipfile.ZipFile(artifacts["wheel"]).namelist())
-    for pkg in PROJECT_PACKAGES:
-        assert f"{pkg}/__init__.py" in names, pkg
+    for pkg in SUBPACKAGES:
+        assert f"ltm/{pkg}/__init__.py" in names, pkg
+    # one namespace: nothing but ltm/ and its .dist-info at the top of the wheel
+    assert {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")} == {"ltm"}
     assert "ltm/v1/ltm_pb2.py" in names  # the committed gRPC stubs
     # the bundled data (the demo's and the experiments') with its provenance, and every experiment spec
-    for pattern in ("ltm_datasets/data/*.csv", "ltm_datasets/data/README.md", "experiments/specs/*.toml"):
+    for pattern in ("ltm/datasets/data/*.csv", "ltm/datasets/data/README.md", "ltm/experiments/specs/*.toml"):
         expected = {p.relative_to(ROOT).as_posix() for p in ROOT.glob(pattern)}
         assert expected and expected <= names, (pattern, sorted(expected - names))
     assert not any(n.startswith(("tests/", "deploy/")) for n in names)
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
-    assert "ltm = ltm_cli.app:main" in zipfile.ZipFile(artifacts["wheel"]).read(entry_points).decode()
+    assert "ltm = ltm.cli.app:main" in zipfile.ZipFile(artifacts["wheel"]).read(entry_points).decode()
 
 
 def test_the_sdist_carries_what_a_host_needs(artifacts):
@@ -132,10 +136,14 @@ def test_the_wheel_alone_runs_the_demo_in_a_fresh_venv(artifacts):
     r = subprocess.run([str(py), "-m", "pip", "install", "--no-index", "--no-cache-dir", str(artifacts["wheel"])],
                        cwd=outside, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    where = subprocess.run([str(py), "-c", "import ltm, sim.localnet.demo, transport; print(ltm.__file__); "
-                                           "print(sim.localnet.demo.__file__); print(transport.__file__)"],
+    where = subprocess.run([str(py), "-c", "import ltm, ltm.sim.localnet.demo, ltm.server; print(ltm.__file__); "
+                                           "print(ltm.sim.localnet.demo.__file__); print(ltm.server.__file__)"],
                            cwd=outside, env=env, capture_output=True, text=True, check=True).stdout.split()
     assert all(Path(w).is_relative_to(venv) for w in where), where
+    # the actors live under ltm.*: a user's own `server` or `party` module is never shadowed by ours
+    for name in ("server", "party", "analyst", "transport", "sim", "experiments", "ltm_cli", "ltm_datasets"):
+        gone = subprocess.run([str(py), "-c", f"import {name}"], cwd=outside, env=env, capture_output=True, text=True)
+        assert gone.returncode != 0, f"the wheel installed a top-level {name!r}"
     ltm_bin = venv / "bin" / "ltm"
     assert ltm_bin.is_file()
     r = subprocess.run([str(ltm_bin), "demo", "--json"], cwd=outside, env=env, capture_output=True, text=True,

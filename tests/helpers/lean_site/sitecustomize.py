@@ -6,7 +6,7 @@ import sys
 
 DEV_ONLY = ("pytest", "hypothesis", "matplotlib", "yaml", "dask", "distributed", "kubernetes_validate", "mutmut",
             "build", "grpc_tools")
-PROJECT = ("ltm", "ltm_cli", "party", "server", "analyst", "sim", "ltm_datasets", "experiments", "transport")
+PROJECT = ("ltm", "ltm.cli", "party", "server", "analyst", "sim", "ltm.datasets", "experiments", "transport")
 
 
 class _Lean:

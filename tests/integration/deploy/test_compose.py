@@ -24,7 +24,7 @@ import pytest
 from tests.helpers.optional import require
 yaml = require("yaml")
 
-from ltm_cli.app import build_parser  # noqa: E402
+from ltm.cli.app import build_parser  # noqa: E402
 
 from tests.helpers.processes import stop_processes  # noqa: E402
 
@@ -409,7 +409,7 @@ class LoopbackTestbed:
     def start(self, service: str, argv: list[str], log: Path, port_file: Path | None = None) -> subprocess.Popen:
         log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("ab") as fh:
-            proc = subprocess.Popen([sys.executable, "-m", "ltm_cli", *self.local(service, argv, port_file)],
+            proc = subprocess.Popen([sys.executable, "-m", "ltm.cli", *self.local(service, argv, port_file)],
                                     stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
         self.procs.append(proc)
         return proc
@@ -428,7 +428,7 @@ class LoopbackTestbed:
         self.endpoints[f"{service}:{port}"] = f"127.0.0.1:{port_file.read_text().strip()}"
         health = SERVICES[service]["healthcheck"]["test"][2:]
         while True:
-            r = subprocess.run([sys.executable, "-m", "ltm_cli", *self.local(service, health)],
+            r = subprocess.run([sys.executable, "-m", "ltm.cli", *self.local(service, health)],
                                capture_output=True, text=True, timeout=60)
             if r.returncode == 0:
                 return
@@ -442,7 +442,7 @@ class LoopbackTestbed:
 def issue_certificates(tb: LoopbackTestbed) -> None:
     """certs-init's `ltm certs` command, run as written (paths mapped to the volume directories)."""
     (argv,) = ltm_argv(SERVICES["certs-init"])
-    r = subprocess.run([sys.executable, "-m", "ltm_cli", *tb.local("certs-init", argv)],
+    r = subprocess.run([sys.executable, "-m", "ltm.cli", *tb.local("certs-init", argv)],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
 
@@ -475,13 +475,13 @@ def run_on_loopback(tmp_path, services: dict[str, dict]) -> str:
             tb.serve(service)
         tb.serve("analyst")
         (argv,) = ltm_argv(services["demo-data"])  # after the servers: their endpoints go into the job file
-        r = subprocess.run([sys.executable, "-m", "ltm_cli", *tb.local("demo-data", [interpolate(w) for w in argv])],
+        r = subprocess.run([sys.executable, "-m", "ltm.cli", *tb.local("demo-data", [interpolate(w) for w in argv])],
                            capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, r.stderr
         parties = {name: tb.start(name, [interpolate(w) for w in services[name]["command"]],
                                   tmp_path / "logs" / f"{name}.log")
                    for name in sorted(services) if name.startswith("party-")}
-        operator = subprocess.run([sys.executable, "-m", "ltm_cli",
+        operator = subprocess.run([sys.executable, "-m", "ltm.cli",
                                    *tb.local("operator", [interpolate(w) for w in services["operator"]["command"]])],
                                   capture_output=True, text=True, timeout=300)
         assert operator.returncode == 0, operator.stderr[-2000:]
@@ -512,7 +512,7 @@ def test_the_columns_overlay_releases_what_simulate_releases_on_loopback(tmp_pat
     in containers against `ltm demo`)."""
     import json
 
-    from ltm_cli.app import main
+    from ltm.cli.app import main
 
     out = run_on_loopback(tmp_path, merged_services("columns"))
     sha = re.search(r"release sha256 ([0-9a-f]{64})", out).group(1)
@@ -527,8 +527,8 @@ def test_the_demo_job_file_is_the_demo_job(tmp_path, release):
     testbed can release the demo's bytes through `ltm job submit`."""
     from ltm.jobfile import job_file_doc, parse_job_file, render_job_file
     from ltm.randomness import Randomness
-    from sim.localnet.demo import prepare_job
-    from sim.runtime.simulate import SimulateConfig, load_table
+    from ltm.sim.localnet.demo import prepare_job
+    from ltm.sim.runtime.simulate import SimulateConfig, load_table
 
     randomness = Randomness.seeded_insecure(7)
     cfg = SimulateConfig(parties=4, k=3, seed=7, model="ridge", sketch=release, m=8 if release == "dense" else None)

@@ -22,7 +22,7 @@ import pytest
 from tests.helpers.optional import require
 yaml = require("yaml")
 
-from ltm_cli.app import build_parser  # noqa: E402
+from ltm.cli.app import build_parser  # noqa: E402
 
 from tests.helpers.k8s import (ACTORS, K8S, OVERLAYS, PIECES, ROOT, by_kind, env_of, expand, piece_actors,  # noqa: E402
                                render, workloads)

@@ -1,5 +1,5 @@
 """deploy/README.md's guide to separate machines, run as written with every host in its own
-network namespace (sim/localnet/netns.py: one namespace per host on its own address, on a bridge this test
+network namespace (ltm/sim/localnet/netns.py: one namespace per host on its own address, on a bridge this test
 creates; nothing else is connected; everything is removed afterwards).  Root only (CI runs as root).
 
 Each ```sh block whose first line is `# on: HOST` runs on HOST: in HOST's namespace, in HOST's own
@@ -35,7 +35,7 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from sim.localnet.netns import NetnsLab, netns_available
+from ltm.sim.localnet.netns import NetnsLab, netns_available
 
 from tests.helpers.processes import stop_processes
 
@@ -94,7 +94,7 @@ def _unit_file(unit: str) -> tuple[str, str | None]:
 def test_the_guide_names_every_host():
     hosts = {h for h, _ in guide_blocks()}
     assert hosts == set(HOSTS) | {"ca"}
-    from ltm_cli.app import build_parser
+    from ltm.cli.app import build_parser
 
     for _, cmds in guide_blocks():
         for c in cmds:
@@ -150,7 +150,7 @@ class Hosts:
         # `ltm` as the guide calls it: this checkout's code, whatever is installed; `scp` between hosts
         self.bin = root / "bin"
         self.bin.mkdir()
-        (self.bin / "ltm").write_text(f"#!/bin/sh\nexec {sys.executable} -m ltm_cli \"$@\"\n")
+        (self.bin / "ltm").write_text(f"#!/bin/sh\nexec {sys.executable} -m ltm.cli \"$@\"\n")
         (self.bin / "scp").write_text(f"#!{sys.executable}\n{SCP}")
         for shim in ("ltm", "scp"):
             (self.bin / shim).chmod(0o755)
@@ -258,7 +258,7 @@ class Hosts:
 
 def party_files(hosts: Hosts) -> None:
     """Each party's own data, on its own host (the parties' business, before the guide's step 7)."""
-    text = (ROOT / "ltm_datasets" / "data" / "household_power_sample100k_part1of2.csv").read_text().splitlines()
+    text = (ROOT / "ltm" / "datasets" / "data" / "household_power_sample100k_part1of2.csv").read_text().splitlines()
     for p in range(4):
         rows = text[1 + p * CLIENTS_PER_PARTY:1 + (p + 1) * CLIENTS_PER_PARTY]
         (hosts.dir(f"party-{p}") / f"party-{p}.csv").write_text("\n".join([text[0], *rows]) + "\n")

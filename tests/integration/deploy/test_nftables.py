@@ -2,7 +2,7 @@
 IPv4 and IPv6: SSH and the allowed peers get through, everyone else is refused, and the host's own
 outgoing connections keep working.
 
-Hosts (sim/localnet/netns.py, each its own namespace with an IPv4 and an IPv6 address on a private bridge):
+Hosts (ltm/sim/localnet/netns.py, each its own namespace with an IPv4 and an IPv6 address on a private bridge):
 ``server`` (ltm-server.nft, peers: ``analyst`` and ``party``), ``analyst`` (ltm-analyst.nft, peer:
 ``operator``), ``party`` (ltm-client.nft), ``operator`` and ``other`` (no rules: an outsider). Each
 ruleset file is used as shipped, with the peers appended as deploy/README.md says. Listeners are
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from sim.localnet.netns import NetnsLab, netns_available
+from ltm.sim.localnet.netns import NetnsLab, netns_available
 
 ROOT = Path(__file__).resolve().parents[3]
 RULES = ROOT / "deploy" / "nftables"

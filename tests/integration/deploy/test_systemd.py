@@ -91,7 +91,7 @@ def test_services_restart_log_to_the_journal_and_are_hardened(name):
 
 def test_the_service_commands_parse_with_ltm():
     """Each ExecStart is a valid `ltm` command line (specifiers stand for an instance name)."""
-    from ltm_cli.app import build_parser
+    from ltm.cli.app import build_parser
 
     for name in SERVICES:
         words = _unit(name)["Service"]["ExecStart"].replace("%i", "x-1").split()

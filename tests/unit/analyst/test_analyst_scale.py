@@ -15,9 +15,9 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from analyst.coordinator import GrpcServerLink, ReleaseFailed, coordinate, coverage_report
-from analyst.jobs import JobRunner, result_files
-from analyst.store import AnalystStore
+from ltm.analyst.coordinator import GrpcServerLink, ReleaseFailed, coordinate, coverage_report
+from ltm.analyst.jobs import JobRunner, result_files
+from ltm.analyst.store import AnalystStore
 from ltm.client_set import ClientSet
 from ltm.jobfile import FitSpec
 from ltm.jobspec import ColumnSpec, JobSpec, PartySpec, PrivacySpec, ServerSpec, SketchSpec, warm_validation_in_background
@@ -196,8 +196,8 @@ def test_release_json_is_json_dumps_byte_for_byte(rows, monkeypatch):
     ``json.dumps(release_to_json(release))``, including non-finite values and awkward column names."""
     from dataclasses import replace as dc_replace
 
-    from analyst import jobs
-    from analyst.release import ReleasedSketch
+    from ltm.analyst import jobs
+    from ltm.analyst.release import ReleasedSketch
 
     monkeypatch.setattr(jobs, "_JSON_ROW_BLOCK", 1000)
     matrix = np.random.default_rng(rows).standard_normal((rows, 3)) * 1e5

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analyst.store import AnalystStore, AnalystStoreInUse
+from ltm.analyst.store import AnalystStore, AnalystStoreInUse
 from ltm.client_set import ClientSet
 from ltm.jobfile import parse_job_file, render_job_file
 from tests.helpers.jobs import job_doc as doc
@@ -62,7 +62,7 @@ def test_the_runner_refuses_a_job_id_that_is_not_one_directory_name(tmp_path, ba
     import asyncio
     from dataclasses import replace
 
-    from analyst.jobs import JobRunner
+    from ltm.analyst.jobs import JobRunner
     from ltm.jobspec import JobSpecError
 
     spec = replace(parse_job_file(render_job_file(doc())).spec, job_id=bad_id)

@@ -1,4 +1,4 @@
-"""Tests for analyst.baselines: SSP, AdaSSP, MOD-SULQ, the local model (fixed seeds)."""
+"""Tests for ltm.analyst.baselines: SSP, AdaSSP, MOD-SULQ, the local model (fixed seeds)."""
 from __future__ import annotations
 
 import math
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from ltm.clipping import clip_rows
-from analyst.baselines import (
+from ltm.analyst.baselines import (
     adassp,
     gram_sensitivity,
     local_noisy_rows,
@@ -19,9 +19,9 @@ from analyst.baselines import (
     ssp_statistics,
     symmetric_gaussian,
 )
-from analyst.estimators import DGMOLS, OLS
-from analyst.metrics import ridge_optimum
-from analyst.release import ReleasedSketch
+from ltm.analyst.estimators import DGMOLS, OLS
+from ltm.analyst.metrics import ridge_optimum
+from ltm.analyst.release import ReleasedSketch
 from ltm.dp.calibration import analytic_gaussian_sigma
 
 EPS_HUGE = 1e8
@@ -276,7 +276,7 @@ def test_baselines_require_a_generator() -> None:
 # Each test checks behaviour against a value computed independently (a closed form written out
 # again, numpy/scipy in the clear, a second route through the code), never a recorded output.
 from tests.helpers.messages import exact as _exact  # noqa: E402
-from analyst import baselines as bl  # noqa: E402
+from ltm.analyst import baselines as bl  # noqa: E402
 
 
 # --- analyst/baselines.py: each baseline re-derived from its documented algorithm ------------------
@@ -330,9 +330,9 @@ def test_ssp_ridge_matches_its_definition(tight):
 
 
 def test_the_baselines_solve_with_the_ltm_gram_solver():
-    """SSP and AdaSSP solve their noisy statistics with analyst.gram.solve_gram (the LTM's own
+    """SSP and AdaSSP solve their noisy statistics with ltm.analyst.gram.solve_gram (the LTM's own
     rule, tested in test_gram.py): an indefinite noisy AᵀA is projected and reported."""
-    from analyst.gram import solve_gram
+    from ltm.analyst.gram import solve_gram
     A, b = _regression_data(seed=5)
     for fit in (bl.ssp_ridge(A, b, 0.0, 0.05, 1e-6, 1.0, np.random.default_rng(2), tight=True),
                 bl.adassp(A, b, 0.05, 1e-6, 1.0, np.random.default_rng(2))):
@@ -427,7 +427,7 @@ def test_mod_sulq_matches_its_definition():
 
 
 def test_local_release_matches_its_definition():
-    from analyst.release import ReleasedSketch
+    from ltm.analyst.release import ReleasedSketch
 
     rng = np.random.default_rng(6)
     V = rng.normal(size=(50, 3))
@@ -503,7 +503,7 @@ def test_cv_ridge_lambda_agrees_with_a_direct_cross_validation_on_many_problems(
 
 
 def test_local_release_accepts_integer_rows():
-    from analyst.release import ReleasedSketch
+    from ltm.analyst.release import ReleasedSketch
 
     V = np.array([[1, 0, 0], [0, 2, 0], [3, 0, 1]])
     template = ReleasedSketch(matrix=np.zeros((3, 3)), columns=("a", "b", "y"), centers=np.zeros(3),
@@ -572,7 +572,7 @@ def test_mod_sulq_edges_and_pass_through():
 
 
 def test_local_release_privacy_record():
-    from analyst.release import ReleasedSketch
+    from ltm.analyst.release import ReleasedSketch
 
     V = np.eye(3)
     template = ReleasedSketch(matrix=np.zeros((3, 3)), columns=("a", "b", "y"), centers=np.zeros(3),

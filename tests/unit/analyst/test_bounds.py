@@ -6,11 +6,11 @@ import math
 import numpy as np
 import pytest
 
-from analyst.bounds import Draft, choose, next_grid, noise_sd, round_estimates
+from ltm.analyst.bounds import Draft, choose, next_grid, noise_sd, round_estimates
 from ltm.histograms import LOG_EDGES, bins_of, one_hot, sensitivity
 from ltm.jobfile import JobFileError, parse_job_file, render_job_file
 from ltm.randomness import Randomness
-from sim.runtime.inprocess import run_inprocess
+from ltm.sim.runtime.inprocess import run_inprocess
 
 N = 4000
 
@@ -73,7 +73,7 @@ def test_a_draft_needs_something_to_estimate_and_the_rows_partition():
 def test_noise_sd_is_the_released_counts_noise_not_the_minimum_honest_noise(mechanism):
     # Every participant adds noise to every count, so a count's noise has variance participants·σ_c²
     # (the release's noise_variance_per_column) — more than σ_Y² = L·σ_c² when L < participants.
-    from analyst.reconstruct import privacy_report
+    from ltm.analyst.reconstruct import privacy_report
 
     doc = draft_doc()
     doc["privacy"] = {"epsilon": 1.0, "mechanism": mechanism, **({"delta": 1e-6} if mechanism == "gaussian" else {})}

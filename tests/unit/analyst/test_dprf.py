@@ -1,4 +1,4 @@
-"""Algorithm 1 of Liao, Needell & Xue (analyst.dprf): solvers, the corrected (certified) sensitivity
+"""Algorithm 1 of Liao, Needell & Xue (ltm.analyst.dprf): solvers, the corrected (certified) sensitivity
 checked against an independent brute-force computation and dp_accounting, the paper's Lemma 6
 sensitivity shown to fail, the NOT-DP labels of the reproduction modes, the noise laws, and the
 RFRidge estimator on an LTM release (predict on raw inputs).
@@ -12,10 +12,10 @@ import math
 import numpy as np
 import pytest
 
-from analyst.dprf import (MODES, DPRandomFeatureRegressor, algorithm1_calibration, certified_radius,
+from ltm.analyst.dprf import (MODES, DPRandomFeatureRegressor, algorithm1_calibration, certified_radius,
                           gamma_output_perturbation, gaussian_output_perturbation, kaczmarz, min_norm,
                           sgd_sensitivity)
-from analyst.random_features import RFRidge
+from ltm.analyst.random_features import RFRidge
 from ltm.randomness import Randomness
 from ltm.transforms import RandomFeatures, rff_spec
 
@@ -154,16 +154,16 @@ def test_dprf_predict_fits_a_smooth_function_without_noise_budget_issues():
 
 # ----------------------------------------------------------------------------------- LTM estimator
 def test_rf_ridge_on_an_ltm_release_predicts_raw_inputs():
-    from ltm_datasets.synthetic import synthetic_nonlinear
-    from sim.runtime.inprocess import run_inprocess
-    from sim.runtime.jobs import RFFOptions, build_job, party_tables
+    from ltm.datasets.synthetic import synthetic_nonlinear
+    from ltm.sim.runtime.inprocess import run_inprocess
+    from ltm.sim.runtime.jobs import RFFOptions, build_job, party_tables
     from ltm.transforms import FeaturePipeline
 
     r = Randomness.seeded_insecure("rfridge")
     table = synthetic_nonlinear(3000, 3, r)
     spec, _ = build_job(table, job_id="rf", randomness=r, parties=2, k=2, m=60,
                         rff=RFFOptions(n_features=20), epsilon=1e4)
-    from party.ledger import UNLIMITED  # a near-noiseless test job, far past any real budget
+    from ltm.party.ledger import UNLIMITED  # a near-noiseless test job, far past any real budget
     run = run_inprocess(spec, party_tables(spec, table), r, budget=UNLIMITED)
     model = RFRidge(spec, lam=1.0).fit(run.release)
     X = np.column_stack([table.columns[f"x{j}"] for j in range(3)])[:50]

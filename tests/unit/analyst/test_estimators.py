@@ -1,4 +1,4 @@
-"""Tests for analyst.estimators: solvers, raw-unit mapping, OLS/Ridge/RMGM/DGM/LowRank."""
+"""Tests for ltm.analyst.estimators: solvers, raw-unit mapping, OLS/Ridge/RMGM/DGM/LowRank."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,7 +8,7 @@ require("hypothesis")
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analyst.estimators import (
+from ltm.analyst.estimators import (
     DGMOLS,
     ESTIMATOR_NAMES,
     OLS,
@@ -22,7 +22,7 @@ from analyst.estimators import (
     solve_ridge,
     to_scaled,
 )
-from analyst.release import ReleasedSketch
+from ltm.analyst.release import ReleasedSketch
 from ltm.lifts import gram_noise_factors
 
 
@@ -329,7 +329,7 @@ def test_make_estimator_names() -> None:
 import math  # noqa: E402
 from dataclasses import replace as _replace  # noqa: E402
 from tests.helpers.messages import exact as _exact  # noqa: E402
-from analyst import estimators as est  # noqa: E402
+from ltm.analyst import estimators as est  # noqa: E402
 
 
 # --- analyst/estimators.py: the de-biased ridge, its eigenvalue floor, LowRank's signs ---------
@@ -553,7 +553,7 @@ def test_estimators_on_a_gram_release_solve_the_released_normal_equations():
 
 
 def test_release_lambda_rules():
-    from analyst.gram import adassp_lambda
+    from ltm.analyst.gram import adassp_lambda
 
     rel, _, G = _gram_release(v=5.0)
     lam, rule = est.release_lambda(rel)

@@ -18,20 +18,20 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from analyst.estimators import OLS, LowRank, Ridge
-from analyst.gram import adassp_lambda, gram_blocks, solve_gram
+from ltm.analyst.estimators import OLS, LowRank, Ridge
+from ltm.analyst.gram import adassp_lambda, gram_blocks, solve_gram
 from ltm.errors import ProtocolError
 from ltm.jobspec import JobSpecError, honest_row_loads, validate_job
 from ltm.lifts import LIFTS, gram_from_vector, gram_noise_factors, gram_width
 from ltm.randomness import Randomness
 from ltm.ring import decode, encode
-from party.randomizer import clip_rows, client_vectors, noisy_copies, plan_batches, party_randomness
-from server.core import ServerCore
-from server.release_gate import ANALYST_ROLE
-from ltm_datasets.synthetic import synthetic_ridge
-from ltm_datasets.tables import Table
-from sim.runtime.inprocess import run_inprocess
-from sim.runtime.jobs import build_job, party_tables
+from ltm.party.randomizer import clip_rows, client_vectors, noisy_copies, plan_batches, party_randomness
+from ltm.server.core import ServerCore
+from ltm.server.release_gate import ANALYST_ROLE
+from ltm.datasets.synthetic import synthetic_ridge
+from ltm.datasets.tables import Table
+from ltm.sim.runtime.inprocess import run_inprocess
+from ltm.sim.runtime.jobs import build_job, party_tables
 
 from tests.helpers.clear_releases import assert_release_over_everyone_is, clear_gram_release, shares_sum
 
@@ -115,7 +115,7 @@ def test_gram_reconstruction_is_the_sum_of_noisy_lifted_vectors_bit_for_bit(shar
     np.testing.assert_array_equal(run.release.matrix, decode(expected, spec.frac_bits))
     assert run.release.kind == "gram" and run.release.matrix.shape == (1, gram_width(spec.width))
     # the released Gram is ZᵀZ plus noise of the calibrated size
-    from sim.runtime.simulate import training_matrix
+    from ltm.sim.runtime.simulate import training_matrix
     V = training_matrix(spec, table)
     err = run.release.gram - V.T @ V
     assert np.abs(err).max() < 7 * math.sqrt(run.release.noise_variance_per_column)
@@ -124,7 +124,7 @@ def test_gram_reconstruction_is_the_sum_of_noisy_lifted_vectors_bit_for_bit(shar
 def test_gram_sum_covers_exactly_the_agreed_participants():
     """A party that never uploads, a batch that reached only one server, and clients the analyst
     leaves out of part of a batch: the released sum covers exactly the agreed participants."""
-    from party.randomizer import make_batches
+    from ltm.party.randomizer import make_batches
 
     spec, table, randomness = gram_job(n=600, parties=4, k=2, seed="dropout", min_honest_load=100)
     tables = party_tables(spec, table)
@@ -266,7 +266,7 @@ def test_gram_gate_refuses_a_tiny_participant_set():
     # run_inprocess released the full set; a fresh job id on the same data: close, then ask for 5 clients
     spec_b = replace(spec, job_id="gram-b")
     servers_b = [ServerCore(s.server_id) for s in spec_b.servers]
-    from party.randomizer import make_batches
+    from ltm.party.randomizer import make_batches
     for server in servers_b:
         server.create_job(spec_b, caller_role=ANALYST_ROLE)
     for party in spec_b.parties:
@@ -311,7 +311,7 @@ def test_estimators_on_a_gram_release_solve_the_normal_equations():
 # route: the positive part of a symmetric matrix from its polar decomposition, scipy's sqrtm), and
 # the noise bounds and helpers against their closed forms.
 import re  # noqa: E402
-from analyst import gram  # noqa: E402
+from ltm.analyst import gram  # noqa: E402
 
 
 def psd_part(H: np.ndarray) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""Tests for analyst.metrics: φ, ψ, ridge objective, MSE, R²."""
+"""Tests for ltm.analyst.metrics: φ, ψ, ridge objective, MSE, R²."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,7 +8,7 @@ require("hypothesis")
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analyst.metrics import (
+from ltm.analyst.metrics import (
     gram_matrix,
     mse,
     phi,

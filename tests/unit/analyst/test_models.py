@@ -17,15 +17,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analyst.jobs import fit_model, release_json
-from analyst.models import NotFittedError, ReleaseLowRank, ReleaseOLS, ReleaseRidge
-from analyst.release import release_from_json
-from analyst.result import open_result
+from ltm.analyst.jobs import fit_model, release_json
+from ltm.analyst.models import NotFittedError, ReleaseLowRank, ReleaseOLS, ReleaseRidge
+from ltm.analyst.release import release_from_json
+from ltm.analyst.result import open_result
 from ltm.randomness import Randomness
-from ltm_datasets.synthetic import synthetic_ridge
-from ltm_datasets.tables import Table
-from sim.runtime.inprocess import run_inprocess
-from sim.runtime.jobs import build_job, party_tables
+from ltm.datasets.synthetic import synthetic_ridge
+from ltm.datasets.tables import Table
+from ltm.sim.runtime.inprocess import run_inprocess
+from ltm.sim.runtime.jobs import build_job, party_tables
 
 N, D = 6000, 3
 
@@ -194,7 +194,7 @@ def test_coefficient_errors_follow_the_stated_noise(results):
 
 
 def test_the_core_does_not_import_scikit_learn():
-    code = ("import sys, analyst.models, analyst.result; "
+    code = ("import sys, ltm.analyst.models, ltm.analyst.result; "
             "assert 'sklearn' not in sys.modules, 'sklearn imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
 

@@ -4,10 +4,10 @@ import pytest
 
 from ltm.randomness import Randomness
 from ltm.ring import decode, encode
-from party.randomizer import clip_rows, client_vectors, noisy_copies, party_randomness, plan_batches
-from ltm_datasets.synthetic import synthetic_ridge
-from sim.runtime.inprocess import run_inprocess
-from sim.runtime.jobs import build_job, party_tables
+from ltm.party.randomizer import clip_rows, client_vectors, noisy_copies, party_randomness, plan_batches
+from ltm.datasets.synthetic import synthetic_ridge
+from ltm.sim.runtime.inprocess import run_inprocess
+from ltm.sim.runtime.jobs import build_job, party_tables
 
 from tests.helpers.clear_releases import BATCH, assert_release_over_everyone_is, clear_release
 

@@ -19,7 +19,7 @@ from ltm.randomness import Randomness  # noqa: F401
 
 # --- analyst/reconstruct.py -----------------------------------------------------------------------
 
-from analyst.reconstruct import privacy_report, reconstruct_release, release_sha256  # noqa: E402
+from ltm.analyst.reconstruct import privacy_report, reconstruct_release, release_sha256  # noqa: E402
 from ltm.jobspec import honest_row_loads  # noqa: E402
 from ltm.dp.calibration import gaussian_delta  # noqa: E402
 
@@ -249,8 +249,8 @@ def test_reconstructed_release_carries_the_public_column_metadata():
 def test_reconstructed_release_names_a_dense_kind():
     from ltm.ring import encode
 
-    from ltm_datasets.synthetic import synthetic_ridge
-    from sim.runtime.jobs import build_job
+    from ltm.datasets.synthetic import synthetic_ridge
+    from ltm.sim.runtime.jobs import build_job
 
     randomness = Randomness.seeded_insecure("dense-kills")
     spec, _ = build_job(synthetic_ridge(400, 3, randomness), job_id="dense-kills", randomness=randomness,

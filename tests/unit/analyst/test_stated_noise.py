@@ -32,10 +32,10 @@ import scipy.stats
 
 from ltm.jobspec import range_row_loads
 from ltm.randomness import Randomness
-from ltm_datasets.tables import Table
-from sim.runtime.inprocess import run_inprocess
-from sim.runtime.jobs import build_job, party_tables
-from sim.runtime.replicated_run import run_replicated
+from ltm.datasets.tables import Table
+from ltm.sim.runtime.inprocess import run_inprocess
+from ltm.sim.runtime.jobs import build_job, party_tables
+from ltm.sim.runtime.replicated_run import run_replicated
 
 ALPHA = 1e-7
 GROUPS, BAD, TOL = 31, 0.12, 0.45
@@ -175,10 +175,10 @@ def test_sparse_sketch_noise_is_as_stated():
 from dataclasses import replace  # noqa: E402
 import json  # noqa: E402
 
-from analyst.estimators import release_lambda  # noqa: E402
-from analyst.gram import adassp_lambda, noise_edge, wigner_variance  # noqa: E402
-from analyst.reconstruct import draw_variance, release_noise_variance  # noqa: E402
-from analyst.release import ReleasedSketch, stated_noise  # noqa: E402
+from ltm.analyst.estimators import release_lambda  # noqa: E402
+from ltm.analyst.gram import adassp_lambda, noise_edge, wigner_variance  # noqa: E402
+from ltm.analyst.reconstruct import draw_variance, release_noise_variance  # noqa: E402
+from ltm.analyst.release import ReleasedSketch, stated_noise  # noqa: E402
 from ltm.client_set import ClientSet  # noqa: E402
 from ltm.jobspec import honest_row_loads  # noqa: E402
 from ltm.lifts import gram_from_vector, gram_noise_factors, gram_width  # noqa: E402

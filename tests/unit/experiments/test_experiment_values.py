@@ -10,7 +10,7 @@ import pytest
 
 
 def test_burkhardt_ridge_phi_of_each_series_against_an_independent_optimum():
-    from experiments import burkhardt, ltmjobs
+    from ltm.experiments import burkhardt, ltmjobs
 
     params = {"n": 20000, "d": 4, "lam": 1.0, "epsilon": 1000.0, "delta": 1e-5, "scaling": "standardise",
               "m": 100, "series": ["tight", "debiased", "zero", "sketch", "ssp"], "path": "fast"}

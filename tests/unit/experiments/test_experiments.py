@@ -10,24 +10,24 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from experiments import ltmjobs
-from experiments.ltmjobs import Mechanism
-from experiments.registry import SCENARIOS, get_scenario, load_scenarios, register
-from experiments.results import ResultsCsv
-from experiments.runner import run_experiment
-from experiments.seeds import derive_seed, subseed
-from experiments.spec import SPEC_DIR, SpecError, load_spec, spec_from_dict
+from ltm.experiments import ltmjobs
+from ltm.experiments.ltmjobs import Mechanism
+from ltm.experiments.registry import SCENARIOS, get_scenario, load_scenarios, register
+from ltm.experiments.results import ResultsCsv
+from ltm.experiments.runner import run_experiment
+from ltm.experiments.seeds import derive_seed, subseed
+from ltm.experiments.spec import SPEC_DIR, SpecError, load_spec, spec_from_dict
 from ltm.randomness import Randomness
-from ltm_datasets.tables import Table
-from sim.runtime.inprocess import run_inprocess
-from sim.runtime.jobs import party_tables
+from ltm.datasets.tables import Table
+from ltm.sim.runtime.inprocess import run_inprocess
+from ltm.sim.runtime.jobs import party_tables
 
 SPECS = sorted(SPEC_DIR.glob("*.toml"))
 
 
 def _plots_unavailable() -> str | None:
     """Why plots cannot be drawn here (matplotlib is an optional extra), or None if they can."""
-    from experiments.report import PlotsUnavailable, _import_matplotlib
+    from ltm.experiments.report import PlotsUnavailable, _import_matplotlib
 
     try:
         _import_matplotlib()
@@ -186,7 +186,7 @@ source = "Table 99"
 
 
 def test_missing_plot_extra_is_a_clear_error_after_results(tmp_path, monkeypatch):
-    from experiments import report
+    from ltm.experiments import report
 
     def unavailable():
         raise report.PlotsUnavailable("plots need matplotlib, which is not installed: pip install -e '.[plot]'")
@@ -311,7 +311,7 @@ def test_fast_release_reports_the_same_noise_accounting_as_the_pipeline():
 
 
 def test_paper_calibration_below_its_threshold_is_the_zero_output_branch():
-    from experiments import burkhardt
+    from ltm.experiments import burkhardt
 
     rows = burkhardt.ridge_real({"dataset": "elevation", "lam": 10.0, "epsilon": 0.03, "scaling": "maxnorm",
                                  "series": ["paper", "zero"], "path": "fast"}, 1)
@@ -343,15 +343,15 @@ def test_seeds_are_deterministic_and_distinct():
 
 
 def test_missing_scenario_module_is_tolerated_and_named(capsys):
-    load_scenarios(("experiments.no_such_module",))
-    assert "experiments.no_such_module is not present" in capsys.readouterr().err
-    with pytest.raises(ValueError, match="its module experiments.no_such_module is missing"):
-        get_scenario("nope", "experiments.no_such_module")
+    load_scenarios(("ltm.experiments.no_such_module",))
+    assert "ltm.experiments.no_such_module is not present" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="its module ltm.experiments.no_such_module is missing"):
+        get_scenario("nope", "ltm.experiments.no_such_module")
     assert "burkhardt.ridge_synthetic" in SCENARIOS
 
 
 def test_cli_lists_specs_and_runs_one(tmp_path, capsys):
-    from ltm_cli.app import main
+    from ltm.cli.app import main
 
     assert main(["experiment", "list"]) == 0
     listed = capsys.readouterr().out
@@ -367,7 +367,7 @@ def test_cli_lists_specs_and_runs_one(tmp_path, capsys):
 def test_a_sketch_with_an_empty_row_is_redrawn_before_the_data_is_used():
     """At small n/m a public sketch can leave a row empty (the gate refuses: no honest load); the
     scenario draws a fresh public seed instead of failing the cell."""
-    from experiments import burkhardt
+    from ltm.experiments import burkhardt
     from ltm.sketch import Sketch
 
     params = {"n": 300, "d": 3, "lam": 1.0, "epsilon": 1.0, "scaling": "standardise", "m": 50,
@@ -383,13 +383,13 @@ def test_a_sketch_with_an_empty_row_is_redrawn_before_the_data_is_used():
 
 
 def test_run_json_records_a_bundled_spec_relative_to_the_project():
-    from experiments.runner import recorded_spec_path
+    from ltm.experiments.runner import recorded_spec_path
 
-    assert recorded_spec_path(SPEC_DIR / "liao_table1.toml") == "experiments/specs/liao_table1.toml"
+    assert recorded_spec_path(SPEC_DIR / "liao_table1.toml") == "ltm/experiments/specs/liao_table1.toml"
 
 
 def test_run_json_records_a_spec_outside_the_project_absolute(tmp_path):
-    from experiments.runner import recorded_spec_path
+    from ltm.experiments.runner import recorded_spec_path
 
     spec = _toy_spec(tmp_path, reps=1)
     assert recorded_spec_path(spec) == str(spec.resolve())
@@ -399,7 +399,7 @@ def test_a_committed_record_rebuilds_from_another_working_directory(tmp_path, mo
     """docs/results/<name>/run.json came from another checkout: its report still rebuilds."""
     import shutil
 
-    from experiments.runner import rebuild_report
+    from ltm.experiments.runner import rebuild_report
 
     out = tmp_path / "liao_table1"
     shutil.copytree(Path(__file__).resolve().parents[3] / "docs" / "results" / "liao_table1", out)

@@ -1,25 +1,25 @@
-"""Wu et al. reproduction scenarios (experiments/wu.py): the sketch is Wu's B, the LTM release is
+"""Wu et al. reproduction scenarios (ltm/experiments/wu.py): the sketch is Wu's B, the LTM release is
 B·V/√m plus the calibrated noise, RMGM is consistent, Wu's calibration numbers, the data loaders.
 
 All randomness is seeded, so every assertion is deterministic (no flake budget needed).
 """
 from __future__ import annotations
 
-from party.ledger import UNLIMITED  # near-noiseless test jobs, far past any real budget
+from ltm.party.ledger import UNLIMITED  # near-noiseless test jobs, far past any real budget
 
 import math
 
 import numpy as np
 import pytest
 
-from analyst.estimators import DGMOLS, RMGMOLS
-from experiments import wu
+from ltm.analyst.estimators import DGMOLS, RMGMOLS
+from ltm.experiments import wu
 from ltm.dp.calibration import analytic_gaussian_sigma, gaussian_delta
 from ltm.randomness import Randomness
 from ltm.sketch import Sketch
-from ltm_datasets.tables import DataError
-from sim.runtime.inprocess import run_inprocess
-from sim.runtime.jobs import party_tables
+from ltm.datasets.tables import DataError
+from ltm.sim.runtime.inprocess import run_inprocess
+from ltm.sim.runtime.jobs import party_tables
 
 
 def _synthetic(n: int, seed: int = 0):

@@ -1,4 +1,4 @@
-"""Corruption-threshold scenarios (experiments/thresholds.py).
+"""Corruption-threshold scenarios (ltm/experiments/thresholds.py).
 
 Servers: a coalition of t < k servers holds uniform, data-independent values; all k reconstruct the
 clients' noisy rows and the release exactly.  Clients: the actual (ε, δ) equals the claim at
@@ -13,8 +13,8 @@ import math
 import numpy as np
 import pytest
 
-from analyst.reconstruct import privacy_report
-from experiments import thresholds as thr
+from ltm.analyst.reconstruct import privacy_report
+from ltm.experiments import thresholds as thr
 from ltm.jobspec import honest_row_loads, validate_job
 
 
@@ -65,7 +65,7 @@ def test_actual_epsilon_equals_claim_at_assumed_and_exceeds_beyond():
 def test_actual_privacy_matches_the_gate_and_the_analysts_report():
     """The exact curve agrees with the system's own machinery: honest_row_loads' flat deduction is
     the worst placement, and the analyst's privacy report gives the same δ at t′ = t′_actual."""
-    from sim.runtime.simulate import SimulateConfig
+    from ltm.sim.runtime.simulate import SimulateConfig
     from ltm.randomness import Randomness
 
     cfg = SimulateConfig(synthetic="ridge", n=20_000, d=4, epsilon=1.0, delta=1e-6, seed=3, model="ridge",
@@ -140,9 +140,9 @@ def test_replicated_views_are_the_inprocess_release():
     """The scenario reads its views off the same cores, calls and randomness as the in-process
     transport: the release and every server's output share agree bit for bit."""
     from ltm.randomness import Randomness
-    from ltm_datasets.synthetic import synthetic_ridge
-    from sim.runtime.inprocess import run_inprocess
-    from sim.runtime.jobs import party_tables
+    from ltm.datasets.synthetic import synthetic_ridge
+    from ltm.sim.runtime.inprocess import run_inprocess
+    from ltm.sim.runtime.jobs import party_tables
 
     table = synthetic_ridge(1024, 3, Randomness.seeded_insecure(5))
     spec = thr.replicated_job(table, parties=3, epsilon=1.0, delta=1e-6, share_mode="seed", seed=6)

@@ -24,7 +24,7 @@ from ltm.identifiers import (MAX_COLUMN_CHARS, MAX_ID_CHARS, IdentifierError, ch
 from ltm.jobfile import JobFileError, load_toml, parse_job_file, read_job_text, render_job_file, toml_nesting
 from ltm.jobspec import INTERCEPT_NAME, ColumnSpec, JobSpecError, PartySpec, ServerSpec, validate_job
 from ltm.limits import ServerLimits
-from transport.certs import ACTOR_RE
+from ltm.transport.certs import ACTOR_RE
 
 from tests.helpers.jobs import job_doc as doc
 
@@ -88,7 +88,7 @@ def test_messages_are_one_short_line_even_for_a_huge_id():
 
 def test_the_bundled_data_and_example_jobs_use_valid_names():
     headers = set()
-    for path in (REPO / "ltm_datasets" / "data").glob("household_power_*.csv"):  # the demo's table
+    for path in (REPO / "ltm" / "datasets" / "data").glob("household_power_*.csv"):  # the demo's table
         with open(path, newline="") as fh:
             headers |= set(next(csv.reader(line for line in fh if not line.startswith("#"))))
     assert headers and all(column_problem(h) is None for h in headers), headers
@@ -249,7 +249,7 @@ def test_the_nesting_scan_agrees_with_tomllib(value, comment):
 def test_a_party_refuses_a_served_spec_whose_ids_break_the_grammar():
     # A party does not validate a fetched spec (that walks all n clients), but its ids name the party's
     # journal and pins: a spec no honest server would store is refused by the party's policy.
-    from party.uploader import PartyPolicy, PolicyViolation
+    from ltm.party.uploader import PartyPolicy, PolicyViolation
 
     spec = parse_job_file(render_job_file(doc())).spec
     PartyPolicy().check(spec)
@@ -279,7 +279,7 @@ def test_port_zero_is_an_address_to_bind_never_a_peer():
 
 
 def test_the_bounds_draft_parser_has_the_same_limits():
-    from analyst.bounds import Draft
+    from ltm.analyst.bounds import Draft
 
     with pytest.raises(JobFileError, match="nested 100000 deep"):
         Draft.parse(render_job_file(doc()) + "x = " + "[" * 100_000 + "]" * 100_000 + "\n")

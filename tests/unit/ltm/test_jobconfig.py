@@ -14,14 +14,14 @@ from dataclasses import MISSING, fields
 import pytest
 
 from ltm import jobconfig, jobfile
-from ltm_cli.app import build_parser
-from ltm_cli.simulate import simulate_config
+from ltm.cli.app import build_parser
+from ltm.cli.simulate import simulate_config
 from ltm.jobconfig import FIELDS, SAME, add_options, default, field, file_default, flag_fields, toml_fields
 from ltm.jobfile import JobFileError, parse_job_file, render_job_file
 from ltm.jobspec import PARTITIONS, RELEASE_KINDS, UPLOAD_MODES
 from ltm.dp.mechanisms import CALIBRATIONS, MECHANISMS
 from ltm.sharing import SHARE_MODES
-from sim.runtime.simulate import SimulateConfig
+from ltm.sim.runtime.simulate import SimulateConfig
 
 
 def _actions(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
@@ -165,7 +165,7 @@ def test_every_simulate_flag_reaches_the_simulate_configuration():
     expect["features"] = ["x7"]
     cfg = simulate_config(build_parser("simulate").parse_args(argv))
     for name, value in expect.items():
-        if name not in ("json", "quiet"):  # display options: ltm_cli/simulate.py reads them itself
+        if name not in ("json", "quiet"):  # display options: ltm/cli/simulate.py reads them itself
             assert getattr(cfg, name) == value, f"--{name}: {getattr(cfg, name)!r}, given {value!r}"
 
 
@@ -210,7 +210,7 @@ OWN_FLAGS = {
     ("job bounds", "--epsilon"): "the DP pre-job's total ε, required, split between its rounds",
     ("job bounds", "--delta"): "the DP pre-job's total δ (default 1e-7)",
     # the party's own budget and ledger; `ltm simulate`'s flags of the same names stand in for them
-    ("party", "--budget-epsilon"): "the party's lifetime budget ε (default: party.ledger's)",
+    ("party", "--budget-epsilon"): "the party's lifetime budget ε (default: ltm.party.ledger's)",
     ("party", "--budget-delta"): "the δ of the party's budget",
     ("party", "--ledger-dir"): "the party host's ledger directory (default: under $XDG_STATE_HOME)",
 }
@@ -245,6 +245,6 @@ def test_every_command_takes_the_job_flags_from_the_model(command, path):
 
 def test_the_model_imports_nothing_above_the_core():
     code = ("import sys, ltm.jobconfig; print(' '.join(sorted(m for m in sys.modules "
-            "if m.split('.')[0] in {'ltm', 'party', 'server', 'analyst', 'sim', 'ltm_datasets', 'transport', 'experiments'})))")
+            "if m.split('.')[0] in {'ltm', 'party', 'server', 'analyst', 'sim', 'ltm.datasets', 'transport', 'experiments'})))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert set(out) <= {"ltm", "ltm.jobconfig", "ltm.dp", "ltm.dp.defaults"}, out

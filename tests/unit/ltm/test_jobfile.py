@@ -9,8 +9,8 @@ import pytest
 
 from ltm.jobfile import JobFileError, budget_shares, derived_seed, parse_job_file, render_job_file
 from ltm.randomness import Randomness
-from party.uploader import PartyPolicy
-from sim.runtime.inprocess import run_inprocess
+from ltm.party.uploader import PartyPolicy
+from ltm.sim.runtime.inprocess import run_inprocess
 
 from tests.helpers.jobs import job_doc as doc
 
@@ -128,7 +128,7 @@ def test_a_plan_predicting_r2_at_most_zero_warns_loudly(capsys):
     import argparse
     import tempfile
 
-    from analyst.operator import run_check
+    from ltm.analyst.operator import run_check
 
     parties = [{"id": "party-0", "clients": 20000}, {"id": "party-1", "clients": 20000}]
     good = parse_job_file(render_job_file(doc(release={}, parties=parties)))

@@ -88,8 +88,8 @@ def test_lowrank_and_bad_input():
 
 def test_build_job_auto_follows_the_plan():
     from ltm.randomness import Randomness
-    from ltm_datasets.synthetic import synthetic_ridge
-    from sim.runtime.jobs import build_job
+    from ltm.datasets.synthetic import synthetic_ridge
+    from ltm.sim.runtime.jobs import build_job
 
     r = Randomness.seeded_insecure("auto")
     table = synthetic_ridge(20_000, 6, r)
@@ -160,8 +160,8 @@ def test_auto_with_verified_clipping_chooses_the_replicated_release():
     """F7 (issue #30 review): a verified job tolerates one corrupt party, so the planner must not refuse
     the replicated candidate for corrupt_parties = 1, and its trust note says the clipping is checked."""
     from ltm.randomness import Randomness
-    from ltm_datasets.synthetic import synthetic_ridge
-    from sim.runtime.jobs import build_job
+    from ltm.datasets.synthetic import synthetic_ridge
+    from ltm.sim.runtime.jobs import build_job
 
     base = {"n": 80_000, "width": 7, "epsilon": 1.0, "delta": 1e-6, "partition": "columns", "parties": 3,
             "colluding_servers": 1, "corrupt_parties": 1}

@@ -1,4 +1,4 @@
-"""Cao & Zhang's public second moment (ltm.second_moment, analyst.public_moment): the whitening round
+"""Cao & Zhang's public second moment (ltm.second_moment, ltm.analyst.public_moment): the whitening round
 trip, DP-PMTOLSE's calibration cross-checked independently (sensitivities by brute force, zCDP by
 dp_accounting's RDP accountant and by the exact Gaussian-mechanism δ), the noise it really adds, the
 non-private baseline's labels, and the white-wine loader.
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from analyst.public_moment import (NotPrivateWarning, dp_olse, dp_pmt_olse, dp_pmtse, olse_sigmas, pmt,
+from ltm.analyst.public_moment import (NotPrivateWarning, dp_olse, dp_pmt_olse, dp_pmtse, olse_sigmas, pmt,
                                    pmt_olse_sigmas)
 from ltm.dp.calibration import gaussian_delta
 from ltm.second_moment import (PublicSecondMoment, epsilon_to_zcdp, inv_sqrt_spd, kappa_bar, pmt_radius,
@@ -27,7 +27,7 @@ def _spd(d: int, rng: np.random.Generator, cond: float = 50.0) -> np.ndarray:
 
 
 def _design(n: int, d: int, seed: int):
-    from experiments.cao_zhang import synthetic_design, synthetic_rows
+    from ltm.experiments.cao_zhang import synthetic_design, synthetic_rows
 
     rng = np.random.default_rng(seed)
     mu, psi = synthetic_design(d)
@@ -241,7 +241,7 @@ def test_pmt_clips_in_whitened_space_at_the_public_radius():
 def test_pmt_beats_the_papers_baseline_on_the_calibrated_design():
     """The trend of the paper's Fig. 1 (§4.1), fixed seeds: n_A = 10000, ρ = 10, n_B = 20: the mean
     DP-PMTOLSE error is below half the paper's DP-OLSE error (a prototype measured 0.15 vs 0.61)."""
-    from experiments.cao_zhang import S_ORACLE, S_PMT, synthetic_cell
+    from ltm.experiments.cao_zhang import S_ORACLE, S_PMT, synthetic_cell
 
     errs: dict[str, list[float]] = {S_PMT: [], S_ORACLE: []}
     for seed in range(12):
@@ -252,8 +252,8 @@ def test_pmt_beats_the_papers_baseline_on_the_calibrated_design():
 
 # ------------------------------------------------------------------------------ wine data
 def test_white_wine_loader_both_separators_and_checks(tmp_path):
-    from experiments import cao_zhang
-    from ltm_datasets.tables import DataError
+    from ltm.experiments import cao_zhang
+    from ltm.datasets.tables import DataError
 
     table, header = cao_zhang.load_white_wine()
     assert table.shape == (4898, 12) and header[-1] == "quality"
@@ -272,8 +272,8 @@ def test_white_wine_loader_both_separators_and_checks(tmp_path):
 
 def test_medians_digest_of_a_reduced_run(tmp_path):
     """The committed digest (medians.csv) of a run: one row per group with its median and counts."""
-    from experiments import cao_zhang
-    from experiments.runner import run_experiment
+    from ltm.experiments import cao_zhang
+    from ltm.experiments.runner import run_experiment
 
     out = tmp_path / "fig4"
     run_experiment("cao_zhang_fig4", out, reduced=True, progress=False, plots=False, command="pytest")

@@ -16,12 +16,12 @@ from ltm.jobspec import JobSpec, JobSpecError, validate_job
 from ltm.planner import PlanInputs, plan_release
 from ltm.randomness import Randomness
 from ltm.replicated import clear_triangle
-from party.randomizer import client_vectors, party_randomness
-from party.uploader import PartyPolicy, PolicyViolation
-from ltm_datasets.synthetic import synthetic_ridge
-from sim.runtime.inprocess import run_inprocess
-from sim.runtime.jobs import build_job, party_tables
-from sim.runtime.replicated_run import run_replicated
+from ltm.party.randomizer import client_vectors, party_randomness
+from ltm.party.uploader import PartyPolicy, PolicyViolation
+from ltm.datasets.synthetic import synthetic_ridge
+from ltm.sim.runtime.inprocess import run_inprocess
+from ltm.sim.runtime.jobs import build_job, party_tables
+from ltm.sim.runtime.replicated_run import run_replicated
 
 
 @pytest.fixture(scope="module")
@@ -168,9 +168,9 @@ def test_job_file_auto_release_follows_the_trust_assumption(table):
 def test_a_server_core_holds_a_replicated_job_only_with_every_part(table):
     """The networked path (tests/integration/test_replicated_grpc.py runs it over gRPC): a server core takes the
     job, and counts its clients as held only once every party's three parts are stored."""
-    from party.replicated import replicated_batches
-    from server.core import ServerCore
-    from server.release_gate import ANALYST_ROLE
+    from ltm.party.replicated import replicated_batches
+    from ltm.server.core import ServerCore
+    from ltm.server.release_gate import ANALYST_ROLE
 
     spec = _job(table)
     core = ServerCore("server-1")
@@ -185,8 +185,8 @@ def test_a_server_core_holds_a_replicated_job_only_with_every_part(table):
 
 
 def test_replicated_server_checks_every_upload(table):
-    from party.replicated import replicated_uploads
-    from server.replicated import ReplicatedServer
+    from ltm.party.replicated import replicated_uploads
+    from ltm.server.replicated import ReplicatedServer
 
     spec = _job(table)
     data = party_tables(spec, table)
@@ -212,9 +212,9 @@ def test_replicated_server_checks_every_upload(table):
 
 
 def test_wu_setting_replicated_release_beats_the_zero_predictor():
-    """experiments/wu_replicated.py's cell on Insurance (n = 1070) at ε = 1: informative (the
+    """ltm/experiments/wu_replicated.py's cell on Insurance (n = 1070) at ε = 1: informative (the
     committed 20-split mean is 0.0405 against the zero predictor's 0.0773)."""
-    from experiments.wu_replicated import cell
+    from ltm.experiments.wu_replicated import cell
 
     row = cell("insurance", 1.0, 1)
     assert row["ols_mse"] < row["replicated_mse"] < 0.8 * row["zero_mse"]
@@ -240,7 +240,7 @@ def test_the_example_columns_job_file_is_a_replicated_release():
 def test_job_check_states_the_trust_assumption(capsys):
     from pathlib import Path
 
-    from ltm_cli.app import main
+    from ltm.cli.app import main
 
     examples = Path(__file__).resolve().parents[3] / "examples" / "jobs"
     assert main(["job", "check", str(examples / "power-columns-replicated.toml")]) == 0
@@ -253,10 +253,10 @@ def test_job_check_states_the_trust_assumption(capsys):
 def test_a_durable_server_keeps_a_replicated_job_across_a_restart(table, tmp_path):
     """The parts are stored like batches (SQLite + blobs): a server reopened on its directory still
     holds every client, releases the same output share as an in-memory server, and only once."""
-    from party.replicated import replicated_batches
-    from server.core import ServerCore
-    from server.release_gate import ANALYST_ROLE
-    from server.sqlite_store import SqliteStore
+    from ltm.party.replicated import replicated_batches
+    from ltm.server.core import ServerCore
+    from ltm.server.release_gate import ANALYST_ROLE
+    from ltm.server.sqlite_store import SqliteStore
 
     from ltm.client_set import ClientSet
     from ltm.errors import ProtocolError

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from ltm_cli.app import main
+from ltm.cli.app import main
 from ltm.planner import PlanInputs, plan_release
 
 

@@ -20,9 +20,9 @@ from ltm.jobspec import ColumnSpec, JobSpec, JobSpecError, validate_job
 from ltm.randomness import Randomness, RandomStream, xof
 from ltm.transforms import (FeaturePipeline, RandomFeatures, TransformError, TransformSpec, exact_log,
                             exact_normal, rff_spec, rff_weights, vector_layout)
-from ltm_datasets.tables import Table
-from sim.runtime.inprocess import run_inprocess
-from sim.runtime.jobs import RFFOptions, build_job, party_tables
+from ltm.datasets.tables import Table
+from ltm.sim.runtime.inprocess import run_inprocess
+from ltm.sim.runtime.jobs import RFFOptions, build_job, party_tables
 
 # --------------------------------------------------------------------------------- golden vectors
 # Every party and the analyst derive the same weights from the public seed; any change to the
@@ -232,7 +232,7 @@ def test_ltm_pipeline_on_mapped_vectors_reconstructs_bit_for_bit(partition, feat
 
 
 def test_ltm_simulate_rf_ridge_cli(capsys):
-    from ltm_cli.app import main
+    from ltm.cli.app import main
 
     assert main(["simulate", "--synthetic", "nonlinear", "--n", "4000", "--d", "3", "--model", "rf_ridge",
                  "--features-n", "12", "--bandwidth", "1.5", "--seed", "3", "--json"]) == 0

@@ -20,13 +20,13 @@ from ltm.replicated import BlockUpload, party_uploads
 from ltm.sharing import Share, share
 from ltm.verified_clipping import (CHECK_REPETITIONS, ClippingProofFailed, ProofUpload, combine, coefficient_key,
                                    proof_shape, server_check, server_constraints, verdict, witness)
-from ltm_datasets.synthetic import synthetic_ridge
-from party.randomizer import client_vectors, party_randomness
-from party.replicated import replicated_uploads
-from server.replicated import ReplicatedServer
-from sim.runtime.inprocess import run_inprocess
-from sim.runtime.jobs import build_job, party_tables
-from sim.runtime.replicated_run import replicated_servers, verify_clipping
+from ltm.datasets.synthetic import synthetic_ridge
+from ltm.party.randomizer import client_vectors, party_randomness
+from ltm.party.replicated import replicated_uploads
+from ltm.server.replicated import ReplicatedServer
+from ltm.sim.runtime.inprocess import run_inprocess
+from ltm.sim.runtime.jobs import build_job, party_tables
+from ltm.sim.runtime.replicated_run import replicated_servers, verify_clipping
 
 U64 = np.uint64
 SEEDS = [bytes([i]) * 32 for i in range(3)]
@@ -334,8 +334,8 @@ def test_a_missing_proof_or_unrelayed_check_releases_nothing(job):
 
 def test_parties_accept_a_verified_job_and_the_grpc_path_refuses_it_for_now(job):
     from ltm.errors import ProtocolError
-    from party.uploader import PartyPolicy, PolicyViolation
-    from server.core import ServerCore
+    from ltm.party.uploader import PartyPolicy, PolicyViolation
+    from ltm.server.core import ServerCore
 
     spec, _ = job
     policy = PartyPolicy(max_epsilon=1.0, allow_reproduction=True, min_colluding_servers=1)

@@ -1,12 +1,12 @@
 """The public second-moment whitening as a job transform (ltm.transforms ``whiten``): parties whiten
 before clipping, the analyst maps coefficients back.  The round trip through the ACTUAL party
-transform (party.randomizer.client_vectors + the job's clip) and the analyst's map-back
-(analyst.mapback) recovers the raw OLS coefficients exactly when there is no noise; through the
+transform (ltm.party.randomizer.client_vectors + the job's clip) and the analyst's map-back
+(ltm.analyst.mapback) recovers the raw OLS coefficients exactly when there is no noise; through the
 real pipeline (parties → shares → servers → analyst, a sparse sketch) the mapped-back model is the
 sketched raw OLS up to the (tiny) noise.  Seeded: deterministic."""
 from __future__ import annotations
 
-from party.ledger import UNLIMITED  # near-noiseless test jobs, far past any real budget
+from ltm.party.ledger import UNLIMITED  # near-noiseless test jobs, far past any real budget
 
 import dataclasses
 import math
@@ -14,17 +14,17 @@ import math
 import numpy as np
 import pytest
 
-from analyst.estimators import OLS
-from analyst.mapback import raw_linear_predictor
+from ltm.analyst.estimators import OLS
+from ltm.analyst.mapback import raw_linear_predictor
 from ltm.clipping import clip_rows
 from ltm.jobspec import JobSpec, JobSpecError, validate_job
 from ltm.randomness import Randomness
 from ltm.second_moment import PublicSecondMoment
 from ltm.transforms import FeaturePipeline, TransformError, Whitening, rff_spec, whiten_spec
-from party.randomizer import client_vectors
-from ltm_datasets.tables import Table
-from sim.runtime.inprocess import run_inprocess
-from sim.runtime.jobs import build_job, party_tables, whiten_columns
+from ltm.party.randomizer import client_vectors
+from ltm.datasets.tables import Table
+from ltm.sim.runtime.inprocess import run_inprocess
+from ltm.sim.runtime.jobs import build_job, party_tables, whiten_columns
 
 
 def _data(n: int, seed: int, d: int = 4):

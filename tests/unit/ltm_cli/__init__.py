@@ -1,1 +1,1 @@
-"""Tests of the `ltm` command line (ltm_cli/)."""
+"""Tests of the `ltm` command line (ltm/cli/)."""

@@ -1,11 +1,11 @@
 """The ``ltm`` app as a whole: every registered command is listed with its one-line help and
-answers ``--help``; the usage errors of the flags the option groups declare (ltm_cli/options.py) are
+answers ``--help``; the usage errors of the flags the option groups declare (ltm/cli/options.py) are
 one line and exit status 2."""
 from __future__ import annotations
 
 import pytest
 
-from ltm_cli.app import COMMANDS, main
+from ltm.cli.app import COMMANDS, main
 
 
 def test_top_level_help_lists_every_command_with_its_help(capsys) -> None:
@@ -119,7 +119,7 @@ def test_a_config_file_value_passes_the_flags_check(key, value, text, tmp_path, 
 
 
 def test_endpoints_in_range_are_accepted() -> None:
-    from ltm_cli.app import build_parser
+    from ltm.cli.app import build_parser
 
     args = build_parser("party").parse_args(["party", "--id", "p", "--job", "j", "--data", "d",
                                              "--servers", "127.0.0.1:1,[::1]:65535,server-2.ltm:50051"])
@@ -160,7 +160,7 @@ def test_operate_checks_its_server_map_like_every_endpoint(servers, text, capsys
 
 
 def test_operate_reads_its_server_map_as_id_endpoint_pairs() -> None:
-    from ltm_cli.app import build_parser
+    from ltm.cli.app import build_parser
 
     args = build_parser("operate").parse_args([*_OPERATE, "server-0=server-0:50051, server-1=[::1]:7"])
     assert args.servers == [("server-0", "server-0:50051"), ("server-1", "[::1]:7")]

@@ -1,4 +1,4 @@
-"""A launcher whose gRPC is busy can fork children that live to exec (ltm_cli.app.no_grpc_fork_handlers).
+"""A launcher whose gRPC is busy can fork children that live to exec (ltm.cli.app.no_grpc_fork_handlers).
 
 With grpcio's fork support on, a plain fork() runs gRPC's child handler, which restarts its poller
 in the child; the child closes its inherited descriptors before exec, the epoll one among them, and
@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[3]
 
 LAUNCHER = """
 import collections, subprocess, sys, threading
-from ltm_cli.app import no_grpc_fork_handlers
+from ltm.cli.app import no_grpc_fork_handlers
 no_grpc_fork_handlers()                     # what `ltm` does first, before grpc is imported
 import grpc
 from concurrent import futures
@@ -51,7 +51,7 @@ def test_children_forked_while_grpc_is_busy_are_not_aborted():
 
 
 def test_ltm_turns_grpc_fork_support_off_unless_told_otherwise():
-    probe = ("import os, sys\nfrom ltm_cli.app import main\ntry:\n    main(['--version'])\nexcept SystemExit:\n    pass\n"
+    probe = ("import os, sys\nfrom ltm.cli.app import main\ntry:\n    main(['--version'])\nexcept SystemExit:\n    pass\n"
              "print(os.environ.get('GRPC_ENABLE_FORK_SUPPORT'), 'grpc' in sys.modules)")
     env = {k: v for k, v in os.environ.items() if k != "GRPC_ENABLE_FORK_SUPPORT"}
     out = subprocess.run([sys.executable, "-c", probe], env={**env, "PYTHONPATH": str(REPO)}, capture_output=True,

@@ -1,7 +1,7 @@
 """The ``ltm`` parser tree as a person meets it: help on every flag, a description on every
 subcommand, required flags marked required, and a typo answered by the subcommand that got it.
 
-Every test walks the whole tree built by :func:`ltm_cli.app.build_parser` (each command's own module
+Every test walks the whole tree built by :func:`ltm.cli.app.build_parser` (each command's own module
 adds its parser), so flags added later are covered without touching this file.
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from ltm_cli.app import COMMANDS, build_parser, main
+from ltm.cli.app import COMMANDS, build_parser, main
 
 SKIP = (argparse._HelpAction, argparse._VersionAction)
 
@@ -83,7 +83,7 @@ def test_config_file_and_offline_server_checks_make_required_flags_optional(tmp_
     cfg = tmp_path / "party.toml"
     cfg.write_text('id = "party-0"\nservers = "127.0.0.1:1"\njob = "j"\ndata = "d.csv"\n')
     args = build_parser("party").parse_args(["party", "--config", str(cfg)])
-    assert args.id is None and args.config == str(cfg)  # filled from the file by transport.config.merge
+    assert args.id is None and args.config == str(cfg)  # filled from the file by ltm.transport.config.merge
     partial = tmp_path / "partial.toml"
     partial.write_text('id = "party-0"\n')
     with pytest.raises(SystemExit):  # the keys the file does not set stay required

@@ -7,12 +7,12 @@ import pytest
 
 from ltm.errors import ProtocolError
 from ltm.randomness import Randomness
-from party import aggregate, randomizer
-from party.aggregate import aggregate_party
-from server.core import ServerCore
-from ltm_datasets.synthetic import synthetic_ridge
-from sim.runtime.inprocess import run_inprocess
-from sim.runtime.jobs import build_job, party_tables
+from ltm.party import aggregate, randomizer
+from ltm.party.aggregate import aggregate_party
+from ltm.server.core import ServerCore
+from ltm.datasets.synthetic import synthetic_ridge
+from ltm.sim.runtime.inprocess import run_inprocess
+from ltm.sim.runtime.jobs import build_job, party_tables
 
 from tests.helpers.clear_releases import shares_sum
 
@@ -68,7 +68,7 @@ def test_aggregate_partial_equals_the_servers_map_of_per_client_copies(monkeypat
 
 
 def test_exact_chunk_bound_holds():
-    from party.aggregate import _value_bound, exact_chunk_clients
+    from ltm.party.aggregate import _value_bound, exact_chunk_clients
 
     spec, _, _ = _job("sparse")
     c = exact_chunk_clients(spec)
@@ -238,8 +238,8 @@ def test_servers_refuse_malformed_aggregates():
 
 
 def test_a_party_refuses_a_mode_mismatch():
-    from party.aggregate import aggregate_batches
-    from party.uploader import PartyPolicy, PolicyViolation
+    from ltm.party.aggregate import aggregate_batches
+    from ltm.party.uploader import PartyPolicy, PolicyViolation
 
     spec, tables, randomness = _job("sparse")
     party = spec.parties[0]

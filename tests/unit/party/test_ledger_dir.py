@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from party.ledger import LedgerError, PrivacyLedger
+from ltm.party.ledger import LedgerError, PrivacyLedger
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -51,7 +51,7 @@ def test_ltm_party_refuses_it_before_contacting_anyone(tmp_path):
     shared.mkdir()
     os.chmod(shared, 0o1777)
     (tmp_path / "rows.csv").write_text("x0\n1\n")
-    r = subprocess.run([sys.executable, "-m", "ltm_cli", "party", "--id", "party-0", "--servers", "127.0.0.1:1",
+    r = subprocess.run([sys.executable, "-m", "ltm.cli", "party", "--id", "party-0", "--servers", "127.0.0.1:1",
                         "--job", "j", "--data", str(tmp_path / "rows.csv"), "--insecure", "--ledger-dir", str(shared)],
                        capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(REPO)})
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]

@@ -15,14 +15,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import party.ledger as L
+import ltm.party.ledger as L
 from ltm.randomness import Randomness
-from party.journal import UploadJournal, party_journals
-from party.ledger import (ADMISSION_RTOL, DEFAULT_SOURCE, Budget, BudgetExceeded, LedgerCorrupt, LedgerError,
+from ltm.party.journal import UploadJournal, party_journals
+from ltm.party.ledger import (ADMISSION_RTOL, DEFAULT_SOURCE, Budget, BudgetExceeded, LedgerCorrupt, LedgerError,
                           LedgerMissing, PrivacyLedger, source_fingerprint)
-from ltm_datasets.synthetic import synthetic_ridge
-from sim.runtime.inprocess import run_inprocess
-from sim.runtime.jobs import build_job, party_tables
+from ltm.datasets.synthetic import synthetic_ridge
+from ltm.sim.runtime.inprocess import run_inprocess
+from ltm.sim.runtime.jobs import build_job, party_tables
 
 from tests.helpers.gaussian import exact_epsilon, gaussian_delta, independent_sigma
 from tests.helpers.jobs import bare_spec as job

@@ -9,15 +9,15 @@ import numpy as np
 import pytest
 
 from ltm.randomness import Randomness
-from party.data_source import (DataSourceError, NpyDirSource, NpzSource, PartySource, SyntheticRidge,
+from ltm.party.data_source import (DataSourceError, NpyDirSource, NpzSource, PartySource, SyntheticRidge,
                                SyntheticRidgeSource, TableSource, open_source, parse_synthetic)
-from party.journal import UploadJournal
-from party.ledger import source_fingerprint
-from party.randomizer import PartyDataError, check_source, make_batches, party_randomness
-from ltm_datasets.synthetic import synthetic_ridge
-from ltm_datasets.tables import ModelTable
-from sim.localnet.demo import write_party_csv
-from sim.runtime.jobs import build_job, party_tables
+from ltm.party.journal import UploadJournal
+from ltm.party.ledger import source_fingerprint
+from ltm.party.randomizer import PartyDataError, check_source, make_batches, party_randomness
+from ltm.datasets.synthetic import synthetic_ridge
+from ltm.datasets.tables import ModelTable
+from ltm.sim.localnet.demo import write_party_csv
+from ltm.sim.runtime.jobs import build_job, party_tables
 
 BATCH = 37  # not a divisor of anything below: batches straddle every boundary
 
@@ -254,10 +254,10 @@ _PEAK_SCRIPT = r"""
 import sys
 from pathlib import Path
 from ltm.randomness import Randomness
-from party.data_source import SyntheticRidge, SyntheticRidgeSource
-from party.randomizer import make_batches, party_randomness
-from ltm_datasets.tables import ModelTable
-from sim.runtime.jobs import build_job
+from ltm.party.data_source import SyntheticRidge, SyntheticRidgeSource
+from ltm.party.randomizer import make_batches, party_randomness
+from ltm.datasets.tables import ModelTable
+from ltm.sim.runtime.jobs import build_job
 
 n = int(sys.argv[1])
 model = SyntheticRidge(10, seed=3)
@@ -291,7 +291,7 @@ def test_a_partys_peak_memory_does_not_grow_with_its_clients():
 
 
 def test_party_cli_helpers_know_generated_sources(tmp_path, monkeypatch):
-    from party.main import data_exists, default_state_dir, read_party_source
+    from ltm.party.main import data_exists, default_state_dir, read_party_source
 
     uri = "synthetic:ridge?d=2&n=10&seed=1"
     assert data_exists(uri) and not data_exists(str(tmp_path / "missing.csv"))

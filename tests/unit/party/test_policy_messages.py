@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from ltm.jobfile import parse_job_file
-from party.uploader import PartyPolicy, PolicyViolation
+from ltm.party.uploader import PartyPolicy, PolicyViolation
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "jobs" / "power-ridge.toml"
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from tests.helpers.messages import exact
-from party.randomizer import plan_batches
+from ltm.party.randomizer import plan_batches
 
 
 def test_plan_batches_cuts_the_party_range_in_order():
@@ -23,8 +23,8 @@ def test_plan_batches_cuts_the_party_range_in_order():
 
 def _world(**kw):
     from ltm.randomness import Randomness
-    from ltm_datasets.synthetic import synthetic_ridge
-    from sim.runtime.jobs import build_job, party_tables
+    from ltm.datasets.synthetic import synthetic_ridge
+    from ltm.sim.runtime.jobs import build_job, party_tables
 
     randomness = Randomness.seeded_insecure("randomizer-kills")
     table = synthetic_ridge(300, 3, randomness)
@@ -33,7 +33,7 @@ def _world(**kw):
 
 
 def test_party_data_refusals_name_column_and_problem():
-    from party.randomizer import PartyDataError, client_vectors
+    from ltm.party.randomizer import PartyDataError, client_vectors
 
     spec, tables = _world()
     party = spec.parties[0]
@@ -62,7 +62,7 @@ def test_party_data_refusals_name_column_and_problem():
 
 
 def test_client_vectors_apply_the_public_transform_to_the_selected_rows():
-    from party.randomizer import client_vectors
+    from ltm.party.randomizer import client_vectors
 
     spec, tables = _world()
     party = spec.parties[1]
@@ -77,7 +77,7 @@ def test_client_vectors_apply_the_public_transform_to_the_selected_rows():
 def test_noisy_copies_add_the_plan_noise_to_each_copy():
     from ltm.dp.noise import sample_noise
     from ltm.randomness import Randomness
-    from party.randomizer import noisy_copies
+    from ltm.party.randomizer import noisy_copies
 
     spec, _ = _world()
     plan = spec.noise_plan()
@@ -91,7 +91,7 @@ def test_noisy_copies_add_the_plan_noise_to_each_copy():
 
 def test_batches_rotate_the_primary_share_and_honour_skip_and_timings():
     from ltm.randomness import Randomness
-    from party.randomizer import MAX_BATCH_ELEMENTS, effective_batch_clients, make_batches
+    from ltm.party.randomizer import MAX_BATCH_ELEMENTS, effective_batch_clients, make_batches
 
     spec, tables = _world()
     assert spec.share_mode == "seed" and spec.k == 3
@@ -121,7 +121,7 @@ def _golden_batches(spec, party_id, table, randomness, batch_clients, batch_rand
     ltm.sharing.share from child "shares" with the spec's share mode and the rotated primary."""
     from ltm.clipping import clip_rows
     from ltm.sharing import share
-    from party.randomizer import client_vectors, noisy_copies
+    from ltm.party.randomizer import client_vectors, noisy_copies
 
     party = spec.party(party_id)
     ordinal = [p.party_id for p in spec.parties].index(party_id)
@@ -154,7 +154,7 @@ def _assert_same(got, want):
 
 def _table(n=200, d=3):
     from ltm.randomness import Randomness
-    from ltm_datasets.synthetic import synthetic_ridge
+    from ltm.datasets.synthetic import synthetic_ridge
 
     return synthetic_ridge(n, d, Randomness.seeded_insecure("randomizer-golden"))
 
@@ -163,8 +163,8 @@ def test_full_share_mode_columns_partition_intercept_party_matches_golden():
     """Columns partition with an intercept: one party holds only the intercept (no data column, so
     the row count must come from the batch range); laplace → ℓ1 clipping; full shares: k arrays."""
     from ltm.randomness import Randomness
-    from party.randomizer import client_vectors, make_batches
-    from sim.runtime.jobs import build_job, party_tables
+    from ltm.party.randomizer import client_vectors, make_batches
+    from ltm.sim.runtime.jobs import build_job, party_tables
 
     table = _table()
     r = Randomness.seeded_insecure("golden-full")
@@ -186,8 +186,8 @@ def test_full_share_mode_columns_partition_intercept_party_matches_golden():
 
 def test_seed_mode_rows_intercept_and_journaled_randomness_match_golden():
     from ltm.randomness import Randomness
-    from party.randomizer import make_batches
-    from sim.runtime.jobs import build_job, party_tables
+    from ltm.party.randomizer import make_batches
+    from ltm.sim.runtime.jobs import build_job, party_tables
 
     table = _table()
     r = Randomness.seeded_insecure("golden-seed")
@@ -205,8 +205,8 @@ def test_seed_mode_rows_intercept_and_journaled_randomness_match_golden():
 
 def test_lifted_kind_uploads_the_lift_of_the_clipped_vectors():
     from ltm.randomness import Randomness
-    from party.randomizer import make_batches
-    from sim.runtime.jobs import build_job, party_tables
+    from ltm.party.randomizer import make_batches
+    from ltm.sim.runtime.jobs import build_job, party_tables
 
     table = _table()
     r = Randomness.seeded_insecure("golden-gram")
@@ -222,7 +222,7 @@ def test_lifted_kind_uploads_the_lift_of_the_clipped_vectors():
 def test_timings_accumulate_under_their_keys_within_the_elapsed_time():
     import time
     from ltm.randomness import Randomness
-    from party.randomizer import make_batches, plan_batches
+    from ltm.party.randomizer import make_batches, plan_batches
 
     spec, tables = _world()
     party = spec.parties[0]
@@ -247,7 +247,7 @@ def test_timings_accumulate_under_their_keys_within_the_elapsed_time():
 
 
 def test_effective_batch_clients_is_an_integer_count():
-    from party.randomizer import MAX_BATCH_ELEMENTS, effective_batch_clients
+    from ltm.party.randomizer import MAX_BATCH_ELEMENTS, effective_batch_clients
 
     spec, _ = _world()
     party = spec.parties[0]
@@ -261,7 +261,7 @@ def test_party_randomness_binds_the_computation_and_the_party():
     parties or two computations never share a stream, a renamed job (same computation) does."""
     import dataclasses
     from ltm.randomness import Randomness
-    from party.randomizer import party_randomness
+    from ltm.party.randomizer import party_randomness
 
     spec, _ = _world()
     base = Randomness.seeded_insecure("party-randomness")

@@ -20,9 +20,9 @@ import scipy.stats
 
 from ltm.randomness import Randomness
 from ltm.ring import decode
-from ltm_datasets.tables import Table
-from sim.runtime.inprocess import run_inprocess
-from sim.runtime.jobs import build_job, party_tables
+from ltm.datasets.tables import Table
+from ltm.sim.runtime.inprocess import run_inprocess
+from ltm.sim.runtime.jobs import build_job, party_tables
 
 N_CLIENTS, M, S, WIDTH, JOBS = 2000, 10, 2, 30, 40
 P_THRESHOLD = 1e-6

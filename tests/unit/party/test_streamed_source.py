@@ -9,17 +9,17 @@ import numpy as np
 import pytest
 
 from ltm.randomness import Randomness
-from ltm_datasets.synthetic import synthetic_ridge
-from party.data_source import DataSourceError, TableSource, open_source, parse_csv, read_text
-from party.randomizer import PartyDataError, check_source, make_batches
-from sim.runtime.jobs import build_job, party_tables
+from ltm.datasets.synthetic import synthetic_ridge
+from ltm.party.data_source import DataSourceError, TableSource, open_source, parse_csv, read_text
+from ltm.party.randomizer import PartyDataError, check_source, make_batches
+from ltm.sim.runtime.jobs import build_job, party_tables
 from tests.helpers.optional import require
 
 pa = require("pyarrow")
 import pyarrow.parquet as pq  # noqa: E402
 
-from party.sql_source import read_password, redact_dsn, relation  # noqa: E402
-from party.streamed_source import NonNumericCell  # noqa: E402
+from ltm.party.sql_source import read_password, redact_dsn, relation  # noqa: E402
+from ltm.party.streamed_source import NonNumericCell  # noqa: E402
 
 
 def _write_csv(path: Path, table: dict[str, np.ndarray]) -> None:
@@ -168,7 +168,7 @@ def test_ltm_party_opens_each_source_with_its_flags(tmp_path, monkeypatch):
     """``ltm party``'s reader: --query and the password flags reach the source, --dask sets its aggregator."""
     import argparse
 
-    from party.main import data_exists, read_party_source
+    from ltm.party.main import data_exists, read_party_source
 
     path = _formats(tmp_path, {"a": np.arange(4.0)})["sqlite"]
     args = argparse.Namespace(query="SELECT a FROM t WHERE a > 1", password_env=None, password_file=None,

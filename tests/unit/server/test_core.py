@@ -21,13 +21,13 @@ from ltm.randomness import Randomness  # noqa: F401
 # --- server/core.py -------------------------------------------------------------------------------
 
 from ltm.errors import ProtocolError  # noqa: E402
-from server.core import ServerCore  # noqa: E402
+from ltm.server.core import ServerCore  # noqa: E402
 
 
 def _core_world():
-    from party.randomizer import make_batches
-    from ltm_datasets.synthetic import synthetic_ridge
-    from sim.runtime.jobs import build_job, party_tables
+    from ltm.party.randomizer import make_batches
+    from ltm.datasets.synthetic import synthetic_ridge
+    from ltm.sim.runtime.jobs import build_job, party_tables
 
     randomness = Randomness.seeded_insecure("core-kills")
     table = synthetic_ridge(400, 3, randomness)
@@ -143,7 +143,7 @@ def test_server_core_accept_close_release_cycle():
     spec_small = spec
     results = [core.release(spec.job_id, expected_held, caller_role="analyst", job_digest=spec.digest)
                for core in cores]
-    from server.result_share import result_share
+    from ltm.server.result_share import result_share
     for core, res in zip(cores, results):
         assert np.array_equal(res, result_share(spec_small, core.store.batches(spec.job_id), expected_held,
                                                 spec.make_sketch()))
@@ -162,8 +162,8 @@ def test_server_core_accept_close_release_cycle():
 
 
 def test_server_core_uses_the_given_store_and_any_0_1_mask():
-    from server.core import participants_digest
-    from server.store import MemoryStore
+    from ltm.server.core import participants_digest
+    from ltm.server.store import MemoryStore
 
     store = MemoryStore()
     assert ServerCore("server-0", store).store is store
@@ -187,7 +187,7 @@ def test_server_core_uses_the_given_store_and_any_0_1_mask():
                                job_digest=spec.digest)
     cores[1].close(spec.job_id, caller_role="analyst")
     as_bools = cores[1].release(spec.job_id, participants, caller_role="analyst", job_digest=spec.digest)
-    from server.result_share import result_share
+    from ltm.server.result_share import result_share
     assert np.array_equal(as_ints, result_share(spec, cores[0].store.batches(spec.job_id), participants,
                                                 spec.make_sketch()))
     # A malformed mask one entry short (its packed bits equal the full mask's) is not a retry.
@@ -197,9 +197,9 @@ def test_server_core_uses_the_given_store_and_any_0_1_mask():
 
 
 def test_server_core_accepts_a_column_block_upload():
-    from party.randomizer import make_batches
-    from ltm_datasets.synthetic import synthetic_ridge
-    from sim.runtime.jobs import build_job, party_tables
+    from ltm.party.randomizer import make_batches
+    from ltm.datasets.synthetic import synthetic_ridge
+    from ltm.sim.runtime.jobs import build_job, party_tables
 
     randomness = Randomness.seeded_insecure("core-columns")
     table = synthetic_ridge(120, 3, randomness)
@@ -238,8 +238,8 @@ def test_a_retry_returns_the_stored_bytes_without_reading_the_batches_again():
 
 
 def test_a_surviving_release_marker_lets_only_the_same_set_complete():
-    from server.result_share import result_share
-    from server.store import MemoryStore, ReleaseRecord
+    from ltm.server.result_share import result_share
+    from ltm.server.store import MemoryStore, ReleaseRecord
 
     spec, _, core, held = _closed_core(MemoryStore())
     core.store.put_release(spec.job_id, ReleaseRecord(held.digest(), None))  # marker only, no result
@@ -272,7 +272,7 @@ def test_seeded_batches_are_refused_unless_the_job_is_a_reproduction():
 
 
 def test_the_slot_cache_is_kept_exactly_up_to_its_byte_limit(monkeypatch):
-    import server.core as core_module
+    import ltm.server.core as core_module
 
     spec, _ = _core_world()
     need = 8 * spec.make_sketch().pieces * spec.n

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ltm.client_set import ClientSet
-from server.coverage import Coverage
+from ltm.server.coverage import Coverage
 
 
 def test_empty_ranges_hold_nothing_and_keep_the_ranges_canonical():

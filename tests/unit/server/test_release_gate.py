@@ -18,11 +18,11 @@ from ltm.errors import ProtocolError
 from ltm.jobspec import honest_row_loads
 from ltm.randomness import Randomness
 from ltm.sharing import Share
-from party.randomizer import make_batches, party_randomness
-from server.core import ServerCore
-from server.release_gate import ANALYST_ROLE, GateRefusal, check_release
-from ltm_datasets.synthetic import synthetic_ridge
-from sim.runtime.jobs import build_job, party_tables
+from ltm.party.randomizer import make_batches, party_randomness
+from ltm.server.core import ServerCore
+from ltm.server.release_gate import ANALYST_ROLE, GateRefusal, check_release
+from ltm.datasets.synthetic import synthetic_ridge
+from ltm.sim.runtime.jobs import build_job, party_tables
 
 N, BATCH = 400, 100
 

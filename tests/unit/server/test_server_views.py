@@ -1,6 +1,6 @@
 """A coalition of up to k−1 servers sees uniform noise; all k together reconstruct (docs/architecture.md §3).
 
-What is tested.  Real party batches (``party.randomizer.make_batches``: clip → noisy copies →
+What is tested.  Real party batches (``ltm.party.randomizer.make_batches``: clip → noisy copies →
 fixed point → k shares, primary rotating over servers) on data with the strongest structure we
 can give it — every entry zero, or every row equal with NO noise at all (so the secret is one
 repeated constant: any leak through the shares would show).  A server's *view* is the
@@ -25,7 +25,7 @@ The helper seeds themselves are tested too (uniform bytes, all distinct).  All k
 encoded secret exactly, and the sum of all k is (as it must be) detected as NON-uniform.
 
 Negative controls: the same view extraction and the same statistics applied to deliberately broken
-sharings (swapped in for ``party.randomizer.share``) must FAIL — no mask at all, one mask word
+sharings (swapped in for ``ltm.party.randomizer.share``) must FAIL — no mask at all, one mask word
 reused for every entry, one mask reused for two servers, 63-bit masks — so these tests can fail.
 
 Flake rate.  The view tests use the production CSPRNG (``Randomness.system()``: fresh entropy every
@@ -46,13 +46,13 @@ import numpy as np
 import pytest
 import scipy.stats
 
-import party.randomizer as randomizer
+import ltm.party.randomizer as randomizer
 from ltm.dp.calibration import NoisePlan
 from ltm.jobspec import ColumnSpec, JobSpec, PartySpec, PrivacySpec, ServerSpec, SketchSpec, resolve_defaults
 from ltm.randomness import Randomness
 from ltm.ring import encode
 from ltm.sharing import SEED_BYTES, Share, share
-from party.randomizer import clip_rows, make_batches, noisy_copies, plan_batches, party_randomness
+from ltm.party.randomizer import clip_rows, make_batches, noisy_copies, plan_batches, party_randomness
 
 N_CLIENTS, WIDTH, PIECES, M, PARTIES, BATCH = 8192, 8, 2, 16, 4, 512
 #: 2^17 words per view: 2^20 bytes (4096 per byte value), 2^21 nibble pairs (8192 per cell),

@@ -19,14 +19,14 @@ from ltm.batch import ShareBatch
 from ltm.errors import ProtocolError
 from ltm.randomness import Randomness
 from ltm.sharing import Share
-from party.randomizer import make_batches, party_randomness
-from server.core import ServerCore, participants_digest
-from server.release_gate import ANALYST_ROLE
-from server.sqlite_store import (BLOB_DIR, DB_NAME, SqliteStore, StoreCorruptError, StoreError, path_component)
-from server.store import MemoryStore, ReleaseRecord, StoredBatch
-from ltm_datasets.synthetic import synthetic_ridge
-from sim.runtime.inprocess import run_inprocess
-from sim.runtime.jobs import build_job, party_tables
+from ltm.party.randomizer import make_batches, party_randomness
+from ltm.server.core import ServerCore, participants_digest
+from ltm.server.release_gate import ANALYST_ROLE
+from ltm.server.sqlite_store import (BLOB_DIR, DB_NAME, SqliteStore, StoreCorruptError, StoreError, path_component)
+from ltm.server.store import MemoryStore, ReleaseRecord, StoredBatch
+from ltm.datasets.synthetic import synthetic_ridge
+from ltm.sim.runtime.inprocess import run_inprocess
+from ltm.sim.runtime.jobs import build_job, party_tables
 
 from tests.helpers.crash_batches import CRASH_CLIENTS, crash_batch
 
@@ -410,8 +410,8 @@ CRASH_JOB = "crash"
 CHILD = f"""
 import sys
 sys.path[:0] = [{str(REPO)!r}]
-from server.sqlite_store import SqliteStore
-from server.store import StoredBatch
+from ltm.server.sqlite_store import SqliteStore
+from ltm.server.store import StoredBatch
 from tests.helpers.crash_batches import crash_batch
 directory, start = sys.argv[1], int(sys.argv[2])
 store = SqliteStore(directory)

@@ -21,10 +21,10 @@ from ltm.errors import ProtocolError
 from ltm.jobspec import PartySpec, honest_row_loads
 from ltm.randomness import Randomness
 from ltm.sharing import Share
-from server.core import SLOT_CACHE_BYTES, ServerCore
-from server.coverage import Coverage
-from server.release_gate import ANALYST_ROLE
-from server.sqlite_store import SqliteStore
+from ltm.server.core import SLOT_CACHE_BYTES, ServerCore
+from ltm.server.coverage import Coverage
+from ltm.server.release_gate import ANALYST_ROLE
+from ltm.server.sqlite_store import SqliteStore
 
 BIG_N = 10 ** 8
 #: far below any n-sized array at n = 10⁸ (the smallest, a bool mask, is 100 MB)
@@ -35,8 +35,8 @@ def big_spec():
     """A small job's spec stretched to n = 10⁸ clients (two parties of 5·10⁷).  It is put into the
     store directly: validation's full-participation loads (a pass over all 10⁸ placements, a few
     seconds) are tested elsewhere."""
-    from ltm_datasets.synthetic import synthetic_ridge
-    from sim.runtime.jobs import build_job
+    from ltm.datasets.synthetic import synthetic_ridge
+    from ltm.sim.runtime.jobs import build_job
 
     randomness = Randomness.seeded_insecure("streaming")
     spec, _ = build_job(synthetic_ridge(400, 3, randomness), job_id="big", randomness=randomness,
@@ -180,7 +180,7 @@ def test_servers_share_one_malloc_arena_so_threads_reuse_freed_batches():
 
     probe = """
 import ctypes, sys, threading
-from transport.memory import share_one_malloc_arena
+from ltm.transport.memory import share_one_malloc_arena
 libc = ctypes.CDLL("libc.so.6")
 libc.malloc.restype = ctypes.c_void_p
 libc.sbrk.restype = ctypes.c_void_p

@@ -14,9 +14,9 @@ from contextlib import asynccontextmanager
 import grpc
 import pytest
 
-from server.core import ServerCore
+from ltm.server.core import ServerCore
 from ltm.limits import ServerLimits
-from server.service import ServerService, UploadTicket
+from ltm.server.service import ServerService, UploadTicket
 
 
 class Aborted(Exception):

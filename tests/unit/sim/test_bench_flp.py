@@ -5,7 +5,7 @@ import json
 import subprocess
 import sys
 
-from sim.tools.bench_flp import FlpBenchConfig, bench_flp
+from ltm.sim.tools.bench_flp import FlpBenchConfig, bench_flp
 
 
 def test_bench_reports_costs_and_bytes():
@@ -17,6 +17,6 @@ def test_bench_reports_costs_and_bytes():
 
 
 def test_cli_prints_json():
-    run = subprocess.run([sys.executable, "-m", "ltm_cli", "bench", "flp", "--n", "50", "--chunk", "32"],
+    run = subprocess.run([sys.executable, "-m", "ltm.cli", "bench", "flp", "--n", "50", "--chunk", "32"],
                          capture_output=True, text=True, timeout=300, check=True)
     assert json.loads(run.stdout)["benchmark"] == "flp"

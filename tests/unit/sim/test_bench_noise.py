@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import math
 
-from ltm_cli.app import main
+from ltm.cli.app import main
 
 
 def test_bench_noise_prints_ns_per_draw_for_every_sampler(capsys):

@@ -1,10 +1,10 @@
 """The aggregated bench's upload progress line states its byte counts in units that fit them, never
-"0.00 GB of ≈ 0.00 GB" for a small run (sim/tools/bench_e2e.py: upload_progress)."""
+"0.00 GB of ≈ 0.00 GB" for a small run (ltm/sim/tools/bench_e2e.py: upload_progress)."""
 from __future__ import annotations
 
 import pytest
 
-from sim.tools.bench_e2e import upload_progress
+from ltm.sim.tools.bench_e2e import upload_progress
 
 
 @pytest.mark.parametrize("received, expected, shown", [

@@ -8,8 +8,8 @@ import json
 import numpy as np
 
 from ltm.randomness import Randomness
-from sim.localnet.demo import print_summary
-from sim.runtime.simulate import SimulateConfig, load_table
+from ltm.sim.localnet.demo import print_summary
+from ltm.sim.runtime.simulate import SimulateConfig, load_table
 
 REPORT = {
     "command": "demo", "tls": True, "data": "a table", "n_train": 800, "n_test": 200, "partition": "rows",

@@ -1,7 +1,7 @@
 """The words of ``ltm simulate``/``ltm demo`` and of the README say what the numbers are.
 
 Each summary here is printed from a real in-process run (the same cores and report as ``ltm demo``,
-``sim/runtime/simulate.py``), not from a hand-written report, so a label that stops matching what was
+``ltm/sim/runtime/simulate.py``), not from a hand-written report, so a label that stops matching what was
 computed fails here: the release named for its kind, φ with the λ it is scored at, a verdict that
 suggests only what would help, the corruption a guarantee tolerates, the λ a fit used.
 """
@@ -14,16 +14,16 @@ from pathlib import Path
 
 import pytest
 
-from analyst.estimators import release_lambda
-from analyst.jobs import fit_model
-from analyst.reconstruct import tolerated
-from ltm_cli.simulate import print_summary as print_simulate_summary
+from ltm.analyst.estimators import release_lambda
+from ltm.analyst.jobs import fit_model
+from ltm.analyst.reconstruct import tolerated
+from ltm.cli.simulate import print_summary as print_simulate_summary
 from ltm.randomness import Randomness
-from ltm_datasets.synthetic import synthetic_ridge
-from sim.localnet.demo import print_summary
-from sim.runtime.jobs import build_job, party_tables
-from sim.runtime.inprocess import run_inprocess
-from sim.runtime.simulate import SimulateConfig, simulate
+from ltm.datasets.synthetic import synthetic_ridge
+from ltm.sim.localnet.demo import print_summary
+from ltm.sim.runtime.jobs import build_job, party_tables
+from ltm.sim.runtime.inprocess import run_inprocess
+from ltm.sim.runtime.simulate import SimulateConfig, simulate
 
 ROOT = Path(__file__).resolve().parents[3]
 

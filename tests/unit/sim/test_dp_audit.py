@@ -1,8 +1,8 @@
 """An empirical DP audit of the release (docs/testing.md): ε_lb stays below the claimed ε for the default
-mechanism and exceeds it for an under-calibrated negative control (``sim/tools/audit.py``).
+mechanism and exceeds it for an under-calibrated negative control (``ltm/sim/tools/audit.py``).
 
 CI size: 5000 releases per neighbouring dataset for the default mechanism, 1000 for the control
-(≈ 10 s).  The bigger run is ``ltm audit --runs 200000`` (see the module docstring of sim.tools.audit).
+(≈ 10 s).  The bigger run is ``ltm audit --runs 200000`` (see the module docstring of ltm.sim.tools.audit).
 
 Flake rate.  The runs are seeded (deterministic in CI); for ANY seeds:
 * the default-mechanism test fails only if some Clopper–Pearson bound fails, probability ≤ α = 1e-6
@@ -25,9 +25,9 @@ import pytest
 import scipy.stats
 
 from ltm.randomness import Randomness
-from sim.tools.audit import (AuditConfig, _tables, build_audit_job, clopper_pearson_upper, epsilon_lower_bound,
+from ltm.sim.tools.audit import (AuditConfig, _tables, build_audit_job, clopper_pearson_upper, epsilon_lower_bound,
                        pair_epsilon, release_once, run_audit, threshold_grid)
-from sim.runtime.inprocess import run_inprocess
+from ltm.sim.runtime.inprocess import run_inprocess
 
 CI_RUNS, CONTROL_RUNS = 5000, 1000
 
@@ -112,7 +112,7 @@ def test_clopper_pearson_and_the_bound_are_valid_on_known_laws():
 
 
 def test_ltm_audit_command_prints_json():
-    out = subprocess.run([sys.executable, "-m", "ltm_cli", "audit", "--runs", "40", "--controls", "0.1",
+    out = subprocess.run([sys.executable, "-m", "ltm.cli", "audit", "--runs", "40", "--controls", "0.1",
                           "--workers", "2", "--seed", "cli"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
@@ -159,7 +159,7 @@ def test_any_release_kind_and_upload_mode_is_audited(release, upload_mode):
 
 
 def test_ltm_audit_takes_a_release_kind_and_an_upload_mode():
-    out = subprocess.run([sys.executable, "-m", "ltm_cli", "audit", "--runs", "30", "--controls", "",
+    out = subprocess.run([sys.executable, "-m", "ltm.cli", "audit", "--runs", "30", "--controls", "",
                           "--release", "gram", "--upload-mode", "aggregate", "--workers", "1", "--seed", "cli"],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from ltm.planner import PlanInputs, plan_release
-from sim.runtime.simulate import SimulateConfig, simulate
+from ltm.sim.runtime.simulate import SimulateConfig, simulate
 
 
 def test_the_plan_warns_when_noise_beats_the_signal():
@@ -60,14 +60,14 @@ def test_a_job_the_plan_trusts_releases_the_regression():
 
 
 def test_the_networked_analyst_falls_back_as_the_job_file_asks():
-    """analyst.jobs: a real job's fit releases the intercept-only model when the plan for its release
+    """ltm.analyst.jobs: a real job's fit releases the intercept-only model when the plan for its release
     kind predicts R² ≤ 0, unless its [fit] says fallback = false; a job the plan trusts is fitted."""
-    from analyst.jobs import fallback_reason, fit_model
+    from ltm.analyst.jobs import fallback_reason, fit_model
     from ltm.jobfile import FitSpec
     from ltm.randomness import Randomness
-    from ltm_datasets.synthetic import synthetic_ridge
-    from sim.runtime.inprocess import run_inprocess
-    from sim.runtime.jobs import build_job, party_tables
+    from ltm.datasets.synthetic import synthetic_ridge
+    from ltm.sim.runtime.inprocess import run_inprocess
+    from ltm.sim.runtime.jobs import build_job, party_tables
 
     table = synthetic_ridge(20_000, 4, Randomness.seeded_insecure("fallback-job"))
     spec, _ = build_job(table, job_id="bad", randomness=Randomness.seeded_insecure(1), partition="columns",

@@ -1,13 +1,13 @@
 """The summary's non-private row is what it says: OLS fitted on the exact training rows (not on the
-clipped vectors the parties release), in the model's own coordinates (sim/runtime/simulate.py)."""
+clipped vectors the parties release), in the model's own coordinates (ltm/sim/runtime/simulate.py)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from analyst.metrics import r2
+from ltm.analyst.metrics import r2
 from ltm.randomness import Randomness
-from sim.runtime.simulate import SimulateConfig, load_table, simulate
+from ltm.sim.runtime.simulate import SimulateConfig, load_table, simulate
 
 
 def _raw_ols_r2(train, test) -> float:

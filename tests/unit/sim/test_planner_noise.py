@@ -3,7 +3,7 @@
 For every mechanism × upload mode × release kind (and the columns partition's sketch), the
 planner's per-entry noise variance (:attr:`ltm.planner.Candidate.noise_variance`, the number its
 excess prediction is built on) is compared with what the job's release states about its noise
-(:func:`analyst.reconstruct.release_noise_variance`, from the grid noise plan the parties draw
+(:func:`ltm.analyst.reconstruct.release_noise_variance`, from the grid noise plan the parties draw
 with).  tests/unit/analyst/test_stated_noise.py checks statistically that a release's noise has
 the variance it states, so together the two close the loop: the planner predicts the noise the
 parties really add.  Deterministic (no noise is drawn here), so no flake.
@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import pytest
 
-from analyst.reconstruct import release_noise_variance
+from ltm.analyst.reconstruct import release_noise_variance
 from ltm.client_set import ClientSet
 from ltm.jobspec import validate_job
 from ltm.planner import PlanInputs, plan_release
 from ltm.randomness import Randomness
-from ltm_datasets.synthetic import synthetic_ridge
-from sim.runtime.jobs import build_job, split_parties
+from ltm.datasets.synthetic import synthetic_ridge
+from ltm.sim.runtime.jobs import build_job, split_parties
 
 N, D, PARTIES = 20_000, 4, 4
 #: A sparse row's load varies (binomial): the planner states an average row of the σ_c that the

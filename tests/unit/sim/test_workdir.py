@@ -1,4 +1,4 @@
-"""Scratch folders (sim/localnet/workdir.py): a folder whose owner is dead is reclaimed by the next
+"""Scratch folders (ltm/sim/localnet/workdir.py): a folder whose owner is dead is reclaimed by the next
 start; one whose owner runs, one without an owner file (being made, or kept on purpose) stays."""
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import os
 import subprocess
 import sys
 
-from sim.localnet import workdir
-from sim.localnet.workdir import OWNER_FILE, keep, make_scratch_dir, process_start, reclaim_stale
+from ltm.sim.localnet import workdir
+from ltm.sim.localnet.workdir import OWNER_FILE, keep, make_scratch_dir, process_start, reclaim_stale
 
 
 def test_only_the_folders_of_dead_owners_are_reclaimed(tmp_path, monkeypatch):

@@ -1,4 +1,4 @@
-"""Certificate signing requests (transport/certs.py): each actor's host makes its own key and CSR,
+"""Certificate signing requests (ltm/transport/certs.py): each actor's host makes its own key and CSR,
 the CA host checks the CSR against the role's policy and signs it; no private key travels.
 
 The certificates are checked by a real X.509 path validation (cryptography's verifier: chain,
@@ -19,8 +19,8 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from cryptography.x509.verification import PolicyBuilder, Store, VerificationError
 
-from ltm_cli.app import main
-from transport.certs import (ACTOR_URI_PREFIX, CSRPolicyError, check_request, create_ca, create_ca_dir,
+from ltm.cli.app import main
+from ltm.transport.certs import (ACTOR_URI_PREFIX, CSRPolicyError, check_request, create_ca, create_ca_dir,
                              issue_leaf, make_request, sign_request, sign_request_file, write_certs, write_request)
 
 SERVER_AUTH, CLIENT_AUTH = ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH

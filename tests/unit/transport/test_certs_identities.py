@@ -1,4 +1,4 @@
-"""One actor identity per certificate (transport/certs.py): the one-machine `ltm certs` gives each
+"""One actor identity per certificate (ltm/transport/certs.py): the one-machine `ltm certs` gives each
 server its own identity and the host names given for it, refuses a host name that is another
 actor's identity, and `ltm certs sign` applies the job grammar's identity rules (ltm.identifiers),
 never writes over a file without --force (the CA's own files never) and echoes hostile input cut
@@ -21,8 +21,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from cryptography.x509.verification import PolicyBuilder, Store, VerificationError
 
-from ltm_cli.app import main
-from transport.certs import ACTOR_URI_PREFIX
+from ltm.cli.app import main
+from ltm.transport.certs import ACTOR_URI_PREFIX
 
 REPO = Path(__file__).resolve().parents[3]
 IDENTITY = re.compile(r"^(analyst|operator|server-[0-9]+|party-.+)$", re.IGNORECASE)
@@ -106,7 +106,7 @@ def _csr_file(path: Path, cn: str, ou: str) -> Path:
 
 
 def _ltm(*argv: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ltm_cli", *argv], cwd=cwd, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "ltm.cli", *argv], cwd=cwd, capture_output=True, text=True,
                           timeout=120, env=dict(os.environ, PYTHONPATH=str(REPO)))
 
 

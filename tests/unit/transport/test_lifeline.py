@@ -1,4 +1,4 @@
-"""A child started with a lifeline (transport/lifeline.py) dies with its launcher, however the launcher
+"""A child started with a lifeline (ltm/transport/lifeline.py) dies with its launcher, however the launcher
 dies: real processes, the launcher SIGKILLed (it runs no cleanup at all)."""
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[3]
 
-CHILD = "from transport.lifeline import hold_from_env; hold_from_env(); import time; time.sleep(120)"
+CHILD = "from ltm.transport.lifeline import hold_from_env; hold_from_env(); import time; time.sleep(120)"
 #: A launcher: starts CHILD with its lifeline from the main thread or from a worker thread (which
 #: then ends: the child must outlive that thread), prints the child's pid, then waits to be killed.
 LAUNCHER = """
 import os, subprocess, sys, threading, time
-from transport.lifeline import child_env
+from ltm.transport.lifeline import child_env
 procs = []
 def start():
     procs.append(subprocess.Popen([sys.executable, "-c", {child!r}], env=child_env(dict(os.environ))))
@@ -59,7 +59,7 @@ def test_the_child_dies_with_a_sigkilled_launcher(where):
 
 
 def test_without_a_lifeline_nothing_changes(monkeypatch):
-    from transport import lifeline
+    from ltm.transport import lifeline
 
     monkeypatch.delenv(lifeline.ENV, raising=False)
     lifeline.hold_from_env()  # a command run by a person: no parent to watch, no thread started
@@ -67,7 +67,7 @@ def test_without_a_lifeline_nothing_changes(monkeypatch):
 
 
 def test_ltm_looks_for_the_variable_the_launcher_sets():
-    from ltm_cli import app
-    from transport import lifeline
+    from ltm.cli import app
+    from ltm.transport import lifeline
 
     assert f'"{lifeline.ENV}" in os.environ' in Path(app.__file__).read_text()

@@ -6,7 +6,7 @@ import stat
 
 import pytest
 
-from transport.files import create_private, mode_problems, private_dir, touch_private, write_private
+from ltm.transport.files import create_private, mode_problems, private_dir, touch_private, write_private
 
 
 @pytest.fixture
@@ -54,8 +54,8 @@ def test_private_dir_tightens_an_existing_directory_and_mode_problems_reports(tm
 
 def test_actor_state_is_private_server_store_analyst_store_party_journal(tmp_path, loose_umask):
     """Each actor's durable state, created under umask 022, holds nothing group/other-readable."""
-    from analyst.store import AnalystStore
-    from server.sqlite_store import SqliteStore
+    from ltm.analyst.store import AnalystStore
+    from ltm.server.sqlite_store import SqliteStore
 
     store = SqliteStore(tmp_path / "server")
     store.close()

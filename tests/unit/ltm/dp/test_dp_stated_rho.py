@@ -11,7 +11,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-import party.ledger as ledger_mod
+import ltm.party.ledger as ledger_mod
 from ltm.dp import accounting
 from ltm.dp.calibration import CalibrationError, plan_noise
 from ltm.jobspec import (ColumnSpec, JobSpec, JobSpecError, PartySpec, PrivacySpec, ServerSpec, SketchSpec,

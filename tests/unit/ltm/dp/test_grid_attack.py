@@ -7,7 +7,7 @@ with frac_bits = 8), so every value, and every lifted gram value C², lies on th
 
 (a) The party (``PartyPolicy.check``) and ``validate_job`` refuse such a job, saying why.
 (b) With that check switched off inside the test, releases through the production path (the real
-    party core and server cores, ``sim.tools.audit.release_once``) still carry noise of sd ≥ the claimed
+    party core and server cores, ``ltm.sim.tools.audit.release_once``) still carry noise of sd ≥ the claimed
     σ in every entry: the mean of the squared noise over all entries of a few releases is compared
     with the claimed per-entry variance at a one-sided 1e-7 chi-square quantile (flake < 1e-6).
 (c) ``ltm audit`` on lattice-aligned data finds no ε above the claim.
@@ -21,13 +21,13 @@ import pytest
 import scipy.stats
 
 import ltm.dp.grid
-import party.randomizer
+import ltm.party.randomizer
 from ltm.client_set import ClientSet  # noqa: F401  (the audit's release path uses it)
 from ltm.jobspec import (ColumnSpec, JobSpec, JobSpecError, PartySpec, PrivacySpec, ServerSpec, SketchSpec,
                          resolve_defaults, validate_job)
 from ltm.randomness import Randomness
-from party.uploader import PartyPolicy, PolicyViolation
-from sim.tools.audit import AuditConfig, AuditJob, release_once, run_audit
+from ltm.party.uploader import PartyPolicy, PolicyViolation
+from ltm.sim.tools.audit import AuditConfig, AuditJob, release_once, run_audit
 
 D = 4  # client vector width: one-hot rows
 
@@ -144,7 +144,7 @@ def test_negative_control_the_old_float_noise_rounded_per_client_fails_the_check
     def float_then_round(stream, plan, shape, **kw):
         return np.rint(stream.normal(shape, scale=0.3)).astype(np.int64)  # σ_c = 0.3 grid steps
 
-    monkeypatch.setattr(party.randomizer, "sample_noise", float_then_round)
+    monkeypatch.setattr(ltm.party.randomizer, "sample_noise", float_then_round)
     got, least = _release_noise_check(*GAUSSIAN_ATTACKS[0])
     assert got < least
 
@@ -163,9 +163,9 @@ def test_a_job_whose_noise_draw_exceeds_the_exact_sampler_is_refused_before_any_
 
     from ltm.dp.noise import MAX_GRID_SCALE, widest_noise_draw
     from ltm.randomness import Randomness
-    from party.uploader import PartyPolicy, PolicyViolation
-    from ltm_datasets.synthetic import synthetic_ridge
-    from sim.runtime.jobs import build_job
+    from ltm.party.uploader import PartyPolicy, PolicyViolation
+    from ltm.datasets.synthetic import synthetic_ridge
+    from ltm.sim.runtime.jobs import build_job
 
     r = Randomness.seeded_insecure("sampler-range")
     spec, _ = build_job(synthetic_ridge(2000, 3, r), job_id="wide", randomness=r, parties=2, k=2, m=16)

@@ -1,7 +1,0 @@
-"""The in-process runtime: party, server and analyst cores wired together in one process.
-
-``ltm simulate`` (:mod:`sim.runtime.simulate`), the in-process runs behind it and the experiments
-(:mod:`sim.runtime.inprocess`, :mod:`sim.runtime.replicated_run`), job building for a table
-(:mod:`sim.runtime.jobs`) and the plain-language run summaries (:mod:`sim.runtime.summary`).  With
-the same seeds a run here releases the same bytes as the networked actors.
-"""
