@@ -33,10 +33,15 @@ import numpy as np
 
 from ltm.analyst.gram import solve_gram, top_eigenvectors
 from ltm.analyst.release import ReleasedSketch
-from ltm.dp.calibration import analytic_gaussian_sigma
 from ltm.clipping import clip_rows
-from ltm.dp.sensitivity import (gram_l2, gram_l2_triangle, joint_cross_moment_l2, min_eigenvalue_sensitivity,
-                                 vector_sensitivity)
+from ltm.dp.calibration import analytic_gaussian_sigma
+from ltm.dp.sensitivity import (
+    gram_l2,
+    gram_l2_triangle,
+    joint_cross_moment_l2,
+    min_eigenvalue_sensitivity,
+    vector_sensitivity,
+)
 
 __all__ = [
     "PrivateRegression",

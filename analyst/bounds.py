@@ -33,11 +33,25 @@ from typing import Any
 
 import numpy as np
 
-from ltm.histograms import (HIST_CLIP_BOUND, LIN_BINS, counts_matrix, denoise, mean_and_std, quantiles,
-                            robust_centre_spread)
 from ltm.errors import CommandError
-from ltm.jobfile import (DEFAULT_DEADLINE_S, JobFile, JobFileError, load_toml, parse_job_file, read_job_text,
-                         render_job_file)
+from ltm.histograms import (
+    HIST_CLIP_BOUND,
+    LIN_BINS,
+    counts_matrix,
+    denoise,
+    mean_and_std,
+    quantiles,
+    robust_centre_spread,
+)
+from ltm.jobfile import (
+    DEFAULT_DEADLINE_S,
+    JobFile,
+    JobFileError,
+    load_toml,
+    parse_job_file,
+    read_job_text,
+    render_job_file,
+)
 from ltm.jobspec import INTERCEPT_NAME
 
 _TRANSFORM_KEYS = ("range", "center", "spread", "scale")
@@ -159,7 +173,7 @@ def choose(est: dict[str, float]) -> tuple[float, float]:
     return est["mean"], est["std"] if est["std"] > 1e-12 * max(abs(est["mean"]), 1.0) else est["spread"]
 
 
-async def run_bounds(stub, draft: Draft, *, epsilon: float, delta: float, rounds: int = 2,
+async def run_bounds(stub, draft: Draft, *, epsilon: float, delta: float, rounds: int = 2,  # noqa: PLR0913 - the pre-job's keyword-only options, one per `ltm job bounds` flag
                      randomness: str = "", timeout: float | None = None, say=print,
                      intercept: bool = False) -> tuple[JobFile, dict]:
     """Run the pre-job rounds through the analyst (``stub``: an Analyst stub) and build the main job."""
@@ -235,4 +249,4 @@ def run_bounds_command(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["Draft", "run_bounds", "round_estimates", "next_grid", "quantiles", "add_bounds_parser"]
+__all__ = ["Draft", "run_bounds", "round_estimates", "next_grid", "quantiles"]

@@ -135,7 +135,7 @@ class Algorithm1Calibration:
     details: dict[str, Any] = field(default_factory=dict)
 
 
-def algorithm1_calibration(mode: str, *, m: int, n_features: int, epsilon: float, delta: float,
+def algorithm1_calibration(mode: str, *, m: int, n_features: int, epsilon: float, delta: float,  # noqa: PLR0913 - Algorithm 1's parameters as the paper names them, keyword-only
                            label_bound: float = 1.0, eta: float = 3 / 8, radius: float | None = None,
                            ref_delta_c: float = 4.0) -> Algorithm1Calibration:
     """Sensitivity and σ of Algorithm 1 in ``mode`` (see the module docstring)."""
@@ -226,7 +226,7 @@ class DPRandomFeatureRegressor:
     a non-private diagnostic).
     """
 
-    def __init__(self, n_features: int, bandwidth: float, *, epsilon: float, delta: float = 1e-5,
+    def __init__(self, n_features: int, bandwidth: float, *, epsilon: float, delta: float = 1e-5,  # noqa: PLR0913 - the estimator's hyper-parameters, scikit-learn style (keyword-only, get_params)
                  mode: str = "certified", eta: float = 3 / 8, label_bound: float = 1.0,
                  radius: float | None = None, solver: str = "gram", iterations: int | None = None,
                  kernel: str = "gaussian", feature_map: str = "cos", seed: bytes | None = None,

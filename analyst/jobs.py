@@ -24,15 +24,15 @@ from typing import Any
 
 from ltm.analyst.coordinator import JobRun, Retries, ServerLink, coordinate, publish_links
 from ltm.analyst.estimators import LowRank, intercept_only, make_estimator, release_lambda
-from ltm.analyst.replicated import release_from_shares
 from ltm.analyst.release import ReleasedSketch
+from ltm.analyst.replicated import release_from_shares
 from ltm.analyst.store import AnalystStore, JobRecord
 from ltm.client_set import ClientSet
 from ltm.errors import ProtocolError
 from ltm.identifiers import id_problem
 from ltm.jobfile import FitSpec, plan_for
-from ltm.jsonio import json_default
 from ltm.jobspec import JobSpec, JobSpecError, validate_job
+from ltm.jsonio import json_default
 
 log = logging.getLogger("ltm.analyst")
 #: What the operator is told about the parties' randomness when nobody declared it.

@@ -10,9 +10,9 @@ from pathlib import Path
 from ltm.analyst.coordinator import DEFAULT_RETRY, RetryPolicy
 from ltm.analyst.service import AnalystService
 from ltm.jobspec import warm_validation_in_background
-from ltm.v1 import ltm_pb2_grpc
 from ltm.transport.serve import actor_settings, count_of, listening_phrase, say, serve_until_signal, start_actor
 from ltm.transport.tls import make_channel, make_server
+from ltm.v1 import ltm_pb2_grpc
 
 log = logging.getLogger("ltm.analyst")
 SERVICE_NAME = "ltm.v1.Analyst"

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ltm.errors import CommandError
-from ltm.jobfile import JobFile, JobFileError, forced_choice_warning, parse_job_file, read_job_text, spec_summary
+from ltm.jobfile import JobFile, forced_choice_warning, parse_job_file, read_job_text, spec_summary
 
 
 def read_job_file(path: str) -> JobFile:
@@ -87,8 +87,8 @@ async def _with_analyst(args: argparse.Namespace, fn):
     """Run ``fn(stub)`` on an Analyst stub over a channel authenticated as ``operator``."""
     import grpc
 
-    from ltm.v1 import ltm_pb2_grpc
     from ltm.transport.tls import make_channel
+    from ltm.v1 import ltm_pb2_grpc
 
     _need_analyst(args)
     options = None if args.insecure else [("grpc.ssl_target_name_override", "analyst")]

@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 
 from ltm.analyst.release import ReleasedSketch
-from ltm.dp.calibration import NoisePlan, gaussian_delta
 from ltm.client_set import ClientSet
 from ltm.dp import accounting
+from ltm.dp.calibration import NoisePlan, gaussian_delta
 from ltm.dp.noise import laplace_element_pieces
 from ltm.dp.polya import polya_variance
 from ltm.jobspec import JobSpec, honest_row_loads, participant_set, range_row_loads

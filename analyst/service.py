@@ -18,16 +18,16 @@ from pathlib import Path
 import grpc
 import numpy as np
 
-from ltm.analyst.coordinator import DEFAULT_RETRY, NotPublished, ReleaseFailed, RetryPolicy, Retries, grpc_links
+from ltm.analyst.coordinator import DEFAULT_RETRY, NotPublished, ReleaseFailed, Retries, RetryPolicy, grpc_links
 from ltm.analyst.jobs import UNDECLARED_RANDOMNESS, JobRunner, fit_model, release_of, release_to_json, result_files  # noqa: F401
 from ltm.analyst.store import AnalystStore
 from ltm.errors import LtmError, ProtocolError
 from ltm.identifiers import id_problem
 from ltm.jobfile import MAX_COLUMNS, MAX_DEADLINE_S, MODELS, FitSpec
 from ltm.jobspec import JobSpec, JobSpecError
-from ltm.v1 import ltm_pb2, ltm_pb2_grpc
 from ltm.limits import ServerLimits, parse_spec
 from ltm.transport.tls import authenticate
+from ltm.v1 import ltm_pb2, ltm_pb2_grpc
 
 log = logging.getLogger("ltm.analyst")
 

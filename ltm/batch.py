@@ -63,5 +63,5 @@ class ShareBatch:
             h.update(b"seed:" + self.share.seed)
         else:
             h.update(b"data:")  # then the little-endian words, hashed in place (no copy of the batch)
-            h.update(memoryview(np.ascontiguousarray(self.share.data, dtype="<u8")).cast("B"))
+            h.update(np.ascontiguousarray(self.share.data, dtype="<u8").data.cast("B"))
         return h.hexdigest()

@@ -35,14 +35,31 @@ import tomllib
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from ltm.jobspec import (CALIBRATIONS, INTERCEPT_NAME, MECHANISMS, PARTITIONS, RELEASE_KINDS, ROLES, ColumnSpec,
-                         JobSpec, JobSpecError, PartySpec, PrejobSpec, PrivacySpec, ServerSpec, SketchSpec,
-                         UPLOAD_MODES, default_upload_mode, resolve_defaults, validate_job)
 from ltm.errors import LtmError, bounded
-from ltm.jobconfig import file_default, toml_sections
 from ltm.identifiers import column_problem, endpoint_problem, id_problem, party_id_problem, server_id_problem
-from ltm.lifts import get_lift
+from ltm.jobconfig import file_default, toml_sections
+from ltm.jobspec import (
+    CALIBRATIONS,
+    INTERCEPT_NAME,
+    MECHANISMS,
+    PARTITIONS,
+    RELEASE_KINDS,
+    ROLES,
+    UPLOAD_MODES,
+    ColumnSpec,
+    JobSpec,
+    JobSpecError,
+    PartySpec,
+    PrejobSpec,
+    PrivacySpec,
+    ServerSpec,
+    SketchSpec,
+    default_upload_mode,
+    resolve_defaults,
+    validate_job,
+)
 from ltm.jobspec import _typed as typed_record
+from ltm.lifts import get_lift
 from ltm.sharing import SHARE_MODES
 from ltm.transforms import TransformSpec
 
@@ -384,7 +401,7 @@ def parse_job_file(text: str, *, source: str = "job file", resolve: bool = True)
     spec = JobSpec(
         job_id=job.job_id, partition=job.partition, n=n, columns=tuple(cols.specs), parties=tuple(party_specs),
         clip_bound=job.clip_bound, frac_bits=job.frac_bits,
-        sketch=SketchSpec(kind=kind, m=m or 1, s=s, seed=seed),  # kind 'auto': the planner decides below
+        sketch=SketchSpec(kind=kind, m=m or 1, s=s, seed=seed),  # type: ignore[arg-type]  # None only with no job id (refused)
         privacy=PrivacySpec(epsilon=privacy.epsilon, delta=privacy.delta, mechanism=privacy.mechanism,
                             calibration=privacy.calibration, interpolate_p=privacy.interpolate_p,
                             t_prime=_integer(p, privacy_t, "t_prime", "[privacy]", file_default("t_prime")),

@@ -20,22 +20,22 @@ from typing import Any
 
 import numpy as np
 
-from ltm.dp.calibration import CalibrationError, NoisePlan, plan_noise
+from ltm import replicated
 from ltm.client_set import ClientSet
+from ltm.dp.calibration import CalibrationError, NoisePlan, plan_noise
 from ltm.dp.defaults import DEFAULT_CLIP_BOUND, DEFAULT_DELTA, DEFAULT_LOAD_FRACTION
-from ltm.identifiers import spec_id_problems
 from ltm.dp.grid import grid_step, noise_grid_problem
 from ltm.dp.mechanisms import CALIBRATIONS, MECHANISMS
-from ltm.lifts import LIFTED_KINDS, Lift, get_lift
 from ltm.dp.noise import noise_tail_bound
-from ltm.ring import HEADROOM_LIMIT
-from ltm import replicated
-from ltm.sharing import SHARE_MODES
-from ltm.verified_clipping import proof_shape
+from ltm.errors import LtmError
+from ltm.identifiers import spec_id_problems
+from ltm.lifts import LIFTED_KINDS, Lift, get_lift
 from ltm.randomness import KeystreamBuffer
+from ltm.ring import HEADROOM_LIMIT
+from ltm.sharing import SHARE_MODES
 from ltm.sketch import CHUNK_CLIENTS, SKETCH_KINDS, Sketch
 from ltm.transforms import TransformSpec, VectorEntry, transform_problems, vector_layout
-from ltm.errors import LtmError
+from ltm.verified_clipping import proof_shape
 
 #: Release kinds a job spec's ``sketch.kind`` may name: the LTM sketches and the lifted kinds
 #: (:mod:`ltm.lifts`; their public map is the one-row ``sum`` sketch).
@@ -444,7 +444,7 @@ def _typed(cls: type, data: Any, where: str) -> Any:
     kwargs: dict[str, Any] = {}
     for name, f in names.items():
         if name not in data:
-            if f.default is MISSING and f.default_factory is MISSING:  # type: ignore[misc]
+            if f.default is MISSING and f.default_factory is MISSING:
                 raise JobSpecError([f"{where}: missing field {name!r}"])
             continue
         value, hint, here = data[name], hints[name], f"{where}.{name}"
@@ -461,7 +461,7 @@ def _typed(cls: type, data: Any, where: str) -> Any:
 
 def _canonical_floats(obj: Any) -> None:
     """Coerce a frozen dataclass's float fields in place (1 → 1.0, −0.0 → 0.0)."""
-    for name, hint in _hints(type(obj)).items():
+    for name, hint in _hints(type(obj)).items():  # type: ignore[arg-type]  # a class is hashable (lru_cache)
         value = getattr(obj, name)
         if hint is float or (hint == (float | None) and value is not None):
             if isinstance(value, (int, float)) and not isinstance(value, bool):

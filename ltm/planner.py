@@ -227,7 +227,7 @@ def _moments(inp: PlanInputs) -> _Moments:
         return _Moments(mu, w * w, yy, resid, top, "public second moment")
     if inp.task == "lowrank":
         mu = np.full(D, C2 / D)
-        return _Moments(mu, np.zeros(D), 0.0, 0.0, C2 / D, f"isotropic, E‖z‖² = C² (no public second moment)")
+        return _Moments(mu, np.zeros(D), 0.0, 0.0, C2 / D, "isotropic, E‖z‖² = C² (no public second moment)")
     p = D - 1
     q = 1.0 / (1.0 + math.sqrt(p))
     sx = (1.0 - q) * C2 / p
@@ -419,7 +419,6 @@ def _replicated_candidate(inp: PlanInputs, mom: _Moments) -> Candidate:
     from ltm.replicated import REPLICATED_SERVERS, honest_majority, replicated_noise_plan, unverified_party_problem
 
     D, n = inp.width, inp.n
-    W = gram_width(D)
     P = max(inp.parties, 1)
     c_par = min(inp.replicated_corrupt_parties, P - 1)
     if inp.mechanism != "gaussian":

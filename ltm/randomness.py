@@ -97,7 +97,7 @@ class KeystreamBuffer:
         first_block, skip = divmod(start_word, 2)
         nbytes = 8 * (count + skip)
         enc = Cipher(algorithms.AES(key), modes.CTR(first_block.to_bytes(16, "big"))).encryptor()
-        enc.update_into(memoryview(self._zeros)[:nbytes], memoryview(self._out)[:nbytes + 15])
+        enc.update_into(self._zeros.data[:nbytes], self._out.data[:nbytes + 15])  # the arrays' own memoryviews
         return self._out[8 * skip:8 * skip + 8 * count].view("<u8").view(np.uint64)
 
 

@@ -57,10 +57,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ltm.dp.sensitivity import rounded_gram_l2
 from ltm.dp.calibration import NoisePlan, plan_noise
 from ltm.dp.grid import round_to_grid
 from ltm.dp.noise import noise_tail_bound, sample_noise
+from ltm.dp.sensitivity import rounded_gram_l2
 from ltm.randomness import KeystreamBuffer, Randomness
 from ltm.ring import HEADROOM_LIMIT
 from ltm.sharing import Share, reconstruct, share, share_rows
@@ -252,7 +252,7 @@ def share_noise(noise: np.ndarray, randomness: Randomness, *, mode: str = "seed"
     return share(_ring(noise), REPLICATED_SERVERS, randomness, mode=mode, primary=primary)
 
 
-def party_uploads(block: np.ndarray, columns: tuple[int, ...], *, width: int, frac_bits: int,
+def party_uploads(block: np.ndarray, columns: tuple[int, ...], *, width: int, frac_bits: int,  # noqa: PLR0913 - the replicated upload's keyword-only inputs (plan, randomness, share mode, proof shape)
                   plan: NoisePlan | None, randomness: Randomness, mode: str = "seed",
                   primary: int = 0, proof: ProofShape | None = None) -> list[BlockUpload]:
     """One party's three uploads: its replicated block and its noise shares.

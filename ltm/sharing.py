@@ -54,12 +54,16 @@ class Share:
         """The share as a uint64 array (expanding the seed if needed)."""
         if self.data is not None:
             return self.data
+        assert self.seed is not None  # a share holds data or a seed (checked at construction)
         return expand_seed(self.seed, self.shape)
 
     @property
     def nbytes(self) -> int:
         """Bytes this share costs on the wire (payload only)."""
-        return SEED_BYTES if self.seed is not None else int(self.data.nbytes)
+        if self.seed is not None:
+            return SEED_BYTES
+        assert self.data is not None  # a share holds data or a seed (checked at construction)
+        return int(self.data.nbytes)
 
 
 def expand_seed(seed: bytes, shape: tuple[int, ...]) -> np.ndarray:
@@ -112,5 +116,6 @@ def share_rows(s: Share, a: int, b: int, buffer: KeystreamBuffer) -> np.ndarray:
     server streams a seed share chunk by chunk without expanding it whole)."""
     d = int(s.shape[1])
     if s.seed is None:
+        assert s.data is not None  # a share holds data or a seed (checked at construction)
         return s.data[a:b]
     return buffer.words(s.seed, (b - a) * d, a * d).reshape(b - a, d)

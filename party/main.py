@@ -15,19 +15,28 @@ import grpc
 
 from ltm.errors import CommandError
 from ltm.jobspec import JobSpec
-from ltm.randomness import Randomness
-from ltm.v1 import ltm_pb2_grpc
 from ltm.party.data_source import DataSourceError, PartySource, is_database, is_synthetic, open_source
 from ltm.party.journal import JournalError, UploadJournal
-from ltm.party.ledger import (DEFAULT_BUDGET_DELTA, DEFAULT_BUDGET_EPSILON, DEFAULT_SOURCE, AccountantUnavailable,
-                          Budget, BudgetExceeded, LedgerError, PrivacyLedger, check_ledger_dir, source_fingerprint)
+from ltm.party.ledger import (
+    DEFAULT_BUDGET_DELTA,
+    DEFAULT_BUDGET_EPSILON,
+    DEFAULT_SOURCE,
+    AccountantUnavailable,
+    Budget,
+    BudgetExceeded,
+    LedgerError,
+    PrivacyLedger,
+    check_ledger_dir,
+    source_fingerprint,
+)
+from ltm.party.randomizer import DEFAULT_BATCH_CLIENTS, PartyDataError, check_source, party_randomness
 from ltm.party.replicated import run_replicated_upload
 from ltm.party.sql_source import redact_dsn
-from ltm.party.randomizer import DEFAULT_BATCH_CLIENTS, PartyDataError, check_source, party_randomness
-from ltm.party.uploader import (PartyPolicy, PolicyViolation, UploadIncomplete, UploadSummary, fetch_job,
-                            run_upload)
+from ltm.party.uploader import PartyPolicy, PolicyViolation, UploadIncomplete, UploadSummary, fetch_job, run_upload
+from ltm.randomness import Randomness
 from ltm.transport.serve import actor_settings, start_actor
 from ltm.transport.tls import make_channel
+from ltm.v1 import ltm_pb2_grpc
 
 log = logging.getLogger("ltm.party")
 #: While fetching the job spec these mean "not yet": the job is not published or a server is not up.
@@ -149,7 +158,7 @@ def _party_policy(args: argparse.Namespace, server_ids: list[str]) -> PartyPolic
                        min_colluding_servers=args.min_colluding_servers)
 
 
-async def _fetch_vetted_spec(args: argparse.Namespace, policy: PartyPolicy, channels: list[grpc.aio.Channel],
+async def _fetch_vetted_spec(args: argparse.Namespace, policy: PartyPolicy, channels: list[grpc.aio.Channel],  # noqa: PLR0913 - the party's fetch state; the one participate path is #34 item 3
                              connect: Callable[[list[str]], list[grpc.aio.Channel]],
                              server_ids: list[str], endpoints: list[str], deadline: float, wait_s: float,
                              seeded: bool, insecure: bool) -> JobSpec:

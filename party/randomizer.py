@@ -6,23 +6,23 @@ All work is vectorised over the clients of a batch.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Iterable, Iterator, Mapping
 import time
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
 from ltm.batch import ShareBatch
-from ltm.dp.calibration import NoisePlan
 from ltm.clipping import clip_rows
-from ltm.errors import LtmError
-from ltm.jobspec import JobSpec, PartySpec
+from ltm.dp.calibration import NoisePlan
 from ltm.dp.grid import round_to_grid
 from ltm.dp.noise import sample_noise
+from ltm.errors import LtmError
+from ltm.jobspec import JobSpec, PartySpec
+from ltm.party.data_source import PartySource, TableSource
 from ltm.randomness import Randomness
 from ltm.sharing import share
 from ltm.transforms import FeaturePipeline
-from ltm.party.data_source import PartySource, TableSource
 
 #: Clients per upload batch: 65 536 × 11 columns × 8 B ≈ 5.8 MB per piece, well under gRPC limits
 #: once chunked, and small enough to keep a party's memory flat.
@@ -200,7 +200,7 @@ def open_source(spec: JobSpec, party: PartySpec, table: Mapping[str, np.ndarray]
     return source, streamed, needed, FeaturePipeline.for_spec(spec), columns
 
 
-def release_vectors(spec: JobSpec, party: PartySpec, pipeline: FeaturePipeline, chunk: Mapping[str, np.ndarray],
+def release_vectors(spec: JobSpec, party: PartySpec, pipeline: FeaturePipeline, chunk: Mapping[str, np.ndarray],  # noqa: PLR0913 - the lift's keyword-only inputs (rows, streaming, offset, lift)
                     columns: tuple[int, ...], *, rows: int, streamed: bool, row_offset: int,
                     lifted: bool = True) -> np.ndarray:
     """The vectors a chunk of the party's clients release (before rounding and noise): float64
@@ -218,7 +218,7 @@ def release_vectors(spec: JobSpec, party: PartySpec, pipeline: FeaturePipeline, 
     return vectors
 
 
-def make_batches(spec: JobSpec, party_id: str, table: Mapping[str, np.ndarray] | PartySource,
+def make_batches(spec: JobSpec, party_id: str, table: Mapping[str, np.ndarray] | PartySource,  # noqa: PLR0913 - keyword-only batching options; the one participate path is #34 item 3
                  randomness: Randomness,
                  *, plan: NoisePlan | None = None, batch_clients: int = DEFAULT_BATCH_CLIENTS,
                  batch_randomness: Callable[[int], Randomness] | None = None,

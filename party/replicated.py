@@ -26,12 +26,12 @@ import numpy as np
 from ltm.batch import ShareBatch
 from ltm.clipping import clip_rows
 from ltm.jobspec import JobSpec
-from ltm.randomness import Randomness
-from ltm.replicated import BlockUpload, party_uploads, upload_parts
-from ltm.verified_clipping import proof_shape
 from ltm.party.data_source import PartySource
 from ltm.party.randomizer import client_vectors
 from ltm.party.uploader import UploadIncomplete, UploadSummary, upload_batch
+from ltm.randomness import Randomness
+from ltm.replicated import BlockUpload, party_uploads, upload_parts
+from ltm.verified_clipping import proof_shape
 
 
 def replicated_uploads(spec: JobSpec, party_id: str, table: Mapping[str, np.ndarray],

@@ -31,8 +31,8 @@ import re
 import sqlite3
 import urllib.parse
 from collections.abc import Iterator
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 from ltm.party.data_source import DataSourceError
 from ltm.party.streamed_source import BATCH_ROWS, NUMBER, TEXT, StreamedSource

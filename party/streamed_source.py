@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator, Sequence
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 

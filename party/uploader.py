@@ -20,20 +20,20 @@ import grpc
 import numpy as np
 
 from ltm.batch import CSPRNG_MODE, SEEDED_MODE, ShareBatch
-from ltm.identifiers import spec_id_problems
 from ltm.dp.grid import noise_grid_problem
 from ltm.dp.noise import MAX_GRID_SCALE, widest_noise_draw
 from ltm.errors import LtmError, ProtocolError
+from ltm.identifiers import spec_id_problems
 from ltm.jobspec import JobSpec, default_corrupt_parties
-from ltm.replicated import unverified_party_problem
 from ltm.limits import decode_spec
-from ltm.progress import Bar, progress_bar
-from ltm.randomness import Randomness
-from ltm.v1 import ltm_pb2, ltm_pb2_grpc
 from ltm.party.data_source import PartySource
 from ltm.party.journal import UploadJournal
 from ltm.party.randomizer import DEFAULT_BATCH_CLIENTS, effective_batch_clients, make_batches, plan_batches
+from ltm.progress import Bar, progress_bar
+from ltm.randomness import Randomness
+from ltm.replicated import unverified_party_problem
 from ltm.transport.certs import role_of
+from ltm.v1 import ltm_pb2, ltm_pb2_grpc
 
 log = logging.getLogger("ltm.party")
 UPLOAD_CHUNK_BYTES = 1 << 20
@@ -274,7 +274,7 @@ async def upload_batch(stub: ltm_pb2_grpc.ServerStub, batch: ShareBatch, job_id:
             await asyncio.sleep(delay)
 
 
-async def run_upload(stubs: list[ltm_pb2_grpc.ServerStub], spec: JobSpec, party_id: str,
+async def run_upload(stubs: list[ltm_pb2_grpc.ServerStub], spec: JobSpec, party_id: str,  # noqa: PLR0913 - keyword-only upload options; the one participate path is #34 item 3
                      table: Mapping[str, np.ndarray] | PartySource, randomness: Randomness, *,
                      batch_clients: int = DEFAULT_BATCH_CLIENTS, progress: bool = True,
                      journal: UploadJournal | None = None, endpoints: list[str] | None = None) -> UploadSummary:
@@ -323,7 +323,7 @@ async def run_upload(stubs: list[ltm_pb2_grpc.ServerStub], spec: JobSpec, party_
         randomizer.shutdown(wait=False, cancel_futures=True)
 
 
-async def _stream_batches(stubs, spec: JobSpec, journal: UploadJournal | None, endpoints: list[str] | None,
+async def _stream_batches(stubs, spec: JobSpec, journal: UploadJournal | None, endpoints: list[str] | None,  # noqa: PLR0913 - one upload loop's state; the one participate path is #34 item 3
                           summary: UploadSummary, bar: Bar, timings: dict[str, float], randomize_next,
                           t0: float, started: float) -> UploadSummary:
     """The loop of :func:`run_upload`: upload batch b while batch b + 1 is randomized."""

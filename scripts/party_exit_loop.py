@@ -68,13 +68,13 @@ def _busy_grpc(endpoint: str, certs: Path, actor: str, stop: threading.Event) ->
 def run_loop(runs: int, concurrent: int, burners: int, work: Path, timeout: float = 120.0,
              fork: bool = False) -> dict:
     """The loop (see the module docstring); returns its report."""
-    from ltm.v1 import ltm_pb2, ltm_pb2_grpc
     from ltm.sim.localnet import launcher
     from ltm.sim.localnet.launcher import ProcessGroup
     from ltm.sim.runtime.jobs import party_tables
-    from tests.helpers.jobs import seeded_job
     from ltm.transport.certs import write_certs
     from ltm.transport.tls import make_sync_channel
+    from ltm.v1 import ltm_pb2, ltm_pb2_grpc
+    from tests.helpers.jobs import seeded_job
 
     certs = work / "certs"
     write_certs(certs, ["server-0", "server-1", "server-2", "party-0", "party-1", "analyst", "operator"])

@@ -18,11 +18,11 @@ from ltm.errors import ProtocolError, bounded
 from ltm.identifiers import id_problem
 from ltm.jobspec import JobSpec, JobSpecError, validate_job
 from ltm.limits import SLOT_CACHE_BYTES
-from ltm.sketch import Sketch
 from ltm.server import replicated
 from ltm.server.release_gate import ANALYST_ROLE, check_release
 from ltm.server.result_share import result_share
 from ltm.server.store import MemoryStore, ReleaseRecord, ServerStore, StoredBatch, cancelled_message
+from ltm.sketch import Sketch
 
 
 @dataclass(frozen=True)
@@ -144,7 +144,7 @@ class ServerCore:
         return self.store.cancel_job(job_id, bounded(reason, 200))
 
     # ------------------------------------------------------------------ upload
-    def check_upload(self, spec: JobSpec, *, caller_id: str, party_id: str, batch_index: int, start: int, stop: int,
+    def check_upload(self, spec: JobSpec, *, caller_id: str, party_id: str, batch_index: int, start: int, stop: int,  # noqa: PLR0913 - an upload header's fields, keyword-only, each checked
                      columns: tuple[int, ...], server: int, shape: tuple[int, ...], aggregate: bool = False) -> None:
         """Everything an upload's header must satisfy, checkable before any share data is read.
 

@@ -15,9 +15,23 @@ from pathlib import Path
 
 import numpy as np
 
-from ltm.server.sqlite_store import (_RETIRED, _SCHEMA, BLOB_DIR, DB_NAME, RELEASE_DIR, RELEASE_SUFFIX, SCHEMA_VERSION,
-                                 SqliteStore, StoreCorruptError, StoreError, _database_lost, _files_under, _parse_marker,
-                                 _refusal, _scan)
+from ltm.server.sqlite_store import (
+    _RETIRED,
+    _SCHEMA,
+    BLOB_DIR,
+    DB_NAME,
+    RELEASE_DIR,
+    RELEASE_SUFFIX,
+    SCHEMA_VERSION,
+    SqliteStore,
+    StoreCorruptError,
+    StoreError,
+    _database_lost,
+    _files_under,
+    _parse_marker,
+    _refusal,
+    _scan,
+)
 from ltm.transport.files import PRIVATE_FILE_MODE, private_dir, touch_private
 
 

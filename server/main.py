@@ -11,8 +11,8 @@ import logging
 import time
 from pathlib import Path
 
-from ltm.server.core import ServerCore
 from ltm.limits import ServerLimits
+from ltm.server.core import ServerCore
 from ltm.server.service import ServerService, add_to_server
 from ltm.transport.config import ConfigError, load_config, merge
 from ltm.transport.metering import ByteMeter

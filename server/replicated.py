@@ -24,12 +24,17 @@ from ltm.batch import ShareBatch
 from ltm.client_set import ClientSet
 from ltm.errors import ProtocolError
 from ltm.jobspec import JobSpec, PartySpec, validate_job
-from ltm.replicated import (PART_NOISE, REPLICATED_PARTS, BlockUpload, server_output, triangle_width,
-                            upload_from_parts)
 from ltm.randomness import Randomness
-from ltm.verified_clipping import (CHECK_REPETITIONS, ClippingProofFailed, check_failures, coefficient_key,
-                                   proof_shape, server_check)
+from ltm.replicated import PART_NOISE, REPLICATED_PARTS, BlockUpload, server_output, triangle_width, upload_from_parts
 from ltm.server.release_gate import GateRefusal, check_release_request
+from ltm.verified_clipping import (
+    CHECK_REPETITIONS,
+    ClippingProofFailed,
+    check_failures,
+    coefficient_key,
+    proof_shape,
+    server_check,
+)
 
 
 class ReplicatedServer:

@@ -37,13 +37,13 @@ import numpy as np
 from ltm.batch import RANDOMNESS_MODES, SEEDED_MODE, ShareBatch
 from ltm.client_set import ClientSet, ClientSetError
 from ltm.errors import LtmError, ProtocolError, bounded
-from ltm.sharing import SEED_BYTES, Share
-from ltm.v1 import ltm_pb2, ltm_pb2_grpc
-from ltm.server.core import ServerCore
 from ltm.limits import ServerLimits, parse_spec
+from ltm.server.core import ServerCore
+from ltm.sharing import SEED_BYTES, Share
 from ltm.transport.memory import return_free_memory
 from ltm.transport.metering import ByteMeter
 from ltm.transport.tls import authenticate
+from ltm.v1 import ltm_pb2, ltm_pb2_grpc
 
 log = logging.getLogger("ltm.server")
 

@@ -73,10 +73,10 @@ import numpy as np
 from ltm.batch import ShareBatch
 from ltm.errors import DataLossError, LtmError, ProtocolError
 from ltm.jobspec import JobSpec
-from ltm.sharing import SEED_BYTES, Share
 from ltm.server.coverage import Coverage
 from ltm.server.replicated import part_shape
 from ltm.server.store import ReleaseRecord, StoredBatch, cancelled_message
+from ltm.sharing import SEED_BYTES, Share
 from ltm.transport.files import PRIVATE_FILE_MODE, create_private, fsync_dir, private_dir, touch_private
 
 try:  # POSIX advisory locks; without fcntl the single-process rule is not enforced

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 
-from ltm.errors import CommandError
-from ltm.jobconfig import add_options, parse_counts, positive_int
 from ltm.cli.app import lazy
 from ltm.cli.options import JSON_ANYWAY, output, print_json
+from ltm.errors import CommandError
+from ltm.jobconfig import add_options, parse_counts, positive_int
 
 
 def configure(p: argparse.ArgumentParser) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 
 from ltm.cli.app import lazy
-from ltm.jobconfig import add_options
 from ltm.cli.options import actor_options, endpoints, privacy_number, quiet, seed
+from ltm.jobconfig import add_options
 from ltm.party.ledger import DEFAULT_BUDGET_DELTA, DEFAULT_BUDGET_EPSILON, DEFAULT_SOURCE
 from ltm.party.randomizer import DEFAULT_BATCH_CLIENTS
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ltm.randomness import Randomness
 from ltm.datasets.tables import DataError, Table
+from ltm.randomness import Randomness
 
 
 def synthetic_ridge(n: int, d: int, randomness: Randomness, *, label_noise: float = 0.0) -> Table:

@@ -16,7 +16,6 @@ from ltm.jobspec import INTERCEPT_NAME, ColumnSpec
 from ltm.party.data_source import DataSourceError, NonNumeric, SyntheticRidge, parse_csv
 
 
-
 class DataError(LtmError, ValueError):
     """A data file or flag that cannot be used; the message says what to change."""
 
@@ -137,7 +136,7 @@ def load_data(path: str | Path, *, label: str | None, features: list[str] | None
     read whole through the same validation core, so the same data give the same table."""
     if str(path).endswith(".csv") and query is None:
         return load_csv(path, label=label, features=features)
-    from ltm.party.data_source import NpzSource, NpyDirSource, open_source
+    from ltm.party.data_source import NpyDirSource, NpzSource, open_source
     from ltm.party.streamed_source import StreamedSource
 
     try:

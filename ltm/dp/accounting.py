@@ -28,7 +28,6 @@ import importlib.util
 import math
 import sys
 import threading
-
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # dp_accounting costs 0.4-1.4 s to import: only the functions that use it load it (load_accountant())

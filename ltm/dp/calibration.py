@@ -32,11 +32,11 @@ from dataclasses import asdict, dataclass
 from enum import Enum
 from typing import TypeVar
 
-from ltm.dp.sensitivity import sketch_l1, sketch_l2
 from ltm.dp import accounting
 from ltm.dp.grid import rounding_widening
 from ltm.dp.mechanisms import CALIBRATIONS, MECHANISMS, Calibration, Mechanism
 from ltm.dp.polya import polya_variance
+from ltm.dp.sensitivity import sketch_l1, sketch_l2
 from ltm.errors import LtmError
 
 __all__ = [
@@ -726,7 +726,7 @@ def _laplace_plan(a: _PlanArgs) -> NoisePlan:
     )
 
 
-def plan_noise(
+def plan_noise(  # noqa: PLR0913 - the noise plan's public inputs, all keyword-only; Gaussian/Laplace plan types are #34 item 4
     *, mechanism: str, calibration: str, epsilon: float, delta: float, clip_norm: float, s: int,
     min_honest_load: int, interpolate_p: float | None = None, n: int | None = None, m: int | None = None,
     d: int | None = None, t_prime: int = 0, sketch_kind: str = "sparse", sensitivity: float | None = None,

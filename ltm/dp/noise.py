@@ -200,7 +200,7 @@ def _geometric_float(stream: RandomStream, t: float, count: int, scratch: _Scrat
     np.less(words, _TWO_P52, out=other)
     short = np.flatnonzero(other)
     extra = stream.uint64(short.size) if short.size else None
-    if short.size:
+    if extra is not None:  # exactly when short.size
         x[short] = words[short].astype(np.float64) + extra.astype(np.float64) * _TWO_M64
     x *= _TWO_M64
     with np.errstate(divide="ignore"):
@@ -223,9 +223,9 @@ def _geometric_float(stream: RandomStream, t: float, count: int, scratch: _Scrat
         unsure[short[words[short] == 0]] = True
     if unsure.any():
         tf = Fraction(t)
-        where = {int(i): int(w) for i, w in zip(short, extra)} if short.size else {}
-        for i in np.flatnonzero(unsure):
-            i = int(i)
+        where = {int(i): int(w) for i, w in zip(short, extra)} if extra is not None else {}
+        for j in np.flatnonzero(unsure):
+            i = int(j)
             lazy = (_LazyUniform(stream, (int(words[i]) << 64) | where[i], 128) if i in where
                     else _LazyUniform(stream, int(words[i])))
             g[i] = _geometric_exact(lazy, t, tf)

@@ -279,7 +279,7 @@ class _Run:
         self.cut = max(0, math.floor(math.exp(-self.thr[1]) * (1.0 - _REL) * 2.0**64) - 1)
         words = stream.uint64(count)
         self.idx = np.flatnonzero(words >= np.uint64(self.cut))
-        self.first = words[self.idx]
+        self.first: np.ndarray | None = words[self.idx]
         self.y_lo = np.zeros(self.idx.size)
         self.y_hi = np.zeros(self.idx.size)
 

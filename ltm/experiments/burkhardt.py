@@ -51,16 +51,15 @@ import numpy as np
 from ltm.analyst.baselines import adassp, local_release, mod_sulq_noise_scale, ssp_ridge, symmetric_gaussian
 from ltm.analyst.estimators import LowRank, Ridge, solve_ridge
 from ltm.analyst.metrics import gram_matrix, psi_from_gram, ridge_objective, ridge_optimum
-from ltm.randomness import Randomness
-from ltm.sketch import Sketch
+from ltm.datasets.real import features_only, load_dataset
 from ltm.datasets.synthetic import synthetic_lowrank, synthetic_ridge
 from ltm.datasets.tables import Table, public_columns
-
 from ltm.experiments import ltmjobs
-from ltm.datasets.real import features_only, load_dataset
 from ltm.experiments.ltmjobs import Mechanism
 from ltm.experiments.registry import register
 from ltm.experiments.seeds import numpy_rng, subseed
+from ltm.randomness import Randomness
+from ltm.sketch import Sketch
 
 P_VALUES = (0.9, 0.8, 0.7, 0.6, 0.5, 0.0)
 

@@ -49,10 +49,10 @@ from typing import Any
 import numpy as np
 
 from ltm.analyst.public_moment import NotPrivateWarning, dp_olse, dp_pmt_olse
+from ltm.datasets.real import DATA_DIR
 from ltm.experiments.registry import register
 from ltm.experiments.seeds import numpy_rng, subseed
-from ltm.second_moment import PublicSecondMoment, kappa_bar, zcdp_to_epsilon
-from ltm.datasets.real import DATA_DIR
+from ltm.second_moment import PublicSecondMoment, kappa_bar
 
 WINE_FILE = "winequality-white.csv"
 WINE_SHA256 = "76c3f809815c17c07212622f776311faeb31e87610d52c26d87d6e361b169836"
@@ -182,7 +182,7 @@ def _fit_row(series: str, res, ref: np.ndarray, **extra: Any) -> dict[str, Any]:
                 eps_total=res.epsilon(REPORT_DELTA), is_dp=res.is_dp, **extra)
 
 
-def compare(A: np.ndarray, y: np.ndarray, B: np.ndarray, yB: np.ndarray, ref: np.ndarray, rho: float, seed: int,
+def compare(A: np.ndarray, y: np.ndarray, B: np.ndarray, yB: np.ndarray, ref: np.ndarray, rho: float, seed: int,  # noqa: PLR0913 - one paper cell's data and knobs (the paper's names)
             *, eta_fail: float, methods: list[str], diag_moment: np.ndarray) -> list[dict[str, Any]]:
     """Every requested method on the same data, each with its own noise stream."""
     public, singular = _public(B, yB)
@@ -314,11 +314,11 @@ def _ltm_rows(A: np.ndarray, y: np.ndarray, B: np.ndarray, yB: np.ndarray, ref: 
 
     from ltm.analyst.estimators import OLS, Ridge, release_lambda
     from ltm.analyst.mapback import raw_linear_predictor
+    from ltm.datasets.tables import Table, public_columns
     from ltm.experiments.release_backends import current
     from ltm.jobspec import validate_job
     from ltm.randomness import Randomness
     from ltm.second_moment import epsilon_to_zcdp
-    from ltm.datasets.tables import Table, public_columns
     from ltm.sim.runtime.jobs import build_job, party_tables
 
     n, d = A.shape

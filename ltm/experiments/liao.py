@@ -43,13 +43,18 @@ from typing import Any
 
 import numpy as np
 
-from ltm.analyst.dprf import (algorithm1_calibration, gamma_output_perturbation, gaussian_output_perturbation, min_norm,
-                          sgd_random_features)
+from ltm.analyst.dprf import (
+    algorithm1_calibration,
+    gamma_output_perturbation,
+    gaussian_output_perturbation,
+    min_norm,
+    sgd_random_features,
+)
+from ltm.datasets.real import DATA_DIR
 from ltm.experiments.registry import register
 from ltm.experiments.seeds import numpy_rng, subseed
 from ltm.randomness import Randomness
 from ltm.transforms import RandomFeatures, rff_spec
-from ltm.datasets.real import DATA_DIR
 
 WINE_RED_FILE = "winequality-red.csv"
 WINE_RED_SHA256 = "4a402cf041b025d4566d954c3b9ba8635a3a8a01e039005d97d6a710278cf05e"
@@ -170,7 +175,7 @@ def _certified(A: np.ndarray, c: np.ndarray, eps: float, label_bound: float, ran
     return gaussian_output_perturbation(c_clip, cal.sigma, rand), cal.sigma
 
 
-def _figure_rows(A, y, At, yt, c, eps, seed, *, ref_delta_c=4.0, label_bound=None, with_gamma=True,
+def _figure_rows(A, y, At, yt, c, eps, seed, *, ref_delta_c=4.0, label_bound=None, with_gamma=True,  # noqa: PLR0913 - one paper cell's data and knobs (the paper's names)
                  sgd_lrs=(), sgd_iterations=None) -> list[dict]:
     """Every series of a Figs 1–6 cell, from one non-private c♯ (and SGD runs if asked)."""
     m, N = A.shape

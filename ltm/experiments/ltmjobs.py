@@ -32,18 +32,28 @@ import numpy as np
 
 from ltm.analyst.reconstruct import privacy_report
 from ltm.analyst.release import ReleasedSketch
-from ltm.dp.calibration import CalibrationError
 from ltm.client_set import ClientSet
-from ltm.jobspec import MAX_FRAC_BITS, MIN_FRAC_BITS, ColumnSpec, JobSpec, JobSpecError, PartySpec, PrivacySpec, \
-    ServerSpec, SketchSpec, resolve_defaults, worst_entry_magnitude
-from ltm.ring import HEADROOM_LIMIT
-from ltm.sketch import Sketch
 from ltm.datasets.tables import Table
-from ltm.sim.runtime.jobs import party_tables, split_parties
-from ltm.sim.runtime.simulate import training_matrix
-
+from ltm.dp.calibration import CalibrationError
 from ltm.experiments import release_backends
 from ltm.experiments.seeds import numpy_rng, subseed
+from ltm.jobspec import (
+    MAX_FRAC_BITS,
+    MIN_FRAC_BITS,
+    ColumnSpec,
+    JobSpec,
+    JobSpecError,
+    PartySpec,
+    PrivacySpec,
+    ServerSpec,
+    SketchSpec,
+    resolve_defaults,
+    worst_entry_magnitude,
+)
+from ltm.ring import HEADROOM_LIMIT
+from ltm.sim.runtime.jobs import party_tables, split_parties
+from ltm.sim.runtime.simulate import training_matrix
+from ltm.sketch import Sketch
 
 PATHS = ("real", "fast", "auto")
 #: ``auto`` takes the real path while pieces × n × D stays below this (≈ a second of party work).
@@ -103,7 +113,7 @@ def sketch_seed_hex(sketch_seed: int) -> str:
     return np.random.default_rng(subseed(sketch_seed, "sketch")).bytes(32).hex()
 
 
-def make_spec(columns: tuple[ColumnSpec, ...], n: int, mech: Mechanism, *, job_id: str, sketch_seed: int,
+def make_spec(columns: tuple[ColumnSpec, ...], n: int, mech: Mechanism, *, job_id: str, sketch_seed: int,  # noqa: PLR0913 - an experiment's job: keyword-only spec fields; the one job builder is #34 item 2
               k: int = 3, parties: int = 2, clip_bound: float = 1.0,
               endpoints: list[str] | None = None, loads: np.ndarray | None = None) -> JobSpec:
     """A resolved, validated rows-partition job spec.

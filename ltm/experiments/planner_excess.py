@@ -16,9 +16,9 @@ import json
 import numpy as np
 
 from ltm.analyst.estimators import make_estimator, release_lambda, solve_ridge
+from ltm.datasets.synthetic import synthetic_ridge
 from ltm.planner import PlanInputs, plan_release
 from ltm.randomness import Randomness
-from ltm.datasets.synthetic import synthetic_ridge
 from ltm.sim.runtime.inprocess import run_inprocess
 from ltm.sim.runtime.jobs import build_job, party_tables, split_parties
 from ltm.sim.runtime.simulate import training_matrix

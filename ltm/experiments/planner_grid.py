@@ -132,8 +132,8 @@ def _measure(table, kind: str, m: int, epsilon: float, delta: float, seed: int) 
 
 def run_grid(out: Path, reps: int, ns: dict[str, list[int]], epsilons: list[float], delta: float) -> list[dict]:
     from ltm.clipping import clip_rows
-    from ltm.planner import PlanInputs, plan_release
     from ltm.datasets.tables import public_columns
+    from ltm.planner import PlanInputs, plan_release
     from ltm.sim.runtime.jobs import split_parties
 
     rows: list[dict] = []

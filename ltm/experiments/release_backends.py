@@ -59,9 +59,8 @@ class InProcessBackend(ReleaseBackend):
     name = "inprocess"
 
     def release(self, spec, party_data, seed):
-        from ltm.sim.runtime.inprocess import run_inprocess
-
         from ltm.party.ledger import UNLIMITED
+        from ltm.sim.runtime.inprocess import run_inprocess
 
         # Each run of a sweep is a world of its own: the parties' ledgers charge and report the
         # job, but no cumulative budget applies to reproductions of the papers' figures.
@@ -165,8 +164,8 @@ class NetworkedBackend(ReleaseBackend):
         return release
 
     async def _operate(self, spec: JobSpec, start_parties) -> ReleasedSketch:
-        from ltm.v1 import ltm_pb2, ltm_pb2_grpc
         from ltm.transport.tls import make_channel
+        from ltm.v1 import ltm_pb2, ltm_pb2_grpc
 
         channel = make_channel(self.analyst.endpoint, self.certs, "operator",
                                options=[("grpc.ssl_target_name_override", "analyst")])

@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
+from ltm.errors import LtmError
 from ltm.experiments.registry import SERIES_STYLES
 from ltm.experiments.spec import ExperimentSpec
-from ltm.errors import LtmError
 
 
 class PlotsUnavailable(LtmError, RuntimeError):

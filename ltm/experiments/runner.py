@@ -283,7 +283,7 @@ def _write_report(run: _Run, ex: Any, csv: ResultsCsv, pairs: _Pairs, plots: boo
     return record
 
 
-def run_experiment(spec_ref: str | Path, out: str | Path | None = None, *, reduced: bool = False,
+def run_experiment(spec_ref: str | Path, out: str | Path | None = None, *, reduced: bool = False,  # noqa: PLR0913 - `ltm experiment run`'s flags, keyword-only
                    networked: bool = False, workers: int | None = None, progress: bool = True, plots: bool = True,
                    command: str | None = None, max_pairs: int | None = None, executor: str = "local",
                    scheduler: str | None = None, connect_timeout: float | None = None) -> dict[str, Any]:
@@ -336,7 +336,7 @@ def _interrupt_on_sigterm():
     return lambda: [signal.signal(sig, h) for sig, h in previous.items()]
 
 
-def _record(spec: ExperimentSpec, out_dir: Path, command: str | None, started: str, t0: float, status: str,
+def _record(spec: ExperimentSpec, out_dir: Path, command: str | None, started: str, t0: float, status: str,  # noqa: PLR0913 - run.json's fields, one argument each; a record type is the fix
             pairs_total: int, pairs_done: int, ran: int, resumed: int, transport: str, executor: dict[str, Any],
             history: list, plots: list[str]) -> dict[str, Any]:
     """The run record (``run.json``); ``executor`` is :meth:`Executor.describe` — ``executor``

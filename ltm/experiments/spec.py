@@ -62,8 +62,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ltm.experiments.seeds import canonical, derive_seed
 from ltm.errors import LtmError
+from ltm.experiments.seeds import canonical, derive_seed
 
 SPEC_DIR = Path(__file__).resolve().parent / "specs"
 _TOP_KEYS = {"name", "title", "scenario", "module", "repetitions", "base_seed", "networked", "notes",

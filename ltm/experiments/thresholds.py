@@ -66,24 +66,24 @@ import math
 import numpy as np
 
 from ltm.analyst.estimators import default_ridge_lambda
+from ltm.analyst.replicated import replicated_release
+from ltm.datasets.synthetic import synthetic_ridge
+from ltm.datasets.tables import Table
+from ltm.dp import accounting
+from ltm.dp.calibration import gaussian_delta
+from ltm.dp.grid import round_to_grid
+from ltm.dp.sensitivity import sketch_l2
 from ltm.experiments.registry import register
 from ltm.experiments.seeds import numpy_rng, subseed
 from ltm.experiments.wu import gaussian_epsilon
-from ltm.dp.calibration import gaussian_delta
-from ltm.dp.sensitivity import sketch_l2
-from ltm.dp import accounting
 from ltm.jobspec import JobSpec, resolve_defaults, validate_job
-from ltm.analyst.replicated import replicated_release
-from ltm.dp.grid import round_to_grid
+from ltm.party.randomizer import party_randomness
+from ltm.party.replicated import replicated_uploads
 from ltm.randomness import Randomness
 from ltm.replicated import REPLICATED_SERVERS, clear_triangle
 from ltm.ring import decode
-from ltm.party.randomizer import party_randomness
-from ltm.party.replicated import replicated_uploads
 from ltm.server.core import ServerCore
 from ltm.server.replicated import ReplicatedServer
-from ltm.datasets.synthetic import synthetic_ridge
-from ltm.datasets.tables import Table
 from ltm.sim.runtime.inprocess import run_inprocess
 from ltm.sim.runtime.jobs import build_job, party_tables
 from ltm.sim.runtime.simulate import SimulateConfig, load_table, report_for_release, training_matrix
@@ -190,7 +190,7 @@ def run_with_views(spec: JobSpec, table: Table, randomness: Randomness) -> Serve
                        plan.sigma_client, plan.sigma_release)
 
 
-def _servers_job(table: Table, *, k: int, m: int, s: int, epsilon: float, delta: float, parties: int,
+def _servers_job(table: Table, *, k: int, m: int, s: int, epsilon: float, delta: float, parties: int,  # noqa: PLR0913 - an experiment's job: keyword-only spec fields; the one job builder is #34 item 2
                  share_mode: str, seed: int) -> JobSpec:
     # The experiment's threat model is t′ corrupt clients only (no corrupt party deducted): a
     # reproduction job may keep it.

@@ -70,16 +70,16 @@ from typing import Any
 import numpy as np
 
 from ltm.analyst.estimators import DGMOLS, RMGMOLS
+from ltm.datasets.real import DATA_DIR
+from ltm.datasets.tables import DataError, Table
+from ltm.dp.calibration import gaussian_delta, plan_noise
 from ltm.experiments.registry import register
 from ltm.experiments.seeds import numpy_rng, subseed
-from ltm.dp.calibration import gaussian_delta, plan_noise
 from ltm.jobspec import MAX_FRAC_BITS, ColumnSpec, JobSpec, worst_entry_magnitude
 from ltm.randomness import Randomness, keystream_uint64
 from ltm.ring import HEADROOM_LIMIT
-from ltm.sketch import Sketch
-from ltm.datasets.real import DATA_DIR
-from ltm.datasets.tables import DataError, Table
 from ltm.sim.runtime.jobs import build_job, party_tables
+from ltm.sketch import Sketch
 
 WU_DELTA = 1e-5
 #: Column-chunk size for streaming the dense sketch (bounds memory at chunk·m·4 bytes).
@@ -431,7 +431,7 @@ def _synthetic_baselines(draw: _SyntheticDraw, methods: set[str]) -> None:
         del Db
 
 
-def _synthetic_k_rule(draw: _SyntheticDraw, mult: float, methods: set[str], *, eps: float, delta: float,
+def _synthetic_k_rule(draw: _SyntheticDraw, mult: float, methods: set[str], *, eps: float, delta: float,  # noqa: PLR0913 - one paper cell's knobs (the paper's names), keyword-only
                       parties: int, servers: int, max_work: float, max_n: float) -> None:
     """The sketched series of one k multiplier: RMGM-OLS with Wu's noise, LTM's release by the exact
     shortcut and, where the work allows, by the real pipeline."""

@@ -44,7 +44,7 @@ def start_actor(actor: str, log_level: str | None, *, one_arena: bool) -> None:
         share_one_malloc_arena()
 
 
-async def serve_until_signal(server: grpc.aio.Server, *, service_name: str, listen: str, cert_dir, actor: str,
+async def serve_until_signal(server: grpc.aio.Server, *, service_name: str, listen: str, cert_dir, actor: str,  # noqa: PLR0913 - every actor's serving options, keyword-only
                              insecure: bool, port_file: str | None = None, grace_s: float = 5.0,
                              health_listen: str | None = None, on_serving=None) -> None:
     """Add the standard health service, bind, start, report SERVING, and on SIGTERM/SIGINT

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ltm.lifts import LIFTS
-from ltm.party.randomizer import clip_rows, client_vectors, noisy_copies, party_randomness, plan_batches
+from ltm.party.randomizer import client_vectors, clip_rows, noisy_copies, party_randomness, plan_batches
 
 #: The batch size the exact tests upload with (the noise of a batch is drawn per batch).
 BATCH = 64

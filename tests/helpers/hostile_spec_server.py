@@ -10,9 +10,9 @@ import argparse
 import asyncio
 from pathlib import Path
 
-from ltm.v1 import ltm_pb2, ltm_pb2_grpc
 from ltm.transport.serve import serve_until_signal
 from ltm.transport.tls import make_server
+from ltm.v1 import ltm_pb2, ltm_pb2_grpc
 
 
 class HostileSpec(ltm_pb2_grpc.ServerServicer):

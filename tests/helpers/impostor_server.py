@@ -14,11 +14,11 @@ import asyncio
 from pathlib import Path
 
 from ltm.jobspec import JobSpec
-from ltm.v1 import ltm_pb2_grpc
 from ltm.server.core import ServerCore
 from ltm.server.service import ServerService
 from ltm.transport.serve import serve_until_signal
 from ltm.transport.tls import make_server
+from ltm.v1 import ltm_pb2_grpc
 
 
 async def main() -> None:

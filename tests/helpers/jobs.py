@@ -7,10 +7,10 @@ from typing import Any
 
 import numpy as np
 
-from ltm.jobspec import ColumnSpec, JobSpec, PartySpec, PrivacySpec, ServerSpec, SketchSpec, resolve_defaults
-from ltm.randomness import Randomness
 from ltm.datasets.synthetic import synthetic_ridge
 from ltm.datasets.tables import Table
+from ltm.jobspec import ColumnSpec, JobSpec, PartySpec, PrivacySpec, ServerSpec, SketchSpec, resolve_defaults
+from ltm.randomness import Randomness
 from ltm.sim.runtime.jobs import build_job
 
 

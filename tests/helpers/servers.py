@@ -13,11 +13,11 @@ from typing import Any
 import grpc
 
 from ltm.analyst.coordinator import DEFAULT_RETRY, JobRun, RetryPolicy, publish, run_job
-from ltm.v1 import ltm_pb2, ltm_pb2_grpc
 from ltm.party.randomizer import party_randomness
 from ltm.party.uploader import fetch_job, run_upload
 from ltm.sim.localnet.launcher import ActorProcess, ProcessGroup
 from ltm.transport.tls import make_channel, make_sync_channel
+from ltm.v1 import ltm_pb2, ltm_pb2_grpc
 
 
 def pinned(server: ActorProcess) -> list[tuple[str, str]]:

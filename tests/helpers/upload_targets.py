@@ -11,13 +11,12 @@ from pathlib import Path
 
 import grpc
 
-from ltm.v1 import ltm_pb2, ltm_pb2_grpc
 from ltm.party.randomizer import make_batches, party_randomness
 from ltm.party.uploader import batch_header
 from ltm.server.sqlite_store import SqliteStore
 from ltm.sim.runtime.jobs import party_tables
 from ltm.transport.tls import make_sync_channel
-
+from ltm.v1 import ltm_pb2, ltm_pb2_grpc
 from tests.helpers.jobs import seeded_job
 
 K = 2

@@ -7,7 +7,6 @@ import pytest
 
 from ltm.sim.localnet.launcher import ProcessGroup
 from ltm.transport.certs import write_certs
-
 from tests.helpers.servers import Servers
 
 

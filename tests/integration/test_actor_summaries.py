@@ -10,15 +10,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ltm.randomness import Randomness
-from ltm.v1 import ltm_pb2, ltm_pb2_grpc
 from ltm.datasets.synthetic import synthetic_ridge
+from ltm.randomness import Randomness
 from ltm.sim.localnet.demo import write_party_csv
-from ltm.sim.runtime.jobs import build_job, party_tables
 from ltm.sim.localnet.launcher import ProcessGroup
+from ltm.sim.runtime.jobs import build_job, party_tables
 from ltm.transport.certs import write_certs
 from ltm.transport.metering import human_bytes
 from ltm.transport.tls import make_sync_channel
+from ltm.v1 import ltm_pb2, ltm_pb2_grpc
 
 REPO = Path(__file__).resolve().parents[2]
 K = 2

@@ -9,13 +9,12 @@ import numpy as np
 import pytest
 
 from ltm.analyst.coordinator import publish
-from ltm.randomness import Randomness
+from ltm.datasets.synthetic import synthetic_ridge
 from ltm.party import aggregate, randomizer
 from ltm.party.randomizer import make_batches
 from ltm.party.uploader import upload_batch
-from ltm.datasets.synthetic import synthetic_ridge
+from ltm.randomness import Randomness
 from ltm.sim.runtime.jobs import build_job, party_tables
-
 from tests.helpers.servers import close_channels, release_over_grpc
 
 K = 3

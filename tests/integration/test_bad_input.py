@@ -34,28 +34,29 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
+
 from tests.helpers.optional import require
+
 require("hypothesis")
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ltm.client_set import ClientSet
+from ltm.datasets.synthetic import synthetic_ridge
 from ltm.identifiers import id_problem
-from ltm.randomness import Randomness
-from ltm.v1 import ltm_pb2, ltm_pb2_grpc
-from ltm.party.randomizer import PartyDataError, client_vectors, make_batches
-from ltm.server.core import ServerCore
 from ltm.limits import ServerLimits
+from ltm.party.randomizer import PartyDataError, client_vectors, make_batches
+from ltm.randomness import Randomness
+from ltm.server.core import ServerCore
 from ltm.server.service import MAX_BATCH_BYTES, ServerService
 from ltm.server.sqlite_store import SqliteStore
-from ltm.datasets.synthetic import synthetic_ridge
-from ltm.sim.runtime.jobs import build_job
 from ltm.sim.localnet.launcher import ProcessGroup
+from ltm.sim.runtime.jobs import build_job
 from ltm.transport.certs import write_certs
 from ltm.transport.tls import add_secure_port, make_server, make_sync_channel
-
+from ltm.v1 import ltm_pb2, ltm_pb2_grpc
 from tests.helpers import party_runs  # tests/helpers/party_runs.py
-from tests.helpers.upload_targets import ACTORS, BATCH, K, TIMEOUT, Target, World, encode, make_world, stream  # noqa: E402
+from tests.helpers.upload_targets import ACTORS, BATCH, TIMEOUT, K, Target, World, encode, make_world, stream  # noqa: E402
 
 MAX_INDEX = (1 << 63) - 1
 U64 = (1 << 64) - 1

@@ -148,8 +148,8 @@ def test_bench_party_feeder_bounds_the_running_parties(tmp_path):
     """At most ``limit`` party processes run at once, and every queued one is started."""
     import time
 
-    from ltm.sim.tools.bench_e2e import PartyFeeder
     from ltm.sim.localnet.launcher import ActorProcess
+    from ltm.sim.tools.bench_e2e import PartyFeeder
 
     running_max = []
 

@@ -22,22 +22,20 @@ import grpc
 import numpy as np
 import pytest
 
-from ltm.analyst.coordinator import (ReleaseFailed, RetryPolicy, close_all, fetch_result_share, publish,
-                                 run_job)
+from ltm.analyst.coordinator import ReleaseFailed, RetryPolicy, close_all, fetch_result_share, publish, run_job
 from ltm.analyst.reconstruct import reconstruct_release
 from ltm.cli.app import main
 from ltm.client_set import ClientSet
-from ltm.randomness import DERIVED_MODE, Randomness
-from ltm.v1 import ltm_pb2, ltm_pb2_grpc
-from ltm.party.journal import JournalError, UploadJournal, journal_path
-from ltm.party.randomizer import clip_rows, client_vectors, make_batches, plan_batches, party_randomness
-from ltm.party.uploader import run_upload, upload_batch
 from ltm.datasets.synthetic import synthetic_ridge
+from ltm.party.journal import JournalError, UploadJournal, journal_path
+from ltm.party.randomizer import client_vectors, clip_rows, make_batches, party_randomness, plan_batches
+from ltm.party.uploader import run_upload, upload_batch
+from ltm.randomness import DERIVED_MODE, Randomness
 from ltm.sim.localnet.demo import write_party_csv
 from ltm.sim.runtime.inprocess import run_inprocess
 from ltm.sim.runtime.jobs import build_job, party_tables
 from ltm.transport.tls import make_channel
-
+from ltm.v1 import ltm_pb2, ltm_pb2_grpc
 from tests.helpers.jobs import seeded_job
 from tests.helpers.servers import close_channels, pinned, release_over_grpc
 

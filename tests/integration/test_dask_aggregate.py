@@ -13,12 +13,12 @@ pa = require("pyarrow")
 require("distributed")
 import pyarrow.parquet as pq
 
-from ltm.randomness import Randomness
 from ltm.datasets.tables import ModelTable
 from ltm.party.aggregate import aggregate_party
 from ltm.party.dask_aggregate import DaskAggregator
 from ltm.party.data_source import SyntheticRidge, SyntheticRidgeSource
 from ltm.party.streamed_source import ParquetSource
+from ltm.randomness import Randomness
 from ltm.sim.runtime.jobs import build_job
 
 FILES = 16

@@ -16,16 +16,16 @@ import time
 import grpc
 import pytest
 
-from ltm.randomness import Randomness
-from ltm.v1 import ltm_pb2, ltm_pb2_grpc
+from ltm.datasets.synthetic import synthetic_ridge
+from ltm.limits import ServerLimits
 from ltm.party.randomizer import make_batches, party_randomness
 from ltm.party.uploader import batch_header
-from ltm.limits import ServerLimits
-from ltm.datasets.synthetic import synthetic_ridge
-from ltm.sim.runtime.jobs import build_job, party_tables
+from ltm.randomness import Randomness
 from ltm.sim.localnet.launcher import ProcessGroup
+from ltm.sim.runtime.jobs import build_job, party_tables
 from ltm.transport.certs import write_certs
 from ltm.transport.tls import make_sync_channel
+from ltm.v1 import ltm_pb2, ltm_pb2_grpc
 
 WINDOW = 3.0                      # stream_rate_window_seconds on the test server
 LIMITS = ServerLimits(stream_rate_window_seconds=WINDOW)

@@ -17,8 +17,8 @@ the Status RPC.  The test process plays the analyst and the parties with real ce
 from __future__ import annotations
 
 import hashlib
-from dataclasses import replace
 import sqlite3
+from dataclasses import replace
 from pathlib import Path
 
 import grpc
@@ -26,13 +26,12 @@ import numpy as np
 import pytest
 
 from ltm.client_set import ClientSet
-from ltm.v1 import ltm_pb2
 from ltm.party.randomizer import make_batches, party_randomness
 from ltm.party.uploader import batch_header
 from ltm.server.release_gate import check_release
-from ltm.sim.runtime.jobs import party_tables
 from ltm.sim.localnet.launcher import ProcessGroup
-
+from ltm.sim.runtime.jobs import party_tables
+from ltm.v1 import ltm_pb2
 from tests.helpers import party_runs  # tests/helpers/party_runs.py
 from tests.helpers.jobs import seeded_job
 from tests.helpers.servers import create_job

@@ -33,7 +33,6 @@ import pytest
 
 from ltm.jobfile import parse_job_file, render_job_file
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
-
 from tests.helpers.jobs import job_doc as doc
 
 REPO = Path(__file__).resolve().parents[2]

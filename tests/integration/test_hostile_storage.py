@@ -21,11 +21,10 @@ import grpc
 import pytest
 
 from ltm.client_set import ClientSet
-from ltm.v1 import ltm_pb2
 from ltm.sim.localnet.launcher import ProcessGroup
 from ltm.transport.certs import write_certs
 from ltm.transport.files import mode_problems
-
+from ltm.v1 import ltm_pb2
 from tests.helpers.upload_targets import ACTORS, Target, encode, make_world, stream
 
 TIMEOUT = 15.0

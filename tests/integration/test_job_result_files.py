@@ -22,10 +22,10 @@ from ltm.analyst.jobs import fit_model
 from ltm.analyst.models import ReleaseLowRank, ReleaseRidge
 from ltm.analyst.result import open_result
 from ltm.analyst.store import AnalystStore
-from ltm.jsonio import json_default
-from ltm.randomness import Randomness
 from ltm.datasets.synthetic import synthetic_ridge
 from ltm.datasets.tables import Table
+from ltm.jsonio import json_default
+from ltm.randomness import Randomness
 from ltm.sim.localnet.launcher import ProcessGroup
 from ltm.sim.runtime.inprocess import run_inprocess
 from ltm.sim.runtime.jobs import build_job, party_tables

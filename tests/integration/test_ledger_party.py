@@ -20,12 +20,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import ltm.party.ledger as L
 from ltm.jobfile import parse_job_file, render_job_file
 from ltm.sim.localnet.demo import write_party_csv
-
-import ltm.party.ledger as L
 from tests.helpers import party_runs  # tests/helpers/party_runs.py
-from tests.helpers.servers import create_job, held as servers_held
+from tests.helpers.servers import create_job
+from tests.helpers.servers import held as servers_held
 
 K = 2
 SIZE = 40

@@ -11,15 +11,14 @@ import numpy as np
 import pytest
 
 from ltm.analyst.coordinator import close_all, fetch_result_share, publish
-from ltm.randomness import Randomness
-from ltm.v1 import ltm_pb2
+from ltm.datasets.synthetic import synthetic_ridge
 from ltm.party.randomizer import make_batches
 from ltm.party.uploader import upload_batch
-from ltm.datasets.synthetic import synthetic_ridge
+from ltm.randomness import Randomness
 from ltm.sim.runtime.inprocess import run_inprocess
 from ltm.sim.runtime.jobs import build_job, party_tables
 from ltm.transport.certs import write_certs
-
+from ltm.v1 import ltm_pb2
 from tests.helpers.clear_releases import clear_gram_release, shares_sum
 from tests.helpers.jobs import seeded_job
 from tests.helpers.servers import close_channels, release_over_grpc, upload_all

@@ -24,16 +24,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ltm.jobfile import parse_job_file, render_job_file
-from ltm.randomness import Randomness
-from ltm.party.data_source import load_columns
 from ltm.datasets.tables import read_csv
+from ltm.jobfile import parse_job_file, render_job_file
+from ltm.party.data_source import load_columns
+from ltm.randomness import Randomness
 from ltm.sim.localnet.demo import write_party_csv
-from ltm.sim.runtime.inprocess import run_inprocess
 from ltm.sim.localnet.launcher import ProcessGroup
 from ltm.sim.localnet.netns import NetnsLab, netns_available
-from tests.helpers.party_runs import log_messages
+from ltm.sim.runtime.inprocess import run_inprocess
 from ltm.transport.certs import write_certs
+from tests.helpers.party_runs import log_messages
 
 K = 3
 SEED = 7

@@ -15,7 +15,6 @@ import pytest
 
 from ltm.experiments.release_backends import InProcessBackend, NetworkedBackend
 from ltm.sim.runtime.jobs import RFFOptions, party_tables
-
 from tests.helpers.jobs import seeded_job
 
 K = 3

@@ -17,16 +17,15 @@ import pytest
 from ltm.analyst.coordinator import close_all, fetch_result_share, publish
 from ltm.client_set import ClientSet
 from ltm.clipping import clip_rows
-from ltm.randomness import Randomness
-from ltm.replicated import clear_triangle
+from ltm.datasets.synthetic import synthetic_ridge
 from ltm.party import replicated as party_replicated
 from ltm.party.randomizer import client_vectors, party_randomness
 from ltm.party.replicated import replicated_batches, run_replicated_upload
 from ltm.party.uploader import upload_batch
-from ltm.datasets.synthetic import synthetic_ridge
+from ltm.randomness import Randomness
+from ltm.replicated import clear_triangle
 from ltm.sim.runtime.inprocess import run_inprocess
 from ltm.sim.runtime.jobs import build_job, party_tables
-
 from tests.helpers.servers import close_channels, held, publish_over_grpc, release_over_grpc, upload_all
 
 K = 3

@@ -28,16 +28,15 @@ import numpy as np
 import pytest
 
 from ltm.analyst.coordinator import run_job
+from ltm.datasets.synthetic import synthetic_ridge
 from ltm.jobspec import JobSpec
-from ltm.randomness import Randomness
-from ltm.v1 import ltm_pb2
 from ltm.party.randomizer import make_batches, party_randomness
 from ltm.party.uploader import batch_header
-from ltm.datasets.synthetic import synthetic_ridge
+from ltm.randomness import Randomness
 from ltm.sim.localnet.demo import write_party_csv
-from ltm.sim.runtime.jobs import build_job, party_tables
 from ltm.sim.localnet.launcher import ProcessGroup
-
+from ltm.sim.runtime.jobs import build_job, party_tables
+from ltm.v1 import ltm_pb2
 from tests.helpers import party_runs  # tests/helpers/party_runs.py
 from tests.helpers.gaussian import gaussian_delta
 from tests.helpers.servers import close_channels, create_job, held

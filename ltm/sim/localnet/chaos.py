@@ -29,9 +29,9 @@ import grpc
 
 from ltm.errors import LtmError
 from ltm.jobspec import JobSpec, PartySpec
-from ltm.v1 import ltm_pb2, ltm_pb2_grpc
 from ltm.sim.localnet.launcher import ActorProcess, ProcessGroup
 from ltm.transport.tls import make_channel
+from ltm.v1 import ltm_pb2, ltm_pb2_grpc
 
 
 class ChaosFailure(LtmError, RuntimeError):
@@ -41,7 +41,7 @@ class ChaosFailure(LtmError, RuntimeError):
 class Chaos:
     """Runs the kills described in the module docstring beside a job (see ``ltm/sim/localnet/demo.py``)."""
 
-    def __init__(self, group: ProcessGroup, servers: Sequence[ActorProcess], spec: JobSpec, certs: Path | None,
+    def __init__(self, group: ProcessGroup, servers: Sequence[ActorProcess], spec: JobSpec, certs: Path | None,  # noqa: PLR0913 - the processes it kills and restarts, and three keyword-only timings
                  insecure: bool, start_parties: Callable[[Sequence[PartySpec]], None], *,
                  down_s: float = 1.0, poll_s: float = 0.005, timeout_s: float = 180.0) -> None:
         self.group, self.servers, self.spec = group, list(servers), spec

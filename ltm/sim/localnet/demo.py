@@ -30,16 +30,16 @@ import numpy as np
 from ltm.analyst.release import ReleasedSketch, release_from_reply
 from ltm.errors import CommandError
 from ltm.jobspec import JobSpec
-from ltm.randomness import Randomness
 from ltm.party.ledger import describe_admission
-from ltm.v1 import ltm_pb2, ltm_pb2_grpc
+from ltm.randomness import Randomness
 from ltm.sim.localnet.chaos import Chaos
 from ltm.sim.localnet.launcher import ActorProcess, ProcessGroup, stop_on_termination
 from ltm.sim.localnet.workdir import make_scratch_dir
-from ltm.sim.runtime.simulate import SimulateConfig, exact_matrix, load_table, report_for_release, training_matrix
 from ltm.sim.runtime.jobs import build_job, party_tables
+from ltm.sim.runtime.simulate import SimulateConfig, exact_matrix, load_table, report_for_release, training_matrix
 from ltm.transport.certs import write_certs
 from ltm.transport.tls import check_certificates, make_channel
+from ltm.v1 import ltm_pb2, ltm_pb2_grpc
 
 DEMO_JOB_ID = "demo"
 #: Where the demo's column centres and scales come from (said in its summary).
@@ -220,7 +220,7 @@ class _DemoParties:
         return [json.loads((self.data_dir / f"{p.party_id}.summary.json").read_text()) for p in self.spec.parties]
 
 
-def _demo_report(args: argparse.Namespace, spec: JobSpec, choices: Any, train: Any, test: Any,
+def _demo_report(args: argparse.Namespace, spec: JobSpec, choices: Any, train: Any, test: Any,  # noqa: PLR0913 - the demo's JSON fields, one argument each; a report type is the fix
                  processes: list[dict[str, Any]], report: dict, randomness: Randomness,
                  summaries: list[dict[str, Any]], model_report: dict[str, Any], phases: dict[str, float],
                  chaos: Chaos | None, t_start: float) -> dict[str, Any]:

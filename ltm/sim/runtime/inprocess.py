@@ -18,11 +18,11 @@ from ltm.analyst.coordinator import coordinate
 from ltm.analyst.release import ReleasedSketch
 from ltm.client_set import ClientSet
 from ltm.jobspec import JobSpec, validate_job
-from ltm.progress import progress_bar
-from ltm.randomness import Randomness
 from ltm.party.ledger import Budget, PrivacyLedger, source_fingerprint
 from ltm.party.randomizer import DEFAULT_BATCH_CLIENTS, make_batches, party_randomness
 from ltm.party.uploader import PartyPolicy, PolicyViolation
+from ltm.progress import progress_bar
+from ltm.randomness import Randomness
 from ltm.server.core import ServerCore
 from ltm.server.release_gate import ANALYST_ROLE
 
@@ -88,7 +88,7 @@ def policy_refusal(spec: JobSpec, party_id: str, policies: Mapping[str, PartyPol
     return None
 
 
-def _send(spec: JobSpec, accepting: list, party_data: Mapping[str, Mapping[str, np.ndarray]],
+def _send(spec: JobSpec, accepting: list, party_data: Mapping[str, Mapping[str, np.ndarray]],  # noqa: PLR0913 - one upload round's state; the one participate path is #34 item 3
           randomness: Randomness, servers: list[ServerCore], plan, batch_clients: int, timing: dict[str, float],
           progress: bool) -> list[int]:
     """Every accepting party randomizes, shares and sends its batches to the server cores; returns the
@@ -117,7 +117,7 @@ def _send(spec: JobSpec, accepting: list, party_data: Mapping[str, Mapping[str, 
     return sent
 
 
-def run_inprocess(spec: JobSpec, party_data: Mapping[str, Mapping[str, np.ndarray]], randomness: Randomness,
+def run_inprocess(spec: JobSpec, party_data: Mapping[str, Mapping[str, np.ndarray]], randomness: Randomness,  # noqa: PLR0913 - keyword-only runtime options; the one participate path is #34 item 3
                   *, batch_clients: int = DEFAULT_BATCH_CLIENTS,
                   servers: list[ServerCore] | None = None,
                   policies: Mapping[str, PartyPolicy] | None = None,

@@ -7,15 +7,25 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ltm.datasets.tables import ModelTable, Table, public_columns
 from ltm.dp.defaults import DEFAULT_CLIP_BOUND, DEFAULT_DELTA
-from ltm.jobspec import (INTERCEPT_NAME, ColumnSpec, JobSpec, PartySpec, PrivacySpec, ServerSpec, SketchSpec,
-                         corrupt_parties_default, replicated_corrupt_parties_default, resolve_defaults)
+from ltm.jobspec import (
+    INTERCEPT_NAME,
+    ColumnSpec,
+    JobSpec,
+    PartySpec,
+    PrivacySpec,
+    ServerSpec,
+    SketchSpec,
+    corrupt_parties_default,
+    replicated_corrupt_parties_default,
+    resolve_defaults,
+)
 from ltm.lifts import get_lift
 from ltm.planner import Plan, PlanInputs, default_m, plan_release
 from ltm.randomness import Randomness
 from ltm.second_moment import PublicSecondMoment, pmt_radius
 from ltm.transforms import TransformSpec, rff_spec, vector_layout, whiten_spec
-from ltm.datasets.tables import ModelTable, Table, public_columns
 
 
 @dataclass(frozen=True)
@@ -60,7 +70,7 @@ def _planned_upload_mode(upload_mode: str, sizes: tuple[int, ...], t_prime: int)
     return "aggregate" if t_prime == 0 and all(size > 1 for size in sizes) else "per-client"
 
 
-def _job_columns(table: Table | ModelTable, *, partition: str, parties: int, intercept: bool, clip_bound: float,
+def _job_columns(table: Table | ModelTable, *, partition: str, parties: int, intercept: bool, clip_bound: float,  # noqa: PLR0913 - the simulator's job builder; one configuration object is #34 item 2
                  rff: RFFOptions | None, whiten: PublicSecondMoment | None, whiten_eta: float,
                  whiten_radius: float | None, randomness: Randomness
                  ) -> tuple[tuple[ColumnSpec, ...], tuple[TransformSpec, ...], dict[int, float]]:
@@ -98,7 +108,7 @@ class _SketchChoice:
     corrupt_parties: int
 
 
-def _choose_sketch(*, table: Table | ModelTable, n: int, width: int, kind: str, m: int | None, s: int,
+def _choose_sketch(*, table: Table | ModelTable, n: int, width: int, kind: str, m: int | None, s: int,  # noqa: PLR0913 - the simulator's job builder; one configuration object is #34 item 2
                    partition: str, parties: int, k: int, epsilon: float, delta: float, mechanism: str,
                    calibration: str, clip_bound: float, t_prime: int, corrupt_parties: int, replicated_default: int,
                    upload_mode: str, colluding_servers: int | None, verified_clipping: bool = False) -> _SketchChoice:
@@ -149,7 +159,7 @@ def _party_specs(n: int, partition: str, parties: int, columns: tuple[ColumnSpec
         raise ValueError(f"unknown partition {partition!r}; choose rows or columns")
 
 
-def build_job(table: Table | ModelTable, *, job_id: str, randomness: Randomness, partition: str = "rows", parties: int = 4,
+def build_job(table: Table | ModelTable, *, job_id: str, randomness: Randomness, partition: str = "rows", parties: int = 4,  # noqa: PLR0913 - the simulator's job builder; one configuration object is #34 item 2
               k: int = 3, kind: str = "sparse", m: int | None = None, s: int = 1, epsilon: float = 1.0,
               delta: float = DEFAULT_DELTA, mechanism: str = "gaussian", calibration: str = "tight",
               interpolate_p: float | None = None, t_prime: int = 0, corrupt_parties: int | None = None,

@@ -16,14 +16,14 @@ import numpy as np
 from ltm.analyst.replicated import clipping_verdict, replicated_release
 from ltm.client_set import ClientSet
 from ltm.jobspec import JobSpec, validate_job
-from ltm.randomness import Randomness
-from ltm.verified_clipping import mask_key_pairs
-from ltm.party.ledger import source_fingerprint, Budget, PrivacyLedger
+from ltm.party.ledger import Budget, PrivacyLedger, source_fingerprint
 from ltm.party.randomizer import party_randomness
 from ltm.party.replicated import replicated_uploads
 from ltm.party.uploader import PartyPolicy
+from ltm.randomness import Randomness
 from ltm.server.replicated import ReplicatedServer
 from ltm.sim.runtime.inprocess import policy_refusal
+from ltm.verified_clipping import mask_key_pairs
 
 
 def verify_clipping(spec: JobSpec, servers: list[ReplicatedServer], seeds: list[bytes | None]) -> None:

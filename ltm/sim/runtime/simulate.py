@@ -15,22 +15,29 @@ from typing import Any
 import numpy as np
 
 from ltm.analyst.baselines import adassp, cv_ridge_lambda, local_release, mod_sulq, ssp_ridge
-from ltm.analyst.estimators import (LowRank, default_ridge_lambda, intercept_only, linear_predictor, make_estimator,
-                                release_lambda, solve_ridge)
-from ltm.analyst.metrics import phi, psi, r2, mse
+from ltm.analyst.estimators import (
+    LowRank,
+    default_ridge_lambda,
+    intercept_only,
+    linear_predictor,
+    make_estimator,
+    release_lambda,
+    solve_ridge,
+)
+from ltm.analyst.metrics import mse, phi, psi, r2
 from ltm.analyst.random_features import FeatureSpaceModel, RFRidge
 from ltm.clipping import clip_rows
-from ltm.dp.defaults import DEFAULT_DELTA
-from ltm.jobconfig import default
-from ltm.jobspec import JobSpec
-from ltm.randomness import Randomness
-from ltm.transforms import FeaturePipeline
-from ltm.party.ledger import Budget
 from ltm.datasets.real import load_bundled
 from ltm.datasets.synthetic import synthetic_lowrank, synthetic_nonlinear, synthetic_ridge
 from ltm.datasets.tables import DataError, Table, load_data
+from ltm.dp.defaults import DEFAULT_DELTA
+from ltm.jobconfig import default
+from ltm.jobspec import JobSpec
+from ltm.party.ledger import Budget
+from ltm.randomness import Randomness
 from ltm.sim.runtime.inprocess import run_inprocess
 from ltm.sim.runtime.jobs import RFFOptions, build_job, party_tables
+from ltm.transforms import FeaturePipeline
 
 MODELS = ("ols", "ridge", "lowrank", "rmgm_ols", "dgm_ols", "rf_ridge")
 TEST_FRACTION = 0.2

@@ -67,18 +67,26 @@ from typing import Any
 
 import numpy as np
 
-from ltm.dp.calibration import NoisePlan, gaussian_delta
 from ltm.client_set import ClientSet
+from ltm.dp.calibration import NoisePlan, gaussian_delta
 from ltm.dp.defaults import DEFAULT_CLIP_BOUND, DEFAULT_DELTA
 from ltm.dp.sensitivity import sketch_l1
-from ltm.jobspec import (ColumnSpec, JobSpec, PartySpec, PrivacySpec, ServerSpec, SketchSpec, resolve_defaults,
-                         validate_job)
+from ltm.jobspec import (
+    ColumnSpec,
+    JobSpec,
+    PartySpec,
+    PrivacySpec,
+    ServerSpec,
+    SketchSpec,
+    resolve_defaults,
+    validate_job,
+)
+from ltm.party.randomizer import make_batches, party_randomness
 from ltm.randomness import Randomness
 from ltm.ring import decode
-from ltm.sharing import reconstruct
-from ltm.party.randomizer import make_batches, party_randomness
 from ltm.server.core import ServerCore
 from ltm.server.release_gate import ANALYST_ROLE
+from ltm.sharing import reconstruct
 
 DATASETS = ("D", "D_prime")  # target row +C·e1, resp. −C·e1
 

@@ -14,15 +14,13 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from ltm.batch import ShareBatch
 from ltm.client_set import ClientSet
 from ltm.jobspec import ColumnSpec, JobSpec, PartySpec, PrivacySpec, ServerSpec, SketchSpec, honest_row_loads
-from ltm.randomness import Randomness
-from ltm.sharing import SEED_BYTES, Share
 from ltm.party.randomizer import DEFAULT_BATCH_CLIENTS
+from ltm.randomness import Randomness
 from ltm.server.result_share import result_share
+from ltm.sharing import SEED_BYTES, Share
 
 #: Burkhardt et al. Tables 3-5 (MP-SPDZ on AWS t3.large, m = 100, d = 10): per-server seconds T_MPC
 #: and total traffic C_MPC in MB, keyed by (table, n, s, k).  Table 5's caption says 3 servers

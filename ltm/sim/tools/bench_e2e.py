@@ -24,23 +24,23 @@ import shutil
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from ltm.datasets.tables import ModelTable
 from ltm.jobconfig import parse_count, parse_counts  # noqa: F401  (the flag's type, re-exported)
 from ltm.jobspec import JobSpec, warm_validation_in_background
+from ltm.party.data_source import SyntheticRidge
 from ltm.progress import bar_enabled, progress_bar
 from ltm.randomness import Randomness
-from ltm.party.data_source import SyntheticRidge
 from ltm.sim.localnet.demo import _operate
-from ltm.sim.runtime.jobs import build_job
 from ltm.sim.localnet.launcher import ActorProcess, ProcessGroup, cpu_seconds, stop_on_termination
 from ltm.sim.localnet.workdir import make_scratch_dir
-from ltm.datasets.tables import ModelTable
+from ltm.sim.runtime.jobs import build_job
 from ltm.transport.certs import write_certs
 
 #: Held-out rows generated (separately from the parties' rows) to report the fit's test R².
@@ -79,8 +79,8 @@ def disk_bytes(path: Path) -> int:
 
 def server_wire_bytes(group: ProcessGroup, ap: ActorProcess, job_id: str) -> dict[str, int]:
     """A server's gRPC-layer byte counts, from its Status RPC."""
-    from ltm.v1 import ltm_pb2, ltm_pb2_grpc
     from ltm.transport.tls import make_sync_channel
+    from ltm.v1 import ltm_pb2, ltm_pb2_grpc
 
     channel = make_sync_channel(ap.endpoint, group.certs, "operator",
                                 options=[("grpc.ssl_target_name_override", ap.actor)])
@@ -423,7 +423,7 @@ def _phases_per_actor(summaries: list[dict[str, Any]], wire: list[dict[str, int]
     }
 
 
-def _e2e_report(args: argparse.Namespace, n: int, parties_n: int, t_start: float, phases: dict[str, float],
+def _e2e_report(args: argparse.Namespace, n: int, parties_n: int, t_start: float, phases: dict[str, float],  # noqa: PLR0913 - the bench's JSON fields, one argument each; a report type is the fix
                 spec: JobSpec, choices: Any, table: ModelTable, release: Any, report: dict, launch: _PartyLaunch,
                 m: _Measured) -> dict[str, Any]:
     """The run's JSON object (the parties' own figures merged in): sizes, times, bytes, memory, CPU, the fit."""

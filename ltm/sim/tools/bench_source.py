@@ -65,11 +65,11 @@ def bare_pass(path: str) -> dict[str, Any]:
 
 def aggregate_pass(path: str, n: int, d: int) -> dict[str, Any]:
     """The party's aggregated gram upload (noise-free) from the Parquet file, one process."""
-    from ltm.randomness import Randomness
     from ltm.datasets.tables import ModelTable
     from ltm.party.aggregate import aggregate_party
     from ltm.party.data_source import SyntheticRidge
     from ltm.party.streamed_source import ParquetSource
+    from ltm.randomness import Randomness
     from ltm.sim.runtime.jobs import build_job
 
     table = ModelTable.synthetic_ridge(n, SyntheticRidge(d, 1))

@@ -42,8 +42,16 @@ from typing import Any
 import numpy as np
 
 from ltm.client_set import ClientSet
-from ltm.jobspec import (ColumnSpec, JobSpec, PartySpec, PrivacySpec, ServerSpec, SketchSpec, resolve_defaults,
-                         validate_job)
+from ltm.jobspec import (
+    ColumnSpec,
+    JobSpec,
+    PartySpec,
+    PrivacySpec,
+    ServerSpec,
+    SketchSpec,
+    resolve_defaults,
+    validate_job,
+)
 from ltm.randomness import Randomness
 from ltm.sharing import reconstruct
 
@@ -177,8 +185,8 @@ class Driver:
         return time.perf_counter() - t0
 
     async def connect(self, timeout: float) -> list[float]:
-        from ltm.v1 import ltm_pb2_grpc
         from ltm.transport.tls import make_channel
+        from ltm.v1 import ltm_pb2_grpc
 
         async def one(pid: str) -> float:
             t0 = time.perf_counter()
@@ -383,8 +391,8 @@ async def _publish_load_job(cfg: LoadConfig, run: _LoadRun, servers: list, certs
     """Build the job, open the analyst's channels (kept on ``run``) and publish it (timed); returns
     the spec and the analyst's stubs."""
     from ltm.analyst.coordinator import publish
-    from ltm.v1 import ltm_pb2_grpc
     from ltm.transport.tls import make_channel
+    from ltm.v1 import ltm_pb2_grpc
 
     spec = build_load_job(cfg, [s.endpoint for s in servers])
     report["job"] = {"n": spec.n, "parties": len(spec.parties), "m": spec.sketch.m, "s": spec.sketch.s,
@@ -468,9 +476,9 @@ async def _run(cfg: LoadConfig, work: Path, report: dict[str, Any], groups: list
     # Imported before the first phase is timed (the steps import from these modules again).
     from ltm.analyst.coordinator import close_all, fetch_result_share, publish  # noqa: F401
     from ltm.analyst.reconstruct import reconstruct_release  # noqa: F401
-    from ltm.v1 import ltm_pb2, ltm_pb2_grpc  # noqa: F401
     from ltm.sim.localnet.launcher import ProcessGroup, cpu_seconds
     from ltm.transport.tls import make_channel  # noqa: F401
+    from ltm.v1 import ltm_pb2, ltm_pb2_grpc  # noqa: F401
 
     timing = report["timing_s"]
     certs = _load_certs(cfg, work, report)

@@ -21,11 +21,12 @@ import time
 from pathlib import Path
 
 import pytest
+
 from tests.helpers.optional import require
+
 yaml = require("yaml")
 
 from ltm.cli.app import build_parser  # noqa: E402
-
 from tests.helpers.processes import stop_processes  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -20,12 +20,23 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.optional import require
+
 yaml = require("yaml")
 
 from ltm.cli.app import build_parser  # noqa: E402
-
-from tests.helpers.k8s import (ACTORS, K8S, OVERLAYS, PIECES, ROOT, by_kind, env_of, expand, piece_actors,  # noqa: E402
-                               render, workloads)
+from tests.helpers.k8s import (  # noqa: E402
+    ACTORS,
+    K8S,
+    OVERLAYS,
+    PIECES,
+    ROOT,
+    by_kind,
+    env_of,
+    expand,
+    piece_actors,
+    render,
+    workloads,
+)
 
 K8S_VERSION = "1.32.0"  # the Kubernetes API the manifests target (schemas from kubernetes-validate)
 CROSS = K8S / "overlays" / "cross-cluster"

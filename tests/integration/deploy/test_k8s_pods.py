@@ -19,9 +19,10 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.optional import require
+
 yaml = require("yaml")
 
-from tests.helpers.k8s import ROOT, OVERLAYS, PIECES, by_kind, env_of, expand, render  # noqa: E402
+from tests.helpers.k8s import ROOT, by_kind, env_of, expand, render  # noqa: E402
 
 README = ROOT / "deploy" / "README.md"
 PSS = ("enforce", "audit", "warn")

@@ -36,7 +36,6 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from ltm.sim.localnet.netns import NetnsLab, netns_available
-
 from tests.helpers.processes import stop_processes
 
 ROOT = Path(__file__).resolve().parents[3]

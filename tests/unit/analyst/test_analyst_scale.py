@@ -20,7 +20,15 @@ from ltm.analyst.jobs import JobRunner, result_files
 from ltm.analyst.store import AnalystStore
 from ltm.client_set import ClientSet
 from ltm.jobfile import FitSpec
-from ltm.jobspec import ColumnSpec, JobSpec, PartySpec, PrivacySpec, ServerSpec, SketchSpec, warm_validation_in_background
+from ltm.jobspec import (
+    ColumnSpec,
+    JobSpec,
+    PartySpec,
+    PrivacySpec,
+    ServerSpec,
+    SketchSpec,
+    warm_validation_in_background,
+)
 from ltm.randomness import Randomness
 from ltm.v1 import ltm_pb2
 

@@ -6,7 +6,6 @@ import math
 import numpy as np
 import pytest
 
-from ltm.clipping import clip_rows
 from ltm.analyst.baselines import (
     adassp,
     gram_sensitivity,
@@ -22,6 +21,7 @@ from ltm.analyst.baselines import (
 from ltm.analyst.estimators import DGMOLS, OLS
 from ltm.analyst.metrics import ridge_optimum
 from ltm.analyst.release import ReleasedSketch
+from ltm.clipping import clip_rows
 from ltm.dp.calibration import analytic_gaussian_sigma
 
 EPS_HUGE = 1e8
@@ -275,9 +275,8 @@ def test_baselines_require_a_generator() -> None:
 # ====== mutation-kill tests for analyst/baselines.py (scripts/mutation.sh), formerly test_kills_baselines.py
 # Each test checks behaviour against a value computed independently (a closed form written out
 # again, numpy/scipy in the clear, a second route through the code), never a recorded output.
-from tests.helpers.messages import exact as _exact  # noqa: E402
 from ltm.analyst import baselines as bl  # noqa: E402
-
+from tests.helpers.messages import exact as _exact  # noqa: E402
 
 # --- analyst/baselines.py: each baseline re-derived from its documented algorithm ------------------
 

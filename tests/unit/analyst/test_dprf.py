@@ -12,9 +12,17 @@ import math
 import numpy as np
 import pytest
 
-from ltm.analyst.dprf import (MODES, DPRandomFeatureRegressor, algorithm1_calibration, certified_radius,
-                          gamma_output_perturbation, gaussian_output_perturbation, kaczmarz, min_norm,
-                          sgd_sensitivity)
+from ltm.analyst.dprf import (
+    MODES,
+    DPRandomFeatureRegressor,
+    algorithm1_calibration,
+    certified_radius,
+    gamma_output_perturbation,
+    gaussian_output_perturbation,
+    kaczmarz,
+    min_norm,
+    sgd_sensitivity,
+)
 from ltm.analyst.random_features import RFRidge
 from ltm.randomness import Randomness
 from ltm.transforms import RandomFeatures, rff_spec

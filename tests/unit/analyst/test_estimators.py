@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from tests.helpers.optional import require
+
 require("hypothesis")
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -328,9 +330,9 @@ def test_make_estimator_names() -> None:
 # again, numpy/scipy in the clear, a second route through the code), never a recorded output.
 import math  # noqa: E402
 from dataclasses import replace as _replace  # noqa: E402
-from tests.helpers.messages import exact as _exact  # noqa: E402
-from ltm.analyst import estimators as est  # noqa: E402
 
+from ltm.analyst import estimators as est  # noqa: E402
+from tests.helpers.messages import exact as _exact  # noqa: E402
 
 # --- analyst/estimators.py: the de-biased ridge, its eigenvalue floor, LowRank's signs ---------
 

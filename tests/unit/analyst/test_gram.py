@@ -20,19 +20,18 @@ import scipy.stats
 
 from ltm.analyst.estimators import OLS, LowRank, Ridge
 from ltm.analyst.gram import adassp_lambda, gram_blocks, solve_gram
+from ltm.datasets.synthetic import synthetic_ridge
+from ltm.datasets.tables import Table
 from ltm.errors import ProtocolError
 from ltm.jobspec import JobSpecError, honest_row_loads, validate_job
 from ltm.lifts import LIFTS, gram_from_vector, gram_noise_factors, gram_width
+from ltm.party.randomizer import client_vectors, clip_rows, noisy_copies, party_randomness, plan_batches
 from ltm.randomness import Randomness
-from ltm.ring import decode, encode
-from ltm.party.randomizer import clip_rows, client_vectors, noisy_copies, plan_batches, party_randomness
+from ltm.ring import decode
 from ltm.server.core import ServerCore
 from ltm.server.release_gate import ANALYST_ROLE
-from ltm.datasets.synthetic import synthetic_ridge
-from ltm.datasets.tables import Table
 from ltm.sim.runtime.inprocess import run_inprocess
 from ltm.sim.runtime.jobs import build_job, party_tables
-
 from tests.helpers.clear_releases import assert_release_over_everyone_is, clear_gram_release, shares_sum
 
 GRAM = LIFTS["gram"]
@@ -311,6 +310,7 @@ def test_estimators_on_a_gram_release_solve_the_normal_equations():
 # route: the positive part of a symmetric matrix from its polar decomposition, scipy's sqrtm), and
 # the noise bounds and helpers against their closed forms.
 import re  # noqa: E402
+
 from ltm.analyst import gram  # noqa: E402
 
 

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from tests.helpers.optional import require
+
 require("hypothesis")
 from hypothesis import given, settings
 from hypothesis import strategies as st

@@ -21,9 +21,9 @@ from ltm.analyst.jobs import fit_model, release_json
 from ltm.analyst.models import NotFittedError, ReleaseLowRank, ReleaseOLS, ReleaseRidge
 from ltm.analyst.release import release_from_json
 from ltm.analyst.result import open_result
-from ltm.randomness import Randomness
 from ltm.datasets.synthetic import synthetic_ridge
 from ltm.datasets.tables import Table
+from ltm.randomness import Randomness
 from ltm.sim.runtime.inprocess import run_inprocess
 from ltm.sim.runtime.jobs import build_job, party_tables
 

@@ -2,13 +2,12 @@
 import numpy as np
 import pytest
 
-from ltm.randomness import Randomness
-from ltm.ring import decode, encode
-from ltm.party.randomizer import clip_rows, client_vectors, noisy_copies, party_randomness, plan_batches
 from ltm.datasets.synthetic import synthetic_ridge
+from ltm.party.randomizer import client_vectors, clip_rows, noisy_copies, party_randomness, plan_batches
+from ltm.randomness import Randomness
+from ltm.ring import decode
 from ltm.sim.runtime.inprocess import run_inprocess
 from ltm.sim.runtime.jobs import build_job, party_tables
-
 from tests.helpers.clear_releases import BATCH, assert_release_over_everyone_is, clear_release
 
 N_CLIENTS = 300

@@ -12,16 +12,14 @@ from dataclasses import replace as _replace  # noqa: F401
 import numpy as np
 import pytest
 
-from tests.helpers.jobs import gate_spec as _gate_spec
-from tests.helpers.messages import exact as _exact  # noqa: F401
 from ltm import sharing  # noqa: F401
-from ltm.randomness import Randomness  # noqa: F401
 
 # --- analyst/reconstruct.py -----------------------------------------------------------------------
-
 from ltm.analyst.reconstruct import privacy_report, reconstruct_release, release_sha256  # noqa: E402
 from ltm.jobspec import honest_row_loads  # noqa: E402
-from ltm.dp.calibration import gaussian_delta  # noqa: E402
+from ltm.randomness import Randomness  # noqa: F401
+from tests.helpers.jobs import gate_spec as _gate_spec
+from tests.helpers.messages import exact as _exact  # noqa: F401
 
 
 def _phi_delta(sigma: float, eps: float, sens: float) -> float:
@@ -247,9 +245,8 @@ def test_reconstructed_release_carries_the_public_column_metadata():
 
 
 def test_reconstructed_release_names_a_dense_kind():
-    from ltm.ring import encode
-
     from ltm.datasets.synthetic import synthetic_ridge
+    from ltm.ring import encode
     from ltm.sim.runtime.jobs import build_job
 
     randomness = Randomness.seeded_insecure("dense-kills")

@@ -30,9 +30,9 @@ import numpy as np
 import pytest
 import scipy.stats
 
+from ltm.datasets.tables import Table
 from ltm.jobspec import range_row_loads
 from ltm.randomness import Randomness
-from ltm.datasets.tables import Table
 from ltm.sim.runtime.inprocess import run_inprocess
 from ltm.sim.runtime.jobs import build_job, party_tables
 from ltm.sim.runtime.replicated_run import run_replicated
@@ -172,8 +172,8 @@ def test_sparse_sketch_noise_is_as_stated():
 
 
 # =========================================================================== the representation
-from dataclasses import replace  # noqa: E402
 import json  # noqa: E402
+from dataclasses import replace  # noqa: E402
 
 from ltm.analyst.estimators import release_lambda  # noqa: E402
 from ltm.analyst.gram import adassp_lambda, noise_edge, wigner_variance  # noqa: E402

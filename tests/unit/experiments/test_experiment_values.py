@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 
-
 def test_burkhardt_ridge_phi_of_each_series_against_an_independent_optimum():
     from ltm.experiments import burkhardt, ltmjobs
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from ltm.datasets.tables import Table
 from ltm.experiments import ltmjobs
 from ltm.experiments.ltmjobs import Mechanism
 from ltm.experiments.registry import SCENARIOS, get_scenario, load_scenarios, register
@@ -18,7 +19,6 @@ from ltm.experiments.runner import run_experiment
 from ltm.experiments.seeds import derive_seed, subseed
 from ltm.experiments.spec import SPEC_DIR, SpecError, load_spec, spec_from_dict
 from ltm.randomness import Randomness
-from ltm.datasets.tables import Table
 from ltm.sim.runtime.inprocess import run_inprocess
 from ltm.sim.runtime.jobs import party_tables
 

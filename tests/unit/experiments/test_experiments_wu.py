@@ -5,21 +5,20 @@ All randomness is seeded, so every assertion is deterministic (no flake budget n
 """
 from __future__ import annotations
 
-from ltm.party.ledger import UNLIMITED  # near-noiseless test jobs, far past any real budget
-
 import math
 
 import numpy as np
 import pytest
 
 from ltm.analyst.estimators import DGMOLS, RMGMOLS
-from ltm.experiments import wu
-from ltm.dp.calibration import analytic_gaussian_sigma, gaussian_delta
-from ltm.randomness import Randomness
-from ltm.sketch import Sketch
 from ltm.datasets.tables import DataError
+from ltm.dp.calibration import analytic_gaussian_sigma, gaussian_delta
+from ltm.experiments import wu
+from ltm.party.ledger import UNLIMITED  # near-noiseless test jobs, far past any real budget
+from ltm.randomness import Randomness
 from ltm.sim.runtime.inprocess import run_inprocess
 from ltm.sim.runtime.jobs import party_tables
+from ltm.sketch import Sketch
 
 
 def _synthetic(n: int, seed: int = 0):

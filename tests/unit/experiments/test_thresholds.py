@@ -65,8 +65,8 @@ def test_actual_epsilon_equals_claim_at_assumed_and_exceeds_beyond():
 def test_actual_privacy_matches_the_gate_and_the_analysts_report():
     """The exact curve agrees with the system's own machinery: honest_row_loads' flat deduction is
     the worst placement, and the analyst's privacy report gives the same δ at t′ = t′_actual."""
-    from ltm.sim.runtime.simulate import SimulateConfig
     from ltm.randomness import Randomness
+    from ltm.sim.runtime.simulate import SimulateConfig
 
     cfg = SimulateConfig(synthetic="ridge", n=20_000, d=4, epsilon=1.0, delta=1e-6, seed=3, model="ridge",
                          sketch="sparse")
@@ -139,8 +139,8 @@ def test_replicated_one_server_learns_nothing_two_learn_everything(share_mode):
 def test_replicated_views_are_the_inprocess_release():
     """The scenario reads its views off the same cores, calls and randomness as the in-process
     transport: the release and every server's output share agree bit for bit."""
-    from ltm.randomness import Randomness
     from ltm.datasets.synthetic import synthetic_ridge
+    from ltm.randomness import Randomness
     from ltm.sim.runtime.inprocess import run_inprocess
     from ltm.sim.runtime.jobs import party_tables
 

@@ -5,7 +5,9 @@ import hashlib
 
 import numpy as np
 import pytest
+
 from tests.helpers.optional import require
+
 require("hypothesis")
 from hypothesis import given, settings
 from hypothesis import strategies as st

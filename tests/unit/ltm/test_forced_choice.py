@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from ltm.cli.app import main
 from ltm.jobfile import JobFileError, forced_choice_warning, parse_job_file
 from ltm.planner import FAR_BELOW_FRACTION
-from ltm.cli.app import main
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "jobs"
 RIDGE = (EXAMPLES / "power-ridge.toml").read_text()

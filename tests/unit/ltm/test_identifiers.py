@@ -13,19 +13,29 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+
 from tests.helpers.optional import require
+
 require("hypothesis")
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ltm import jobfile
-from ltm.identifiers import (MAX_COLUMN_CHARS, MAX_ID_CHARS, IdentifierError, check_id, check_server_id,
-                             column_problem, id_problem, party_id_problem, server_id_problem)
+from ltm.identifiers import (
+    MAX_COLUMN_CHARS,
+    MAX_ID_CHARS,
+    IdentifierError,
+    check_id,
+    check_server_id,
+    column_problem,
+    id_problem,
+    party_id_problem,
+    server_id_problem,
+)
 from ltm.jobfile import JobFileError, load_toml, parse_job_file, read_job_text, render_job_file, toml_nesting
 from ltm.jobspec import INTERCEPT_NAME, ColumnSpec, JobSpecError, PartySpec, ServerSpec, validate_job
 from ltm.limits import ServerLimits
 from ltm.transport.certs import ACTOR_RE
-
 from tests.helpers.jobs import job_doc as doc
 
 REPO = Path(__file__).resolve().parents[3]

@@ -16,10 +16,10 @@ import pytest
 from ltm import jobconfig, jobfile
 from ltm.cli.app import build_parser
 from ltm.cli.simulate import simulate_config
+from ltm.dp.mechanisms import CALIBRATIONS, MECHANISMS
 from ltm.jobconfig import FIELDS, SAME, add_options, default, field, file_default, flag_fields, toml_fields
 from ltm.jobfile import JobFileError, parse_job_file, render_job_file
 from ltm.jobspec import PARTITIONS, RELEASE_KINDS, UPLOAD_MODES
-from ltm.dp.mechanisms import CALIBRATIONS, MECHANISMS
 from ltm.sharing import SHARE_MODES
 from ltm.sim.runtime.simulate import SimulateConfig
 

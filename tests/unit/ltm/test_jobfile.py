@@ -8,10 +8,9 @@ import numpy as np
 import pytest
 
 from ltm.jobfile import JobFileError, budget_shares, derived_seed, parse_job_file, render_job_file
-from ltm.randomness import Randomness
 from ltm.party.uploader import PartyPolicy
+from ltm.randomness import Randomness
 from ltm.sim.runtime.inprocess import run_inprocess
-
 from tests.helpers.jobs import job_doc as doc
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "jobs" / "power-ridge.toml"

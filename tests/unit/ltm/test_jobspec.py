@@ -16,9 +16,20 @@ import numpy as np
 import pytest
 
 import ltm.jobspec as jobspec
-from ltm.jobspec import (ColumnSpec, JobSpec, JobSpecError, PartySpec, PrivacySpec, ServerSpec, SketchSpec,
-                         honest_row_loads, resolve_defaults, validate_job, worst_entry_magnitude)
 from ltm.dp.noise import GAUSSIAN_TAIL_SIGMAS
+from ltm.jobspec import (
+    ColumnSpec,
+    JobSpec,
+    JobSpecError,
+    PartySpec,
+    PrivacySpec,
+    ServerSpec,
+    SketchSpec,
+    honest_row_loads,
+    resolve_defaults,
+    validate_job,
+    worst_entry_magnitude,
+)
 from ltm.ring import HEADROOM_LIMIT
 
 SEED_HEX = hashlib.sha256(b"jobspec-tests").hexdigest()
@@ -190,7 +201,7 @@ def test_gaussian_delta_in_open_unit_interval(delta):
 
 def test_t_prime_below_n():
     for t in (600, 601, 10**6, -1):
-        assert_names(make_spec(min_honest_load=1, t_prime=t), "t_prime", f"n=600")
+        assert_names(make_spec(min_honest_load=1, t_prime=t), "t_prime", "n=600")
 
 
 def test_infeasible_L_names_the_feasible_load():

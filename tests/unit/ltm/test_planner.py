@@ -87,8 +87,8 @@ def test_lowrank_and_bad_input():
 
 
 def test_build_job_auto_follows_the_plan():
-    from ltm.randomness import Randomness
     from ltm.datasets.synthetic import synthetic_ridge
+    from ltm.randomness import Randomness
     from ltm.sim.runtime.jobs import build_job
 
     r = Randomness.seeded_insecure("auto")
@@ -159,8 +159,8 @@ def test_the_default_job_at_scale_is_the_gram_aggregate(n):
 def test_auto_with_verified_clipping_chooses_the_replicated_release():
     """F7 (issue #30 review): a verified job tolerates one corrupt party, so the planner must not refuse
     the replicated candidate for corrupt_parties = 1, and its trust note says the clipping is checked."""
-    from ltm.randomness import Randomness
     from ltm.datasets.synthetic import synthetic_ridge
+    from ltm.randomness import Randomness
     from ltm.sim.runtime.jobs import build_job
 
     base = {"n": 80_000, "width": 7, "epsilon": 1.0, "delta": 1e-6, "partition": "columns", "parties": 3,

@@ -14,11 +14,25 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from ltm.analyst.public_moment import (NotPrivateWarning, dp_olse, dp_pmt_olse, dp_pmtse, olse_sigmas, pmt,
-                                   pmt_olse_sigmas)
+from ltm.analyst.public_moment import (
+    NotPrivateWarning,
+    dp_olse,
+    dp_pmt_olse,
+    dp_pmtse,
+    olse_sigmas,
+    pmt,
+    pmt_olse_sigmas,
+)
 from ltm.dp.calibration import gaussian_delta
-from ltm.second_moment import (PublicSecondMoment, epsilon_to_zcdp, inv_sqrt_spd, kappa_bar, pmt_radius,
-                               zcdp_gaussian_sigma, zcdp_to_epsilon)
+from ltm.second_moment import (
+    PublicSecondMoment,
+    epsilon_to_zcdp,
+    inv_sqrt_spd,
+    kappa_bar,
+    pmt_radius,
+    zcdp_gaussian_sigma,
+    zcdp_to_epsilon,
+)
 
 
 def _spd(d: int, rng: np.random.Generator, cond: float = 50.0) -> np.ndarray:
@@ -252,8 +266,8 @@ def test_pmt_beats_the_papers_baseline_on_the_calibrated_design():
 
 # ------------------------------------------------------------------------------ wine data
 def test_white_wine_loader_both_separators_and_checks(tmp_path):
-    from ltm.experiments import cao_zhang
     from ltm.datasets.tables import DataError
+    from ltm.experiments import cao_zhang
 
     table, header = cao_zhang.load_white_wine()
     assert table.shape == (4898, 12) and header[-1] == "quality"

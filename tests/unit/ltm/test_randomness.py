@@ -16,13 +16,22 @@ import numpy as np
 import pytest
 import scipy.stats
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+
 from tests.helpers.optional import require
+
 require("hypothesis")
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ltm.randomness import (SEEDED_MODE_LABEL, SYSTEM_MODE_LABEL, Randomness, RandomStream,
-                            aes_ctr_keystream, keystream_uint64, xof)
+from ltm.randomness import (
+    SEEDED_MODE_LABEL,
+    SYSTEM_MODE_LABEL,
+    Randomness,
+    RandomStream,
+    aes_ctr_keystream,
+    keystream_uint64,
+    xof,
+)
 
 P_THRESHOLD = 1e-6
 Z = 6.0

@@ -14,15 +14,24 @@ import math
 
 import numpy as np
 import pytest
-
-from ltm.dp.sensitivity import rounded_gram_l2
 from scipy import stats
 
 from ltm.dp.grid import round_to_grid
+from ltm.dp.sensitivity import rounded_gram_l2
 from ltm.randomness import Randomness
-from ltm.replicated import (REPLICATED_SERVERS, clear_triangle, entry_bound, honest_majority, party_uploads,
-                            reconstruct_triangle, replicated_frac_bits, replicated_noise_plan, server_output,
-                            share_block, triangle_to_gram, triangle_width)
+from ltm.replicated import (
+    REPLICATED_SERVERS,
+    clear_triangle,
+    entry_bound,
+    honest_majority,
+    party_uploads,
+    reconstruct_triangle,
+    replicated_frac_bits,
+    replicated_noise_plan,
+    server_output,
+    share_block,
+    triangle_to_gram,
+)
 from ltm.ring import HEADROOM_LIMIT
 
 P_REJECT = 1e-9

@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 
 from ltm.clipping import clip_rows
+from ltm.datasets.synthetic import synthetic_ridge
 from ltm.jobfile import JobFileError, job_file_doc, parse_job_file, render_job_file
 from ltm.jobspec import JobSpec, JobSpecError, validate_job
+from ltm.party.randomizer import client_vectors
+from ltm.party.uploader import PartyPolicy, PolicyViolation
 from ltm.planner import PlanInputs, plan_release
 from ltm.randomness import Randomness
 from ltm.replicated import clear_triangle
-from ltm.party.randomizer import client_vectors, party_randomness
-from ltm.party.uploader import PartyPolicy, PolicyViolation
-from ltm.datasets.synthetic import synthetic_ridge
 from ltm.sim.runtime.inprocess import run_inprocess
 from ltm.sim.runtime.jobs import build_job, party_tables
 from ltm.sim.runtime.replicated_run import run_replicated
@@ -253,13 +253,12 @@ def test_job_check_states_the_trust_assumption(capsys):
 def test_a_durable_server_keeps_a_replicated_job_across_a_restart(table, tmp_path):
     """The parts are stored like batches (SQLite + blobs): a server reopened on its directory still
     holds every client, releases the same output share as an in-memory server, and only once."""
+    from ltm.client_set import ClientSet
+    from ltm.errors import ProtocolError
     from ltm.party.replicated import replicated_batches
     from ltm.server.core import ServerCore
     from ltm.server.release_gate import ANALYST_ROLE
     from ltm.server.sqlite_store import SqliteStore
-
-    from ltm.client_set import ClientSet
-    from ltm.errors import ProtocolError
 
     spec = _job(table)
     data = party_tables(spec, table)

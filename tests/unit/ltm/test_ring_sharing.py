@@ -11,7 +11,9 @@ import math
 import numpy as np
 import pytest
 import scipy.stats
+
 from tests.helpers.optional import require
+
 require("hypothesis")
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
@@ -285,6 +287,7 @@ def test_expand_seed_rejects_wrong_key_length():
 # Each test checks behaviour against a value computed independently (a closed form written out
 # again, numpy/scipy in the clear, a second route through the code), never a recorded output.
 import warnings  # noqa: E402
+
 from ltm import ring  # noqa: E402
 
 
@@ -318,8 +321,8 @@ def test_decode_and_negate_accept_any_integer_ring_array():
 
 
 # ====== mutation-kill tests for ltm/sharing.py (scripts/mutation.sh), formerly test_kills_sharing.py
-from tests.helpers.messages import exact as _exact  # noqa: E402
 from ltm import sharing  # noqa: E402
+from tests.helpers.messages import exact as _exact  # noqa: E402
 
 
 def test_share_defaults_are_seed_mode_with_server_0_primary():

@@ -4,8 +4,6 @@ direct count from the public placement, over every kind, both partitions, full, 
 ragged participant sets, cached and uncached."""
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 import pytest
 

@@ -13,7 +13,9 @@ import numpy as np
 import pytest
 import scipy.stats
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+
 from tests.helpers.optional import require
+
 require("hypothesis")
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -309,9 +311,8 @@ def test_rows_and_signs_are_uniform(kind, m, s):
 # ====== mutation-kill tests for ltm/sketch.py (scripts/mutation.sh), formerly test_kills_sketch.py
 # Each test checks behaviour against a value computed independently (a closed form written out
 # again, numpy/scipy in the clear, a second route through the code), never a recorded output.
-from tests.helpers.messages import exact as _exact  # noqa: E402
 from ltm.sketch import CHUNK_CLIENTS  # noqa: E402
-
+from tests.helpers.messages import exact as _exact  # noqa: E402
 
 _SEED = bytes(range(32))
 

@@ -16,13 +16,22 @@ import numpy as np
 import pytest
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
-from ltm.jobspec import ColumnSpec, JobSpec, JobSpecError, validate_job
-from ltm.randomness import Randomness, RandomStream, xof
-from ltm.transforms import (FeaturePipeline, RandomFeatures, TransformError, TransformSpec, exact_log,
-                            exact_normal, rff_spec, rff_weights, vector_layout)
 from ltm.datasets.tables import Table
+from ltm.jobspec import ColumnSpec, JobSpec, JobSpecError, validate_job
+from ltm.randomness import Randomness, RandomStream
 from ltm.sim.runtime.inprocess import run_inprocess
 from ltm.sim.runtime.jobs import RFFOptions, build_job, party_tables
+from ltm.transforms import (
+    FeaturePipeline,
+    RandomFeatures,
+    TransformError,
+    TransformSpec,
+    exact_log,
+    exact_normal,
+    rff_spec,
+    rff_weights,
+    vector_layout,
+)
 
 # --------------------------------------------------------------------------------- golden vectors
 # Every party and the analyst derive the same weights from the public seed; any change to the

@@ -13,20 +13,30 @@ import numpy as np
 import pytest
 
 from ltm.clipping import clip_rows
+from ltm.datasets.synthetic import synthetic_ridge
 from ltm.dp.grid import round_to_grid
 from ltm.jobspec import JobSpecError, validate_job
-from ltm.randomness import Randomness
-from ltm.replicated import BlockUpload, party_uploads
-from ltm.sharing import Share, share
-from ltm.verified_clipping import (CHECK_REPETITIONS, ClippingProofFailed, ProofUpload, combine, coefficient_key,
-                                   proof_shape, server_check, server_constraints, verdict, witness)
-from ltm.datasets.synthetic import synthetic_ridge
 from ltm.party.randomizer import client_vectors, party_randomness
 from ltm.party.replicated import replicated_uploads
+from ltm.randomness import Randomness
+from ltm.replicated import BlockUpload, party_uploads
 from ltm.server.replicated import ReplicatedServer
+from ltm.sharing import Share, share
 from ltm.sim.runtime.inprocess import run_inprocess
 from ltm.sim.runtime.jobs import build_job, party_tables
 from ltm.sim.runtime.replicated_run import replicated_servers, verify_clipping
+from ltm.verified_clipping import (
+    CHECK_REPETITIONS,
+    ClippingProofFailed,
+    ProofUpload,
+    coefficient_key,
+    combine,
+    proof_shape,
+    server_check,
+    server_constraints,
+    verdict,
+    witness,
+)
 
 U64 = np.uint64
 SEEDS = [bytes([i]) * 32 for i in range(3)]

@@ -6,8 +6,6 @@ real pipeline (parties → shares → servers → analyst, a sparse sketch) the 
 sketched raw OLS up to the (tiny) noise.  Seeded: deterministic."""
 from __future__ import annotations
 
-from ltm.party.ledger import UNLIMITED  # near-noiseless test jobs, far past any real budget
-
 import dataclasses
 import math
 
@@ -17,14 +15,15 @@ import pytest
 from ltm.analyst.estimators import OLS
 from ltm.analyst.mapback import raw_linear_predictor
 from ltm.clipping import clip_rows
+from ltm.datasets.tables import Table
 from ltm.jobspec import JobSpec, JobSpecError, validate_job
+from ltm.party.ledger import UNLIMITED  # near-noiseless test jobs, far past any real budget
+from ltm.party.randomizer import client_vectors
 from ltm.randomness import Randomness
 from ltm.second_moment import PublicSecondMoment
-from ltm.transforms import FeaturePipeline, TransformError, Whitening, rff_spec, whiten_spec
-from ltm.party.randomizer import client_vectors
-from ltm.datasets.tables import Table
 from ltm.sim.runtime.inprocess import run_inprocess
 from ltm.sim.runtime.jobs import build_job, party_tables, whiten_columns
+from ltm.transforms import FeaturePipeline, TransformError, Whitening, rff_spec, whiten_spec
 
 
 def _data(n: int, seed: int, d: int = 4):

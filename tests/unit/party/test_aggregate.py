@@ -5,15 +5,14 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from ltm.datasets.synthetic import synthetic_ridge
 from ltm.errors import ProtocolError
-from ltm.randomness import Randomness
 from ltm.party import aggregate, randomizer
 from ltm.party.aggregate import aggregate_party
+from ltm.randomness import Randomness
 from ltm.server.core import ServerCore
-from ltm.datasets.synthetic import synthetic_ridge
 from ltm.sim.runtime.inprocess import run_inprocess
 from ltm.sim.runtime.jobs import build_job, party_tables
-
 from tests.helpers.clear_releases import shares_sum
 
 N = 600
@@ -82,6 +81,7 @@ def test_gram_block_is_exact_across_chunks_at_the_clip_boundary(monkeypatch, fra
     (mod 2^64), for clients on the clip sphere (the largest products), with tiny chunks (many chunk
     boundaries) and with the largest exact chunk; and the chunk bound c·⌈R·2^g⌉² ≤ 2^53 holds."""
     import math
+
     from ltm.lifts import gram_input_bits
 
     spec, tables, _ = _job("gram", frac_bits=frac_bits)

@@ -12,12 +12,11 @@ import numpy as np
 import pytest
 
 import ltm.party.ledger as ledger_mod
-from ltm.randomness import Randomness
-from ltm.party.ledger import Budget, BudgetExceeded, PrivacyLedger, source_fingerprint
 from ltm.datasets.synthetic import synthetic_ridge
+from ltm.party.ledger import Budget, BudgetExceeded, PrivacyLedger, source_fingerprint
+from ltm.randomness import Randomness
 from ltm.sim.runtime.inprocess import run_inprocess
 from ltm.sim.runtime.jobs import build_job, party_tables
-
 from tests.helpers.gaussian import exact_epsilon
 from tests.helpers.jobs import bare_spec as job
 
@@ -156,8 +155,10 @@ def test_the_in_process_transport_charges_the_same_ledger(tmp_path):
 def test_a_near_noiseless_job_is_accounted_in_bounded_memory_and_never_understated():
     # ε = 10⁴-scale jobs (z = σ/Δ ≈ 5e-4) once made the PLD grid allocate gigabytes.
     import resource
-    from ltm.party.ledger import gaussian_epsilon
+
     from scipy.stats import norm
+
+    from ltm.party.ledger import gaussian_epsilon
 
     z = 5e-4
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

@@ -16,14 +16,22 @@ import numpy as np
 import pytest
 
 import ltm.party.ledger as L
-from ltm.randomness import Randomness
-from ltm.party.journal import UploadJournal, party_journals
-from ltm.party.ledger import (ADMISSION_RTOL, DEFAULT_SOURCE, Budget, BudgetExceeded, LedgerCorrupt, LedgerError,
-                          LedgerMissing, PrivacyLedger, source_fingerprint)
 from ltm.datasets.synthetic import synthetic_ridge
+from ltm.party.journal import UploadJournal, party_journals
+from ltm.party.ledger import (
+    ADMISSION_RTOL,
+    DEFAULT_SOURCE,
+    Budget,
+    BudgetExceeded,
+    LedgerCorrupt,
+    LedgerError,
+    LedgerMissing,
+    PrivacyLedger,
+    source_fingerprint,
+)
+from ltm.randomness import Randomness
 from ltm.sim.runtime.inprocess import run_inprocess
 from ltm.sim.runtime.jobs import build_job, party_tables
-
 from tests.helpers.gaussian import exact_epsilon, gaussian_delta, independent_sigma
 from tests.helpers.jobs import bare_spec as job
 

@@ -8,14 +8,23 @@ import json
 import numpy as np
 import pytest
 
-from ltm.randomness import Randomness
-from ltm.party.data_source import (DataSourceError, NpyDirSource, NpzSource, PartySource, SyntheticRidge,
-                               SyntheticRidgeSource, TableSource, open_source, parse_synthetic)
+from ltm.datasets.synthetic import synthetic_ridge
+from ltm.datasets.tables import ModelTable
+from ltm.party.data_source import (
+    DataSourceError,
+    NpyDirSource,
+    NpzSource,
+    PartySource,
+    SyntheticRidge,
+    SyntheticRidgeSource,
+    TableSource,
+    open_source,
+    parse_synthetic,
+)
 from ltm.party.journal import UploadJournal
 from ltm.party.ledger import source_fingerprint
 from ltm.party.randomizer import PartyDataError, check_source, make_batches, party_randomness
-from ltm.datasets.synthetic import synthetic_ridge
-from ltm.datasets.tables import ModelTable
+from ltm.randomness import Randomness
 from ltm.sim.localnet.demo import write_party_csv
 from ltm.sim.runtime.jobs import build_job, party_tables
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.helpers.messages import exact
 from ltm.party.randomizer import plan_batches
+from tests.helpers.messages import exact
 
 
 def test_plan_batches_cuts_the_party_range_in_order():
-    from ltm.jobspec import PartySpec
     import dataclasses
+
+    from ltm.jobspec import PartySpec
 
     fields = {f.name for f in dataclasses.fields(PartySpec)}
     party = PartySpec(**{k: v for k, v in dict(party_id="party-0", start=10, stop=35).items() if k in fields})
@@ -22,8 +23,8 @@ def test_plan_batches_cuts_the_party_range_in_order():
 
 
 def _world(**kw):
-    from ltm.randomness import Randomness
     from ltm.datasets.synthetic import synthetic_ridge
+    from ltm.randomness import Randomness
     from ltm.sim.runtime.jobs import build_job, party_tables
 
     randomness = Randomness.seeded_insecure("randomizer-kills")
@@ -76,8 +77,8 @@ def test_client_vectors_apply_the_public_transform_to_the_selected_rows():
 
 def test_noisy_copies_add_the_plan_noise_to_each_copy():
     from ltm.dp.noise import sample_noise
-    from ltm.randomness import Randomness
     from ltm.party.randomizer import noisy_copies
+    from ltm.randomness import Randomness
 
     spec, _ = _world()
     plan = spec.noise_plan()
@@ -90,8 +91,8 @@ def test_noisy_copies_add_the_plan_noise_to_each_copy():
 
 
 def test_batches_rotate_the_primary_share_and_honour_skip_and_timings():
-    from ltm.randomness import Randomness
     from ltm.party.randomizer import MAX_BATCH_ELEMENTS, effective_batch_clients, make_batches
+    from ltm.randomness import Randomness
 
     spec, tables = _world()
     assert spec.share_mode == "seed" and spec.k == 3
@@ -120,8 +121,8 @@ def _golden_batches(spec, party_id, table, randomness, batch_clients, batch_rand
     party-relative row range), clip_rows, the lift, noisy_copies from child "noise", and
     ltm.sharing.share from child "shares" with the spec's share mode and the rotated primary."""
     from ltm.clipping import clip_rows
-    from ltm.sharing import share
     from ltm.party.randomizer import client_vectors, noisy_copies
+    from ltm.sharing import share
 
     party = spec.party(party_id)
     ordinal = [p.party_id for p in spec.parties].index(party_id)
@@ -153,8 +154,8 @@ def _assert_same(got, want):
 
 
 def _table(n=200, d=3):
-    from ltm.randomness import Randomness
     from ltm.datasets.synthetic import synthetic_ridge
+    from ltm.randomness import Randomness
 
     return synthetic_ridge(n, d, Randomness.seeded_insecure("randomizer-golden"))
 
@@ -162,8 +163,8 @@ def _table(n=200, d=3):
 def test_full_share_mode_columns_partition_intercept_party_matches_golden():
     """Columns partition with an intercept: one party holds only the intercept (no data column, so
     the row count must come from the batch range); laplace → ℓ1 clipping; full shares: k arrays."""
-    from ltm.randomness import Randomness
     from ltm.party.randomizer import client_vectors, make_batches
+    from ltm.randomness import Randomness
     from ltm.sim.runtime.jobs import build_job, party_tables
 
     table = _table()
@@ -185,8 +186,8 @@ def test_full_share_mode_columns_partition_intercept_party_matches_golden():
 
 
 def test_seed_mode_rows_intercept_and_journaled_randomness_match_golden():
-    from ltm.randomness import Randomness
     from ltm.party.randomizer import make_batches
+    from ltm.randomness import Randomness
     from ltm.sim.runtime.jobs import build_job, party_tables
 
     table = _table()
@@ -204,8 +205,8 @@ def test_seed_mode_rows_intercept_and_journaled_randomness_match_golden():
 
 
 def test_lifted_kind_uploads_the_lift_of_the_clipped_vectors():
-    from ltm.randomness import Randomness
     from ltm.party.randomizer import make_batches
+    from ltm.randomness import Randomness
     from ltm.sim.runtime.jobs import build_job, party_tables
 
     table = _table()
@@ -221,8 +222,9 @@ def test_lifted_kind_uploads_the_lift_of_the_clipped_vectors():
 
 def test_timings_accumulate_under_their_keys_within_the_elapsed_time():
     import time
-    from ltm.randomness import Randomness
+
     from ltm.party.randomizer import make_batches, plan_batches
+    from ltm.randomness import Randomness
 
     spec, tables = _world()
     party = spec.parties[0]
@@ -260,8 +262,9 @@ def test_party_randomness_binds_the_computation_and_the_party():
     """Seeded mode: the documented derivation child("job", computation_digest, "party", id); two
     parties or two computations never share a stream, a renamed job (same computation) does."""
     import dataclasses
-    from ltm.randomness import Randomness
+
     from ltm.party.randomizer import party_randomness
+    from ltm.randomness import Randomness
 
     spec, _ = _world()
     base = Randomness.seeded_insecure("party-randomness")

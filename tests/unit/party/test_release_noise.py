@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 import scipy.stats
 
+from ltm.datasets.tables import Table
 from ltm.randomness import Randomness
 from ltm.ring import decode
-from ltm.datasets.tables import Table
 from ltm.sim.runtime.inprocess import run_inprocess
 from ltm.sim.runtime.jobs import build_job, party_tables
 

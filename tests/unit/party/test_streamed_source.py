@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ltm.randomness import Randomness
 from ltm.datasets.synthetic import synthetic_ridge
 from ltm.party.data_source import DataSourceError, TableSource, open_source, parse_csv, read_text
 from ltm.party.randomizer import PartyDataError, check_source, make_batches
+from ltm.randomness import Randomness
 from ltm.sim.runtime.jobs import build_job, party_tables
 from tests.helpers.optional import require
 

@@ -12,21 +12,19 @@ from dataclasses import replace as _replace  # noqa: F401
 import numpy as np
 import pytest
 
-from tests.helpers.jobs import gate_spec as _gate_spec
-from tests.helpers.messages import exact as _exact  # noqa: F401
 from ltm import sharing  # noqa: F401
 from ltm.client_set import ClientSet
-from ltm.randomness import Randomness  # noqa: F401
 
 # --- server/core.py -------------------------------------------------------------------------------
-
 from ltm.errors import ProtocolError  # noqa: E402
+from ltm.randomness import Randomness  # noqa: F401
 from ltm.server.core import ServerCore  # noqa: E402
+from tests.helpers.messages import exact as _exact  # noqa: F401
 
 
 def _core_world():
-    from ltm.party.randomizer import make_batches
     from ltm.datasets.synthetic import synthetic_ridge
+    from ltm.party.randomizer import make_batches
     from ltm.sim.runtime.jobs import build_job, party_tables
 
     randomness = Randomness.seeded_insecure("core-kills")
@@ -186,7 +184,7 @@ def test_server_core_uses_the_given_store_and_any_0_1_mask():
     as_ints = cores[0].release(spec.job_id, participants.astype(np.int64), caller_role="analyst",
                                job_digest=spec.digest)
     cores[1].close(spec.job_id, caller_role="analyst")
-    as_bools = cores[1].release(spec.job_id, participants, caller_role="analyst", job_digest=spec.digest)
+    cores[1].release(spec.job_id, participants, caller_role="analyst", job_digest=spec.digest)
     from ltm.server.result_share import result_share
     assert np.array_equal(as_ints, result_share(spec, cores[0].store.batches(spec.job_id), participants,
                                                 spec.make_sketch()))
@@ -197,8 +195,8 @@ def test_server_core_uses_the_given_store_and_any_0_1_mask():
 
 
 def test_server_core_accepts_a_column_block_upload():
-    from ltm.party.randomizer import make_batches
     from ltm.datasets.synthetic import synthetic_ridge
+    from ltm.party.randomizer import make_batches
     from ltm.sim.runtime.jobs import build_job, party_tables
 
     randomness = Randomness.seeded_insecure("core-columns")

@@ -14,14 +14,14 @@ import pytest
 
 from ltm.batch import ShareBatch
 from ltm.client_set import ClientSet
+from ltm.datasets.synthetic import synthetic_ridge
 from ltm.errors import ProtocolError
 from ltm.jobspec import honest_row_loads
-from ltm.randomness import Randomness
-from ltm.sharing import Share
 from ltm.party.randomizer import make_batches, party_randomness
+from ltm.randomness import Randomness
 from ltm.server.core import ServerCore
 from ltm.server.release_gate import ANALYST_ROLE, GateRefusal, check_release
-from ltm.datasets.synthetic import synthetic_ridge
+from ltm.sharing import Share
 from ltm.sim.runtime.jobs import build_job, party_tables
 
 N, BATCH = 400, 100

@@ -49,10 +49,10 @@ import scipy.stats
 import ltm.party.randomizer as randomizer
 from ltm.dp.calibration import NoisePlan
 from ltm.jobspec import ColumnSpec, JobSpec, PartySpec, PrivacySpec, ServerSpec, SketchSpec, resolve_defaults
+from ltm.party.randomizer import clip_rows, make_batches, noisy_copies, party_randomness, plan_batches
 from ltm.randomness import Randomness
 from ltm.ring import encode
 from ltm.sharing import SEED_BYTES, Share, share
-from ltm.party.randomizer import clip_rows, make_batches, noisy_copies, plan_batches, party_randomness
 
 N_CLIENTS, WIDTH, PIECES, M, PARTIES, BATCH = 8192, 8, 2, 16, 4, 512
 #: 2^17 words per view: 2^20 bytes (4096 per byte value), 2^21 nibble pairs (8192 per cell),

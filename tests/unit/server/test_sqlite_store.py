@@ -16,18 +16,17 @@ import numpy as np
 import pytest
 
 from ltm.batch import ShareBatch
+from ltm.datasets.synthetic import synthetic_ridge
 from ltm.errors import ProtocolError
-from ltm.randomness import Randomness
-from ltm.sharing import Share
 from ltm.party.randomizer import make_batches, party_randomness
+from ltm.randomness import Randomness
 from ltm.server.core import ServerCore, participants_digest
 from ltm.server.release_gate import ANALYST_ROLE
-from ltm.server.sqlite_store import (BLOB_DIR, DB_NAME, SqliteStore, StoreCorruptError, StoreError, path_component)
+from ltm.server.sqlite_store import BLOB_DIR, DB_NAME, SqliteStore, StoreCorruptError, StoreError, path_component
 from ltm.server.store import MemoryStore, ReleaseRecord, StoredBatch
-from ltm.datasets.synthetic import synthetic_ridge
+from ltm.sharing import Share
 from ltm.sim.runtime.inprocess import run_inprocess
 from ltm.sim.runtime.jobs import build_job, party_tables
-
 from tests.helpers.crash_batches import CRASH_CLIENTS, crash_batch
 
 REPO = Path(__file__).resolve().parents[3]

@@ -20,11 +20,11 @@ from ltm.client_set import ClientSet
 from ltm.errors import ProtocolError
 from ltm.jobspec import PartySpec, honest_row_loads
 from ltm.randomness import Randomness
-from ltm.sharing import Share
 from ltm.server.core import SLOT_CACHE_BYTES, ServerCore
 from ltm.server.coverage import Coverage
 from ltm.server.release_gate import ANALYST_ROLE
 from ltm.server.sqlite_store import SqliteStore
+from ltm.sharing import Share
 
 BIG_N = 10 ** 8
 #: far below any n-sized array at n = 10⁸ (the smallest, a bool mask, is 100 MB)

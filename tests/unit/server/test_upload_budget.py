@@ -14,8 +14,8 @@ from contextlib import asynccontextmanager
 import grpc
 import pytest
 
-from ltm.server.core import ServerCore
 from ltm.limits import ServerLimits
+from ltm.server.core import ServerCore
 from ltm.server.service import ServerService, UploadTicket
 
 

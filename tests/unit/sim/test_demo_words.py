@@ -18,11 +18,11 @@ from ltm.analyst.estimators import release_lambda
 from ltm.analyst.jobs import fit_model
 from ltm.analyst.reconstruct import tolerated
 from ltm.cli.simulate import print_summary as print_simulate_summary
-from ltm.randomness import Randomness
 from ltm.datasets.synthetic import synthetic_ridge
+from ltm.randomness import Randomness
 from ltm.sim.localnet.demo import print_summary
-from ltm.sim.runtime.jobs import build_job, party_tables
 from ltm.sim.runtime.inprocess import run_inprocess
+from ltm.sim.runtime.jobs import build_job, party_tables
 from ltm.sim.runtime.simulate import SimulateConfig, simulate
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -16,18 +16,27 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import replace
 import subprocess
 import sys
+from dataclasses import replace
 
 import numpy as np
 import pytest
 import scipy.stats
 
 from ltm.randomness import Randomness
-from ltm.sim.tools.audit import (AuditConfig, _tables, build_audit_job, clopper_pearson_upper, epsilon_lower_bound,
-                       pair_epsilon, release_once, run_audit, threshold_grid)
 from ltm.sim.runtime.inprocess import run_inprocess
+from ltm.sim.tools.audit import (
+    AuditConfig,
+    _tables,
+    build_audit_job,
+    clopper_pearson_upper,
+    epsilon_lower_bound,
+    pair_epsilon,
+    release_once,
+    run_audit,
+    threshold_grid,
+)
 
 CI_RUNS, CONTROL_RUNS = 5000, 1000
 

@@ -63,9 +63,9 @@ def test_the_networked_analyst_falls_back_as_the_job_file_asks():
     """ltm.analyst.jobs: a real job's fit releases the intercept-only model when the plan for its release
     kind predicts R² ≤ 0, unless its [fit] says fallback = false; a job the plan trusts is fitted."""
     from ltm.analyst.jobs import fallback_reason, fit_model
+    from ltm.datasets.synthetic import synthetic_ridge
     from ltm.jobfile import FitSpec
     from ltm.randomness import Randomness
-    from ltm.datasets.synthetic import synthetic_ridge
     from ltm.sim.runtime.inprocess import run_inprocess
     from ltm.sim.runtime.jobs import build_job, party_tables
 

@@ -18,10 +18,10 @@ import pytest
 
 from ltm.analyst.reconstruct import release_noise_variance
 from ltm.client_set import ClientSet
+from ltm.datasets.synthetic import synthetic_ridge
 from ltm.jobspec import validate_job
 from ltm.planner import PlanInputs, plan_release
 from ltm.randomness import Randomness
-from ltm.datasets.synthetic import synthetic_ridge
 from ltm.sim.runtime.jobs import build_job, split_parties
 
 N, D, PARTIES = 20_000, 4, 4

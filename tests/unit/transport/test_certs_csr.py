@@ -20,8 +20,19 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from cryptography.x509.verification import PolicyBuilder, Store, VerificationError
 
 from ltm.cli.app import main
-from ltm.transport.certs import (ACTOR_URI_PREFIX, CSRPolicyError, check_request, create_ca, create_ca_dir,
-                             issue_leaf, make_request, sign_request, sign_request_file, write_certs, write_request)
+from ltm.transport.certs import (
+    ACTOR_URI_PREFIX,
+    CSRPolicyError,
+    check_request,
+    create_ca,
+    create_ca_dir,
+    issue_leaf,
+    make_request,
+    sign_request,
+    sign_request_file,
+    write_certs,
+    write_request,
+)
 
 SERVER_AUTH, CLIENT_AUTH = ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH
 

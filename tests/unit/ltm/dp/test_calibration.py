@@ -464,9 +464,8 @@ def test_calibration_error_is_a_value_error():
 # ====== mutation-kill tests for ltm/dp/calibration.py (scripts/mutation.sh), formerly test_kills_calibration.py
 # Each test checks behaviour against a value computed independently (a closed form written out
 # again, numpy/scipy in the clear, a second route through the code), never a recorded output.
-from tests.helpers.messages import exact as _exact  # noqa: E402
 from ltm.dp import calibration as cal  # noqa: E402
-
+from tests.helpers.messages import exact as _exact  # noqa: E402
 
 _GOOD = {
     "gaussian_delta": dict(sigma=2.0, epsilon=1.0, sensitivity=1.0),

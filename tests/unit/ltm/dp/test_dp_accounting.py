@@ -13,9 +13,9 @@ import pytest
 from dp_accounting import dp_event
 from dp_accounting.rdp.rdp_privacy_accountant import DEFAULT_RDP_ORDERS, RdpAccountant
 
-from ltm.dp.calibration import plan_noise
 from ltm.dp import accounting
-from ltm.dp.grid import MIN_NOISE_GRID_STEPS, noise_grid_problem, rounding_widening, round_to_grid
+from ltm.dp.calibration import plan_noise
+from ltm.dp.grid import MIN_NOISE_GRID_STEPS, noise_grid_problem, round_to_grid, rounding_widening
 
 mpmath.mp.dps = 60
 REL = 1e-9

@@ -14,8 +14,17 @@ import pytest
 import ltm.party.ledger as ledger_mod
 from ltm.dp import accounting
 from ltm.dp.calibration import CalibrationError, plan_noise
-from ltm.jobspec import (ColumnSpec, JobSpec, JobSpecError, PartySpec, PrivacySpec, ServerSpec, SketchSpec,
-                         resolve_defaults, validate_job)
+from ltm.jobspec import (
+    ColumnSpec,
+    JobSpec,
+    JobSpecError,
+    PartySpec,
+    PrivacySpec,
+    ServerSpec,
+    SketchSpec,
+    resolve_defaults,
+    validate_job,
+)
 
 N = 2000
 

@@ -93,6 +93,7 @@ def test_plan_refuses_bad_factors():
 
 def test_plan_round_trips_its_factors_through_json():
     import json
+
     from ltm.dp.calibration import NoisePlan
 
     plan = _gram_plan()

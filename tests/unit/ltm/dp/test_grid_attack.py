@@ -18,15 +18,23 @@ import math
 
 import numpy as np
 import pytest
-import scipy.stats
 
 import ltm.dp.grid
 import ltm.party.randomizer
 from ltm.client_set import ClientSet  # noqa: F401  (the audit's release path uses it)
-from ltm.jobspec import (ColumnSpec, JobSpec, JobSpecError, PartySpec, PrivacySpec, ServerSpec, SketchSpec,
-                         resolve_defaults, validate_job)
-from ltm.randomness import Randomness
+from ltm.jobspec import (
+    ColumnSpec,
+    JobSpec,
+    JobSpecError,
+    PartySpec,
+    PrivacySpec,
+    ServerSpec,
+    SketchSpec,
+    resolve_defaults,
+    validate_job,
+)
 from ltm.party.uploader import PartyPolicy, PolicyViolation
+from ltm.randomness import Randomness
 from ltm.sim.tools.audit import AuditConfig, AuditJob, release_once, run_audit
 
 D = 4  # client vector width: one-hot rows
@@ -161,10 +169,10 @@ def test_a_job_whose_noise_draw_exceeds_the_exact_sampler_is_refused_before_any_
     # sampler raise after the ledger was charged: nothing released, budget spent.
     from dataclasses import replace as _replace
 
-    from ltm.dp.noise import MAX_GRID_SCALE, widest_noise_draw
-    from ltm.randomness import Randomness
-    from ltm.party.uploader import PartyPolicy, PolicyViolation
     from ltm.datasets.synthetic import synthetic_ridge
+    from ltm.dp.noise import MAX_GRID_SCALE, widest_noise_draw
+    from ltm.party.uploader import PartyPolicy, PolicyViolation
+    from ltm.randomness import Randomness
     from ltm.sim.runtime.jobs import build_job
 
     r = Randomness.seeded_insecure("sampler-range")
