@@ -141,7 +141,7 @@ def _endpoints(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     endpoints = [e.strip() for e in args.servers.split(",") if e.strip()]
     server_ids = [s.strip() for s in (args.server_ids or "").split(",") if s.strip()]
     if server_ids and len(server_ids) != len(endpoints):
-        raise SystemExit("ltm party: --server-ids must name one identity per --servers endpoint")
+        raise CommandError("--server-ids must name one identity per --servers endpoint")
     return endpoints, server_ids
 
 

@@ -92,7 +92,7 @@ def run_sketch(args: argparse.Namespace) -> int:
     from ltm.sim.tools.bench import SketchBenchConfig, bench_sketch
 
     if args.k < 2:
-        raise SystemExit("ltm: error: --k must be ≥ 2")
+        raise CommandError("--k must be ≥ 2")
     cfg = SketchBenchConfig(n=args.n, d=args.d, m=args.m, s=args.s, k=args.k, runs=args.runs,
                             share_mode=args.share_mode, kind=args.kind)
     print_json(bench_sketch(cfg))

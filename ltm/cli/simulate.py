@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from ltm.cli.options import print_json
 from ltm.dp.defaults import DEFAULT_DELTA
+from ltm.errors import CommandError
 from ltm.jobconfig import add_options, config_values
 
 if TYPE_CHECKING:
@@ -29,9 +30,9 @@ def _parse_calibration(text: str) -> tuple[str, float | None]:
         try:
             return "interpolate", float(inner)
         except ValueError:
-            raise SystemExit(f"ltm: error: calibration {text!r}: write interpolate(p) with 0 ≤ p ≤ 1") from None
+            raise CommandError(f"calibration {text!r}: write interpolate(p) with 0 ≤ p ≤ 1") from None
     if text not in ("tight", "paper"):
-        raise SystemExit(f"ltm: error: unknown calibration {text!r}; choose tight, paper or interpolate(p)")
+        raise CommandError(f"unknown calibration {text!r}; choose tight, paper or interpolate(p)")
     return text, None
 
 
@@ -48,7 +49,7 @@ def simulate_config(args: argparse.Namespace) -> "SimulateConfig":
                             else None, "calibration": calibration, "interpolate_p": p,
                             "features_n": args.features_n or 16})
     if args.model != "rf_ridge" and (args.bandwidth is not None or args.features_n is not None):
-        raise SystemExit("ltm: error: --features-n/--bandwidth need --model rf_ridge")
+        raise CommandError("--features-n/--bandwidth need --model rf_ridge")
     if args.mechanism == "laplace" and args.delta == DEFAULT_DELTA:
         cfg.delta = 0.0
     return cfg

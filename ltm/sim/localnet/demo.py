@@ -411,7 +411,7 @@ def write_demo_job(args: argparse.Namespace, cfg: SimulateConfig, randomness: Ra
 
 def run(args: argparse.Namespace) -> int:
     if args.data and not args.label:
-        raise SystemExit("ltm demo: --data needs --label")
+        raise CommandError("--data needs --label")
     with stop_on_termination():  # SIGTERM/SIGHUP clean up like Ctrl-C: no actor or directory left behind
         report = run_demo(args)
     if args.json:

@@ -71,6 +71,7 @@ from ltm.client_set import ClientSet
 from ltm.dp.calibration import NoisePlan, gaussian_delta
 from ltm.dp.defaults import DEFAULT_CLIP_BOUND, DEFAULT_DELTA
 from ltm.dp.sensitivity import sketch_l1
+from ltm.errors import CommandError
 from ltm.jobspec import (
     ColumnSpec,
     JobSpec,
@@ -301,7 +302,7 @@ def clopper_pearson_upper(failures: np.ndarray, trials: int, level: float) -> np
     try:
         from scipy.stats import beta
     except ImportError as exc:  # pragma: no cover - scipy is in the dev extras
-        raise SystemExit("ltm audit needs scipy (pip install -e '.[dev]')") from exc
+        raise CommandError("ltm audit needs scipy (pip install -e '.[dev]')") from exc
     x = np.asarray(failures, dtype=float)
     upper = beta.ppf(1.0 - level, x + 1.0, trials - x)
     return np.where(x >= trials, 1.0, upper)

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from ltm.datasets.tables import ModelTable
+from ltm.errors import CommandError
 from ltm.jobconfig import parse_count, parse_counts  # noqa: F401  (the flag's type, re-exported)
 from ltm.jobspec import JobSpec, warm_validation_in_background
 from ltm.party.data_source import SyntheticRidge
@@ -528,7 +529,7 @@ def plot_series(runs: list[dict[str, Any]], path: str | Path) -> None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise SystemExit("ltm bench e2e --plot needs matplotlib (pip install matplotlib); the JSON was printed") from None
+        raise CommandError("--plot needs matplotlib (pip install 'ltm[plot]'); the JSON was printed") from None
     runs = sorted(runs, key=lambda r: r["n"])
     ns = [r["n"] for r in runs]
     fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(10, 4))
@@ -574,14 +575,14 @@ def _side_by_side(per_client: dict[str, Any], aggregate: dict[str, Any]) -> dict
 def run(args: argparse.Namespace) -> int:
     if args.from_json:
         if not args.plot:
-            raise SystemExit("ltm bench e2e: --from-json needs --plot")
+            raise CommandError("--from-json needs --plot")
         runs = [r for f in args.from_json for r in _runs_of(json.loads(Path(f).read_text()))]
         plot_series(runs, args.plot)
         print(json.dumps({"benchmark": "e2e-series", "plot": args.plot, "runs": runs}, indent=2))
         return 0
     ns = args.n if isinstance(args.n, list) else [args.n]
     if args.workdir and len(ns) > 1:
-        raise SystemExit("ltm bench e2e: --workdir with a series would reuse one directory; run one n at a time")
+        raise CommandError("--workdir with a series would reuse one directory; run one n at a time")
     with stop_on_termination():  # SIGTERM/SIGHUP clean up like Ctrl-C: no actor or directory left behind
         if getattr(args, "upload_mode", "auto") == "both":  # the two modes side by side, per n
             runs = [run_e2e(args, n, mode) for n in ns for mode in ("per-client", "aggregate")]

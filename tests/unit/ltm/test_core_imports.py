@@ -64,3 +64,44 @@ def test_nothing_below_the_command_line_imports_it() -> None:
     modules = core_modules() + sorted(p for folder in below for p in folder.rglob("*.py"))
     upward = sorted(str(p.relative_to(ROOT)) for p in modules if "ltm.cli" in imported_packages(p))
     assert not upward, f"modules below the command line import ltm.cli: {upward}"
+
+
+def test_actors_never_import_each_other() -> None:
+    """A party, a server and the analyst are separate processes of separate organisations: their code
+    shares the core and the transport, never each other's modules (docs/architecture.md §1)."""
+    actors = ("ltm.party", "ltm.server", "ltm.analyst")
+    crossing = {f"{FOLDERS[a]}/{p.relative_to(ROOT / FOLDERS[a])}": sorted(imported_packages(p) & (set(actors) - {a}))
+                for a in actors for p in sorted((ROOT / FOLDERS[a]).rglob("*.py"))}
+    assert len(crossing) > 30  # the scan found the actors' modules
+    crossing = {k: v for k, v in crossing.items() if v}
+    assert not crossing, f"actors import each other: {crossing}"
+
+
+#: ``raise SystemExit`` outside the command line's one error mapping (ltm/cli/app.py), with the reason.
+SYSTEM_EXIT_ALLOWED = {
+    # a `python -m` tool's own Ctrl-C handler: the shell's status for death by that signal
+    "ltm/sim/tools/bounds_eval.py": "exits 128 + signum after its cleanup, as ltm does",
+}
+
+
+def _raises_system_exit(path: Path) -> list[int]:
+    """Lines of ``raise SystemExit`` in ``path``, except a script's ``if __name__ == "__main__":`` block."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    main_guard = {id(n) for node in tree.body if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test)
+                  for n in ast.walk(node)}
+    return [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Raise) and n.exc is not None
+            and "SystemExit" in ast.unparse(n.exc) and id(n) not in main_guard]
+
+
+def test_system_exit_only_in_the_one_error_mapping() -> None:
+    sources = core_modules() + sorted(p for folder in FOLDERS.values() for p in (ROOT / folder).rglob("*.py"))
+    found = {str(p.relative_to(ROOT)): _raises_system_exit(p) for p in sources
+             if p.relative_to(ROOT).as_posix() not in ("ltm/cli/app.py", "ltm/cli/__main__.py")}
+    found = {k: v for k, v in found.items() if v and k not in SYSTEM_EXIT_ALLOWED}
+    assert not found, f"raise CommandError (ltm/errors.py) instead of SystemExit: {found}"
+
+
+def test_the_system_exit_scan_sees_a_raise(tmp_path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text('def f():\n    raise SystemExit("no")\n\n\nif __name__ == "__main__":\n    raise SystemExit(f())\n')
+    assert _raises_system_exit(probe) == [2]
