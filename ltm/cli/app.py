@@ -170,15 +170,14 @@ def main(argv: list[str] | None = None) -> int:
             raise
         _silence_stdout()
         return 141
-    except (LtmError, ValueError) as exc:
+    except LtmError as exc:
         # The one place an error becomes an exit status (ltm/errors.py lists them): the class's
-        # exit_code, and one line unless the actor has logged it already.  A ValueError from outside
-        # the project (a value a library refused) is a usage error, 2.  A list of problems (a job
+        # exit_code, and one line unless the actor has logged it already.  A list of problems (a job
         # spec's, a job file's) keeps one per line.
         if not getattr(exc, "reported", False):
-            text = str(exc) if hasattr(exc, "problems") or not isinstance(exc, LtmError) else _one_line(exc)
-            print(f"ltm {args.command}: error: {getattr(exc, 'prefix', '')}{text}", file=sys.stderr)
-        return int(getattr(exc, "exit_code", 2))
+            text = str(exc) if hasattr(exc, "problems") else _one_line(exc)
+            print(f"ltm {args.command}: error: {exc.prefix}{text}", file=sys.stderr)
+        return int(exc.exit_code)
     except KeyboardInterrupt as exc:
         # Ctrl-C, or SIGTERM/SIGHUP where a command maps them to it (ltm.sim.localnet.launcher.stop_on_termination):
         # its cleanup has run; one line and the shell's status for death by that signal (128 + signum).
@@ -187,6 +186,16 @@ def main(argv: list[str] | None = None) -> int:
         signum = getattr(exc, "signum", signal.SIGINT)
         print(f"ltm {args.command}: {str(exc) or 'interrupted'}", file=sys.stderr)  # Ctrl-C: an empty exception
         return 128 + int(signum)
+    except Exception:
+        # Not an error the project knows (any of them would be an LtmError, ltm/errors.py): a bug, or a
+        # library refusing something we passed it unchecked.  Show where, and ask for a report, rather
+        # than dress it up as a usage error.
+        import traceback
+
+        traceback.print_exc()
+        print(f"ltm {args.command}: unexpected error (a bug in ltm, not in how it was run): please report it "
+              "with the traceback above", file=sys.stderr)
+        return 1
 
 
 def _stdout_gone() -> bool:

@@ -138,5 +138,9 @@ def test_the_cli_keeps_a_command_errors_status_and_says_nothing_more_for_a_logge
     logged.reported = True  # the party logged it as a JSON line
     assert _run_cli_raising(monkeypatch, logged) == 7
     assert capsys.readouterr().err == ""
-    assert _run_cli_raising(monkeypatch, ValueError("could not convert 'x' to float")) == 2  # a library's
-    assert capsys.readouterr().err == "ltm probe: error: could not convert 'x' to float\n"
+    # anything else is a bug, not a usage error: its traceback and a request to report it, status 1
+    assert _run_cli_raising(monkeypatch, ValueError("could not convert 'x' to float")) == 1
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err and "ValueError: could not convert 'x' to float" in err
+    assert err.endswith("ltm probe: unexpected error (a bug in ltm, not in how it was run): please report it with "
+                        "the traceback above\n") and "error: could not convert" not in err
