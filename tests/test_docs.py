@@ -209,3 +209,37 @@ def test_the_citation_check_sees_each_outside_reference(tmp_path: Path) -> None:
     (tmp_path / "experiments").mkdir()
     (tmp_path / "experiments" / "b.py").write_text("\n".join(lines) + "\n", encoding="utf-8")
     assert _citations(tmp_path / "experiments" / "b.py", tmp_path) == [f"experiments/b{h[1:]}" for h in found]
+
+
+# ------------------------------------------------------------------ the trace of one job (architecture §2)
+_CITATION = re.compile(r"`((?:ltm|party|server|analyst)/[\w/]+\.py):([A-Za-z_][\w.]*)`")
+
+
+def _defined(path: Path, dotted: str) -> bool:
+    """Whether ``path`` defines ``dotted`` (a function or class, or ``Class.method``) at that nesting."""
+    import ast
+
+    scope: list[ast.stmt] = ast.parse(path.read_text(encoding="utf-8")).body
+    for name in dotted.split("."):
+        found = next((n for n in scope if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                      and n.name == name), None)
+        if found is None:
+            return False
+        scope = found.body
+    return True
+
+
+def test_every_step_of_the_job_trace_names_a_real_function() -> None:
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    start = text.index("### A trace of one job")
+    cited = _CITATION.findall(text[start:text.index("\n## ", start)])
+    assert len(cited) >= 30  # the table was found
+    missing = [f"{p}:{name}" for p, name in cited if not (ROOT / p).is_file() or not _defined(ROOT / p, name)]
+    assert not missing, f"the trace in docs/architecture.md §2 names what the code does not define: {missing}"
+
+
+def test_the_trace_check_sees_a_wrong_name(tmp_path: Path) -> None:
+    probe = tmp_path / "m.py"
+    probe.write_text("class A:\n    def b(self):\n        pass\n\n\ndef c():\n    pass\n", encoding="utf-8")
+    assert _defined(probe, "A.b") and _defined(probe, "c") and _defined(probe, "A")
+    assert not _defined(probe, "b") and not _defined(probe, "A.c") and not _defined(probe, "d")
