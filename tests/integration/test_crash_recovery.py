@@ -432,7 +432,7 @@ def test_demo_chaos_releases_the_undisturbed_bytes(capsys):
     assert out.returncode == 0, out.stderr[-3000:]
     chaos = json.loads(out.stdout)
     seconds = time.monotonic() - t
-    assert main(["simulate", "--seed", "7", "--json"]) == 0  # == `ltm demo --seed 7` (tests/integration/test_cli.py)
+    assert main(["simulate", "--seed", "7", "--upload-mode", "per-client", "--json"]) == 0  # == `ltm demo --seed 7` (tests/integration/test_cli.py)
     undisturbed = json.loads(capsys.readouterr().out)
     events = chaos["chaos"]["events"]
     print(f"\nltm demo --chaos: {chaos['chaos']['server_restarts']} restarts, "
