@@ -47,6 +47,7 @@ bucket index's bits (:func:`combine`) — ⌈κ/16⌉ passes over c, not κ.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 from dataclasses import dataclass
 
@@ -76,6 +77,11 @@ __all__ = [
     "ClippingProofFailed",
     "copy_problems",
     "check_failures",
+    "seed_statement",
+    "read_seed_statement",
+    "output_statement",
+    "read_output_statement",
+    "statement_seeds",
 ]
 
 #: κ: independent subset-sum repetitions; a party whose constraints are not all zero passes all of
@@ -367,3 +373,76 @@ def check_failures(party_ids: list[str], shares: list[dict[str, np.ndarray]],
         elif not verdict(got):  # type: ignore[arg-type]
             failures.setdefault(party, "its block is not proven clipped (the check does not sum to 0)")
     return failures
+
+
+# -------------------------------------------------------------------- statements relayed over gRPC
+# Servers never talk to each other: the analyst relays each server's seed and check output to the
+# others, signed with the server's TLS key (transport/signing.py).  These are the signed payloads:
+# canonical JSON naming the job's digest and the server, so a statement cannot be replayed for
+# another job or place, and an output names the seed set it was computed for.
+_SEED_KIND = "ltm.check-seed.v1"
+_OUTPUT_KIND = "ltm.check-output.v1"
+
+
+def _canonical(obj: dict) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
+
+
+def _statement(payload: bytes, kind: str, job_digest: str, server: int) -> dict:
+    """The decoded statement if it is a ``kind`` for this job from server ``server`` (ValueError)."""
+    try:
+        obj = json.loads(payload)
+    except (ValueError, UnicodeDecodeError):
+        raise ValueError("a check statement is not JSON") from None
+    if not isinstance(obj, dict) or obj.get("kind") != kind:
+        raise ValueError(f"a check statement is not a {kind}")
+    if obj.get("job_digest") != job_digest or obj.get("server") != server:
+        raise ValueError(f"a check statement is for another job or server (expected server {server} of job "
+                         f"{job_digest[:12]}…)")
+    return obj
+
+
+def seed_statement(job_digest: str, server: int, seed: bytes) -> bytes:
+    """Server ``server``'s post-close check seed for the job, as the payload it signs."""
+    return _canonical({"kind": _SEED_KIND, "job_digest": job_digest, "server": int(server), "seed": seed.hex()})
+
+
+def read_seed_statement(payload: bytes, job_digest: str, server: int) -> bytes:
+    """The 32-byte seed of server ``server``'s :func:`seed_statement` for this job (ValueError otherwise)."""
+    seed = bytes.fromhex(str(_statement(payload, _SEED_KIND, job_digest, server).get("seed", "")))
+    if len(seed) != 32:
+        raise ValueError("a check seed is 32 bytes")
+    return seed
+
+
+def output_statement(job_digest: str, server: int, seeds: list[bytes], shares: dict[str, np.ndarray],
+                     digests: dict[tuple[str, str, int], str]) -> bytes:
+    """Server ``server``'s check output (its κ check shares per party and its copy digests),
+    computed under ``seeds``, as the payload it signs."""
+    return _canonical({"kind": _OUTPUT_KIND, "job_digest": job_digest, "server": int(server),
+                       "seeds": [s.hex() for s in seeds],
+                       "shares": {p: [int(v) for v in np.asarray(a, dtype=_U64)] for p, a in shares.items()},
+                       "digests": sorted([p, w, int(j), h] for (p, w, j), h in digests.items())})
+
+
+def statement_seeds(payload: bytes, job_digest: str, server: int) -> list[bytes]:
+    """The seed set server ``server``'s :func:`output_statement` names (ValueError if malformed)."""
+    try:
+        return [bytes.fromhex(str(h)) for h in _statement(payload, _OUTPUT_KIND, job_digest, server)["seeds"]]
+    except (KeyError, TypeError):
+        raise ValueError(f"server {server}'s check output names no seed set") from None
+
+
+def read_output_statement(payload: bytes, job_digest: str, server: int, seeds: list[bytes]
+                          ) -> tuple[dict[str, np.ndarray], dict[tuple[str, str, int], str]]:
+    """The check shares and copy digests of server ``server``'s :func:`output_statement`; ValueError
+    unless it is for this job, from that server, and computed under exactly ``seeds``."""
+    obj = _statement(payload, _OUTPUT_KIND, job_digest, server)
+    if obj.get("seeds") != [s.hex() for s in seeds]:
+        raise ValueError(f"server {server}'s check output was computed under another seed set")
+    try:
+        shares = {str(p): np.array([int(v) for v in vals], dtype=_U64) for p, vals in obj["shares"].items()}
+        digests = {(str(p), str(w), int(j)): str(h) for p, w, j, h in obj["digests"]}
+    except (KeyError, TypeError, ValueError, OverflowError):
+        raise ValueError(f"server {server}'s check output is malformed") from None
+    return shares, digests

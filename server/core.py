@@ -8,6 +8,7 @@ written *before* a request is acknowledged.
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,10 +20,14 @@ from ltm.identifiers import id_problem
 from ltm.jobspec import JobSpec, JobSpecError, validate_job
 from ltm.limits import SLOT_CACHE_BYTES
 from ltm.sketch import Sketch
+from ltm.randomness import Randomness
+from ltm.verified_clipping import (ClippingProofFailed, check_failures, output_statement, read_output_statement,
+                                   read_seed_statement, seed_statement, statement_seeds)
 from server import replicated
 from server.release_gate import ANALYST_ROLE, check_release
 from server.result_share import result_share
 from server.store import MemoryStore, ReleaseRecord, ServerStore, StoredBatch
+from transport.signing import SignatureRefused, Signed, Signer
 
 
 @dataclass(frozen=True)
@@ -59,9 +64,10 @@ def _as_client_set(n: int, participants: ClientSet | np.ndarray) -> ClientSet | 
 class ServerCore:
     """One server's protocol logic over its store (see module docstring)."""
 
-    def __init__(self, server_id: str, store: ServerStore | None = None) -> None:
+    def __init__(self, server_id: str, store: ServerStore | None = None, signer: Signer | None = None) -> None:
         self.server_id = server_id
         self.store = store if store is not None else MemoryStore()
+        self.signer = signer  # signs this server's clipping-check statements (None: --insecure, no checks)
         self._sketches: dict[str, Sketch] = {}
         self._slots: dict[str, np.ndarray | None] = {}
 
@@ -112,9 +118,10 @@ class ServerCore:
             validate_job(spec)
         except JobSpecError as exc:
             raise ProtocolError("INVALID_ARGUMENT", str(exc)) from exc
-        if spec.verified_clipping:  # the proof's parts and check RPCs are not on the wire yet (issue #30)
-            raise ProtocolError("FAILED_PRECONDITION", "verified clipping runs in process only for now; this "
-                                                       "server cannot check the parties' proofs over gRPC")
+        if spec.verified_clipping and self.signer is None:  # its check statements are signed (issue #30)
+            raise ProtocolError("FAILED_PRECONDITION", "a job with verified clipping needs servers with TLS "
+                                                       "identities (its check statements are signed); this server "
+                                                       "runs --insecure")
         self.server_index(spec)
         existing = self.store.get_job(spec.job_id)
         if existing is not None:
@@ -262,7 +269,8 @@ class ServerCore:
             replicated.check_replicated_release(spec, caller_role=caller_role, job_digest=job_digest,
                                                 participants=members, held=self.held(job_id),
                                                 already_released=record is not None)
-            result = replicated.stored_output(spec, self.server_index(spec), self.store.batches(job_id))
+            result = replicated.stored_output(spec, self.server_index(spec), self.store.batches(job_id),
+                                              self.clipping_failures(job_id) if spec.verified_clipping else None)
         else:
             check_release(spec, caller_role=caller_role, job_digest=job_digest,
                           participants=participants if members is None else members,
@@ -272,3 +280,83 @@ class ServerCore:
                                   self._slots_of(spec))
         self.store.put_release(job_id, ReleaseRecord(pdigest, result.copy()))
         return result
+
+    # ------------------------------------------------------------------ verified clipping (issue #30)
+    def _checking(self, job_id: str, caller_role: str) -> tuple[JobSpec, int, bytes]:
+        """The job, this server's index and its post-close check seed (drawn once, durably, on the
+        first call: no party can know it while its upload could still change)."""
+        if caller_role != ANALYST_ROLE:
+            raise ProtocolError("PERMISSION_DENIED", f"only the analyst relays clipping checks (caller role "
+                                                     f"{caller_role!r})")
+        spec = self.spec(job_id)
+        if not spec.verified_clipping:
+            raise ProtocolError("FAILED_PRECONDITION", f"job {job_id!r} has no verified clipping")
+        if self.signer is None:
+            raise ProtocolError("FAILED_PRECONDITION", "this server has no signing key (--insecure): it cannot "
+                                                       "take part in verified clipping")
+        if not self.store.is_closed(job_id):
+            raise ProtocolError("FAILED_PRECONDITION", f"job {job_id!r} must be closed before its clipping checks")
+        seed = self.store.get_check_value(job_id, "seed")
+        if seed is None:
+            seed = self.store.put_check_value(job_id, "seed", Randomness.system().bytes(32))
+        return spec, self.server_index(spec), seed
+
+    def _verified(self, spec: JobSpec, statements: list[Signed], what: str) -> list[bytes]:
+        """The payloads of one signed statement per server (job order), each verified against the CA
+        and the job's identity of that server (PERMISSION_DENIED otherwise)."""
+        if len(statements) != spec.k:
+            raise ProtocolError("INVALID_ARGUMENT", f"{spec.k} signed {what}s are needed (one per server), got "
+                                                    f"{len(statements)}")
+        assert self.signer is not None
+        try:
+            return [self.signer.verify(s, spec.servers[j].server_id) for j, s in enumerate(statements)]
+        except SignatureRefused as exc:
+            raise ProtocolError("PERMISSION_DENIED", f"{what} refused: {exc}") from None
+
+    def check_seed(self, job_id: str, *, caller_role: str) -> Signed:
+        """This server's post-close check seed, signed (the analyst relays it to every server)."""
+        spec, i, seed = self._checking(job_id, caller_role)
+        return self.signer.sign(seed_statement(spec.digest, i, seed))  # type: ignore[union-attr]
+
+    def check_output(self, job_id: str, seeds: list[Signed], *, caller_role: str) -> Signed:
+        """This server's signed check output (check shares per party, copy digests) under the relayed
+        seed set, which must be every server's, signed, this server's own included."""
+        spec, i, own = self._checking(job_id, caller_role)
+        try:
+            values = [read_seed_statement(p, spec.digest, j)
+                      for j, p in enumerate(self._verified(spec, seeds, "check seed"))]
+        except ValueError as exc:
+            raise ProtocolError("PERMISSION_DENIED", f"check seed refused: {exc}") from None
+        if values[i] != own:
+            raise ProtocolError("PERMISSION_DENIED", f"the relayed seed set does not hold server {i}'s own check seed")
+        shares, digests = replicated.check_output(spec, i, self.store.batches(job_id), own, values)
+        return self.signer.sign(output_statement(spec.digest, i, values, shares, digests))  # type: ignore[union-attr]
+
+    def check_verdict(self, job_id: str, outputs: list[Signed], *, caller_role: str) -> dict[str, str]:
+        """Decide, here, every party's clipping check from the three servers' signed outputs (all under
+        one seed set holding this server's own seed) and record the verdict once: {party: reason},
+        empty when every party passed.  The release gate refuses unless it is recorded and empty."""
+        spec, i, own = self._checking(job_id, caller_role)
+        payloads = self._verified(spec, outputs, "check output")
+        try:
+            seeds = statement_seeds(payloads[i], spec.digest, i)
+            if len(seeds) != spec.k or seeds[i] != own:
+                raise ValueError(f"the check outputs were not computed under server {i}'s own check seed")
+            read = [read_output_statement(p, spec.digest, j, seeds) for j, p in enumerate(payloads)]
+        except ValueError as exc:
+            raise ProtocolError("PERMISSION_DENIED", f"check output refused: {exc}") from None
+        failures = check_failures([p.party_id for p in spec.parties], [r[0] for r in read], [r[1] for r in read])
+        stored = self.store.put_check_value(job_id, "verdict", json.dumps(failures, sort_keys=True).encode())
+        return json.loads(stored)
+
+    def clipping_failures(self, job_id: str) -> dict[str, str] | None:
+        """This server's recorded clipping verdict ({party: reason}; empty: passed), None before it."""
+        stored = self.store.get_check_value(job_id, "verdict")
+        return None if stored is None else json.loads(stored)
+
+    def clipping_status(self, job_id: str) -> str:
+        """The verdict in one line: "" before it, "passed", or the refusal naming every failing party."""
+        failures = self.clipping_failures(job_id)
+        if failures is None:
+            return ""
+        return str(ClippingProofFailed(failures)) if failures else "passed"

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from server.core import ServerCore
+from transport.signing import Signer
 from ltm.limits import ServerLimits
 from server.service import ServerService, add_to_server
 from transport.config import ConfigError, load_config, merge
@@ -33,7 +34,9 @@ async def serve(args: argparse.Namespace, limits: ServerLimits) -> None:
     from server.sqlite_store import SqliteStore
 
     store = SqliteStore(Path(args.data_dir))
-    core = ServerCore(args.id, store)
+    # the server's TLS identity key also signs its clipping-check statements (transport/signing.py)
+    signer = None if args.insecure else Signer.from_dir(args.certs, args.id)
+    core = ServerCore(args.id, store, signer)
     meter = ByteMeter()
     service = ServerService(core, insecure=bool(args.insecure), limits=limits, meter=meter)
     # gRPC's own bound on one received message, well under the channel default of 64 MiB: a 60 MB

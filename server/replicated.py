@@ -24,11 +24,11 @@ from ltm.batch import ShareBatch
 from ltm.client_set import ClientSet
 from ltm.errors import ProtocolError
 from ltm.jobspec import JobSpec, PartySpec, validate_job
-from ltm.replicated import (PART_NOISE, REPLICATED_PARTS, BlockUpload, server_output, triangle_width,
-                            upload_from_parts)
+from ltm.replicated import (PART_CHECK_MASK, PART_NOISE, PART_WITNESS_FIRST, PART_WITNESS_SECOND, REPLICATED_PARTS,
+                            BlockUpload, parts_per_upload, server_output, triangle_width, upload_from_parts)
 from ltm.randomness import Randomness
-from ltm.verified_clipping import (ClippingProofFailed, check_failures, coefficient_key, proof_shape, server_check,
-                                   share_digest)
+from ltm.verified_clipping import (CHECK_REPETITIONS, ClippingProofFailed, check_failures, coefficient_key,
+                                   proof_shape, server_check, share_digest)
 from server.release_gate import GateRefusal, check_release_request
 
 
@@ -131,19 +131,32 @@ class ReplicatedServer:
 
 
 # -------------------------------------------------------------------- the networked path
-def part_shape(spec: JobSpec, part: int, columns: int) -> tuple[int, int, int]:
-    """The wire shape of part ``part`` of an upload: (1, n, columns) for a block share, (1, 1, W)
-    for the noise share (W = D(D+1)/2 released entries)."""
-    return (1, 1, triangle_width(spec.width)) if part == PART_NOISE else (1, spec.n, int(columns))
+def part_shape(spec: JobSpec, part: int, party: PartySpec) -> tuple[int, int, int]:
+    """The wire shape of part ``part`` of ``party``'s upload: (1, n, d_p) for a block share, (1, 1, W)
+    for the noise share (W = D(D+1)/2 released entries), and with verified clipping (1, n, T_b) for
+    a witness share and (1, 1, κ) for the check mask."""
+    cols = len(spec.party_column_indices(party))
+    if part == PART_NOISE:
+        return (1, 1, triangle_width(spec.width))
+    if part in (PART_WITNESS_FIRST, PART_WITNESS_SECOND):
+        return (1, spec.n, proof_shape(cols, spec.frac_bits, party.clip_bound).witness_width)
+    if part == PART_CHECK_MASK:
+        return (1, 1, CHECK_REPETITIONS)
+    return (1, spec.n, cols)
 
 
 def check_part(spec: JobSpec, party: PartySpec, *, part: int, start: int, stop: int, columns: tuple[int, ...],
                shape: tuple[int, ...], aggregate: bool) -> None:
     """Everything one wire part's header must satisfy (:class:`ProtocolError` INVALID_ARGUMENT
-    otherwise): a part index 0..2, the party's whole range [0, n), its column block, the part's shape."""
-    if not 0 <= part < REPLICATED_PARTS:
-        raise ProtocolError("INVALID_ARGUMENT", f"a replicated job takes parts 0, 1, 2 per party (x_i, x_(i+1), "
-                                                f"noise share) as batch_index; got {part}")
+    otherwise): a part index 0..2 (0..5 with verified clipping), the party's whole range [0, n),
+    its column block, the part's shape."""
+    parts = parts_per_upload(spec.verified_clipping)
+    if not 0 <= part < parts:
+        raise ProtocolError("INVALID_ARGUMENT", f"this replicated job takes parts {', '.join(map(str, range(parts)))} "
+                                                f"per party (x_i, "
+                                                f"x_(i+1), noise share" + (", w_i, w_(i+1), check mask" if
+                                                                           parts > REPLICATED_PARTS else "")
+                                                + f") as batch_index; got {part}")
     if aggregate:
         raise ProtocolError("INVALID_ARGUMENT", "a replicated job takes no aggregated uploads")
     if (start, stop) != (party.start, party.stop):
@@ -153,7 +166,7 @@ def check_part(spec: JobSpec, party: PartySpec, *, part: int, start: int, stop: 
     if tuple(columns) != cols:
         raise ProtocolError("INVALID_ARGUMENT", f"party {party.party_id!r} uploaded columns {tuple(columns)}, "
                                                 f"the job gives it {cols}")
-    expected = part_shape(spec, part, len(cols))
+    expected = part_shape(spec, part, party)
     if tuple(shape) != expected:
         raise ProtocolError("INVALID_ARGUMENT", f"replicated part {part} has shape {tuple(shape)}, expected {expected}")
 
@@ -161,7 +174,8 @@ def check_part(spec: JobSpec, party: PartySpec, *, part: int, start: int, stop: 
 def holds_every_part(spec: JobSpec, has_part: Callable[[str, int], bool]) -> ClientSet:
     """The clients a server holds in a replicated job: all n once every party's three parts are
     stored (``has_part(party_id, part)``), none before (every block of the joint vector is needed)."""
-    complete = all(has_part(p.party_id, part) for p in spec.parties for part in range(REPLICATED_PARTS))
+    parts = parts_per_upload(spec.verified_clipping)
+    complete = all(has_part(p.party_id, part) for p in spec.parties for part in range(parts))
     return ClientSet.full(spec.n) if complete else ClientSet.empty(spec.n)
 
 
@@ -187,15 +201,36 @@ def check_replicated_release(spec: JobSpec, *, caller_role: str, job_digest: str
                                                  f"{spec.privacy.min_participants}")
 
 
-def stored_output(spec: JobSpec, server: int, batches: Iterable[ShareBatch]) -> np.ndarray:
-    """Server ``server``'s output share (1, W) uint64 from its stored wire parts: regrouped per party
-    and handed to :class:`ReplicatedServer` (the in-process path's class, so its checks apply)."""
+def stored_server(spec: JobSpec, server: int, batches: Iterable[ShareBatch]) -> ReplicatedServer:
+    """Server ``server``'s :class:`ReplicatedServer` (closed) over its stored wire parts, regrouped per
+    party: the in-process path's class, so its checks, its clipping checks and its gate apply."""
     parts: dict[str, dict[int, ShareBatch]] = defaultdict(dict)
     for batch in batches:
         parts[batch.party_id][int(batch.batch_index)] = batch
     core = ReplicatedServer(spec, server)
+    count = parts_per_upload(spec.verified_clipping)
     for party_id, got in parts.items():
-        if sorted(got) != list(range(REPLICATED_PARTS)):
-            raise ValueError(f"party {party_id!r}: parts {sorted(got)} stored, need 0, 1, 2")
-        core.accept(party_id, upload_from_parts(server, got[0].columns, [got[i].share for i in range(REPLICATED_PARTS)]))
+        if sorted(got) != list(range(count)):
+            raise ValueError(f"party {party_id!r}: parts {sorted(got)} stored, need 0..{count - 1}")
+        core.accept(party_id, upload_from_parts(server, got[0].columns, [got[i].share for i in range(count)]))
+    core.closed = True
+    return core
+
+
+def stored_output(spec: JobSpec, server: int, batches: Iterable[ShareBatch],
+                  check_failures: dict[str, str] | None = None) -> np.ndarray:
+    """Server ``server``'s output share (1, W) uint64 from its stored wire parts (:func:`stored_server`).
+    With verified clipping ``check_failures`` is this server's recorded verdict ({party: reason},
+    None while it has none): :meth:`ReplicatedServer.output` refuses unless it is empty."""
+    core = stored_server(spec, server, batches)
+    core.check_failures = check_failures
     return core.output()[None, :]
+
+
+def check_output(spec: JobSpec, server: int, batches: Iterable[ShareBatch], own_seed: bytes,
+                 seeds: list[bytes]) -> tuple[dict[str, np.ndarray], dict[tuple[str, str, int], str]]:
+    """Server ``server``'s check shares and copy digests over its stored parts, under ``seeds`` (every
+    server's post-close seed in order, ``own_seed`` among them: :meth:`ReplicatedServer.check_shares`)."""
+    core = stored_server(spec, server, batches)
+    core.check_seed = own_seed
+    return core.check_shares(seeds)

@@ -73,6 +73,12 @@ class ServerStore(Protocol):
     def seeded_parties(self, job_id: str) -> list[str]:
         """The sorted ids of the parties that uploaded seeded (reproducible, NOT private) batches."""
 
+    def get_check_value(self, job_id: str, name: str) -> bytes | None:
+        """A value of the job's clipping checks (``seed``, ``verdict``; server/core.py), or None."""
+
+    def put_check_value(self, job_id: str, name: str, value: bytes) -> bytes:
+        """Record a check value once (durably): the first write wins; returns the stored value."""
+
 
 class MemoryStore:
     """In-memory :class:`ServerStore` for simulations and tests (nothing survives the process)."""
@@ -83,6 +89,7 @@ class MemoryStore:
         self._coverage: dict[str, Coverage] = {}
         self._closed: set[str] = set()
         self._releases: dict[str, ReleaseRecord] = {}
+        self._checks: dict[tuple[str, str], bytes] = {}
 
     def put_job(self, spec: JobSpec) -> None:
         """Hold ``spec`` with no batches and an empty coverage."""
@@ -141,3 +148,11 @@ class MemoryStore:
     def seeded_parties(self, job_id: str) -> list[str]:
         """The sorted ids of the parties with seeded (not private) batches in the job."""
         return sorted({s.batch.party_id for s in self._batches[job_id].values() if s.batch.seeded})
+
+    def get_check_value(self, job_id: str, name: str) -> bytes | None:
+        """A held check value, or None."""
+        return self._checks.get((job_id, name))
+
+    def put_check_value(self, job_id: str, name: str, value: bytes) -> bytes:
+        """Hold a check value once (the first write wins); returns the held value."""
+        return self._checks.setdefault((job_id, name), bytes(value))

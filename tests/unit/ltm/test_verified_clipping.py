@@ -334,7 +334,7 @@ def test_a_missing_proof_or_unrelayed_check_releases_nothing(job):
         servers[0].accept("party-0", up)
 
 
-def test_parties_accept_a_verified_job_and_the_grpc_path_refuses_it_for_now(job):
+def test_parties_accept_a_verified_job_and_an_insecure_server_refuses_it(job):
     from ltm.errors import ProtocolError
     from party.uploader import PartyPolicy, PolicyViolation
     from server.core import ServerCore
@@ -344,8 +344,8 @@ def test_parties_accept_a_verified_job_and_the_grpc_path_refuses_it_for_now(job)
     policy.check(spec, seeded=True)  # corrupt_parties = 1, verified: accepted
     with pytest.raises(PolicyViolation, match="follows the protocol"):
         policy.check(replace(spec, verified_clipping=False), seeded=True)
-    with pytest.raises(ProtocolError, match="in process only"):
-        ServerCore("server-0").create_job(spec, caller_role="analyst")
+    with pytest.raises(ProtocolError, match="needs servers with TLS identities"):
+        ServerCore("server-0").create_job(spec, caller_role="analyst")  # no signing key (--insecure)
 
 
 def test_the_verdict_functions_directly():

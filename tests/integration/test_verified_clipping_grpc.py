@@ -1,0 +1,183 @@
+"""Verified clipping over gRPC (issue #30): three real `ltm server` processes with mutual TLS and
+SQLite stores; this process plays the analyst and the parties through the same upload and
+coordination code the `ltm party` and `ltm analyst` processes run (a corrupt party is whoever holds
+its certificate: here this process, uploading a block it did not clip).  An honest verified job
+releases the same bytes as in process; a corrupt party is refused naming it, every server's gate
+refusing the release; a relayed seed set with a bad signature, another signer or another server's
+seed is refused by the server."""
+import asyncio
+from dataclasses import replace
+
+import grpc
+import numpy as np
+import pytest
+
+from analyst.coordinator import close_all, fetch_result_share, publish
+from ltm.client_set import ClientSet
+from ltm.dp.grid import round_to_grid
+from ltm.randomness import Randomness
+from ltm.replicated import BlockUpload
+from ltm.sharing import share
+from ltm.v1 import ltm_pb2
+from ltm.verified_clipping import ClippingProofFailed, ProofUpload, proof_shape, seed_statement
+from ltm_datasets.synthetic import synthetic_ridge
+from party import replicated as party_replicated
+from party.replicated import run_replicated_upload
+from sim.runtime.inprocess import run_inprocess
+from sim.runtime.jobs import build_job, party_tables
+from transport.signing import Signer, from_signed_pb, to_signed_pb
+
+from tests.helpers.servers import close_channels, release_over_grpc, upload_all
+
+K = 3
+PARTIES = [f"party-{i}" for i in range(3)]
+U64 = np.uint64
+
+
+@pytest.fixture(scope="module")
+def deployment(start_servers):
+    return start_servers("vc", K, PARTIES + ["analyst", "operator"])
+
+
+def _job(dep, job_id, seed, n=1200):
+    randomness = Randomness.seeded_insecure(seed)
+    table = synthetic_ridge(n, 5, randomness.child("data"))
+    spec, _ = build_job(table, job_id=job_id, randomness=randomness, partition="columns", parties=3, k=K,
+                        kind="gram", colluding_servers=1, endpoints=dep.endpoints, verified_clipping=True)
+    assert spec.verified_clipping and spec.privacy.corrupt_parties == 1
+    return spec, party_tables(spec, table), randomness
+
+
+def _status(dep, spec):
+    return [stub.Status(ltm_pb2.StatusRequest(job_id=spec.job_id), timeout=20) for stub in dep.stubs("analyst")]
+
+
+def test_an_honest_verified_job_releases_the_in_process_bytes(deployment):
+    spec, tables, randomness = _job(deployment, "vc-honest", seed=31)
+    run = asyncio.run(release_over_grpc(deployment, spec, tables, randomness, deadline_s=20, fetch=True,
+                                        upload=run_replicated_upload))
+    local = run_inprocess(spec, tables, randomness)
+    assert run.release.sha256 == local.release.sha256
+    for wire, mine in zip(run.result_shares, local.result_shares):
+        np.testing.assert_array_equal(wire.reshape(-1), mine)
+    assert "verify_clipping" in run.timing_s
+    assert [s.clipping_check for s in _status(deployment, spec)] == ["passed"] * K
+    assert [s.batches for s in _status(deployment, spec)] == [6 * len(PARTIES)] * K  # 6 parts per party
+
+
+def _cheating(monkeypatch, make_block):
+    """party-1 uploads ``make_block(spec, party, honest_grid)`` (grid units) with a witness forged for
+    it (bits of the offsets and of the slack, mod 2^64), shared consistently like an honest upload."""
+    real = party_replicated.replicated_uploads
+
+    def uploads(spec, party_id, table, randomness, **kw):
+        ups = real(spec, party_id, table, randomness, **kw)
+        if party_id != "party-1":
+            return ups
+        party = spec.party(party_id)
+        x = make_block(spec, party)
+        shape = proof_shape(x.shape[1], spec.frac_bits, party.clip_bound)
+        offset = (x + (1 << shape.r)).astype(np.uint64)
+        entry = ((offset[..., None] >> np.arange(shape.entry_bits, dtype=U64)) & U64(1)).reshape(x.shape[0], -1)
+        with np.errstate(over="ignore"):
+            slack = U64(shape.bound) - np.einsum("na,na->n", x.view(U64), x.view(U64))
+        wit = np.concatenate([entry, (slack[:, None] >> np.arange(shape.slack_bits, dtype=U64)) & U64(1)], axis=1)
+        R = Randomness.seeded_insecure("cheat")
+        xs = share(x.view(U64), 3, R.child("x"), primary=1)
+        ws = share(wit, 3, R.child("w"), primary=1)
+        return [BlockUpload(i, u.columns, xs[i], xs[(i + 1) % 3], u.noise,
+                            ProofUpload(i, ws[i], ws[(i + 1) % 3], u.proof.mask)) for i, u in enumerate(ups)]
+
+    monkeypatch.setattr(party_replicated, "replicated_uploads", uploads)
+
+
+def _unclipped(spec, party):
+    """The issue's attack: M·e_j for client j = 17 (M = 2·10⁶ on the grid 2^-f), zero elsewhere."""
+    x = np.zeros((spec.n, len(spec.party_column_indices(party))), dtype=np.int64)
+    x[17, 0] = 2_000_000 << spec.frac_bits
+    return x
+
+
+def _norm_over(spec, party):
+    """One client's block at 1.01·C_p (every other client zero)."""
+    x = np.zeros((spec.n, len(spec.party_column_indices(party))), dtype=np.int64)
+    x[5] = round_to_grid(np.eye(x.shape[1])[0] * 1.01 * party.clip_bound, spec.frac_bits)
+    return x
+
+
+@pytest.mark.parametrize("attack", [_unclipped, _norm_over])
+def test_a_corrupt_party_is_refused_naming_it_with_nothing_released(deployment, monkeypatch, attack):
+    spec, tables, randomness = _job(deployment, f"vc-{attack.__name__[1:]}", seed=32)
+    _cheating(monkeypatch, attack)
+    with pytest.raises(ClippingProofFailed, match="party 'party-1'.*not proven clipped") as err:
+        asyncio.run(release_over_grpc(deployment, spec, tables, randomness, deadline_s=20, fetch=True,
+                                      upload=run_replicated_upload))
+    assert "party-0" not in str(err.value) and "party-2" not in str(err.value) and "\n" not in str(err.value)
+    statuses = _status(deployment, spec)
+    assert all("party-1" in s.clipping_check and "party-0" not in s.clipping_check for s in statuses)
+
+    async def release_each():
+        channels, analyst = deployment.aio_stubs("analyst")
+        try:
+            return await asyncio.gather(*(fetch_result_share(stub, spec, ClientSet.full(spec.n), server_index=i,
+                                                             retries=None) for i, stub in enumerate(analyst)),
+                                        return_exceptions=True)
+        finally:
+            await close_channels(channels)
+
+    for refused in asyncio.run(release_each()):  # every server's own gate refuses
+        assert isinstance(refused, grpc.aio.AioRpcError) and "party-1" in refused.details()
+    assert not any(s.released for s in _status(deployment, spec))
+
+
+def test_a_server_refuses_a_forged_or_foreign_seed_set(deployment, tmp_path):
+    spec, tables, randomness = _job(deployment, "vc-seeds", seed=33, n=500)
+
+    async def go():
+        channels, analyst = deployment.aio_stubs("analyst")
+        try:
+            await publish(analyst, spec)
+            await upload_all(deployment, spec, tables, randomness, upload=run_replicated_upload)
+            with pytest.raises(grpc.aio.AioRpcError, match="must be closed"):
+                await analyst[0].GetCheckSeed(ltm_pb2.CheckSeedRequest(job_id=spec.job_id, job_digest=spec.digest))
+            await close_all(analyst, spec)
+            request = ltm_pb2.CheckSeedRequest(job_id=spec.job_id, job_digest=spec.digest)
+            seeds = [from_signed_pb(await stub.GetCheckSeed(request)) for stub in analyst]
+            again = from_signed_pb(await analyst[0].GetCheckSeed(request))
+            assert again.payload == seeds[0].payload  # drawn once, stored
+
+            async def submit(statements, server=0):
+                return await analyst[server].SubmitCheckSeeds(ltm_pb2.SubmitCheckSeedsRequest(
+                    job_id=spec.job_id, job_digest=spec.digest, seeds=[to_signed_pb(s) for s in statements]))
+
+            bad = replace(seeds[1], signature=bytes(reversed(seeds[1].signature)))
+            with pytest.raises(grpc.aio.AioRpcError, match="valid signature") as err:
+                await submit([seeds[0], bad, seeds[2]])
+            assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+            # the analyst signs a seed of its choosing with its own key: not server-1's statement
+            forged = Signer.from_dir(deployment.certs, "analyst").sign(seed_statement(spec.digest, 1, bytes(32)))
+            with pytest.raises(grpc.aio.AioRpcError, match="signed by 'analyst'"):
+                await submit([seeds[0], forged, seeds[2]])
+            # server-1's genuine statement in server-0's place: server-0's own seed is missing
+            with pytest.raises(grpc.aio.AioRpcError, match="signed by 'server-1'"):
+                await submit([seeds[1], seeds[1], seeds[2]])
+            with pytest.raises(grpc.aio.AioRpcError, match="3 signed check seeds are needed"):
+                await submit(seeds[:2])
+            outputs = [from_signed_pb(await submit(seeds, i)) for i in range(K)]
+            tampered = replace(outputs[2], payload=outputs[2].payload + b" ")
+            with pytest.raises(grpc.aio.AioRpcError, match="valid signature"):
+                await analyst[0].SubmitCheckOutputs(ltm_pb2.SubmitCheckOutputsRequest(
+                    job_id=spec.job_id, job_digest=spec.digest,
+                    outputs=[to_signed_pb(o) for o in (outputs[0], outputs[1], tampered)]))
+            with pytest.raises(grpc.aio.AioRpcError, match="party-0.*missing"):  # no verdict yet: the gate refuses
+                await fetch_result_share(analyst[0], spec, ClientSet.full(spec.n), retries=None)
+            verdict = await analyst[0].SubmitCheckOutputs(ltm_pb2.SubmitCheckOutputsRequest(
+                job_id=spec.job_id, job_digest=spec.digest, outputs=[to_signed_pb(o) for o in outputs]))
+            assert verdict.passed and not verdict.failing_parties
+            share0, _ = await fetch_result_share(analyst[0], spec, ClientSet.full(spec.n), retries=None)
+            return share0
+        finally:
+            await close_channels(channels)
+
+    share0 = asyncio.run(go())
+    assert share0.shape == (1, spec.width * (spec.width + 1) // 2)
