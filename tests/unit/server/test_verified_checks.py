@@ -1,0 +1,131 @@
+"""A server's side of verified clipping (issue #30) on its core, in process with real certificates:
+the signed statements (transport/signing.py), the seed drawn once and stored, the relayed sets
+verified, the verdict recorded once and the gate.  Over gRPC: tests/integration/test_verified_clipping_grpc.py."""
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from ltm.errors import ProtocolError
+from ltm.randomness import Randomness
+from ltm.verified_clipping import ClippingProofFailed, seed_statement
+from ltm_datasets.synthetic import synthetic_ridge
+from party.randomizer import party_randomness
+from party.replicated import replicated_batches
+from server.core import ServerCore
+from server.sqlite_store import SqliteStore
+from server.store import MemoryStore
+from sim.runtime.jobs import build_job, party_tables
+from transport.certs import write_certs
+from transport.signing import SignatureRefused, Signer, verify_signed
+
+A = "analyst"
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory):
+    d = tmp_path_factory.mktemp("certs")
+    write_certs(d, ["server-0", "server-1", "server-2", "analyst"])
+    other = tmp_path_factory.mktemp("other-ca")
+    write_certs(other, ["server-1"])
+    return d, other
+
+
+@pytest.fixture(scope="module")
+def job():
+    randomness = Randomness.seeded_insecure(41)
+    table = synthetic_ridge(300, 4, randomness.child("data"))
+    spec, _ = build_job(table, job_id="vcs", randomness=randomness, partition="columns", parties=3, k=3,
+                        kind="gram", colluding_servers=1, verified_clipping=True)
+    batches = {p.party_id: replicated_batches(spec, p.party_id, t, party_randomness(randomness, spec, p.party_id))
+               for p, t in zip(spec.parties, party_tables(spec, table).values())}
+    return spec, batches
+
+
+def _cores(spec, batches, certs, stores=None):
+    cores = []
+    for i in range(3):
+        core = ServerCore(f"server-{i}", (stores or {}).get(i, MemoryStore()), Signer.from_dir(certs, f"server-{i}"))
+        core.create_job(spec, caller_role=A)
+        for pid, per_server in batches.items():
+            for b in per_server[i]:
+                core.accept(b, spec.job_id, caller_role="party", caller_id=pid)
+        core.close(spec.job_id, caller_role=A)
+        cores.append(core)
+    return cores
+
+
+def test_signatures_bind_the_signer_the_ca_and_the_payload(certs):
+    mine, other = certs
+    signed = Signer.from_dir(mine, "server-1").sign(b"statement")
+    ca = (mine / "ca.pem").read_bytes()
+    assert verify_signed(signed, "server-1", ca) == b"statement"
+    with pytest.raises(SignatureRefused, match="signed by 'server-1'"):
+        verify_signed(signed, "server-0", ca)
+    with pytest.raises(SignatureRefused, match="valid signature"):
+        verify_signed(replace(signed, payload=b"statemenT"), "server-1", ca)
+    foreign = Signer.from_dir(other, "server-1").sign(b"statement")  # same name, another CA
+    with pytest.raises(SignatureRefused, match="CA did not issue"):
+        verify_signed(foreign, "server-1", ca)
+
+
+def test_the_check_round_on_the_cores_and_the_gate(job, certs):
+    spec, batches = job
+    cores = _cores(spec, batches, certs[0])
+    with pytest.raises(ProtocolError, match="only the analyst"):
+        cores[0].check_seed(spec.job_id, caller_role="party")
+    seeds = [c.check_seed(spec.job_id, caller_role=A) for c in cores]
+    assert cores[0].check_seed(spec.job_id, caller_role=A).payload == seeds[0].payload  # drawn once
+    outputs = [c.check_output(spec.job_id, seeds, caller_role=A) for c in cores]
+    with pytest.raises(ClippingProofFailed, match="missing"):  # no verdict yet: the gate refuses
+        cores[0].release(spec.job_id, np.ones(spec.n, bool), caller_role=A, job_digest=spec.digest)
+    assert cores[0].clipping_status(spec.job_id) == ""
+    # outputs computed under another seed set (server-2's output replaced by server-0's) are refused
+    with pytest.raises(ProtocolError, match="signed by 'server-0'"):
+        cores[1].check_verdict(spec.job_id, [outputs[0], outputs[1], outputs[0]], caller_role=A)
+    assert all(c.check_verdict(spec.job_id, outputs, caller_role=A) == {} for c in cores)
+    assert cores[2].clipping_status(spec.job_id) == "passed"
+    total = sum(c.release(spec.job_id, np.ones(spec.n, bool), caller_role=A, job_digest=spec.digest)
+                for c in cores)
+    assert total.shape == (1, spec.width * (spec.width + 1) // 2)
+
+
+def test_a_seed_set_without_the_servers_own_seed_is_refused(job, certs):
+    """A validly signed seed of server-0 that is not the one this server-0 drew (a second store, as
+    after a lost database) is refused: a seed set must hold the server's own seed."""
+    spec, batches = job
+    cores = _cores(spec, batches, certs[0])
+    twin = _cores(spec, batches, certs[0])[0]
+    seeds = [c.check_seed(spec.job_id, caller_role=A) for c in cores]
+    other = twin.check_seed(spec.job_id, caller_role=A)
+    assert other.payload != seeds[0].payload
+    with pytest.raises(ProtocolError, match="does not hold server 0's own check seed"):
+        cores[0].check_output(spec.job_id, [other, seeds[1], seeds[2]], caller_role=A)
+    cores[1].check_output(spec.job_id, [other, seeds[1], seeds[2]], caller_role=A)  # server-1 cannot tell
+    forged = Signer.from_dir(certs[0], "analyst").sign(seed_statement(spec.digest, 0, bytes(32)))
+    with pytest.raises(ProtocolError, match="signed by 'analyst'"):
+        cores[1].check_output(spec.job_id, [forged, seeds[1], seeds[2]], caller_role=A)
+    # server-0's outputs under the split set never agree with its own: the verdict is refused
+    split = [cores[0].check_output(spec.job_id, seeds, caller_role=A),
+             cores[1].check_output(spec.job_id, [other, seeds[1], seeds[2]], caller_role=A),
+             cores[2].check_output(spec.job_id, seeds, caller_role=A)]
+    with pytest.raises(ProtocolError, match="another seed set"):
+        cores[0].check_verdict(spec.job_id, split, caller_role=A)
+
+
+def test_the_seed_and_verdict_are_stored_once_and_survive_a_restart(job, certs, tmp_path):
+    spec, batches = job
+    stores = {i: SqliteStore(tmp_path / f"s{i}") for i in range(3)}
+    cores = _cores(spec, batches, certs[0], stores)
+    seeds = [c.check_seed(spec.job_id, caller_role=A) for c in cores]
+    outputs = [c.check_output(spec.job_id, seeds, caller_role=A) for c in cores]
+    cores[0].check_verdict(spec.job_id, outputs, caller_role=A)
+    assert stores[0].put_check_value(spec.job_id, "seed", b"x" * 32) != b"x" * 32  # first write wins
+    for store in stores.values():
+        store.close()
+    reopened = ServerCore("server-0", SqliteStore(tmp_path / "s0"), Signer.from_dir(certs[0], "server-0"))
+    try:
+        assert reopened.check_seed(spec.job_id, caller_role=A).payload == seeds[0].payload
+        assert reopened.clipping_status(spec.job_id) == "passed"
+    finally:
+        reopened.store.close()
