@@ -43,7 +43,7 @@ L = P − max(corrupt_parties, 1) honest draws per entry when P ≥ 2 (:func:`no
 corrupt party knows its own noise, and so does a curious one that follows the protocol).
 
 **A deviating party.**  Unless the job has ``verified_clipping`` (:mod:`ltm.verified_clipping`, in
-process only for now), nothing checks on the shares that a party's block is clipped: a party
+process and over gRPC), nothing checks on the shares that a party's block is clipped: a party
 uploading M·e_j instead of its block would read, in the released cross Gram, M times client j's
 values held by the other parties.  So an unverified replicated job tolerates no deviating party:
 ``corrupt_parties`` must be 0 (:func:`unverified_party_problem`, asked by validation and by the

@@ -174,7 +174,7 @@ def build_job(table: Table | ModelTable, *, job_id: str, randomness: Randomness,
     ``colluding_servers``: the trust assumption (None: k − 1); with an honest majority (1 of 3) the
     columns partition's ``gram`` kind is the replicated degree-2 release (:mod:`ltm.replicated`),
     and the planner (``kind="auto"``) may choose it.  ``verified_clipping``: the replicated release
-    with every party's clipping proven on the shares (:mod:`ltm.verified_clipping`; in process only),
+    with every party's clipping proven on the shares (:mod:`ltm.verified_clipping`; in process and over gRPC),
     which tolerates a corrupt party (the default is then one).
 
     Columns partition: each party clips its block to its share of C² by the public transform's
