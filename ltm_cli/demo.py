@@ -16,6 +16,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     add_options(p, "sketch", only=("parties", "k", "sketch", "m", "s", "partition", "share_mode"),
                 helps={"parties": "party processes (default {default})", "k": "server processes (default {default})"})
     add_options(p, "privacy", only=("epsilon", "delta", "colluding_servers"))
+    p.add_argument("--verified-clipping", action="store_true",
+                   help="with --partition columns --colluding-servers 1: every party proves on its shares that its "
+                        "blocks are clipped, so the job tolerates a corrupt party (issue #30)")
     add_options(p, "data", only=("data", "label"), helps=DATA_HELPS)
     add_options(p, "run")
     p.add_argument("--workdir", help="keep certificates, stores, logs and outputs here (default: a temp dir, removed)")

@@ -191,6 +191,8 @@ def build_job(table: Table | ModelTable, *, job_id: str, randomness: Randomness,
     replicated_default = replicated_corrupt_parties_default(parties) if partition == "columns" else 0
     if corrupt_parties is None and verified_clipping:  # a deviating party is caught: the realistic default
         corrupt_parties = replicated_default
+    if verified_clipping and kind == "auto":  # the proof is of the replicated release: its kind is gram
+        kind = "gram"
     if corrupt_parties is None:
         corrupt_parties = corrupt_parties_default(
             partition, [b - a for a, b in split_parties(n, parties)] if partition == "rows" else [])
