@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 
 from ltm_cli.app import lazy
-from ltm_cli.options import insecure
+from ltm_cli.options import insecure, verified_clipping
 from ltm.jobconfig import add_options
 
 #: The data flags the demo and ``ltm operate`` share: the bundled dataset unless --data/--label.
@@ -16,9 +16,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     add_options(p, "sketch", only=("parties", "k", "sketch", "m", "s", "partition", "share_mode"),
                 helps={"parties": "party processes (default {default})", "k": "server processes (default {default})"})
     add_options(p, "privacy", only=("epsilon", "delta", "colluding_servers"))
-    p.add_argument("--verified-clipping", action="store_true",
-                   help="with --partition columns --colluding-servers 1: every party proves on its shares that its "
-                        "blocks are clipped, so the job tolerates a corrupt party (issue #30)")
+    verified_clipping(p)
     add_options(p, "data", only=("data", "label"), helps=DATA_HELPS)
     add_options(p, "run")
     p.add_argument("--workdir", help="keep certificates, stores, logs and outputs here (default: a temp dir, removed)")

@@ -102,6 +102,19 @@ def test_demo_columns_runs_the_replicated_release_as_simulate_does(capsys):
     assert r["metrics"] == s["metrics"]
 
 
+@pytest.mark.slow
+def test_demo_columns_with_verified_clipping_releases_what_simulate_does(capsys):
+    """`ltm demo --partition columns --colluding-servers 1 --verified-clipping`: real server, analyst
+    and party processes over TLS run the clipping checks (issue #30) and release the in-process bytes."""
+    args = ["--partition", "columns", "--colluding-servers", "1", "--parties", "3", "--seed", "7",
+            "--verified-clipping"]
+    r, _ = _demo(*args)
+    s = run_json(capsys, ["simulate", *args, "--json"])
+    assert r["privacy"]["verified_clipping"] and r["privacy"]["corrupt_parties"] == 1
+    assert r["release_sha256"] == s["release_sha256"]
+    assert r["metrics"] == s["metrics"]
+
+
 def test_bench_e2e_smoke():
     """A small networked benchmark runs and reports phases, wire bytes and peak RSS (no timing asserts)."""
     out = subprocess.run([sys.executable, "-m", "ltm_cli", "bench", "e2e", "--n", "20000", "--parties", "3",
