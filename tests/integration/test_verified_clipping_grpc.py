@@ -18,7 +18,7 @@ from ltm.dp.grid import round_to_grid
 from ltm.randomness import Randomness
 from ltm.replicated import BlockUpload
 from ltm.sharing import share
-from ltm.v1 import ltm_pb2
+from ltm.v1 import ltm_pb2, ltm_pb2_grpc
 from ltm.verified_clipping import ClippingProofFailed, ProofUpload, proof_shape, seed_statement
 from ltm_datasets.synthetic import synthetic_ridge
 from party import replicated as party_replicated
@@ -26,8 +26,9 @@ from party.replicated import run_replicated_upload
 from sim.runtime.inprocess import run_inprocess
 from sim.runtime.jobs import build_job, party_tables
 from transport.signing import Signer, from_signed_pb, to_signed_pb
+from transport.tls import make_channel
 
-from tests.helpers.servers import close_channels, release_over_grpc, upload_all
+from tests.helpers.servers import close_channels, pinned, release_over_grpc, upload_all
 
 K = 3
 PARTIES = [f"party-{i}" for i in range(3)]
@@ -181,3 +182,33 @@ def test_a_server_refuses_a_forged_or_foreign_seed_set(deployment, tmp_path):
 
     share0 = asyncio.run(go())
     assert share0.shape == (1, spec.width * (spec.width + 1) // 2)
+
+
+def test_the_ltm_analyst_process_fails_the_job_naming_the_corrupt_party(deployment, monkeypatch):
+    """The same attack with the `ltm analyst` process running the job (the operator's RunJob): the job
+    fails with the one-line reason naming party-1, and no server released."""
+    spec, tables, randomness = _job(deployment, "vc-analyst-process", seed=34, n=600)
+    _cheating(monkeypatch, _unclipped)
+    group = deployment.group
+    analyst_proc = group.start_service("analyst", "analyst", ["analyst", "--out", str(deployment.work / "vc-out")])
+
+    async def scenario():
+        o_ch = make_channel(analyst_proc.endpoint, deployment.certs, "operator", options=pinned(analyst_proc))
+        operator = ltm_pb2_grpc.AnalystStub(o_ch)
+        try:
+            await operator.SubmitJob(ltm_pb2.SubmitJobRequest(spec_json=spec.canonical_json()), timeout=60)
+            await upload_all(deployment, spec, tables, randomness, fetch=True, upload=run_replicated_upload)
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await operator.RunJob(ltm_pb2.RunJobRequest(job_id=spec.job_id, deadline_s=30.0), timeout=300)
+            return err.value
+        finally:
+            await o_ch.close()
+
+    try:
+        err = asyncio.run(scenario())
+    finally:
+        group.stop(analyst_proc)
+    assert "verified clipping failed, nothing released: party 'party-1'" in err.details()
+    assert "party-0" not in err.details() and "\n" not in err.details()
+    assert not any(s.released for s in _status(deployment, spec))
+    assert all("party-1" in s.clipping_check for s in _status(deployment, spec))
