@@ -318,7 +318,8 @@ def _start_cluster(args: argparse.Namespace, group: ProcessGroup, workdir: Path,
     phases["data_and_certs"] = time.monotonic() - t
     show.say("starting servers and the analyst")
     t = time.monotonic()
-    servers = group.start_servers(args.k)
+    limit = getattr(args, "max_batch_bytes", None)  # a verified job's witness part at 10^6 exceeds the default
+    servers = group.start_servers(args.k, ["--max-batch-bytes", str(limit)] if limit else [])
     analyst = group.start_service("analyst", "analyst", ["analyst", "--out", str(workdir / "out")])
     phases["start_services"] = time.monotonic() - t
     return _Cluster(group, workdir, certs, servers, analyst)
