@@ -391,3 +391,40 @@ def test_coefficient_key_binds_job_party_and_every_seed_and_digests_bind_the_cop
     assert share_digest(None, a) == share_digest(None, a.copy()) != share_digest(None, a.reshape(3, 2))
     assert share_digest(None, a) != share_digest(None, a + U64(1))
     assert share_digest(bytes(32), None) != share_digest(bytes([1]) * 32, None)
+
+
+def test_the_relayed_statements_round_trip_and_bind_job_server_and_seed_set():
+    from ltm.verified_clipping import (output_statement, read_output_statement, read_seed_statement,
+                                       seed_statement, statement_seeds)
+
+    job, seeds = "ab" * 32, [bytes([i]) * 32 for i in range(3)]
+    payload = seed_statement(job, 1, seeds[1])
+    assert read_seed_statement(payload, job, 1) == seeds[1]
+    assert payload == seed_statement(job, 1, seeds[1])  # canonical: the same bytes to sign
+    for bad_job, bad_server in ((job[:-1] + "c", 1), (job, 0), (job, 2)):
+        with pytest.raises(ValueError, match="another job or server"):
+            read_seed_statement(payload, bad_job, bad_server)
+    with pytest.raises(ValueError, match="32 bytes"):
+        read_seed_statement(seed_statement(job, 1, b"\1" * 31), job, 1)
+    with pytest.raises(ValueError, match="not JSON"):
+        read_seed_statement(b"\xff", job, 1)
+    shares = {"party-0": np.array([0, 1, 2**64 - 1], dtype=U64), "party-1": np.arange(3, dtype=U64)}
+    digests = {("party-0", "block", 1): "d1", ("party-1", "witness", 2): "d2"}
+    out = output_statement(job, 2, seeds, shares, digests)
+    with pytest.raises(ValueError, match="not a ltm.check-seed.v1"):
+        read_seed_statement(out, job, 2)  # an output is not a seed statement
+    assert statement_seeds(out, job, 2) == seeds
+    got_shares, got_digests = read_output_statement(out, job, 2, seeds)
+    assert got_digests == digests and set(got_shares) == set(shares)
+    for p in shares:
+        assert got_shares[p].dtype == U64
+        np.testing.assert_array_equal(got_shares[p], shares[p])
+    with pytest.raises(ValueError, match="another seed set"):
+        read_output_statement(out, job, 2, [seeds[0], seeds[2], seeds[1]])
+    with pytest.raises(ValueError, match="another job or server"):
+        read_output_statement(out, job, 1, seeds)
+    broken = out.replace(b'"digests":[', b'"digests":[["x"],')
+    with pytest.raises(ValueError, match="malformed"):
+        read_output_statement(broken, job, 2, seeds)
+    with pytest.raises(ValueError, match="no seed set"):
+        statement_seeds(out.replace(b'"seeds"', b'"seedz"'), job, 2)
