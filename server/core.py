@@ -19,8 +19,8 @@ from ltm.errors import ProtocolError
 from ltm.identifiers import id_problem
 from ltm.jobspec import JobSpec, JobSpecError, validate_job
 from ltm.limits import SLOT_CACHE_BYTES
-from ltm.sketch import Sketch
 from ltm.randomness import Randomness
+from ltm.sketch import Sketch
 from ltm.verified_clipping import (ClippingProofFailed, check_failures, output_statement, read_output_statement,
                                    read_seed_statement, seed_statement, statement_seeds)
 from server import replicated

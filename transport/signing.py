@@ -60,7 +60,7 @@ class Signer:
         self.ca_pem = ca_pem
 
     @classmethod
-    def from_dir(cls, cert_dir: str | Path, actor: str) -> "Signer":
+    def from_dir(cls, cert_dir: str | Path, actor: str) -> Signer:
         """The signer of ``actor`` from an ``ltm certs`` directory (ca.pem, <actor>.pem, <actor>.key)."""
         ca, key, cert = _load(cert_dir, actor)
         return cls(key, cert, ca)
@@ -86,7 +86,7 @@ def verify_signed(signed: Signed, actor: str, ca_pem: bytes) -> bytes:
         cert.verify_directly_issued_by(ca)
     except (ValueError, TypeError, InvalidSignature):
         raise SignatureRefused(f"a statement said to be {actor}'s carries a certificate the CA did not issue") from None
-    now = _dt.datetime.now(_dt.timezone.utc)
+    now = _dt.datetime.now(_dt.UTC)
     if not cert.not_valid_before_utc <= now <= cert.not_valid_after_utc:
         raise SignatureRefused(f"a statement said to be {actor}'s carries a certificate that is not valid now")
     named = _actor_of_cert(signed.certificate)
