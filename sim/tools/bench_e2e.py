@@ -34,6 +34,7 @@ import numpy as np
 
 from ltm.jobspec import JobSpec, warm_validation_in_background
 from ltm.randomness import Randomness
+from ltm.verified_clipping import proof_shape
 from party.data_source import SyntheticRidge
 from sim.localnet.demo import _operate
 from sim.runtime.jobs import build_job
@@ -244,6 +245,14 @@ class _Cluster:
     analyst: ActorProcess
 
 
+def _witness_width(spec: JobSpec) -> int:
+    """Σ_p T_b: the witness values per client of a job with verified clipping (0 without)."""
+    if not spec.verified_clipping:
+        return 0
+    return sum(proof_shape(len(spec.party_column_indices(p)), spec.frac_bits, p.clip_bound).witness_width
+               for p in spec.parties)
+
+
 class _PartyLaunch:
     """The parties of one run: started (through a :class:`PartyFeeder`) when the analyst has
     published the job, with the servers' and analyst's CPU noted at that moment; :meth:`poll` is
@@ -261,7 +270,7 @@ class _PartyLaunch:
         self.pieces = spec.make_sketch().pieces
         # the primary shares (the other servers get 32-byte seeds): per client and piece, or one (m, W) per party
         self.expected = (len(spec.parties) * spec.sketch.m * spec.upload_width * 8 if spec.aggregated
-                         else 2 * n * spec.width * 8 if spec.replicated  # each explicit block share goes to 2 servers
+                         else 2 * n * (spec.width + _witness_width(spec)) * 8 if spec.replicated  # to 2 servers
                          else n * self.pieces * spec.upload_width * 8)
         self.cpu_at_start: dict[str, float | None] = {}
 
