@@ -129,3 +129,65 @@ def test_the_seed_and_verdict_are_stored_once_and_survive_a_restart(job, certs, 
         assert reopened.clipping_status(spec.job_id) == "passed"
     finally:
         reopened.store.close()
+
+
+def _pem_pair(key, cert):
+    from cryptography.hazmat.primitives import serialization
+    return (key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                              serialization.NoEncryption()), cert.public_bytes(serialization.Encoding.PEM))
+
+
+def _issue(ca_key, ca_name, key, actor, *, days=(-1, 1)):
+    """A leaf for ``actor`` with ``key``, issued by ``ca_key`` (valid from days[0] to days[1] from now)."""
+    import datetime as dt
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.x509.oid import NameOID
+
+    now = dt.datetime.now(dt.UTC)
+    return (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, actor)]))
+            .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now + dt.timedelta(days=days[0])).not_valid_after(now + dt.timedelta(days=days[1]))
+            .add_extension(x509.SubjectAlternativeName([x509.UniformResourceIdentifier(f"ltm://actor/{actor}")]),
+                           critical=False)
+            .sign(ca_key, hashes.SHA256()))
+
+
+def test_ed25519_keys_expired_or_unreadable_certificates_and_the_wire_form():
+    import datetime as dt
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+    from cryptography.x509.oid import NameOID
+
+    from transport.signing import from_signed_pb, to_signed_pb
+
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test CA")])
+    now = dt.datetime.now(dt.UTC)
+    ca = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(ca_key.public_key())
+          .serial_number(1).not_valid_before(now - dt.timedelta(days=1)).not_valid_after(now + dt.timedelta(days=1))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True).sign(ca_key, hashes.SHA256()))
+    ca_pem = _pem_pair(ca_key, ca)[1]
+    ed = ed25519.Ed25519PrivateKey.generate()
+    signer = Signer(*_pem_pair(ed, _issue(ca_key, name, ed, "server-2")), ca_pem)
+    signed = signer.sign(b"seed")
+    assert signer.verify(signed, "server-2") == b"seed"
+    assert from_signed_pb(to_signed_pb(signed)) == signed
+    with pytest.raises(SignatureRefused, match="valid signature"):
+        signer.verify(replace(signed, payload=b"seeD"), "server-2")
+    with pytest.raises(SignatureRefused, match="valid signature"):  # the context prefix is part of what is signed
+        verify_signed(replace(signed, signature=ed.sign(b"seed")), "server-2", ca_pem)
+    expired = Signer(*_pem_pair(ed, _issue(ca_key, name, ed, "server-2", days=(-3, -2))), ca_pem).sign(b"seed")
+    with pytest.raises(SignatureRefused, match="server-2's carries a certificate that is not valid now"):
+        verify_signed(expired, "server-2", ca_pem)
+    with pytest.raises(SignatureRefused, match="server-2's carries an unreadable certificate"):
+        verify_signed(replace(signed, certificate=b"not a certificate"), "server-2", ca_pem)
+    weak = rsa.generate_private_key(public_exponent=65537, key_size=1024)
+    with pytest.raises(ValueError, match="cannot sign with a RSAPrivateKey key"):
+        Signer(*_pem_pair(weak, _issue(ca_key, name, weak, "server-1")), ca_pem).sign(b"x")
+    rsa_signed = replace(signed, certificate=_pem_pair(weak, _issue(ca_key, name, weak, "server-1"))[1])
+    with pytest.raises(SignatureRefused, match="server-1's certificate holds a RSAPublicKey key"):
+        verify_signed(rsa_signed, "server-1", ca_pem)
