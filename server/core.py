@@ -329,7 +329,10 @@ class ServerCore:
             raise ProtocolError("PERMISSION_DENIED", f"check seed refused: {exc}") from None
         if values[i] != own:
             raise ProtocolError("PERMISSION_DENIED", f"the relayed seed set does not hold server {i}'s own check seed")
-        shares, digests = replicated.check_output(spec, i, self.store.batches(job_id), own, values)
+        try:
+            shares, digests = replicated.check_output(spec, i, self.store.batches(job_id), own, values)
+        except ValueError as exc:  # a party's parts incomplete (it stopped mid-upload): no check can run
+            raise ProtocolError("FAILED_PRECONDITION", f"the clipping checks cannot run: {exc}") from None
         return self.signer.sign(output_statement(spec.digest, i, values, shares, digests))  # type: ignore[union-attr]
 
     def check_verdict(self, job_id: str, outputs: list[Signed], *, caller_role: str) -> dict[str, str]:

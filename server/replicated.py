@@ -191,7 +191,8 @@ def check_replicated_release(spec: JobSpec, *, caller_role: str, job_digest: str
     if participants is None or participants.n != spec.n:
         raise GateRefusal("INVALID_ARGUMENT", f"the participant set must be over the job's n = {spec.n} clients")
     if held.count != spec.n:
-        raise GateRefusal("FAILED_PRECONDITION", f"job {spec.job_id!r} is a replicated release: every party's three "
+        count = "six" if spec.verified_clipping else "three"
+        raise GateRefusal("FAILED_PRECONDITION", f"job {spec.job_id!r} is a replicated release: every party's {count} "
                                                  f"parts are needed and this server does not hold them all")
     if participants.count != spec.n:
         raise GateRefusal("FAILED_PRECONDITION", f"a replicated release is over every client ({spec.n}); the "

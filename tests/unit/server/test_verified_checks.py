@@ -90,6 +90,17 @@ def test_the_check_round_on_the_cores_and_the_gate(job, certs):
     assert total.shape == (1, spec.width * (spec.width + 1) // 2)
 
 
+def test_a_party_that_stopped_mid_upload_is_named_and_nothing_is_released(job, certs):
+    spec, batches = job
+    partial = {**batches, "party-2": [[b for b in per if b.batch_index < 3] for per in batches["party-2"]]}
+    cores = _cores(spec, partial, certs[0])
+    seeds = [c.check_seed(spec.job_id, caller_role=A) for c in cores]
+    with pytest.raises(ProtocolError, match=r"cannot run: party 'party-2': parts \[0, 1, 2\] stored, need 0..5"):
+        cores[0].check_output(spec.job_id, seeds, caller_role=A)
+    with pytest.raises(ProtocolError, match="six parts are needed"):  # its gate: not every part is held
+        cores[0].release(spec.job_id, np.ones(spec.n, bool), caller_role=A, job_digest=spec.digest)
+
+
 def test_a_seed_set_without_the_servers_own_seed_is_refused(job, certs):
     """A validly signed seed of server-0 that is not the one this server-0 drew (a second store, as
     after a lost database) is refused: a seed set must hold the server's own seed."""
