@@ -423,7 +423,7 @@ async def check_clipping(links: list[ServerLink], spec: JobSpec) -> None:
                                     return_exceptions=True)
     values = [read_seed_statement(s.payload, spec.digest, j) for j, s in enumerate(seeds)]
     read = [read_output_statement(o.payload, spec.digest, j, values) for j, o in enumerate(outputs)]
-    clipping_verdict(spec, [r[0] for r in read], [r[1] for r in read])  # ClippingProofFailed
+    clipping_verdict(spec, read)  # ClippingProofFailed
     refused = [(spec.servers[i].server_id, v) for i, v in enumerate(verdicts) if isinstance(v, BaseException)]
     if refused:
         raise ReleaseFailed("a server did not take the clipping checks, nothing released: "

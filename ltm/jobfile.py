@@ -692,7 +692,8 @@ def _planned(spec: JobSpec, m: int | None, labelled: bool, max_party_upload_byte
             kinds=("gram", "sparse") if p.calibration != "paper" else ("sparse",),
             upload_mode=spec.upload_mode, servers=spec.k, max_party_upload_bytes=max_party_upload_bytes,
             colluding_servers=spec.colluding_servers, parties=len(spec.parties),
-            replicated_corrupt_parties=max(p.corrupt_parties, 1 if len(spec.parties) >= 2 else 0)))
+            replicated_corrupt_parties=max(p.corrupt_parties, 1 if len(spec.parties) >= 2 else 0),
+            verified_clipping=spec.verified_clipping))
     except ValueError as exc:
         raise JobFileError([f"[release].kind 'auto': the planner could not choose: {exc}"]) from None
     chosen_m = m if m is not None and plan.kind != "gram" else plan.m

@@ -128,6 +128,9 @@ class PlanInputs:
     colluding_servers: int | None = None
     parties: int = 0
     replicated_corrupt_parties: int = 1
+    #: the job verifies every party's clipping on the shares (:mod:`ltm.verified_clipping`), so the
+    #: replicated release may tolerate deviating parties (``corrupt_parties`` ≥ 1).
+    verified_clipping: bool = False
 
 
 @dataclass(frozen=True)
@@ -379,7 +382,7 @@ def _replicated_candidate(inp: PlanInputs, mom: _Moments) -> Candidate:
         terms = {"noise": var / mom.y2, "ridge_bias": bias / mom.y2}
         est = f"ridge, AdaSSP-style λ on the noisy XᵀX (predicted λ ≈ {lam:.4g})"
     t, k = _tolerated(inp), inp.servers
-    trust = unverified_party_problem(inp.corrupt_parties)
+    trust = None if inp.verified_clipping else unverified_party_problem(inp.corrupt_parties)
     ok = k == REPLICATED_SERVERS and honest_majority(k, t) and trust is None
     note = (f"replicated release (columns partition): {P} parties each add noise, {c_par} may know theirs; "
             f"released per-entry noise variance v = {v:.4g}; private if at most 1 of {REPLICATED_SERVERS} "
@@ -405,10 +408,13 @@ def _trust_note(inp: PlanInputs, mom: _Moments, cands: list[Candidate], best: Ca
     if best.kind == "gram":
         other = (f"; if any {k - 1} of {k} servers may collude (the default), the sparse sketch would reach "
                  f"about {explained - sketch.predicted_excess:.3g} R²" if sketch else "")
+        parties = ("every party's clipping being proven on the shares (verified clipping: a deviating party is "
+                   "named and nothing is released)" if inp.verified_clipping else
+                   "every party following the protocol (nothing checks that a party's shares are clipped unless "
+                   "the job sets verified_clipping)")
         return (f" Trust: this choice rests on an honest majority (at most {t} of {k} servers corrupt; two "
-                f"colluding servers would reconstruct every party's data) and on every party following the "
-                f"protocol (nothing yet checks that a party's shares are clipped: issue #30); it should reach about "
-                f"{explained - best.predicted_excess:.3g} R²{other}.")
+                f"colluding servers would reconstruct every party's data) and on {parties}; it should reach "
+                f"about {explained - best.predicted_excess:.3g} R²{other}.")
     if rep is None or not math.isfinite(rep.predicted_excess):
         return f" Trust: this choice rests on any {t} of {k} servers possibly colluding."
     return (f" Trust: this choice rests on the job's assumption that up to {t} of {k} servers may collude "

@@ -5,9 +5,9 @@ docs/architecture.md, "Verified clipping").
 **Statement.**  For every client: each entry x̂_a is an integer in [−2^r, 2^r) (no wrap-around in
 Z_2^64) and ‖x̂‖² ≤ B, where R = C_p·2^f + √d/2 is the party's radius in grid units (the clipped
 block's norm plus the rounding, the radius the sensitivity :func:`ltm.dp.sensitivity.rounded_gram_l2`
-is computed for: Σ_p R_p² ≤ (C·2^f + √D/2)² by Cauchy–Schwarz when Σ_p C_p² ≤ C²), B = ⌈R²(1 + 2^-45)⌉
-(the factor absorbs the float rounding of R², far inside the 10⁻¹² the spec's Σ C_p² ≤ C² allows),
-and r is the bit length of ⌊√B⌋.
+is computed for: Σ_p R_p² ≤ (C·2^f + √D/2)² by Cauchy–Schwarz when Σ_p C_p² ≤ C²), B = ⌊R²⌋
+computed exactly in rationals (:func:`bound_squared`: ‖x̂‖² is an integer, so ‖x̂‖² ≤ R² ⇔ ‖x̂‖² ≤ ⌊R²⌋;
+any larger B would admit a block outside R), and r is the bit length of ⌊√B⌋.
 
 **Witness.**  The party also replicate-shares, like its block, per client the E = r + 1 bits of
 each offset u_a = x̂_a + 2^r and the L = bit length of B bits of the slack S = B − ‖x̂‖²
@@ -27,22 +27,32 @@ as for O_i; server 0 adds the constants):
 So the constraint vector c (T = T_b + d + 1 values per client) is zero exactly when the block is
 valid, and depends only on the party's own data.
 
+**Check vector.**  v = (c, δ): the constraint values c as the servers' shares add up (each from
+its own copies), then per additive share j the differences δ_j between the copy of x_j, w_j held by
+server j and the one held by server j − 1 (:func:`server_check` adds its first copy at region i and
+subtracts its second at region i + 1, :func:`copy_offsets`).  v = 0 exactly when the two holders of
+every share got the same values and the block so defined is valid.  No digests of copies are
+published: the share a server lacks is a fixed function of the data once its own are fixed.
+
 **Check** (:func:`combine`).  After every server has closed the job, each draws a fresh 32-byte
-seed; the coefficient key is a hash of the job digest, the party and all k seeds
-(:func:`coefficient_key`).  Its AES-CTR keystream gives one 64-bit word W_j per constraint value;
-repetition t (t < κ) is the subset sum Σ_j bit_t(W_j)·c_j.  Server i sends its share of the κ sums
-plus its share of the party's zero-sharing (re-randomisation: given their sum, the three shares are
-uniform), and the party passes iff the three add up to 0 in every repetition (:func:`verdict`).
+seed from the system CSPRNG; the coefficient key K is a hash of the job digest, the party and all k
+seeds (:func:`coefficient_key`).  Its AES-CTR keystream gives one 64-bit word W_j per value of v;
+repetition t (t < κ) is the subset sum S_t = Σ_j bit_t(W_j)·v_j.  Server i sends its share of the κ
+sums plus two masks: its share of the party's zero-sharing and the servers' own zero-sharing
+F(k_{i,i+1}, K) − F(k_{i−1,i}, K) from keys only two servers share (:func:`server_mask`), fresh for
+every K; the party passes iff the three answers add up to 0 in every repetition (:func:`verdict`).
 
-*Soundness:* c is fixed when the uploads are (before any seed exists).  If c ≠ 0, pick j* with
-c_{j*} ≠ 0; for each t, conditioned on every other bit, S_t = a_t + bit_t(W_{j*})·c_{j*} is zero for
-at most one of the two values of that bit, and the κ bits of W_{j*} are independent and uniform, so
-Pr[all κ sums are zero] ≤ 2^-κ (κ = :data:`CHECK_REPETITIONS` = 40).  No ring argument is needed:
-one repetition misses c = 2^63 with probability exactly ½, which is why there are κ of them.
+*Soundness, for any mask sum m fixed before the coefficients:* let m be the sum of the party's mask
+shares (0 when honest; the servers' masks add up to exactly 0).  The party passes iff S_t = −m_t for every t < κ.  v and m are fixed
+before the coefficients exist (at upload; no seed exists yet).  If v ≠ 0, pick j* with v_{j*} ≠ 0;
+for each t, conditioned on every other bit, S_t + m_t = a_t + bit_t(W_{j*})·v_{j*} is zero for at
+most one of the two values of that bit, and the κ bits of W_{j*} are independent and uniform, so
+Pr[pass] ≤ 2^-κ (κ = :data:`CHECK_REPETITIONS` = 40).  No ring argument is needed: one repetition
+misses v = 2^63 with probability exactly ½, which is why there are κ of them.
 
-*Cost:* the κ subset sums are 16 at a time: for each 16-bit slice of W, a scatter-add of c into
+*Cost:* the κ subset sums are 16 at a time: for each 16-bit slice of W, a scatter-add of v into
 2^16 buckets by the slice's value (one pass), then the 16 sums are bucket sums weighted by the
-bucket index's bits (:func:`combine`) — ⌈κ/16⌉ passes over c, not κ.
+bucket index's bits (:func:`combine`) — ⌈κ/16⌉ passes over v, not κ.
 """
 from __future__ import annotations
 
@@ -54,7 +64,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ltm.errors import LtmError
-from ltm.randomness import KeystreamBuffer, Randomness
+from ltm.randomness import KeystreamBuffer, Randomness, keystream_uint64
 from ltm.sharing import Share, share, share_rows
 
 __all__ = [
@@ -69,19 +79,25 @@ __all__ = [
     "add_to_buckets",
     "bucket_sums",
     "verdict",
-    "share_digest",
+    "pair_mask",
+    "server_mask",
+    "mask_key_pairs",
+    "copy_offsets",
     "ProofUpload",
     "party_proof",
     "server_check",
     "SERVERS",
     "ClippingProofFailed",
-    "copy_problems",
     "check_failures",
     "seed_statement",
     "read_seed_statement",
     "output_statement",
     "read_output_statement",
     "statement_seeds",
+    "read_mask_public",
+    "mask_private_key",
+    "mask_public_key",
+    "pairwise_mask_keys",
 ]
 
 #: κ: independent subset-sum repetitions; a party whose constraints are not all zero passes all of
@@ -138,13 +154,31 @@ class ProofShape:
         return self.witness_width + self.d + 1
 
 
+def bound_squared(d: int, frac_bits: int, clip_bound: float) -> int:
+    """B = ⌊R²⌋ exactly, R = C_p·2^f + √d/2 (C_p the float as given, read exactly): the largest
+    integer m with m ≤ A + √(Q), A = C_p²·4^f + d/4, Q = C_p²·4^f·d, decided in rationals (no float
+    rounding can put B above R², which the sensitivity is computed for)."""
+    from fractions import Fraction
+
+    c = Fraction(float(clip_bound)) * (1 << int(frac_bits))
+    a, q = c * c + Fraction(d, 4), c * c * d
+    m = math.floor(a) + math.isqrt(q.numerator // q.denominator)  # ≤ ⌊A⌋ + ⌊√Q⌋ ≤ ⌊R²⌋ ≤ that + 2
+
+    def within(m: int) -> bool:  # m ≤ A + √Q
+        t = m - a
+        return t <= 0 or t * t <= q
+
+    while within(m + 1):
+        m += 1
+    return m
+
+
 def proof_shape(d: int, frac_bits: int, clip_bound: float) -> ProofShape:
     """The proof's shape for a block of ``d`` columns clipped to ``clip_bound`` on the grid 2^-f.
     ValueError when the norm identity could wrap (d·2^{2r} + 2^L > 2^64)."""
     if d < 1 or frac_bits < 0 or not clip_bound > 0:
         raise ValueError(f"a proof needs d ≥ 1, f ≥ 0 and C > 0 (got d={d}, f={frac_bits}, C={clip_bound})")
-    radius = math.ldexp(float(clip_bound), int(frac_bits)) + 0.5 * math.sqrt(d)
-    bound = int(math.ceil(radius * radius * (1.0 + 2.0**-45)))
+    bound = bound_squared(int(d), int(frac_bits), clip_bound)
     r = math.isqrt(bound).bit_length()
     slack_bits = bound.bit_length()
     if d * (1 << (2 * r)) + (1 << slack_bits) > 1 << 64:
@@ -273,18 +307,31 @@ def verdict(shares: list[np.ndarray]) -> bool:
     return bool(np.all(total == 0))
 
 
-def share_digest(seed: bytes | None, data: np.ndarray | None) -> str:
-    """The digest two servers compare for the copy of one additive share they both hold: SHA-256 of
-    its representation (a seed, or the explicit array with its shape).  An honest party sends both
-    holders the same representation."""
-    h = hashlib.sha256(b"ltm.share-copy.v1\0")
-    if seed is not None:
-        h.update(b"seed\0" + seed)
-    else:
-        arr = np.ascontiguousarray(data, dtype=_U64)
-        h.update(b"data\0" + repr(arr.shape).encode() + b"\0")
-        h.update(memoryview(arr).cast("B"))
-    return h.hexdigest()
+def pair_mask(pair_key: bytes, key: bytes, repetitions: int = CHECK_REPETITIONS) -> np.ndarray:
+    """F(k, K): (κ,) uint64, the AES-CTR keystream of SHA-256(pair key k, coefficient key K).  A
+    fresh pseudo-random vector for every coefficient key, so a server asked for two keys adds two
+    independent masks (the re-randomisation cannot be cancelled between calls)."""
+    if len(pair_key) != 32:
+        raise ValueError("a pair mask key is 32 bytes")
+    seed = hashlib.sha256(b"ltm.check-mask.v1\0" + pair_key + key).digest()
+    return keystream_uint64(seed, repetitions)
+
+
+def server_mask(mask_keys: tuple[bytes, bytes], key: bytes, repetitions: int = CHECK_REPETITIONS) -> np.ndarray:
+    """Server i's share (κ,) of a zero-sharing made by the servers themselves: F(k_{i,i+1}, K) −
+    F(k_{i−1,i}, K), ``mask_keys`` = (k_{i,i+1}, k_{i−1,i}), where k_{j,j+1} is a key only servers
+    j and j + 1 know (:func:`mask_key_pairs`).  Sums to 0 over the three servers for any one K; a
+    server lacking k_{j,j+1} sees servers j's and j + 1's masks as uniform given their sum."""
+    with np.errstate(over="ignore"):
+        return pair_mask(mask_keys[0], key, repetitions) - pair_mask(mask_keys[1], key, repetitions)
+
+
+def mask_key_pairs(keys: list[bytes]) -> list[tuple[bytes, bytes]]:
+    """Each server's ``mask_keys`` from the three pairwise keys ``keys[j]`` = k_{j,j+1} (shared by
+    servers j and j + 1 only): server i gets (k_{i,i+1}, k_{i−1,i})."""
+    if len(keys) != SERVERS or any(len(k) != 32 for k in keys):
+        raise ValueError(f"{SERVERS} pairwise mask keys of 32 bytes are needed")
+    return [(keys[i], keys[(i - 1) % SERVERS]) for i in range(SERVERS)]
 
 
 # -------------------------------------------------------------------- shares: the party and a server
@@ -316,12 +363,28 @@ def party_proof(block: np.ndarray, shape: ProofShape, randomness: Randomness, *,
     return [ProofUpload(i, adds[i], adds[(i + 1) % SERVERS], zero[i]) for i in range(SERVERS)]
 
 
+def copy_offsets(n: int, shape: ProofShape) -> list[int]:
+    """Where the copy terms of additive share j (j = 0, 1, 2) start in a party's check vector: after
+    its n·T constraint values, one region of n·(d + T_b) values per share, rows [x_j | w_j]."""
+    width = shape.d + shape.witness_width
+    return [n * shape.constraint_width + j * n * width for j in range(SERVERS)]
+
+
 def server_check(server: int, block: tuple[Share, Share], proof: ProofUpload, shape: ProofShape, key: bytes,
-                 repetitions: int = CHECK_REPETITIONS) -> np.ndarray:
+                 repetitions: int = CHECK_REPETITIONS, *,
+                 mask_keys: tuple[bytes, bytes] | None = None) -> np.ndarray:
     """Server ``server``'s re-randomised check share (κ,) uint64 for one party: the κ subset sums of
-    its constraint shares (:func:`server_constraints`, :func:`combine`) plus its zero-sharing share.
-    ``block``: its pair (x_i, x_{i+1}) of the party's block (n × d).  Streams the clients in chunks
-    of :data:`CHECK_CHUNK_CLIENTS` (seeds expanded chunk by chunk): memory O(chunk · T)."""
+    the party's check vector as this server holds it, plus the masks.
+
+    The check vector (module docstring): the n·T constraint values (:func:`server_constraints`),
+    then per additive share j the copy differences x_j − x_j′, w_j − w_j′ between its two holders
+    (:func:`copy_offsets`): server i adds its first copy (x_i | w_i) to region i and subtracts its
+    second (x_{i+1} | w_{i+1}) from region i + 1, so the region sums to 0 exactly when the two
+    holders got the same values.  Masks: the party's zero-sharing share ``proof.mask`` and, with
+    ``mask_keys`` (:func:`server_mask`), the servers' own, fresh for every coefficient key — the one
+    that keeps an honest party's check shares hiding its data when the analyst equivocates.
+    ``block``: this server's pair (x_i, x_{i+1}) of the party's block (n × d).  Streams the clients
+    in chunks of :data:`CHECK_CHUNK_CLIENTS`: memory O(chunk · T)."""
     n, T, Tb = int(block[0].shape[0]), shape.constraint_width, shape.witness_width
     for s, width in ((block[0], shape.d), (block[1], shape.d), (proof.first, Tb), (proof.second, Tb)):
         if tuple(s.shape) != (n, width):
@@ -330,48 +393,42 @@ def server_check(server: int, block: tuple[Share, Share], proof: ProofUpload, sh
         raise ValueError(f"the check mask must have {repetitions} values")
     chunk = min(CHECK_CHUNK_CLIENTS, max(n, 1))
     buffers = [KeystreamBuffer(chunk * Tb) for _ in range(4)]
-    coefficients = KeystreamBuffer(chunk * T)
+    coefficients = KeystreamBuffer(chunk * max(T, shape.d + Tb))
     buckets = new_buckets(repetitions)
+    regions, width = copy_offsets(n, shape), shape.d + Tb
     for a in range(0, n, chunk):
         b = min(a + chunk, n)
         x, x1, w, w1 = (share_rows(s, a, b, buf) for s, buf in
                         zip((block[0], block[1], proof.first, proof.second), buffers))
         c = server_constraints(server, (x, x1), (w, w1), shape)
         add_to_buckets(buckets, c, key, start=a * T, buffer=coefficients)
-    return bucket_sums(buckets, repetitions) + proof.mask.values()
-
-
-def copy_problems(digests: list[dict[tuple[str, str, int], str]]) -> dict[str, str]:
-    """The parties whose copies of a replicated share differ between its two holders.
-
-    ``digests[i]``: server i's :func:`share_digest` of every copy it holds, keyed (party, what, j)
-    with j the additive share's index (server i holds j = i and i + 1 mod 3).  Returns
-    {party: reason} for every share whose two holders report different digests, or that one of
-    them does not report."""
-    out: dict[str, str] = {}
-    k = len(digests)
-    keys = {key for d in digests for key in d}
-    for party, what, j in sorted(keys):
-        a, b = digests[j % k].get((party, what, j)), digests[(j - 1) % k].get((party, what, j))
-        if a is None or b is None or a != b:
-            out.setdefault(party, f"servers {(j - 1) % k} and {j % k} hold different copies of its {what} "
-                                  f"share {j}")
+        add_to_buckets(buckets, np.concatenate([x, w], axis=1), key, start=regions[server] + a * width,
+                       buffer=coefficients)
+        with np.errstate(over="ignore"):
+            theirs = np.concatenate([x1, w1], axis=1)
+            np.negative(theirs, out=theirs)
+        add_to_buckets(buckets, theirs, key, start=regions[(server + 1) % SERVERS] + a * width,
+                       buffer=coefficients)
+    with np.errstate(over="ignore"):
+        out = bucket_sums(buckets, repetitions) + proof.mask.values()
+        if mask_keys is not None:
+            out += server_mask(mask_keys, key, repetitions)
     return out
 
 
-def check_failures(party_ids: list[str], shares: list[dict[str, np.ndarray]],
-                   digests: list[dict[tuple[str, str, int], str]]) -> dict[str, str]:
-    """{party: reason} for every party whose proof fails: a server's check share missing, the three
-    shares not adding up to 0 (:func:`verdict`), or two copies of a share differing
-    (:func:`copy_problems`).  ``shares[i]``, ``digests[i]``: server i's.  The analyst and every
-    server's gate decide with this one function."""
-    failures = copy_problems(digests)
+def check_failures(party_ids: list[str], shares: list[dict[str, np.ndarray]]) -> dict[str, str]:
+    """{party: reason} for every party whose proof fails: a server's check share missing, or the
+    three shares not adding up to 0 (:func:`verdict`: a block not proven clipped, or two holders of
+    one share given different copies — both are in the one masked check).  ``shares[i]``: server
+    i's.  The analyst and every server's gate decide with this one function."""
+    failures: dict[str, str] = {}
     for party in party_ids:
         got = [s.get(party) for s in shares]
         if len(got) != SERVERS or any(g is None for g in got):
-            failures.setdefault(party, "its clipping check is missing")
+            failures[party] = "its clipping check is missing"
         elif not verdict(got):  # type: ignore[arg-type]
-            failures.setdefault(party, "its block is not proven clipped (the check does not sum to 0)")
+            failures[party] = ("its block is not proven clipped or its share copies differ "
+                               "(the check does not sum to 0)")
     return failures
 
 
@@ -402,27 +459,81 @@ def _statement(payload: bytes, kind: str, job_digest: str, server: int) -> dict:
     return obj
 
 
-def seed_statement(job_digest: str, server: int, seed: bytes) -> bytes:
-    """Server ``server``'s post-close check seed for the job, as the payload it signs."""
-    return _canonical({"kind": _SEED_KIND, "job_digest": job_digest, "server": int(server), "seed": seed.hex()})
+def seed_statement(job_digest: str, server: int, seed: bytes, mask_public: bytes) -> bytes:
+    """Server ``server``'s post-close check seed and its X25519 public key for the pairwise mask keys
+    (:func:`pairwise_mask_keys`) for the job, as the payload it signs."""
+    return _canonical({"kind": _SEED_KIND, "job_digest": job_digest, "server": int(server), "seed": seed.hex(),
+                       "mask_public": mask_public.hex()})
+
+
+def _hex32(obj: dict, field: str, what: str) -> bytes:
+    try:
+        value = bytes.fromhex(str(obj.get(field, "")))
+    except ValueError:
+        raise ValueError(f"a check {what} is not hex") from None
+    if len(value) != 32:
+        raise ValueError(f"a check {what} is 32 bytes")
+    return value
 
 
 def read_seed_statement(payload: bytes, job_digest: str, server: int) -> bytes:
     """The 32-byte seed of server ``server``'s :func:`seed_statement` for this job (ValueError otherwise)."""
-    seed = bytes.fromhex(str(_statement(payload, _SEED_KIND, job_digest, server).get("seed", "")))
-    if len(seed) != 32:
-        raise ValueError("a check seed is 32 bytes")
-    return seed
+    return _hex32(_statement(payload, _SEED_KIND, job_digest, server), "seed", "seed")
 
 
-def output_statement(job_digest: str, server: int, seeds: list[bytes], shares: dict[str, np.ndarray],
-                     digests: dict[tuple[str, str, int], str]) -> bytes:
-    """Server ``server``'s check output (its κ check shares per party and its copy digests),
-    computed under ``seeds``, as the payload it signs."""
+def read_mask_public(payload: bytes, job_digest: str, server: int) -> bytes:
+    """The 32-byte X25519 public key of server ``server``'s :func:`seed_statement` (ValueError otherwise)."""
+    return _hex32(_statement(payload, _SEED_KIND, job_digest, server), "mask_public", "mask public key")
+
+
+def mask_private_key() -> bytes:
+    """A fresh X25519 private key (32 bytes, from the system CSPRNG) for one job's pairwise mask keys."""
+    return Randomness.system().bytes(32)
+
+
+def mask_public_key(private: bytes) -> bytes:
+    """The X25519 public key (32 bytes) of ``private``."""
+    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+    return X25519PrivateKey.from_private_bytes(private).public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+
+
+def _pair_key(private: bytes, peer_public: bytes, job_digest: str, low: int, high: int) -> bytes:
+    """k_{low,high} = HKDF-SHA256(X25519(own private, peer public), salt = job digest, info = the pair)."""
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric.x25519 import (
+        X25519PrivateKey,
+        X25519PublicKey,
+    )
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+    try:
+        secret = X25519PrivateKey.from_private_bytes(private).exchange(X25519PublicKey.from_public_bytes(peer_public))
+    except ValueError:  # a low-order point: no shared secret
+        raise ValueError(f"the mask public key for the pair ({low}, {high}) is not a usable X25519 key") from None
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=job_digest.encode(),
+                info=f"ltm.check-mask-key.v1\0{low}\0{high}".encode()).derive(secret)
+
+
+def pairwise_mask_keys(server: int, private: bytes, publics: list[bytes], job_digest: str) -> tuple[bytes, bytes]:
+    """Server ``server``'s ``mask_keys`` (k_{i,i+1}, k_{i−1,i}) (:func:`server_mask`) from its own
+    X25519 private key and every server's public key (``publics``, server order, as signed in the
+    seed statements): k_{j,j+1} is X25519 between servers j and j + 1 only, so the relaying analyst
+    and the third server cannot compute it."""
+    if len(publics) != SERVERS or publics[server] != mask_public_key(private):
+        raise ValueError(f"server {server}: the mask public keys must be every server's, this one's included")
+    nxt, prev = (server + 1) % SERVERS, (server - 1) % SERVERS
+    return (_pair_key(private, publics[nxt], job_digest, server, nxt),
+            _pair_key(private, publics[prev], job_digest, prev, server))
+
+
+def output_statement(job_digest: str, server: int, seeds: list[bytes], shares: dict[str, np.ndarray]) -> bytes:
+    """Server ``server``'s check output (its κ check shares per party), computed under ``seeds``, as
+    the payload it signs.  Nothing else: no digest of any share copy (docs/architecture.md)."""
     return _canonical({"kind": _OUTPUT_KIND, "job_digest": job_digest, "server": int(server),
                        "seeds": [s.hex() for s in seeds],
-                       "shares": {p: [int(v) for v in np.asarray(a, dtype=_U64)] for p, a in shares.items()},
-                       "digests": sorted([p, w, int(j), h] for (p, w, j), h in digests.items())})
+                       "shares": {p: [int(v) for v in np.asarray(a, dtype=_U64)] for p, a in shares.items()}})
 
 
 def statement_seeds(payload: bytes, job_digest: str, server: int) -> list[bytes]:
@@ -434,15 +545,13 @@ def statement_seeds(payload: bytes, job_digest: str, server: int) -> list[bytes]
 
 
 def read_output_statement(payload: bytes, job_digest: str, server: int, seeds: list[bytes]
-                          ) -> tuple[dict[str, np.ndarray], dict[tuple[str, str, int], str]]:
-    """The check shares and copy digests of server ``server``'s :func:`output_statement`; ValueError
-    unless it is for this job, from that server, and computed under exactly ``seeds``."""
+                          ) -> dict[str, np.ndarray]:
+    """The check shares of server ``server``'s :func:`output_statement`; ValueError unless it is for
+    this job, from that server, and computed under exactly ``seeds``."""
     obj = _statement(payload, _OUTPUT_KIND, job_digest, server)
     if obj.get("seeds") != [s.hex() for s in seeds]:
         raise ValueError(f"server {server}'s check output was computed under another seed set")
     try:
-        shares = {str(p): np.array([int(v) for v in vals], dtype=_U64) for p, vals in obj["shares"].items()}
-        digests = {(str(p), str(w), int(j)): str(h) for p, w, j, h in obj["digests"]}
-    except (KeyError, TypeError, ValueError, OverflowError):
+        return {str(p): np.array([int(v) for v in vals], dtype=_U64) for p, vals in obj["shares"].items()}
+    except (KeyError, TypeError, ValueError, OverflowError, AttributeError):
         raise ValueError(f"server {server}'s check output is malformed") from None
-    return shares, digests

@@ -21,13 +21,15 @@ from ltm.jobspec import JobSpec, JobSpecError, validate_job
 from ltm.limits import SLOT_CACHE_BYTES
 from ltm.randomness import Randomness
 from ltm.sketch import Sketch
-from ltm.verified_clipping import (ClippingProofFailed, check_failures, output_statement, read_output_statement,
+from ltm.v1 import ltm_pb2
+from ltm.verified_clipping import (ClippingProofFailed, check_failures, mask_private_key, mask_public_key,
+                                   output_statement, pairwise_mask_keys, read_mask_public, read_output_statement,
                                    read_seed_statement, seed_statement, statement_seeds)
 from server import replicated
 from server.release_gate import ANALYST_ROLE, check_release
 from server.result_share import result_share
 from server.store import MemoryStore, ReleaseRecord, ServerStore, StoredBatch
-from transport.signing import SignatureRefused, Signed, Signer
+from transport.signing import SignatureRefused, Signed, Signer, from_signed_pb, to_signed_pb
 
 
 @dataclass(frozen=True)
@@ -282,9 +284,10 @@ class ServerCore:
         return result
 
     # ------------------------------------------------------------------ verified clipping (issue #30)
-    def _checking(self, job_id: str, caller_role: str) -> tuple[JobSpec, int, bytes]:
-        """The job, this server's index and its post-close check seed (drawn once, durably, on the
-        first call: no party can know it while its upload could still change)."""
+    def _checking(self, job_id: str, caller_role: str) -> tuple[JobSpec, int, bytes, bytes]:
+        """The job, this server's index, its post-close check seed and its X25519 mask private key
+        (each drawn once, durably, on the first call: no party can know the seed while its upload
+        could still change, and a restart answers with the same values)."""
         if caller_role != ANALYST_ROLE:
             raise ProtocolError("PERMISSION_DENIED", f"only the analyst relays clipping checks (caller role "
                                                      f"{caller_role!r})")
@@ -296,10 +299,11 @@ class ServerCore:
                                                        "take part in verified clipping")
         if not self.store.is_closed(job_id):
             raise ProtocolError("FAILED_PRECONDITION", f"job {job_id!r} must be closed before its clipping checks")
-        seed = self.store.get_check_value(job_id, "seed")
-        if seed is None:
-            seed = self.store.put_check_value(job_id, "seed", Randomness.system().bytes(32))
-        return spec, self.server_index(spec), seed
+        values = []
+        for name, draw in (("seed", lambda: Randomness.system().bytes(32)), ("mask_private", mask_private_key)):
+            value = self.store.get_check_value(job_id, name)
+            values.append(value if value is not None else self.store.put_check_value(job_id, name, draw()))
+        return spec, self.server_index(spec), values[0], values[1]
 
     def _verified(self, spec: JobSpec, statements: list[Signed], what: str) -> list[bytes]:
         """The payloads of one signed statement per server (job order), each verified against the CA
@@ -313,42 +317,66 @@ class ServerCore:
         except SignatureRefused as exc:
             raise ProtocolError("PERMISSION_DENIED", f"{what} refused: {exc}") from None
 
+    def _once(self, job_id: str, name: str, value: bytes, what: str) -> None:
+        """Record ``value`` as the job's ``name`` once; a different value later is refused (a server
+        answers and decides once per job: two answers under two relays could be compared)."""
+        if self.store.put_check_value(job_id, name, value) != value:
+            raise ProtocolError("FAILED_PRECONDITION", f"job {job_id!r}: this server already took another {what}; "
+                                                       f"it answers once per job")
+
     def check_seed(self, job_id: str, *, caller_role: str) -> Signed:
-        """This server's post-close check seed, signed (the analyst relays it to every server)."""
-        spec, i, seed = self._checking(job_id, caller_role)
-        return self.signer.sign(seed_statement(spec.digest, i, seed))  # type: ignore[union-attr]
+        """This server's post-close check seed and mask public key, signed (the analyst relays it to
+        every server)."""
+        spec, i, seed, private = self._checking(job_id, caller_role)
+        return self.signer.sign(seed_statement(spec.digest, i, seed, mask_public_key(private)))  # type: ignore[union-attr]
 
     def check_output(self, job_id: str, seeds: list[Signed], *, caller_role: str) -> Signed:
-        """This server's signed check output (check shares per party, copy digests) under the relayed
-        seed set, which must be every server's, signed, this server's own included."""
-        spec, i, own = self._checking(job_id, caller_role)
+        """This server's signed check output (check shares per party) under the relayed seed set,
+        which must be every server's signed seed statement, this server's own included.  Once per job:
+        the first set is recorded, an identical retry returns the same signed bytes, another set is
+        refused.  The pairwise mask keys come from the signed public keys (X25519 with each neighbour)."""
+        spec, i, own, private = self._checking(job_id, caller_role)
         try:
-            values = [read_seed_statement(p, spec.digest, j)
-                      for j, p in enumerate(self._verified(spec, seeds, "check seed"))]
+            payloads = self._verified(spec, seeds, "check seed")
+            values = [read_seed_statement(p, spec.digest, j) for j, p in enumerate(payloads)]
+            publics = [read_mask_public(p, spec.digest, j) for j, p in enumerate(payloads)]
+            if values[i] != own:
+                raise ValueError(f"the relayed seed set does not hold server {i}'s own check seed")
+            mask_keys = pairwise_mask_keys(i, private, publics, spec.digest)
         except ValueError as exc:
             raise ProtocolError("PERMISSION_DENIED", f"check seed refused: {exc}") from None
-        if values[i] != own:
-            raise ProtocolError("PERMISSION_DENIED", f"the relayed seed set does not hold server {i}'s own check seed")
-        try:
-            shares, digests = replicated.check_output(spec, i, self.store.batches(job_id), own, values)
-        except ValueError as exc:  # a party's parts incomplete (it stopped mid-upload): no check can run
-            raise ProtocolError("FAILED_PRECONDITION", f"the clipping checks cannot run: {exc}") from None
-        return self.signer.sign(output_statement(spec.digest, i, values, shares, digests))  # type: ignore[union-attr]
+        self._once(job_id, "seed_set", json.dumps([v.hex() + p.hex() for v, p in zip(values, publics)]).encode(),
+                   "check seed set")
+        stored = self.store.get_check_value(job_id, "output")
+        if stored is None:
+            try:
+                shares = replicated.check_output(spec, i, self.store.batches(job_id), own, values, mask_keys)
+            except ValueError as exc:  # a party's parts incomplete (it stopped mid-upload): no check can run
+                raise ProtocolError("FAILED_PRECONDITION", f"the clipping checks cannot run: {exc}") from None
+            signed = self.signer.sign(output_statement(spec.digest, i, values, shares))  # type: ignore[union-attr]
+            stored = self.store.put_check_value(job_id, "output", to_signed_pb(signed).SerializeToString())
+        return from_signed_pb(ltm_pb2.SignedStatement.FromString(stored))
 
     def check_verdict(self, job_id: str, outputs: list[Signed], *, caller_role: str) -> dict[str, str]:
         """Decide, here, every party's clipping check from the three servers' signed outputs (all under
-        one seed set holding this server's own seed) and record the verdict once: {party: reason},
-        empty when every party passed.  The release gate refuses unless it is recorded and empty."""
-        spec, i, own = self._checking(job_id, caller_role)
+        the seed set this server answered, its own output among them) and record the verdict once:
+        {party: reason}, empty when every party passed.  Another relay of outputs later is refused; a
+        recorded verdict is never overwritten.  The release gate refuses unless it is recorded and empty."""
+        spec, i, _, _ = self._checking(job_id, caller_role)
+        mine = self.store.get_check_value(job_id, "output")
+        if mine is None:
+            raise ProtocolError("FAILED_PRECONDITION", f"job {job_id!r}: this server has not computed its check "
+                                                       f"output (SubmitCheckSeeds first)")
         payloads = self._verified(spec, outputs, "check output")
         try:
+            if payloads[i] != ltm_pb2.SignedStatement.FromString(mine).payload:
+                raise ValueError(f"the relayed outputs do not carry server {i}'s own")
             seeds = statement_seeds(payloads[i], spec.digest, i)
-            if len(seeds) != spec.k or seeds[i] != own:
-                raise ValueError(f"the check outputs were not computed under server {i}'s own check seed")
             read = [read_output_statement(p, spec.digest, j, seeds) for j, p in enumerate(payloads)]
         except ValueError as exc:
             raise ProtocolError("PERMISSION_DENIED", f"check output refused: {exc}") from None
-        failures = check_failures([p.party_id for p in spec.parties], [r[0] for r in read], [r[1] for r in read])
+        self._once(job_id, "output_set", hashlib.sha256(b"\0".join(payloads)).digest(), "set of check outputs")
+        failures = check_failures([p.party_id for p in spec.parties], read)
         stored = self.store.put_check_value(job_id, "verdict", json.dumps(failures, sort_keys=True).encode())
         return json.loads(stored)
 

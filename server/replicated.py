@@ -28,14 +28,19 @@ from ltm.replicated import (PART_CHECK_MASK, PART_NOISE, PART_WITNESS_FIRST, PAR
                             BlockUpload, parts_per_upload, server_output, triangle_width, upload_from_parts)
 from ltm.randomness import Randomness
 from ltm.verified_clipping import (CHECK_REPETITIONS, ClippingProofFailed, check_failures, coefficient_key,
-                                   proof_shape, server_check, share_digest)
+                                   proof_shape, server_check)
 from server.release_gate import GateRefusal, check_release_request
 
 
 class ReplicatedServer:
     """One server's state for one replicated job: the uploads it holds, by party."""
 
-    def __init__(self, spec: JobSpec, server: int, randomness: Randomness | None = None) -> None:
+    def __init__(self, spec: JobSpec, server: int, randomness: Randomness | None = None, *,
+                 mask_keys: tuple[bytes, bytes] | None = None) -> None:
+        """``randomness`` is not used for the check seed, which always comes from the system CSPRNG
+        (a seeded run's seeds would be known before the uploads); ``mask_keys`` = (k_{i,i+1},
+        k_{i−1,i}), this server's two pairwise keys of the check's zero-sharing
+        (:func:`ltm.verified_clipping.server_mask`), set up by whoever runs the servers."""
         validate_job(spec)
         if not spec.replicated:
             raise ValueError(f"job {spec.job_id!r} is not a replicated release (columns partition, kind gram)")
@@ -48,6 +53,9 @@ class ReplicatedServer:
         self.closed = False
         self.check_seed: bytes | None = None
         self.check_failures: dict[str, str] | None = None  # None: checks not yet decided
+        self.mask_keys = mask_keys
+        self._checked: tuple[tuple[bytes, ...], dict[str, np.ndarray]] | None = None  # (seeds, shares), once
+        self._accepted: list[dict[str, bytes]] | None = None  # the relayed check shares decided on, once
 
     def accept(self, party_id: str, upload: BlockUpload) -> None:
         """Hold one party's upload after checking it fits the job (party, columns, shapes, server)."""
@@ -69,52 +77,89 @@ class ReplicatedServer:
             raise ValueError(f"party {party_id!r}: the noise share must have one value per released entry")
         if spec.verified_clipping and upload.proof is None:
             raise ValueError(f"party {party_id!r}: job {spec.job_id!r} needs a clipping proof with the block")
-        if upload.proof is not None and upload.proof.server != self.server:
-            raise ValueError(f"party {party_id!r}: a proof for server {upload.proof.server} reached server {self.server}")
+        if upload.proof is not None:
+            self._check_proof_shapes(party_id, party, upload)
         self.uploads[party_id] = upload
+
+    def _check_proof_shapes(self, party_id: str, party: PartySpec, upload: BlockUpload) -> None:
+        """A proof's server, witness (n × T_b) and mask (κ,) shapes, naming the party (ValueError)."""
+        proof = upload.proof
+        assert proof is not None
+        if proof.server != self.server:
+            raise ValueError(f"party {party_id!r}: a proof for server {proof.server} reached server {self.server}")
+        shape = proof_shape(len(upload.columns), self.spec.frac_bits, party.clip_bound)
+        want = (self.spec.n, shape.witness_width)
+        if tuple(proof.first.shape) != want or tuple(proof.second.shape) != want:
+            raise ValueError(f"party {party_id!r}: witness shares must be {want}, got "
+                             f"{tuple(proof.first.shape)} and {tuple(proof.second.shape)}")
+        if tuple(proof.mask.shape) != (CHECK_REPETITIONS,):
+            raise ValueError(f"party {party_id!r}: the check mask must be ({CHECK_REPETITIONS},), "
+                             f"got {tuple(proof.mask.shape)}")
 
     # ---------------------------------------------------------------- verified clipping (issue #30)
     def close(self) -> bytes | None:
-        """Close the job to uploads.  With verified clipping, draw this server's check seed now, once
-        (a fresh 32 bytes: no party can know it while its upload could still change) and return it;
-        the analyst relays every server's seed to every server (:meth:`check_shares`)."""
+        """Close the job to uploads.  With verified clipping, draw this server's check seed now, once,
+        from the system CSPRNG (a fresh 32 bytes: no party can know it while its upload could still
+        change, in a seeded run too) and return it; the analyst relays every server's seed to every
+        server (:meth:`check_shares`)."""
         self.closed = True
         if self.spec.verified_clipping and self.check_seed is None:
-            self.check_seed = self.randomness.child("check-seed", self.server).bytes(32)
+            self.check_seed = Randomness.system().bytes(32)
         return self.check_seed
 
-    def check_shares(self, seeds: list[bytes]) -> tuple[dict[str, np.ndarray], dict[tuple[str, str, int], str]]:
+    def check_shares(self, seeds: list[bytes]) -> dict[str, np.ndarray]:
         """This server's re-randomised check share (κ,) of every party's clipping proof, with the
         coefficients of :func:`ltm.verified_clipping.coefficient_key` over ``seeds`` (one per server,
-        in order; this server's own must be there), and the digests of the share copies it holds
-        (compared with the other holder's, :func:`ltm.verified_clipping.copy_problems`)."""
+        in order; this server's own must be there).  Once per job: the same seeds again return the
+        same bytes, other seeds are refused (two answers under two keys would let their masks be
+        compared).  Copy consistency is inside the check: no digest of a copy is published (it
+        would let a server test a guess of an honest party's data)."""
         if not self.spec.verified_clipping:
             raise ValueError(f"job {self.spec.job_id!r} has no verified clipping")
         if not self.closed or self.check_seed is None:
             raise ValueError(f"server {self.server}: the job must be closed before its checks")
         if len(seeds) != self.spec.k or seeds[self.server] != self.check_seed:
             raise ValueError(f"server {self.server}: the check seeds must be every server's, this one's included")
-        shares, digests = {}, {}
+        if self.mask_keys is None:  # the party's mask alone does not survive an equivocating relay
+            raise ValueError(f"server {self.server}: no pairwise mask keys for the checks of job "
+                             f"{self.spec.job_id!r} (ReplicatedServer(mask_keys=…))")
+        if self._checked is not None:
+            if self._checked[0] != tuple(seeds):
+                raise ValueError(f"server {self.server}: the checks of job {self.spec.job_id!r} were already "
+                                 f"computed with other seeds; a server answers once per job")
+            return {p: v.copy() for p, v in self._checked[1].items()}
+        shares = {}
         for party in self.spec.parties:
             up = self.uploads.get(party.party_id)
             if up is None or up.proof is None:
                 continue  # missing: every gate refuses (accept_checks)
             shape = proof_shape(len(up.columns), self.spec.frac_bits, party.clip_bound)
             key = coefficient_key(self.spec.digest, party.party_id, seeds)
-            shares[party.party_id] = server_check(self.server, (up.first, up.second), up.proof, shape, key)
-            for what, pair in (("block", (up.first, up.second)), ("witness", (up.proof.first, up.proof.second))):
-                for j, s in zip((self.server, (self.server + 1) % self.spec.k), pair):
-                    digests[(party.party_id, what, j)] = share_digest(s.seed, s.data)
-        return shares, digests
+            shares[party.party_id] = server_check(self.server, (up.first, up.second), up.proof, shape, key,
+                                                  mask_keys=self.mask_keys)
+        self._checked = (tuple(seeds), shares)
+        return {p: v.copy() for p, v in shares.items()}
 
-    def accept_checks(self, shares: list[dict[str, np.ndarray]],
-                      digests: list[dict[tuple[str, str, int], str]]) -> dict[str, str]:
-        """Record every server's check shares and copy digests (as the analyst relays them) and decide,
-        here, which parties fail: a missing share, a check that does not sum to zero, or two holders
-        with different copies.  Returns {party: reason}; :meth:`output` refuses while any is there."""
-        failures = check_failures([p.party_id for p in self.spec.parties], shares, digests)
-        self.check_failures = dict(failures)
-        return self.check_failures
+    def accept_checks(self, shares: list[dict[str, np.ndarray]]) -> dict[str, str]:
+        """Record every server's check shares (as the analyst relays them) and decide, here, which
+        parties fail: a missing share or a check that does not sum to zero.  Returns {party: reason};
+        :meth:`output` refuses while any is there.  Once per job: the same relay again returns the
+        same decision, another is refused, so a later relay can never reopen a closed gate; and the
+        relayed share of this server must be the one it computed (:meth:`check_shares` first)."""
+        relay = [{p: np.asarray(v, dtype=np.uint64).tobytes() for p, v in s.items()} for s in shares]
+        if self._accepted is not None:
+            if relay != self._accepted:
+                raise ValueError(f"server {self.server}: the checks of job {self.spec.job_id!r} were already "
+                                 f"decided on another relay; a server decides once per job")
+            return dict(self.check_failures or {})
+        if self._checked is None:
+            raise ValueError(f"server {self.server}: compute this server's check shares before deciding")
+        own = {p: v.tobytes() for p, v in self._checked[1].items()}
+        if len(relay) != self.spec.k or relay[self.server] != own:
+            raise ValueError(f"server {self.server}: the relayed check shares do not carry this server's own")
+        self._accepted = relay
+        self.check_failures = check_failures([p.party_id for p in self.spec.parties], shares)
+        return dict(self.check_failures)
 
     def output(self) -> np.ndarray:
         """This server's output share (uint64, D(D+1)/2), once every party has uploaded (and, with
@@ -229,9 +274,10 @@ def stored_output(spec: JobSpec, server: int, batches: Iterable[ShareBatch],
 
 
 def check_output(spec: JobSpec, server: int, batches: Iterable[ShareBatch], own_seed: bytes,
-                 seeds: list[bytes]) -> tuple[dict[str, np.ndarray], dict[tuple[str, str, int], str]]:
-    """Server ``server``'s check shares and copy digests over its stored parts, under ``seeds`` (every
-    server's post-close seed in order, ``own_seed`` among them: :meth:`ReplicatedServer.check_shares`)."""
+                 seeds: list[bytes], mask_keys: tuple[bytes, bytes]) -> dict[str, np.ndarray]:
+    """Server ``server``'s check shares over its stored parts, under ``seeds`` (every server's
+    post-close seed in order, ``own_seed`` among them) with its pairwise ``mask_keys``
+    (:meth:`ReplicatedServer.check_shares`)."""
     core = stored_server(spec, server, batches)
-    core.check_seed = own_seed
+    core.check_seed, core.mask_keys = own_seed, mask_keys
     return core.check_shares(seeds)

@@ -134,7 +134,8 @@ class ServerServicer:
     def GetCheckSeed(self, request, context):
         """Verified clipping (a replicated job with verified_clipping, issue #30; analyst only, after
         Close). Servers never talk to each other: the analyst relays. GetCheckSeed: the server's
-        post-close seed, drawn once and stored, signed with its TLS key.
+        post-close seed and its X25519 public key for the pairwise mask keys, drawn once and stored,
+        signed with its TLS key.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -142,8 +143,10 @@ class ServerServicer:
 
     def SubmitCheckSeeds(self, request, context):
         """The full set of signed seeds (server order); the server verifies every signature against its
-        CA and the job's server identities, requires its own seed, and returns its signed check output
-        (its check shares per party and its copy digests).
+        CA and the job's server identities, requires its own seed, derives its two pairwise mask keys
+        (X25519 with each neighbour's signed public key), and returns its signed check output (its
+        masked check shares per party; no digest of any share). Once per job: another seed set is
+        refused, an identical retry returns the same signed bytes.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -101,7 +101,7 @@ class _SketchChoice:
 def _choose_sketch(*, table: Table | ModelTable, n: int, width: int, kind: str, m: int | None, s: int,
                    partition: str, parties: int, k: int, epsilon: float, delta: float, mechanism: str,
                    calibration: str, clip_bound: float, t_prime: int, corrupt_parties: int, replicated_default: int,
-                   upload_mode: str, colluding_servers: int | None) -> _SketchChoice:
+                   upload_mode: str, colluding_servers: int | None, verified_clipping: bool = False) -> _SketchChoice:
     """The planner's choice for ``kind="auto"``; a lifted kind's m = s = 1; :func:`default_m` when m
     is not given; else the given m."""
     plan = None
@@ -114,7 +114,7 @@ def _choose_sketch(*, table: Table | ModelTable, n: int, width: int, kind: str, 
             kinds=("gram", "sparse") if calibration != "paper" else ("sparse",),
             upload_mode=_planned_upload_mode(upload_mode, sizes if partition == "rows" else (n,) * parties, t_prime),
             servers=k, colluding_servers=colluding_servers, parties=parties,
-            replicated_corrupt_parties=max(corrupt_parties, replicated_default)))
+            replicated_corrupt_parties=max(corrupt_parties, replicated_default), verified_clipping=verified_clipping))
         kind, m, s = plan.kind, (m if m is not None and plan.kind != "gram" else plan.m), plan.s
         rule = f"planner: {plan.reason}"
     elif get_lift(kind) is not None:
@@ -204,7 +204,7 @@ def build_job(table: Table | ModelTable, *, job_id: str, randomness: Randomness,
                             k=k, epsilon=epsilon, delta=delta, mechanism=mechanism, calibration=calibration,
                             clip_bound=clip_bound, t_prime=t_prime, corrupt_parties=corrupt_parties,
                             replicated_default=replicated_default, upload_mode=upload_mode,
-                            colluding_servers=colluding_servers)
+                            colluding_servers=colluding_servers, verified_clipping=verified_clipping)
     kind, m, s, corrupt_parties = choice.kind, choice.m, choice.s, choice.corrupt_parties
     party_specs = _party_specs(n, partition, parties, columns, clip_bound, party_budget)
     seed = randomness.child("sketch-seed").bytes(32).hex()

@@ -17,6 +17,7 @@ from analyst.replicated import clipping_verdict, replicated_release
 from ltm.client_set import ClientSet
 from ltm.jobspec import JobSpec, validate_job
 from ltm.randomness import Randomness
+from ltm.verified_clipping import mask_key_pairs
 from party.ledger import source_fingerprint, Budget, PrivacyLedger
 from party.randomizer import party_randomness
 from party.replicated import replicated_uploads
@@ -27,16 +28,27 @@ from sim.runtime.inprocess import policy_refusal
 
 def verify_clipping(spec: JobSpec, servers: list[ReplicatedServer], seeds: list[bytes | None]) -> None:
     """The clipping checks (issue #30) as the analyst relays them: every server's post-close seed to
-    every server, then every server's check shares and copy digests to every server, whose own gate
-    decides (:meth:`ReplicatedServer.accept_checks`).  Raises :class:`ClippingProofFailed` naming the
+    every server, then every server's check shares to every server, whose own gate decides, once
+    (:meth:`ReplicatedServer.accept_checks`).  Raises :class:`ClippingProofFailed` naming the
     failing parties (the analyst's verdict, :func:`analyst.replicated.clipping_verdict`, is the same
     sum; each server's gate refuses its output on its own)."""
     relayed = [s for s in seeds if s is not None]
-    checks = [server.check_shares(relayed) for server in servers]
-    shares, digests = [c[0] for c in checks], [c[1] for c in checks]
+    shares = [server.check_shares(relayed) for server in servers]
     for server in servers:
-        server.accept_checks(shares, digests)
-    clipping_verdict(spec, shares, digests)
+        server.accept_checks(shares)
+    clipping_verdict(spec, shares)
+
+
+def replicated_servers(spec: JobSpec) -> list[ReplicatedServer]:
+    """The three servers of an in-process replicated job.  With verified clipping, each pair of
+    servers (j, j + 1) shares a fresh key k_{j,j+1} from the system CSPRNG for the check's
+    zero-sharing (:func:`ltm.verified_clipping.mask_key_pairs`); in process they are handed over
+    directly, over gRPC the servers must agree on them themselves (docs/architecture.md)."""
+    if not spec.verified_clipping:
+        return [ReplicatedServer(spec, i) for i in range(spec.k)]
+    system = Randomness.system()
+    pairs = mask_key_pairs([system.child("check-mask-key", j).bytes(32) for j in range(spec.k)])
+    return [ReplicatedServer(spec, i, mask_keys=pairs[i]) for i in range(spec.k)]
 
 
 def run_replicated(spec: JobSpec, party_data: Mapping[str, Mapping[str, np.ndarray]], randomness: Randomness, *,
@@ -53,7 +65,7 @@ def run_replicated(spec: JobSpec, party_data: Mapping[str, Mapping[str, np.ndarr
     timing: dict[str, float] = {}
     t0 = time.perf_counter()
     validate_job(spec)
-    servers = [ReplicatedServer(spec, i, randomness.child("server", i)) for i in range(spec.k)]
+    servers = replicated_servers(spec)
     timing["create"] = time.perf_counter() - t0
     refused: dict[str, str] = {}
     for party in spec.parties:

@@ -156,7 +156,7 @@ def test_a_server_refuses_a_forged_or_foreign_seed_set(deployment, tmp_path):
                 await submit([seeds[0], bad, seeds[2]])
             assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
             # the analyst signs a seed of its choosing with its own key: not server-1's statement
-            forged = Signer.from_dir(deployment.certs, "analyst").sign(seed_statement(spec.digest, 1, bytes(32)))
+            forged = Signer.from_dir(deployment.certs, "analyst").sign(seed_statement(spec.digest, 1, bytes(32), bytes(32)))
             with pytest.raises(grpc.aio.AioRpcError, match="signed by 'analyst'"):
                 await submit([seeds[0], forged, seeds[2]])
             # server-1's genuine statement in server-0's place: server-0's own seed is missing
@@ -212,3 +212,57 @@ def test_the_ltm_analyst_process_fails_the_job_naming_the_corrupt_party(deployme
     assert "party-0" not in err.details() and "\n" not in err.details()
     assert not any(s.released for s in _status(deployment, spec))
     assert all("party-1" in s.clipping_check for s in _status(deployment, spec))
+
+
+def test_a_replayed_seed_set_is_refused_answers_are_once_and_no_digest_travels(deployment):
+    """A relay that sends server-1 another job's validly signed seed set (or one statement of it) is
+    refused; an identical retry returns the same signed bytes; what the servers send is their seed,
+    X25519 public key and masked check shares only — no digest of any share, on the wire or in the
+    signed payloads."""
+    import json
+
+    jobs = [_job(deployment, f"vc-replay-{j}", seed=35 + j, n=400) for j in range(2)]
+
+    async def go():
+        channels, analyst = deployment.aio_stubs("analyst")
+        try:
+            sets = []
+            for spec, tables, randomness in jobs:
+                await publish(analyst, spec)
+                await upload_all(deployment, spec, tables, randomness, upload=run_replicated_upload)
+                await close_all(analyst, spec)
+                request = ltm_pb2.CheckSeedRequest(job_id=spec.job_id, job_digest=spec.digest)
+                sets.append([await stub.GetCheckSeed(request) for stub in analyst])
+            spec = jobs[1][0]
+
+            async def submit(statements, server=1):
+                return await analyst[server].SubmitCheckSeeds(ltm_pb2.SubmitCheckSeedsRequest(
+                    job_id=spec.job_id, job_digest=spec.digest, seeds=statements))
+
+            for replayed in (sets[0], [sets[1][0], sets[1][1], sets[0][2]]):
+                with pytest.raises(grpc.aio.AioRpcError, match="another job or server") as err:
+                    await submit(replayed)
+                assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+            outputs = [await submit(sets[1], i) for i in range(K)]
+            again = await submit(sets[1])
+            assert again.SerializeToString() == outputs[1].SerializeToString()  # the same bytes, signature too
+            with pytest.raises(grpc.aio.AioRpcError, match="another job or server"):
+                await submit(sets[0])  # still refused after the answer
+            verdicts = [await stub.SubmitCheckOutputs(ltm_pb2.SubmitCheckOutputsRequest(
+                job_id=spec.job_id, job_digest=spec.digest, outputs=outputs)) for stub in analyst]
+            return sets[1], outputs, verdicts
+        finally:
+            await close_channels(channels)
+
+    seeds, outputs, verdicts = asyncio.run(go())
+    assert all(v.passed for v in verdicts)
+    for msg in (*seeds, *outputs):
+        assert [f.name for f, _ in msg.ListFields()] == ["payload", "signature", "certificate"]
+    assert [sorted(json.loads(s.payload)) for s in seeds] == [
+        ["job_digest", "kind", "mask_public", "seed", "server"]] * K
+    assert [sorted(json.loads(o.payload)) for o in outputs] == [["job_digest", "kind", "seeds", "server", "shares"]] * K
+    publics = {json.loads(s.payload)["mask_public"] for s in seeds}
+    assert len(publics) == K  # one fresh X25519 key per server
+    for name in ("SignedStatement", "SubmitCheckSeedsRequest", "SubmitCheckOutputsRequest", "CheckVerdict"):
+        fields = ltm_pb2.DESCRIPTOR.message_types_by_name[name].fields
+        assert not [f.name for f in fields if "digest" in f.name and f.name != "job_digest"]

@@ -46,7 +46,7 @@ STATUSES = {
     "analyst.coordinator.ReleaseFailed": "FAILED_PRECONDITION",
     "ltm.verified_clipping.ClippingProofFailed": "FAILED_PRECONDITION",
     "analyst.coordinator.ServerUnreachable": "FAILED_PRECONDITION", "analyst.coordinator.NotPublished": "UNAVAILABLE",
-    "transport.tls.AuthenticationError": "UNAUTHENTICATED",
+    "transport.tls.AuthenticationError": "UNAUTHENTICATED", "transport.signing.SignatureRefused": "PERMISSION_DENIED",
 }
 
 

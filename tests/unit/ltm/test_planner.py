@@ -154,3 +154,23 @@ def test_the_default_job_at_scale_is_the_gram_aggregate(n):
     assert sparse.cost["server_cpu_s"] >= n * sparse.s * COST_RATES["row_load_piece"]
     assert gram.cost["total_s"] < sparse.cost["total_s"]
     assert "gram" in p.reason and "B/party" in p.reason
+
+
+def test_auto_with_verified_clipping_chooses_the_replicated_release():
+    """F7 (issue #30 review): a verified job tolerates one corrupt party, so the planner must not refuse
+    the replicated candidate for corrupt_parties = 1, and its trust note says the clipping is checked."""
+    from ltm.randomness import Randomness
+    from ltm_datasets.synthetic import synthetic_ridge
+    from sim.runtime.jobs import build_job
+
+    base = {"n": 80_000, "width": 7, "epsilon": 1.0, "delta": 1e-6, "partition": "columns", "parties": 3,
+            "colluding_servers": 1, "corrupt_parties": 1}
+    refused = plan_release(PlanInputs(**base))
+    assert refused.kind != "gram" and not next(c for c in refused.candidates if c.kind == "gram").feasible
+    verified = plan_release(PlanInputs(**base, verified_clipping=True))
+    assert verified.kind == "gram" and "proven on the shares" in verified.reason
+    assert "nothing yet checks" not in verified.reason
+    table = synthetic_ridge(2000, 5, Randomness.seeded_insecure(7).child("data"))
+    spec, _ = build_job(table, job_id="auto", randomness=Randomness.seeded_insecure(8), partition="columns",
+                        parties=3, kind="auto", colluding_servers=1, verified_clipping=True)
+    assert spec.sketch.kind == "gram" and spec.verified_clipping and spec.privacy.corrupt_parties == 1

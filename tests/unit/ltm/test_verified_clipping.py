@@ -26,7 +26,7 @@ from party.replicated import replicated_uploads
 from server.replicated import ReplicatedServer
 from sim.runtime.inprocess import run_inprocess
 from sim.runtime.jobs import build_job, party_tables
-from sim.runtime.replicated_run import verify_clipping
+from sim.runtime.replicated_run import replicated_servers, verify_clipping
 
 U64 = np.uint64
 SEEDS = [bytes([i]) * 32 for i in range(3)]
@@ -34,17 +34,17 @@ SEEDS = [bytes([i]) * 32 for i in range(3)]
 
 # -------------------------------------------------------------------- the pure core
 def test_shape_and_witness_test_vector():
-    # d = 1, f = 2, C = 1: R = 4 + ½, B = ⌈20.25(1 + 2^-45)⌉ = 21, ⌊√21⌋ = 4 has 3 bits: r = 3, E = 4, L = 5.
+    # d = 1, f = 2, C = 1: R = 4 + ½, B = ⌊20.25⌋ = 20, ⌊√20⌋ = 4 has 3 bits: r = 3, E = 4, L = 5.
     shape = proof_shape(1, 2, 1.0)
-    assert (shape.bound, shape.r, shape.entry_bits, shape.slack_bits) == (21, 3, 4, 5)
+    assert (shape.bound, shape.r, shape.entry_bits, shape.slack_bits) == (20, 3, 4, 5)
     assert shape.witness_width == 9 and shape.constraint_width == 11
     w = witness(np.array([[-3], [4]]), shape)
-    # x̂ = −3: u = 5 = 0b0101 (LSB first 1,0,1,0); slack 21 − 9 = 12 = 0b01100 → 0,0,1,1,0
-    np.testing.assert_array_equal(w[0], [1, 0, 1, 0, 0, 0, 1, 1, 0])
-    # x̂ = 4: u = 12 → 0,0,1,1; slack 21 − 16 = 5 → 1,0,1,0,0
-    np.testing.assert_array_equal(w[1], [0, 0, 1, 1, 1, 0, 1, 0, 0])
+    # x̂ = −3: u = 5 = 0b0101 (LSB first 1,0,1,0); slack 20 − 9 = 11 = 0b01011 → 1,1,0,1,0
+    np.testing.assert_array_equal(w[0], [1, 0, 1, 0, 1, 1, 0, 1, 0])
+    # x̂ = 4: u = 12 → 0,0,1,1; slack 20 − 16 = 4 → 0,0,1,0,0
+    np.testing.assert_array_equal(w[1], [0, 0, 1, 1, 0, 0, 1, 0, 0])
     with pytest.raises(ValueError, match="not clipped"):
-        witness(np.array([[5]]), shape)  # 25 > 21
+        witness(np.array([[5]]), shape)  # 25 > 20
     with pytest.raises(ValueError, match="outside"):
         witness(np.array([[8]]), shape)
 
@@ -219,7 +219,7 @@ def test_honest_verified_job_releases_the_same_bytes_as_the_unverified_one(job):
 def _servers_with(spec, data, cheat=None):
     """Three servers holding every party's honest uploads, except ``cheat(uploads) → uploads`` for
     party-1 (the corrupt party); then closed."""
-    servers = [ReplicatedServer(spec, i, Randomness.seeded_insecure(20).child("server", i)) for i in range(3)]
+    servers = replicated_servers(spec)
     for party in spec.parties:
         ups = replicated_uploads(spec, party.party_id, data[party.party_id],
                                  party_randomness(Randomness.seeded_insecure(11), spec, party.party_id))
@@ -291,7 +291,7 @@ def test_invalid_blocks_are_refused_naming_the_party(job, kind):
 @pytest.mark.parametrize("what", ["block value", "block seed", "witness value"])
 def test_inconsistent_copies_are_refused(job, what):
     """The two servers holding the same additive share get different values (or different seeds):
-    their digests differ, the party is named and nothing is released."""
+    the copy terms of the masked check no longer cancel, the party is named and nothing is released."""
     spec, data = job
 
     def cheat(spec, party, table, ups):
@@ -310,9 +310,7 @@ def test_inconsistent_copies_are_refused(job, what):
         return [ups[0], replace(ups[1], proof=replace(proof, first=Share(1, proof.first.shape, data=values))), ups[2]]
 
     servers, seeds = _servers_with(spec, data, cheat)
-    share_index = 2 if what == "block seed" else 1
-    kind = "witness" if what.startswith("witness") else "block"
-    _refused(spec, servers, seeds, f"different copies of its {kind} share {share_index}")
+    _refused(spec, servers, seeds, "share copies differ")
 
 
 def test_a_missing_proof_or_unrelayed_check_releases_nothing(job):
@@ -349,35 +347,24 @@ def test_parties_accept_a_verified_job_and_an_insecure_server_refuses_it(job):
 
 
 def test_the_verdict_functions_directly():
-    from ltm.verified_clipping import check_failures, copy_problems
+    from ltm.verified_clipping import check_failures
 
     err = ClippingProofFailed({"b": "why b", "a": "why a"})
     assert str(err) == "verified clipping failed, nothing released: party 'a': why a; party 'b': why b"
     assert err.code == "FAILED_PRECONDITION" and err.exit_code == 3
-    ok = {("p", "block", 0): "h0", ("p", "block", 1): "h1", ("p", "block", 2): "h2"}
-    # server i holds shares i and i + 1: server 0 → 0, 1; server 1 → 1, 2; server 2 → 2, 0
-    held = [{k: v for k, v in ok.items() if k[2] in (i, (i + 1) % 3)} for i in range(3)]
-    assert copy_problems(held) == {}
-    bad = [dict(h) for h in held]
-    bad[2][("p", "block", 0)] = "other"
-    assert copy_problems(bad) == {"p": "servers 2 and 0 hold different copies of its block share 0"}
-    del bad[2][("p", "block", 0)]
-    assert copy_problems(bad) == {"p": "servers 2 and 0 hold different copies of its block share 0"}
     zero = [np.array([1, 2], dtype=U64), np.array([3, 4], dtype=U64), -np.array([4, 6], dtype=U64)]
     assert verdict(zero) and not verdict([zero[0], zero[1], zero[1]])
     shares = [{"p": z, "q": z} for z in zero]
-    assert check_failures(["p", "q"], shares, held) == {}
+    assert check_failures(["p", "q"], shares) == {}
     del shares[1]["q"]
-    assert check_failures(["p", "q"], shares, held) == {"q": "its clipping check is missing"}
+    assert check_failures(["p", "q"], shares) == {"q": "its clipping check is missing"}
     shares[1]["q"] = zero[0]
-    assert check_failures(["p", "q"], shares, held) == {
-        "q": "its block is not proven clipped (the check does not sum to 0)"}
-    assert check_failures(["p"], shares[:2], held) == {"p": "its clipping check is missing"}
+    assert check_failures(["p", "q"], shares) == {
+        "q": "its block is not proven clipped or its share copies differ (the check does not sum to 0)"}
+    assert check_failures(["p"], shares[:2]) == {"p": "its clipping check is missing"}
 
 
-def test_coefficient_key_binds_job_party_and_every_seed_and_digests_bind_the_copy():
-    from ltm.verified_clipping import share_digest
-
+def test_coefficient_key_binds_job_party_and_every_seed():
     base = coefficient_key("d", "p", SEEDS)
     assert len(base) == 32
     assert base != coefficient_key("e", "p", SEEDS) and base != coefficient_key("d", "q", SEEDS)
@@ -387,35 +374,320 @@ def test_coefficient_key_binds_job_party_and_every_seed_and_digests_bind_the_cop
         assert coefficient_key("d", "p", changed) != base
     with pytest.raises(ValueError, match="32 bytes"):
         coefficient_key("d", "p", [b"x" * 31])
-    a = np.arange(6, dtype=U64).reshape(2, 3)
-    assert share_digest(None, a) == share_digest(None, a.copy()) != share_digest(None, a.reshape(3, 2))
-    assert share_digest(None, a) != share_digest(None, a + U64(1))
-    assert share_digest(bytes(32), None) != share_digest(bytes([1]) * 32, None)
+
+
+
+# -------------------------------------------------------------------- review fixes (F1–F6)
+KEYS = [bytes([40 + j]) * 32 for j in range(3)]  # k_{j,j+1}
+
+
+def _party0_uploads(spec, table, neighbour: bool):
+    """party-0's uploads for its data (or a replace-one neighbour: client 17 moved), its additive
+    shares 1 and 2 (block and witness: seeds) the same bytes in both worlds; share 0 is explicit."""
+    party = spec.party("party-0")
+    tbl = {k: v.copy() for k, v in table.items()}
+    if neighbour:
+        tbl[next(iter(tbl))][17] += 0.25
+    grid = _honest_grid(spec, party, tbl)
+    ups = replicated_uploads(spec, "party-0", table, Randomness.seeded_insecure(11))
+    shape = proof_shape(grid.shape[1], spec.frac_bits, party.clip_bound)
+    xs = share(np.ascontiguousarray(grid, dtype=np.int64).view(U64), 3, Randomness.seeded_insecure("x"), primary=0)
+    ws = share(witness(grid, shape), 3, Randomness.seeded_insecure("w"), primary=0)
+    return [BlockUpload(i, u.columns, xs[i], xs[(i + 1) % 3], u.noise,
+                        ProofUpload(i, ws[i], ws[(i + 1) % 3], u.proof.mask)) for i, u in enumerate(ups)]
+
+
+def _checked_servers(spec, data, party0_ups, keys, seeds=SEEDS):
+    from ltm.verified_clipping import mask_key_pairs
+
+    servers = [ReplicatedServer(spec, i, mask_keys=pair) for i, pair in enumerate(mask_key_pairs(keys))]
+    for party in spec.parties:
+        ups = (party0_ups if party.party_id == "party-0" else
+               replicated_uploads(spec, party.party_id, data[party.party_id], Randomness.seeded_insecure(12)))
+        for server, up in zip(servers, ups):
+            server.accept(party.party_id, up)
+    for server, seed in zip(servers, seeds):
+        server.check_seed = seed  # fixed here so that the two worlds differ in the data alone
+        server.close()
+    return servers, [server.check_shares(list(seeds)) for server in servers]
+
+
+def test_a_non_holders_view_does_not_depend_on_the_data(job, table):
+    """F1: server 1 holds party-0's additive shares 1 and 2, not share 0 = x − s1 − s2.  With its own
+    shares, keys and the seeds fixed, what it receives from the others is the same function of the
+    data's complement in both worlds: no digest or other data-derived value, only masked κ-vectors
+    that sum to minus its own (honest: 0), hidden by F(k_{2,0}, K), the key it lacks."""
+    spec, data = job
+    tables = party_tables(spec, table)["party-0"]
+    views = []
+    for neighbour, unknown in ((False, bytes([1]) * 32), (True, bytes([2]) * 32), (False, bytes([3]) * 32)):
+        ups = _party0_uploads(spec, tables, neighbour)
+        assert ups[1].first.seed is not None and ups[1].second.seed is not None
+        _, out = _checked_servers(spec, data, ups, [KEYS[0], KEYS[1], unknown])
+        views.append(out)
+    for out in views:
+        assert all(isinstance(shares, dict) for shares in out)  # nothing but the check shares is published
+        assert verdict([out[i]["party-0"] for i in range(3)])
+    own = [v[1]["party-0"] for v in views]
+    assert all(np.array_equal(own[0], o) for o in own)  # its own answer: a function of its own shares
+    # the others' answers change with the key server 1 lacks, for the same data (worlds 0 and 2)
+    assert not np.array_equal(views[0][0]["party-0"], views[2][0]["party-0"])
+    assert not np.array_equal(views[0][2]["party-0"], views[2][2]["party-0"])
+
+
+def test_the_digest_attack_finds_nothing_to_test(job, table):
+    """F1, the reviewer's attack: h30 published SHA-256(share 0) to server 1; now only the masked
+    check shares are published, and nothing in them equals a function of the guessed share 0."""
+    spec, data = job
+    tables = party_tables(spec, table)["party-0"]
+    ups = _party0_uploads(spec, tables, False)
+    _, out = _checked_servers(spec, data, ups, KEYS)
+    published = [value for shares in out for value in shares.values()]
+    assert all(isinstance(v, np.ndarray) and v.shape == (CHECK_REPETITIONS,) for v in published)
+
+
+def test_inconsistent_copies_fail_the_check_without_digests():
+    """F1: copy consistency is inside the masked check: the two holders of one additive share given
+    different values make the κ sums non-zero (and consistent copies sum to zero)."""
+    from ltm.verified_clipping import mask_key_pairs
+
+    d, f, C = 2, 10, 0.8
+    shape = proof_shape(d, f, C)
+    X = clip_rows(np.random.default_rng(5).normal(size=(300, d)), C, "l2")
+    ups = party_uploads(X, (0, 1), width=d, frac_bits=f, plan=None, randomness=Randomness.seeded_insecure(1),
+                        proof=shape)
+    key, pairs = coefficient_key("d", "p", SEEDS), mask_key_pairs(KEYS)
+
+    def run(ups):
+        return [server_check(i, (u.first, u.second), u.proof, shape, key, mask_keys=pairs[i]) for i, u in
+                enumerate(ups)]
+
+    assert verdict(run(ups))
+    for j in range(3):  # the second holder (server j − 1) of share j gets a changed copy
+        holder = (j - 1) % 3
+        for what in ("block", "witness"):
+            src = ups[holder].second if what == "block" else ups[holder].proof.second
+            vals = src.values().copy()
+            vals[7, 0] ^= U64(1) << U64(63)
+            bad = Share(src.server, src.shape, data=vals)
+            up = (replace(ups[holder], second=bad) if what == "block" else
+                  replace(ups[holder], proof=replace(ups[holder].proof, second=bad)))
+            assert not verdict(run([up if i == holder else u for i, u in enumerate(ups)])), (j, what)
+
+
+def test_check_shares_and_accept_checks_answer_once_per_job(job):
+    """F2: a second check_shares with other seeds is refused (identical: the same bytes); a later
+    relay never reopens a failed gate, and a relay must carry the server's own share."""
+    spec, data = job
+    attack = np.zeros((spec.n, len(spec.party_column_indices(spec.party("party-1")))), dtype=np.int64)
+    attack[17, 0] = 2_000_000 << spec.frac_bits
+    servers, seeds = _servers_with(spec, data, _with_block(attack))
+    first = servers[1].check_shares(seeds)
+    again = servers[1].check_shares(list(seeds))
+    assert all(np.array_equal(first[p], again[p]) for p in first)
+    other = [seeds[0], seeds[1], bytes(32)]
+    with pytest.raises(ValueError, match="once per job"):
+        servers[1].check_shares(other)
+    _refused(spec, servers, seeds, "not proven clipped")
+    forged = [{p: np.zeros(CHECK_REPETITIONS, dtype=U64) for p in first} for _ in range(3)]
+    for server in servers:
+        with pytest.raises(ValueError, match="once per job"):
+            server.accept_checks(forged)
+        assert set(server.check_failures) == {"party-1"}
+        with pytest.raises(ClippingProofFailed, match="party-1"):
+            server.output()
+    fresh, seeds = _servers_with(spec, data)
+    shares = [s.check_shares(seeds) for s in fresh]
+    with pytest.raises(ValueError, match="own"):
+        fresh[0].accept_checks(forged)  # its own share is not in the relay
+    assert fresh[0].check_failures is None
+    assert fresh[0].accept_checks(shares) == {} == fresh[0].accept_checks(shares)
+
+
+def test_an_equivocating_relay_is_hidden_by_the_servers_mask(job, table):
+    """F2 (the reviewer's e2): the analyst gives server 1 other seeds than servers 0 and 2.  The sum of
+    the three answers is then everything server 0 can compute from its own shares, keys and a guess
+    of the data, plus F(k_{1,2}, K′) − F(k_{1,2}, K): the key only servers 1 and 2 hold hides it."""
+    from ltm.verified_clipping import mask_key_pairs, pair_mask
+
+    spec, data = job
+    tables = party_tables(spec, table)["party-0"]
+    ups = _party0_uploads(spec, tables, False)
+    servers, _ = _checked_servers(spec, data, ups, KEYS, seeds=SEEDS)  # (the honest answers, unused)
+    evil = [SEEDS[0], SEEDS[1], bytes([9]) * 32]
+    server1 = ReplicatedServer(spec, 1, mask_keys=mask_key_pairs(KEYS)[1])
+    for party in spec.parties:
+        server1.accept(party.party_id, servers[1].uploads[party.party_id])
+    server1.check_seed = SEEDS[1]
+    server1.close()
+    obs = (servers[0].check_shares(SEEDS)["party-0"] + server1.check_shares(evil)["party-0"]
+           + servers[2].check_shares(SEEDS)["party-0"])
+    party = spec.party("party-0")
+    shape = proof_shape(len(ups[0].columns), spec.frac_bits, party.clip_bound)
+    K, K1 = (coefficient_key(spec.digest, "party-0", s) for s in (SEEDS, evil))
+    zero = Share(0, (CHECK_REPETITIONS,), data=np.zeros(CHECK_REPETITIONS, dtype=U64))
+    bare = [server_check(i, (u.first, u.second), replace(u.proof, mask=zero), shape, K1 if i == 1 else K)
+            for i, u in enumerate(ups)]  # a guess of the data gives these to server 0 (h30: the whole sum)
+    party_masks = sum(u.proof.mask.values() for u in ups)  # a zero-sharing: 0
+    known = (pair_mask(KEYS[0], K) - pair_mask(KEYS[2], K) - pair_mask(KEYS[0], K1) + pair_mask(KEYS[2], K))
+    hidden = pair_mask(KEYS[1], K1) - pair_mask(KEYS[1], K)
+    np.testing.assert_array_equal(obs, bare[0] + bare[1] + bare[2] + party_masks + known + hidden)
+    assert hidden.any() and not np.array_equal(obs, bare[0] + bare[1] + bare[2] + known)
+
+
+def test_check_seeds_are_unpredictable_in_seeded_runs(job):
+    """F3 (the reviewer's e5): a cheater who predicts the coefficient key cancels its constraints with
+    its own mask.  Seeds now come from the system CSPRNG whatever randomness a server is given."""
+    spec, data = job
+    root = Randomness.seeded_insecure(20)
+    a, b = (ReplicatedServer(spec, 0, root.child("server", 0), mask_keys=(KEYS[0], KEYS[2])) for _ in range(2))
+    sa, sb = a.close(), b.close()
+    assert len(sa) == 32 and sa != sb and sa != root.child("server", 0).child("check-seed", 0).bytes(32)
+    predicted = [root.child("server", i).child("check-seed", i).bytes(32) for i in range(3)]
+    party = spec.party("party-1")
+    d = len(spec.party_column_indices(party))
+    shape = proof_shape(d, spec.frac_bits, party.clip_bound)
+    attack = np.zeros((spec.n, d), dtype=np.int64)
+    attack[17, 0] = 2_000_000 << spec.frac_bits
+
+    def cheat(spec, party, table, ups):
+        R = Randomness.seeded_insecure("cheat")
+        xs = share(attack.view(U64), 3, R.child("x"), mode="full")
+        ws = share(np.zeros((spec.n, shape.witness_width), U64), 3, R.child("w"), mode="full")
+        key = coefficient_key(spec.digest, "party-1", predicted)
+        S = sum(server_check(i, (xs[i], xs[(i + 1) % 3]), ProofUpload(i, ws[i], ws[(i + 1) % 3], Share(
+            i, (CHECK_REPETITIONS,), data=np.zeros(CHECK_REPETITIONS, U64))), shape, key) for i in range(3))
+        masks = [-S, np.zeros_like(S), np.zeros_like(S)]  # not a zero-sharing: cancels the predicted sums
+        return [BlockUpload(i, u.columns, xs[i], xs[(i + 1) % 3], u.noise,
+                            ProofUpload(i, ws[i], ws[(i + 1) % 3], Share(i, S.shape, data=masks[i])))
+                for i, u in enumerate(ups)]
+
+    from ltm.verified_clipping import mask_key_pairs
+
+    servers = [ReplicatedServer(spec, i, root.child("server", i), mask_keys=p)
+               for i, p in enumerate(mask_key_pairs(KEYS))]
+    for p in spec.parties:
+        ups = replicated_uploads(spec, p.party_id, data[p.party_id], party_randomness(Randomness.seeded_insecure(11),
+                                                                                        spec, p.party_id))
+        if p.party_id == "party-1":
+            ups = cheat(spec, p, data[p.party_id], ups)
+        for server, up in zip(servers, ups):
+            server.accept(p.party_id, up)
+    seeds = [s.close() for s in servers]
+    assert seeds != predicted
+    _refused(spec, servers, seeds, "not proven clipped")
+
+
+def test_the_soundness_statement_with_a_mask_is_written_down():
+    """F4: the proof covers any mask sum m fixed before the coefficients (pass iff S_t = −m_t)."""
+    from pathlib import Path
+
+    import ltm.verified_clipping as vc
+
+    doc = Path(__file__).resolve().parents[3].joinpath("docs", "architecture.md").read_text()
+    for text in (vc.__doc__, doc):
+        assert "S_t = −m_t" in text and "fixed before" in text
+
+
+def test_the_bound_is_the_exact_floor_of_r_squared():
+    """F5: B = ⌊R²⌋ exactly; h30's ⌈R²(1 + 2^-45)⌉ admitted ‖x̂‖² = 24 > R² = 23.68 (d = 3, f = 2, C = 1)."""
+    from fractions import Fraction
+
+    from mpmath import floor as mfloor
+    from mpmath import mp, mpf
+    from mpmath import sqrt as msqrt
+
+    shape = proof_shape(3, 2, 1.0)
+    assert shape.bound == 23
+    with pytest.raises(ValueError, match="not clipped"):
+        witness(np.array([[4, 2, 2]]), shape)  # 24 > R²
+    mp.prec = 400
+    rng = np.random.default_rng(30)
+    for _ in range(300):
+        d, f, C = int(rng.integers(1, 40)), int(rng.integers(0, 26)), float(rng.uniform(0.01, 4))
+        if rng.random() < 0.3:
+            C = float(rng.integers(1, 5)) / 2  # exact binary C: R² lands on or near integers
+        try:
+            B = proof_shape(d, f, C).bound
+        except ValueError:
+            continue
+        R = mpf(Fraction(C).numerator) / Fraction(C).denominator * 2**f + msqrt(d) / 2
+        assert B == int(mfloor(R * R)), (d, f, C)
+
+
+def test_a_badly_shaped_proof_is_refused_on_accept_naming_the_party(job):
+    """F6: witness shares must be n × T_b and the mask (κ,), checked when the upload arrives."""
+    spec, data = job
+    up = replicated_uploads(spec, "party-2", data["party-2"], Randomness.seeded_insecure(1))[0]
+    w = up.proof.first
+    short = Share(0, (spec.n, w.shape[1] - 1), data=np.zeros((spec.n, w.shape[1] - 1), dtype=U64))
+    with pytest.raises(ValueError, match="party 'party-2': witness shares must be"):
+        ReplicatedServer(spec, 0).accept("party-2", replace(up, proof=replace(up.proof, first=short)))
+    mask = Share(0, (3,), data=np.zeros(3, dtype=U64))
+    with pytest.raises(ValueError, match="party 'party-2': the check mask must be"):
+        ReplicatedServer(spec, 0).accept("party-2", replace(up, proof=replace(up.proof, mask=mask)))
+
+
+def test_the_servers_zero_sharing_sums_to_zero_and_is_fresh_per_key():
+    from ltm.verified_clipping import mask_key_pairs, pair_mask, server_mask
+
+    pairs = mask_key_pairs(KEYS)
+    assert pairs == [(KEYS[0], KEYS[2]), (KEYS[1], KEYS[0]), (KEYS[2], KEYS[1])]
+    K, K1 = coefficient_key("d", "p", SEEDS), coefficient_key("d", "q", SEEDS)
+    for key in (K, K1):
+        masks = [server_mask(p, key) for p in pairs]
+        assert all(m.shape == (CHECK_REPETITIONS,) and m.dtype == U64 and m.any() for m in masks)
+        assert not (masks[0] + masks[1] + masks[2]).any()
+    assert not np.array_equal(server_mask(pairs[0], K), server_mask(pairs[0], K1))
+    assert not np.array_equal(pair_mask(KEYS[0], K), pair_mask(KEYS[1], K))
+    assert pair_mask(KEYS[0], K, 3).shape == (3,)
+    with pytest.raises(ValueError, match="32 bytes"):
+        pair_mask(b"k" * 31, K)
+    with pytest.raises(ValueError, match="3 pairwise mask keys"):
+        mask_key_pairs(KEYS[:2])
+    with pytest.raises(ValueError, match="3 pairwise mask keys"):
+        mask_key_pairs([KEYS[0], KEYS[1], b"x"])
+
+
+def test_check_shares_needs_the_pairwise_mask_keys(job):
+    spec, data = job
+    servers, seeds = _servers_with(spec, data)
+    bare = ReplicatedServer(spec, 0)
+    for party in spec.parties:
+        bare.accept(party.party_id, servers[0].uploads[party.party_id])
+    seeds = [bare.close(), seeds[1], seeds[2]]
+    with pytest.raises(ValueError, match="no pairwise mask keys"):
+        bare.check_shares(seeds)
+    with pytest.raises(ValueError, match="compute this server's check shares"):
+        bare.accept_checks([{}, {}, {}])
 
 
 def test_the_relayed_statements_round_trip_and_bind_job_server_and_seed_set():
-    from ltm.verified_clipping import (output_statement, read_output_statement, read_seed_statement,
-                                       seed_statement, statement_seeds)
+    from ltm.verified_clipping import (output_statement, read_mask_public, read_output_statement,
+                                       read_seed_statement, seed_statement, statement_seeds)
 
     job, seeds = "ab" * 32, [bytes([i]) * 32 for i in range(3)]
-    payload = seed_statement(job, 1, seeds[1])
-    assert read_seed_statement(payload, job, 1) == seeds[1]
-    assert payload == seed_statement(job, 1, seeds[1])  # canonical: the same bytes to sign
+    pub = bytes([7]) * 32
+    payload = seed_statement(job, 1, seeds[1], pub)
+    assert read_seed_statement(payload, job, 1) == seeds[1] and read_mask_public(payload, job, 1) == pub
+    assert payload == seed_statement(job, 1, seeds[1], pub)  # canonical: the same bytes to sign
     for bad_job, bad_server in ((job[:-1] + "c", 1), (job, 0), (job, 2)):
         with pytest.raises(ValueError, match="another job or server"):
             read_seed_statement(payload, bad_job, bad_server)
     with pytest.raises(ValueError, match="32 bytes"):
-        read_seed_statement(seed_statement(job, 1, b"\1" * 31), job, 1)
+        read_seed_statement(seed_statement(job, 1, b"\1" * 31, pub), job, 1)
+    with pytest.raises(ValueError, match="mask public key is 32 bytes"):
+        read_mask_public(seed_statement(job, 1, seeds[1], pub[:31]), job, 1)
     with pytest.raises(ValueError, match="not JSON"):
         read_seed_statement(b"\xff", job, 1)
     shares = {"party-0": np.array([0, 1, 2**64 - 1], dtype=U64), "party-1": np.arange(3, dtype=U64)}
-    digests = {("party-0", "block", 1): "d1", ("party-1", "witness", 2): "d2"}
-    out = output_statement(job, 2, seeds, shares, digests)
+    out = output_statement(job, 2, seeds, shares)
+    assert b"digest" not in out.replace(b'"job_digest"', b"")  # no copy digests on the wire (F1)
     with pytest.raises(ValueError, match="not a ltm.check-seed.v1"):
         read_seed_statement(out, job, 2)  # an output is not a seed statement
     assert statement_seeds(out, job, 2) == seeds
-    got_shares, got_digests = read_output_statement(out, job, 2, seeds)
-    assert got_digests == digests and set(got_shares) == set(shares)
+    got_shares = read_output_statement(out, job, 2, seeds)
+    assert set(got_shares) == set(shares)
     for p in shares:
         assert got_shares[p].dtype == U64
         np.testing.assert_array_equal(got_shares[p], shares[p])
@@ -423,8 +695,30 @@ def test_the_relayed_statements_round_trip_and_bind_job_server_and_seed_set():
         read_output_statement(out, job, 2, [seeds[0], seeds[2], seeds[1]])
     with pytest.raises(ValueError, match="another job or server"):
         read_output_statement(out, job, 1, seeds)
-    broken = out.replace(b'"digests":[', b'"digests":[["x"],')
+    broken = out.replace(b'"shares":{', b'"shares":{"x":["y"],')
     with pytest.raises(ValueError, match="malformed"):
         read_output_statement(broken, job, 2, seeds)
     with pytest.raises(ValueError, match="no seed set"):
         statement_seeds(out.replace(b'"seeds"', b'"seedz"'), job, 2)
+
+
+def test_pairwise_mask_keys_from_x25519_agree_between_neighbours_and_mask_to_zero():
+    """Each pair of servers derives the same k_{j,j+1} from its own private key and the other's
+    public key; the three servers' masks sum to 0; a fourth key pair (an analyst that swapped a
+    public key) yields other keys; a set without this server's own public key is refused."""
+    from ltm.verified_clipping import (mask_private_key, mask_public_key, pairwise_mask_keys, server_mask)
+
+    digest = "ab" * 32
+    privs = [mask_private_key() for _ in range(3)]
+    pubs = [mask_public_key(k) for k in privs]
+    keys = [pairwise_mask_keys(i, privs[i], pubs, digest) for i in range(3)]
+    for i in range(3):
+        assert keys[i][0] == keys[(i + 1) % 3][1]  # k_{i,i+1} at both its holders
+        assert keys[i][0] not in keys[(i + 2) % 3]  # and not at the third server
+    total = sum((server_mask(keys[i], b"K" * 32) for i in range(3)), start=np.zeros(40, dtype=U64))
+    assert not total.any()
+    assert pairwise_mask_keys(0, privs[0], pubs, "cd" * 32) != keys[0]  # bound to the job
+    swapped = [pubs[0], mask_public_key(mask_private_key()), pubs[2]]
+    assert pairwise_mask_keys(0, privs[0], swapped, digest)[0] != keys[0][0]
+    with pytest.raises(ValueError, match="this one's included"):
+        pairwise_mask_keys(0, privs[0], [pubs[1], pubs[1], pubs[2]], digest)

@@ -113,7 +113,7 @@ def test_a_seed_set_without_the_servers_own_seed_is_refused(job, certs):
     with pytest.raises(ProtocolError, match="does not hold server 0's own check seed"):
         cores[0].check_output(spec.job_id, [other, seeds[1], seeds[2]], caller_role=A)
     cores[1].check_output(spec.job_id, [other, seeds[1], seeds[2]], caller_role=A)  # server-1 cannot tell
-    forged = Signer.from_dir(certs[0], "analyst").sign(seed_statement(spec.digest, 0, bytes(32)))
+    forged = Signer.from_dir(certs[0], "analyst").sign(seed_statement(spec.digest, 0, bytes(32), bytes(32)))
     with pytest.raises(ProtocolError, match="signed by 'analyst'"):
         cores[1].check_output(spec.job_id, [forged, seeds[1], seeds[2]], caller_role=A)
     # server-0's outputs under the split set never agree with its own: the verdict is refused
@@ -202,3 +202,55 @@ def test_ed25519_keys_expired_or_unreadable_certificates_and_the_wire_form():
     rsa_signed = replace(signed, certificate=_pem_pair(weak, _issue(ca_key, name, weak, "server-1"))[1])
     with pytest.raises(SignatureRefused, match="server-1's certificate holds a RSAPublicKey key"):
         verify_signed(rsa_signed, "server-1", ca_pem)
+
+
+def seeds_of(signed):
+    """The seed in a signed seed statement (its payload, unverified)."""
+    import json
+    return bytes.fromhex(json.loads(signed.payload)["seed"])
+
+
+def test_a_server_answers_once_per_job_and_never_overwrites_a_verdict(job, certs, tmp_path):
+    """Once per job on the core (docs/architecture.md, "Over gRPC"): an identical seed set again gives
+    the same signed bytes; another validly signed set (server-2's key signing a second seed, as a
+    server that equivocates would) is refused; so is another set of outputs after the verdict; the
+    mask keys come from the signed X25519 public keys (a key substituted by the relay is refused as
+    unsigned); a restart on the same SQLite store answers with the same output."""
+    spec, batches = job
+    stores = {1: SqliteStore(tmp_path / "s1")}
+    cores = _cores(spec, batches, certs[0], stores)
+    seeds = [c.check_seed(spec.job_id, caller_role=A) for c in cores]
+    first = cores[1].check_output(spec.job_id, seeds, caller_role=A)
+    assert cores[1].check_output(spec.job_id, list(seeds), caller_role=A) == first  # same bytes, signature too
+    from ltm.verified_clipping import mask_private_key, mask_public_key
+    low = Signer.from_dir(certs[0], "server-2").sign(seed_statement(spec.digest, 2, seeds_of(seeds[2]), bytes(32)))
+    with pytest.raises(ProtocolError, match="not a usable X25519 key"):  # refused before anything is recorded
+        cores[1].check_output(spec.job_id, [seeds[0], seeds[1], low], caller_role=A)
+    other = Signer.from_dir(certs[0], "server-2").sign(
+        seed_statement(spec.digest, 2, bytes([5]) * 32, mask_public_key(mask_private_key())))
+    with pytest.raises(ProtocolError, match="already took another check seed set"):
+        cores[1].check_output(spec.job_id, [seeds[0], seeds[1], other], caller_role=A)
+    swapped = replace(seeds[2], payload=seeds[2].payload.replace(b'"mask_public":"', b'"mask_public":"00', 1))
+    with pytest.raises(ProtocolError, match="valid signature"):
+        cores[1].check_output(spec.job_id, [seeds[0], seeds[1], swapped], caller_role=A)
+    stores[1].close()
+    cores[1] = ServerCore("server-1", SqliteStore(tmp_path / "s1"), Signer.from_dir(certs[0], "server-1"))
+    assert cores[1].check_output(spec.job_id, seeds, caller_role=A) == first  # durable: seed, key, output
+    outputs = [cores[0].check_output(spec.job_id, seeds, caller_role=A), first,
+               cores[2].check_output(spec.job_id, seeds, caller_role=A)]
+    zero = np.zeros(40, dtype=np.uint64)
+    from ltm.verified_clipping import output_statement, statement_seeds
+    values = [bytes.fromhex(h.hex()) for h in statement_seeds(first.payload, spec.digest, 1)]
+    forged = Signer.from_dir(certs[0], "server-2").sign(output_statement(
+        spec.digest, 2, values, {p.party_id: zero for p in spec.parties}))
+    failed = cores[1].check_verdict(spec.job_id, [outputs[0], outputs[1], forged], caller_role=A)
+    assert set(failed) == {p.party_id for p in spec.parties}  # the all-zero answer does not cancel the masks
+    with pytest.raises(ProtocolError, match="already took another set of check outputs"):
+        cores[1].check_verdict(spec.job_id, outputs, caller_role=A)  # a recorded failure stays
+    assert cores[1].clipping_failures(spec.job_id) == failed
+    with pytest.raises(ProtocolError, match="do not carry server 0's own"):
+        not_mine = Signer.from_dir(certs[0], "server-0").sign(output_statement(
+            spec.digest, 0, values, {p.party_id: zero for p in spec.parties}))
+        cores[0].check_verdict(spec.job_id, [not_mine, outputs[1], outputs[2]], caller_role=A)
+    assert cores[0].clipping_failures(spec.job_id) is None  # nothing recorded by a refused relay
+    cores[1].store.close()
