@@ -436,7 +436,9 @@ def check_failures(party_ids: list[str], shares: list[dict[str, np.ndarray]]) ->
 # Servers never talk to each other: the analyst relays each server's seed and check output to the
 # others, signed with the server's TLS key (transport/signing.py).  These are the signed payloads:
 # canonical JSON naming the job's digest and the server, so a statement cannot be replayed for
-# another job or place, and an output names the seed set it was computed for.
+# another job or place, and an output names the seed set it was computed for.  A seed statement also
+# carries the server's X25519 public key for the job: neighbours j and j + 1 derive k_{j,j+1} from it
+# (:func:`pairwise_mask_keys`), a key neither the analyst nor the third server can compute.
 _SEED_KIND = "ltm.check-seed.v1"
 _OUTPUT_KIND = "ltm.check-output.v1"
 

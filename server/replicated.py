@@ -40,7 +40,9 @@ class ReplicatedServer:
         """``randomness`` is not used for the check seed, which always comes from the system CSPRNG
         (a seeded run's seeds would be known before the uploads); ``mask_keys`` = (k_{i,i+1},
         k_{i−1,i}), this server's two pairwise keys of the check's zero-sharing
-        (:func:`ltm.verified_clipping.server_mask`), set up by whoever runs the servers."""
+        (:func:`ltm.verified_clipping.server_mask`): handed over in process
+        (:func:`sim.runtime.replicated_run.replicated_servers`), over gRPC derived by the server core
+        from the signed X25519 exchange (:func:`ltm.verified_clipping.pairwise_mask_keys`)."""
         validate_job(spec)
         if not spec.replicated:
             raise ValueError(f"job {spec.job_id!r} is not a replicated release (columns partition, kind gram)")

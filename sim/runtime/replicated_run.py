@@ -43,7 +43,8 @@ def replicated_servers(spec: JobSpec) -> list[ReplicatedServer]:
     """The three servers of an in-process replicated job.  With verified clipping, each pair of
     servers (j, j + 1) shares a fresh key k_{j,j+1} from the system CSPRNG for the check's
     zero-sharing (:func:`ltm.verified_clipping.mask_key_pairs`); in process they are handed over
-    directly, over gRPC the servers must agree on them themselves (docs/architecture.md)."""
+    directly; over gRPC each server derives its two from a signed X25519 exchange relayed by the
+    analyst (:func:`ltm.verified_clipping.pairwise_mask_keys`, docs/architecture.md)."""
     if not spec.verified_clipping:
         return [ReplicatedServer(spec, i) for i in range(spec.k)]
     system = Randomness.system()
