@@ -375,7 +375,7 @@ class ServerCore:
             read = [read_output_statement(p, spec.digest, j, seeds) for j, p in enumerate(payloads)]
         except ValueError as exc:
             raise ProtocolError("PERMISSION_DENIED", f"check output refused: {exc}") from None
-        self._once(job_id, "output_set", hashlib.sha256(b"\0".join(payloads)).digest(), "set of check outputs")
+        self._once(job_id, "output_set", b"\0".join(payloads), "set of check outputs")  # JSON: no NUL inside
         failures = check_failures([p.party_id for p in spec.parties], read)
         stored = self.store.put_check_value(job_id, "verdict", json.dumps(failures, sort_keys=True).encode())
         return json.loads(stored)
