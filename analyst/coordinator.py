@@ -29,11 +29,13 @@ import grpc
 import numpy as np
 
 from ltm.analyst.release import ReleasedSketch
-from ltm.analyst.replicated import release_from_shares
+from ltm.analyst.replicated import clipping_verdict, release_from_shares
 from ltm.client_set import ClientSet, ClientSetError
-from ltm.errors import LtmError
+from ltm.errors import LtmError, ProtocolError
 from ltm.jobspec import JobSpec
+from ltm.transport.signing import Signed, from_signed_pb, to_signed_pb
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
+from ltm.verified_clipping import read_output_statement, read_seed_statement
 
 log = logging.getLogger("ltm.analyst")
 T = TypeVar("T")
@@ -319,6 +321,15 @@ class ServerLink(Protocol):
     async def release(self, spec: JobSpec, participants: ClientSet) -> tuple[np.ndarray, int]:
         """The server's result share for ``participants``: uint64 (m, D), and the bytes it streamed."""
 
+    async def check_seed(self, spec: JobSpec) -> Signed:
+        """Verified clipping: the server's signed post-close check seed."""
+
+    async def check_output(self, spec: JobSpec, seeds: list[Signed]) -> Signed:
+        """Verified clipping: the server's signed check output under the relayed seed set."""
+
+    async def check_verdict(self, spec: JobSpec, outputs: list[Signed]) -> list[str]:
+        """Verified clipping: the parties the server itself found failing, from the relayed outputs."""
+
 
 @dataclass
 class GrpcServerLink:
@@ -365,12 +376,58 @@ class GrpcServerLink:
         return await fetch_result_share(self.stub, spec, participants, server_index=self.index, policy=self.policy,
                                         retries=self.retries)
 
+    async def _retried(self, what: str, call):
+        return await call_with_retry(lambda: call(timeout=600.0), server_id=self.server_id, endpoint=self.endpoint,
+                                     what=what, policy=self.policy, retries=self.retries)
+
+    async def check_seed(self, spec: JobSpec) -> Signed:
+        """``GetCheckSeed`` (retried: the server draws its seed once and stores it)."""
+        request = ltm_pb2.CheckSeedRequest(job_id=spec.job_id, job_digest=spec.digest)
+        return from_signed_pb(await self._retried("GetCheckSeed", lambda **kw: self.stub.GetCheckSeed(request, **kw)))
+
+    async def check_output(self, spec: JobSpec, seeds: list[Signed]) -> Signed:
+        """``SubmitCheckSeeds`` (retried: the same seed set gives the same output)."""
+        request = ltm_pb2.SubmitCheckSeedsRequest(job_id=spec.job_id, job_digest=spec.digest,
+                                                  seeds=[to_signed_pb(s) for s in seeds])
+        return from_signed_pb(await self._retried("SubmitCheckSeeds",
+                                                  lambda **kw: self.stub.SubmitCheckSeeds(request, **kw)))
+
+    async def check_verdict(self, spec: JobSpec, outputs: list[Signed]) -> list[str]:
+        """``SubmitCheckOutputs`` (retried: the server records its verdict once)."""
+        request = ltm_pb2.SubmitCheckOutputsRequest(job_id=spec.job_id, job_digest=spec.digest,
+                                                    outputs=[to_signed_pb(s) for s in outputs])
+        reply = await self._retried("SubmitCheckOutputs", lambda **kw: self.stub.SubmitCheckOutputs(request, **kw))
+        return list(reply.failing_parties)
+
 
 def grpc_links(stubs: list[ltm_pb2_grpc.ServerStub], spec: JobSpec, policy: RetryPolicy = DEFAULT_RETRY,
                retries: Retries | None = None) -> list[GrpcServerLink]:
     """One :class:`GrpcServerLink` per server of the job, in the job's server order."""
     return [GrpcServerLink(stub, i, spec.servers[i].server_id, _endpoint(spec, i), policy, retries)
             for i, stub in enumerate(stubs)]
+
+
+async def check_clipping(links: list[ServerLink], spec: JobSpec) -> None:
+    """Verified clipping (issue #30), the analyst relaying: every server's signed post-close seed to
+    every server, then every server's signed check output to every server, each of which decides
+    and records its own verdict (its release gate refuses unless every party passed).  The analyst
+    decides too, with the same function (:func:`ltm.analyst.replicated.clipping_verdict`): raises
+    :class:`ltm.verified_clipping.ClippingProofFailed` naming every failing party, so nothing is
+    released; :class:`ReleaseFailed` if a server refused a step."""
+    try:
+        seeds = await asyncio.gather(*(link.check_seed(spec) for link in links))
+        outputs = await asyncio.gather(*(link.check_output(spec, list(seeds)) for link in links))
+    except (grpc.aio.AioRpcError, ProtocolError) as exc:
+        raise ReleaseFailed(f"the clipping checks could not run, nothing released: {_describe_error(exc)}") from exc
+    verdicts = await asyncio.gather(*(link.check_verdict(spec, list(outputs)) for link in links),
+                                    return_exceptions=True)
+    values = [read_seed_statement(s.payload, spec.digest, j) for j, s in enumerate(seeds)]
+    read = [read_output_statement(o.payload, spec.digest, j, values) for j, o in enumerate(outputs)]
+    clipping_verdict(spec, read)  # ClippingProofFailed
+    refused = [(spec.servers[i].server_id, v) for i, v in enumerate(verdicts) if isinstance(v, BaseException)]
+    if refused:
+        raise ReleaseFailed("a server did not take the clipping checks, nothing released: "
+                            + "; ".join(f"{sid}: {_describe_error(e)}" for sid, e in refused))
 
 
 async def _gather_reachable(calls) -> list:
@@ -431,6 +488,11 @@ async def coordinate(links: list[ServerLink], spec: JobSpec, *, deadline_s: floa
                     extra={"job_id": spec.job_id, "dropped": coverage["reached_some_not_all"],
                            "held_per_server": coverage["held_per_server"]})
     timing["close"] = time.monotonic() - t
+    if spec.verified_clipping:
+        t = time.monotonic()
+        report("checking", {})
+        await check_clipping(links, spec)
+        timing["verify_clipping"] = time.monotonic() - t
     t = time.monotonic()
     report("releasing", {"participants": participants.count})
     shares = await asyncio.gather(*(link.release(spec, participants) for link in links), return_exceptions=True)

@@ -62,13 +62,12 @@ def replicated_privacy_report(spec: JobSpec, *, randomness: str, seeded_parties:
     }
 
 
-def clipping_verdict(spec: JobSpec, shares: list[dict[str, np.ndarray]],
-                     digests: list[dict[tuple[str, str, int], str]]) -> None:
+def clipping_verdict(spec: JobSpec, shares: list[dict[str, np.ndarray]]) -> None:
     """The analyst's reading of the clipping checks (issue #30): every party's three re-randomised
-    check shares must add up to 0 and every share's two copies must agree.  Raises
+    check shares must add up to 0 (copy consistency is inside the check).  Raises
     :class:`ltm.verified_clipping.ClippingProofFailed` naming every party that fails (the same
     decision each server's gate makes on its own, so a lying analyst releases nothing either)."""
-    failures = check_failures([p.party_id for p in spec.parties], shares, digests)
+    failures = check_failures([p.party_id for p in spec.parties], shares)
     if failures:
         raise ClippingProofFailed(failures)
 

@@ -43,7 +43,7 @@ L = P − max(corrupt_parties, 1) honest draws per entry when P ≥ 2 (:func:`no
 corrupt party knows its own noise, and so does a curious one that follows the protocol).
 
 **A deviating party.**  Unless the job has ``verified_clipping`` (:mod:`ltm.verified_clipping`, in
-process only for now), nothing checks on the shares that a party's block is clipped: a party
+process and over gRPC), nothing checks on the shares that a party's block is clipped: a party
 uploading M·e_j instead of its block would read, in the released cross Gram, M times client j's
 values held by the other parties.  So an unverified replicated job tolerates no deviating party:
 ``corrupt_parties`` must be 0 (:func:`unverified_party_problem`, asked by validation and by the
@@ -82,6 +82,11 @@ __all__ = [
     "PART_SECOND",
     "PART_NOISE",
     "REPLICATED_PARTS",
+    "PART_WITNESS_FIRST",
+    "PART_WITNESS_SECOND",
+    "PART_CHECK_MASK",
+    "VERIFIED_PARTS",
+    "parts_per_upload",
     "upload_parts",
     "upload_from_parts",
     "share_block",
@@ -203,9 +208,18 @@ class BlockUpload:
 #: Over gRPC (docs/architecture.md, "The replicated release") a party's upload to server i travels as
 #: three uploads of the ordinary ``Upload`` RPC, told apart by ``BatchHeader.batch_index``: the
 #: additive share x_i of its block, x_{i+1}, and its share of the noise vector.  Each is one Share
-#: (an explicit array or a 32-byte seed), so seed compression works as for a sketch batch.
+#: (an explicit array or a 32-byte seed), so seed compression works as for a sketch batch.  A job
+#: with verified clipping (:mod:`ltm.verified_clipping`) takes three more: the witness shares w_i,
+#: w_{i+1} (1, n, T_b) and the server's share of the check mask (1, 1, κ).
 PART_FIRST, PART_SECOND, PART_NOISE = 0, 1, 2
+PART_WITNESS_FIRST, PART_WITNESS_SECOND, PART_CHECK_MASK = 3, 4, 5
 REPLICATED_PARTS = 3
+VERIFIED_PARTS = 6
+
+
+def parts_per_upload(verified_clipping: bool) -> int:
+    """How many wire parts one party sends one server: 3, or 6 with verified clipping."""
+    return VERIFIED_PARTS if verified_clipping else REPLICATED_PARTS
 
 
 def _wire(s: Share, shape: tuple[int, ...], server: int) -> Share:
@@ -217,21 +231,34 @@ def _wire(s: Share, shape: tuple[int, ...], server: int) -> Share:
 
 
 def upload_parts(upload: BlockUpload) -> list[Share]:
-    """The three wire shares of one upload (part order): blocks as (1, n, d_p), noise as (1, 1, W);
-    each is addressed to the upload's server (the second block share is x_{i+1}, held by server i)."""
+    """The wire shares of one upload (part order): blocks as (1, n, d_p), noise as (1, 1, W), and
+    with a proof its witness shares as (1, n, T_b) and its check mask as (1, 1, κ); each is
+    addressed to the upload's server (the second block share is x_{i+1}, held by server i)."""
     n, d = upload.first.shape
     block = (1, int(n), int(d))
-    return [_wire(upload.first, block, upload.server), _wire(upload.second, block, upload.server),
-            _wire(upload.noise, (1, 1, int(upload.noise.shape[0])), upload.server)]
+    parts = [_wire(upload.first, block, upload.server), _wire(upload.second, block, upload.server),
+             _wire(upload.noise, (1, 1, int(upload.noise.shape[0])), upload.server)]
+    proof = upload.proof
+    if proof is not None:
+        wit = (1, int(n), int(proof.first.shape[1]))
+        parts += [_wire(proof.first, wit, upload.server), _wire(proof.second, wit, upload.server),
+                  _wire(proof.mask, (1, 1, int(proof.mask.shape[0])), upload.server)]
+    return parts
 
 
 def upload_from_parts(server: int, columns: tuple[int, ...], parts: list[Share]) -> BlockUpload:
-    """A :class:`BlockUpload` from the three wire shares (:func:`upload_parts`' inverse)."""
-    if len(parts) != REPLICATED_PARTS:
-        raise ValueError(f"a replicated upload is {REPLICATED_PARTS} parts, got {len(parts)}")
-    first, second, noise = parts
+    """A :class:`BlockUpload` from its wire shares (:func:`upload_parts`' inverse; 3 or 6 parts)."""
+    if len(parts) not in (REPLICATED_PARTS, VERIFIED_PARTS):
+        raise ValueError(f"a replicated upload is {REPLICATED_PARTS} or {VERIFIED_PARTS} parts, got {len(parts)}")
+    first, second, noise = parts[:REPLICATED_PARTS]
+    proof = None
+    if len(parts) == VERIFIED_PARTS:
+        w, w1, mask = parts[REPLICATED_PARTS:]
+        proof = ProofUpload(server, _wire(w, tuple(w.shape[1:]), server), _wire(w1, tuple(w1.shape[1:]), server),
+                            _wire(mask, (int(mask.shape[-1]),), server))
     return BlockUpload(server, tuple(columns), _wire(first, tuple(first.shape[1:]), server),
-                       _wire(second, tuple(second.shape[1:]), server), _wire(noise, (int(noise.shape[-1]),), server))
+                       _wire(second, tuple(second.shape[1:]), server), _wire(noise, (int(noise.shape[-1]),), server),
+                       proof)
 
 
 def _ring(grid_units: np.ndarray) -> np.ndarray:

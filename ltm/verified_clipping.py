@@ -57,6 +57,7 @@ bucket index's bits (:func:`combine`) — ⌈κ/16⌉ passes over v, not κ.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 from dataclasses import dataclass
 
@@ -88,6 +89,15 @@ __all__ = [
     "SERVERS",
     "ClippingProofFailed",
     "check_failures",
+    "seed_statement",
+    "read_seed_statement",
+    "output_statement",
+    "read_output_statement",
+    "statement_seeds",
+    "read_mask_public",
+    "mask_private_key",
+    "mask_public_key",
+    "pairwise_mask_keys",
 ]
 
 #: κ: independent subset-sum repetitions; a party whose constraints are not all zero passes all of
@@ -406,14 +416,11 @@ def server_check(server: int, block: tuple[Share, Share], proof: ProofUpload, sh
     return out
 
 
-def check_failures(party_ids: list[str], shares: list[dict[str, np.ndarray]],
-                   digests: object = None) -> dict[str, str]:
+def check_failures(party_ids: list[str], shares: list[dict[str, np.ndarray]]) -> dict[str, str]:
     """{party: reason} for every party whose proof fails: a server's check share missing, or the
     three shares not adding up to 0 (:func:`verdict`: a block not proven clipped, or two holders of
     one share given different copies — both are in the one masked check).  ``shares[i]``: server
-    i's.  The analyst and every server's gate decide with this one function.  ``digests`` is
-    ignored: copy digests were dropped (they let a server test a guess of an honest party's data),
-    the parameter stays for callers written against them."""
+    i's.  The analyst and every server's gate decide with this one function."""
     failures: dict[str, str] = {}
     for party in party_ids:
         got = [s.get(party) for s in shares]
@@ -423,3 +430,130 @@ def check_failures(party_ids: list[str], shares: list[dict[str, np.ndarray]],
             failures[party] = ("its block is not proven clipped or its share copies differ "
                                "(the check does not sum to 0)")
     return failures
+
+
+# -------------------------------------------------------------------- statements relayed over gRPC
+# Servers never talk to each other: the analyst relays each server's seed and check output to the
+# others, signed with the server's TLS key (ltm/transport/signing.py).  These are the signed payloads:
+# canonical JSON naming the job's digest and the server, so a statement cannot be replayed for
+# another job or place, and an output names the seed set it was computed for.  A seed statement also
+# carries the server's X25519 public key for the job: neighbours j and j + 1 derive k_{j,j+1} from it
+# (:func:`pairwise_mask_keys`), a key neither the analyst nor the third server can compute.
+_SEED_KIND = "ltm.check-seed.v1"
+_OUTPUT_KIND = "ltm.check-output.v1"
+
+
+def _canonical(obj: dict) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
+
+
+def _statement(payload: bytes, kind: str, job_digest: str, server: int) -> dict:
+    """The decoded statement if it is a ``kind`` for this job from server ``server`` (ValueError)."""
+    try:
+        obj = json.loads(payload)
+    except (ValueError, UnicodeDecodeError):
+        raise ValueError("a check statement is not JSON") from None
+    if not isinstance(obj, dict) or obj.get("kind") != kind:
+        raise ValueError(f"a check statement is not a {kind}")
+    if obj.get("job_digest") != job_digest or obj.get("server") != server:
+        raise ValueError(f"a check statement is for another job or server (expected server {server} of job "
+                         f"{job_digest[:12]}…)")
+    return obj
+
+
+def seed_statement(job_digest: str, server: int, seed: bytes, mask_public: bytes) -> bytes:
+    """Server ``server``'s post-close check seed and its X25519 public key for the pairwise mask keys
+    (:func:`pairwise_mask_keys`) for the job, as the payload it signs."""
+    return _canonical({"kind": _SEED_KIND, "job_digest": job_digest, "server": int(server), "seed": seed.hex(),
+                       "mask_public": mask_public.hex()})
+
+
+def _hex32(obj: dict, field: str, what: str) -> bytes:
+    try:
+        value = bytes.fromhex(str(obj.get(field, "")))
+    except ValueError:
+        raise ValueError(f"a check {what} is not hex") from None
+    if len(value) != 32:
+        raise ValueError(f"a check {what} is 32 bytes")
+    return value
+
+
+def read_seed_statement(payload: bytes, job_digest: str, server: int) -> bytes:
+    """The 32-byte seed of server ``server``'s :func:`seed_statement` for this job (ValueError otherwise)."""
+    return _hex32(_statement(payload, _SEED_KIND, job_digest, server), "seed", "seed")
+
+
+def read_mask_public(payload: bytes, job_digest: str, server: int) -> bytes:
+    """The 32-byte X25519 public key of server ``server``'s :func:`seed_statement` (ValueError otherwise)."""
+    return _hex32(_statement(payload, _SEED_KIND, job_digest, server), "mask_public", "mask public key")
+
+
+def mask_private_key() -> bytes:
+    """A fresh X25519 private key (32 bytes, from the system CSPRNG) for one job's pairwise mask keys."""
+    return Randomness.system().bytes(32)
+
+
+def mask_public_key(private: bytes) -> bytes:
+    """The X25519 public key (32 bytes) of ``private``."""
+    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+    return X25519PrivateKey.from_private_bytes(private).public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+
+
+def _pair_key(private: bytes, peer_public: bytes, job_digest: str, low: int, high: int) -> bytes:
+    """k_{low,high} = HKDF-SHA256(X25519(own private, peer public), salt = job digest, info = the pair)."""
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric.x25519 import (
+        X25519PrivateKey,
+        X25519PublicKey,
+    )
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+    try:
+        secret = X25519PrivateKey.from_private_bytes(private).exchange(X25519PublicKey.from_public_bytes(peer_public))
+    except ValueError:  # a low-order point: no shared secret
+        raise ValueError(f"the mask public key for the pair ({low}, {high}) is not a usable X25519 key") from None
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=job_digest.encode(),
+                info=f"ltm.check-mask-key.v1\0{low}\0{high}".encode()).derive(secret)
+
+
+def pairwise_mask_keys(server: int, private: bytes, publics: list[bytes], job_digest: str) -> tuple[bytes, bytes]:
+    """Server ``server``'s ``mask_keys`` (k_{i,i+1}, k_{i−1,i}) (:func:`server_mask`) from its own
+    X25519 private key and every server's public key (``publics``, server order, as signed in the
+    seed statements): k_{j,j+1} is X25519 between servers j and j + 1 only, so the relaying analyst
+    and the third server cannot compute it."""
+    if len(publics) != SERVERS or publics[server] != mask_public_key(private):
+        raise ValueError(f"server {server}: the mask public keys must be every server's, this one's included")
+    nxt, prev = (server + 1) % SERVERS, (server - 1) % SERVERS
+    return (_pair_key(private, publics[nxt], job_digest, server, nxt),
+            _pair_key(private, publics[prev], job_digest, prev, server))
+
+
+def output_statement(job_digest: str, server: int, seeds: list[bytes], shares: dict[str, np.ndarray]) -> bytes:
+    """Server ``server``'s check output (its κ check shares per party), computed under ``seeds``, as
+    the payload it signs.  Nothing else: no digest of any share copy (docs/architecture.md)."""
+    return _canonical({"kind": _OUTPUT_KIND, "job_digest": job_digest, "server": int(server),
+                       "seeds": [s.hex() for s in seeds],
+                       "shares": {p: [int(v) for v in np.asarray(a, dtype=_U64)] for p, a in shares.items()}})
+
+
+def statement_seeds(payload: bytes, job_digest: str, server: int) -> list[bytes]:
+    """The seed set server ``server``'s :func:`output_statement` names (ValueError if malformed)."""
+    try:
+        return [bytes.fromhex(str(h)) for h in _statement(payload, _OUTPUT_KIND, job_digest, server)["seeds"]]
+    except (KeyError, TypeError):
+        raise ValueError(f"server {server}'s check output names no seed set") from None
+
+
+def read_output_statement(payload: bytes, job_digest: str, server: int, seeds: list[bytes]
+                          ) -> dict[str, np.ndarray]:
+    """The check shares of server ``server``'s :func:`output_statement`; ValueError unless it is for
+    this job, from that server, and computed under exactly ``seeds``."""
+    obj = _statement(payload, _OUTPUT_KIND, job_digest, server)
+    if obj.get("seeds") != [s.hex() for s in seeds]:
+        raise ValueError(f"server {server}'s check output was computed under another seed set")
+    try:
+        return {str(p): np.array([int(v) for v in vals], dtype=_U64) for p, vals in obj["shares"].items()}
+    except (KeyError, TypeError, ValueError, OverflowError, AttributeError):
+        raise ValueError(f"server {server}'s check output is malformed") from None

@@ -8,7 +8,8 @@ rotates with the party's position, so the servers' download is balanced.
 
 Over gRPC (:func:`run_replicated_upload`) the same uploads travel as three ordinary ``Upload``
 calls per server (``batch_index`` = the part: x_i, x_{i+1}, the noise share;
-:func:`ltm.replicated.upload_parts`), each one share, a seed where the sharing allows.  The whole
+:func:`ltm.replicated.upload_parts`), each one share, a seed where the sharing allows; a job with
+verified clipping adds three more (the witness shares w_i, w_{i+1} and the check mask).  The whole
 block is one upload (the server needs every client's block to form its products), so a party's
 block must fit the servers' ``max_batch_bytes`` (n·d_p·8 bytes: 512 MiB is 16·10⁶ clients of 4
 columns).  No upload journal: a party that crashes mid-upload cannot resend different shares (the
@@ -30,7 +31,7 @@ from ltm.party.data_source import PartySource
 from ltm.party.randomizer import client_vectors
 from ltm.party.uploader import UploadIncomplete, UploadSummary, upload_batch
 from ltm.randomness import Randomness
-from ltm.replicated import BlockUpload, party_uploads, upload_parts
+from ltm.replicated import REPLICATED_PARTS, BlockUpload, party_uploads, upload_parts
 from ltm.verified_clipping import proof_shape
 
 
@@ -64,12 +65,10 @@ def replicated_batches(spec: JobSpec, party_id: str, table: Mapping[str, np.ndar
 
 async def run_replicated_upload(stubs, spec: JobSpec, party_id: str, table: Mapping[str, np.ndarray] | PartySource,
                                 randomness: Randomness, *, endpoints: list[str] | None = None) -> UploadSummary:
-    """Share this party's block and upload the three parts to each server (all nine calls at once);
+    """Share this party's block and upload its parts to each server (three per server at once: the
+    block shares and the noise share, and with verified clipping the witness shares and the mask);
     returns what was sent.  A part a server did not take raises :class:`UploadIncomplete` naming the
     server."""
-    if spec.verified_clipping:  # the proof's parts and the servers' check RPCs are not on the wire yet
-        raise ValueError(f"job {spec.job_id!r} asks for verified clipping, which runs in process only for now "
-                         f"(issue #30); this party does not upload it over gRPC")
     t0, started = time.monotonic(), time.time()
     party = spec.party(party_id)
     summary = UploadSummary(party_id, bytes_per_server=[0] * spec.k)
@@ -82,8 +81,15 @@ async def run_replicated_upload(stubs, spec: JobSpec, party_id: str, table: Mapp
     summary.sharing_s = time.monotonic() - t
     t = time.monotonic()
     flat = [b for batches in per_server for b in batches]
-    results = await asyncio.gather(*(upload_batch(stubs[b.server], b, spec.job_id) for b in flat),
-                                   return_exceptions=True)
+    # at most three streams per server at once (a verified job has six parts; servers limit a
+    # party's open streams, max_streams_per_party, 4 by default)
+    lanes = [asyncio.Semaphore(REPLICATED_PARTS) for _ in range(spec.k)]
+
+    async def send(b: ShareBatch):
+        async with lanes[b.server]:
+            return await upload_batch(stubs[b.server], b, spec.job_id)
+
+    results = await asyncio.gather(*(send(b) for b in flat), return_exceptions=True)
     summary.upload_s = time.monotonic() - t
     for b, r in zip(flat, results):
         if isinstance(r, BaseException):

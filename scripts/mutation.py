@@ -56,7 +56,8 @@ MODULES: dict[str, list[str]] = {
     "ltm/sketch.py": ["tests/unit/ltm/test_sketch_golden.py"],
     "party/randomizer.py": ["tests/unit/analyst/test_pipeline_exact.py", "tests/unit/party/test_release_noise.py",
                             "tests/unit/party/test_randomizer.py"],
-    "server/core.py": ["tests/unit/server/test_release_gate.py", "tests/unit/server/test_core.py"],
+    "server/core.py": ["tests/unit/server/test_release_gate.py", "tests/unit/server/test_core.py",
+                       "tests/unit/server/test_verified_checks.py"],
     "analyst/estimators.py": ["tests/unit/analyst/test_estimators.py"],
     "analyst/baselines.py": ["tests/unit/analyst/test_baselines.py"],
     "ltm/client_set.py": ["tests/unit/ltm/test_client_set.py"],
@@ -76,6 +77,7 @@ MODULES: dict[str, list[str]] = {
     "ltm/flp/proof.py": ["tests/unit/ltm/flp/test_proof.py"],
     "ltm/flp/shares.py": ["tests/unit/ltm/flp/test_proof.py"],
     "ltm/flp/verify.py": ["tests/unit/ltm/flp/test_verify.py"],
+    "ltm/transport/signing.py": ["tests/unit/server/test_verified_checks.py"],
 }
 
 STATUS_KILLED = {"killed", "timeout", "segfault", "caught by type check"}

@@ -8,6 +8,7 @@ written *before* a request is acknowledged.
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,11 +19,27 @@ from ltm.errors import ProtocolError, bounded
 from ltm.identifiers import id_problem
 from ltm.jobspec import JobSpec, JobSpecError, validate_job
 from ltm.limits import SLOT_CACHE_BYTES
+from ltm.randomness import Randomness
 from ltm.server import replicated
 from ltm.server.release_gate import ANALYST_ROLE, check_release
 from ltm.server.result_share import result_share
 from ltm.server.store import MemoryStore, ReleaseRecord, ServerStore, StoredBatch, cancelled_message
 from ltm.sketch import Sketch
+from ltm.transport.signing import SignatureRefused, Signed, Signer, from_signed_pb, to_signed_pb
+from ltm.v1 import ltm_pb2
+from ltm.verified_clipping import (
+    ClippingProofFailed,
+    check_failures,
+    mask_private_key,
+    mask_public_key,
+    output_statement,
+    pairwise_mask_keys,
+    read_mask_public,
+    read_output_statement,
+    read_seed_statement,
+    seed_statement,
+    statement_seeds,
+)
 
 
 @dataclass(frozen=True)
@@ -59,9 +76,10 @@ def _as_client_set(n: int, participants: ClientSet | np.ndarray) -> ClientSet | 
 class ServerCore:
     """One server's protocol logic over its store (see module docstring)."""
 
-    def __init__(self, server_id: str, store: ServerStore | None = None) -> None:
+    def __init__(self, server_id: str, store: ServerStore | None = None, signer: Signer | None = None) -> None:
         self.server_id = server_id
         self.store = store if store is not None else MemoryStore()
+        self.signer = signer  # signs this server's clipping-check statements (None: --insecure, no checks)
         self._sketches: dict[str, Sketch] = {}
         self._slots: dict[str, np.ndarray | None] = {}
 
@@ -115,9 +133,10 @@ class ServerCore:
             validate_job(spec)
         except JobSpecError as exc:
             raise ProtocolError("INVALID_ARGUMENT", str(exc)) from exc
-        if spec.verified_clipping:  # the proof's parts and check RPCs are not on the wire yet (issue #30)
-            raise ProtocolError("FAILED_PRECONDITION", "verified clipping runs in process only for now; this "
-                                                       "server cannot check the parties' proofs over gRPC")
+        if spec.verified_clipping and self.signer is None:  # its check statements are signed (issue #30)
+            raise ProtocolError("FAILED_PRECONDITION", "a job with verified clipping needs servers with TLS "
+                                                       "identities (its check statements are signed); this server "
+                                                       "runs --insecure")
         self.server_index(spec)
         why = self.store.cancelled(spec.job_id)
         if why is not None:  # a cancelled id is retired: never a second job under it
@@ -280,7 +299,8 @@ class ServerCore:
             replicated.check_replicated_release(spec, caller_role=caller_role, job_digest=job_digest,
                                                 participants=members, held=self.held(job_id),
                                                 already_released=record is not None)
-            result = replicated.stored_output(spec, self.server_index(spec), self.store.batches(job_id))
+            result = replicated.stored_output(spec, self.server_index(spec), self.store.batches(job_id),
+                                              self.clipping_failures(job_id) if spec.verified_clipping else None)
         else:
             check_release(spec, caller_role=caller_role, job_digest=job_digest,
                           participants=participants if members is None else members,
@@ -290,3 +310,112 @@ class ServerCore:
                                   self._slots_of(spec))
         self.store.put_release(job_id, ReleaseRecord(pdigest, result.copy()))
         return result
+
+    # ------------------------------------------------------------------ verified clipping (issue #30)
+    def _checking(self, job_id: str, caller_role: str) -> tuple[JobSpec, int, bytes, bytes]:
+        """The job, this server's index, its post-close check seed and its X25519 mask private key
+        (each drawn once, durably, on the first call: no party can know the seed while its upload
+        could still change, and a restart answers with the same values)."""
+        if caller_role != ANALYST_ROLE:
+            raise ProtocolError("PERMISSION_DENIED", f"only the analyst relays clipping checks (caller role "
+                                                     f"{caller_role!r})")
+        spec = self.spec(job_id)
+        if not spec.verified_clipping:
+            raise ProtocolError("FAILED_PRECONDITION", f"job {job_id!r} has no verified clipping")
+        if self.signer is None:
+            raise ProtocolError("FAILED_PRECONDITION", "this server has no signing key (--insecure): it cannot "
+                                                       "take part in verified clipping")
+        if not self.store.is_closed(job_id):
+            raise ProtocolError("FAILED_PRECONDITION", f"job {job_id!r} must be closed before its clipping checks")
+        values = []
+        for name, draw in (("seed", lambda: Randomness.system().bytes(32)), ("mask_private", mask_private_key)):
+            value = self.store.get_check_value(job_id, name)
+            values.append(value if value is not None else self.store.put_check_value(job_id, name, draw()))
+        return spec, self.server_index(spec), values[0], values[1]
+
+    def _verified(self, spec: JobSpec, statements: list[Signed], what: str) -> list[bytes]:
+        """The payloads of one signed statement per server (job order), each verified against the CA
+        and the job's identity of that server (PERMISSION_DENIED otherwise)."""
+        if len(statements) != spec.k:
+            raise ProtocolError("INVALID_ARGUMENT", f"{spec.k} signed {what}s are needed (one per server), got "
+                                                    f"{len(statements)}")
+        assert self.signer is not None
+        try:
+            return [self.signer.verify(s, spec.servers[j].server_id) for j, s in enumerate(statements)]
+        except SignatureRefused as exc:
+            raise ProtocolError("PERMISSION_DENIED", f"{what} refused: {exc}") from None
+
+    def _once(self, job_id: str, name: str, value: bytes, what: str) -> None:
+        """Record ``value`` as the job's ``name`` once; a different value later is refused (a server
+        answers and decides once per job: two answers under two relays could be compared)."""
+        if self.store.put_check_value(job_id, name, value) != value:
+            raise ProtocolError("FAILED_PRECONDITION", f"job {job_id!r}: this server already took another {what}; "
+                                                       f"it answers once per job")
+
+    def check_seed(self, job_id: str, *, caller_role: str) -> Signed:
+        """This server's post-close check seed and mask public key, signed (the analyst relays it to
+        every server)."""
+        spec, i, seed, private = self._checking(job_id, caller_role)
+        return self.signer.sign(seed_statement(spec.digest, i, seed, mask_public_key(private)))  # type: ignore[union-attr]
+
+    def check_output(self, job_id: str, seeds: list[Signed], *, caller_role: str) -> Signed:
+        """This server's signed check output (check shares per party) under the relayed seed set,
+        which must be every server's signed seed statement, this server's own included.  Once per job:
+        the first set is recorded, an identical retry returns the same signed bytes, another set is
+        refused.  The pairwise mask keys come from the signed public keys (X25519 with each neighbour)."""
+        spec, i, own, private = self._checking(job_id, caller_role)
+        try:
+            payloads = self._verified(spec, seeds, "check seed")
+            values = [read_seed_statement(p, spec.digest, j) for j, p in enumerate(payloads)]
+            publics = [read_mask_public(p, spec.digest, j) for j, p in enumerate(payloads)]
+            if values[i] != own:
+                raise ValueError(f"the relayed seed set does not hold server {i}'s own check seed")
+            mask_keys = pairwise_mask_keys(i, private, publics, spec.digest)
+        except ValueError as exc:
+            raise ProtocolError("PERMISSION_DENIED", f"check seed refused: {exc}") from None
+        self._once(job_id, "seed_set", json.dumps([v.hex() + p.hex() for v, p in zip(values, publics)]).encode(),
+                   "check seed set")
+        stored = self.store.get_check_value(job_id, "output")
+        if stored is None:
+            try:
+                shares = replicated.check_output(spec, i, self.store.batches(job_id), own, values, mask_keys)
+            except ValueError as exc:  # a party's parts incomplete (it stopped mid-upload): no check can run
+                raise ProtocolError("FAILED_PRECONDITION", f"the clipping checks cannot run: {exc}") from None
+            signed = self.signer.sign(output_statement(spec.digest, i, values, shares))  # type: ignore[union-attr]
+            stored = self.store.put_check_value(job_id, "output", to_signed_pb(signed).SerializeToString())
+        return from_signed_pb(ltm_pb2.SignedStatement.FromString(stored))
+
+    def check_verdict(self, job_id: str, outputs: list[Signed], *, caller_role: str) -> dict[str, str]:
+        """Decide, here, every party's clipping check from the three servers' signed outputs (all under
+        the seed set this server answered, its own output among them) and record the verdict once:
+        {party: reason}, empty when every party passed.  Another relay of outputs later is refused; a
+        recorded verdict is never overwritten.  The release gate refuses unless it is recorded and empty."""
+        spec, i, _, _ = self._checking(job_id, caller_role)
+        mine = self.store.get_check_value(job_id, "output")
+        if mine is None:
+            raise ProtocolError("FAILED_PRECONDITION", f"job {job_id!r}: this server has not computed its check "
+                                                       f"output (SubmitCheckSeeds first)")
+        payloads = self._verified(spec, outputs, "check output")
+        try:
+            if payloads[i] != ltm_pb2.SignedStatement.FromString(mine).payload:
+                raise ValueError(f"the relayed outputs do not carry server {i}'s own")
+            seeds = statement_seeds(payloads[i], spec.digest, i)
+            read = [read_output_statement(p, spec.digest, j, seeds) for j, p in enumerate(payloads)]
+        except ValueError as exc:
+            raise ProtocolError("PERMISSION_DENIED", f"check output refused: {exc}") from None
+        self._once(job_id, "output_set", b"\0".join(payloads), "set of check outputs")  # JSON: no NUL inside
+        failures = check_failures([p.party_id for p in spec.parties], read)
+        stored = self.store.put_check_value(job_id, "verdict", json.dumps(failures, sort_keys=True).encode())
+        return json.loads(stored)
+
+    def clipping_failures(self, job_id: str) -> dict[str, str] | None:
+        """This server's recorded clipping verdict ({party: reason}; empty: passed), None before it."""
+        stored = self.store.get_check_value(job_id, "verdict")
+        return None if stored is None else json.loads(stored)
+
+    def clipping_status(self, job_id: str) -> str:
+        """The verdict in one line: "" before it, "passed", or the refusal naming every failing party."""
+        failures = self.clipping_failures(job_id)
+        if failures is None:
+            return ""
+        return str(ClippingProofFailed(failures)) if failures else "passed"

@@ -17,6 +17,7 @@ from ltm.server.service import ServerService, add_to_server
 from ltm.transport.config import ConfigError, load_config, merge
 from ltm.transport.metering import ByteMeter
 from ltm.transport.serve import actor_settings, count_of, listening_phrase, say, serve_until_signal, start_actor
+from ltm.transport.signing import Signer
 from ltm.transport.tls import make_server
 
 log = logging.getLogger("ltm.server")
@@ -33,7 +34,9 @@ async def serve(args: argparse.Namespace, limits: ServerLimits) -> None:
     from ltm.server.sqlite_store import SqliteStore
 
     store = SqliteStore(Path(args.data_dir))
-    core = ServerCore(args.id, store)
+    # the server's TLS identity key also signs its clipping-check statements (ltm/transport/signing.py)
+    signer = None if args.insecure else Signer.from_dir(args.certs, args.id)
+    core = ServerCore(args.id, store, signer)
     meter = ByteMeter()
     service = ServerService(core, insecure=bool(args.insecure), limits=limits, meter=meter)
     # gRPC's own bound on one received message, well under the channel default of 64 MiB: a 60 MB

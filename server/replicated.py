@@ -25,7 +25,18 @@ from ltm.client_set import ClientSet
 from ltm.errors import ProtocolError
 from ltm.jobspec import JobSpec, PartySpec, validate_job
 from ltm.randomness import Randomness
-from ltm.replicated import PART_NOISE, REPLICATED_PARTS, BlockUpload, server_output, triangle_width, upload_from_parts
+from ltm.replicated import (
+    PART_CHECK_MASK,
+    PART_NOISE,
+    PART_WITNESS_FIRST,
+    PART_WITNESS_SECOND,
+    REPLICATED_PARTS,
+    BlockUpload,
+    parts_per_upload,
+    server_output,
+    triangle_width,
+    upload_from_parts,
+)
 from ltm.server.release_gate import GateRefusal, check_release_request
 from ltm.verified_clipping import (
     CHECK_REPETITIONS,
@@ -45,7 +56,9 @@ class ReplicatedServer:
         """``randomness`` is not used for the check seed, which always comes from the system CSPRNG
         (a seeded run's seeds would be known before the uploads); ``mask_keys`` = (k_{i,i+1},
         k_{i−1,i}), this server's two pairwise keys of the check's zero-sharing
-        (:func:`ltm.verified_clipping.server_mask`), set up by whoever runs the servers."""
+        (:func:`ltm.verified_clipping.server_mask`): handed over in process
+        (:func:`ltm.sim.runtime.replicated_run.replicated_servers`), over gRPC derived by the server core
+        from the signed X25519 exchange (:func:`ltm.verified_clipping.pairwise_mask_keys`)."""
         validate_job(spec)
         if not spec.replicated:
             raise ValueError(f"job {spec.job_id!r} is not a replicated release (columns partition, kind gram)")
@@ -112,13 +125,13 @@ class ReplicatedServer:
             self.check_seed = Randomness.system().bytes(32)
         return self.check_seed
 
-    def check_shares(self, seeds: list[bytes]) -> tuple[dict[str, np.ndarray], dict[tuple[str, str, int], str]]:
+    def check_shares(self, seeds: list[bytes]) -> dict[str, np.ndarray]:
         """This server's re-randomised check share (κ,) of every party's clipping proof, with the
         coefficients of :func:`ltm.verified_clipping.coefficient_key` over ``seeds`` (one per server,
         in order; this server's own must be there).  Once per job: the same seeds again return the
         same bytes, other seeds are refused (two answers under two keys would let their masks be
-        compared).  The second value is an empty dict: copy consistency is inside the check (the
-        copy digests it once held let a server test a guess of an honest party's data)."""
+        compared).  Copy consistency is inside the check: no digest of a copy is published (it
+        would let a server test a guess of an honest party's data)."""
         if not self.spec.verified_clipping:
             raise ValueError(f"job {self.spec.job_id!r} has no verified clipping")
         if not self.closed or self.check_seed is None:
@@ -132,7 +145,7 @@ class ReplicatedServer:
             if self._checked[0] != tuple(seeds):
                 raise ValueError(f"server {self.server}: the checks of job {self.spec.job_id!r} were already "
                                  f"computed with other seeds; a server answers once per job")
-            return {p: v.copy() for p, v in self._checked[1].items()}, {}
+            return {p: v.copy() for p, v in self._checked[1].items()}
         shares = {}
         for party in self.spec.parties:
             up = self.uploads.get(party.party_id)
@@ -143,16 +156,14 @@ class ReplicatedServer:
             shares[party.party_id] = server_check(self.server, (up.first, up.second), up.proof, shape, key,
                                                   mask_keys=self.mask_keys)
         self._checked = (tuple(seeds), shares)
-        return {p: v.copy() for p, v in shares.items()}, {}
+        return {p: v.copy() for p, v in shares.items()}
 
-    def accept_checks(self, shares: list[dict[str, np.ndarray]],
-                      digests: object = None) -> dict[str, str]:
+    def accept_checks(self, shares: list[dict[str, np.ndarray]]) -> dict[str, str]:
         """Record every server's check shares (as the analyst relays them) and decide, here, which
         parties fail: a missing share or a check that does not sum to zero.  Returns {party: reason};
         :meth:`output` refuses while any is there.  Once per job: the same relay again returns the
         same decision, another is refused, so a later relay can never reopen a closed gate; and the
-        relayed share of this server must be the one it computed (:meth:`check_shares` first).
-        ``digests`` is ignored (kept for callers written against the copy digests)."""
+        relayed share of this server must be the one it computed (:meth:`check_shares` first)."""
         relay = [{p: np.asarray(v, dtype=np.uint64).tobytes() for p, v in s.items()} for s in shares]
         if self._accepted is not None:
             if relay != self._accepted:
@@ -183,19 +194,32 @@ class ReplicatedServer:
 
 
 # -------------------------------------------------------------------- the networked path
-def part_shape(spec: JobSpec, part: int, columns: int) -> tuple[int, int, int]:
-    """The wire shape of part ``part`` of an upload: (1, n, columns) for a block share, (1, 1, W)
-    for the noise share (W = D(D+1)/2 released entries)."""
-    return (1, 1, triangle_width(spec.width)) if part == PART_NOISE else (1, spec.n, int(columns))
+def part_shape(spec: JobSpec, part: int, party: PartySpec) -> tuple[int, int, int]:
+    """The wire shape of part ``part`` of ``party``'s upload: (1, n, d_p) for a block share, (1, 1, W)
+    for the noise share (W = D(D+1)/2 released entries), and with verified clipping (1, n, T_b) for
+    a witness share and (1, 1, κ) for the check mask."""
+    cols = len(spec.party_column_indices(party))
+    if part == PART_NOISE:
+        return (1, 1, triangle_width(spec.width))
+    if part in (PART_WITNESS_FIRST, PART_WITNESS_SECOND):
+        return (1, spec.n, proof_shape(cols, spec.frac_bits, party.clip_bound).witness_width)
+    if part == PART_CHECK_MASK:
+        return (1, 1, CHECK_REPETITIONS)
+    return (1, spec.n, cols)
 
 
 def check_part(spec: JobSpec, party: PartySpec, *, part: int, start: int, stop: int, columns: tuple[int, ...],
                shape: tuple[int, ...], aggregate: bool) -> None:
     """Everything one wire part's header must satisfy (:class:`ProtocolError` INVALID_ARGUMENT
-    otherwise): a part index 0..2, the party's whole range [0, n), its column block, the part's shape."""
-    if not 0 <= part < REPLICATED_PARTS:
-        raise ProtocolError("INVALID_ARGUMENT", f"a replicated job takes parts 0, 1, 2 per party (x_i, x_(i+1), "
-                                                f"noise share) as batch_index; got {part}")
+    otherwise): a part index 0..2 (0..5 with verified clipping), the party's whole range [0, n),
+    its column block, the part's shape."""
+    parts = parts_per_upload(spec.verified_clipping)
+    if not 0 <= part < parts:
+        raise ProtocolError("INVALID_ARGUMENT", f"this replicated job takes parts {', '.join(map(str, range(parts)))} "
+                                                f"per party (x_i, "
+                                                f"x_(i+1), noise share" + (", w_i, w_(i+1), check mask" if
+                                                                           parts > REPLICATED_PARTS else "")
+                                                + f") as batch_index; got {part}")
     if aggregate:
         raise ProtocolError("INVALID_ARGUMENT", "a replicated job takes no aggregated uploads")
     if (start, stop) != (party.start, party.stop):
@@ -205,7 +229,7 @@ def check_part(spec: JobSpec, party: PartySpec, *, part: int, start: int, stop: 
     if tuple(columns) != cols:
         raise ProtocolError("INVALID_ARGUMENT", f"party {party.party_id!r} uploaded columns {tuple(columns)}, "
                                                 f"the job gives it {cols}")
-    expected = part_shape(spec, part, len(cols))
+    expected = part_shape(spec, part, party)
     if tuple(shape) != expected:
         raise ProtocolError("INVALID_ARGUMENT", f"replicated part {part} has shape {tuple(shape)}, expected {expected}")
 
@@ -213,7 +237,8 @@ def check_part(spec: JobSpec, party: PartySpec, *, part: int, start: int, stop: 
 def holds_every_part(spec: JobSpec, has_part: Callable[[str, int], bool]) -> ClientSet:
     """The clients a server holds in a replicated job: all n once every party's three parts are
     stored (``has_part(party_id, part)``), none before (every block of the joint vector is needed)."""
-    complete = all(has_part(p.party_id, part) for p in spec.parties for part in range(REPLICATED_PARTS))
+    parts = parts_per_upload(spec.verified_clipping)
+    complete = all(has_part(p.party_id, part) for p in spec.parties for part in range(parts))
     return ClientSet.full(spec.n) if complete else ClientSet.empty(spec.n)
 
 
@@ -229,7 +254,8 @@ def check_replicated_release(spec: JobSpec, *, caller_role: str, job_digest: str
     if participants is None or participants.n != spec.n:
         raise GateRefusal("INVALID_ARGUMENT", f"the participant set must be over the job's n = {spec.n} clients")
     if held.count != spec.n:
-        raise GateRefusal("FAILED_PRECONDITION", f"job {spec.job_id!r} is a replicated release: every party's three "
+        count = "six" if spec.verified_clipping else "three"
+        raise GateRefusal("FAILED_PRECONDITION", f"job {spec.job_id!r} is a replicated release: every party's {count} "
                                                  f"parts are needed and this server does not hold them all")
     if participants.count != spec.n:
         raise GateRefusal("FAILED_PRECONDITION", f"a replicated release is over every client ({spec.n}); the "
@@ -239,15 +265,37 @@ def check_replicated_release(spec: JobSpec, *, caller_role: str, job_digest: str
                                                  f"{spec.privacy.min_participants}")
 
 
-def stored_output(spec: JobSpec, server: int, batches: Iterable[ShareBatch]) -> np.ndarray:
-    """Server ``server``'s output share (1, W) uint64 from its stored wire parts: regrouped per party
-    and handed to :class:`ReplicatedServer` (the in-process path's class, so its checks apply)."""
+def stored_server(spec: JobSpec, server: int, batches: Iterable[ShareBatch]) -> ReplicatedServer:
+    """Server ``server``'s :class:`ReplicatedServer` (closed) over its stored wire parts, regrouped per
+    party: the in-process path's class, so its checks, its clipping checks and its gate apply."""
     parts: dict[str, dict[int, ShareBatch]] = defaultdict(dict)
     for batch in batches:
         parts[batch.party_id][int(batch.batch_index)] = batch
     core = ReplicatedServer(spec, server)
+    count = parts_per_upload(spec.verified_clipping)
     for party_id, got in parts.items():
-        if sorted(got) != list(range(REPLICATED_PARTS)):
-            raise ValueError(f"party {party_id!r}: parts {sorted(got)} stored, need 0, 1, 2")
-        core.accept(party_id, upload_from_parts(server, got[0].columns, [got[i].share for i in range(REPLICATED_PARTS)]))
+        if sorted(got) != list(range(count)):
+            raise ValueError(f"party {party_id!r}: parts {sorted(got)} stored, need 0..{count - 1}")
+        core.accept(party_id, upload_from_parts(server, got[0].columns, [got[i].share for i in range(count)]))
+    core.closed = True
+    return core
+
+
+def stored_output(spec: JobSpec, server: int, batches: Iterable[ShareBatch],
+                  check_failures: dict[str, str] | None = None) -> np.ndarray:
+    """Server ``server``'s output share (1, W) uint64 from its stored wire parts (:func:`stored_server`).
+    With verified clipping ``check_failures`` is this server's recorded verdict ({party: reason},
+    None while it has none): :meth:`ReplicatedServer.output` refuses unless it is empty."""
+    core = stored_server(spec, server, batches)
+    core.check_failures = check_failures
     return core.output()[None, :]
+
+
+def check_output(spec: JobSpec, server: int, batches: Iterable[ShareBatch], own_seed: bytes,
+                 seeds: list[bytes], mask_keys: tuple[bytes, bytes]) -> dict[str, np.ndarray]:
+    """Server ``server``'s check shares over its stored parts, under ``seeds`` (every server's
+    post-close seed in order, ``own_seed`` among them) with its pairwise ``mask_keys``
+    (:meth:`ReplicatedServer.check_shares`)."""
+    core = stored_server(spec, server, batches)
+    core.check_seed, core.mask_keys = own_seed, mask_keys
+    return core.check_shares(seeds)

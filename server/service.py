@@ -42,8 +42,10 @@ from ltm.server.core import ServerCore
 from ltm.sharing import SEED_BYTES, Share
 from ltm.transport.memory import return_free_memory
 from ltm.transport.metering import ByteMeter
+from ltm.transport.signing import from_signed_pb, to_signed_pb
 from ltm.transport.tls import authenticate
 from ltm.v1 import ltm_pb2, ltm_pb2_grpc
+from ltm.verified_clipping import ClippingProofFailed
 
 log = logging.getLogger("ltm.server")
 
@@ -111,6 +113,15 @@ def add_to_server(service: "ServerService", server) -> None:
         "CancelJob": grpc.unary_unary_rpc_method_handler(
             service.CancelJob, request_deserializer=_decoder(pb.CancelJobRequest),
             response_serializer=pb.CancelJobResponse.SerializeToString),
+        "GetCheckSeed": grpc.unary_unary_rpc_method_handler(
+            service.GetCheckSeed, request_deserializer=_decoder(pb.CheckSeedRequest),
+            response_serializer=pb.SignedStatement.SerializeToString),
+        "SubmitCheckSeeds": grpc.unary_unary_rpc_method_handler(
+            service.SubmitCheckSeeds, request_deserializer=_decoder(pb.SubmitCheckSeedsRequest),
+            response_serializer=pb.SignedStatement.SerializeToString),
+        "SubmitCheckOutputs": grpc.unary_unary_rpc_method_handler(
+            service.SubmitCheckOutputs, request_deserializer=_decoder(pb.SubmitCheckOutputsRequest),
+            response_serializer=pb.CheckVerdict.SerializeToString),
     }
     missing = set(ltm_pb2.DESCRIPTOR.services_by_name["Server"].methods_by_name) - set(handlers)
     if missing:  # a new RPC in the .proto must be added here too
@@ -231,7 +242,8 @@ class ServerService(ltm_pb2_grpc.ServerServicer):
             bytes_received=self.meter.total_received if self.meter else 0,
             bytes_sent=self.meter.total_sent if self.meter else 0,
             store_seconds=self.seconds.get((spec.job_id, "store"), 0.0),
-            release_seconds=self.seconds.get((spec.job_id, "release"), 0.0))
+            release_seconds=self.seconds.get((spec.job_id, "release"), 0.0),
+            clipping_check=self.core.clipping_status(spec.job_id) if spec.verified_clipping else "")
 
     # ------------------------------------------------------------------ upload
     async def Upload(self, request_iterator: AsyncIterator[ltm_pb2.UploadChunk], context):
@@ -614,3 +626,37 @@ class ServerService(ltm_pb2_grpc.ServerServicer):
                                                                 result_sha256=hashlib.sha256(payload).digest()))
         for i in range(0, len(payload), RELEASE_CHUNK_BYTES):
             yield ltm_pb2.ReleaseChunk(data=payload[i:i + RELEASE_CHUNK_BYTES])
+
+    # ------------------------------------------------------------------ verified clipping (issue #30)
+    async def _check_call(self, request, context, fn, *args):
+        """One clipping-check RPC (analyst only, the job digest must match): ``fn`` off the event loop."""
+        who = await authenticate(context, {"analyst"}, insecure=self.insecure)
+        await _check_decoded(context, request)
+        try:
+            spec = self.core.spec(request.job_id)
+            if request.job_digest != spec.digest:
+                raise ProtocolError("FAILED_PRECONDITION", "the request names a different job digest")
+            return await self._call(fn, request.job_id, *args, caller_role=who.role)
+        except Exception as exc:
+            log.warning("clipping check refused", extra={"job_id": request.job_id, "reason": bounded(str(exc))})
+            await _abort(context, exc)
+
+    async def GetCheckSeed(self, request, context):
+        """This server's post-close check seed, signed (:meth:`ltm.server.core.ServerCore.check_seed`)."""
+        return to_signed_pb(await self._check_call(request, context, self.core.check_seed))
+
+    async def SubmitCheckSeeds(self, request, context):
+        """The relayed signed seed set in, this server's signed check output back
+        (:meth:`ltm.server.core.ServerCore.check_output`)."""
+        seeds = [from_signed_pb(s) for s in request.seeds]
+        return to_signed_pb(await self._check_call(request, context, self.core.check_output, seeds))
+
+    async def SubmitCheckOutputs(self, request, context):
+        """The three signed check outputs in; this server's own verdict, recorded once, back
+        (:meth:`ltm.server.core.ServerCore.check_verdict`)."""
+        outputs = [from_signed_pb(s) for s in request.outputs]
+        failures = await self._check_call(request, context, self.core.check_verdict, outputs)
+        log.info("clipping verdict", extra={"job_id": request.job_id, "failing": sorted(failures)})
+        return ltm_pb2.CheckVerdict(passed=not failures, failing_parties=sorted(failures),
+                                    reason=str(ClippingProofFailed(failures)) if failures else "")
+

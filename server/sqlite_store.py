@@ -131,6 +131,10 @@ CREATE TABLE releases (
 #: Jobs whose release marker survived a lost database, recorded by ``ltm server --repair``: their
 #: ids stay retired (a job id is released at most once, whatever happened to the database).
 _RETIRED = """CREATE TABLE IF NOT EXISTS retired_jobs (job_id TEXT PRIMARY KEY, marker TEXT NOT NULL)"""
+#: A verified replicated job's clipping checks (issue #30): this server's post-close seed, drawn once,
+#: and its verdict, decided once (server/core.py).  Created on open, so older stores gain it.
+_CHECKS = """CREATE TABLE IF NOT EXISTS check_values (job_id TEXT NOT NULL, name TEXT NOT NULL, value BLOB NOT NULL,
+    PRIMARY KEY (job_id, name))"""
 
 _BATCH_COLUMNS = ("party_id, batch_index, start, stop, columns, server, shape, content_digest, seed, blob_path, "
                   "seeded")
@@ -267,6 +271,7 @@ class SqliteStore:
                 if "seeded" not in batch_columns:  # a store made before uploads declared their randomness
                     conn.execute("ALTER TABLE batches ADD COLUMN seeded INTEGER NOT NULL DEFAULT 0")
             conn.execute(_RETIRED)
+            conn.execute(_CHECKS)
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"cannot open store database {str(path)!r}: {exc}") from exc
 
@@ -482,7 +487,7 @@ class SqliteStore:
             raise ValueError(f"batch columns {batch.columns} outside [0, {spec.upload_width})")
         shape = _as_int_tuple(batch.share.shape)
         if spec.replicated:  # one of a party's three wire parts (server/replicated.py)
-            expected = part_shape(spec, int(batch.batch_index), len(batch.columns))
+            expected = part_shape(spec, int(batch.batch_index), spec.party(batch.party_id))
             if shape != expected:
                 raise ValueError(f"replicated part {batch.batch_index} has shape {shape}, expected {expected}")
         elif spec.aggregated:  # one party's (1, m, columns) partial of the map (party/aggregate.py)
@@ -678,6 +683,31 @@ class SqliteStore:
         return {"version": MARKER_VERSION, "job_id": job_id, "job_digest": self._job(job_id).digest,
                 "participants_digest": record_digest, "shape": shape,
                 "result_sha256": sha256(payload).hexdigest()}
+
+    def get_check_value(self, job_id: str, name: str) -> bytes | None:
+        """A recorded value of the job's clipping checks, or None."""
+        with self._lock:
+            row = self._reader().execute("SELECT value FROM check_values WHERE job_id = ? AND name = ?",
+                                         (job_id, name)).fetchone()
+        return None if row is None else bytes(row[0])
+
+    def put_check_value(self, job_id: str, name: str, value: bytes) -> bytes:
+        """Record a check value once, committed before returning (the first write wins: a seed is drawn
+        once, a verdict decided once); returns the stored value."""
+        with self._lock:
+            conn = self._check_usable()
+            self._job(job_id)
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.execute("INSERT OR IGNORE INTO check_values (job_id, name, value) VALUES (?, ?, ?)",
+                             (job_id, name, bytes(value)))
+                row = conn.execute("SELECT value FROM check_values WHERE job_id = ? AND name = ?",
+                                   (job_id, name)).fetchone()
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            self._commit(conn)
+        return bytes(row[0])
 
     def get_release(self, job_id: str) -> ReleaseRecord | None:
         """The release record, checked against its marker (:class:`StoreCorruptError` on any

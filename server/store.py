@@ -87,6 +87,12 @@ class ServerStore(Protocol):
         """Drop the job and everything stored for it, and retire its id for good (also an id never
         held); False if it was cancelled already."""
 
+    def get_check_value(self, job_id: str, name: str) -> bytes | None:
+        """A value of the job's clipping checks (``seed``, ``verdict``; server/core.py), or None."""
+
+    def put_check_value(self, job_id: str, name: str, value: bytes) -> bytes:
+        """Record a check value once (durably): the first write wins; returns the stored value."""
+
 
 class MemoryStore:
     """In-memory :class:`ServerStore` for simulations and tests (nothing survives the process)."""
@@ -98,6 +104,7 @@ class MemoryStore:
         self._closed: set[str] = set()
         self._releases: dict[str, ReleaseRecord] = {}
         self._cancelled: dict[str, str] = {}
+        self._checks: dict[tuple[str, str], bytes] = {}
 
     def put_job(self, spec: JobSpec) -> None:
         """Hold ``spec`` with no batches and an empty coverage."""
@@ -170,3 +177,10 @@ class MemoryStore:
         self._closed.discard(job_id)
         self._cancelled[job_id] = reason
         return True
+    def get_check_value(self, job_id: str, name: str) -> bytes | None:
+        """A held check value, or None."""
+        return self._checks.get((job_id, name))
+
+    def put_check_value(self, job_id: str, name: str, value: bytes) -> bytes:
+        """Hold a check value once (the first write wins); returns the held value."""
+        return self._checks.setdefault((job_id, name), bytes(value))

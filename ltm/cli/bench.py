@@ -70,6 +70,13 @@ def _e2e(p: argparse.ArgumentParser) -> None:
     add_options(p, "privacy", only=("corrupt_parties", "colluding_servers"), helps={
         "corrupt_parties": "corrupt parties the job tolerates (default: the job default, 1; 0 allows --parties 1, "
                            "e.g. to measure one party holding every client — the bench is a seeded reproduction)"})
+    p.add_argument("--verified-clipping", choices=["off", "on", "both"], default=None,
+                   help="the replicated release (--partition columns --colluding-servers 1) with every party's "
+                        "clipping proven on its shares (issue #30); both (its default there): the unverified and the "
+                        "verified job at each n, and the proof's cost (bytes per party, party and server CPU)")
+    p.add_argument("--max-batch-bytes", type=int,
+                   help="the servers' largest upload (default theirs, 512 MiB; a verified job's witness part is "
+                        "8·T_b bytes per client, ~784 MB at 10^6 clients of 3 columns)")
     p.add_argument("--max-running-parties", type=int,
                    help="party processes running at once (default 2 × cores: each imports numpy, grpc and the "
                         "crypto stack, ~100 MB and a second of CPU before it starts work, so 64 at once on 2 cores "

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from ltm.cli.options import print_json
+from ltm.cli.options import print_json, verified_clipping
 from ltm.dp.defaults import DEFAULT_DELTA
 from ltm.errors import CommandError
 from ltm.jobconfig import add_options, config_values
@@ -20,6 +20,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     """Every flag of the job model's data, sketch, privacy, model, features and run groups."""
     for group in ("data", "sketch", "privacy", "model", "features", "run"):
         add_options(p, group)  # every flag, help and default from the job-configuration model
+    verified_clipping(p)
     p.set_defaults(func=run)
 
 
@@ -47,7 +48,8 @@ def simulate_config(args: argparse.Namespace) -> "SimulateConfig":
     values = config_values(args, (f.name for f in dataclass_fields(SimulateConfig)))
     cfg = SimulateConfig(**{**values, "features": [f.strip() for f in args.features.split(",")] if args.features
                             else None, "calibration": calibration, "interpolate_p": p,
-                            "features_n": args.features_n or 16})
+                            "features_n": args.features_n or 16,
+                            "verified_clipping": bool(getattr(args, "verified_clipping", False))})
     if args.model != "rf_ridge" and (args.bandwidth is not None or args.features_n is not None):
         raise CommandError("--features-n/--bandwidth need --model rf_ridge")
     if args.mechanism == "laplace" and args.delta == DEFAULT_DELTA:

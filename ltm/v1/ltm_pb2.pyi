@@ -161,7 +161,7 @@ class StatusRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ...) -> None: ...
 
 class StatusResponse(_message.Message):
-    __slots__ = ("job_id", "closed", "released", "clients_held", "batches", "bytes_received", "bytes_sent", "store_seconds", "release_seconds")
+    __slots__ = ("job_id", "closed", "released", "clients_held", "batches", "bytes_received", "bytes_sent", "store_seconds", "release_seconds", "clipping_check")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     CLOSED_FIELD_NUMBER: _ClassVar[int]
     RELEASED_FIELD_NUMBER: _ClassVar[int]
@@ -171,6 +171,7 @@ class StatusResponse(_message.Message):
     BYTES_SENT_FIELD_NUMBER: _ClassVar[int]
     STORE_SECONDS_FIELD_NUMBER: _ClassVar[int]
     RELEASE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    CLIPPING_CHECK_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     closed: bool
     released: bool
@@ -180,7 +181,56 @@ class StatusResponse(_message.Message):
     bytes_sent: int
     store_seconds: float
     release_seconds: float
-    def __init__(self, job_id: _Optional[str] = ..., closed: _Optional[bool] = ..., released: _Optional[bool] = ..., clients_held: _Optional[int] = ..., batches: _Optional[int] = ..., bytes_received: _Optional[int] = ..., bytes_sent: _Optional[int] = ..., store_seconds: _Optional[float] = ..., release_seconds: _Optional[float] = ...) -> None: ...
+    clipping_check: str
+    def __init__(self, job_id: _Optional[str] = ..., closed: _Optional[bool] = ..., released: _Optional[bool] = ..., clients_held: _Optional[int] = ..., batches: _Optional[int] = ..., bytes_received: _Optional[int] = ..., bytes_sent: _Optional[int] = ..., store_seconds: _Optional[float] = ..., release_seconds: _Optional[float] = ..., clipping_check: _Optional[str] = ...) -> None: ...
+
+class SignedStatement(_message.Message):
+    __slots__ = ("payload", "signature", "certificate")
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    CERTIFICATE_FIELD_NUMBER: _ClassVar[int]
+    payload: bytes
+    signature: bytes
+    certificate: bytes
+    def __init__(self, payload: _Optional[bytes] = ..., signature: _Optional[bytes] = ..., certificate: _Optional[bytes] = ...) -> None: ...
+
+class CheckSeedRequest(_message.Message):
+    __slots__ = ("job_id", "job_digest")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    job_digest: str
+    def __init__(self, job_id: _Optional[str] = ..., job_digest: _Optional[str] = ...) -> None: ...
+
+class SubmitCheckSeedsRequest(_message.Message):
+    __slots__ = ("job_id", "job_digest", "seeds")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    SEEDS_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    job_digest: str
+    seeds: _containers.RepeatedCompositeFieldContainer[SignedStatement]
+    def __init__(self, job_id: _Optional[str] = ..., job_digest: _Optional[str] = ..., seeds: _Optional[_Iterable[_Union[SignedStatement, _Mapping]]] = ...) -> None: ...
+
+class SubmitCheckOutputsRequest(_message.Message):
+    __slots__ = ("job_id", "job_digest", "outputs")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    OUTPUTS_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    job_digest: str
+    outputs: _containers.RepeatedCompositeFieldContainer[SignedStatement]
+    def __init__(self, job_id: _Optional[str] = ..., job_digest: _Optional[str] = ..., outputs: _Optional[_Iterable[_Union[SignedStatement, _Mapping]]] = ...) -> None: ...
+
+class CheckVerdict(_message.Message):
+    __slots__ = ("passed", "failing_parties", "reason")
+    PASSED_FIELD_NUMBER: _ClassVar[int]
+    FAILING_PARTIES_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    passed: bool
+    failing_parties: _containers.RepeatedScalarFieldContainer[str]
+    reason: str
+    def __init__(self, passed: _Optional[bool] = ..., failing_parties: _Optional[_Iterable[str]] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class CancelRequest(_message.Message):
     __slots__ = ("job_id", "reason")

@@ -71,6 +71,21 @@ class ServerStub:
                 request_serializer=ltm_dot_v1_dot_ltm__pb2.CancelJobRequest.SerializeToString,
                 response_deserializer=ltm_dot_v1_dot_ltm__pb2.CancelJobResponse.FromString,
                 _registered_method=True)
+        self.GetCheckSeed = channel.unary_unary(
+                '/ltm.v1.Server/GetCheckSeed',
+                request_serializer=ltm_dot_v1_dot_ltm__pb2.CheckSeedRequest.SerializeToString,
+                response_deserializer=ltm_dot_v1_dot_ltm__pb2.SignedStatement.FromString,
+                _registered_method=True)
+        self.SubmitCheckSeeds = channel.unary_unary(
+                '/ltm.v1.Server/SubmitCheckSeeds',
+                request_serializer=ltm_dot_v1_dot_ltm__pb2.SubmitCheckSeedsRequest.SerializeToString,
+                response_deserializer=ltm_dot_v1_dot_ltm__pb2.SignedStatement.FromString,
+                _registered_method=True)
+        self.SubmitCheckOutputs = channel.unary_unary(
+                '/ltm.v1.Server/SubmitCheckOutputs',
+                request_serializer=ltm_dot_v1_dot_ltm__pb2.SubmitCheckOutputsRequest.SerializeToString,
+                response_deserializer=ltm_dot_v1_dot_ltm__pb2.CheckVerdict.FromString,
+                _registered_method=True)
 
 
 class ServerServicer:
@@ -129,6 +144,35 @@ class ServerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetCheckSeed(self, request, context):
+        """Verified clipping (a replicated job with verified_clipping, issue #30; analyst only, after
+        Close). Servers never talk to each other: the analyst relays. GetCheckSeed: the server's
+        post-close seed and its X25519 public key for the pairwise mask keys, drawn once and stored,
+        signed with its TLS key.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SubmitCheckSeeds(self, request, context):
+        """The full set of signed seeds (server order); the server verifies every signature against its
+        CA and the job's server identities, requires its own seed, derives its two pairwise mask keys
+        (X25519 with each neighbour's signed public key), and returns its signed check output (its
+        masked check shares per party; no digest of any share). Once per job: another seed set is
+        refused, an identical retry returns the same signed bytes.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SubmitCheckOutputs(self, request, context):
+        """The three servers' signed check outputs (server order); the server decides the verdict itself,
+        records it once, and its release gate refuses while any party's check failed or is missing.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ServerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -166,6 +210,21 @@ def add_ServerServicer_to_server(servicer, server):
                     servicer.CancelJob,
                     request_deserializer=ltm_dot_v1_dot_ltm__pb2.CancelJobRequest.FromString,
                     response_serializer=ltm_dot_v1_dot_ltm__pb2.CancelJobResponse.SerializeToString,
+            ),
+            'GetCheckSeed': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetCheckSeed,
+                    request_deserializer=ltm_dot_v1_dot_ltm__pb2.CheckSeedRequest.FromString,
+                    response_serializer=ltm_dot_v1_dot_ltm__pb2.SignedStatement.SerializeToString,
+            ),
+            'SubmitCheckSeeds': grpc.unary_unary_rpc_method_handler(
+                    servicer.SubmitCheckSeeds,
+                    request_deserializer=ltm_dot_v1_dot_ltm__pb2.SubmitCheckSeedsRequest.FromString,
+                    response_serializer=ltm_dot_v1_dot_ltm__pb2.SignedStatement.SerializeToString,
+            ),
+            'SubmitCheckOutputs': grpc.unary_unary_rpc_method_handler(
+                    servicer.SubmitCheckOutputs,
+                    request_deserializer=ltm_dot_v1_dot_ltm__pb2.SubmitCheckOutputsRequest.FromString,
+                    response_serializer=ltm_dot_v1_dot_ltm__pb2.CheckVerdict.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -359,6 +418,87 @@ class Server:
             '/ltm.v1.Server/CancelJob',
             ltm_dot_v1_dot_ltm__pb2.CancelJobRequest.SerializeToString,
             ltm_dot_v1_dot_ltm__pb2.CancelJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetCheckSeed(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ltm.v1.Server/GetCheckSeed',
+            ltm_dot_v1_dot_ltm__pb2.CheckSeedRequest.SerializeToString,
+            ltm_dot_v1_dot_ltm__pb2.SignedStatement.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SubmitCheckSeeds(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ltm.v1.Server/SubmitCheckSeeds',
+            ltm_dot_v1_dot_ltm__pb2.SubmitCheckSeedsRequest.SerializeToString,
+            ltm_dot_v1_dot_ltm__pb2.SignedStatement.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SubmitCheckOutputs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ltm.v1.Server/SubmitCheckOutputs',
+            ltm_dot_v1_dot_ltm__pb2.SubmitCheckOutputsRequest.SerializeToString,
+            ltm_dot_v1_dot_ltm__pb2.CheckVerdict.FromString,
             options,
             channel_credentials,
             insecure,

@@ -104,6 +104,38 @@ def test_demo_columns_runs_the_replicated_release_as_simulate_does(capsys):
     assert r["metrics"] == s["metrics"]
 
 
+@pytest.mark.slow
+def test_demo_columns_with_verified_clipping_releases_what_simulate_does(capsys):
+    """`ltm demo --partition columns --colluding-servers 1 --verified-clipping`: real server, analyst
+    and party processes over TLS run the clipping checks (issue #30) and release the in-process bytes."""
+    args = ["--partition", "columns", "--colluding-servers", "1", "--parties", "3", "--seed", "7",
+            "--verified-clipping"]
+    r, _ = _demo(*args)
+    s = run_json(capsys, ["simulate", *args, "--json"])
+    assert r["privacy"]["verified_clipping"] and r["privacy"]["corrupt_parties"] == 1
+    assert r["release_sha256"] == s["release_sha256"]
+    assert r["metrics"] == s["metrics"]
+
+
+@pytest.mark.slow
+def test_bench_e2e_states_the_cost_of_verified_clipping():
+    """`ltm bench e2e --partition columns --colluding-servers 1`: the unverified and the verified
+    replicated job in one session, and what the proof cost (issue #30)."""
+    out = subprocess.run([sys.executable, "-m", "ltm.cli", "bench", "e2e", "--partition", "columns",
+                          "--colluding-servers", "1", "--n", "5000", "--parties", "3", "--json", "--no-progress"],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    r = json.loads(out.stdout)
+    plain, verified = r["runs"]
+    assert (plain["verified_clipping"], verified["verified_clipping"]) == (False, True)
+    assert plain["kind"] == verified["kind"] == "gram" and plain["participants"] == verified["participants"] == 5000
+    cost = r["proof_cost"][0]
+    assert cost["bytes_per_party"]["unverified"] == plain["bytes_per_party"]
+    assert all(v > u for u, v in zip(plain["bytes_per_party"], verified["bytes_per_party"]))
+    assert cost["party_cpu_s"]["verified"] > 0 and cost["server_cpu_s"]["verified"] > 0
+    assert verified["analyst_phases_s"]["verify_clipping"] > 0
+
+
 def test_bench_e2e_smoke():
     """A small networked benchmark runs and reports phases, wire bytes and peak RSS (no timing asserts)."""
     out = subprocess.run([sys.executable, "-m", "ltm.cli", "bench", "e2e", "--n", "20000", "--parties", "3",

@@ -66,7 +66,8 @@ def prepare_job(cfg: SimulateConfig, train, randomness: Randomness, endpoints: l
     spec, choices = build_job(train, job_id=DEMO_JOB_ID, randomness=randomness, partition=cfg.partition,
                               parties=cfg.parties, k=cfg.k, kind=cfg.sketch, m=cfg.m, s=cfg.s,
                               epsilon=cfg.epsilon, delta=cfg.delta, clip_bound=cfg.clip,
-                              share_mode=cfg.share_mode, endpoints=endpoints, colluding_servers=cfg.colluding_servers)
+                              share_mode=cfg.share_mode, endpoints=endpoints, colluding_servers=cfg.colluding_servers,
+                              verified_clipping=cfg.verified_clipping)
     for pid, table in party_tables(spec, train).items():
         where = data_dir / pid if per_party_dirs else data_dir
         where.mkdir(parents=True, exist_ok=True)
@@ -166,7 +167,8 @@ def _demo_config(args: argparse.Namespace) -> SimulateConfig:
     return SimulateConfig(data=args.data, query=getattr(args, "query", None), label=args.label, partition=args.partition, parties=args.parties,
                           k=args.k, sketch=args.sketch, m=args.m, s=args.s, epsilon=args.epsilon,
                           delta=args.delta, share_mode=args.share_mode, seed=args.seed, model="ridge",
-                          colluding_servers=args.colluding_servers)
+                          colluding_servers=args.colluding_servers,
+                          verified_clipping=bool(getattr(args, "verified_clipping", False)))
 
 
 def _start_demo_actors(args: argparse.Namespace, group: ProcessGroup, workdir: Path, certs: Path | None,

@@ -74,6 +74,15 @@ class InProcessServerLink:
         share = self.core.release(spec.job_id, participants, caller_role=ANALYST_ROLE, job_digest=spec.digest)
         return share, share.nbytes
 
+    async def check_seed(self, spec: JobSpec):
+        return self.core.check_seed(spec.job_id, caller_role=ANALYST_ROLE)
+
+    async def check_output(self, spec: JobSpec, seeds):
+        return self.core.check_output(spec.job_id, seeds, caller_role=ANALYST_ROLE)
+
+    async def check_verdict(self, spec: JobSpec, outputs) -> list[str]:
+        return sorted(self.core.check_verdict(spec.job_id, outputs, caller_role=ANALYST_ROLE))
+
 
 def policy_refusal(spec: JobSpec, party_id: str, policies: Mapping[str, PartyPolicy] | None, *,
                    seeded: bool) -> str | None:

@@ -184,7 +184,7 @@ def build_job(table: Table | ModelTable, *, job_id: str, randomness: Randomness,
     ``colluding_servers``: the trust assumption (None: k − 1); with an honest majority (1 of 3) the
     columns partition's ``gram`` kind is the replicated degree-2 release (:mod:`ltm.replicated`),
     and the planner (``kind="auto"``) may choose it.  ``verified_clipping``: the replicated release
-    with every party's clipping proven on the shares (:mod:`ltm.verified_clipping`; in process only),
+    with every party's clipping proven on the shares (:mod:`ltm.verified_clipping`; in process and over gRPC),
     which tolerates a corrupt party (the default is then one).
 
     Columns partition: each party clips its block to its share of C² by the public transform's
@@ -201,6 +201,8 @@ def build_job(table: Table | ModelTable, *, job_id: str, randomness: Randomness,
     replicated_default = replicated_corrupt_parties_default(parties) if partition == "columns" else 0
     if corrupt_parties is None and verified_clipping:  # a deviating party is caught: the realistic default
         corrupt_parties = replicated_default
+    if verified_clipping and kind == "auto":  # the proof is of the replicated release: its kind is gram
+        kind = "gram"
     if corrupt_parties is None:
         corrupt_parties = corrupt_parties_default(
             partition, [b - a for a, b in split_parties(n, parties)] if partition == "rows" else [])

@@ -33,17 +33,18 @@ def verify_clipping(spec: JobSpec, servers: list[ReplicatedServer], seeds: list[
     failing parties (the analyst's verdict, :func:`ltm.analyst.replicated.clipping_verdict`, is the same
     sum; each server's gate refuses its output on its own)."""
     relayed = [s for s in seeds if s is not None]
-    shares = [server.check_shares(relayed)[0] for server in servers]
+    shares = [server.check_shares(relayed) for server in servers]
     for server in servers:
         server.accept_checks(shares)
-    clipping_verdict(spec, shares, [{} for _ in servers])
+    clipping_verdict(spec, shares)
 
 
 def replicated_servers(spec: JobSpec) -> list[ReplicatedServer]:
     """The three servers of an in-process replicated job.  With verified clipping, each pair of
     servers (j, j + 1) shares a fresh key k_{j,j+1} from the system CSPRNG for the check's
     zero-sharing (:func:`ltm.verified_clipping.mask_key_pairs`); in process they are handed over
-    directly, over gRPC the servers must agree on them themselves (docs/architecture.md)."""
+    directly; over gRPC each server derives its two from a signed X25519 exchange relayed by the
+    analyst (:func:`ltm.verified_clipping.pairwise_mask_keys`, docs/architecture.md)."""
     if not spec.verified_clipping:
         return [ReplicatedServer(spec, i) for i in range(spec.k)]
     system = Randomness.system()

@@ -95,6 +95,8 @@ class SimulateConfig:
     ledger_dir: str | None = default("ledger_dir")
     #: the trust assumption: colluding servers tolerated (None: k − 1); 1 of 3 admits the replicated release
     colluding_servers: int | None = default("colluding_servers")
+    #: the replicated release with every party's clipping proven on the shares (issue #30)
+    verified_clipping: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -168,7 +170,7 @@ def simulate(cfg: SimulateConfig, *, progress: bool = False) -> dict[str, Any]:
         calibration=cfg.calibration, interpolate_p=cfg.interpolate_p, t_prime=cfg.t_prime,
         corrupt_parties=cfg.corrupt_parties, intercept=cfg.intercept and cfg.model != "lowrank",
         clip_bound=cfg.clip, share_mode=cfg.share_mode, upload_mode=cfg.upload_mode,
-        colluding_servers=cfg.colluding_servers,
+        colluding_servers=cfg.colluding_servers, verified_clipping=cfg.verified_clipping,
         rff=(RFFOptions(cfg.features_n, cfg.bandwidth, cfg.feature_map, cfg.kernel, cfg.label_share)
              if cfg.model == "rf_ridge" else None))
     t_spec = time.perf_counter() - t

@@ -43,6 +43,7 @@ from ltm.sim.localnet.launcher import ActorProcess, ProcessGroup, cpu_seconds, s
 from ltm.sim.localnet.workdir import make_scratch_dir
 from ltm.sim.runtime.jobs import build_job
 from ltm.transport.certs import write_certs
+from ltm.verified_clipping import proof_shape
 
 #: Held-out rows generated (separately from the parties' rows) to report the fit's test R².
 TEST_ROWS = 100_000
@@ -243,6 +244,14 @@ class _Cluster:
     analyst: ActorProcess
 
 
+def _witness_width(spec: JobSpec) -> int:
+    """Σ_p T_b: the witness values per client of a job with verified clipping (0 without)."""
+    if not spec.verified_clipping:
+        return 0
+    return sum(proof_shape(len(spec.party_column_indices(p)), spec.frac_bits, p.clip_bound).witness_width
+               for p in spec.parties)
+
+
 class _PartyLaunch:
     """The parties of one run: started (through a :class:`PartyFeeder`) when the analyst has
     published the job, with the servers' and analyst's CPU noted at that moment; :meth:`poll` is
@@ -260,7 +269,7 @@ class _PartyLaunch:
         self.pieces = spec.make_sketch().pieces
         # the primary shares (the other servers get 32-byte seeds): per client and piece, or one (m, W) per party
         self.expected = (len(spec.parties) * spec.sketch.m * spec.upload_width * 8 if spec.aggregated
-                         else 2 * n * spec.width * 8 if spec.replicated  # each explicit block share goes to 2 servers
+                         else 2 * n * (spec.width + _witness_width(spec)) * 8 if spec.replicated  # to 2 servers
                          else n * self.pieces * spec.upload_width * 8)
         self.cpu_at_start: dict[str, float | None] = {}
 
@@ -328,20 +337,25 @@ def _start_cluster(args: argparse.Namespace, group: ProcessGroup, workdir: Path,
     phases["data_and_certs"] = time.monotonic() - t
     show.say("starting servers and the analyst")
     t = time.monotonic()
-    servers = group.start_servers(args.k)
+    limit = getattr(args, "max_batch_bytes", None)  # a verified job's witness part at 10^6 exceeds the default
+    servers = group.start_servers(args.k, ["--max-batch-bytes", str(limit)] if limit else [])
     analyst = group.start_service("analyst", "analyst", ["analyst", "--out", str(workdir / "out")])
     phases["start_services"] = time.monotonic() - t
     return _Cluster(group, workdir, certs, servers, analyst)
 
 
-def _job_and_party_data(args: argparse.Namespace, table: ModelTable, model: SyntheticRidge, randomness: Randomness,
+def _job_and_party_data(args: argparse.Namespace, table: ModelTable, model: SyntheticRidge, randomness: Randomness,  # noqa: PLR0913 - one bench run's state (h30b added verified); a run config object is the fix
                         cluster: _Cluster, parties_n: int, upload_mode: str | None,
-                        phases: dict[str, float]) -> tuple[JobSpec, Any, Path]:
+                        phases: dict[str, float], verified: bool | None = None) -> tuple[JobSpec, Any, Path]:
     """The job spec, the planner's choices and the folder of per-party data descriptors (each
-    party generates its own rows [start, stop) from one)."""
+    party generates its own rows [start, stop) from one).  ``verified`` (not None): the replicated
+    release (kind gram) with or without verified clipping, for the proof's cost."""
     t = time.monotonic()
+    kind = getattr(args, "kind", "sparse")
+    if verified is not None and kind == "auto":
+        kind = "gram"  # both runs of the comparison are the replicated release
     spec, choices = build_job(table, job_id="e2e", randomness=randomness, parties=parties_n, k=args.k,
-                              m=getattr(args, "m", None), s=args.s, kind=getattr(args, "kind", "sparse"),
+                              m=getattr(args, "m", None), s=args.s, kind=kind, verified_clipping=bool(verified),
                               endpoints=[s.endpoint for s in cluster.servers],
                               corrupt_parties=getattr(args, "corrupt_parties", None),
                               upload_mode=upload_mode or getattr(args, "upload_mode", "auto"),
@@ -441,7 +455,7 @@ def _e2e_report(args: argparse.Namespace, n: int, parties_n: int, t_start: float
                  "analyst": sum(_by_role("analyst", upload_cpu))}
     return {
         "benchmark": "e2e", "n": n, "d": args.d, "kind": spec.sketch.kind, "m": spec.sketch.m,
-        "partition": spec.partition, "replicated": spec.replicated,
+        "partition": spec.partition, "replicated": spec.replicated, "verified_clipping": spec.verified_clipping,
         "colluding_servers": spec.tolerated_colluding_servers,
         "upload_mode": spec.upload_mode, "planner": choices.m_rule,
         "bytes_per_party": [sum(s["bytes_per_server"]) for s in summaries],
@@ -485,10 +499,12 @@ def _e2e_report(args: argparse.Namespace, n: int, parties_n: int, t_start: float
     }
 
 
-def run_e2e(args: argparse.Namespace, n: int | None = None, upload_mode: str | None = None) -> dict[str, Any]:
+def run_e2e(args: argparse.Namespace, n: int | None = None, upload_mode: str | None = None,
+            verified: bool | None = None) -> dict[str, Any]:
     """One networked run of ``n`` clients (default: the first of ``--n``) with ``upload_mode`` (default
     ``--upload-mode``): certificates, servers and analyst, the job, the parties, the release, the
-    metrics; every actor is stopped (and a temporary workdir removed) on every way out."""
+    metrics; every actor is stopped (and a temporary workdir removed) on every way out.  ``verified``
+    (not None): the replicated release with or without verified clipping (issue #30)."""
     n = n if n is not None else (args.n[0] if isinstance(args.n, list) else args.n)
     parties_n = args.parties or default_parties(n)
     show = PhaseDisplay(not getattr(args, "quiet", False), n)
@@ -505,7 +521,7 @@ def run_e2e(args: argparse.Namespace, n: int | None = None, upload_mode: str | N
         table = ModelTable.synthetic_ridge(n, model)
         cluster = _start_cluster(args, group, workdir, certs, parties_n, show, phases)
         spec, choices, data = _job_and_party_data(args, table, model, randomness, cluster, parties_n, upload_mode,
-                                                  phases)
+                                                  phases, verified)
         launch = _PartyLaunch(args, cluster, spec, data, n, show)
         report, release, op = _run_job(args, cluster, launch, randomness, n, show)
         phases.update(op)
@@ -558,7 +574,7 @@ def plot_series(runs: list[dict[str, Any]], path: str | Path) -> None:
 
 
 def _runs_of(obj: dict[str, Any]) -> list[dict[str, Any]]:
-    return list(obj["runs"]) if obj.get("benchmark") in ("e2e-series", "e2e-modes") else [obj]
+    return list(obj["runs"]) if obj.get("benchmark") in ("e2e-series", "e2e-modes", "e2e-verified") else [obj]
 
 
 def _side_by_side(per_client: dict[str, Any], aggregate: dict[str, Any]) -> dict[str, Any]:
@@ -570,6 +586,46 @@ def _side_by_side(per_client: dict[str, Any], aggregate: dict[str, Any]) -> dict
                                     "aggregate": max(aggregate["bytes_per_party"])},
             "cpu_s_total": {mode: round(sum(v for v in r["cpu_s"].values() if v is not None), 3)
                             for mode, r in (("per-client", per_client), ("aggregate", aggregate))}}
+
+
+def proof_cost(plain: dict[str, Any], verified: dict[str, Any]) -> dict[str, Any]:
+    """What verified clipping cost at one n: the verified run's figures against the unverified
+    replicated run's, measured in the same session (bytes per party, party and server CPU, wall)."""
+    def parties_cpu(r):
+        return round(sum(v for k, v in r["cpu_s_upload_phase"].items() if k.startswith("party-") and v), 3)
+
+    def servers_cpu(r):
+        return round(sum(v for k, v in r["cpu_s_upload_phase"].items() if k.startswith("server-") and v), 3)
+
+    figures = {
+        "bytes_per_party": (plain["bytes_per_party"], verified["bytes_per_party"]),
+        "party_cpu_s": (parties_cpu(plain), parties_cpu(verified)),
+        "server_cpu_s": (servers_cpu(plain), servers_cpu(verified)),
+        "wall_s": (round(plain["wall_s"], 3), round(verified["wall_s"], 3)),
+        "upload_phase_s": (round(plain["upload_phase_s"], 3), round(verified["upload_phase_s"], 3)),
+    }
+    out: dict[str, Any] = {"n": plain["n"], "note": "unverified vs verified replicated release, same session; "
+                           "CPU: user+system seconds of all parties / all servers from the parties' start to the "
+                           "release (cpu_s_upload_phase)"}
+    for key, (a, b) in figures.items():
+        out[key] = {"unverified": a, "verified": b}
+        if not isinstance(a, list):
+            out[key]["ratio"] = round(b / a, 3) if a else None
+    out["bytes_per_party"]["ratio_max"] = round(max(verified["bytes_per_party"]) / max(plain["bytes_per_party"]), 3)
+    out["analyst_verify_clipping_s"] = verified["analyst_phases_s"].get("verify_clipping")
+    return out
+
+
+def _verified_mode(args: argparse.Namespace) -> str:
+    """``--verified-clipping``: off, on or both (the default for a replicated job: the proof's cost)."""
+    mode = getattr(args, "verified_clipping", None)
+    replicated = getattr(args, "partition", "rows") == "columns" and getattr(args, "colluding_servers", None) == 1 \
+        and getattr(args, "kind", "auto") in ("auto", "gram")
+    if mode is None:
+        return "both" if replicated else "off"
+    if mode != "off" and not replicated:
+        raise SystemExit("ltm bench e2e: --verified-clipping needs --partition columns --colluding-servers 1")
+    return mode
 
 
 def run(args: argparse.Namespace) -> int:
@@ -584,10 +640,18 @@ def run(args: argparse.Namespace) -> int:
     if args.workdir and len(ns) > 1:
         raise CommandError("--workdir with a series would reuse one directory; run one n at a time")
     with stop_on_termination():  # SIGTERM/SIGHUP clean up like Ctrl-C: no actor or directory left behind
-        if getattr(args, "upload_mode", "auto") == "both":  # the two modes side by side, per n
+        verified = _verified_mode(args)
+        if verified == "both":  # the unverified and the verified replicated release, per n (issue #30)
+            runs = [run_e2e(args, n, verified=v) for n in ns for v in (False, True)]
+            out: dict[str, Any] = {"benchmark": "e2e-verified", "runs": runs,
+                                   "proof_cost": [proof_cost(runs[i], runs[i + 1]) for i in range(0, len(runs), 2)]}
+        elif verified == "on":
+            runs = [run_e2e(args, n, verified=True) for n in ns]
+            out = runs[0] if len(runs) == 1 else {"benchmark": "e2e-series", "runs": runs}
+        elif getattr(args, "upload_mode", "auto") == "both":  # the two modes side by side, per n
             runs = [run_e2e(args, n, mode) for n in ns for mode in ("per-client", "aggregate")]
-            out: dict[str, Any] = {"benchmark": "e2e-modes", "runs": runs,
-                                   "side_by_side": [_side_by_side(runs[i], runs[i + 1]) for i in range(0, len(runs), 2)]}
+            out = {"benchmark": "e2e-modes", "runs": runs,
+                   "side_by_side": [_side_by_side(runs[i], runs[i + 1]) for i in range(0, len(runs), 2)]}
         else:
             runs = [run_e2e(args, n) for n in ns]
             out = runs[0] if len(runs) == 1 else {"benchmark": "e2e-series", "runs": runs}

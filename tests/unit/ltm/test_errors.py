@@ -52,7 +52,7 @@ STATUSES = {
     "ltm.analyst.coordinator.ReleaseFailed": "FAILED_PRECONDITION",
     "ltm.verified_clipping.ClippingProofFailed": "FAILED_PRECONDITION",
     "ltm.analyst.coordinator.ServerUnreachable": "FAILED_PRECONDITION", "ltm.analyst.coordinator.NotPublished": "UNAVAILABLE",
-    "ltm.transport.tls.AuthenticationError": "UNAUTHENTICATED",
+    "ltm.transport.tls.AuthenticationError": "UNAUTHENTICATED", "ltm.transport.signing.SignatureRefused": "PERMISSION_DENIED",
 }
 
 

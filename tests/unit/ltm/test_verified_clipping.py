@@ -342,7 +342,7 @@ def test_a_missing_proof_or_unrelayed_check_releases_nothing(job):
         servers[0].accept("party-0", up)
 
 
-def test_parties_accept_a_verified_job_and_the_grpc_path_refuses_it_for_now(job):
+def test_parties_accept_a_verified_job_and_an_insecure_server_refuses_it(job):
     from ltm.errors import ProtocolError
     from ltm.party.uploader import PartyPolicy, PolicyViolation
     from ltm.server.core import ServerCore
@@ -352,8 +352,8 @@ def test_parties_accept_a_verified_job_and_the_grpc_path_refuses_it_for_now(job)
     policy.check(spec, seeded=True)  # corrupt_parties = 1, verified: accepted
     with pytest.raises(PolicyViolation, match="follows the protocol"):
         policy.check(replace(spec, verified_clipping=False), seeded=True)
-    with pytest.raises(ProtocolError, match="in process only"):
-        ServerCore("server-0").create_job(spec, caller_role="analyst")
+    with pytest.raises(ProtocolError, match="needs servers with TLS identities"):
+        ServerCore("server-0").create_job(spec, caller_role="analyst")  # no signing key (--insecure)
 
 
 def test_the_verdict_functions_directly():
@@ -436,13 +436,13 @@ def test_a_non_holders_view_does_not_depend_on_the_data(job, table):
         _, out = _checked_servers(spec, data, ups, [KEYS[0], KEYS[1], unknown])
         views.append(out)
     for out in views:
-        assert all(extra == {} for _, extra in out)  # nothing but the check shares is published
-        assert verdict([out[i][0]["party-0"] for i in range(3)])
-    own = [v[1][0]["party-0"] for v in views]
+        assert all(isinstance(shares, dict) for shares in out)  # nothing but the check shares is published
+        assert verdict([out[i]["party-0"] for i in range(3)])
+    own = [v[1]["party-0"] for v in views]
     assert all(np.array_equal(own[0], o) for o in own)  # its own answer: a function of its own shares
     # the others' answers change with the key server 1 lacks, for the same data (worlds 0 and 2)
-    assert not np.array_equal(views[0][0][0]["party-0"], views[2][0][0]["party-0"])
-    assert not np.array_equal(views[0][2][0]["party-0"], views[2][2][0]["party-0"])
+    assert not np.array_equal(views[0][0]["party-0"], views[2][0]["party-0"])
+    assert not np.array_equal(views[0][2]["party-0"], views[2][2]["party-0"])
 
 
 def test_the_digest_attack_finds_nothing_to_test(job, table):
@@ -452,7 +452,7 @@ def test_the_digest_attack_finds_nothing_to_test(job, table):
     tables = party_tables(spec, table)["party-0"]
     ups = _party0_uploads(spec, tables, False)
     _, out = _checked_servers(spec, data, ups, KEYS)
-    published = [value for shares, extra in out for value in [*shares.values(), *extra.values()]]
+    published = [value for shares in out for value in shares.values()]
     assert all(isinstance(v, np.ndarray) and v.shape == (CHECK_REPETITIONS,) for v in published)
 
 
@@ -492,8 +492,8 @@ def test_check_shares_and_accept_checks_answer_once_per_job(job):
     attack = np.zeros((spec.n, len(spec.party_column_indices(spec.party("party-1")))), dtype=np.int64)
     attack[17, 0] = 2_000_000 << spec.frac_bits
     servers, seeds = _servers_with(spec, data, _with_block(attack))
-    first = servers[1].check_shares(seeds)[0]
-    again = servers[1].check_shares(list(seeds))[0]
+    first = servers[1].check_shares(seeds)
+    again = servers[1].check_shares(list(seeds))
     assert all(np.array_equal(first[p], again[p]) for p in first)
     other = [seeds[0], seeds[1], bytes(32)]
     with pytest.raises(ValueError, match="once per job"):
@@ -507,7 +507,7 @@ def test_check_shares_and_accept_checks_answer_once_per_job(job):
         with pytest.raises(ClippingProofFailed, match="party-1"):
             server.output()
     fresh, seeds = _servers_with(spec, data)
-    shares = [s.check_shares(seeds)[0] for s in fresh]
+    shares = [s.check_shares(seeds) for s in fresh]
     with pytest.raises(ValueError, match="own"):
         fresh[0].accept_checks(forged)  # its own share is not in the relay
     assert fresh[0].check_failures is None
@@ -530,8 +530,8 @@ def test_an_equivocating_relay_is_hidden_by_the_servers_mask(job, table):
         server1.accept(party.party_id, servers[1].uploads[party.party_id])
     server1.check_seed = SEEDS[1]
     server1.close()
-    obs = (servers[0].check_shares(SEEDS)[0]["party-0"] + server1.check_shares(evil)[0]["party-0"]
-           + servers[2].check_shares(SEEDS)[0]["party-0"])
+    obs = (servers[0].check_shares(SEEDS)["party-0"] + server1.check_shares(evil)["party-0"]
+           + servers[2].check_shares(SEEDS)["party-0"])
     party = spec.party("party-0")
     shape = proof_shape(len(ups[0].columns), spec.frac_bits, party.clip_bound)
     K, K1 = (coefficient_key(spec.digest, "party-0", s) for s in (SEEDS, evil))
@@ -670,3 +670,71 @@ def test_check_shares_needs_the_pairwise_mask_keys(job):
         bare.check_shares(seeds)
     with pytest.raises(ValueError, match="compute this server's check shares"):
         bare.accept_checks([{}, {}, {}])
+
+
+def test_the_relayed_statements_round_trip_and_bind_job_server_and_seed_set():
+    from ltm.verified_clipping import (
+        output_statement,
+        read_mask_public,
+        read_output_statement,
+        read_seed_statement,
+        seed_statement,
+        statement_seeds,
+    )
+
+    job, seeds = "ab" * 32, [bytes([i]) * 32 for i in range(3)]
+    pub = bytes([7]) * 32
+    payload = seed_statement(job, 1, seeds[1], pub)
+    assert read_seed_statement(payload, job, 1) == seeds[1] and read_mask_public(payload, job, 1) == pub
+    assert payload == seed_statement(job, 1, seeds[1], pub)  # canonical: the same bytes to sign
+    for bad_job, bad_server in ((job[:-1] + "c", 1), (job, 0), (job, 2)):
+        with pytest.raises(ValueError, match="another job or server"):
+            read_seed_statement(payload, bad_job, bad_server)
+    with pytest.raises(ValueError, match="32 bytes"):
+        read_seed_statement(seed_statement(job, 1, b"\1" * 31, pub), job, 1)
+    with pytest.raises(ValueError, match="mask public key is 32 bytes"):
+        read_mask_public(seed_statement(job, 1, seeds[1], pub[:31]), job, 1)
+    with pytest.raises(ValueError, match="not JSON"):
+        read_seed_statement(b"\xff", job, 1)
+    shares = {"party-0": np.array([0, 1, 2**64 - 1], dtype=U64), "party-1": np.arange(3, dtype=U64)}
+    out = output_statement(job, 2, seeds, shares)
+    assert b"digest" not in out.replace(b'"job_digest"', b"")  # no copy digests on the wire (F1)
+    with pytest.raises(ValueError, match="not a ltm.check-seed.v1"):
+        read_seed_statement(out, job, 2)  # an output is not a seed statement
+    assert statement_seeds(out, job, 2) == seeds
+    got_shares = read_output_statement(out, job, 2, seeds)
+    assert set(got_shares) == set(shares)
+    for p in shares:
+        assert got_shares[p].dtype == U64
+        np.testing.assert_array_equal(got_shares[p], shares[p])
+    with pytest.raises(ValueError, match="another seed set"):
+        read_output_statement(out, job, 2, [seeds[0], seeds[2], seeds[1]])
+    with pytest.raises(ValueError, match="another job or server"):
+        read_output_statement(out, job, 1, seeds)
+    broken = out.replace(b'"shares":{', b'"shares":{"x":["y"],')
+    with pytest.raises(ValueError, match="malformed"):
+        read_output_statement(broken, job, 2, seeds)
+    with pytest.raises(ValueError, match="no seed set"):
+        statement_seeds(out.replace(b'"seeds"', b'"seedz"'), job, 2)
+
+
+def test_pairwise_mask_keys_from_x25519_agree_between_neighbours_and_mask_to_zero():
+    """Each pair of servers derives the same k_{j,j+1} from its own private key and the other's
+    public key; the three servers' masks sum to 0; a fourth key pair (an analyst that swapped a
+    public key) yields other keys; a set without this server's own public key is refused."""
+    from ltm.verified_clipping import mask_private_key, mask_public_key, pairwise_mask_keys, server_mask
+
+    digest = "ab" * 32
+    privs = [mask_private_key() for _ in range(3)]
+    pubs = [mask_public_key(k) for k in privs]
+    keys = [pairwise_mask_keys(i, privs[i], pubs, digest) for i in range(3)]
+    for i in range(3):
+        assert keys[i][0] == keys[(i + 1) % 3][1]  # k_{i,i+1} at both its holders
+        assert keys[i][0] not in keys[(i + 2) % 3]  # and not at the third server
+    total = sum((server_mask(keys[i], b"K" * 32) for i in range(3)), start=np.zeros(40, dtype=U64))
+    assert not total.any()
+    assert pairwise_mask_keys(0, privs[0], pubs, "cd" * 32) != keys[0]  # bound to the job
+    swapped = [pubs[0], mask_public_key(mask_private_key()), pubs[2]]
+    assert pairwise_mask_keys(0, privs[0], swapped, digest)[0] != keys[0][0]
+    with pytest.raises(ValueError, match="this one's included"):
+        pairwise_mask_keys(0, privs[0], [pubs[1], pubs[1], pubs[2]], digest)
