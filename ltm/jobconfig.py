@@ -196,6 +196,10 @@ FIELDS: tuple[Field, ...] = (
                                        "majority) admits the replicated degree-2 release of the columns partition "
                                        "(--release gram)",
        type=int, flags=("--colluding-servers",), toml=("privacy", "colluding_servers"), unit="servers"),
+    _f("verified_clipping", "privacy", "with --partition columns --colluding-servers 1: every party proves on its "
+                                       "shares that its blocks are clipped, so the job tolerates a corrupt party "
+                                       "(issue #30; implies --release gram)", False, flags=("--verified-clipping",),
+       action="store_true"),
     _f("min_honest_load", "file", "L, the fewest honest clients in a sketch row (0: the default fraction of the "
                                   "full load)", 0, type=int, toml=("privacy", "min_honest_load"), unit="clients"),
     _f("min_participants", "file", "the smallest participant set the job may be released over (0: the default)",

@@ -186,16 +186,36 @@ def main(argv: list[str] | None = None) -> int:
         signum = getattr(exc, "signum", signal.SIGINT)
         print(f"ltm {args.command}: {str(exc) or 'interrupted'}", file=sys.stderr)  # Ctrl-C: an empty exception
         return 128 + int(signum)
+    except ValueError as exc:
+        if not _raised_by_ltm(exc):
+            return _report_bug(args.command)
+        # A refusal the project raised as a plain ValueError (a value it checked and refused; most have an
+        # LtmError of their own): one line, a usage error, 2.
+        print(f"ltm {args.command}: error: {_one_line(exc)}", file=sys.stderr)
+        return 2
     except Exception:
-        # Not an error the project knows (any of them would be an LtmError, ltm/errors.py): a bug, or a
-        # library refusing something we passed it unchecked.  Show where, and ask for a report, rather
-        # than dress it up as a usage error.
-        import traceback
+        return _report_bug(args.command)
 
-        traceback.print_exc()
-        print(f"ltm {args.command}: unexpected error (a bug in ltm, not in how it was run): please report it "
-              "with the traceback above", file=sys.stderr)
-        return 1
+
+def _raised_by_ltm(exc: BaseException) -> bool:
+    """Whether the innermost frame of ``exc``'s traceback is the project's own code (``ltm.*``): a check
+    of ours refusing a value, not a library tripping over one we passed it unchecked."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and str(tb.tb_frame.f_globals.get("__name__", "")).startswith("ltm.")
+
+
+def _report_bug(command: str) -> int:
+    """An exception the project does not know (no LtmError, not one of its own checks): a bug, or a
+    library refusing something we passed it unchecked.  Show where and ask for a report, rather than
+    dress it up as a usage error; status 1."""
+    import traceback
+
+    traceback.print_exc()
+    print(f"ltm {command}: unexpected error (a bug in ltm, not in how it was run): please report it with the "
+          "traceback above", file=sys.stderr)
+    return 1
 
 
 def _stdout_gone() -> bool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 
 from ltm.cli.app import lazy
-from ltm.cli.options import insecure, verified_clipping
+from ltm.cli.options import insecure
 from ltm.jobconfig import add_options
 
 #: The data flags the demo and ``ltm operate`` share: the bundled dataset unless --data/--label.
@@ -15,8 +15,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     """The ``ltm demo`` flags: the job's shape and privacy, the data, and the run."""
     add_options(p, "sketch", only=("parties", "k", "sketch", "m", "s", "partition", "share_mode"),
                 helps={"parties": "party processes (default {default})", "k": "server processes (default {default})"})
-    add_options(p, "privacy", only=("epsilon", "delta", "colluding_servers"))
-    verified_clipping(p)
+    add_options(p, "privacy", only=("epsilon", "delta", "colluding_servers", "verified_clipping"))
     add_options(p, "data", only=("data", "query", "label"), helps=DATA_HELPS)
     p.add_argument("--party-format", choices=("csv", "parquet", "sqlite"), default="csv",
                    help="the file each party process reads its rows from (default csv)")

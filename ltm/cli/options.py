@@ -73,13 +73,6 @@ def insecure(p: argparse.ArgumentParser, *, unset: bool = False) -> None:
                    help="plaintext, unauthenticated transport (testing only; never in production)")
 
 
-def verified_clipping(p: argparse.ArgumentParser) -> None:
-    """``--verified-clipping``: the replicated release with every party's clipping proven on its shares."""
-    p.add_argument("--verified-clipping", action="store_true",
-                   help="with --partition columns --colluding-servers 1: every party proves on its shares that its "
-                        "blocks are clipped, so the job tolerates a corrupt party (issue #30; implies --release gram)")
-
-
 def _endpoint(text: str, what: str, any_port: bool) -> str:
     """``text`` stripped, if :func:`ltm.identifiers.endpoint_problem` (the project's one endpoint rule:
     no gRPC target scheme such as ``unix:`` or ``dns:///``) accepts it; else a one-line usage error."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from ltm.cli.options import print_json, verified_clipping
+from ltm.cli.options import print_json
 from ltm.dp.defaults import DEFAULT_DELTA
 from ltm.errors import CommandError
 from ltm.jobconfig import add_options, config_values
@@ -20,7 +20,6 @@ def configure(p: argparse.ArgumentParser) -> None:
     """Every flag of the job model's data, sketch, privacy, model, features and run groups."""
     for group in ("data", "sketch", "privacy", "model", "features", "run"):
         add_options(p, group)  # every flag, help and default from the job-configuration model
-    verified_clipping(p)
     p.set_defaults(func=run)
 
 

@@ -624,7 +624,7 @@ def _verified_mode(args: argparse.Namespace) -> str:
     if mode is None:
         return "both" if replicated else "off"
     if mode != "off" and not replicated:
-        raise SystemExit("ltm bench e2e: --verified-clipping needs --partition columns --colluding-servers 1")
+        raise CommandError("--verified-clipping needs --partition columns --colluding-servers 1")
     return mode
 
 

@@ -201,6 +201,7 @@ OWN_FLAGS = {
     ("bench e2e", "--parties"): "party processes, default by n (4 up to 10^7, then n / 6.25e6)",
     ("bench e2e", "--upload-mode"): "adds 'both': per-client and aggregate side by side",
     ("audit", "--upload-mode"): "an audit audits one concrete mode: per-client (default) or aggregate, no 'auto'",
+    ("bench e2e", "--verified-clipping"): "off, on or both: the unverified and the verified job side by side",
     ("bench sketch", "--n"): "clients of the benchmark, not synthetic rows",
     ("bench sketch", "--d"): "the client vector's width",
     ("audit", "--n"): "clients of the audited job",
