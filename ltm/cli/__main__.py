@@ -1,6 +1,4 @@
 """``python -m ltm.cli``: the ``ltm`` command."""
-import sys
+from ltm.cli.app import entry
 
-from ltm.cli.app import main
-
-sys.exit(main())
+entry()

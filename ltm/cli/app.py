@@ -197,6 +197,28 @@ def main(argv: list[str] | None = None) -> int:
         return _report_bug(args.command)
 
 
+def entry() -> None:
+    """The ``ltm`` process (the console script and ``python -m ltm.cli``): :func:`main`, then exit.
+
+    A command that failed after pyarrow was loaded (a party refusing bad data from a streamed CSV or
+    Parquet source) leaves by ``os._exit`` once its output is flushed: at the interpreter's normal
+    exit, Arrow's C++ worker threads were seen to abort the process ("terminate called without an
+    active exception", SIGABRT) after the one-line refusal, replacing its exit status.  Only failures
+    leave this way, so a successful run keeps every cleanup registered with ``atexit``."""
+    status = main()
+    if status != 0 and "pyarrow" in sys.modules:
+        import logging
+
+        logging.shutdown()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):  # a closed or vanished stream: nothing left to say
+                pass
+        os._exit(status)
+    sys.exit(status)
+
+
 def _raised_by_ltm(exc: BaseException) -> bool:
     """Whether the innermost frame of ``exc``'s traceback is the project's own code (``ltm.*``): a check
     of ours refusing a value, not a library tripping over one we passed it unchecked."""

@@ -103,7 +103,7 @@ def test_the_wheel_carries_the_package_data(artifacts):
         assert expected and expected <= names, (pattern, sorted(expected - names))
     assert not any(n.startswith(("tests/", "deploy/")) for n in names)
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
-    assert "ltm = ltm.cli.app:main" in zipfile.ZipFile(artifacts["wheel"]).read(entry_points).decode()
+    assert "ltm = ltm.cli.app:entry" in zipfile.ZipFile(artifacts["wheel"]).read(entry_points).decode()
 
 
 def test_the_sdist_carries_what_a_host_needs(artifacts):

@@ -61,3 +61,17 @@ def test_ltm_turns_grpc_fork_support_off_unless_told_otherwise():
                                                               "GRPC_ENABLE_FORK_SUPPORT": "true"},
                           capture_output=True, text=True, timeout=120).stdout
     assert kept.split()[-2:] == ["true", "False"], kept  # a deliberate setting wins
+
+
+def test_a_failed_command_with_pyarrow_loaded_keeps_its_status_and_its_line(tmp_path):
+    """``ltm.cli.app.entry`` leaves a failed command with pyarrow loaded by os._exit (Arrow's threads
+    aborted the normal exit): the exit status and the one-line error still come out, flushed."""
+    import pytest
+
+    pytest.importorskip("pyarrow")
+    probe = ("import sys, pyarrow\nsys.argv = ['ltm', 'job', 'check', sys.argv[1]]\n"
+             "from ltm.cli.app import entry\nentry()\n")
+    missing = tmp_path / "missing.toml"
+    r = subprocess.run([sys.executable, "-c", probe, str(missing)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert r.stderr.count("ltm job: error:") == 1 and "missing.toml" in r.stderr
