@@ -69,9 +69,17 @@ def test_a_failed_command_with_pyarrow_loaded_keeps_its_status_and_its_line(tmp_
     import pytest
 
     pytest.importorskip("pyarrow")
-    probe = ("import sys, pyarrow\nsys.argv = ['ltm', 'job', 'check', sys.argv[1]]\n"
-             "from ltm.cli.app import entry\nentry()\n")
+    # an atexit hook that speaks shows which way the process left: os._exit skips it
+    probe = ("import atexit, sys\natexit.register(lambda: print('normal exit', file=sys.stderr))\n"
+             "if sys.argv[2] == 'pyarrow':\n    import pyarrow  # noqa: F401\n"
+             "sys.argv = ['ltm', 'job', 'check', sys.argv[1]]\nfrom ltm.cli.app import entry\nentry()\n")
     missing = tmp_path / "missing.toml"
-    r = subprocess.run([sys.executable, "-c", probe, str(missing)], capture_output=True, text=True, timeout=120)
+    r = subprocess.run([sys.executable, "-c", probe, str(missing), "pyarrow"], capture_output=True, text=True,
+                       timeout=120)
     assert r.returncode == 2, r.stderr[-2000:]
     assert r.stderr.count("ltm job: error:") == 1 and "missing.toml" in r.stderr
+    assert "normal exit" not in r.stderr  # left by os._exit, past the interpreter's exit
+    # without pyarrow, the same failure exits normally (every atexit cleanup runs)
+    r = subprocess.run([sys.executable, "-c", probe, str(missing), "none"], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 2 and "normal exit" in r.stderr, r.stderr[-2000:]
